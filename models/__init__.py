@@ -1,0 +1,1 @@
+"""Shared by every agentq process: tables, the engine, the state transitions, and migrations."""

@@ -1,0 +1,60 @@
+"""The one exception tree of agentq.
+
+Every error agentq raises on purpose is an `AgentqError`. A subclass's docstring is its default
+message (the pattern of procrastinate/exceptions.py), so `raise StepNotFound()` still says
+something useful, and `raise StepNotFound("step 7 of run 3")` says more.
+"""
+
+from __future__ import annotations
+
+
+class AgentqError(Exception):
+    """agentq failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(AgentqError):
+    """A setting is invalid."""
+
+
+class NotFound(AgentqError):
+    """The row does not exist."""
+
+
+class IllegalTransition(AgentqError):
+    """A guarded state transition found the row in another state and changed nothing."""
+
+    def __init__(self, table: str, row_id: int, found: str | None, expected: str) -> None:
+        self.table, self.row_id, self.found, self.expected = table, row_id, found, expected
+        state = "no such row" if found is None else f"it is {found!r}"
+        super().__init__(f"{table} {row_id}: {state}, expected {expected}; nothing was changed")
+
+
+class BudgetExhausted(AgentqError):
+    """A run's budget has no room left for this charge."""
+
+
+class InvalidPlan(AgentqError):
+    """A plan (from a model, a reviewer or a user) does not validate."""
+
+
+class ToolError(AgentqError):
+    """A tool failed; retrying the same call will not help."""
+
+
+class RetryableToolError(ToolError):
+    """A tool failed in a way that may pass on a later attempt (a timeout, a 503)."""
+
+
+class ToolArgumentsError(ToolError):
+    """A tool was called with arguments that do not match its signature."""
+
+
+class ProviderError(AgentqError):
+    """The model provider failed."""
+
+
+class StackError(AgentqError):
+    """The embedded local stack (Postgres, Redis, Celery workers) could not start."""

@@ -1,0 +1,25 @@
+"""Database migrations (Alembic), run as an explicit step: `agentq migrate`, never on worker start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+from models.db import database_url, normalize_url
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic config for `url` (default: the configured database)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", normalize_url(url or database_url()))
+    return config
+
+
+def upgrade(url: str | None = None) -> None:
+    """Apply every pending migration to the database at `url`."""
+    command.upgrade(alembic_config(url), "head")

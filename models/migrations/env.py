@@ -1,0 +1,25 @@
+"""Alembic environment: migrations run against the URL given in the Alembic config."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+from sqlmodel import SQLModel
+
+import models.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+config = context.config
+target_metadata = SQLModel.metadata
+
+
+def run_migrations_online() -> None:
+    """Run every pending migration in one transaction."""
+    engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+run_migrations_online()

@@ -1,0 +1,192 @@
+"""Plans: the validated shape of a plan, and writing plan versions as rows.
+
+A plan is an ordered list of steps. Model output, a reviewer's edit and an explicit plan given at
+submit all pass through `PlanSpec` before anything is written, so malformed input is refused whole
+and nothing is half-written. Steps pass data with references in their tool args:
+`"${steps.NAME.KEY}"` (a key of an earlier step's result) and `"${facts.KEY}"` (a pinned fact).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlmodel import Session, select
+
+from models.errors import InvalidPlan
+from models.tables import PlanVersion, Run, Step, utcnow
+
+MAX_PLAN_STEPS: Final = 50
+STEP_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
+REFERENCE: Final = re.compile(r"\$\{(steps|facts)\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?\}")
+
+
+class StepSpec(BaseModel):
+    """One step as a planner, a reviewer or a user writes it."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=STEP_NAME_PATTERN, description="Result name, e.g. 'receipts'.")
+    instruction: str = Field(default="", max_length=4000)
+    kind: Literal["tool", "model"]
+    tool: str | None = Field(default=None, max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _tool_matches_kind(self) -> StepSpec:
+        if self.kind == "tool" and not self.tool:
+            raise ValueError(f"step {self.name!r}: kind 'tool' needs a 'tool' name")
+        if self.kind == "model" and self.tool:
+            raise ValueError(f"step {self.name!r}: kind 'model' takes no 'tool'")
+        return self
+
+
+class PlanSpec(BaseModel):
+    """A whole plan (or, for a replan, the steps to splice in after the failed one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    steps: list[StepSpec] = Field(min_length=1, max_length=MAX_PLAN_STEPS)
+
+
+def parse_plan(data: Any, *, tools: Collection[str], earlier: Collection[str] = ()) -> PlanSpec:
+    """Validate `data` (a dict, or JSON text) into a plan whose tools and references exist.
+
+    `earlier` names the results available before the first step (a replan's done steps).
+    Raises `InvalidPlan` with every problem found, each naming the step and field.
+    """
+    try:
+        plan = (
+            PlanSpec.model_validate_json(data)
+            if isinstance(data, str)
+            else PlanSpec.model_validate(data)
+        )
+    except ValidationError as exc:
+        raise InvalidPlan(_describe(exc)) from exc
+    problems = list(_plan_problems(plan, tools=tools, earlier=earlier))
+    if problems:
+        raise InvalidPlan("; ".join(problems))
+    return plan
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'plan'}: {e['msg']}" for e in exc.errors()]
+    return "invalid plan: " + "; ".join(parts[:10])
+
+
+def _plan_problems(
+    plan: PlanSpec, *, tools: Collection[str], earlier: Collection[str]
+) -> Iterator[str]:
+    available = set(earlier)
+    for i, step in enumerate(plan.steps):
+        if step.tool and step.tool not in tools:
+            yield f"steps.{i}.tool: unknown tool {step.tool!r}; known: {', '.join(sorted(tools))}"
+        for name in referenced_steps(step.args) - available:
+            yield f"steps.{i}.args: refers to step {name!r}, which does not come before it"
+        available.add(step.name)
+
+
+def referenced_steps(value: Any) -> set[str]:
+    """Names of the steps that `${steps.NAME...}` references anywhere in `value` point to."""
+    if isinstance(value, str):
+        return {m.group(2) for m in REFERENCE.finditer(value) if m.group(1) == "steps"}
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return set().union(*(referenced_steps(v) for v in value)) if value else set()
+    return set()
+
+
+def current_steps(session: Session, run: Run) -> list[Step]:
+    """The steps of the run's current plan version, in order."""
+    version = session.exec(
+        select(PlanVersion).where(
+            PlanVersion.run_id == run.id, PlanVersion.version == run.plan_version
+        )
+    ).one_or_none()
+    if version is None:
+        return []
+    by_id = {
+        s.id: s
+        for s in session.exec(select(Step).where(Step.id.in_(version.step_ids)))  # type: ignore[union-attr]
+    }
+    return [by_id[i] for i in version.step_ids]
+
+
+def handled_failures(session: Session, run_id: int) -> set[int]:
+    """Ids of failed steps that a later plan version answered (replan, edit, answer)."""
+    rows = session.exec(
+        select(PlanVersion.replaces_step_id).where(
+            PlanVersion.run_id == run_id,
+            PlanVersion.replaces_step_id.is_not(None),  # type: ignore[union-attr]
+        )
+    )
+    return {r for r in rows if r is not None}
+
+
+def add_plan_version(
+    session: Session,
+    run: Run,
+    *,
+    before: Sequence[Step],
+    new: Sequence[StepSpec],
+    after: Sequence[Step],
+    created_by: str,
+    max_attempts: int,
+    reason: str = "",
+    replaces_step_id: int | None = None,
+) -> PlanVersion:
+    """Write plan version `run.plan_version + 1`: `before`, then the `new` steps, then `after`.
+
+    The run's `plan_version` is moved to it by the caller's transition (`resume_run`), in the same
+    transaction. Returns the new `PlanVersion` row.
+    """
+    version = run.plan_version + 1
+    created = [
+        Step(
+            run_id=run.id or 0,
+            plan_version=version,
+            position=0,
+            name=s.name,
+            instruction=s.instruction,
+            kind=s.kind,
+            tool=s.tool,
+            args=s.args,
+            max_attempts=max_attempts,
+        )
+        for s in new
+    ]
+    session.add_all(created)
+    session.flush()
+    ordered = [*before, *created, *after]
+    for position, step in enumerate(ordered):
+        step.position = position
+    row = PlanVersion(
+        run_id=run.id or 0,
+        version=version,
+        step_ids=[s.id or 0 for s in ordered],
+        created_by=created_by,
+        reason=reason,
+        replaces_step_id=replaces_step_id,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def add_answer_step(session: Session, run: Run, *, name: str, answer: dict[str, Any]) -> Step:
+    """A reviewer's answer, stored as an already-succeeded `human` step named `name`."""
+    step = Step(
+        run_id=run.id or 0,
+        plan_version=run.plan_version + 1,
+        position=0,
+        name=name,
+        instruction="answer from a reviewer",
+        kind="human",
+        status="succeeded",
+        result=answer,
+        finished_at=utcnow(),
+    )
+    session.add(step)
+    session.flush()
+    return step

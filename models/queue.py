@@ -1,0 +1,94 @@
+"""Celery configuration shared by every process, and the names of every task.
+
+Processes refer to each other's tasks by these registered names (`send_task`), never by import.
+The broker is transport only (DESIGN.md, invariant 1): results are not stored, messages are
+acknowledged late and requeued when a worker process is lost, and the reconciler re-sends what the
+broker loses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+from celery import Celery
+
+from models.errors import ConfigurationError
+from models.settings import Settings, get_settings
+
+QUEUE_STEPS: Final = "steps"
+QUEUE_COORDINATOR: Final = "coordinator"
+
+TASK_COORDINATE: Final = "agentq.coordinate"
+TASK_RECONCILE: Final = "agentq.reconcile"
+TASK_PLAN: Final = "agentq.plan"
+TASK_REPLAN: Final = "agentq.replan"
+TASK_EXECUTE_STEP: Final = "agentq.execute_step"
+TASK_SYNTHESIZE: Final = "agentq.synthesize"
+
+ROUTES: Final = {
+    TASK_COORDINATE: {"queue": QUEUE_COORDINATOR},
+    TASK_RECONCILE: {"queue": QUEUE_COORDINATOR},
+    TASK_PLAN: {"queue": QUEUE_STEPS},
+    TASK_REPLAN: {"queue": QUEUE_STEPS},
+    TASK_EXECUTE_STEP: {"queue": QUEUE_STEPS},
+    TASK_SYNTHESIZE: {"queue": QUEUE_STEPS},
+}
+
+
+def broker_url(settings: Settings | None = None) -> str:
+    """The configured broker URL, or `ConfigurationError` if none is set."""
+    url = os.environ.get("AGENTQ_BROKER_URL") or (settings or get_settings()).broker_url
+    if not url:
+        raise ConfigurationError(
+            "no broker: set BROKER_URL, or run `agentq up` to start the embedded stack"
+        )
+    return url
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings (https://docs.celeryq.dev/en/stable/userguide/configuration.html)."""
+    return {
+        "broker_url": broker_url(settings),
+        "broker_connection_retry_on_startup": True,
+        # Redis: an unacknowledged message returns to the queue after this long.
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "task_routes": ROUTES,
+        "task_default_queue": QUEUE_STEPS,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_soft_time_limit": settings.soft_time_limit_s,
+        "task_time_limit": settings.hard_time_limit_s,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "worker_hijack_root_logger": False,
+        "worker_send_task_events": False,
+    }
+
+
+def make_celery(main: str, settings: Settings | None = None) -> Celery:
+    """A Celery app configured from `settings` (default: the process's settings)."""
+    app = Celery(main)
+    app.conf.update(celery_config(settings or get_settings()))
+    return app
+
+
+_client: dict[int, Celery] = {}
+
+
+def client() -> Celery:
+    """A Celery app used only to send messages, one per process."""
+    pid = os.getpid()
+    if pid not in _client:
+        _client[pid] = make_celery("agentq-client")
+    return _client[pid]
+
+
+def send(task: str, *args: Any, countdown: float | None = None) -> None:
+    """Send `task` by its registered name to its queue. Call only after the commit it announces."""
+    if task not in ROUTES:
+        raise ValueError(f"unknown task {task!r}; known: {', '.join(ROUTES)}")
+    client().send_task(task, args=list(args), countdown=countdown, **ROUTES[task])

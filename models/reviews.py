@@ -1,0 +1,217 @@
+"""The human-review queue: claim an escalation, and decide it.
+
+Reviewers claim with `FOR UPDATE SKIP LOCKED`, so two reviewers never get the same escalation
+(DESIGN.md, invariant 6). A decision is one transaction: the escalation moves to `decided` (a
+second decision raises `IllegalTransition` and changes nothing), and the run resumes or ends:
+
+- approve: retry the failed step once more (a new plan version with a fresh copy spliced in after
+  it), or re-plan when there was no plan yet, or carry on when no step failed;
+- edit: the reviewer's steps replace every step that has not run yet;
+- respond: the answer becomes the result of the failed step's name (a `human` step), so the steps
+  that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`;
+- reject: the run fails with the reviewer's comment.
+
+The caller commits, then sends `agentq.coordinate` for the run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlmodel import Session, select
+
+from models import transitions
+from models.errors import NotFound
+from models.plans import PlanSpec, StepSpec, add_answer_step, add_plan_version, current_steps
+from models.tables import Escalation, PinnedFact, Run, Step
+
+
+def get_escalation(session: Session, escalation_id: int) -> Escalation:
+    """The escalation `escalation_id`; raises `NotFound`."""
+    esc = session.get(Escalation, escalation_id)
+    if esc is None:
+        raise NotFound(f"escalation {escalation_id} does not exist")
+    return esc
+
+
+def claim_next(session: Session, *, reviewer: str) -> Escalation | None:
+    """Claim the oldest open escalation no other reviewer holds; None when the queue is empty."""
+    row = session.exec(
+        select(Escalation)
+        .where(Escalation.status == "open")
+        .order_by(Escalation.created_at)  # type: ignore[arg-type]
+        .with_for_update(skip_locked=True)
+        .limit(1)
+    ).one_or_none()
+    return (
+        None
+        if row is None
+        else transitions.claim_escalation(session, row.id or 0, reviewer=reviewer)
+    )
+
+
+def _split_at(steps: list[Step], step_id: int | None) -> tuple[list[Step], list[Step]]:
+    ids = [s.id for s in steps]
+    if step_id not in ids:
+        return steps, []
+    cut = ids.index(step_id) + 1
+    return steps[:cut], steps[cut:]
+
+
+def _resume(session: Session, run: Run, version: int) -> None:
+    transitions.resume_run(session, run.id or 0, expected="waiting_review", plan_version=version)
+
+
+def approve(
+    session: Session,
+    escalation_id: int,
+    *,
+    reviewer: str,
+    max_attempts: int,
+    comment: str | None = None,
+) -> Run:
+    """Decide `approve` (see the module docstring); returns the run."""
+    esc = transitions.decide_escalation(
+        session, escalation_id, decision="approve", reviewer=reviewer, comment=comment
+    )
+    run = _locked_run(session, esc.run_id)
+    if run.plan_version == 0:
+        transitions.start_planning(session, esc.run_id, expected="waiting_review")
+        return run
+    failed = session.get(Step, esc.step_id) if esc.step_id else None
+    if failed is None or failed.status != "failed":
+        _resume(session, run, run.plan_version)
+        return run
+    before, after = _split_at(current_steps(session, run), failed.id)
+    retry = StepSpec(
+        name=failed.name,
+        instruction=failed.instruction,
+        kind="model" if failed.kind == "model" else "tool",
+        tool=failed.tool,
+        args=failed.args,
+    )
+    add_plan_version(
+        session,
+        run,
+        before=before,
+        new=[retry],
+        after=after,
+        created_by="reviewer",
+        reason=f"approved by {reviewer}: retry {failed.name!r}",
+        replaces_step_id=failed.id,
+        max_attempts=max_attempts,
+    )
+    _resume(session, run, run.plan_version + 1)
+    return run
+
+
+def edit(
+    session: Session,
+    escalation_id: int,
+    *,
+    reviewer: str,
+    plan: PlanSpec,
+    max_attempts: int,
+    comment: str | None = None,
+) -> Run:
+    """Decide `edit`: `plan` (validated by the caller) replaces the steps not yet run."""
+    esc = transitions.decide_escalation(
+        session, escalation_id, decision="edit", reviewer=reviewer, comment=comment
+    )
+    run = _locked_run(session, esc.run_id)
+    steps = current_steps(session, run)
+    done = [s for s in steps if s.status in ("succeeded", "failed")]
+    for step in steps:
+        if step.status in ("pending", "queued"):
+            transitions.cancel_step(session, step.id or 0)
+    add_plan_version(
+        session,
+        run,
+        before=done,
+        new=plan.steps,
+        after=[],
+        created_by="reviewer",
+        reason=f"edited by {reviewer}",
+        replaces_step_id=esc.step_id,
+        max_attempts=max_attempts,
+    )
+    _resume(session, run, run.plan_version + 1)
+    return run
+
+
+def respond(
+    session: Session,
+    escalation_id: int,
+    *,
+    reviewer: str,
+    answer: dict[str, Any],
+    comment: str | None = None,
+) -> Run:
+    """Decide `respond` with `answer` (a JSON object) for what the run could not find."""
+    esc = transitions.decide_escalation(
+        session,
+        escalation_id,
+        decision="respond",
+        reviewer=reviewer,
+        comment=comment,
+        answer=answer,
+    )
+    run = _locked_run(session, esc.run_id)
+    failed = session.get(Step, esc.step_id) if esc.step_id else None
+    if failed is None:
+        session.add(PinnedFact(run_id=run.id or 0, key="reviewer_answer", value=json.dumps(answer)))
+        if run.plan_version == 0:
+            transitions.start_planning(session, esc.run_id, expected="waiting_review")
+        else:
+            _resume(session, run, run.plan_version)
+        return run
+    before, after = _split_at(current_steps(session, run), failed.id)
+    answered = add_answer_step(session, run, name=failed.name, answer=answer)
+    add_plan_version(
+        session,
+        run,
+        before=[*before, answered],
+        new=[],
+        after=after,
+        created_by="reviewer",
+        reason=f"{reviewer} answered for {failed.name!r}",
+        replaces_step_id=failed.id,
+        max_attempts=failed.max_attempts,
+    )
+    _resume(session, run, run.plan_version + 1)
+    return run
+
+
+def reject(session: Session, escalation_id: int, *, reviewer: str, comment: str) -> Run:
+    """Decide `reject`: the run fails with the reviewer's comment; steps not yet run are cancelled."""
+    esc = transitions.decide_escalation(
+        session, escalation_id, decision="reject", reviewer=reviewer, comment=comment
+    )
+    run = _locked_run(session, esc.run_id)
+    for step in current_steps(session, run):
+        if step.status in ("pending", "queued"):
+            transitions.cancel_step(session, step.id or 0)
+    return transitions.fail_run(session, esc.run_id, error=f"rejected by {reviewer}: {comment}")
+
+
+def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
+    """A reviewer's typed answer as a result object.
+
+    A JSON object is taken as it is. Any other value (`0.95`, `"yes"`) becomes `{key: value}` when
+    the failed tool declares exactly one result key, else `{"answer": value}`.
+    """
+    try:
+        value: Any = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if isinstance(value, dict):
+        return value
+    return {returns[0] if len(returns) == 1 else "answer": value}
+
+
+def _locked_run(session: Session, run_id: int) -> Run:
+    run = transitions.lock_run(session, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
+    return run

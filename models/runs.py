@@ -1,0 +1,101 @@
+"""Submitting runs, and reading what a step needs to know about its run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from models import transitions
+from models.errors import NotFound
+from models.plans import PlanSpec, add_plan_version, current_steps
+from models.settings import Settings
+from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
+
+FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
+
+
+def submit_run(
+    session: Session,
+    *,
+    settings: Settings,
+    user_id: str,
+    goal: str,
+    facts: dict[str, str] | None = None,
+    plan: PlanSpec | None = None,
+    replans: int | None = None,
+    tokens: int | None = None,
+    cost_usd: float | None = None,
+    wall_time_s: float | None = None,
+) -> Run:
+    """Insert a run (status `queued`) with its pinned facts; budgets default from `settings`.
+
+    With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
+    skips the planning call. The caller commits, then sends `agentq.coordinate`.
+    """
+    wall = wall_time_s if wall_time_s is not None else settings.default_wall_time_budget_s
+    run = Run(
+        user_id=user_id,
+        goal=goal,
+        provider=settings.provider,
+        replans_limit=settings.default_replan_budget if replans is None else replans,
+        tokens_limit=settings.default_token_budget if tokens is None else tokens,
+        cost_limit_usd=settings.default_cost_budget_usd if cost_usd is None else cost_usd,
+        wall_time_limit_s=wall,
+        deadline_at=utcnow() + timedelta(seconds=wall),
+    )
+    session.add(run)
+    session.flush()
+    run_id = run.id or 0
+    session.add_all(PinnedFact(run_id=run_id, key=k, value=v) for k, v in (facts or {}).items())
+    transitions.record_event(session, run_id, "run.submitted", user=user_id, facts=facts or {})
+    if plan is not None:
+        add_plan_version(
+            session,
+            run,
+            before=[],
+            new=plan.steps,
+            after=[],
+            created_by="submitter",
+            max_attempts=settings.step_max_attempts,
+        )
+        transitions.resume_run(session, run_id, expected="queued", plan_version=1)
+    session.flush()
+    return run
+
+
+def get_run(session: Session, run_id: int) -> Run:
+    """The run `run_id`; raises `NotFound`."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
+    return run
+
+
+def pinned_facts(session: Session, run_id: int) -> dict[str, str]:
+    """The run's pinned facts, key -> value."""
+    rows = session.exec(select(PinnedFact).where(PinnedFact.run_id == run_id))
+    return {f.key: f.value for f in rows}
+
+
+def results_by_name(steps: list[Step]) -> dict[str, dict[str, Any]]:
+    """Results of the succeeded steps, by step name; a later step of the same name wins."""
+    return {s.name: s.result or {} for s in steps if s.status == "succeeded"}
+
+
+def done_results(session: Session, run: Run) -> dict[str, dict[str, Any]]:
+    """Results of the succeeded steps of the run's current plan, by name."""
+    return results_by_name(current_steps(session, run))
+
+
+def tries_of_name(session: Session, run_id: int, name: str) -> int:
+    """How many attempts steps named `name` have had in the run, all plan versions together."""
+    stmt = (
+        sa.select(sa.func.count())
+        .select_from(StepAttempt)
+        .join(Step, col(Step.id) == col(StepAttempt.step_id))
+        .where(Step.run_id == run_id, Step.name == name)
+    )
+    return int(session.scalar(stmt) or 0)

@@ -1,0 +1,72 @@
+"""The state machines of runs, steps and escalations, as data.
+
+`models.transitions` refuses any move that is not listed here before it touches the database, and
+the guarded UPDATE refuses any move whose row is not in the expected state when it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+RUN_STATUSES: Final = (
+    "queued",
+    "planning",
+    "running",
+    "replanning",
+    "synthesizing",
+    "waiting_review",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+RUN_TERMINAL: Final = frozenset({"succeeded", "failed", "cancelled"})
+RUN_ACTIVE: Final = frozenset(RUN_STATUSES) - RUN_TERMINAL
+
+RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
+    {
+        ("queued", "planning"),
+        ("queued", "running"),  # submitted with an explicit plan
+        ("planning", "running"),
+        ("planning", "waiting_review"),
+        ("running", "replanning"),
+        ("running", "synthesizing"),
+        ("running", "waiting_review"),
+        ("replanning", "running"),
+        ("replanning", "waiting_review"),
+        ("synthesizing", "succeeded"),
+        ("synthesizing", "waiting_review"),
+        ("waiting_review", "planning"),
+        ("waiting_review", "running"),
+        ("waiting_review", "failed"),
+    }
+    | {(status, "cancelled") for status in RUN_ACTIVE}
+)
+
+STEP_STATUSES: Final = ("pending", "queued", "running", "succeeded", "failed", "cancelled")
+STEP_DONE: Final = frozenset({"succeeded", "failed", "cancelled"})
+
+STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
+    {
+        ("pending", "queued"),
+        ("queued", "running"),
+        ("running", "succeeded"),
+        ("running", "failed"),
+        ("running", "queued"),  # a retry, or a lease that expired
+        ("queued", "failed"),  # attempts spent while the message was lost
+        ("pending", "cancelled"),
+        ("queued", "cancelled"),
+    }
+)
+
+ESCALATION_STATUSES: Final = ("open", "claimed", "decided")
+ESCALATION_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
+    {("open", "claimed"), ("claimed", "open"), ("open", "decided"), ("claimed", "decided")}
+)
+DECISIONS: Final = ("approve", "edit", "reject", "respond")
+
+MOVES: Final = {"runs": RUN_MOVES, "steps": STEP_MOVES, "escalations": ESCALATION_MOVES}
+
+
+def is_allowed(table: str, found: str, to: str) -> bool:
+    """Whether `table` rows may move from status `found` to `to`."""
+    return (found, to) in MOVES[table]

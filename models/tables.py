@@ -1,0 +1,188 @@
+"""The tables: runs, plan versions, steps, step attempts, pinned facts, escalations, run events.
+
+Statuses are plain text columns; the allowed moves between them are in `models.states`, and the
+only code that changes them is `models.transitions`. All timestamps are timezone-aware (UTC).
+JSON columns are wrapped in SQLAlchemy's `Mutable*` types so an in-place edit (`row.detail["x"] = 1`)
+is tracked and saved on commit.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.mutable import MutableDict, MutableList
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.now(UTC)
+
+
+def _ts(nullable: bool = True) -> Any:
+    return Field(default=None, sa_type=sa.DateTime(timezone=True), nullable=nullable)
+
+
+def _created() -> Any:
+    return Field(
+        default_factory=utcnow,
+        sa_type=sa.DateTime(timezone=True),
+        sa_column_kwargs={"server_default": sa.func.now()},
+        nullable=False,
+    )
+
+
+def _json_dict(nullable: bool = False) -> Any:
+    column_type = MutableDict.as_mutable(JSONB)  # type: ignore[arg-type]
+    if nullable:
+        return Field(default=None, sa_type=column_type, nullable=True)
+    return Field(default_factory=dict, sa_type=column_type, nullable=False)
+
+
+class Run(SQLModel, table=True):
+    """One submitted goal and everything the engine knows about its progress.
+
+    Budgets are enforced in Postgres by `models.budgets`: `*_used` never exceeds `*_limit`.
+    """
+
+    __tablename__ = "runs"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str = Field(index=True, max_length=200)
+    goal: str
+    status: str = Field(default="queued", index=True, max_length=20)
+    plan_version: int = 0
+    provider: str = Field(default="offline", max_length=40)
+    replans_limit: int = 2
+    replans_used: int = 0
+    tokens_limit: int = 200_000
+    tokens_used: int = 0
+    cost_limit_usd: float = 1.0
+    cost_used_usd: float = 0.0
+    wall_time_limit_s: float = 3600.0
+    deadline_at: datetime | None = _ts()
+    final_result: dict[str, Any] | None = _json_dict(nullable=True)
+    error: str | None = None
+    created_at: datetime = _created()
+    updated_at: datetime = _created()
+    finished_at: datetime | None = _ts()
+
+
+class PinnedFact(SQLModel, table=True):
+    """A value the user stated that must reach every step of the run (currency=EUR)."""
+
+    __tablename__ = "pinned_facts"
+    __table_args__ = (sa.UniqueConstraint("run_id", "key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    key: str = Field(max_length=100)
+    value: str
+
+
+class PlanVersion(SQLModel, table=True):
+    """One version of a run's plan: the ordered ids of its steps.
+
+    `replaces_step_id` is the failed step this version answers (a replan, a reviewer's edit or
+    answer); the coordinator treats that failure as handled and moves on past it.
+    """
+
+    __tablename__ = "plan_versions"
+    __table_args__ = (sa.UniqueConstraint("run_id", "version"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    version: int
+    step_ids: list[int] = Field(
+        default_factory=list,
+        sa_type=MutableList.as_mutable(JSONB),  # type: ignore[arg-type]
+    )
+    created_by: str = Field(max_length=20)  # submitter | planner | replanner | reviewer
+    reason: str = ""
+    replaces_step_id: int | None = None
+    created_at: datetime = _created()
+
+
+class Step(SQLModel, table=True):
+    """One step of a plan: a tool call, a model call, or a reviewer's answer (`human`).
+
+    `position` is the step's index in the newest plan version that holds it; `plan_version` is
+    the version that created it. `attempt` counts claims; the lease is `lease_expires_at`.
+    """
+
+    __tablename__ = "steps"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    plan_version: int
+    position: int
+    name: str = Field(max_length=100)
+    instruction: str = ""
+    kind: str = Field(max_length=10)  # tool | model | human
+    tool: str | None = Field(default=None, max_length=100)
+    args: dict[str, Any] = _json_dict()
+    status: str = Field(default="pending", index=True, max_length=20)
+    attempt: int = 0
+    max_attempts: int = 3
+    lease_expires_at: datetime | None = _ts()
+    queued_at: datetime | None = _ts()
+    started_at: datetime | None = _ts()
+    finished_at: datetime | None = _ts()
+    result: dict[str, Any] | None = _json_dict(nullable=True)
+    error: str | None = None
+
+
+class StepAttempt(SQLModel, table=True):
+    """One claim of a step by a worker; `(step_id, attempt)` is unique (DESIGN.md, invariant 2)."""
+
+    __tablename__ = "step_attempts"
+    __table_args__ = (sa.UniqueConstraint("step_id", "attempt"),)
+    id: int | None = Field(default=None, primary_key=True)
+    step_id: int = Field(foreign_key="steps.id", index=True, ondelete="CASCADE")
+    attempt: int
+    worker: str = Field(default="", max_length=200)
+    started_at: datetime = _created()
+    finished_at: datetime | None = _ts()
+    outcome: str | None = Field(default=None, max_length=20)  # succeeded|failed|retry|lease_expired
+    error: str | None = None
+
+
+class Escalation(SQLModel, table=True):
+    """An entry of the human-review queue. At most one open per run and plan version."""
+
+    __tablename__ = "escalations"
+    __table_args__ = (
+        sa.Index(
+            "escalations_one_open_per_run_version",
+            "run_id",
+            "plan_version",
+            unique=True,
+            postgresql_where=sa.text("status <> 'decided'"),
+        ),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    plan_version: int
+    step_id: int | None = None
+    reason: str = Field(max_length=40)
+    detail: dict[str, Any] = _json_dict()
+    status: str = Field(default="open", index=True, max_length=20)  # open | claimed | decided
+    claimed_by: str | None = None
+    claimed_at: datetime | None = _ts()
+    decision: str | None = Field(default=None, max_length=20)  # approve|edit|reject|respond
+    decided_by: str | None = None
+    decided_at: datetime | None = _ts()
+    comment: str | None = None
+    answer: dict[str, Any] | None = _json_dict(nullable=True)
+    created_at: datetime = _created()
+
+
+class RunEvent(SQLModel, table=True):
+    """The append-only timeline of a run: every transition and decision, in order."""
+
+    __tablename__ = "run_events"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    step_id: int | None = None
+    at: datetime = _created()
+    kind: str = Field(max_length=40)
+    detail: dict[str, Any] = _json_dict()

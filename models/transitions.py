@@ -1,0 +1,386 @@
+"""Every state change of runs, steps and escalations: each one guarded UPDATE, in one place.
+
+A transition is `UPDATE ... SET status = :to WHERE id = :id AND status IN (:expected) RETURNING *`
+(DESIGN.md, invariant 1). When the row is in another state nothing changes and `IllegalTransition`
+says which row, the state it found and the state it expected; callers that may see a message twice
+catch it and move on. Each transition appends to the run's timeline in the same transaction. The
+caller owns the transaction (these functions never commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+from sqlmodel import Session, select
+
+from models.errors import BudgetExhausted, IllegalTransition
+from models.states import MOVES, RUN_ACTIVE
+from models.tables import Escalation, Run, RunEvent, Step, StepAttempt, utcnow
+
+T = TypeVar("T", Run, Step, Escalation)
+
+
+def record_event(
+    session: Session, run_id: int, kind: str, *, step_id: int | None = None, **detail: Any
+) -> None:
+    """Append one entry to the run's timeline."""
+    session.add(RunEvent(run_id=run_id, step_id=step_id, kind=kind, detail=detail))
+
+
+def _guarded(
+    session: Session,
+    model: type[T],
+    row_id: int,
+    *,
+    to: str,
+    expected: Iterable[str],
+    where: Iterable[Any] = (),
+    why: str = "",
+    **values: Any,
+) -> T:
+    table = str(model.__tablename__)
+    expected = tuple(expected)
+    for found in expected:
+        if (found, to) not in MOVES[table]:
+            raise ValueError(f"{table}: {found} -> {to} is not a legal move")
+    table_model: Any = model
+    stmt = (
+        sa.update(model)
+        .where(table_model.id == row_id, table_model.status.in_(expected), *where)
+        .values(status=to, **values)
+        .returning(model)
+        .execution_options(populate_existing=True, synchronize_session=False)
+    )
+    row = session.scalars(stmt).one_or_none()
+    if row is None:
+        found_status = session.scalar(sa.select(table_model.status).where(table_model.id == row_id))
+        wanted = " or ".join(repr(s) for s in expected) + (f" {why}" if why else "")
+        raise IllegalTransition(table, row_id, found_status, wanted)
+    return row
+
+
+def _run(session: Session, run_id: int, *, to: str, expected: Iterable[str], **values: Any) -> Run:
+    run = _guarded(session, Run, run_id, to=to, expected=expected, updated_at=utcnow(), **values)
+    record_event(session, run_id, f"run.{to}", **{k: v for k, v in values.items() if k == "error"})
+    return run
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+def start_planning(session: Session, run_id: int, *, expected: str = "queued") -> Run:
+    """queued (or waiting_review, after a reviewer's approval) -> planning."""
+    return _run(session, run_id, to="planning", expected=[expected])
+
+
+def resume_run(session: Session, run_id: int, *, expected: str, plan_version: int) -> Run:
+    """planning | replanning | waiting_review | queued -> running, on plan version `plan_version`."""
+    return _run(session, run_id, to="running", expected=[expected], plan_version=plan_version)
+
+
+def start_replanning(session: Session, run_id: int) -> Run:
+    """running -> replanning, charging one replan to the budget in the same UPDATE.
+
+    Raises `BudgetExhausted` when the run is running but its replan budget is spent, and
+    `IllegalTransition` when it is not running.
+    """
+    try:
+        run = _guarded(
+            session,
+            Run,
+            run_id,
+            to="replanning",
+            expected=["running"],
+            where=[Run.replans_used + 1 <= Run.replans_limit],
+            why="with a replan left in its budget",
+            replans_used=Run.replans_used + 1,
+            updated_at=utcnow(),
+        )
+    except IllegalTransition as exc:
+        if exc.found == "running":
+            raise BudgetExhausted(f"run {run_id}: replan budget spent") from exc
+        raise
+    record_event(session, run_id, "run.replanning", replans_used=run.replans_used)
+    return run
+
+
+def start_synthesis(session: Session, run_id: int) -> Run:
+    """running -> synthesizing: every step of the current plan is done."""
+    return _run(session, run_id, to="synthesizing", expected=["running"])
+
+
+def succeed_run(session: Session, run_id: int, *, final_result: dict[str, Any]) -> Run:
+    """synthesizing -> succeeded, with the final answer."""
+    return _run(
+        session,
+        run_id,
+        to="succeeded",
+        expected=["synthesizing"],
+        final_result=final_result,
+        finished_at=utcnow(),
+    )
+
+
+def fail_run(session: Session, run_id: int, *, error: str) -> Run:
+    """waiting_review -> failed: a reviewer rejected the run."""
+    return _run(
+        session, run_id, to="failed", expected=["waiting_review"], error=error, finished_at=utcnow()
+    )
+
+
+def cancel_run(session: Session, run_id: int) -> Run:
+    """Any active status -> cancelled; pending and queued steps are cancelled with it."""
+    run = _run(session, run_id, to="cancelled", expected=RUN_ACTIVE, finished_at=utcnow())
+    for step in session.exec(
+        select(Step).where(Step.run_id == run_id, Step.status.in_(["pending", "queued"]))  # type: ignore[attr-defined]
+    ):
+        cancel_step(session, step.id or 0)
+    return run
+
+
+def escalate(
+    session: Session,
+    run_id: int,
+    *,
+    expected: str,
+    reason: str,
+    step_id: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> Escalation | None:
+    """`expected` -> waiting_review, and open an escalation for the run's current plan version.
+
+    At most one escalation is open per run and plan version (a partial unique index); a second
+    attempt returns None and opens nothing.
+    """
+    run = _run(session, run_id, to="waiting_review", expected=[expected])
+    stmt = (
+        insert(Escalation)
+        .values(
+            run_id=run_id,
+            plan_version=run.plan_version,
+            step_id=step_id,
+            reason=reason,
+            detail=detail or {},
+            status="open",
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing()
+        .returning(Escalation.id)
+    )
+    escalation_id = session.scalar(stmt)
+    record_event(session, run_id, "escalation.opened", step_id=step_id, reason=reason)
+    return session.get(Escalation, escalation_id) if escalation_id else None
+
+
+def record_usage(session: Session, run_id: int, *, tokens: int, cost_usd: float) -> None:
+    """Add a model call's reported usage to the run's spend."""
+    session.execute(
+        sa.update(Run)
+        .where(Run.id == run_id)  # type: ignore[arg-type]
+        .values(tokens_used=Run.tokens_used + tokens, cost_used_usd=Run.cost_used_usd + cost_usd)
+    )
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+
+def enqueue_step(session: Session, step_id: int) -> Step:
+    """pending -> queued."""
+    step = _guarded(session, Step, step_id, to="queued", expected=["pending"], queued_at=utcnow())
+    record_event(session, step.run_id, "step.queued", step_id=step_id)
+    return step
+
+
+def claim_step(session: Session, step_id: int, *, worker: str, lease_s: float) -> Step:
+    """queued -> running: take a lease of `lease_s` seconds and the next attempt number.
+
+    Inserts the `(step_id, attempt)` row, unique per DESIGN.md invariant 2.
+    """
+    now = utcnow()
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to="running",
+        expected=["queued"],
+        attempt=Step.attempt + 1,
+        started_at=now,
+        lease_expires_at=now + timedelta(seconds=lease_s),
+    )
+    session.add(StepAttempt(step_id=step_id, attempt=step.attempt, worker=worker, started_at=now))
+    record_event(session, step.run_id, "step.running", step_id=step_id, attempt=step.attempt)
+    return step
+
+
+def _end_attempt(
+    session: Session, step: Step, attempt: int, outcome: str, error: str | None = None
+) -> None:
+    session.execute(
+        sa.update(StepAttempt)
+        .where(StepAttempt.step_id == step.id, StepAttempt.attempt == attempt)  # type: ignore[arg-type]
+        .values(outcome=outcome, error=error, finished_at=utcnow())
+    )
+    record_event(
+        session,
+        step.run_id,
+        f"step.{outcome}",
+        step_id=step.id,
+        attempt=attempt,
+        **({"error": error} if error else {}),
+    )
+
+
+def _this_attempt(attempt: int) -> list[Any]:
+    return [Step.attempt == attempt]
+
+
+def complete_step(session: Session, step_id: int, *, attempt: int, result: dict[str, Any]) -> Step:
+    """running -> succeeded, only for the attempt that holds the step."""
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to="succeeded",
+        expected=["running"],
+        where=_this_attempt(attempt),
+        why=f"at attempt {attempt}",
+        result=result,
+        finished_at=utcnow(),
+        lease_expires_at=None,
+    )
+    _end_attempt(session, step, attempt, "succeeded")
+    return step
+
+
+def fail_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:
+    """running -> failed, only for the attempt that holds the step."""
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to="failed",
+        expected=["running"],
+        where=_this_attempt(attempt),
+        why=f"at attempt {attempt}",
+        error=error,
+        finished_at=utcnow(),
+        lease_expires_at=None,
+    )
+    _end_attempt(session, step, attempt, "failed", error)
+    return step
+
+
+def retry_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:
+    """running -> queued after a retryable failure, only for the attempt that holds the step."""
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to="queued",
+        expected=["running"],
+        where=_this_attempt(attempt),
+        why=f"at attempt {attempt}",
+        error=error,
+        queued_at=utcnow(),
+        lease_expires_at=None,
+    )
+    _end_attempt(session, step, attempt, "retry", error)
+    return step
+
+
+def expire_lease(session: Session, step_id: int) -> Step:
+    """running with an expired lease -> queued, or -> failed when its attempts are spent."""
+    now = utcnow()
+    expired = [Step.lease_expires_at < now]  # type: ignore[operator]
+    step = session.get(Step, step_id)
+    spent = step is not None and step.attempt >= step.max_attempts
+    error = f"lease expired at attempt {step.attempt if step else '?'}"
+    values: dict[str, Any] = (
+        {"error": error, "finished_at": now} if spent else {"queued_at": now, "error": error}
+    )
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to="failed" if spent else "queued",
+        expected=["running"],
+        where=expired,
+        why="with an expired lease",
+        lease_expires_at=None,
+        **values,
+    )
+    _end_attempt(session, step, step.attempt, "lease_expired", error)
+    return step
+
+
+def cancel_step(session: Session, step_id: int) -> Step:
+    """pending | queued -> cancelled (a reviewer removed it, or the run was cancelled)."""
+    step = _guarded(session, Step, step_id, to="cancelled", expected=["pending", "queued"])
+    record_event(session, step.run_id, "step.cancelled", step_id=step_id)
+    return step
+
+
+# --- escalations -------------------------------------------------------------------------------
+
+
+def claim_escalation(session: Session, escalation_id: int, *, reviewer: str) -> Escalation:
+    """open -> claimed by `reviewer`."""
+    esc = _guarded(
+        session,
+        Escalation,
+        escalation_id,
+        to="claimed",
+        expected=["open"],
+        claimed_by=reviewer,
+        claimed_at=utcnow(),
+    )
+    record_event(session, esc.run_id, "escalation.claimed", reviewer=reviewer)
+    return esc
+
+
+def decide_escalation(
+    session: Session,
+    escalation_id: int,
+    *,
+    decision: str,
+    reviewer: str,
+    comment: str | None = None,
+    answer: dict[str, Any] | None = None,
+) -> Escalation:
+    """open | claimed -> decided. A second decision raises `IllegalTransition`."""
+    esc = _guarded(
+        session,
+        Escalation,
+        escalation_id,
+        to="decided",
+        expected=["open", "claimed"],
+        decision=decision,
+        decided_by=reviewer,
+        decided_at=utcnow(),
+        comment=comment,
+        answer=answer,
+    )
+    record_event(
+        session,
+        esc.run_id,
+        "escalation.decided",
+        step_id=esc.step_id,
+        decision=decision,
+        reviewer=reviewer,
+        **({"comment": comment} if comment else {}),
+    )
+    return esc
+
+
+def lock_run(session: Session, run_id: int) -> Run | None:
+    """The run row, locked `FOR UPDATE` until the transaction ends: one coordinator at a time."""
+    return session.exec(
+        select(Run)
+        .where(Run.id == run_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()

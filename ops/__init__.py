@@ -1,0 +1,1 @@
+"""Tooling: the CLI, the embedded local stack, container files, benchmark scripts."""

@@ -1,0 +1,71 @@
+"""The whole engine on this machine: the embedded services, migrations, worker and scheduler.
+
+Used by `agentq up`, `agentq demo`, the integration tests and the benchmark, so all of them run
+the same processes a deployment runs: `celery -A worker.app worker -Q steps` and
+`celery -A scheduler.app worker -Q coordinator -B`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from models.migrate import upgrade
+from models.queue import QUEUE_COORDINATOR, QUEUE_STEPS
+from ops.stack import LocalStack
+
+CELERY_READY_TIMEOUT_S = 90.0
+
+
+def engine_env(database_url: str, broker_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process that connects to this stack."""
+    return {
+        **os.environ,
+        "AGENTQ_DATABASE_URL": database_url,
+        "AGENTQ_BROKER_URL": broker_url,
+        **(extra or {}),
+    }
+
+
+def start_engine(
+    data_dir: Path,
+    *,
+    worker_concurrency: int = 2,
+    extra_env: dict[str, str] | None = None,
+    loglevel: str = "INFO",
+) -> LocalStack:
+    """Start Postgres, Redis, run migrations, then the worker and the scheduler (with beat).
+
+    Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
+    `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack. Raises
+    `StackError` when anything fails to start, after stopping what did start.
+    """
+    stack = LocalStack(data_dir)
+    try:
+        database_url, broker_url = stack.start_services()
+        os.environ["AGENTQ_DATABASE_URL"] = database_url
+        os.environ["AGENTQ_BROKER_URL"] = broker_url
+        upgrade(database_url)
+        env = engine_env(database_url, broker_url, extra_env)
+        stack.start_process(
+            "worker",
+            stack.celery_argv(
+                "worker.app", QUEUE_STEPS, concurrency=worker_concurrency,
+                hostname="steps@%h", loglevel=loglevel,
+            ),
+            env,
+        )
+        stack.start_process(
+            "scheduler",
+            stack.celery_argv(
+                "scheduler.app", QUEUE_COORDINATOR, concurrency=1, hostname="coordinator@%h",
+                beat=True, loglevel=loglevel,
+            ),
+            env,
+        )
+        for name in ("worker", "scheduler"):
+            stack.wait_for_log(name, "ready.", CELERY_READY_TIMEOUT_S)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack

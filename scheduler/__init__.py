@@ -1,0 +1,1 @@
+"""The scheduler process: coordinator decisions, and the periodic reconciler on beat."""

@@ -1,0 +1,40 @@
+"""The scheduler's Celery app: `celery -A scheduler.app worker -Q coordinator -B`.
+
+It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` every
+`AGENTQ_RECONCILE_INTERVAL_S` seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from models.db import dispose_engines
+from models.queue import QUEUE_COORDINATOR, TASK_COORDINATE, TASK_RECONCILE, make_celery
+from models.settings import get_settings
+from scheduler import tasks
+
+settings = get_settings()
+app = make_celery("agentq-scheduler", settings)
+app.conf.task_default_queue = QUEUE_COORDINATOR
+app.conf.beat_schedule = {
+    "reconcile": {"task": TASK_RECONCILE, "schedule": settings.reconcile_interval_s},
+}
+
+
+@app.task(name=TASK_COORDINATE)  # type: ignore[untyped-decorator]
+def coordinate(run_id: int) -> None:
+    """Decide and apply the next action for one run."""
+    tasks.coordinate(run_id)
+
+
+@app.task(name=TASK_RECONCILE)  # type: ignore[untyped-decorator]
+def reconcile() -> None:
+    """Re-send steps and runs whose messages may have been lost."""
+    tasks.reconcile()
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _fresh_engine(**_: Any) -> None:
+    dispose_engines()

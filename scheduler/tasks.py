@@ -1,0 +1,175 @@
+"""The scheduler's tasks: apply the coordinator's decisions, and reconcile lost messages.
+
+Messages are sent only after the transaction that made them true has committed; if the process dies
+in between, the reconciler finds the row waiting and sends again (DESIGN.md, invariants 1 and 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import structlog
+from sqlmodel import Session, col, select
+
+from models import queue, transitions
+from models.db import session_scope
+from models.errors import BudgetExhausted, IllegalTransition
+from models.plans import current_steps, handled_failures
+from models.queue import (
+    TASK_COORDINATE,
+    TASK_EXECUTE_STEP,
+    TASK_PLAN,
+    TASK_REPLAN,
+    TASK_SYNTHESIZE,
+)
+from models.settings import get_settings
+from models.tables import Run, Step, utcnow
+from scheduler.coordinator import Decision, RunView, StepView, decide
+
+log = structlog.get_logger("agentq.scheduler")
+
+
+def run_view(session: Session, run: Run) -> RunView:
+    """The coordinator's view of `run`, read from its rows."""
+    steps = current_steps(session, run)
+    return RunView(
+        id=run.id or 0,
+        status=run.status,
+        replans_used=run.replans_used,
+        replans_limit=run.replans_limit,
+        steps=tuple(StepView(s.id or 0, s.name, s.status) for s in steps),
+        handled_failures=frozenset(handled_failures(session, run.id or 0)),
+        deadline_passed=run.deadline_at is not None and run.deadline_at <= utcnow(),
+        tokens_spent=run.tokens_used >= run.tokens_limit,
+    )
+
+
+def coordinate(run_id: int) -> Decision | None:
+    """Decide and apply the next action for run `run_id`; returns the decision taken.
+
+    The run row is locked for the transaction, so two coordinators of one run take turns.
+    """
+    after_commit: list[Callable[[], None]] = []
+    with session_scope() as session:
+        run = transitions.lock_run(session, run_id)
+        if run is None:
+            log.warning("coordinate.no_such_run", run_id=run_id)
+            return None
+        decision = decide(run_view(session, run))
+        after_commit = _apply(session, run, decision)
+    for send in after_commit:
+        send()
+    log.info("coordinate", run_id=run_id, action=decision.action, reason=decision.reason)
+    return decision
+
+
+def _apply(session: Session, run: Run, decision: Decision) -> list[Callable[[], None]]:
+    run_id = run.id or 0
+    step_id = decision.step_id
+    if decision.action == "plan":
+        transitions.start_planning(session, run_id)
+        return [lambda: queue.send(TASK_PLAN, run_id)]
+    if decision.action == "enqueue_step" and step_id is not None:
+        transitions.enqueue_step(session, step_id)
+        return [lambda: queue.send(TASK_EXECUTE_STEP, step_id)]
+    if decision.action == "replan" and step_id is not None:
+        try:
+            transitions.start_replanning(session, run_id)
+        except BudgetExhausted:
+            _escalate(session, run_id, "replan_budget_spent", step_id, decision.detail)
+            return []
+        return [lambda: queue.send(TASK_REPLAN, run_id, step_id)]
+    if decision.action == "escalate":
+        _escalate(session, run_id, decision.reason, step_id, decision.detail)
+    elif decision.action == "synthesize":
+        transitions.start_synthesis(session, run_id)
+        return [lambda: queue.send(TASK_SYNTHESIZE, run_id)]
+    return []
+
+
+def _escalate(
+    session: Session, run_id: int, reason: str, step_id: int | None, detail: dict[str, str]
+) -> None:
+    step = session.get(Step, step_id) if step_id else None
+    full = dict(detail)
+    if step is not None:
+        full.update(step=step.name, error=step.error or "", tool=step.tool or "")
+    transitions.escalate(
+        session, run_id, expected="running", reason=reason, step_id=step_id, detail=full
+    )
+
+
+def reconcile() -> dict[str, int]:
+    """Re-send what the broker may have lost; returns counts by kind of repair.
+
+    - a running step whose lease expired goes back to queued (or to failed when its attempts are
+      spent) and is sent again;
+    - a step queued for longer than `queued_stale_s` is sent again (the claim is guarded, so a
+      duplicate is harmless);
+    - a run whose planning, replanning or synthesis has been quiet for `phase_stale_s`, or that is
+      running with nothing in flight, gets its task (or a coordinate) sent again.
+    """
+    settings = get_settings()
+    counts = {"leases_expired": 0, "steps_resent": 0, "runs_nudged": 0}
+    sends: list[tuple[str, tuple[int, ...]]] = []
+    with session_scope() as session:
+        now = utcnow()
+        for step in session.exec(
+            select(Step).where(Step.status == "running", col(Step.lease_expires_at) < now)
+        ).all():
+            try:
+                expired = transitions.expire_lease(session, step.id or 0)
+            except IllegalTransition:
+                continue
+            counts["leases_expired"] += 1
+            if expired.status == "queued":
+                sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
+            else:
+                sends.append((TASK_COORDINATE, (expired.run_id,)))
+        stale = now - timedelta(seconds=settings.queued_stale_s)
+        for step in session.exec(
+            select(Step).where(Step.status == "queued", col(Step.queued_at) < stale)
+        ).all():
+            step.queued_at = now  # the next re-send waits another full period
+            counts["steps_resent"] += 1
+            sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
+        nudges = _stale_runs(session, now - timedelta(seconds=settings.phase_stale_s))
+        counts["runs_nudged"] = len(nudges)
+        sends.extend(nudges)
+    for task, args in sends:
+        queue.send(task, *args)
+    if any(counts.values()):
+        log.info("reconcile", **counts)
+    return counts
+
+
+_PHASE_TASKS = {"planning": TASK_PLAN, "synthesizing": TASK_SYNTHESIZE}
+
+
+def _stale_runs(session: Session, stale: datetime) -> list[tuple[str, tuple[int, ...]]]:
+    sends: list[tuple[str, tuple[int, ...]]] = []
+    quiet = select(Run).where(
+        col(Run.status).in_(["queued", "planning", "running", "replanning", "synthesizing"]),
+        col(Run.updated_at) < stale,
+    )
+    for run in session.exec(quiet).all():
+        run.updated_at = utcnow()
+        run_id = run.id or 0
+        if run.status in _PHASE_TASKS:
+            sends.append((_PHASE_TASKS[run.status], (run_id,)))
+        elif run.status == "replanning":
+            failed = _last_failed_step(session, run)
+            if failed is not None:
+                sends.append((TASK_REPLAN, (run_id, failed)))
+        else:
+            sends.append((TASK_COORDINATE, (run_id,)))
+    return sends
+
+
+def _last_failed_step(session: Session, run: Run) -> int | None:
+    handled = handled_failures(session, run.id or 0)
+    for step in reversed(current_steps(session, run)):
+        if step.status == "failed" and step.id not in handled:
+            return step.id
+    return None

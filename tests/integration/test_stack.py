@@ -1,0 +1,181 @@
+"""The embedded local stack, with real Postgres, Redis and child processes in `tmp_path`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+import redis
+import sqlalchemy as sa
+
+from models.errors import StackError
+from ops.stack import LocalStack, default_data_dir, read_stack_file
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SLEEPER = [sys.executable, "-c", "print('ready.', flush=True); import time; time.sleep(60)"]
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[LocalStack]:
+    local = LocalStack(tmp_path / "data")
+    yield local
+    local.stop()
+
+
+def _query(database_url: str, sql: str) -> object:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(sa.text(sql))
+            return result.scalar() if result.returns_rows else None
+    finally:
+        engine.dispose()
+
+
+def _port_open(broker_url: str) -> bool:
+    port = urlparse(broker_url).port
+    assert port is not None
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_services_answer_and_stop_cleanly(stack: LocalStack) -> None:
+    database_url, broker_url = stack.start_services()
+    assert database_url.startswith("postgresql+psycopg://postgres@/postgres?host=/")
+    _query(database_url, "CREATE EXTENSION IF NOT EXISTS vector")
+    version = _query(database_url, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    assert str(version).startswith("0.8")
+    assert redis.Redis.from_url(broker_url).ping() is True
+    state = read_stack_file(stack.data_dir)
+    assert state is not None
+    assert (state["database_url"], state["broker_url"], state["pid"]) == (
+        database_url, broker_url, os.getpid()
+    )  # fmt: skip
+
+    child = stack.start_process("sleeper", SLEEPER, {"AGENTQ_PROBE": "1"})
+    stack.wait_for_log("sleeper", "ready.", timeout_s=10)
+    assert os.getpgid(child.pid) == child.pid  # its own process group
+    stack.stop()
+
+    assert child.poll() is not None
+    assert not _port_open(broker_url)
+    assert not (stack.data_dir / "stack.json").exists()
+    assert read_stack_file(stack.data_dir) is None
+    with pytest.raises(sa.exc.OperationalError):
+        _query(database_url, "SELECT 1")
+    stack.stop()  # idempotent
+
+
+def test_data_survives_restart(tmp_path: Path) -> None:
+    with LocalStack(tmp_path / "data") as first:
+        database_url, _ = first.start_services()
+        _query(database_url, "CREATE TABLE kept AS SELECT 7 AS id")
+    with LocalStack(tmp_path / "data") as second:
+        database_url, _ = second.start_services()
+        assert _query(database_url, "SELECT id FROM kept") == 7
+
+
+def test_second_stack_on_same_dir_is_refused(stack: LocalStack, tmp_path: Path) -> None:
+    stack.start_services()
+    with pytest.raises(StackError, match=rf"already running on .* \(pid {os.getpid()}\)"):
+        LocalStack(tmp_path / "data").start_services()
+    assert read_stack_file(stack.data_dir) is not None  # the refused start removed nothing
+
+
+def test_stale_stack_file_is_ignored(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    dead = psutil.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = {"database_url": "x", "broker_url": "y", "pid": dead.pid, "started_at": "2020-01-01"}
+    (data / "stack.json").write_text(json.dumps(stale))
+    assert read_stack_file(data) is None
+    with LocalStack(data) as local:
+        local.start_services()
+        assert read_stack_file(data) is not None
+
+
+CRASHING_UP = """
+import sys, time
+from pathlib import Path
+from ops.stack import LocalStack
+stack = LocalStack(Path(sys.argv[1]))
+stack.start_services()
+child = stack.start_process("sleeper", sys.argv[2:], {})
+stack.wait_for_log("sleeper", "ready.", timeout_s=10)
+print(child.pid, stack._children["redis"].popen.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_crashed_stack_leaves_no_ghosts_and_its_postgres_is_adopted(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-c", CRASHING_UP, str(data), *SLEEPER]
+    with psutil.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) as up:
+        assert up.stdout is not None
+        pids = [psutil.Process(int(pid)) for pid in up.stdout.readline().split()]
+        orphan_postgres = psutil.Process(
+            int((data / "pgdata/postmaster.pid").read_text().split()[0])
+        )
+        up.kill()
+    gone, alive = psutil.wait_procs(pids, timeout=10)
+    assert alive == []  # the sleeper and Redis got SIGTERM when their parent died
+    assert read_stack_file(data) is None
+    with LocalStack(data) as again:
+        assert _query(again.start_services()[0], "SELECT pg_backend_pid()") is not None
+        assert orphan_postgres.is_running()  # adopted, not replaced
+    orphan_postgres.wait(timeout=10)  # and stopped with the new stack
+
+
+def test_wait_for_log_reports_an_exited_process(stack: LocalStack) -> None:
+    argv = [sys.executable, "-c", "print('boom', flush=True); raise SystemExit(3)"]
+    stack.start_process("crasher", argv, {})
+    with pytest.raises(StackError, match=r"(?s)exited with code 3.*boom"):
+        stack.wait_for_log("crasher", "ready.", timeout_s=10)
+
+
+def test_wait_for_log_ignores_earlier_runs(stack: LocalStack) -> None:
+    stack.log_path("quiet").parent.mkdir(parents=True)
+    stack.log_path("quiet").write_text("ready.\n")  # left by a previous run
+    stack.start_process("quiet", [sys.executable, "-c", "import time; time.sleep(60)"], {})
+    with pytest.raises(StackError, match=r"did not log 'ready\.' within 0\.5 s"):
+        stack.wait_for_log("quiet", "ready.", timeout_s=0.5)
+
+
+def test_stop_kills_a_child_that_ignores_sigterm(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ops.stack.STOP_GRACE_SECONDS", 0.5)
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready.', flush=True); time.sleep(60)"
+    )
+    child = stack.start_process("stubborn", [sys.executable, "-c", code], {})
+    stack.wait_for_log("stubborn", "ready.", timeout_s=10)
+    stack.stop()
+    assert child.returncode == -9
+
+
+def test_celery_argv(stack: LocalStack) -> None:
+    argv = stack.celery_argv("worker.app", "steps", concurrency=2, hostname="w1@%h", beat=True)
+    assert argv[:3] == [sys.executable, "-m", "celery"]
+    assert argv[-3:] == ["-B", "-s", str(stack.data_dir / "celerybeat-schedule")]
+    assert "-B" not in stack.celery_argv("a", "q", concurrency=1, hostname="h")
+
+
+def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTQ_HOME", str(tmp_path))
+    assert default_data_dir() == tmp_path
+    monkeypatch.delenv("AGENTQ_HOME")
+    assert default_data_dir() == Path.home() / ".agentq"

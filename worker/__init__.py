@@ -1,0 +1,1 @@
+"""The worker process: plan, step, replan and synthesize tasks."""

@@ -1,0 +1,70 @@
+"""The worker's Celery app: `celery -A worker.app worker -Q steps`.
+
+Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`
+and then tells the coordinator, by name, that the run has moved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from models import queue
+from models.db import dispose_engines
+from models.queue import (
+    TASK_COORDINATE,
+    TASK_EXECUTE_STEP,
+    TASK_PLAN,
+    TASK_REPLAN,
+    TASK_SYNTHESIZE,
+    make_celery,
+)
+from models.settings import get_settings
+from worker import planner, steps, synthesis
+from worker.tools import load_tool_modules
+
+settings = get_settings()
+load_tool_modules(settings.tool_modules)
+app = make_celery("agentq-worker", settings)
+
+
+@app.task(name=TASK_PLAN)  # type: ignore[untyped-decorator]
+def plan(run_id: int) -> None:
+    """Write the first plan of a run."""
+    if planner.plan(run_id):
+        queue.send(TASK_COORDINATE, run_id)
+
+
+@app.task(name=TASK_REPLAN)  # type: ignore[untyped-decorator]
+def replan(run_id: int, step_id: int) -> None:
+    """Splice new steps in after a failed step."""
+    if planner.replan(run_id, step_id):
+        queue.send(TASK_COORDINATE, run_id)
+
+
+@app.task(name=TASK_EXECUTE_STEP)  # type: ignore[untyped-decorator]
+def execute_step(step_id: int) -> None:
+    """Claim and run one step, then hand the run back to the coordinator."""
+    claimed = steps.claim(step_id)
+    if claimed is None:
+        return
+    outcome = steps.perform(claimed)
+    if not steps.record(claimed.step, outcome):
+        return
+    if outcome.kind == "retry":
+        countdown = steps.retry_countdown_s(claimed.step.attempt)
+        queue.send(TASK_EXECUTE_STEP, step_id, countdown=countdown)
+    else:
+        queue.send(TASK_COORDINATE, claimed.step.run_id)
+
+
+@app.task(name=TASK_SYNTHESIZE)  # type: ignore[untyped-decorator]
+def synthesize(run_id: int) -> None:
+    """Write the final answer of a run."""
+    synthesis.synthesize(run_id)
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _fresh_engine(**_: Any) -> None:
+    dispose_engines()

@@ -1,0 +1,151 @@
+"""The plan and replan tasks: ask the model for a plan, validate it, write it as a plan version.
+
+Model output is bad input until it validates (`models.plans.parse_plan`). Invalid output is
+re-asked with the validation error up to `AGENTQ_PLAN_MAX_ATTEMPTS` times, each call charged to the
+run; after that the run escalates with the raw output attached. Invalid output is never taken as an
+empty plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import structlog
+
+from models import transitions
+from models.db import session_scope
+from models.errors import BudgetExhausted, InvalidPlan, ProviderError
+from models.plans import PlanSpec, add_plan_version, current_steps, parse_plan
+from models.runs import get_run, pinned_facts
+from models.settings import get_settings
+from worker.calls import call_model
+from worker.prompts import plan_request, replan_request
+from worker.providers import ModelRequest
+from worker.tools import catalog
+
+log = structlog.get_logger("agentq.worker")
+RAW_OUTPUT_MAX_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class PlanAnswer:
+    """A validated plan, or the last raw output and why it was refused."""
+
+    plan: PlanSpec | None
+    raw: str
+    error: str
+
+
+def ask_for_plan(run_id: int, request: ModelRequest, *, earlier: set[str]) -> PlanAnswer:
+    """Call the model until its answer validates, at most `plan_max_attempts` times."""
+    tools = [t["name"] for t in catalog()]
+    messages, raw, error = list(request.messages), "", ""
+    for attempt in range(1, get_settings().plan_max_attempts + 1):
+        try:
+            completion = call_model(run_id, replace(request, messages=messages))
+        except (ProviderError, BudgetExhausted) as exc:
+            return PlanAnswer(None, raw, f"{type(exc).__name__}: {exc}")
+        raw = completion.text
+        try:
+            if completion.finish_reason == "length":
+                raise InvalidPlan("output was cut off at the token limit (finish_reason=length)")
+            return PlanAnswer(parse_plan(raw, tools=tools, earlier=earlier), raw, "")
+        except InvalidPlan as exc:
+            error = str(exc)
+        with session_scope() as session:
+            transitions.record_event(
+                session,
+                run_id,
+                "plan.invalid",
+                attempt=attempt,
+                error=error,
+                raw_output=raw[:RAW_OUTPUT_MAX_CHARS],
+            )
+        messages += [
+            {"role": "assistant", "content": raw},
+            {
+                "role": "user",
+                "content": f"That answer is invalid: {error}. Answer again, JSON only.",
+            },
+        ]
+    return PlanAnswer(None, raw, error)
+
+
+def plan(run_id: int) -> bool:
+    """Write plan version 1 for a `planning` run, or escalate; True when the run moved on."""
+    with session_scope() as session:
+        run = get_run(session, run_id)
+        if run.status != "planning":
+            log.info("plan.skipped", run_id=run_id, status=run.status)
+            return False
+        request = plan_request(run.goal, pinned_facts(session, run_id), catalog())
+    answer = ask_for_plan(run_id, request, earlier=set())
+    with session_scope() as session:
+        run = transitions.lock_run(session, run_id)
+        if run is None or run.status != "planning":
+            return False
+        if answer.plan is None:
+            transitions.escalate(
+                session,
+                run_id,
+                expected="planning",
+                reason="invalid_plan",
+                detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
+            )
+            return True
+        add_plan_version(
+            session,
+            run,
+            before=[],
+            new=answer.plan.steps,
+            after=[],
+            created_by="planner",
+            max_attempts=get_settings().step_max_attempts,
+        )
+        transitions.resume_run(session, run_id, expected="planning", plan_version=1)
+    return True
+
+
+def replan(run_id: int, failed_step_id: int) -> bool:
+    """Splice new steps in after the failed step (a new plan version), or escalate."""
+    with session_scope() as session:
+        run = get_run(session, run_id)
+        steps = current_steps(session, run)
+        failed = next((s for s in steps if s.id == failed_step_id), None)
+        if run.status != "replanning" or failed is None:
+            log.info("replan.skipped", run_id=run_id, status=run.status, step_id=failed_step_id)
+            return False
+        index = steps.index(failed)
+        earlier = {s.name for s in steps[:index] if s.status == "succeeded"}
+        request = replan_request(run.goal, pinned_facts(session, run_id), catalog(), steps, failed)
+    answer = ask_for_plan(run_id, request, earlier=earlier)
+    with session_scope() as session:
+        run = transitions.lock_run(session, run_id)
+        if run is None or run.status != "replanning":
+            return False
+        if answer.plan is None:
+            transitions.escalate(
+                session,
+                run_id,
+                expected="replanning",
+                reason="invalid_plan",
+                step_id=failed_step_id,
+                detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
+            )
+            return True
+        steps = current_steps(session, run)
+        add_plan_version(
+            session,
+            run,
+            before=steps[: index + 1],
+            new=answer.plan.steps,
+            after=steps[index + 1 :],
+            created_by="replanner",
+            reason=f"step {failed.name!r} failed: {failed.error}",
+            replaces_step_id=failed_step_id,
+            max_attempts=get_settings().step_max_attempts,
+        )
+        transitions.resume_run(
+            session, run_id, expected="replanning", plan_version=run.plan_version + 1
+        )
+    return True

@@ -1,0 +1,29 @@
+"""Tools a plan step can call: the registry, its decorator and the catalog shown to planners."""
+
+from __future__ import annotations
+
+from worker.tools.registry import (
+    DEFAULT_TOOL_MODULES,
+    Fallback,
+    Tool,
+    ToolContext,
+    catalog,
+    find_playbook,
+    get_tool,
+    load_tool_modules,
+    playbook,
+    tool,
+)
+
+__all__ = [
+    "DEFAULT_TOOL_MODULES",
+    "Fallback",
+    "Tool",
+    "ToolContext",
+    "catalog",
+    "find_playbook",
+    "get_tool",
+    "load_tool_modules",
+    "playbook",
+    "tool",
+]

@@ -1,0 +1,248 @@
+"""The tool registry: named Python functions a plan step may call, and the playbooks that use them.
+
+A tool is a plain function `f(ctx: ToolContext, **args) -> dict[str, Any]` registered with the
+`@tool(...)` decorator when its module is imported (`load_tool_modules`). Its arguments are
+checked against its signature with pydantic before it runs, so a model that invents an argument
+gets a `ToolArgumentsError` that names the field and what is allowed, and the function never runs.
+
+A playbook is a canned plan (a list of step dicts) that the offline planner returns for goals that
+contain all of its keywords.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import inspect
+import json
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from models.errors import ToolArgumentsError, ToolError
+
+ToolFunction = Callable[..., dict[str, Any]]
+
+DEFAULT_TOOL_MODULES: tuple[str, ...] = ("worker.tools.builtin", "worker.tools.expenses")
+"""The modules that register agentq's own tools: the built-ins and the expense-report demo."""
+
+_ARG_ERRORS_SHOWN = 5  # a model that gets everything wrong does not need 40 lines of errors
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool knows about the step that called it.
+
+    `attempt` is the 1-based attempt number of this step row; `tries_of_name` counts every
+    attempt of a step with this name in the run (a replanned step keeps counting), this one
+    included. `facts` are the run's pinned facts, such as `currency=EUR`.
+    """
+
+    run_id: int
+    step_id: int
+    step_name: str
+    attempt: int
+    tries_of_name: int
+    facts: Mapping[str, str]
+
+    @property
+    def idempotency_key(self) -> str:
+        """`run-<run_id>/step-<step_id>`: the same on every attempt of the same step row."""
+        return f"run-{self.run_id}/step-{self.step_id}"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Another tool to try when this one fails; `args` may hold `${...}` references."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A registered tool: its function, its description for the planner and its result keys."""
+
+    name: str
+    description: str
+    func: ToolFunction
+    returns: tuple[str, ...]
+    fallback: Fallback | None
+
+    def parameters_schema(self) -> dict[str, Any]:
+        """The JSON schema (pydantic's) of the arguments: the signature without `ctx`."""
+        return _arguments_model(self.func).model_json_schema()
+
+    def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        """Validate `args`, call the function and check its result.
+
+        Raises `ToolArgumentsError` (the function is not called) when the arguments do not fit
+        the signature, `ToolError` when the result is not a JSON-serialisable dict holding every
+        key in `returns`, and whatever
+        the function raises (`ToolError`, `RetryableToolError`, or a bug's own exception).
+        """
+        validated = self._validate(args)
+        result = self.func(ctx, **validated)
+        _check_result(self.name, result, self.returns)
+        return result
+
+    def _validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        model = _arguments_model(self.func)
+        if not isinstance(args, dict):
+            raise ToolArgumentsError(f"tool {self.name!r}: arguments must be an object: {args!r}")
+        try:
+            parsed = model.model_validate(args)
+        except ValidationError as exc:
+            raise ToolArgumentsError(_describe_errors(self, exc)) from exc
+        return {field: getattr(parsed, field) for field in type(parsed).model_fields}
+
+    def describe(self) -> dict[str, Any]:
+        """This tool as a catalog entry (see `catalog`)."""
+        fallback = self.fallback
+        fallback_entry = fallback and {"tool": fallback.tool, "args": fallback.args}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters_schema(),
+            "returns": list(self.returns),
+            "fallback": fallback_entry,
+        }
+
+
+_TOOLS: dict[str, Tool] = {}
+_PLAYBOOKS: list[tuple[tuple[str, ...], list[dict[str, Any]]]] = []
+
+
+def tool(
+    name: str,
+    *,
+    description: str,
+    returns: tuple[str, ...] = (),
+    fallback: Fallback | None = None,
+) -> Callable[[ToolFunction], ToolFunction]:
+    """Register the decorated function as the tool `name`; the function itself is returned as is.
+
+    The function's first parameter must be `ctx` (a `ToolContext`); the others are the tool's
+    arguments and need type hints (pydantic validates them). Raises `ValueError` when the name
+    is taken or the signature does not fit.
+    """
+
+    def register(func: ToolFunction) -> ToolFunction:
+        if name in _TOOLS:
+            raise ValueError(f"tool {name!r} is already registered (by {_TOOLS[name].func!r})")
+        _arguments_model(func)  # fail at import, not at the first call
+        _TOOLS[name] = Tool(name, description, func, tuple(returns), fallback)
+        return func
+
+    return register
+
+
+def get_tool(name: str) -> Tool:
+    """The registered tool `name`; raises `ToolError` listing the registered names if unknown."""
+    try:
+        return _TOOLS[name]
+    except KeyError:
+        known = ", ".join(sorted(_TOOLS)) or "none"
+        raise ToolError(f"unknown tool {name!r}; registered: {known}") from None
+
+
+def catalog() -> list[dict[str, Any]]:
+    """Every tool, sorted by name, as shown to planners.
+
+    Shape: `[{"name", "description", "parameters": <JSON schema>, "returns": [key, ...],
+    "fallback": {"tool", "args"} | None}, ...]`.
+    """
+    return [_TOOLS[name].describe() for name in sorted(_TOOLS)]
+
+
+def load_tool_modules(modules: Sequence[str]) -> None:
+    """Import each module so its `@tool`s register; importing twice is a no-op (sys.modules)."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def playbook(keywords: tuple[str, ...], steps: list[dict[str, Any]]) -> None:
+    """Register a canned plan for goals containing every keyword (case-insensitive).
+
+    Raises `ValueError` for an empty keyword tuple or one already registered.
+    """
+    key = tuple(word.lower() for word in keywords)
+    if not key:
+        raise ValueError("a playbook needs at least one keyword")
+    if any(existing == key for existing, _ in _PLAYBOOKS):
+        raise ValueError(f"a playbook for {key!r} is already registered")
+    _PLAYBOOKS.append((key, copy.deepcopy(steps)))
+
+
+def find_playbook(goal: str) -> list[dict[str, Any]] | None:
+    """A copy of the first registered playbook whose keywords all appear in `goal`, else None."""
+    text = goal.lower()
+    for keywords, steps in _PLAYBOOKS:
+        if all(word in text for word in keywords):
+            return copy.deepcopy(steps)
+    return None
+
+
+@functools.cache
+def _arguments_model(func: ToolFunction) -> type[BaseModel]:
+    """A pydantic model of `func`'s parameters after `ctx`; extra arguments are rejected."""
+    params = list(inspect.signature(func).parameters.values())
+    if not params or params[0].name != "ctx":
+        raise ValueError(f"{func.__qualname__}: a tool's first parameter must be 'ctx'")
+    hints = typing.get_type_hints(func, include_extras=True)
+    fields: dict[str, Any] = {}
+    for param in params[1:]:
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise ValueError(f"{func.__qualname__}: *args/**kwargs are not allowed in a tool")
+        if param.name not in hints:
+            raise ValueError(f"{func.__qualname__}: parameter {param.name!r} needs a type hint")
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints[param.name], default)
+    config = ConfigDict(extra="forbid")
+    model: type[BaseModel] = create_model(f"{func.__name__}_arguments", __config__=config, **fields)
+    return model
+
+
+def _describe_errors(tool_: Tool, exc: ValidationError) -> str:
+    """`tool 'x' rejected its arguments: rate: Input should be greater than 0 (got 0); ...`."""
+    problems = [_describe_error(error) for error in exc.errors()[:_ARG_ERRORS_SHOWN]]
+    if exc.error_count() > _ARG_ERRORS_SHOWN:
+        problems.append(f"and {exc.error_count() - _ARG_ERRORS_SHOWN} more")
+    allowed = _describe_parameters(tool_.parameters_schema())
+    return f"tool {tool_.name!r} rejected its arguments: {'; '.join(problems)}. Takes: {allowed}"
+
+
+def _describe_error(error: Mapping[str, Any]) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+    if error["type"] == "missing":
+        return f"{field}: required but missing"
+    shown = repr(error["input"])
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return f"{field}: {error['msg']} (got {shown})"
+
+
+def _describe_parameters(schema: Mapping[str, Any]) -> str:
+    """`total: number, currency: string, note: string (optional)`, from a JSON schema."""
+    required = set(schema.get("required", ()))
+    parts = []
+    for name, prop in schema.get("properties", {}).items():
+        kind = prop.get("type") or ("any" if not prop.get("anyOf") else "one of several types")
+        parts.append(f"{name}: {kind}" + ("" if name in required else " (optional)"))
+    return ", ".join(parts) or "none"
+
+
+def _check_result(name: str, result: object, returns: tuple[str, ...]) -> None:
+    """Raise `ToolError` unless `result` is a dict with the `returns` keys that is JSON (no NaN)."""
+    if not isinstance(result, dict):
+        raise ToolError(f"tool {name!r} returned {type(result).__name__}, expected a dict")
+    missing = [key for key in returns if key not in result]
+    if missing:
+        raise ToolError(f"tool {name!r} returned no {', '.join(missing)}; got {sorted(result)}")
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"tool {name!r} returned a result that is not JSON: {exc}") from exc
