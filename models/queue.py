@@ -25,6 +25,7 @@ TASK_PLAN: Final = "agentq.plan"
 TASK_REPLAN: Final = "agentq.replan"
 TASK_EXECUTE_STEP: Final = "agentq.execute_step"
 TASK_SYNTHESIZE: Final = "agentq.synthesize"
+TASK_RAW_NOOP: Final = "agentq.raw_noop"  # benchmark baseline: a plain Celery task
 
 ROUTES: Final = {
     TASK_COORDINATE: {"queue": QUEUE_COORDINATOR},
@@ -33,6 +34,7 @@ ROUTES: Final = {
     TASK_REPLAN: {"queue": QUEUE_STEPS},
     TASK_EXECUTE_STEP: {"queue": QUEUE_STEPS},
     TASK_SYNTHESIZE: {"queue": QUEUE_STEPS},
+    TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 
 

@@ -16,6 +16,7 @@ from models.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
     TASK_PLAN,
+    TASK_RAW_NOOP,
     TASK_REPLAN,
     TASK_SYNTHESIZE,
     make_celery,
@@ -63,6 +64,11 @@ def execute_step(step_id: int) -> None:
 def synthesize(run_id: int) -> None:
     """Write the final answer of a run."""
     synthesis.synthesize(run_id)
+
+
+@app.task(name=TASK_RAW_NOOP)  # type: ignore[untyped-decorator]
+def raw_noop(_previous: object = None) -> None:
+    """A bare Celery task with no agentq bookkeeping: the benchmark's baseline."""
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -76,7 +76,8 @@ class OfflineProvider:
     - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
       one line `name: <compact JSON, at most 200 chars>` per succeeded step.
 
-    Token counts are estimates: ceil(chars / 4) per message and for the answer.
+    Token counts are estimates: ceil(chars / 4) per message and for the answer. Playbooks exist
+    once their tool modules are loaded (`load_tool_modules`); until then every plan is `answer`.
     """
 
     name = "offline"

@@ -129,7 +129,7 @@ def test_a_crashed_stack_leaves_no_ghosts_and_its_postgres_is_adopted(tmp_path: 
             int((data / "pgdata/postmaster.pid").read_text().split()[0])
         )
         up.kill()
-    gone, alive = psutil.wait_procs(pids, timeout=10)
+    _gone, alive = psutil.wait_procs(pids, timeout=10)
     assert alive == []  # the sleeper and Redis got SIGTERM when their parent died
     assert read_stack_file(data) is None
     with LocalStack(data) as again:

@@ -1,4 +1,4 @@
-"""Model providers: the offline provider's answers and the OpenAI provider against a local server."""
+"""Model providers: offline answers, and the OpenAI provider against a local HTTP server."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def request(purpose: Purpose, payload: dict[str, Any], **extra: Any) -> ModelReq
     return ModelRequest(purpose=purpose, messages=messages, payload=payload, **extra)
 
 
-def check_steps(text: str, *, earlier: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+def check_steps(text: str, *, earlier: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Parse a plan answer and check each step's shape, tool and references."""
     steps: list[dict[str, Any]] = json.loads(text)["steps"]
     available = set(earlier)
@@ -70,13 +70,18 @@ def test_offline_plan_without_playbook_is_one_model_step() -> None:
     goal = "Write a haiku about Lisbon"
     payload = {"goal": goal, "facts": FACTS, "tools": catalog()}
     steps = check_steps(OfflineProvider().complete(request("plan", payload)).text)
-    assert steps == [{"name": "answer", "instruction": goal, "kind": "model", "tool": None, "args": {}}]
+    assert steps == [
+        {"name": "answer", "instruction": goal, "kind": "model", "tool": None, "args": {}}
+    ]
 
 
 def replan_payload(failed: dict[str, Any]) -> dict[str, Any]:
     return {
-        "goal": "File my Lisbon trip expense report", "facts": FACTS, "tools": catalog(),
-        "failed_step": failed, "plan": EXPENSE_PLAYBOOK,
+        "goal": "File my Lisbon trip expense report",
+        "facts": FACTS,
+        "tools": catalog(),
+        "failed_step": failed,
+        "plan": EXPENSE_PLAYBOOK,
     }
 
 
@@ -84,7 +89,7 @@ def test_offline_replan_swaps_in_the_fallback() -> None:
     failed = {**EXPENSE_PLAYBOOK[1], "error": "rate service timed out after 0.2 s"}
     failed.pop("kind")
     text = OfflineProvider().complete(request("replan", replan_payload(failed))).text
-    assert check_steps(text, earlier={"receipts"}) == [
+    assert check_steps(text, earlier=frozenset({"receipts"})) == [
         {
             "name": "rate",
             "instruction": "Use cached_rate instead of live_rate",
@@ -101,12 +106,21 @@ def test_offline_replan_swaps_in_the_fallback() -> None:
 
 @pytest.mark.parametrize(
     ("tool", "args", "kind"),
-    [("cached_rate", {"base": "USD", "quote": "EUR", "month": "2026-11"}, "tool"), (None, {}, "model")],
+    [
+        ("cached_rate", {"base": "USD", "quote": "EUR", "month": "2026-11"}, "tool"),
+        (None, {}, "model"),
+    ],
 )
 def test_offline_replan_without_fallback_retries_the_step(
     tool: str | None, args: dict[str, Any], kind: str
 ) -> None:
-    failed = {"name": "rate", "tool": tool, "args": args, "error": "no table", "instruction": "Rate"}
+    failed = {
+        "name": "rate",
+        "tool": tool,
+        "args": args,
+        "error": "no table",
+        "instruction": "Rate",
+    }
     text = OfflineProvider().complete(request("replan", replan_payload(failed))).text
     expected = {"name": "rate", "instruction": "Rate", "kind": kind, "tool": tool, "args": args}
     assert check_steps(text) == [expected]
@@ -136,13 +150,19 @@ def test_offline_malformed_payload_is_a_provider_error() -> None:
 
 def test_make_provider() -> None:
     options: dict[str, Any] = {
-        "model": "m", "base_url": None, "api_key": "k", "request_timeout_s": 1.0, "max_retries": 0
+        "model": "m",
+        "base_url": None,
+        "api_key": "k",
+        "request_timeout_s": 1.0,
+        "max_retries": 0,
     }
     offline: ChatProvider = make_provider("offline", **options)
     assert isinstance(offline, OfflineProvider)
     assert offline.name == "offline"
     assert make_provider("openai", **options).name == "openai"
-    with pytest.raises(ProviderError, match="unknown model provider 'anthropic'; allowed: offline, openai"):
+    with pytest.raises(
+        ProviderError, match="unknown model provider 'anthropic'; allowed: offline, openai"
+    ):
         make_provider("anthropic", **options)
 
 
@@ -170,11 +190,17 @@ class FakeServer:
 
 def canned_completion(content: str | None, *, usage: bool = True) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "test-model-2026",
-        "choices": [{
-            "index": 0, "finish_reason": "length",
-            "message": {"role": "assistant", "content": content},
-        }],
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "test-model-2026",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
     }
     if usage:
         body["usage"] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
@@ -218,8 +244,11 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
 def make_openai(server: FakeServer) -> Callable[..., OpenAIProvider]:
     def make(**overrides: Any) -> OpenAIProvider:
         options: dict[str, Any] = {
-            "model": "test-model", "base_url": server.url, "api_key": "test-key",
-            "request_timeout_s": 5.0, "max_retries": 0,
+            "model": "test-model",
+            "base_url": server.url,
+            "api_key": "test-key",
+            "request_timeout_s": 5.0,
+            "max_retries": 0,
         }
         return OpenAIProvider(**{**options, **overrides})
 
@@ -243,7 +272,8 @@ def test_openai_sends_messages_and_schema(
     assert body["messages"] == asked.messages
     assert body["max_completion_tokens"] == 300
     assert body["response_format"] == {
-        "type": "json_schema", "json_schema": {"name": "plan", "schema": PLAN_SCHEMA}
+        "type": "json_schema",
+        "json_schema": {"name": "plan", "schema": PLAN_SCHEMA},
     }
 
 
@@ -263,7 +293,9 @@ def test_openai_server_error_is_a_provider_error(
     server: FakeServer, make_openai: Callable[..., OpenAIProvider]
 ) -> None:
     server.status = 500
-    with pytest.raises(ProviderError, match="openai step call to test-model at .*127.0.0.1"):
+    with pytest.raises(
+        ProviderError, match=r"openai step call to test-model at http://127\.0\.0\.1:\d+/v1"
+    ):
         make_openai().complete(request("step", {}))
     assert len(server.requests) == 1
 

@@ -53,7 +53,9 @@ def test_references_inside_text_are_interpolated() -> None:
 
 def test_lists_and_dicts_are_walked_and_keys_and_other_values_left_alone() -> None:
     args = {
-        "nested": {"${facts.currency}": ["${facts.cost_centre}", 1, {"m": "${steps.receipts.month}"}]},
+        "nested": {
+            "${facts.currency}": ["${facts.cost_centre}", 1, {"m": "${steps.receipts.month}"}]
+        },
         "number": 5,
         "plain": "no reference here, nor in ${HOME}",
     }

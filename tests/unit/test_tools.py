@@ -59,7 +59,11 @@ def make_ctx() -> Callable[..., ToolContext]:
 
     def make(**overrides: Any) -> ToolContext:
         values: dict[str, Any] = {
-            "run_id": 3, "step_id": 7, "step_name": "s", "attempt": 1, "tries_of_name": 1,
+            "run_id": 3,
+            "step_id": 7,
+            "step_name": "s",
+            "attempt": 1,
+            "tries_of_name": 1,
             "facts": FACTS,
         }
         return ToolContext(**{**values, **overrides})
@@ -74,7 +78,9 @@ def call(name: str, ctx: ToolContext, **args: Any) -> dict[str, Any]:
 # -- the registry ---------------------------------------------------------------------------
 
 
-def test_invoke_validates_and_passes_coerced_arguments(make_ctx: Callable[..., ToolContext]) -> None:
+def test_invoke_validates_and_passes_coerced_arguments(
+    make_ctx: Callable[..., ToolContext],
+) -> None:
     CALLS.clear()
     assert call("t_recorder", make_ctx(), n="4") == {"n": 4}
     assert CALLS == [{"n": 4, "label": "x"}]
@@ -228,15 +234,22 @@ def test_append_marker_counts_lines(make_ctx: Callable[..., ToolContext], tmp_pa
 # -- expense-report tools -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("trip", "month"), [("lisbon-2026-10", "2026-10"), ("lisbon-2026-11", "2026-11")])
+@pytest.mark.parametrize(
+    ("trip", "month"), [("lisbon-2026-10", "2026-10"), ("lisbon-2026-11", "2026-11")]
+)
 def test_collect_receipts(make_ctx: Callable[..., ToolContext], trip: str, month: str) -> None:
     result = call("collect_receipts", make_ctx(), trip=trip)
     assert result["month"] == month
     assert result["currency"] == "USD"
     assert [(r["item"], r["amount"]) for r in result["receipts"]] == [
-        ("hotel", 412.50), ("dinner", 38.00), ("dinner", 41.00), ("taxi", 23.10)
+        ("hotel", 412.50),
+        ("dinner", 38.00),
+        ("dinner", 41.00),
+        ("taxi", 23.10),
     ]
-    assert all(r["date"].startswith(month + "-") and r["currency"] == "USD" for r in result["receipts"])
+    assert all(
+        r["date"].startswith(month + "-") and r["currency"] == "USD" for r in result["receipts"]
+    )
 
 
 def test_unknown_trip_lists_known_trips(make_ctx: Callable[..., ToolContext]) -> None:
@@ -246,7 +259,7 @@ def test_unknown_trip_lists_known_trips(make_ctx: Callable[..., ToolContext]) ->
 
 def test_live_rate_times_out_retryably(make_ctx: Callable[..., ToolContext]) -> None:
     started = time.monotonic()
-    with pytest.raises(RetryableToolError, match="timed out after 0.2 s"):
+    with pytest.raises(RetryableToolError, match=r"timed out after 0\.2 s"):
         call("live_rate", make_ctx(), base="USD", quote="EUR")
     assert time.monotonic() - started >= 0.2
 
@@ -275,7 +288,10 @@ def test_convert_amounts_rounds_the_total_once(make_ctx: Callable[..., ToolConte
     assert [line["amount"] for line in result["lines"]] == [379.5, 34.96, 37.72, 21.25]
     assert {line["currency"] for line in result["lines"]} == {"EUR"}
     half = [{"item": "x", "amount": 0.5, "currency": "USD", "date": "2026-10-01"}]
-    assert call("convert_amounts", make_ctx(), receipts=half, rate=0.01, currency="EUR")["total"] == 0.01
+    assert (
+        call("convert_amounts", make_ctx(), receipts=half, rate=0.01, currency="EUR")["total"]
+        == 0.01
+    )
 
 
 @pytest.mark.parametrize(
@@ -306,16 +322,25 @@ def test_attach_receipts_is_deterministic(make_ctx: Callable[..., ToolContext]) 
     assert call("attach_receipts", make_ctx(), receipts=receipts) == {"attachments": expected}
 
 
-def test_submit_report_id_is_the_same_on_every_attempt(make_ctx: Callable[..., ToolContext]) -> None:
+def test_submit_report_id_is_the_same_on_every_attempt(
+    make_ctx: Callable[..., ToolContext],
+) -> None:
     args = {"total": 473.43, "currency": "EUR", "cost_centre": "CC-4410", "attachments": ["a", "b"]}
     first = get_tool("submit_report").invoke(make_ctx(attempt=1), args)
     again = get_tool("submit_report").invoke(make_ctx(attempt=2, tries_of_name=2), args)
     other = get_tool("submit_report").invoke(make_ctx(step_id=8), args)
     digest = hashlib.sha256(b"run-3/step-7").hexdigest()[:8]
-    assert first == again == {
-        "report_id": f"EXP-{digest}", "total": 473.43, "currency": "EUR",
-        "cost_centre": "CC-4410", "attachments": 2,
-    }
+    assert (
+        first
+        == again
+        == {
+            "report_id": f"EXP-{digest}",
+            "total": 473.43,
+            "currency": "EUR",
+            "cost_centre": "CC-4410",
+            "attachments": 2,
+        }
+    )
     assert other["report_id"] != first["report_id"]
 
 
@@ -357,7 +382,11 @@ def test_expense_playbook_is_well_formed() -> None:
         assert references(step["args"]) <= seen
         seen.add(step["name"])
     assert [step["name"] for step in EXPENSE_PLAYBOOK] == [
-        "receipts", "rate", "convert", "attach", "submit"
+        "receipts",
+        "rate",
+        "convert",
+        "attach",
+        "submit",
     ]
 
 
