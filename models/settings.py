@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.errors import ConfigurationError
@@ -65,6 +65,13 @@ class Settings(BaseSettings):
 
     worker_concurrency: int = Field(default=2, ge=1)
     tool_modules: list[str] = ["worker.tools.builtin", "worker.tools.expenses"]
+
+    @field_validator(
+        "database_url", "broker_url", "openai_base_url", "openai_api_key", mode="before"
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _check_timeout_ladder(self) -> Settings:

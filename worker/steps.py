@@ -7,6 +7,7 @@ done and does nothing. The outcome is written only by the attempt that holds the
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,7 +33,11 @@ from worker.references import resolve
 from worker.tools import ToolContext, get_tool
 
 log = structlog.get_logger("agentq.worker")
-WORKER_NAME = f"{socket.gethostname()}:{__import__('os').getpid()}"
+
+
+def worker_name() -> str:
+    """`host:pid` of this process (a pool child after the fork), recorded on each attempt."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ def claim(step_id: int) -> Claimed | None:
     with session_scope() as session:
         try:
             step = transitions.claim_step(
-                session, step_id, worker=WORKER_NAME, lease_s=get_settings().lease_s
+                session, step_id, worker=worker_name(), lease_s=get_settings().lease_s
             )
         except IllegalTransition as exc:
             log.info("execute_step.skipped", step_id=step_id, reason=str(exc))

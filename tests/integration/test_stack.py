@@ -1,12 +1,19 @@
-"""The embedded local stack, with real Postgres, Redis and child processes in `tmp_path`."""
+"""The embedded local stack, with real Postgres, Redis and child processes in a temporary dir.
+
+The data dir is not under pytest's `tmp_path`: run as root, Postgres runs as the `pgserver` user,
+which must traverse every parent of pgdata, and each new pytest session resets
+/tmp/pytest-of-root to 0700, breaking the Postgres of any session still running.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -26,8 +33,15 @@ SLEEPER = [sys.executable, "-c", "print('ready.', flush=True); import time; time
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path / "data")
+def data_dir() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="agentq-stack-test-"))
+    yield root / "data"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def stack(data_dir: Path) -> Iterator[LocalStack]:
+    local = LocalStack(data_dir)
     yield local
     local.stop()
 
@@ -76,24 +90,24 @@ def test_services_answer_and_stop_cleanly(stack: LocalStack) -> None:
     stack.stop()  # idempotent
 
 
-def test_data_survives_restart(tmp_path: Path) -> None:
-    with LocalStack(tmp_path / "data") as first:
+def test_data_survives_restart(data_dir: Path) -> None:
+    with LocalStack(data_dir) as first:
         database_url, _ = first.start_services()
         _query(database_url, "CREATE TABLE kept AS SELECT 7 AS id")
-    with LocalStack(tmp_path / "data") as second:
+    with LocalStack(data_dir) as second:
         database_url, _ = second.start_services()
         assert _query(database_url, "SELECT id FROM kept") == 7
 
 
-def test_second_stack_on_same_dir_is_refused(stack: LocalStack, tmp_path: Path) -> None:
+def test_second_stack_on_same_dir_is_refused(stack: LocalStack, data_dir: Path) -> None:
     stack.start_services()
     with pytest.raises(StackError, match=rf"already running on .* \(pid {os.getpid()}\)"):
-        LocalStack(tmp_path / "data").start_services()
+        LocalStack(data_dir).start_services()
     assert read_stack_file(stack.data_dir) is not None  # the refused start removed nothing
 
 
-def test_stale_stack_file_is_ignored(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+def test_stale_stack_file_is_ignored(data_dir: Path) -> None:
+    data = data_dir
     data.mkdir()
     dead = psutil.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -118,8 +132,8 @@ time.sleep(60)
 """
 
 
-def test_a_crashed_stack_leaves_no_ghosts_and_its_postgres_is_adopted(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+def test_a_crashed_stack_leaves_no_ghosts_and_its_postgres_is_adopted(data_dir: Path) -> None:
+    data = data_dir
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-c", CRASHING_UP, str(data), *SLEEPER]
     with psutil.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) as up:

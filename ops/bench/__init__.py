@@ -1,0 +1,1 @@
+"""Benchmark scripts: they print figures and ratios; they check no behaviour."""

@@ -1,0 +1,100 @@
+"""The real engine for integration tests: embedded Postgres with pgvector, Redis, and Celery worker
+and scheduler processes, started once per session with short timeouts so recovery is quick."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlmodel import col, select
+
+from models import queue
+from models.db import session_scope
+from models.plans import parse_plan
+from models.queue import TASK_COORDINATE
+from models.runs import submit_run
+from models.settings import get_settings
+from models.tables import Run, Step
+from ops.local import start_engine
+from ops.stack import LocalStack
+
+# The timeout ladder, shrunk: 1 x 2 < 8 < 10 < 12 < lease 14 < visibility 120 (seconds).
+TEST_ENV = {
+    "AGENTQ_MODEL_REQUEST_TIMEOUT_S": "1",
+    "AGENTQ_MODEL_MAX_ATTEMPTS": "2",
+    "AGENTQ_STEP_TIME_LIMIT_S": "8",
+    "AGENTQ_SOFT_TIME_LIMIT_S": "10",
+    "AGENTQ_HARD_TIME_LIMIT_S": "12",
+    "AGENTQ_LEASE_S": "14",
+    "AGENTQ_VISIBILITY_TIMEOUT_S": "120",
+    "AGENTQ_RECONCILE_INTERVAL_S": "1",
+    "AGENTQ_QUEUED_STALE_S": "5",
+    "AGENTQ_PHASE_STALE_S": "10",
+    "AGENTQ_RETRY_BACKOFF_S": "0.1",
+}
+SETTLED = ("succeeded", "failed", "cancelled", "waiting_review")
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The running engine; fails (never skips) when a service cannot start."""
+    os.environ.update(TEST_ENV)
+    get_settings.cache_clear()
+    stack = start_engine(tmp_path_factory.mktemp("agentq"), worker_concurrency=2)
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def make_run(engine: LocalStack) -> Callable[..., int]:
+    """Submit a run with an explicit plan; returns its id. The coordinator is told unless
+    `start=False`."""
+
+    def make(
+        steps: list[dict[str, Any]], *, replans: int = 2, facts: dict[str, str] | None = None,
+        start: bool = True, goal: str = "integration test",
+    ) -> int:
+        from ops.cli import tool_names
+
+        plan = parse_plan({"steps": steps}, tools=tool_names())
+        with session_scope() as session:
+            run = submit_run(
+                session, settings=get_settings(), user_id="tester", goal=goal, facts=facts,
+                plan=plan, replans=replans,
+            )
+            run_id = run.id or 0
+        if start:
+            queue.send(TASK_COORDINATE, run_id)
+        return run_id
+
+    return make
+
+
+def wait_for_run(run_id: int, statuses: tuple[str, ...] = SETTLED, timeout_s: float = 60) -> Run:
+    """Poll until the run is in one of `statuses`; fails with the run's state on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with session_scope() as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            if run.status in statuses:
+                return run
+        if time.monotonic() > deadline:
+            pytest.fail(f"run {run_id} still {run.status} after {timeout_s} s")
+        time.sleep(0.2)
+
+
+def run_steps(run_id: int) -> list[Step]:
+    """Every step row of the run, in id order (all plan versions)."""
+    with session_scope() as session:
+        return list(session.exec(select(Step).where(Step.run_id == run_id).order_by(col(Step.id))))
+
+
+@pytest.fixture
+def marker_file(tmp_path: Path) -> Path:
+    """A file that `append_marker` steps append to, one line per effect."""
+    return tmp_path / "markers.txt"

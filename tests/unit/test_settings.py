@@ -1,0 +1,46 @@
+"""Settings: defaults satisfy the timeout ladder; a broken ladder is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.errors import ConfigurationError
+from models.settings import Settings
+
+
+def test_defaults_hold_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Settings()
+    assert s.model_request_timeout_s * s.model_max_attempts < s.step_time_limit_s
+    assert s.step_time_limit_s < s.soft_time_limit_s < s.hard_time_limit_s
+    assert s.hard_time_limit_s < s.lease_s < s.visibility_timeout_s
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AGENTQ_MODEL_REQUEST_TIMEOUT_S": "60"}, "AGENTQ_STEP_TIME_LIMIT_S"),
+        ({"AGENTQ_SOFT_TIME_LIMIT_S": "200"}, "AGENTQ_HARD_TIME_LIMIT_S"),
+        ({"AGENTQ_VISIBILITY_TIMEOUT_S": "100"}, "AGENTQ_VISIBILITY_TIMEOUT_S"),
+        ({"AGENTQ_LEASE_S": "150"}, "AGENTQ_LEASE_S"),
+    ],
+)
+def test_broken_ladder_is_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigurationError, match=named):
+        Settings()
+
+
+def test_conventional_urls_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://db/x")
+    monkeypatch.setenv("BROKER_URL", "redis://r:6379/0")
+    s = Settings()
+    assert (s.database_url, s.broker_url) == ("postgresql://db/x", "redis://r:6379/0")
+
+
+def test_unknown_provider_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTQ_PROVIDER", "magic")
+    with pytest.raises(ValueError, match="provider"):
+        Settings()
