@@ -1,4 +1,4 @@
-"""Database migrations (Alembic), run as an explicit step: `agentq migrate`, never on worker start."""
+"""Database migrations (Alembic): an explicit step (`agentq migrate`), never run on worker start."""
 
 from __future__ import annotations
 

@@ -184,7 +184,7 @@ def respond(
 
 
 def reject(session: Session, escalation_id: int, *, reviewer: str, comment: str) -> Run:
-    """Decide `reject`: the run fails with the reviewer's comment; steps not yet run are cancelled."""
+    """Decide `reject`: the run fails with the comment; steps not yet run are cancelled."""
     esc = transitions.decide_escalation(
         session, escalation_id, decision="reject", reviewer=reviewer, comment=comment
     )

@@ -96,6 +96,6 @@ def tries_of_name(session: Session, run_id: int, name: str) -> int:
         sa.select(sa.func.count())
         .select_from(StepAttempt)
         .join(Step, col(Step.id) == col(StepAttempt.step_id))
-        .where(Step.run_id == run_id, Step.name == name)
+        .where(col(Step.run_id) == run_id, col(Step.name) == name)
     )
     return int(session.scalar(stmt) or 0)

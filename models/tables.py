@@ -2,8 +2,8 @@
 
 Statuses are plain text columns; the allowed moves between them are in `models.states`, and the
 only code that changes them is `models.transitions`. All timestamps are timezone-aware (UTC).
-JSON columns are wrapped in SQLAlchemy's `Mutable*` types so an in-place edit (`row.detail["x"] = 1`)
-is tracked and saved on commit.
+JSON columns are wrapped in SQLAlchemy's `Mutable*` types so an in-place edit
+(`row.detail["x"] = 1`) is tracked and saved on commit.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _created() -> Any:
 
 
 def _json_dict(nullable: bool = False) -> Any:
-    column_type = MutableDict.as_mutable(JSONB)  # type: ignore[arg-type]
+    column_type = MutableDict.as_mutable(JSONB)
     if nullable:
         return Field(default=None, sa_type=column_type, nullable=True)
     return Field(default_factory=dict, sa_type=column_type, nullable=False)
@@ -95,7 +95,7 @@ class PlanVersion(SQLModel, table=True):
     version: int
     step_ids: list[int] = Field(
         default_factory=list,
-        sa_type=MutableList.as_mutable(JSONB),  # type: ignore[arg-type]
+        sa_type=MutableList.as_mutable(JSONB),
     )
     created_by: str = Field(max_length=20)  # submitter | planner | replanner | reviewer
     reason: str = ""

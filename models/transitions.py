@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from models.errors import BudgetExhausted, IllegalTransition
 from models.states import MOVES, RUN_ACTIVE
@@ -78,7 +78,7 @@ def start_planning(session: Session, run_id: int, *, expected: str = "queued") -
 
 
 def resume_run(session: Session, run_id: int, *, expected: str, plan_version: int) -> Run:
-    """planning | replanning | waiting_review | queued -> running, on plan version `plan_version`."""
+    """`expected` (planning, replanning, waiting_review, queued) -> running, on `plan_version`."""
     return _run(session, run_id, to="running", expected=[expected], plan_version=plan_version)
 
 
@@ -169,7 +169,7 @@ def escalate(
             created_at=utcnow(),
         )
         .on_conflict_do_nothing()
-        .returning(Escalation.id)
+        .returning(col(Escalation.id))
     )
     escalation_id = session.scalar(stmt)
     record_event(session, run_id, "escalation.opened", step_id=step_id, reason=reason)

@@ -95,20 +95,23 @@ def read_plan(path: Path) -> PlanSpec:
 
 @app.command()
 def up(
-    workers: Annotated[int, typer.Option(help="Worker processes for the steps queue.")] = 2,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Worker processes (default AGENTQ_WORKER_CONCURRENCY)."),
+    ] = None,
 ) -> None:
     """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat."""
     from ops.local import start_engine
 
     home = get_settings().home
     console.print(f"starting agentq in [bold]{home}[/] …")
-    stack = start_engine(home, worker_concurrency=workers)
+    stack = start_engine(home, worker_concurrency=workers or get_settings().worker_concurrency)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     console.print(
         f"[green]agentq is up[/]\n  database  {os.environ['AGENTQ_DATABASE_URL']}\n"
         f"  broker    {os.environ['AGENTQ_BROKER_URL']}\n  logs      {home / 'logs'}\n"
         f"  provider  {views.provider_label(get_settings().provider)}\n"
-        "Submit from another terminal: agentq submit \"your goal\". Ctrl-C stops everything."
+        'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
     )
     try:
         while True:
@@ -145,8 +148,15 @@ def submit(
     spec = read_plan(plan) if plan else None
     with session_scope() as session:
         run = submit_run(
-            session, settings=get_settings(), user_id=user, goal=goal, facts=facts, plan=spec,
-            replans=replans, tokens=tokens, wall_time_s=wall_time,
+            session,
+            settings=get_settings(),
+            user_id=user,
+            goal=goal,
+            facts=facts,
+            plan=spec,
+            replans=replans,
+            tokens=tokens,
+            wall_time_s=wall_time,
         )
         run_id = run.id or 0
     queue.send(TASK_COORDINATE, run_id)
@@ -225,7 +235,9 @@ def review_show(escalation_id: int) -> None:
     """Why a run escalated: the failing step, its error, the budget used, the pinned facts."""
     connect()
     with session_scope() as session:
-        console.print(views.escalation_panel(session, reviews.get_escalation(session, escalation_id)))
+        console.print(
+            views.escalation_panel(session, reviews.get_escalation(session, escalation_id))
+        )
 
 
 @review_app.command("claim")
@@ -251,7 +263,10 @@ def review_approve(escalation_id: int, comment: str | None = None) -> None:
     connect()
     with session_scope() as session:
         run = reviews.approve(
-            session, escalation_id, reviewer=reviewer_name(), comment=comment,
+            session,
+            escalation_id,
+            reviewer=reviewer_name(),
+            comment=comment,
             max_attempts=get_settings().step_max_attempts,
         )
     _decided(run.id or 0, "approved")
@@ -280,7 +295,10 @@ def review_respond(
         esc = reviews.get_escalation(session, escalation_id)
         returns = tool_returns(esc.detail.get("tool"))
         run = reviews.respond(
-            session, escalation_id, reviewer=reviewer_name(), comment=comment,
+            session,
+            escalation_id,
+            reviewer=reviewer_name(),
+            comment=comment,
             answer=reviews.answer_from_text(answer, returns=returns),
         )
     _decided(run.id or 0, "answered")
@@ -297,7 +315,11 @@ def review_edit(
     spec = read_plan(plan)
     with session_scope() as session:
         run = reviews.edit(
-            session, escalation_id, reviewer=reviewer_name(), plan=spec, comment=comment,
+            session,
+            escalation_id,
+            reviewer=reviewer_name(),
+            plan=spec,
+            comment=comment,
             max_attempts=get_settings().step_max_attempts,
         )
     _decided(run.id or 0, "plan edited")

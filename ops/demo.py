@@ -63,8 +63,10 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
 
     console.print(Rule(scenario.title))
     run_id = _submit(scenario.trip)
-    console.print(f"$ agentq submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
-                  f"--fact trip={scenario.trip} --replans 1   # run {run_id}")
+    console.print(
+        f"$ agentq submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
+        f"--fact trip={scenario.trip} --replans 1   # run {run_id}"
+    )
     watch_until_settled(run_id)
     with session_scope() as session:
         waiting = get_run(session, run_id).status == "waiting_review"
@@ -81,8 +83,12 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
 def _submit(trip: str) -> int:
     with session_scope() as session:
         run = submit_run(
-            session, settings=get_settings(), user_id="demo", goal=DEMO_GOAL,
-            facts={**DEMO_FACTS, "trip": trip}, replans=1,
+            session,
+            settings=get_settings(),
+            user_id="demo",
+            goal=DEMO_GOAL,
+            facts={**DEMO_FACTS, "trip": trip},
+            replans=1,
         )
         run_id = run.id or 0
     queue.send(TASK_COORDINATE, run_id)
@@ -93,7 +99,9 @@ def _respond(console: Console, escalation_id: int) -> None:
     console.print(f"$ agentq review respond {escalation_id} --answer {REVIEWER_RATE}")
     with session_scope() as session:
         run = reviews.respond(
-            session, escalation_id, reviewer="demo-reviewer",
+            session,
+            escalation_id,
+            reviewer="demo-reviewer",
             answer=reviews.answer_from_text(REVIEWER_RATE, returns=("rate",)),
         )
         run_id = run.id or 0
@@ -111,6 +119,7 @@ def _report(console: Console, run_id: int) -> bool:
         return False
     console.print(
         f"[green]run {run_id} submitted report {submitted['report_id']}: total "
-        f"{submitted['total']:.2f} {submitted['currency']}, cost centre {submitted['cost_centre']}[/]"
+        f"{submitted['total']:.2f} {submitted['currency']}, "
+        f"cost centre {submitted['cost_centre']}[/]"
     )
     return True

@@ -17,7 +17,9 @@ from ops.stack import LocalStack
 CELERY_READY_TIMEOUT_S = 90.0
 
 
-def engine_env(database_url: str, broker_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def engine_env(
+    database_url: str, broker_url: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a child process that connects to this stack."""
     return {
         **os.environ,
@@ -50,16 +52,23 @@ def start_engine(
         stack.start_process(
             "worker",
             stack.celery_argv(
-                "worker.app", QUEUE_STEPS, concurrency=worker_concurrency,
-                hostname="steps@%h", loglevel=loglevel,
+                "worker.app",
+                QUEUE_STEPS,
+                concurrency=worker_concurrency,
+                hostname="steps@%h",
+                loglevel=loglevel,
             ),
             env,
         )
         stack.start_process(
             "scheduler",
             stack.celery_argv(
-                "scheduler.app", QUEUE_COORDINATOR, concurrency=1, hostname="coordinator@%h",
-                beat=True, loglevel=loglevel,
+                "scheduler.app",
+                QUEUE_COORDINATOR,
+                concurrency=1,
+                hostname="coordinator@%h",
+                beat=True,
+                loglevel=loglevel,
             ),
             env,
         )

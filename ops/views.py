@@ -17,9 +17,18 @@ from models.runs import pinned_facts
 from models.tables import Escalation, Run, Step, utcnow
 
 STATUS_STYLE = {
-    "succeeded": "green", "failed": "red", "cancelled": "dim", "running": "cyan",
-    "queued": "yellow", "pending": "dim", "waiting_review": "magenta", "planning": "cyan",
-    "replanning": "cyan", "synthesizing": "cyan", "open": "magenta", "claimed": "yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "dim",
+    "running": "cyan",
+    "queued": "yellow",
+    "pending": "dim",
+    "waiting_review": "magenta",
+    "planning": "cyan",
+    "replanning": "cyan",
+    "synthesizing": "cyan",
+    "open": "magenta",
+    "claimed": "yellow",
     "decided": "green",
 }
 CELL_MAX_CHARS = 70
@@ -57,9 +66,14 @@ def runs_table(runs: list[Run]) -> Table:
     table = Table("run", "user", "status", "plan v", "replans", "tokens", "age", "goal")
     for r in runs:
         table.add_row(
-            str(r.id), r.user_id, styled(r.status), str(r.plan_version),
-            f"{r.replans_used}/{r.replans_limit}", f"{r.tokens_used}/{r.tokens_limit}",
-            age(r.created_at), short(r.goal, 50),
+            str(r.id),
+            r.user_id,
+            styled(r.status),
+            str(r.plan_version),
+            f"{r.replans_used}/{r.replans_limit}",
+            f"{r.tokens_used}/{r.tokens_limit}",
+            age(r.created_at),
+            short(r.goal, 50),
         )
     return table
 
@@ -70,7 +84,12 @@ def steps_table(steps: list[Step]) -> Table:
     for i, s in enumerate(steps, start=1):
         outcome = s.error if s.status == "failed" else (s.result if s.result else "")
         table.add_row(
-            str(i), s.name, s.kind, s.tool or "", styled(s.status), str(s.attempt),
+            str(i),
+            s.name,
+            s.kind,
+            s.tool or "",
+            styled(s.status),
+            str(s.attempt),
             short(outcome or ""),
         )
     return table
@@ -114,8 +133,13 @@ def escalations_table(rows: list[Escalation]) -> Table:
     table = Table("id", "run", "reason", "step", "status", "claimed by", "waiting")
     for e in rows:
         table.add_row(
-            str(e.id), str(e.run_id), e.reason, str(e.detail.get("step", "")), styled(e.status),
-            e.claimed_by or "", age(e.created_at),
+            str(e.id),
+            str(e.run_id),
+            e.reason,
+            str(e.detail.get("step", "")),
+            styled(e.status),
+            e.claimed_by or "",
+            age(e.created_at),
         )
     return table
 

@@ -81,8 +81,8 @@ def plan(run_id: int) -> bool:
         request = plan_request(run.goal, pinned_facts(session, run_id), catalog())
     answer = ask_for_plan(run_id, request, earlier=set())
     with session_scope() as session:
-        run = transitions.lock_run(session, run_id)
-        if run is None or run.status != "planning":
+        locked = transitions.lock_run(session, run_id)
+        if locked is None or locked.status != "planning":
             return False
         if answer.plan is None:
             transitions.escalate(
@@ -95,7 +95,7 @@ def plan(run_id: int) -> bool:
             return True
         add_plan_version(
             session,
-            run,
+            locked,
             before=[],
             new=answer.plan.steps,
             after=[],
@@ -120,8 +120,8 @@ def replan(run_id: int, failed_step_id: int) -> bool:
         request = replan_request(run.goal, pinned_facts(session, run_id), catalog(), steps, failed)
     answer = ask_for_plan(run_id, request, earlier=earlier)
     with session_scope() as session:
-        run = transitions.lock_run(session, run_id)
-        if run is None or run.status != "replanning":
+        locked = transitions.lock_run(session, run_id)
+        if locked is None or locked.status != "replanning":
             return False
         if answer.plan is None:
             transitions.escalate(
@@ -133,10 +133,11 @@ def replan(run_id: int, failed_step_id: int) -> bool:
                 detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
             )
             return True
-        steps = current_steps(session, run)
+        steps = current_steps(session, locked)
+        index = [s.id for s in steps].index(failed_step_id)
         add_plan_version(
             session,
-            run,
+            locked,
             before=steps[: index + 1],
             new=answer.plan.steps,
             after=steps[index + 1 :],
@@ -146,6 +147,6 @@ def replan(run_id: int, failed_step_id: int) -> bool:
             max_attempts=get_settings().step_max_attempts,
         )
         transitions.resume_run(
-            session, run_id, expected="replanning", plan_version=run.plan_version + 1
+            session, run_id, expected="replanning", plan_version=locked.plan_version + 1
         )
     return True

@@ -8,7 +8,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +19,19 @@ AGENTQ = shutil.which("agentq") or ""
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTQ_", "DATABASE", "BROKER"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AGENTQ_", "DATABASE", "BROKER"))
+    }
     return {**env, "AGENTQ_HOME": str(home), "COLUMNS": "200", "AGENTQ_REVIEWER": "rita"}
 
 
 def agentq(home: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [AGENTQ, *args], env=_env(home), capture_output=True, text=True, timeout=timeout_s,
+        [AGENTQ, *args],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
         stdin=subprocess.DEVNULL,
     )
 
@@ -58,8 +63,12 @@ def test_commands_without_a_stack_say_how_to_start_one(tmp_path: Path) -> None:
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     proc = subprocess.Popen(
-        [AGENTQ, "up"], env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, stdin=subprocess.DEVNULL,
+        [AGENTQ, "up"],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     deadline, seen = time.monotonic() + 120, ""
     assert proc.stdout is not None
@@ -78,12 +87,28 @@ def up(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
 def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]]) -> None:
     home, proc = up
     plan = home / "plan.json"
-    plan.write_text(json.dumps({"steps": [
-        {"name": "a", "kind": "tool", "tool": "noop"},
-        {"name": "x", "kind": "tool", "tool": "flaky", "args": {"fail_times": 1}},
-    ]}))
-    submitted = agentq(home, "submit", "cli test", "--plan", str(plan), "--replans", "0",
-                       "--fact", "currency=EUR", "--watch")
+    plan.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"name": "a", "kind": "tool", "tool": "noop"},
+                    {"name": "x", "kind": "tool", "tool": "flaky", "args": {"fail_times": 1}},
+                ]
+            }
+        )
+    )
+    submitted = agentq(
+        home,
+        "submit",
+        "cli test",
+        "--plan",
+        str(plan),
+        "--replans",
+        "0",
+        "--fact",
+        "currency=EUR",
+        "--watch",
+    )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     assert "waiting_review" in submitted.stdout and "currency=EUR" in submitted.stdout
     queue = agentq(home, "review", "list")

@@ -55,16 +55,25 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
     `start=False`."""
 
     def make(
-        steps: list[dict[str, Any]], *, replans: int = 2, facts: dict[str, str] | None = None,
-        start: bool = True, goal: str = "integration test",
+        steps: list[dict[str, Any]],
+        *,
+        replans: int = 2,
+        facts: dict[str, str] | None = None,
+        start: bool = True,
+        goal: str = "integration test",
     ) -> int:
         from ops.cli import tool_names
 
         plan = parse_plan({"steps": steps}, tools=tool_names())
         with session_scope() as session:
             run = submit_run(
-                session, settings=get_settings(), user_id="tester", goal=goal, facts=facts,
-                plan=plan, replans=replans,
+                session,
+                settings=get_settings(),
+                user_id="tester",
+                goal=goal,
+                facts=facts,
+                plan=plan,
+                replans=replans,
             )
             run_id = run.id or 0
         if start:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -27,8 +28,12 @@ def _noop(name: str) -> dict[str, object]:
 
 
 def _marker(name: str, path: Path) -> dict[str, object]:
-    return {"name": name, "kind": "tool", "tool": "append_marker",
-            "args": {"path": str(path), "marker": name}}
+    return {
+        "name": name,
+        "kind": "tool",
+        "tool": "append_marker",
+        "args": {"path": str(path), "marker": name},
+    }
 
 
 def _attempts(step_id: int) -> list[StepAttempt]:
@@ -54,7 +59,7 @@ def test_five_step_plan_completes(make_run: MakeRun) -> None:
     assert run.final_result["outputs"] == {f"s{i}": {"ok": True} for i in range(1, 6)}
     assert run.final_result["offline"] is True
     # steps ran in plan order: each started after the one before it finished
-    for before, after in zip(steps, steps[1:], strict=False):
+    for before, after in itertools.pairwise(steps):
         assert before.finished_at is not None and after.started_at is not None
         assert before.finished_at <= after.started_at
 

@@ -9,11 +9,22 @@ from hypothesis import strategies as st
 from scheduler.coordinator import Decision, RunView, StepView, decide
 
 
-def view(status: str = "running", *steps: tuple[int, str], used: int = 0, limit: int = 1,
-         handled: frozenset[int] = frozenset(), **kw: bool) -> RunView:
+def view(
+    status: str = "running",
+    *steps: tuple[int, str],
+    used: int = 0,
+    limit: int = 1,
+    handled: frozenset[int] = frozenset(),
+    **kw: bool,
+) -> RunView:
     return RunView(
-        id=1, status=status, replans_used=used, replans_limit=limit,
-        steps=tuple(StepView(i, f"s{i}", st) for i, st in steps), handled_failures=handled, **kw,
+        id=1,
+        status=status,
+        replans_used=used,
+        replans_limit=limit,
+        steps=tuple(StepView(i, f"s{i}", st) for i, st in steps),
+        handled_failures=handled,
+        **kw,
     )
 
 
@@ -36,10 +47,15 @@ CASES = [
     (
         "handled failure is passed",
         view("running", (1, "failed"), (3, "succeeded"), (2, "pending"), handled=frozenset({1})),
-        "enqueue_step", 2,
+        "enqueue_step",
+        2,
     ),
-    ("cancelled steps are passed", view("running", (1, "cancelled"), (2, "pending")),
-     "enqueue_step", 2),
+    (
+        "cancelled steps are passed",
+        view("running", (1, "cancelled"), (2, "pending")),
+        "enqueue_step",
+        2,
+    ),
     ("all done", view("running", (1, "succeeded"), (2, "succeeded")), "synthesize", None),
     ("empty plan", view("running"), "synthesize", None),
     ("wall time spent", view("running", (1, "pending"), deadline_passed=True), "escalate", None),
@@ -80,8 +96,11 @@ def test_decisions_are_deterministic_and_respect_plan_order(
     decision = decide(run)
     assert decision == decide(twin)
     first_open = next(
-        (i for i, s in steps if s not in ("succeeded", "cancelled")
-         and not (s == "failed" and i in handled)),
+        (
+            i
+            for i, s in steps
+            if s not in ("succeeded", "cancelled") and not (s == "failed" and i in handled)
+        ),
         None,
     )
     assert decision.step_id == first_open

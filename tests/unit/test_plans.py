@@ -6,22 +6,30 @@ import json
 
 import pytest
 
-from models.errors import InvalidPlan
+from models.errors import ConfigurationError, InvalidPlan
 from models.plans import parse_plan, referenced_steps
 from models.reviews import answer_from_text
 from ops.cli import parse_facts
-from models.errors import ConfigurationError
 
 TOOLS = ["noop", "convert"]
 
 
 def test_valid_plan_from_json_text() -> None:
     plan = parse_plan(
-        json.dumps({"steps": [
-            {"name": "a", "kind": "tool", "tool": "noop"},
-            {"name": "b", "kind": "tool", "tool": "convert", "args": {"x": "${steps.a.ok}"}},
-            {"name": "c", "kind": "model", "instruction": "say hi"},
-        ]}),
+        json.dumps(
+            {
+                "steps": [
+                    {"name": "a", "kind": "tool", "tool": "noop"},
+                    {
+                        "name": "b",
+                        "kind": "tool",
+                        "tool": "convert",
+                        "args": {"x": "${steps.a.ok}"},
+                    },
+                    {"name": "c", "kind": "model", "instruction": "say hi"},
+                ]
+            }
+        ),
         tools=TOOLS,
     )
     assert [s.name for s in plan.steps] == ["a", "b", "c"]
@@ -41,8 +49,12 @@ def test_valid_plan_from_json_text() -> None:
         ({"steps": [{"name": "a", "kind": "shell", "tool": "noop"}]}, "steps.0.kind"),
         ({"steps": [{"name": "a", "kind": "tool", "tool": "rm"}]}, "unknown tool 'rm'"),
         (
-            {"steps": [{"name": "a", "kind": "tool", "tool": "noop", "args": {"x": "${steps.b}"}},
-                       {"name": "b", "kind": "tool", "tool": "noop"}]},
+            {
+                "steps": [
+                    {"name": "a", "kind": "tool", "tool": "noop", "args": {"x": "${steps.b}"}},
+                    {"name": "b", "kind": "tool", "tool": "noop"},
+                ]
+            },
             "refers to step 'b'",
         ),
     ],
@@ -77,7 +89,8 @@ def test_reviewer_answer_shapes(text: str, returns: tuple[str, ...], expected: o
 
 def test_pinned_facts_parse_and_refuse() -> None:
     assert parse_facts(["currency=EUR", "cost_centre=CC-4410"]) == {
-        "currency": "EUR", "cost_centre": "CC-4410"
+        "currency": "EUR",
+        "cost_centre": "CC-4410",
     }
     for bad in ("currency", "Currency=EUR", "x=", "=EUR"):
         with pytest.raises(ConfigurationError, match="KEY=VALUE"):

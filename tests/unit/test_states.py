@@ -22,8 +22,10 @@ def test_done_steps_have_no_way_out() -> None:
 
 
 def test_every_status_is_reachable_from_the_start() -> None:
-    for moves, statuses, start in ((RUN_MOVES, RUN_STATUSES, "queued"),
-                                   (STEP_MOVES, STEP_STATUSES, "pending")):
+    for moves, statuses, start in (
+        (RUN_MOVES, RUN_STATUSES, "queued"),
+        (STEP_MOVES, STEP_STATUSES, "pending"),
+    ):
         seen, frontier = {start}, [start]
         while frontier:
             here = frontier.pop()

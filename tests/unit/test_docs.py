@@ -1,0 +1,24 @@
+"""The README documents what the code does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.settings import Settings
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+
+def test_every_setting_is_in_the_configuration_table() -> None:
+    missing = [name for name in Settings.model_fields if f"`AGENTQ_{name.upper()}`" not in README]
+    assert not missing, f"settings missing from README's configuration table: {missing}"
+
+
+def test_readme_gives_the_two_setup_commands() -> None:
+    assert "pip install -e . && agentq demo" in README
+    assert "pip install -e '.[test]' && pytest" in README
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (Path(__file__).parents[2] / ".ci" / "run").read_text()
+    assert "pip install --quiet -e '.[test]'" in ci and "python -m pytest" in ci
