@@ -16,7 +16,10 @@ def alembic_config(url: str | None = None) -> Config:
     """An Alembic config for `url` (default: the configured database)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", normalize_url(url or database_url()))
+    # Alembic's config interpolates `%`; a percent-encoded socket path must survive it.
+    config.set_main_option(
+        "sqlalchemy.url", normalize_url(url or database_url()).replace("%", "%%")
+    )
     return config
 
 

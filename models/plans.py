@@ -8,19 +8,18 @@ and nothing is half-written. Steps pass data with references in their tool args:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlmodel import Session, select
 
-from models.errors import InvalidPlan
+from models.errors import InvalidPlan, ToolArgumentsError
+from models.references import references
 from models.tables import PlanVersion, Run, Step, utcnow
 
 MAX_PLAN_STEPS: Final = 50
 STEP_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
-REFERENCE: Final = re.compile(r"\$\{(steps|facts)\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?\}")
 
 
 class StepSpec(BaseModel):
@@ -81,20 +80,14 @@ def _plan_problems(
     for i, step in enumerate(plan.steps):
         if step.tool and step.tool not in tools:
             yield f"steps.{i}.tool: unknown tool {step.tool!r}; known: {', '.join(sorted(tools))}"
-        for name in referenced_steps(step.args) - available:
+        try:
+            referenced = references(step.args)
+        except ToolArgumentsError as exc:
+            yield f"steps.{i}.args: {exc}"
+            referenced = set()
+        for name in referenced - available:
             yield f"steps.{i}.args: refers to step {name!r}, which does not come before it"
         available.add(step.name)
-
-
-def referenced_steps(value: Any) -> set[str]:
-    """Names of the steps that `${steps.NAME...}` references anywhere in `value` point to."""
-    if isinstance(value, str):
-        return {m.group(2) for m in REFERENCE.finditer(value) if m.group(1) == "steps"}
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list):
-        return set().union(*(referenced_steps(v) for v in value)) if value else set()
-    return set()
 
 
 def current_steps(session: Session, run: Run) -> list[Step]:

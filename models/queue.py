@@ -66,7 +66,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_time_limit": settings.hard_time_limit_s,
         "task_serializer": "json",
         "accept_content": ["json"],
-        "worker_hijack_root_logger": False,
         "worker_send_task_events": False,
     }
 

@@ -160,7 +160,7 @@ def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
         grid.add_row("failed step", f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
         grid.add_row("error", Text(step.error or "", style="red"))
     for key, value in esc.detail.items():
-        if key not in ("step", "error", "tool"):
+        if key not in ("step", "error", "tool", "replans"):
             grid.add_row(key, short(value, 400))
     if esc.decision:
         grid.add_row("decision", f"{esc.decision} by {esc.decided_by}: {esc.comment or ''}")

@@ -11,10 +11,12 @@ from typing import Any
 from celery.signals import worker_process_init
 
 from models.db import dispose_engines
+from models.logs import configure_logging
 from models.queue import QUEUE_COORDINATOR, TASK_COORDINATE, TASK_RECONCILE, make_celery
 from models.settings import get_settings
 from scheduler import tasks
 
+configure_logging()
 settings = get_settings()
 app = make_celery("agentq-scheduler", settings)
 app.conf.task_default_queue = QUEUE_COORDINATOR

@@ -12,6 +12,7 @@ from celery.signals import worker_process_init
 
 from models import queue
 from models.db import dispose_engines
+from models.logs import configure_logging
 from models.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
@@ -25,6 +26,7 @@ from models.settings import get_settings
 from worker import planner, steps, synthesis
 from worker.tools import load_tool_modules
 
+configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
 app = make_celery("agentq-worker", settings)

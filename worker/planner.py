@@ -42,7 +42,7 @@ def ask_for_plan(run_id: int, request: ModelRequest, *, earlier: set[str]) -> Pl
     messages, raw, error = list(request.messages), "", ""
     for attempt in range(1, get_settings().plan_max_attempts + 1):
         try:
-            completion = call_model(run_id, replace(request, messages=messages))
+            completion = call_model(run_id, replace(request, messages=list(messages)))
         except (ProviderError, BudgetExhausted) as exc:
             return PlanAnswer(None, raw, f"{type(exc).__name__}: {exc}")
         raw = completion.text

@@ -24,12 +24,12 @@ from models.errors import (
     RetryableToolError,
     ToolError,
 )
+from models.references import resolve
 from models.runs import done_results, get_run, pinned_facts, tries_of_name
 from models.settings import get_settings
 from models.tables import Step
 from worker.calls import call_model
 from worker.prompts import step_request
-from worker.references import resolve
 from worker.tools import ToolContext, get_tool
 
 log = structlog.get_logger("agentq.worker")

@@ -3,9 +3,8 @@
 `python -m ops.bench.engine_throughput --plans 20 --steps 5 [--workers 2] [--data-dir DIR]`
 
 One embedded engine (`ops.local.start_engine`: Postgres, Redis, the `steps` worker with
-`--workers` processes, the coordinator with beat) serves every round, so both sides share the
-broker, the worker processes and the machine. After an untimed warm-up, rounds alternate
-agentq, raw, agentq, raw and the median of each side is reported.
+`--workers` processes, the coordinator with beat) serves every round. After an untimed warm-up,
+rounds alternate agentq, raw, agentq, raw (each once the broker is idle); medians are reported.
 
 - agentq: N runs, each submitted with an explicit plan of S `noop` tool steps, then
   `agentq.coordinate` is sent. Timed from the first submit to the newest `runs.finished_at` of the
@@ -37,9 +36,9 @@ import sqlalchemy as sa
 from celery import chain
 from sqlmodel import col
 
+from models import queue
 from models.db import session_scope
 from models.plans import PlanSpec, parse_plan
-from models.queue import QUEUE_STEPS, TASK_COORDINATE, TASK_RAW_NOOP, broker_url, client, send
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Run
@@ -47,7 +46,8 @@ from ops.local import start_engine
 
 POLL_INTERVAL_S = 0.2
 TIMEOUT_S = 600.0
-BLPOP_WAIT_S = 1.0
+IDLE_TIMEOUT_S = 30.0
+UNACKED_KEY = "unacked"  # kombu's Redis hash of delivered, not yet acknowledged messages
 ROUNDS = 2
 WARMUP_STEPS = 2
 DONE_QUEUE = "bench_done"
@@ -70,11 +70,6 @@ class Result:
     agentq_s: float
     raw_s: float
 
-    @property
-    def total(self) -> int:
-        """Steps (agentq) or tasks (raw) per round."""
-        return self.plans * self.steps
-
 
 def noop_plan(steps: int) -> PlanSpec:
     """A plan of `steps` `noop` tool steps named s0, s1, …"""
@@ -89,7 +84,7 @@ def submit(plan: PlanSpec) -> int:
             session, settings=get_settings(), user_id=BENCH_USER, goal="benchmark", plan=plan
         )
         run_id = run.id or 0
-    send(TASK_COORDINATE, run_id)
+    queue.send(queue.TASK_COORDINATE, run_id)
     return run_id
 
 
@@ -130,8 +125,9 @@ def agentq_round(plans: int, steps: int) -> float:
 
 def raw_chain(steps: int) -> chain:
     """`steps` immutable `agentq.raw_noop` links, then the completion marker."""
-    app = client()
-    links = [app.signature(TASK_RAW_NOOP, immutable=True, queue=QUEUE_STEPS) for _ in range(steps)]
+    app = queue.client()
+    noop = app.signature(queue.TASK_RAW_NOOP, immutable=True, queue=queue.QUEUE_STEPS)
+    links = [noop.clone() for _ in range(steps)]
     return chain(*links, app.signature(DONE_TASK, immutable=True, queue=DONE_QUEUE))
 
 
@@ -139,7 +135,7 @@ def wait_for_markers(broker: redis.Redis, count: int) -> float:
     """Pop `count` completion markers; the time of the last (epoch s). Raises `BenchError`."""
     deadline = time.monotonic() + TIMEOUT_S
     for seen in range(count):
-        while broker.blpop([DONE_QUEUE], timeout=BLPOP_WAIT_S) is None:
+        while broker.blpop([DONE_QUEUE], timeout=POLL_INTERVAL_S) is None:
             if time.monotonic() > deadline:
                 raise BenchError(f"raw chains: {seen} of {count} done after {TIMEOUT_S:g} s")
     return time.time()
@@ -155,30 +151,41 @@ def raw_round(broker: redis.Redis, chains: int, steps: int) -> float:
     return wait_for_markers(broker, chains) - start
 
 
-def measure(workers: int, plans: int, steps: int) -> Result:
+def wait_until_idle(broker: redis.Redis) -> None:
+    """Wait until no message is queued or unacknowledged (the last link acks just after it
+    publishes its marker), so a round's tail never overlaps the next and the logs end complete."""
+    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    queues = (queue.QUEUE_STEPS, queue.QUEUE_COORDINATOR)
+    while any(broker.llen(q) for q in queues) or broker.hlen(UNACKED_KEY):
+        if time.monotonic() > deadline:
+            raise BenchError(f"the broker was still busy after {IDLE_TIMEOUT_S:g} s")
+        time.sleep(POLL_INTERVAL_S / 10)
+
+
+def measure(broker: redis.Redis, workers: int, plans: int, steps: int) -> Result:
     """Warm up, then alternate agentq and raw rounds; the median seconds of each."""
-    broker = redis.Redis.from_url(broker_url())
     agentq_round(1, WARMUP_STEPS)
     raw_round(broker, 1, WARMUP_STEPS)
-    agentq_s: list[float] = []
-    raw_s: list[float] = []
+    seconds: dict[str, list[float]] = {"agentq": [], "raw": []}
     for i in range(ROUNDS):
-        agentq_s.append(agentq_round(plans, steps))
-        raw_s.append(raw_round(broker, plans, steps))
-        print(f"round {i + 1}: agentq {agentq_s[-1]:.2f} s, raw Celery {raw_s[-1]:.2f} s")
-    broker.close()
-    return Result(workers, plans, steps, statistics.median(agentq_s), statistics.median(raw_s))
+        wait_until_idle(broker)
+        seconds["agentq"].append(agentq_round(plans, steps))
+        wait_until_idle(broker)
+        seconds["raw"].append(raw_round(broker, plans, steps))
+        print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in seconds.items()))
+    wait_until_idle(broker)
+    agentq_s, raw_s = (statistics.median(seconds[k]) for k in ("agentq", "raw"))
+    return Result(workers, plans, steps, agentq_s, raw_s)
 
 
 def report(r: Result) -> None:
     """Print the table and the one-line summary."""
-    agentq_rate, raw_rate = r.total / r.agentq_s, r.total / r.raw_s
+    total = r.plans * r.steps
+    agentq_rate, raw_rate = total / r.agentq_s, total / r.raw_s
     rows: list[tuple[str, str]] = [
         ("machine", f"{os.cpu_count()} CPUs, Python {platform.python_version()}"),
         ("workers (steps queue)", f"{r.workers} (+1 coordinator process with beat)"),
-        ("plans / chains", str(r.plans)),
-        ("steps per plan", str(r.steps)),
-        ("total steps", str(r.total)),
+        ("plans x steps per plan", f"{r.plans} x {r.steps} = {total} steps (raw: chains x tasks)"),
         ("agentq seconds (median)", f"{r.agentq_s:.2f}"),
         ("agentq steps/s", f"{agentq_rate:.1f}"),
         ("raw Celery seconds (median)", f"{r.raw_s:.2f}"),
@@ -203,13 +210,14 @@ def summary(r: Result, agentq_rate: float, raw_rate: float) -> str:
     )
 
 
-def with_engine(data_dir: Path | None, workers: int, body: Callable[[], None]) -> None:
-    """Run `body` against an engine on `data_dir` (default: a temp dir, removed afterwards)."""
+def with_engine(data_dir: Path | None, workers: int, body: Callable[[redis.Redis], None]) -> None:
+    """Run `body(broker)` against an engine on `data_dir` (default: a temp dir, removed after)."""
     root = data_dir or Path(tempfile.mkdtemp(prefix="agentq-bench-"))
     try:
         stack = start_engine(root, worker_concurrency=workers)
         try:
-            body()
+            with redis.Redis.from_url(queue.broker_url()) as broker:
+                body(broker)
         finally:
             stack.stop()
     finally:
@@ -233,7 +241,7 @@ def main() -> None:
     with_engine(
         args.data_dir,
         args.workers,
-        lambda: report(measure(args.workers, args.plans, args.steps)),
+        lambda broker: report(measure(broker, args.workers, args.plans, args.steps)),
     )
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import engine_dir
+
 pytestmark = pytest.mark.acceptance
 AGENTQ = shutil.which("agentq") or ""
 
@@ -36,12 +38,18 @@ def agentq(home: Path, *args: str, timeout_s: float = 120) -> subprocess.Complet
     )
 
 
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """AGENTQ_HOME outside pytest's private tmp root (see tests/integration/conftest.py)."""
+    yield from engine_dir()
+
+
 def test_agentq_is_installed() -> None:
     assert AGENTQ, "the agentq console script is not on PATH: pip install -e '.[test]'"
 
 
-def test_demo_submits_the_right_totals(tmp_path: Path) -> None:
-    result = agentq(tmp_path, "demo", timeout_s=300)
+def test_demo_submits_the_right_totals(home: Path) -> None:
+    result = agentq(home, "demo", timeout_s=300)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "offline (deterministic, no model)" in out
@@ -51,20 +59,20 @@ def test_demo_submits_the_right_totals(tmp_path: Path) -> None:
     assert "replan_budget_spent" in out
     assert "agentq review respond" in out
     assert re.search(r"total 488\.87 EUR, cost centre CC-4410", out), out
-    assert not (tmp_path / "demo" / "stack.json").exists()  # the demo stopped its stack
+    assert not (home / "demo" / "stack.json").exists()  # the demo stopped its stack
 
 
-def test_commands_without_a_stack_say_how_to_start_one(tmp_path: Path) -> None:
-    result = agentq(tmp_path, "runs")
+def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
+    result = agentq(home, "runs")
     assert result.returncode == 2
     assert "agentq up" in result.stdout and "DATABASE_URL" in result.stdout
 
 
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+def up(home: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     proc = subprocess.Popen(
         [AGENTQ, "up"],
-        env=_env(tmp_path),
+        env=_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -78,7 +86,7 @@ def up(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
             proc.kill()
             pytest.fail(f"agentq up did not start:\n{seen}")
         seen += line
-    yield tmp_path, proc
+    yield home, proc
     if proc.poll() is None:
         proc.kill()
         proc.wait()

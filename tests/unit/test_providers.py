@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from models.errors import ProviderError
+from models.references import references
 from worker.providers import (
     ChatProvider,
     ModelRequest,
@@ -22,7 +23,6 @@ from worker.providers import (
     Purpose,
     make_provider,
 )
-from worker.references import references
 from worker.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 

@@ -8,6 +8,16 @@ from models.errors import ConfigurationError
 from models.settings import Settings
 
 
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only this test's variables: the integration tests export a whole stack's settings."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("AGENTQ_") or key in ("DATABASE_URL", "BROKER_URL"):
+            monkeypatch.delenv(key)
+
+
 def test_defaults_hold_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings()
     assert s.model_request_timeout_s * s.model_max_attempts < s.step_time_limit_s

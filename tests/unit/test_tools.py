@@ -12,7 +12,7 @@ import pytest
 from pydantic import Field
 
 from models.errors import RetryableToolError, ToolArgumentsError, ToolError
-from worker.references import references, resolve
+from models.references import references, resolve
 from worker.tools import (
     DEFAULT_TOOL_MODULES,
     Fallback,

@@ -24,7 +24,7 @@ from typing import Any
 from models.errors import ToolArgumentsError
 
 _ANY_REFERENCE = re.compile(r"\$\{((?:steps|facts)\.[^}]*)\}")
-_NAME = r"[A-Za-z0-9_]+"  # as models/plans.py REFERENCE
+_NAME = r"[A-Za-z0-9_]+"
 _STEP = re.compile(rf"steps\.(?P<step>{_NAME})(?:\.(?P<key>{_NAME}))?")
 _FACT = re.compile(rf"facts\.(?P<fact>{_NAME})")
 
