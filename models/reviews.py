@@ -5,7 +5,8 @@ Reviewers claim with `FOR UPDATE SKIP LOCKED`, so two reviewers never get the sa
 second decision raises `IllegalTransition` and changes nothing), and the run resumes or ends:
 
 - approve: retry the failed step once more (a new plan version with a fresh copy spliced in after
-  it), or re-plan when there was no plan yet, or carry on when no step failed;
+  it), or re-plan when there was no plan yet, or carry on when no step failed; approving a spent
+  wall-time or token budget grants the run that budget again, once;
 - edit: the reviewer's steps replace every step that has not run yet;
 - respond: the answer becomes the result of the failed step's name (a `human` step), so the steps
   that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`;
@@ -25,6 +26,9 @@ from models import transitions
 from models.errors import NotFound
 from models.plans import PlanSpec, StepSpec, add_answer_step, add_plan_version, current_steps
 from models.tables import Escalation, PinnedFact, Run, Step
+
+# Approving an escalation for a spent budget grants the run that budget once more.
+BUDGET_REASONS = {"wall_time_budget_spent": "wall_time", "token_budget_spent": "tokens"}
 
 
 def get_escalation(session: Session, escalation_id: int) -> Escalation:
@@ -76,6 +80,8 @@ def approve(
         session, escalation_id, decision="approve", reviewer=reviewer, comment=comment
     )
     run = _locked_run(session, esc.run_id)
+    if esc.reason in BUDGET_REASONS:
+        transitions.grant_budget(session, esc.run_id, what=BUDGET_REASONS[esc.reason])
     if run.plan_version == 0:
         transitions.start_planning(session, esc.run_id, expected="waiting_review")
         return run

@@ -38,6 +38,7 @@ RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
         ("waiting_review", "planning"),
         ("waiting_review", "running"),
         ("waiting_review", "failed"),
+        ("waiting_review", "waiting_review"),  # a reviewer grants a spent budget again
     }
     | {(status, "cancelled") for status in RUN_ACTIVE}
 )

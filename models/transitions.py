@@ -176,6 +176,24 @@ def escalate(
     return session.get(Escalation, escalation_id) if escalation_id else None
 
 
+def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
+    """Give a run waiting for review its `what` budget again ("tokens" or "wall_time").
+
+    Tokens: the limit grows by its original size on top of what was used; wall time: the deadline
+    moves to now plus the run's wall-time budget. Only a run in `waiting_review` can be granted.
+    """
+    values: dict[str, Any] = (
+        {"tokens_limit": Run.tokens_used + Run.tokens_limit}
+        if what == "tokens"
+        else {
+            "deadline_at": utcnow() + sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
+        }
+    )
+    run = _guarded(session, Run, run_id, to="waiting_review", expected=["waiting_review"], **values)
+    record_event(session, run_id, "run.budget_granted", budget=what)
+    return run
+
+
 def record_usage(session: Session, run_id: int, *, tokens: int, cost_usd: float) -> None:
     """Add a model call's reported usage to the run's spend."""
     session.execute(

@@ -73,6 +73,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         facts: dict[str, str] | None = None,
         start: bool = True,
         goal: str = "integration test",
+        wall_time_s: float | None = None,
     ) -> int:
         from ops.cli import tool_names
 
@@ -86,6 +87,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
                 facts=facts,
                 plan=plan,
                 replans=replans,
+                wall_time_s=wall_time_s,
             )
             run_id = run.id or 0
         if start:

@@ -179,3 +179,22 @@ def test_worker_killed_mid_step_is_recovered_by_the_reconciler(
     for step in steps:
         outcomes = [a.outcome for a in _attempts(step.id or 0)]
         assert outcomes.count("succeeded") == 1
+
+
+def test_spent_wall_time_escalates_and_approval_grants_it_again(make_run: MakeRun) -> None:
+    run_id = make_run(
+        [{"name": "slow", "kind": "tool", "tool": "sleep", "args": {"seconds": 3.5}}, _noop("b")],
+        wall_time_s=3,
+    )
+    run = wait_for_run(run_id)
+    assert run.status == "waiting_review"
+    (esc,) = _escalations(run_id)
+    assert esc.reason == "wall_time_budget_spent"
+    assert [s.status for s in run_steps(run_id)] == ["succeeded", "pending"]  # state kept
+    with session_scope() as session:
+        reviews.approve(session, esc.id or 0, reviewer="rita", max_attempts=3)
+    queue.send(TASK_COORDINATE, run_id)
+    run = wait_for_run(run_id, ("succeeded", "failed"))
+    assert run.status == "succeeded"
+    assert run.deadline_at is not None and run.finished_at is not None
+    assert run.finished_at < run.deadline_at
