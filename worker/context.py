@@ -1,0 +1,170 @@
+"""Working memory: the context of one model call, assembled from rows under a token budget.
+
+Layers, highest priority first (they are placed in this order too):
+
+1. the instructions (system);
+2. the run state: goal, pinned facts, budgets (never trimmed);
+3. the ledger: the plan with every step's status and the results of done steps, verbatim;
+4. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
+   the room left;
+5. the rolling summary of older turns;
+6. the most recent turns, verbatim, newest first until the budget is spent;
+7. the task: what this call must do now (never trimmed).
+
+Long tool results are shortened before anything else (`shorten`). Layers 1-3 and 7 never shrink:
+if they alone overflow the budget, `ContextOverflow` is raised and nothing is sent. Token counts
+come from the rows (counted once with tiktoken when written); per-message overhead follows
+OpenAI's cookbook ("How to count tokens with tiktoken": 3 per message, 3 to prime the reply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from models.errors import AgentqError
+
+TOKENS_PER_MESSAGE: Final = 3
+REPLY_PRIMING_TOKENS: Final = 3
+SHORTENED_MARK: Final = (
+    "\n… [shortened: {dropped} of {total} tokens left out; full text in {where}] …\n"
+)
+
+
+class ContextOverflow(AgentqError):
+    """The never-trimmed layers (instructions, run state, ledger, task) exceed the budget."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One message-to-be: its role, text and token count (without per-message overhead).
+
+    `ref` is the id of the row it came from (a turn's message id), when it has one.
+    """
+
+    role: str
+    text: str
+    tokens: int
+    ref: int | None = None
+
+    @property
+    def cost(self) -> int:
+        """Tokens this piece costs as a message, overhead included."""
+        return self.tokens + TOKENS_PER_MESSAGE
+
+
+@dataclass(frozen=True)
+class Layers:
+    """Everything a call could carry, before the budget decides."""
+
+    instructions: Piece
+    state: Piece
+    ledger: Piece
+    task: Piece
+    recalled: Sequence[Piece] = ()
+    summary: Piece | None = None
+    summary_covers_through: int = 0
+    turns: Sequence[Piece] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """The assembled messages and what was left out.
+
+    `uncovered` are dropped turns newer than the summary's coverage: the caller should fold them
+    into a new summary and assemble again.
+    """
+
+    messages: list[dict[str, str]]
+    tokens: int
+    budget: int
+    recalled_used: int
+    turns_used: int
+    uncovered: list[Piece] = field(default_factory=list)
+
+
+def usable_budget(
+    *, context_window: int, reserved_output: int, tool_schema_tokens: int, safety_margin: float
+) -> int:
+    """Tokens the prompt may use: the window minus reserved output and tool schemas, less a margin.
+
+    The margin covers the difference between our count and the server's (a chat template's own
+    tokens, tool-schema formatting). Raises ValueError when nothing is left.
+    """
+    room = int((context_window - reserved_output - tool_schema_tokens) * (1 - safety_margin))
+    if room <= 0:
+        raise ValueError(
+            f"no room for a prompt: window {context_window}, reserved output {reserved_output}, "
+            f"tool schemas {tool_schema_tokens}, margin {safety_margin:.0%}"
+        )
+    return room
+
+
+def shorten(piece: Piece, *, max_tokens: int, where: str, count: Callable[[str], int]) -> Piece:
+    """`piece` cut to about `max_tokens` (its head and tail kept), or unchanged if it fits.
+
+    Only the shortened text is re-counted; the marker says how much was left out and where the
+    full text lives (a row), so nothing is lost, only kept out of this prompt.
+    """
+    if piece.tokens <= max_tokens:
+        return piece
+    keep_chars = max(1, len(piece.text) * max_tokens // (2 * piece.tokens))
+    dropped = piece.tokens - max_tokens
+    mark = SHORTENED_MARK.format(dropped=dropped, total=piece.tokens, where=where)
+    text = piece.text[:keep_chars] + mark + piece.text[-keep_chars:]
+    return Piece(piece.role, text, count(text), piece.ref)
+
+
+def assemble(layers: Layers, *, budget: int, recall_share: float = 0.3) -> Context:
+    """Fit `layers` into `budget` tokens (see the module docstring for the order)."""
+    fixed = [layers.instructions, layers.state, layers.ledger, layers.task]
+    used = REPLY_PRIMING_TOKENS + sum(p.cost for p in fixed)
+    if used > budget:
+        raise ContextOverflow(
+            f"instructions, run state, ledger and task need {used} tokens; the budget is {budget}"
+        )
+    recalled = _take_in_order(layers.recalled, int((budget - used) * recall_share))
+    used += sum(p.cost for p in recalled)
+    summary = layers.summary if layers.summary and used + layers.summary.cost <= budget else None
+    used += summary.cost if summary else 0
+    recent = _newest_that_fit(layers.turns, budget - used)
+    used += sum(p.cost for p in recent)
+    dropped = list(layers.turns[: len(layers.turns) - len(recent)])
+    ordered = [layers.instructions, layers.state, layers.ledger, *recalled]
+    ordered += [summary] if summary else []
+    ordered += [*recent, layers.task]
+    return Context(
+        messages=[_message(p) for p in ordered],
+        tokens=used,
+        budget=budget,
+        recalled_used=len(recalled),
+        turns_used=len(recent),
+        uncovered=[p for p in dropped if (p.ref or 0) > layers.summary_covers_through],
+    )
+
+
+def _take_in_order(pieces: Sequence[Piece], room: int) -> list[Piece]:
+    taken: list[Piece] = []
+    for piece in pieces:
+        if piece.cost > room:
+            continue  # a smaller, less relevant item may still fit
+        taken.append(piece)
+        room -= piece.cost
+    return taken
+
+
+def _newest_that_fit(turns: Sequence[Piece], room: int) -> list[Piece]:
+    kept: list[Piece] = []
+    for piece in reversed(turns):
+        if piece.cost > room:
+            break  # keep the recent window contiguous
+        kept.append(piece)
+        room -= piece.cost
+    return kept[::-1]
+
+
+def _message(piece: Piece) -> dict[str, str]:
+    # Chat APIs accept `tool` messages only as answers to tool calls; results go in as user text.
+    role = "user" if piece.role == "tool" else piece.role
+    return {"role": role, "content": piece.text}
