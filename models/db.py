@@ -13,9 +13,10 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from models.errors import ConfigurationError
+from models.errors import ConfigurationError, DatabaseError
 from models.settings import get_settings
 
 _engines: dict[tuple[int, str], Engine] = {}
@@ -57,11 +58,17 @@ def dispose_engines() -> None:
 
 @contextmanager
 def session_scope(url: str | None = None) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error."""
+    """A session that commits on success and rolls back on error.
+
+    Driver errors become `DatabaseError` (its message is the server's, without the statement).
+    """
     with Session(get_engine(url), expire_on_commit=False) as session:
         try:
             yield session
             session.commit()
+        except DBAPIError as exc:  # translated once, here, at the database boundary
+            session.rollback()
+            raise DatabaseError(f"database error: {exc.orig or exc}") from exc
         except BaseException:
             session.rollback()
             raise

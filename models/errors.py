@@ -32,6 +32,18 @@ class IllegalTransition(AgentqError):
         super().__init__(f"{table} {row_id}: {state}, expected {expected}; nothing was changed")
 
 
+class ClaimedByAnother(AgentqError):
+    """Another reviewer has claimed this escalation."""
+
+
+class InvalidInput(AgentqError):
+    """A value given to agentq is not allowed; the message names the field and what is."""
+
+
+class DatabaseError(AgentqError):
+    """The database refused or failed a statement."""
+
+
 class BudgetExhausted(AgentqError):
     """A run's budget has no room left for this charge."""
 

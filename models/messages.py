@@ -15,7 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel, col, select
 
+from models.settings import get_settings
 from models.tables import utcnow
+from models.tokens import count_tokens
 
 ROLES = ("user", "assistant", "tool")
 
@@ -63,10 +65,12 @@ def add_message(
     user_id: str,
     role: str,
     content: str,
-    token_count: int,
     step_id: int | None = None,
 ) -> Message:
-    """Append one turn; `token_count` is its tiktoken count. Raises ValueError for a bad role."""
+    """Append one turn, counting its tokens once (tiktoken, the configured model's encoding).
+
+    Raises ValueError for a role other than user, assistant or tool.
+    """
     if role not in ROLES:
         raise ValueError(f"message role {role!r}: allowed {', '.join(ROLES)}")
     message = Message(
@@ -75,7 +79,7 @@ def add_message(
         step_id=step_id,
         role=role,
         content=content,
-        token_count=token_count,
+        token_count=count_tokens(content, get_settings().model),
     )
     session.add(message)
     session.flush()

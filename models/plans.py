@@ -8,14 +8,14 @@ and nothing is half-written. Steps pass data with references in their tool args:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlmodel import Session, select
 
 from models.errors import InvalidPlan, ToolArgumentsError
-from models.references import references
+from models.references import referenced_facts, references
 from models.tables import PlanVersion, Run, Step, utcnow
 
 MAX_PLAN_STEPS: Final = 50
@@ -48,11 +48,24 @@ class PlanSpec(BaseModel):
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_PLAN_STEPS)
 
 
-def parse_plan(data: Any, *, tools: Collection[str], earlier: Collection[str] = ()) -> PlanSpec:
+ArgsCheck = Callable[[str, dict[str, Any]], list[str]]
+
+
+def parse_plan(
+    data: Any,
+    *,
+    tools: Collection[str],
+    earlier: Collection[str] = (),
+    facts: Collection[str] | None = None,
+    check_args: ArgsCheck | None = None,
+) -> PlanSpec:
     """Validate `data` (a dict, or JSON text) into a plan whose tools and references exist.
 
-    `earlier` names the results available before the first step (a replan's done steps).
-    Raises `InvalidPlan` with every problem found, each naming the step and field.
+    `earlier` names the results available before the first step (a replan's done steps);
+    `facts`, when given, the pinned facts that `${facts.KEY}` may name; `check_args(tool, args)`
+    returns the problems of a tool call's arguments (the tool registry's check). Step names must
+    be unique within the plan. Raises `InvalidPlan` with every problem found, each naming the
+    step and field.
     """
     try:
         plan = (
@@ -63,6 +76,15 @@ def parse_plan(data: Any, *, tools: Collection[str], earlier: Collection[str] = 
     except ValidationError as exc:
         raise InvalidPlan(_describe(exc)) from exc
     problems = list(_plan_problems(plan, tools=tools, earlier=earlier))
+    problems += _names_problems(plan)
+    problems += _facts_problems(plan, facts)
+    if check_args is not None:
+        problems += [
+            f"steps.{i}.args: {problem}"
+            for i, step in enumerate(plan.steps)
+            if step.tool in tools
+            for problem in check_args(step.tool or "", step.args)
+        ]
     if problems:
         raise InvalidPlan("; ".join(problems))
     return plan
@@ -88,6 +110,27 @@ def _plan_problems(
         for name in referenced - available:
             yield f"steps.{i}.args: refers to step {name!r}, which does not come before it"
         available.add(step.name)
+
+
+def _names_problems(plan: PlanSpec) -> list[str]:
+    seen: set[str] = set()
+    problems = []
+    for i, step in enumerate(plan.steps):
+        if step.name in seen:
+            problems.append(f"steps.{i}.name: {step.name!r} is used twice; names must be unique")
+        seen.add(step.name)
+    return problems
+
+
+def _facts_problems(plan: PlanSpec, facts: Collection[str] | None) -> list[str]:
+    if facts is None:
+        return []
+    known = ", ".join(sorted(facts)) or "none"
+    return [
+        f"steps.{i}.args: refers to fact {name!r}, which is not pinned (pinned: {known})"
+        for i, step in enumerate(plan.steps)
+        for name in sorted(referenced_facts(step.args) - set(facts))
+    ]
 
 
 def current_steps(session: Session, run: Run) -> list[Step]:

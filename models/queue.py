@@ -25,6 +25,8 @@ TASK_PLAN: Final = "agentq.plan"
 TASK_REPLAN: Final = "agentq.replan"
 TASK_EXECUTE_STEP: Final = "agentq.execute_step"
 TASK_SYNTHESIZE: Final = "agentq.synthesize"
+TASK_REMEMBER_RUN: Final = "agentq.remember_run"
+TASK_EXPIRE_MEMORY: Final = "agentq.expire_memory"
 TASK_RAW_NOOP: Final = "agentq.raw_noop"  # benchmark baseline: a plain Celery task
 
 ROUTES: Final = {
@@ -34,6 +36,8 @@ ROUTES: Final = {
     TASK_REPLAN: {"queue": QUEUE_STEPS},
     TASK_EXECUTE_STEP: {"queue": QUEUE_STEPS},
     TASK_SYNTHESIZE: {"queue": QUEUE_STEPS},
+    TASK_REMEMBER_RUN: {"queue": QUEUE_STEPS},
+    TASK_EXPIRE_MEMORY: {"queue": QUEUE_COORDINATOR},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 

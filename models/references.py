@@ -67,6 +67,20 @@ def references(args: Any) -> set[str]:
     return set()
 
 
+def referenced_facts(args: Any) -> set[str]:
+    """The pinned-fact keys that `args` (any JSON value) refers to with `${facts.KEY}`.
+
+    Raises `ToolArgumentsError` when a reference is malformed.
+    """
+    if isinstance(args, dict):
+        return set().union(*(referenced_facts(value) for value in args.values()))
+    if isinstance(args, list):
+        return set().union(*(referenced_facts(item) for item in args))
+    if isinstance(args, str):
+        return {ref.fact for ref in _parse_all(args) if ref.fact is not None}
+    return set()
+
+
 def _walk(value: Any, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
         return {key: _walk(item, results, facts) for key, item in value.items()}

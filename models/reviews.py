@@ -18,13 +18,23 @@ The caller commits, then sends `agentq.coordinate` for the run.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from sqlmodel import Session, select
 
 from models import transitions
-from models.errors import NotFound
-from models.plans import PlanSpec, StepSpec, add_answer_step, add_plan_version, current_steps
+from models.errors import InvalidInput, NotFound
+from models.messages import add_message
+from models.plans import (
+    ArgsCheck,
+    StepSpec,
+    add_answer_step,
+    add_plan_version,
+    current_steps,
+    parse_plan,
+)
+from models.runs import pinned_facts
 from models.tables import Escalation, PinnedFact, Run, Step
 
 # Approving an escalation for a spent budget grants the run that budget once more.
@@ -76,14 +86,12 @@ def approve(
     comment: str | None = None,
 ) -> Run:
     """Decide `approve` (see the module docstring); returns the run."""
-    esc = transitions.decide_escalation(
-        session, escalation_id, decision="approve", reviewer=reviewer, comment=comment
-    )
+    esc = _decide(session, escalation_id, decision="approve", reviewer=reviewer, comment=comment)
     run = _locked_run(session, esc.run_id)
     if esc.reason in BUDGET_REASONS:
         transitions.grant_budget(session, esc.run_id, what=BUDGET_REASONS[esc.reason])
     if run.plan_version == 0:
-        transitions.start_planning(session, esc.run_id, expected="waiting_review")
+        transitions.requeue_run(session, esc.run_id)
         return run
     failed = session.get(Step, esc.step_id) if esc.step_id else None
     if failed is None or failed.status != "failed":
@@ -117,25 +125,33 @@ def edit(
     escalation_id: int,
     *,
     reviewer: str,
-    plan: PlanSpec,
+    plan: Any,
+    tools: Collection[str],
     max_attempts: int,
+    check_args: ArgsCheck | None = None,
     comment: str | None = None,
 ) -> Run:
-    """Decide `edit`: `plan` (validated by the caller) replaces the steps not yet run."""
-    esc = transitions.decide_escalation(
-        session, escalation_id, decision="edit", reviewer=reviewer, comment=comment
-    )
-    run = _locked_run(session, esc.run_id)
+    """Decide `edit`: `plan` (JSON text or a dict, `{"steps": [...]}`) replaces the steps not yet
+    run. It is validated first (`parse_plan`: `tools`, `check_args`, the run's pinned facts, and
+    the results of its succeeded steps as earlier names); `InvalidPlan` changes nothing."""
+    run = _locked_run(session, get_escalation(session, escalation_id).run_id)
     steps = current_steps(session, run)
-    done = [s for s in steps if s.status in ("succeeded", "failed")]
+    spec = parse_plan(
+        plan,
+        tools=tools,
+        check_args=check_args,
+        facts=set(pinned_facts(session, run.id or 0)),
+        earlier={s.name for s in steps if s.status == "succeeded"},
+    )
+    esc = _decide(session, escalation_id, decision="edit", reviewer=reviewer, comment=comment)
     for step in steps:
         if step.status in ("pending", "queued"):
             transitions.cancel_step(session, step.id or 0)
     add_plan_version(
         session,
         run,
-        before=done,
-        new=plan.steps,
+        before=[s for s in steps if s.status in ("succeeded", "failed")],
+        new=spec.steps,
         after=[],
         created_by="reviewer",
         reason=f"edited by {reviewer}",
@@ -155,7 +171,7 @@ def respond(
     comment: str | None = None,
 ) -> Run:
     """Decide `respond` with `answer` (a JSON object) for what the run could not find."""
-    esc = transitions.decide_escalation(
+    esc = _decide(
         session,
         escalation_id,
         decision="respond",
@@ -168,7 +184,7 @@ def respond(
     if failed is None:
         session.add(PinnedFact(run_id=run.id or 0, key="reviewer_answer", value=json.dumps(answer)))
         if run.plan_version == 0:
-            transitions.start_planning(session, esc.run_id, expected="waiting_review")
+            transitions.requeue_run(session, esc.run_id)
         else:
             _resume(session, run, run.plan_version)
         return run
@@ -191,14 +207,41 @@ def respond(
 
 def reject(session: Session, escalation_id: int, *, reviewer: str, comment: str) -> Run:
     """Decide `reject`: the run fails with the comment; steps not yet run are cancelled."""
-    esc = transitions.decide_escalation(
-        session, escalation_id, decision="reject", reviewer=reviewer, comment=comment
-    )
+    if not comment.strip():
+        raise InvalidInput("reject: --comment is required and must not be empty")
+    esc = _decide(session, escalation_id, decision="reject", reviewer=reviewer, comment=comment)
     run = _locked_run(session, esc.run_id)
     for step in current_steps(session, run):
         if step.status in ("pending", "queued"):
             transitions.cancel_step(session, step.id or 0)
     return transitions.fail_run(session, esc.run_id, error=f"rejected by {reviewer}: {comment}")
+
+
+def _decide(
+    session: Session,
+    escalation_id: int,
+    *,
+    decision: str,
+    reviewer: str,
+    comment: str | None,
+    answer: dict[str, Any] | None = None,
+) -> Escalation:
+    """Decide the escalation and add the reviewer's words to the run's turns."""
+    get_escalation(session, escalation_id)  # NotFound before anything else
+    esc = transitions.decide_escalation(
+        session,
+        escalation_id,
+        decision=decision,
+        reviewer=reviewer,
+        comment=comment,
+        answer=answer,
+    )
+    said = f"Reviewer {reviewer} decided to {decision}"
+    said += f" with the answer {json.dumps(answer)}" if answer is not None else ""
+    said += f": {comment}" if comment else "."
+    user_id = _locked_run(session, esc.run_id).user_id
+    add_message(session, run_id=esc.run_id, user_id=user_id, role="user", content=said)
+    return esc
 
 
 def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
@@ -207,6 +250,8 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
     A JSON object is taken as it is. Any other value (`0.95`, `"yes"`) becomes `{key: value}` when
     the failed tool declares exactly one result key, else `{"answer": value}`.
     """
+    if not text.strip():
+        raise InvalidInput("respond: --answer must not be empty")
     try:
         value: Any = json.loads(text)
     except json.JSONDecodeError:

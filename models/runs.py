@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -9,12 +10,13 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models import transitions
-from models.errors import NotFound
+from models.errors import InvalidInput, NotFound
 from models.plans import PlanSpec, add_plan_version, current_steps
 from models.settings import Settings
 from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
 
 FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
+USER_ID_MAX_CHARS = 200
 
 
 def submit_run(
@@ -35,6 +37,7 @@ def submit_run(
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
     skips the planning call. The caller commits, then sends `agentq.coordinate`.
     """
+    _check_submission(goal=goal, user_id=user_id, facts=facts or {})
     wall = wall_time_s if wall_time_s is not None else settings.default_wall_time_budget_s
     run = Run(
         user_id=user_id,
@@ -64,6 +67,18 @@ def submit_run(
         transitions.resume_run(session, run_id, expected="queued", plan_version=1)
     session.flush()
     return run
+
+
+def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None:
+    if not goal.strip():
+        raise InvalidInput("goal: must not be empty")
+    if not user_id.strip() or len(user_id) > USER_ID_MAX_CHARS:
+        raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
+    for key, value in facts.items():
+        if not re.match(FACT_KEY_PATTERN, key) or not value:
+            raise InvalidInput(
+                f"fact {key!r}: keys match {FACT_KEY_PATTERN} and values are not empty"
+            )
 
 
 def get_run(session: Session, run_id: int) -> Run:

@@ -63,6 +63,21 @@ class Settings(BaseSettings):
     default_cost_budget_usd: float = Field(default=1.0, ge=0)
     default_wall_time_budget_s: float = Field(default=3600.0, gt=0)
 
+    embedding_provider: Literal["local", "openai", "hash"] = "local"
+    embedding_model: str | None = Field(default=None, description="Provider's default if unset.")
+    embedding_dim: int | None = Field(default=None, ge=1, le=4096)
+    context_window_tokens: int = Field(default=128_000, ge=1024)
+    reserved_output_tokens: int = Field(default=4_096, ge=64)
+    context_safety_margin: float = Field(default=0.05, ge=0, lt=0.5)
+    tool_result_max_tokens: int = Field(default=1_000, ge=50)
+    summary_max_tokens: int = Field(default=800, ge=50)
+    recall_facts_k: int = Field(default=5, ge=0, le=100)
+    recall_episodes_k: int = Field(default=3, ge=0, le=100)
+    recall_share: float = Field(default=0.3, gt=0, le=1)
+    recall_min_similarity: float | None = Field(default=None, ge=-1, le=1)
+    fact_ttl_s: dict[str, float] = {"event": 30 * 86_400.0}
+    memory_expiry_interval_s: float = Field(default=3_600.0, gt=0)
+
     worker_concurrency: int = Field(default=2, ge=1)
     tool_modules: list[str] = ["worker.tools.builtin", "worker.tools.expenses"]
 
@@ -76,6 +91,11 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_timeout_ladder(self) -> Settings:
         check_timeout_ladder(self)
+        if self.reserved_output_tokens >= self.context_window_tokens:
+            raise ConfigurationError(
+                f"AGENTQ_RESERVED_OUTPUT_TOKENS ({self.reserved_output_tokens}) must be less than "
+                f"AGENTQ_CONTEXT_WINDOW_TOKENS ({self.context_window_tokens})"
+            )
         return self
 
 

@@ -35,7 +35,7 @@ RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
         ("replanning", "waiting_review"),
         ("synthesizing", "succeeded"),
         ("synthesizing", "waiting_review"),
-        ("waiting_review", "planning"),
+        ("waiting_review", "queued"),  # approved or answered before any plan: plan again
         ("waiting_review", "running"),
         ("waiting_review", "failed"),
         ("waiting_review", "waiting_review"),  # a reviewer grants a spent budget again

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import Session, col, select
 
-from models.errors import BudgetExhausted, IllegalTransition
+from models.errors import BudgetExhausted, ClaimedByAnother, IllegalTransition
 from models.states import MOVES, RUN_ACTIVE
 from models.tables import Escalation, Run, RunEvent, Step, StepAttempt, utcnow
 
@@ -72,9 +72,14 @@ def _run(session: Session, run_id: int, *, to: str, expected: Iterable[str], **v
 # --- runs --------------------------------------------------------------------------------------
 
 
-def start_planning(session: Session, run_id: int, *, expected: str = "queued") -> Run:
-    """queued (or waiting_review, after a reviewer's approval) -> planning."""
-    return _run(session, run_id, to="planning", expected=[expected])
+def start_planning(session: Session, run_id: int) -> Run:
+    """queued -> planning."""
+    return _run(session, run_id, to="planning", expected=["queued"])
+
+
+def requeue_run(session: Session, run_id: int) -> Run:
+    """waiting_review -> queued: a reviewer let a run with no plan yet try planning again."""
+    return _run(session, run_id, to="queued", expected=["waiting_review"])
 
 
 def resume_run(session: Session, run_id: int, *, expected: str, plan_version: int) -> Run:
@@ -194,12 +199,19 @@ def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
     return run
 
 
-def record_usage(session: Session, run_id: int, *, tokens: int, cost_usd: float) -> None:
-    """Add a model call's reported usage to the run's spend."""
+def record_usage(
+    session: Session, run_id: int, *, tokens: int, cost_usd: float, provider: str
+) -> None:
+    """Add a model call's reported usage to the run's spend; `provider` labels the run with the
+    provider that actually answered (the workers', not the submitter's configuration)."""
     session.execute(
         sa.update(Run)
-        .where(Run.id == run_id)  # type: ignore[arg-type]
-        .values(tokens_used=Run.tokens_used + tokens, cost_used_usd=Run.cost_used_usd + cost_usd)
+        .where(col(Run.id) == run_id)
+        .values(
+            tokens_used=Run.tokens_used + tokens,
+            cost_used_usd=Run.cost_used_usd + cost_usd,
+            provider=provider,
+        )
     )
 
 
@@ -369,19 +381,33 @@ def decide_escalation(
     comment: str | None = None,
     answer: dict[str, Any] | None = None,
 ) -> Escalation:
-    """open | claimed -> decided. A second decision raises `IllegalTransition`."""
-    esc = _guarded(
-        session,
-        Escalation,
-        escalation_id,
-        to="decided",
-        expected=["open", "claimed"],
-        decision=decision,
-        decided_by=reviewer,
-        decided_at=utcnow(),
-        comment=comment,
-        answer=answer,
-    )
+    """open, or claimed by `reviewer` -> decided. A second decision, or a decision on an
+    escalation another reviewer has claimed, raises `IllegalTransition` and changes nothing."""
+    mine = sa.or_(col(Escalation.status) == "open", col(Escalation.claimed_by) == reviewer)
+    try:
+        esc = _guarded(
+            session,
+            Escalation,
+            escalation_id,
+            to="decided",
+            expected=["open", "claimed"],
+            where=[mine],
+            why=f"(claimed by {reviewer})",
+            decision=decision,
+            decided_by=reviewer,
+            decided_at=utcnow(),
+            comment=comment,
+            answer=answer,
+        )
+    except IllegalTransition as exc:
+        holder = session.scalar(
+            sa.select(col(Escalation.claimed_by)).where(col(Escalation.id) == escalation_id)
+        )
+        if exc.found == "claimed":
+            raise ClaimedByAnother(
+                f"escalation {escalation_id} is claimed by {holder}; only {holder} can decide it"
+            ) from exc
+        raise
     record_event(
         session,
         esc.run_id,

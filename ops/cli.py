@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from kombu.exceptions import OperationalError as BrokerUnreachable
 from rich.console import Console
 from rich.live import Live
+from rich.text import Text
 from sqlmodel import col, select
 
 from models import queue, reviews
@@ -28,22 +30,56 @@ from models.plans import PlanSpec, parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import FACT_KEY_PATTERN, get_run, submit_run
 from models.settings import get_settings
-from models.states import RUN_TERMINAL
+from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.tables import Run
 from ops import views
-from ops.stack import read_stack_file
+from ops.stack import LocalStack, read_stack_file
 
+REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
-review_app = typer.Typer(help="Work the human-review queue.", no_args_is_help=True)
+review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)
 app.add_typer(review_app, name="review")
 console = Console()
 WATCH_INTERVAL_S = 0.5
+SUPERVISE_INTERVAL_S = 1.0
+PG_INT_MAX = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
+WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
+
+
+def not_blank(value: str | None) -> str | None:
+    """Typer callback: refuse an empty or all-blank value (None, not given, passes)."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+def run_status(value: str | None) -> str | None:
+    """Typer callback: refuse anything but a run status, naming the allowed ones."""
+    if value is not None and value not in RUN_STATUSES:
+        raise typer.BadParameter(
+            f"{value!r} is not a run status; use one of {', '.join(RUN_STATUSES)}"
+        )
+    return value
+
+
+RunId = Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Run id.")]
+EscalationId = Annotated[
+    int, typer.Argument(min=1, max=PG_INT_MAX, help="Escalation id (see `agentq review list`).")
+]
+Comment = Annotated[
+    str | None, typer.Option(callback=not_blank, help="Why; shown with the decision.")
+]
 
 
 def connect() -> None:
-    """Point this process at the configured stack, or at the running `agentq up`."""
+    """Point this process at the configured stack, or at the running `agentq up`.
+
+    Raises `ConfigurationError` when a database URL is set but no broker URL (checked before
+    anything is written), or when neither is set and no `agentq up` runs.
+    """
     settings = get_settings()
     if os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url:
+        queue.broker_url(settings)
         return
     state = read_stack_file(settings.home)
     if state is None:
@@ -84,43 +120,99 @@ def parse_facts(pairs: list[str]) -> dict[str, str]:
     return facts
 
 
-def read_plan(path: Path) -> PlanSpec:
-    """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools."""
+def read_plan_text(path: Path) -> str:
+    """The text of a plan file; raises `ConfigurationError` naming the file if it cannot be read
+    or is not UTF-8."""
     try:
-        text = path.read_text()
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(f"--plan {path}: {exc.strerror}") from exc
-    return parse_plan(text, tools=tool_names())
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"--plan {path}: not UTF-8 text (byte {exc.start}); save the plan as UTF-8 JSON"
+        ) from exc
+
+
+def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
+    """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools,
+    their arguments and the pinned `facts`; raises `ConfigurationError` or `InvalidPlan`."""
+    from worker.tools import argument_problems
+
+    text = read_plan_text(path)
+    return parse_plan(text, tools=tool_names(), facts=set(facts), check_args=argument_problems)
+
+
+def announce(run_id: int, done: str) -> None:
+    """Print `done` once `agentq.coordinate` is sent for the run. Call after the commit: when
+    the broker is down, the run is safe in Postgres and the reconciler sends the message once the
+    broker is back, so that is said, and is not an error."""
+    try:
+        queue.send(TASK_COORDINATE, run_id)
+    except (BrokerUnreachable, OSError):
+        console.print(
+            Text(
+                f"{done}; the broker could not be reached — the reconciler will send it when it "
+                "is back",
+                style="yellow",
+            )
+        )
+        return
+    console.print(done)
 
 
 @app.command()
 def up(
     workers: Annotated[
         int | None,
-        typer.Option(min=1, help="Worker processes (default AGENTQ_WORKER_CONCURRENCY)."),
+        typer.Option(min=1, max=256, help="Worker processes (default AGENTQ_WORKER_CONCURRENCY)."),
     ] = None,
 ) -> None:
-    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat."""
+    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat.
+
+    A process that dies is started again (with a warning). Ctrl-C stops everything, letting
+    running steps finish first; Ctrl-C again stops at once.
+    """
     from ops.local import start_engine
 
     home = get_settings().home
-    console.print(f"starting agentq in [bold]{home}[/] …")
+    console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
     stack = start_engine(home, worker_concurrency=workers or get_settings().worker_concurrency)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    console.print(Text("agentq is up", style="green"))
     console.print(
-        f"[green]agentq is up[/]\n  database  {os.environ['AGENTQ_DATABASE_URL']}\n"
-        f"  broker    {os.environ['AGENTQ_BROKER_URL']}\n  logs      {home / 'logs'}\n"
-        f"  provider  {views.provider_label(get_settings().provider)}\n"
-        'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
+        Text(
+            f"  database  {os.environ['AGENTQ_DATABASE_URL']}\n"
+            f"  broker    {os.environ['AGENTQ_BROKER_URL']}\n  logs      {home / 'logs'}\n"
+            f"  provider  {views.provider_label(get_settings().provider)}\n"
+            'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
+        )
     )
     try:
-        while True:
-            time.sleep(1)
+        supervise(stack)
     except KeyboardInterrupt:
-        console.print("stopping …")
+        console.print("stopping: waiting for running steps to finish (Ctrl-C again to force) …")
     finally:
-        stack.stop()
+        try:
+            stack.stop()
+        except KeyboardInterrupt:
+            console.print("forced: running steps were killed; the reconciler retries them")
         console.print("stopped.")
+
+
+def supervise(stack: LocalStack) -> None:
+    """Every second, start again each process of `stack` that exited, with a warning naming it,
+    its exit code and its log. Returns only by an exception (KeyboardInterrupt, StackError)."""
+    while True:
+        time.sleep(SUPERVISE_INTERVAL_S)
+        for name in stack.restart_dead():
+            code = stack.last_exit_code(name)
+            console.print(
+                Text(
+                    f"warning: {name} exited with code {code} and was started again; "
+                    f"see {stack.log_path(name)}",
+                    style="yellow",
+                )
+            )
 
 
 @app.command()
@@ -133,19 +225,26 @@ def migrate() -> None:
 
 @app.command()
 def submit(
-    goal: Annotated[str, typer.Argument(help="What the agent should achieve.")],
-    user: Annotated[str, typer.Option(help="Who the run belongs to.")] = "local",
+    goal: Annotated[str, typer.Argument(callback=not_blank, help="What the agent should achieve.")],
+    user: Annotated[
+        str, typer.Option(callback=not_blank, help="Who the run belongs to.")
+    ] = "local",
     fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
     plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
-    replans: Annotated[int | None, typer.Option(min=0, help="Replan budget.")] = None,
-    tokens: Annotated[int | None, typer.Option(min=0, help="Token budget.")] = None,
-    wall_time: Annotated[float | None, typer.Option(min=1, help="Wall-time budget, s.")] = None,
+    replans: Annotated[
+        int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
+    ] = None,
+    tokens: Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")] = None,
+    wall_time: Annotated[
+        float | None,
+        typer.Option(min=1, max=WALL_TIME_MAX_S, help="Wall-time budget, s (at most 30 days)."),
+    ] = None,
     watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
 ) -> None:
     """Submit a goal; prints the run id."""
     connect()
     facts = parse_facts(fact)
-    spec = read_plan(plan) if plan else None
+    spec = read_plan(plan, facts) if plan else None
     with session_scope() as session:
         run = submit_run(
             session,
@@ -159,17 +258,23 @@ def submit(
             wall_time_s=wall_time,
         )
         run_id = run.id or 0
-    queue.send(TASK_COORDINATE, run_id)
-    console.print(f"run [bold]{run_id}[/] submitted")
+    announce(run_id, f"run {run_id} submitted")
     if watch_run:
         raise typer.Exit(watch_until_settled(run_id))
 
 
 @app.command()
 def runs(
-    status: Annotated[str | None, typer.Option(help="Only runs in this status.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            callback=run_status, help=f"Only runs in this status: {', '.join(RUN_STATUSES)}."
+        ),
+    ] = None,
     user: Annotated[str | None, typer.Option(help="Only this user's runs.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1000, help="How many runs to show, newest first.")
+    ] = 20,
 ) -> None:
     """List the newest runs."""
     connect()
@@ -183,8 +288,8 @@ def runs(
 
 
 @app.command()
-def status(run_id: Annotated[int, typer.Argument(help="Run id.")]) -> None:
-    """Show one run: budgets, pinned facts, plan and steps, escalation, answer."""
+def status(run_id: RunId) -> None:
+    """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
     connect()
     with session_scope() as session:
         console.print(views.run_panel(session, get_run(session, run_id)))
@@ -203,13 +308,15 @@ def watch_until_settled(run_id: int) -> int:
             if settled:
                 break
             time.sleep(WATCH_INTERVAL_S)
+    if not console.is_terminal:  # Live ends a terminal render with a newline, but not a pipe's
+        console.line()
     if final_status == "waiting_review":
         console.print("waiting for review: see `agentq review list`")
     return 1 if final_status in ("failed", "cancelled") else 0
 
 
 @app.command()
-def watch(run_id: Annotated[int, typer.Argument(help="Run id.")]) -> None:
+def watch(run_id: RunId) -> None:
     """A live table of the run's steps until it ends or waits for review."""
     connect()
     raise typer.Exit(watch_until_settled(run_id))
@@ -231,8 +338,9 @@ def review_list(
 
 
 @review_app.command("show")
-def review_show(escalation_id: int) -> None:
-    """Why a run escalated: the failing step, its error, the budget used, the pinned facts."""
+def review_show(escalation_id: EscalationId) -> None:
+    """Why a run escalated: the failing step and its error, the budget used, the pinned facts,
+    and the decision once there is one."""
     connect()
     with session_scope() as session:
         console.print(
@@ -242,7 +350,7 @@ def review_show(escalation_id: int) -> None:
 
 @review_app.command("claim")
 def review_claim() -> None:
-    """Claim the oldest open escalation for yourself."""
+    """Claim the oldest open escalation for yourself ($AGENTQ_REVIEWER, else your login name)."""
     connect()
     with session_scope() as session:
         esc = reviews.claim_next(session, reviewer=reviewer_name())
@@ -252,16 +360,13 @@ def review_claim() -> None:
         console.print(views.escalation_panel(session, esc))
 
 
-def _decided(run_id: int, what: str) -> None:
-    queue.send(TASK_COORDINATE, run_id)
-    console.print(f"escalation decided: {what}; run {run_id} resumes")
-
-
 @review_app.command("approve")
-def review_approve(escalation_id: int, comment: str | None = None) -> None:
-    """Approve: retry the failed step once more (or re-plan, or carry on)."""
+def review_approve(escalation_id: EscalationId, comment: Comment = None) -> None:
+    """Approve: retry the failed step once more (or re-plan, or carry on). Recorded as
+    $AGENTQ_REVIEWER, else your login name."""
     connect()
     with session_scope() as session:
+        reviews.get_escalation(session, escalation_id)
         run = reviews.approve(
             session,
             escalation_id,
@@ -269,27 +374,35 @@ def review_approve(escalation_id: int, comment: str | None = None) -> None:
             comment=comment,
             max_attempts=get_settings().step_max_attempts,
         )
-    _decided(run.id or 0, "approved")
+    announce(run.id or 0, f"escalation decided: approved; run {run.id} resumes")
 
 
 @review_app.command("reject")
 def review_reject(
-    escalation_id: int, comment: Annotated[str, typer.Option(help="Why (required).")]
+    escalation_id: EscalationId,
+    comment: Annotated[
+        str, typer.Option(callback=not_blank, help="Why (required; the run fails with it).")
+    ],
 ) -> None:
-    """Reject: the run fails with your comment."""
+    """Reject: the run fails with your comment. Recorded as $AGENTQ_REVIEWER, else your login
+    name."""
     connect()
     with session_scope() as session:
+        reviews.get_escalation(session, escalation_id)
         run = reviews.reject(session, escalation_id, reviewer=reviewer_name(), comment=comment)
     console.print(f"escalation decided: rejected; run {run.id} failed")
 
 
 @review_app.command("respond")
 def review_respond(
-    escalation_id: int,
-    answer: Annotated[str, typer.Option(help="The answer: JSON, or a plain value.")],
-    comment: str | None = None,
+    escalation_id: EscalationId,
+    answer: Annotated[
+        str, typer.Option(callback=not_blank, help="The answer: JSON, or a plain value.")
+    ],
+    comment: Comment = None,
 ) -> None:
-    """Answer what the run could not find; it becomes the failed step's result."""
+    """Answer what the run could not find; it becomes the failed step's result. Recorded as
+    $AGENTQ_REVIEWER, else your login name."""
     connect()
     with session_scope() as session:
         esc = reviews.get_escalation(session, escalation_id)
@@ -301,28 +414,33 @@ def review_respond(
             comment=comment,
             answer=reviews.answer_from_text(answer, returns=returns),
         )
-    _decided(run.id or 0, "answered")
+    announce(run.id or 0, f"escalation decided: answered; run {run.id} resumes")
 
 
 @review_app.command("edit")
 def review_edit(
-    escalation_id: int,
+    escalation_id: EscalationId,
     plan: Annotated[Path, typer.Option(help="JSON file: the steps that replace those not run.")],
-    comment: str | None = None,
+    comment: Comment = None,
 ) -> None:
-    """Edit the plan: your steps replace every step that has not run yet."""
+    """Edit the plan: your steps replace every step that has not run yet. Recorded as
+    $AGENTQ_REVIEWER, else your login name."""
+    from worker.tools import argument_problems
+
     connect()
-    spec = read_plan(plan)
     with session_scope() as session:
+        reviews.get_escalation(session, escalation_id)
         run = reviews.edit(
             session,
             escalation_id,
             reviewer=reviewer_name(),
-            plan=spec,
+            plan=read_plan_text(plan),
+            tools=tool_names(),
+            check_args=argument_problems,
             comment=comment,
             max_attempts=get_settings().step_max_attempts,
         )
-    _decided(run.id or 0, "plan edited")
+    announce(run.id or 0, f"escalation decided: plan edited; run {run.id} resumes")
 
 
 @app.command()
@@ -338,7 +456,8 @@ def main() -> None:
     try:
         app()
     except AgentqError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        # Text, not markup: messages quote user input and patterns such as `^[a-z]{0,99}$`.
+        console.print(Text.assemble(("error:", "red"), " ", str(exc)))
         sys.exit(2)
 
 

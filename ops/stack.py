@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 STACK_FILE_NAME = "stack.json"
 REDIS_NAME = "redis"
-STOP_GRACE_SECONDS = 10.0
+STOP_GRACE_SECONDS = 30.0  # how long `stop` lets running steps finish (a Celery warm shutdown)
 REDIS_START_TIMEOUT_SECONDS = 10.0
 POLL_INTERVAL_SECONDS = 0.05
 LOG_TAIL_LINES = 20
@@ -81,6 +81,9 @@ def _is_live(pid: object, started_at: object) -> bool:
 class _Child:
     popen: subprocess.Popen[bytes]
     log_offset_bytes: int  # where this run's output starts in the appended log
+    argv: list[str]
+    env: dict[str, str]
+    last_exit_code: int | None = None  # of the process `restart_dead` replaced
 
 
 class LocalStack:
@@ -137,8 +140,26 @@ class LocalStack:
                 )  # fmt: skip
             except OSError as exc:
                 raise StackError(f"cannot start {name} ({argv[0]}): {exc}") from exc
-            self._children[name] = _Child(popen, offset)
+            last = old.popen.returncode if old is not None else None
+            self._children[name] = _Child(popen, offset, list(argv), dict(env), last)
         return popen
+
+    def restart_dead(self) -> list[str]:
+        """Start again, with the same argv and env, every child that has exited; returns their
+        names (see `last_exit_code`). Whatever a dead child left in its process group (a Celery
+        pool process) is killed first. Raises `StackError` if one cannot be started again."""
+        dead = [name for name, child in self._children.items() if _has_exited(child.popen)]
+        for name in dead:
+            child = self._children[name]
+            _reap(child.popen)
+            self.start_process(name, child.argv, child.env)
+        return dead
+
+    def last_exit_code(self, name: str) -> int | None:
+        """The exit code of the process `name` that `restart_dead` last replaced (negative: the
+        signal that killed it); None if it was never restarted."""
+        child = self._children.get(name)
+        return None if child is None else child.last_exit_code
 
     def celery_argv(
         self, app: str, queue: str, *, concurrency: int, hostname: str, beat: bool = False,
@@ -162,7 +183,8 @@ class LocalStack:
             raise StackError(f"no process named {name!r} was started")
         deadline = time.monotonic() + timeout_s
         while text not in self._read_log(name):
-            if (code := self._children[name].popen.poll()) is not None:
+            if _has_exited(popen := self._children[name].popen):
+                code = _reap(popen)
                 raise self._failure(name, f"exited with code {code} before logging {text!r}")
             if time.monotonic() > deadline:
                 raise self._failure(name, f"did not log {text!r} within {timeout_s} s")
@@ -172,11 +194,23 @@ class LocalStack:
         """The log of process `name`: `<data>/logs/<name>.log`, appended to across runs."""
         return self.data_dir / "logs" / f"{name}.log"
 
-    def stop(self) -> None:
-        """SIGTERM the children (a Celery warm shutdown; SIGKILL after 10 s), then stop Redis,
-        then Postgres (`pg_ctl stop -w`, fast mode), and remove `stack.json`. Idempotent."""
-        _terminate([c.popen for n, c in self._children.items() if n != REDIS_NAME])
-        _terminate([c.popen for n, c in self._children.items() if n == REDIS_NAME])
+    def stop(self, grace_s: float = STOP_GRACE_SECONDS) -> None:
+        """Stop the children, then Redis, then Postgres (`pg_ctl stop -w`, fast mode), and remove
+        `stack.json`. Idempotent.
+
+        Each child's main process alone gets SIGTERM: for Celery that is a warm shutdown, which
+        stops taking messages and lets the running tasks finish (signalling the whole group would
+        kill the pool processes mid-task: `WorkerLostError`). After `grace_s` seconds its process
+        group gets SIGKILL, as does anything it leaves behind. A KeyboardInterrupt while waiting
+        (a second Ctrl-C) kills them at once; the services are still stopped, then it propagates.
+        """
+        try:
+            _terminate([c.popen for n, c in self._children.items() if n != REDIS_NAME], grace_s)
+        finally:
+            self._stop_services(grace_s)
+
+    def _stop_services(self, grace_s: float) -> None:
+        _terminate([c.popen for n, c in self._children.items() if n == REDIS_NAME], grace_s)
         self._children.clear()
         try:
             if self._postgres is not None:
@@ -292,21 +326,38 @@ def _die_with_parent() -> None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _terminate(popens: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each process group, wait up to STOP_GRACE_SECONDS in all, then SIGKILL."""
+def _terminate(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM each main process, wait up to `grace_s` seconds in all for them to exit, then
+    SIGKILL each process group (those still running, and what the others left) and reap."""
     for popen in popens:
-        _signal_group(popen, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for popen in popens:
-        try:
-            popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(popen, signal.SIGKILL)
-            popen.wait()
+        if not _has_exited(popen):  # a zombie still holds its pid: the signal cannot go astray
+            os.kill(popen.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    try:
+        while not all(_has_exited(p) for p in popens) and time.monotonic() < deadline:
+            time.sleep(POLL_INTERVAL_SECONDS)
+    finally:
+        for popen in popens:
+            _reap(popen)
 
 
-def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    if popen.poll() is not None:
-        return  # reaped: its group id may already belong to another process
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(popen.pid, sig)
+def _has_exited(popen: subprocess.Popen[bytes]) -> bool:
+    """Whether the child has exited, without reaping it: until it is reaped its pid, and so
+    its process group id, cannot be reused, so the group can still be signalled safely."""
+    if popen.returncode is not None:
+        return True
+    try:
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, popen.pid, flags) is not None
+    except ChildProcessError:  # reaped already, by someone else: settle its returncode
+        popen.poll()
+        return True
+
+
+def _reap(popen: subprocess.Popen[bytes]) -> int:
+    """SIGKILL the child's process group (the child, if still running, and anything it left),
+    then reap the child; returns its exit code."""
+    if popen.returncode is None:  # not reaped: the group id is still the child's
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+    return popen.wait()

@@ -1,19 +1,27 @@
-"""Rich renderings of runs, steps and escalations for the CLI. Reads rows; changes nothing."""
+"""Rich renderings of runs, steps and escalations for the CLI. Reads rows; changes nothing.
+
+Every value that comes from a user or the database goes into a `rich.text.Text`, never into a
+markup string: a goal like `fix the [bold] tag [/]` is shown as typed instead of being parsed as
+Rich markup (which mangles it, or raises `MarkupError` for every later `agentq runs`). The
+`render_*` functions are pure (rows in, renderable out); the `*_panel` functions read what they
+need with the session first.
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 from sqlmodel import Session, col, select
 
 from models.plans import current_steps
 from models.runs import pinned_facts
+from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
 
 STATUS_STYLE = {
@@ -32,6 +40,10 @@ STATUS_STYLE = {
     "decided": "green",
 }
 CELL_MAX_CHARS = 70
+DETAIL_MAX_CHARS = 400
+USER_MAX_WIDTH = 12  # columns; a long user name is cut with an ellipsis in the runs table
+# Escalation detail keys shown in their own rows (or, for `replans`, from the run's row).
+DETAIL_SHOWN_ELSEWHERE = ("step", "error", "tool", "replans")
 
 
 def styled(status: str) -> Text:
@@ -45,15 +57,39 @@ def short(value: Any, limit: int = CELL_MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def age(since: datetime | None) -> str:
-    """`since` as a short age, e.g. `42s`, `3m`, `2h`."""
+def cell(value: Any, limit: int = CELL_MAX_CHARS, style: str = "") -> Text:
+    """`short(value, limit)` as literal text: brackets in it are shown, not parsed as markup."""
+    return Text(short(value, limit), style=style)
+
+
+def span(seconds: float) -> str:
+    """A duration as a short age, e.g. `42s`, `3m`, `2h`, `5d` (whole units, rounded down)."""
+    whole = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+def age(since: datetime | None, until: datetime | None = None) -> str:
+    """Time from `since` to `until` (default now) as a `span`; `-` when `since` is None."""
     if since is None:
         return "-"
-    seconds = int((utcnow() - since).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    return span(((until or utcnow()) - since).total_seconds())
+
+
+def utc(moment: datetime) -> str:
+    """`moment` in UTC to the second, e.g. `2026-05-01 12:00:00 UTC`."""
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def compact(n: int) -> str:
+    """An integer in at most 4-5 characters: `950`, `1.2k`, `200k`, `3.4M`."""
+    for suffix, size in (("M", 1_000_000), ("k", 1_000)):
+        if abs(n) >= size:
+            scaled = n / size
+            return f"{scaled:.1f}{suffix}" if abs(scaled) < 10 else f"{int(scaled)}{suffix}"
+    return str(n)
 
 
 def provider_label(provider: str) -> str:
@@ -62,18 +98,21 @@ def provider_label(provider: str) -> str:
 
 
 def runs_table(runs: list[Run]) -> Table:
-    """One line per run."""
-    table = Table("run", "user", "status", "plan v", "replans", "tokens", "age", "goal")
+    """One line per run. Only the user and goal columns wrap, so a status such as
+    `waiting_review` stays whole in an 80-column terminal (the plan version is in `status`)."""
+    table = Table("run", Column("user", max_width=USER_MAX_WIDTH))
+    for header in ("status", "replans", "tokens", "age"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("goal")
     for r in runs:
         table.add_row(
             str(r.id),
-            r.user_id,
+            cell(r.user_id, 40),
             styled(r.status),
-            str(r.plan_version),
             f"{r.replans_used}/{r.replans_limit}",
-            f"{r.tokens_used}/{r.tokens_limit}",
+            f"{compact(r.tokens_used)}/{compact(r.tokens_limit)}",
             age(r.created_at),
-            short(r.goal, 50),
+            cell(r.goal, 50),
         )
     return table
 
@@ -85,40 +124,74 @@ def steps_table(steps: list[Step]) -> Table:
         outcome = s.error if s.status == "failed" else (s.result if s.result else "")
         table.add_row(
             str(i),
-            s.name,
+            Text(s.name),
             s.kind,
-            s.tool or "",
+            Text(s.tool or ""),
             styled(s.status),
             str(s.attempt),
-            short(outcome or ""),
+            cell(outcome or ""),
         )
     return table
 
 
-def run_panel(session: Session, run: Run) -> RenderableType:
+def wall_time(run: Run) -> Text:
+    """The wall-time budget and the deadline (UTC), with the time left while the run is live."""
+    text = f"{run.wall_time_limit_s:g} s"
+    if run.deadline_at is not None:
+        text += f", deadline {utc(run.deadline_at)}"
+        if run.status not in RUN_TERMINAL:
+            left_s = (run.deadline_at - utcnow()).total_seconds()
+            text += f" (in {span(left_s)})" if left_s >= 0 else f" (passed {span(-left_s)} ago)"
+    return Text(text)
+
+
+def facts_text(facts: dict[str, str]) -> Text:
+    """Pinned facts as `k=v, k=v`, or `-`."""
+    return Text(", ".join(f"{k}={v}" for k, v in facts.items()) or "-")
+
+
+def render_run(
+    run: Run, *, facts: dict[str, str], steps: list[Step], escalation: Escalation | None
+) -> RenderableType:
     """Everything about one run: budgets, pinned facts, the current plan, escalation, answer."""
-    facts = pinned_facts(session, run.id or 0)
     head = Table.grid(padding=(0, 2))
-    head.add_row("goal", run.goal)
-    head.add_row("user", run.user_id)
+    head.add_row("goal", Text(run.goal))
+    head.add_row("user", Text(run.user_id))
     head.add_row("status", styled(run.status))
-    head.add_row("provider", provider_label(run.provider))
-    head.add_row("pinned facts", ", ".join(f"{k}={v}" for k, v in facts.items()) or "-")
+    head.add_row("provider", Text(provider_label(run.provider)))
+    head.add_row("pinned facts", facts_text(facts))
     head.add_row(
         "spend",
-        f"replans {run.replans_used}/{run.replans_limit}, tokens {run.tokens_used}/"
-        f"{run.tokens_limit}, cost ${run.cost_used_usd:.4f}/${run.cost_limit_usd:.2f}",
+        Text(
+            f"replans {run.replans_used}/{run.replans_limit}, tokens {run.tokens_used}/"
+            f"{run.tokens_limit}, cost ${run.cost_used_usd:.4f}/${run.cost_limit_usd:.2f}"
+        ),
     )
-    parts: list[RenderableType] = [head, steps_table(current_steps(session, run))]
-    esc = open_escalation(session, run.id or 0)
-    if esc is not None:
-        parts.append(Text(f"escalation {esc.id} ({esc.status}): {esc.reason}", style="magenta"))
+    head.add_row("wall time", wall_time(run))
+    parts: list[RenderableType] = [head, steps_table(steps)]
+    if escalation is not None:
+        parts.append(
+            Text(
+                f"escalation {escalation.id} ({escalation.status}): {escalation.reason}",
+                style="magenta",
+            )
+        )
     if run.error:
         parts.append(Text(f"error: {run.error}", style="red"))
     if run.final_result:
         parts.append(Text("answer: " + str(run.final_result.get("answer", ""))))
     title = f"run {run.id} · plan version {run.plan_version}"
     return Panel(Group(*parts), title=title, title_align="left")
+
+
+def run_panel(session: Session, run: Run) -> RenderableType:
+    """`render_run` for `run`, with its pinned facts, current steps and open escalation."""
+    return render_run(
+        run,
+        facts=pinned_facts(session, run.id or 0),
+        steps=current_steps(session, run),
+        escalation=open_escalation(session, run.id or 0),
+    )
 
 
 def open_escalation(session: Session, run_id: int) -> Escalation | None:
@@ -129,42 +202,74 @@ def open_escalation(session: Session, run_id: int) -> Escalation | None:
 
 
 def escalations_table(rows: list[Escalation]) -> Table:
-    """The review queue, oldest first."""
-    table = Table("id", "run", "reason", "step", "status", "claimed by", "waiting")
+    """The review queue, oldest first; `waiting` stops at the decision for decided ones."""
+    table = Table()
+    for header in ("id", "run", "reason", "step", "status", "claimed by", "waiting"):
+        table.add_column(header, no_wrap=header in ("id", "run", "reason", "status", "waiting"))
     for e in rows:
         table.add_row(
             str(e.id),
             str(e.run_id),
-            e.reason,
-            str(e.detail.get("step", "")),
+            Text(e.reason),
+            cell(e.detail.get("step", ""), 40),
             styled(e.status),
-            e.claimed_by or "",
-            age(e.created_at),
+            Text(e.claimed_by or ""),
+            age(e.created_at, e.decided_at),
         )
     return table
 
 
-def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
-    """Why the run escalated, the failing step and its error, the budget used, pinned facts."""
-    run = session.get(Run, esc.run_id)
-    step = session.get(Step, esc.step_id) if esc.step_id else None
+def render_escalation(
+    esc: Escalation, *, run: Run | None, step: Step | None, facts: dict[str, str]
+) -> RenderableType:
+    """Why the run escalated, the failing step and its error (or the stored error when no step
+    failed), the budget used, pinned facts, and the decision once there is one."""
     grid = Table.grid(padding=(0, 2))
-    grid.add_row("reason", esc.reason)
+    grid.add_row("reason", Text(esc.reason))
     grid.add_row("status", styled(esc.status))
+    if esc.claimed_by and esc.status == "claimed":
+        grid.add_row("claimed by", Text(esc.claimed_by))
     if run is not None:
-        grid.add_row("run", f"{run.id}: {run.goal} ({run.status})")
+        grid.add_row("run", Text(f"{run.id}: {run.goal} ({run.status})"))
         grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")
-        facts = pinned_facts(session, run.id or 0)
-        grid.add_row("pinned facts", ", ".join(f"{k}={v}" for k, v in facts.items()) or "-")
+        grid.add_row("pinned facts", facts_text(facts))
     if step is not None:
-        grid.add_row("failed step", f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
-        grid.add_row("error", Text(step.error or "", style="red"))
+        grid.add_row(
+            "failed step", Text(f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
+        )
+    error = (step.error if step is not None else None) or esc.detail.get("error")
+    if error:
+        grid.add_row("error", cell(error, DETAIL_MAX_CHARS, style="red"))
     for key, value in esc.detail.items():
-        if key not in ("step", "error", "tool", "replans"):
-            grid.add_row(key, short(value, 400))
-    if esc.decision:
-        grid.add_row("decision", f"{esc.decision} by {esc.decided_by}: {esc.comment or ''}")
+        if key not in DETAIL_SHOWN_ELSEWHERE and value not in ("", None, {}, []):
+            grid.add_row(Text(key), cell(value, DETAIL_MAX_CHARS))
+    for label, row in decision_rows(esc):
+        grid.add_row(label, row)
     return Panel(grid, title=f"escalation {esc.id}", title_align="left")
+
+
+def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
+    """`decision`, `answer` and `comment` rows of a decided escalation; [] before that."""
+    if not esc.decision:
+        return []
+    when = f" at {utc(esc.decided_at)}" if esc.decided_at else ""
+    rows = [("decision", Text(f"{esc.decision} by {esc.decided_by}{when}"))]
+    if esc.answer is not None:
+        rows.append(("answer", cell(esc.answer, DETAIL_MAX_CHARS)))
+    if esc.comment:
+        rows.append(("comment", cell(esc.comment, DETAIL_MAX_CHARS)))
+    return rows
+
+
+def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
+    """`render_escalation` for `esc`, with its run, failed step and the run's pinned facts."""
+    run = session.get(Run, esc.run_id)
+    return render_escalation(
+        esc,
+        run=run,
+        step=session.get(Step, esc.step_id) if esc.step_id else None,
+        facts=pinned_facts(session, esc.run_id) if run is not None else {},
+    )
 
 
 def review_queue(session: Session, include_decided: bool = False) -> list[Escalation]:

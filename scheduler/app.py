@@ -12,7 +12,13 @@ from celery.signals import worker_process_init
 
 from models.db import dispose_engines
 from models.logs import configure_logging
-from models.queue import QUEUE_COORDINATOR, TASK_COORDINATE, TASK_RECONCILE, make_celery
+from models.queue import (
+    QUEUE_COORDINATOR,
+    TASK_COORDINATE,
+    TASK_EXPIRE_MEMORY,
+    TASK_RECONCILE,
+    make_celery,
+)
 from models.settings import get_settings
 from scheduler import tasks
 
@@ -22,6 +28,7 @@ app = make_celery("agentq-scheduler", settings)
 app.conf.task_default_queue = QUEUE_COORDINATOR
 app.conf.beat_schedule = {
     "reconcile": {"task": TASK_RECONCILE, "schedule": settings.reconcile_interval_s},
+    "expire-memory": {"task": TASK_EXPIRE_MEMORY, "schedule": settings.memory_expiry_interval_s},
 }
 
 
@@ -35,6 +42,12 @@ def coordinate(run_id: int) -> None:
 def reconcile() -> None:
     """Re-send steps and runs whose messages may have been lost."""
     tasks.reconcile()
+
+
+@app.task(name=TASK_EXPIRE_MEMORY)  # type: ignore[untyped-decorator]
+def expire_memory() -> None:
+    """Close the validity of facts whose time to live has passed."""
+    tasks.expire_memory()
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session, col, select
 
-from models import queue, transitions
+from models import facts, queue, transitions
 from models.db import session_scope
 from models.errors import BudgetExhausted, IllegalTransition
 from models.plans import current_steps, handled_failures
@@ -142,6 +142,15 @@ def reconcile() -> dict[str, int]:
     if any(counts.values()):
         log.info("reconcile", **counts)
     return counts
+
+
+def expire_memory() -> int:
+    """Close the validity of expired facts (`AGENTQ_FACT_TTL_S`); returns how many."""
+    with session_scope() as session:
+        closed = facts.expire(session)
+    if closed:
+        log.info("memory.expired", facts=closed)
+    return closed
 
 
 _PHASE_TASKS = {"planning": TASK_PLAN, "synthesizing": TASK_SYNTHESIZE}

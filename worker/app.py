@@ -18,17 +18,19 @@ from models.queue import (
     TASK_EXECUTE_STEP,
     TASK_PLAN,
     TASK_RAW_NOOP,
+    TASK_REMEMBER_RUN,
     TASK_REPLAN,
     TASK_SYNTHESIZE,
     make_celery,
 )
 from models.settings import get_settings
-from worker import planner, steps, synthesis
+from worker import memory, planner, steps, synthesis
 from worker.tools import load_tool_modules
 
 configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
+memory.check_memory_model()
 app = make_celery("agentq-worker", settings)
 
 
@@ -66,6 +68,12 @@ def execute_step(step_id: int) -> None:
 def synthesize(run_id: int) -> None:
     """Write the final answer of a run."""
     synthesis.synthesize(run_id)
+
+
+@app.task(name=TASK_REMEMBER_RUN)  # type: ignore[untyped-decorator]
+def remember_run(run_id: int) -> None:
+    """Write the episode and facts of a run that ended without synthesis (rejected, cancelled)."""
+    memory.remember_finished_run(run_id)
 
 
 @app.task(name=TASK_RAW_NOOP)  # type: ignore[untyped-decorator]

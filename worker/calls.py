@@ -51,7 +51,9 @@ def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None
     completion = provider().complete(request)
     tokens = completion.prompt_tokens + completion.completion_tokens
     with session_scope() as session:
-        transitions.record_usage(session, run_id, tokens=tokens, cost_usd=0.0)
+        transitions.record_usage(
+            session, run_id, tokens=tokens, cost_usd=0.0, provider=provider().name
+        )
         transitions.record_event(
             session,
             run_id,

@@ -19,9 +19,9 @@ from models.plans import PlanSpec, add_plan_version, current_steps, parse_plan
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from worker.calls import call_model
-from worker.prompts import plan_request, replan_request
-from worker.providers import ModelRequest
-from worker.tools import catalog
+from worker.prompts import Prompt, plan_prompt, replan_prompt
+from worker.tools import argument_problems, catalog
+from worker.working_memory import request_for
 
 log = structlog.get_logger("agentq.worker")
 RAW_OUTPUT_MAX_CHARS = 4000
@@ -34,22 +34,41 @@ class PlanAnswer:
     plan: PlanSpec | None
     raw: str
     error: str
+    budget_spent: bool = False
+
+    @property
+    def reason(self) -> str:
+        """The escalation reason when there is no plan."""
+        return "token_budget_spent" if self.budget_spent else "invalid_plan"
 
 
-def ask_for_plan(run_id: int, request: ModelRequest, *, earlier: set[str]) -> PlanAnswer:
-    """Call the model until its answer validates, at most `plan_max_attempts` times."""
+def ask_for_plan(run_id: int, prompt: Prompt, *, earlier: set[str], facts: set[str]) -> PlanAnswer:
+    """Call the model until its answer validates, at most `plan_max_attempts` times.
+
+    The answer must name registered tools with valid arguments, refer only to earlier steps and
+    pinned facts, and use each step name once. A spent token budget ends the asking at once.
+    """
     tools = [t["name"] for t in catalog()]
+    request = request_for(run_id, prompt)
     messages, raw, error = list(request.messages), "", ""
     for attempt in range(1, get_settings().plan_max_attempts + 1):
         try:
             completion = call_model(run_id, replace(request, messages=list(messages)))
         except (ProviderError, BudgetExhausted) as exc:
-            return PlanAnswer(None, raw, f"{type(exc).__name__}: {exc}")
+            return PlanAnswer(
+                None,
+                raw,
+                f"{type(exc).__name__}: {exc}",
+                budget_spent=isinstance(exc, BudgetExhausted),
+            )
         raw = completion.text
         try:
             if completion.finish_reason == "length":
                 raise InvalidPlan("output was cut off at the token limit (finish_reason=length)")
-            return PlanAnswer(parse_plan(raw, tools=tools, earlier=earlier), raw, "")
+            plan = parse_plan(
+                raw, tools=tools, earlier=earlier, facts=facts, check_args=argument_problems
+            )
+            return PlanAnswer(plan, raw, "")
         except InvalidPlan as exc:
             error = str(exc)
         with session_scope() as session:
@@ -78,8 +97,8 @@ def plan(run_id: int) -> bool:
         if run.status != "planning":
             log.info("plan.skipped", run_id=run_id, status=run.status)
             return False
-        request = plan_request(run.goal, pinned_facts(session, run_id), catalog())
-    answer = ask_for_plan(run_id, request, earlier=set())
+        facts = set(pinned_facts(session, run_id))
+    answer = ask_for_plan(run_id, plan_prompt(run.goal, catalog()), earlier=set(), facts=facts)
     with session_scope() as session:
         locked = transitions.lock_run(session, run_id)
         if locked is None or locked.status != "planning":
@@ -89,7 +108,7 @@ def plan(run_id: int) -> bool:
                 session,
                 run_id,
                 expected="planning",
-                reason="invalid_plan",
+                reason=answer.reason,
                 detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
             )
             return True
@@ -117,8 +136,9 @@ def replan(run_id: int, failed_step_id: int) -> bool:
             return False
         index = steps.index(failed)
         earlier = {s.name for s in steps[:index] if s.status == "succeeded"}
-        request = replan_request(run.goal, pinned_facts(session, run_id), catalog(), steps, failed)
-    answer = ask_for_plan(run_id, request, earlier=earlier)
+        facts = set(pinned_facts(session, run_id))
+        prompt = replan_prompt(run.goal, catalog(), failed)
+    answer = ask_for_plan(run_id, prompt, earlier=earlier, facts=facts)
     with session_scope() as session:
         locked = transitions.lock_run(session, run_id)
         if locked is None or locked.status != "replanning":
@@ -128,7 +148,7 @@ def replan(run_id: int, failed_step_id: int) -> bool:
                 session,
                 run_id,
                 expected="replanning",
-                reason="invalid_plan",
+                reason=answer.reason,
                 step_id=failed_step_id,
                 detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
             )

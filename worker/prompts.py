@@ -1,122 +1,159 @@
-"""Prompts, rebuilt from rows on every model call (DESIGN.md, invariant 3).
+"""What each kind of model call asks: its instructions, its task text, and its payload.
 
-Each builder takes the structured payload (pinned facts, the plan with statuses, results) and
-renders it into chat messages; the payload travels with the request so the offline provider
-answers from the same data the model would see.
+A `Prompt` holds only what is specific to one call; `worker.memory.request_for` adds everything
+rebuilt from rows (run state, pinned facts, the ledger, recalled memory, summary, recent turns)
+under the token budget (DESIGN.md, invariant 3). The payload travels with the request so the
+offline provider answers from the same data the model would see.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from models.plans import PlanSpec
 from models.tables import Step
-from worker.providers import ModelRequest, Purpose
+from worker.providers import Purpose
 
-PLAN_SYSTEM: Final = (
-    "You are the planner of an agent. Break the user's goal into a short plan of steps. "
-    "Each step is either a call of one of the listed tools (kind 'tool', with 'tool' and 'args') "
-    "or a model instruction (kind 'model'). Steps pass data with references in args: "
+PLAN_INSTRUCTIONS: Final = (
+    "You are the planner of an agent. Break the user's goal into a short plan of steps. Each "
+    "step is either a call of one of the listed tools (kind 'tool', with 'tool' and 'args') or a "
+    "model instruction (kind 'model'). Steps pass data with references in args: "
     "'${steps.NAME.KEY}' is KEY of the result of the earlier step NAME, '${facts.KEY}' is a "
-    "pinned fact. Pinned facts are the user's own statements: never change them. "
-    "Answer with JSON only, matching the schema."
+    "pinned fact. Pinned facts are the user's own statements: never change them. Past runs "
+    "recalled below tell you what failed before; avoid repeating a known failure. Answer with "
+    "JSON only, matching the schema."
 )
-REPLAN_SYSTEM: Final = (
-    PLAN_SYSTEM + " A step of the current plan failed. Answer with only the new steps to insert "
-    "right after the failed step; the remaining steps of the plan follow them unchanged."
+REPLAN_INSTRUCTIONS: Final = (
+    PLAN_INSTRUCTIONS + " A step of the current plan failed. Answer with only the new steps to "
+    "insert right after the failed step; the remaining steps of the plan follow them unchanged."
 )
-STEP_SYSTEM: Final = (
+STEP_INSTRUCTIONS: Final = (
     "You carry out one step of a plan. Use the pinned facts and the results of earlier steps. "
     "Answer with the step's result only."
 )
-SYNTHESIZE_SYSTEM: Final = (
+SYNTHESIZE_INSTRUCTIONS: Final = (
     "Write the final answer for the user's goal from the results of the plan's steps. Keep the "
     "pinned facts exactly as stated."
 )
-RESULT_MAX_CHARS: Final = 2000
+EXTRACT_INSTRUCTIONS: Final = (
+    "Extract durable facts about the user and their world from this run: stated preferences, "
+    "profile details, and lessons (a tool that failed and what worked instead). Each fact has a "
+    "subject ('user', 'tool:NAME', ...), an attribute (what about the subject it says, so a "
+    "newer value can replace an older one), a category (preference, profile, knowledge, event) "
+    "and one short sentence of text. Answer with JSON only, matching the schema."
+)
+SUMMARIZE_INSTRUCTIONS: Final = (
+    "Summarize the earlier turns of this run in a few short lines: decisions, results, open "
+    "questions. Keep numbers, names and identifiers exactly."
+)
 
 
-def step_ledger(steps: list[Step]) -> list[dict[str, Any]]:
-    """The plan as the model sees it: each step's name, kind, tool, status, result or error."""
-    return [
-        {
-            "name": s.name,
-            "kind": s.kind,
-            "tool": s.tool,
-            "status": s.status,
-            "instruction": s.instruction,
-            **({"result": s.result} if s.status == "succeeded" else {}),
-            **({"error": s.error} if s.status == "failed" else {}),
-        }
-        for s in steps
-    ]
+class FactSpec(BaseModel):
+    """One extracted fact, as a model writes it."""
+
+    model_config = ConfigDict(extra="forbid")
+    subject: str = Field(min_length=1, max_length=200)
+    attribute: str | None = Field(default=None, max_length=200)
+    category: str = Field(pattern=r"^[a-z][a-z_]{0,39}$")
+    text: str = Field(min_length=1, max_length=1000)
 
 
-def _render(payload: dict[str, Any]) -> str:
-    text = json.dumps(payload, indent=1, default=str)
-    return text
+class FactsSpec(BaseModel):
+    """The answer of a fact-extraction call."""
+
+    model_config = ConfigDict(extra="forbid")
+    facts: list[FactSpec] = Field(max_length=50)
 
 
-def _request(
-    purpose: Purpose, system: str, payload: dict[str, Any], *, schema: bool
-) -> ModelRequest:
-    return ModelRequest(
-        purpose=purpose,
-        messages=[
-            {"role": "system", "content": system},
-            {"role": "user", "content": _render(payload)},
-        ],
-        payload=payload,
-        json_schema=PlanSpec.model_json_schema() if schema else None,
+@dataclass(frozen=True)
+class Prompt:
+    """One call's own part: `query` is the text memory is recalled with (None: no recall)."""
+
+    purpose: Purpose
+    instructions: str
+    task: str
+    payload: dict[str, Any]
+    json_schema: dict[str, Any] | None = None
+    query: str | None = None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=1, default=str, ensure_ascii=False)
+
+
+def plan_prompt(goal: str, tools: list[dict[str, Any]]) -> Prompt:
+    """Ask for a first plan."""
+    task = "Tools you can use:\n" + _json(tools) + "\n\nWrite the plan for the goal."
+    return Prompt(
+        "plan",
+        PLAN_INSTRUCTIONS,
+        task,
+        {"goal": goal, "tools": tools},
+        PlanSpec.model_json_schema(),
+        query=goal,
     )
 
 
-def plan_request(goal: str, facts: dict[str, str], tools: list[dict[str, Any]]) -> ModelRequest:
-    """The request for a first plan."""
-    return _request(
-        "plan", PLAN_SYSTEM, {"goal": goal, "facts": facts, "tools": tools}, schema=True
-    )
-
-
-def replan_request(
-    goal: str,
-    facts: dict[str, str],
-    tools: list[dict[str, Any]],
-    steps: list[Step],
-    failed: Step,
-) -> ModelRequest:
-    """The request for the steps to splice in after `failed`."""
-    payload = {
-        "goal": goal,
-        "facts": facts,
-        "tools": tools,
-        "plan": step_ledger(steps),
-        "failed_step": {
-            "name": failed.name,
-            "tool": failed.tool,
-            "args": failed.args,
-            "error": failed.error,
-            "instruction": failed.instruction,
-        },
+def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Prompt:
+    """Ask for the steps to splice in after `failed`."""
+    failed_step = {
+        "name": failed.name,
+        "tool": failed.tool,
+        "args": failed.args,
+        "error": failed.error,
+        "instruction": failed.instruction,
     }
-    return _request("replan", REPLAN_SYSTEM, payload, schema=True)
+    task = (
+        "Tools you can use:\n"
+        + _json(tools)
+        + "\n\nThis step failed:\n"
+        + _json(failed_step)
+        + "\n\nWrite the steps to insert after it."
+    )
+    payload = {"goal": goal, "tools": tools, "failed_step": failed_step}
+    return Prompt(
+        "replan", REPLAN_INSTRUCTIONS, task, payload, PlanSpec.model_json_schema(), query=goal
+    )
 
 
-def step_request(
-    instruction: str, facts: dict[str, str], results: dict[str, dict[str, Any]]
-) -> ModelRequest:
-    """The request for a model step."""
-    payload = {"instruction": instruction, "facts": facts, "results": results}
-    return _request("step", STEP_SYSTEM, payload, schema=False)
+def step_prompt(instruction: str, results: dict[str, dict[str, Any]]) -> Prompt:
+    """Ask a model step to do its instruction."""
+    payload = {"instruction": instruction, "results": results}
+    return Prompt(
+        "step", STEP_INSTRUCTIONS, f"Do this step: {instruction}", payload, query=instruction
+    )
 
 
-def synthesize_request(goal: str, facts: dict[str, str], steps: list[Step]) -> ModelRequest:
-    """The request for the run's final answer."""
+def synthesize_prompt(goal: str, steps: list[Step]) -> Prompt:
+    """Ask for the run's final answer."""
     results = [
         {"name": s.name, "status": s.status, "result": s.result}
         for s in steps
         if s.status == "succeeded"
     ]
-    payload = {"goal": goal, "facts": facts, "results": results}
-    return _request("synthesize", SYNTHESIZE_SYSTEM, payload, schema=False)
+    task = "Write the final answer for the goal from the plan's results above."
+    return Prompt("synthesize", SYNTHESIZE_INSTRUCTIONS, task, {"goal": goal, "results": results})
+
+
+def extract_prompt(goal: str, failures: list[dict[str, Any]]) -> Prompt:
+    """Ask for the durable facts of a finished run."""
+    task = "Failures in this run and what fixed them:\n" + _json(failures) + "\n\nExtract facts."
+    payload = {"goal": goal, "failures": failures}
+    return Prompt(
+        "extract_facts", EXTRACT_INSTRUCTIONS, task, payload, FactsSpec.model_json_schema()
+    )
+
+
+def summarize_prompt(previous: str | None, turns: list[str], max_chars: int) -> Prompt:
+    """Ask for a new rolling summary: the previous one extended with `turns`."""
+    task = (
+        f"Previous summary:\n{previous or '(none)'}\n\nTurns to fold in:\n"
+        + "\n---\n".join(turns)
+        + f"\n\nWrite the new summary in at most {max_chars} characters."
+    )
+    payload = {"previous": previous, "turns": turns, "max_chars": max_chars}
+    return Prompt("summarize", SUMMARIZE_INSTRUCTIONS, task, payload)

@@ -8,9 +8,7 @@ without a model. Every completion it makes says `offline=True` so no one mistake
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
@@ -18,12 +16,9 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from models.errors import ProviderError
-from worker.tools.registry import find_playbook
 
-Purpose = Literal["plan", "replan", "step", "synthesize"]
+Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_facts"]
 PROVIDER_NAMES = ("offline", "openai")
-OFFLINE_PREFIX = "[offline] "
-SYNTHESIS_LINE_MAX_CHARS = 200
 # OpenAI's rule of thumb for English text (about 4 characters a token); tiktoken comes later.
 CHARS_PER_TOKEN_ESTIMATE = 4
 
@@ -62,40 +57,6 @@ class ChatProvider(Protocol):
     name: str
 
     def complete(self, request: ModelRequest) -> Completion: ...
-
-
-class OfflineProvider:
-    """A deterministic stand-in for a model, reading `request.purpose` and `request.payload`.
-
-    - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>}` if one matches the goal, else one
-      model step `answer` whose instruction is the goal;
-    - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "error",
-      "instruction"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as one step
-      with the failed step's name, else the failed step once more (the engine bounds replans);
-    - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`;
-    - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
-      one line `name: <compact JSON, at most 200 chars>` per succeeded step.
-
-    Token counts are estimates: ceil(chars / 4) per message and for the answer. Playbooks exist
-    once their tool modules are loaded (`load_tool_modules`); until then every plan is `answer`.
-    """
-
-    name = "offline"
-
-    def complete(self, request: ModelRequest) -> Completion:
-        """Answer `request`; raises `ProviderError` if its payload lacks what the purpose needs."""
-        try:
-            text = _OFFLINE_ANSWERS[request.purpose](request.payload)
-        except (KeyError, TypeError) as exc:
-            raise ProviderError(f"offline {request.purpose}: malformed payload ({exc!r})") from exc
-        return Completion(
-            text=text,
-            model="offline",
-            prompt_tokens=_estimate_messages(request),
-            completion_tokens=_estimate_tokens(text),
-            finish_reason="stop",
-            offline=True,
-        )
 
 
 class OpenAIProvider:
@@ -153,8 +114,8 @@ class OpenAIProvider:
         return Completion(
             text=text,
             model=response.model or self.model,
-            prompt_tokens=usage.prompt_tokens if usage else _estimate_messages(request),
-            completion_tokens=usage.completion_tokens if usage else _estimate_tokens(text),
+            prompt_tokens=usage.prompt_tokens if usage else estimate_messages(request),
+            completion_tokens=usage.completion_tokens if usage else estimate_tokens(text),
             finish_reason=choice.finish_reason or "unknown",
             offline=False,
         )
@@ -174,6 +135,8 @@ def make_provider(
     The offline provider ignores every other argument.
     """
     if name == "offline":
+        from worker.offline import OfflineProvider
+
         return OfflineProvider()
     if name == "openai":
         return OpenAIProvider(
@@ -196,69 +159,11 @@ def _response_format(request: ModelRequest) -> Any:
     }
 
 
-def _estimate_tokens(text: str) -> int:
+def estimate_tokens(text: str) -> int:
+    """Tokens of `text` estimated at 4 characters each, for servers that report no usage."""
     return math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
 
 
-def _estimate_messages(request: ModelRequest) -> int:
-    return sum(_estimate_tokens(message["content"]) for message in request.messages)
-
-
-def _offline_plan(payload: Mapping[str, Any]) -> str:
-    goal: str = payload["goal"]
-    steps = find_playbook(goal)
-    if steps is None:
-        steps = [{"name": "answer", "instruction": goal, "kind": "model", "tool": None, "args": {}}]
-    return json.dumps({"steps": steps})
-
-
-def _offline_replan(payload: Mapping[str, Any]) -> str:
-    failed: Mapping[str, Any] = payload["failed_step"]
-    tool_name = failed.get("tool")
-    fallbacks = {entry["name"]: entry.get("fallback") for entry in payload.get("tools", [])}
-    fallback = fallbacks.get(tool_name) if tool_name else None
-    if fallback is not None:
-        step = {
-            "name": failed["name"],
-            "instruction": f"Use {fallback['tool']} instead of {tool_name}",
-            "kind": "tool",
-            "tool": fallback["tool"],
-            "args": fallback["args"],
-        }
-    else:
-        step = {
-            "name": failed["name"],
-            "instruction": failed.get("instruction", ""),
-            "kind": "tool" if tool_name else "model",
-            "tool": tool_name,
-            "args": failed.get("args", {}),
-        }
-    return json.dumps({"steps": [step]})
-
-
-def _offline_step(payload: Mapping[str, Any]) -> str:
-    return OFFLINE_PREFIX + str(payload["instruction"])
-
-
-def _offline_synthesize(payload: Mapping[str, Any]) -> str:
-    lines = [
-        f"{entry['name']}: {_compact(entry.get('result'))}"
-        for entry in payload["results"]
-        if entry.get("status") == "succeeded"
-    ]
-    return OFFLINE_PREFIX + ("\n".join(lines) if lines else "no step succeeded")
-
-
-def _compact(value: Any) -> str:
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    if len(text) <= SYNTHESIS_LINE_MAX_CHARS:
-        return text
-    return text[: SYNTHESIS_LINE_MAX_CHARS - 3] + "..."
-
-
-_OFFLINE_ANSWERS = {
-    "plan": _offline_plan,
-    "replan": _offline_replan,
-    "step": _offline_step,
-    "synthesize": _offline_synthesize,
-}
+def estimate_messages(request: ModelRequest) -> int:
+    """The estimate of `estimate_tokens` over every message of `request`."""
+    return sum(estimate_tokens(message["content"]) for message in request.messages)

@@ -7,6 +7,7 @@ done and does nothing. The outcome is written only by the attempt that holds the
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from dataclasses import dataclass
@@ -24,13 +25,15 @@ from models.errors import (
     RetryableToolError,
     ToolError,
 )
+from models.messages import add_message
 from models.references import resolve
 from models.runs import done_results, get_run, pinned_facts, tries_of_name
 from models.settings import get_settings
 from models.tables import Step
 from worker.calls import call_model
-from worker.prompts import step_request
+from worker.prompts import step_prompt
 from worker.tools import ToolContext, get_tool
+from worker.working_memory import request_for
 
 log = structlog.get_logger("agentq.worker")
 
@@ -103,7 +106,7 @@ def _describe(exc: BaseException) -> str:
 def _run(claimed: Claimed) -> dict[str, Any]:
     step = claimed.step
     if step.kind == "model":
-        request = step_request(step.instruction, claimed.facts, claimed.results)
+        request = request_for(step.run_id, step_prompt(step.instruction, claimed.results))
         completion = call_model(step.run_id, request, step_id=step.id)
         return {"text": completion.text, "model": completion.model, "offline": completion.offline}
     tool = get_tool(step.tool or "")
@@ -124,6 +127,15 @@ def record(step: Step, outcome: Outcome) -> bool:
     step_id, attempt = step.id or 0, step.attempt
     with session_scope() as session:
         try:
+            if outcome.kind != "retry":
+                add_message(
+                    session,
+                    run_id=step.run_id,
+                    user_id=get_run(session, step.run_id).user_id,
+                    step_id=step_id,
+                    role="assistant" if step.kind == "model" else "tool",
+                    content=turn_text(step, outcome),
+                )
             if outcome.kind == "succeeded":
                 transitions.complete_step(
                     session, step_id, attempt=attempt, result=outcome.result or {}
@@ -136,6 +148,16 @@ def record(step: Step, outcome: Outcome) -> bool:
             log.warning("execute_step.lost_lease", step_id=step_id, reason=str(exc))
             return False
     return True
+
+
+def turn_text(step: Step, outcome: Outcome) -> str:
+    """The step's outcome as a conversation turn: a model's text, or a tool call and its result."""
+    if outcome.kind == "failed":
+        return f"step {step.name} ({step.tool or step.kind}) failed: {outcome.error}"
+    result = outcome.result or {}
+    if step.kind == "model":
+        return str(result.get("text", ""))
+    return f"step {step.name}: {step.tool}({json.dumps(step.args)}) -> {json.dumps(result)}"
 
 
 def retry_countdown_s(attempt: int) -> float:

@@ -8,9 +8,11 @@ from models import transitions
 from models.db import session_scope
 from models.errors import BudgetExhausted, IllegalTransition, ProviderError
 from models.plans import current_steps
-from models.runs import get_run, pinned_facts, results_by_name
+from models.runs import get_run, results_by_name
 from worker.calls import call_model
-from worker.prompts import synthesize_request
+from worker.memory import remember_run
+from worker.prompts import synthesize_prompt
+from worker.working_memory import request_for
 
 log = structlog.get_logger("agentq.worker")
 
@@ -20,7 +22,9 @@ def synthesize(run_id: int) -> bool:
 
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
-    wording. A provider failure or a spent budget escalates the run instead.
+    wording. Before the run is marked succeeded, its episode and facts are remembered
+    (`worker.memory.remember_run`; a failure there is recorded, not raised). A provider failure or
+    a spent budget escalates the run instead.
     """
     with session_scope() as session:
         run = get_run(session, run_id)
@@ -28,9 +32,9 @@ def synthesize(run_id: int) -> bool:
             log.info("synthesize.skipped", run_id=run_id, status=run.status)
             return False
         steps = current_steps(session, run)
-        request = synthesize_request(run.goal, pinned_facts(session, run_id), steps)
+        goal = run.goal
     try:
-        completion = call_model(run_id, request)
+        completion = call_model(run_id, request_for(run_id, synthesize_prompt(goal, steps)))
     except (ProviderError, BudgetExhausted) as exc:
         with session_scope() as session:
             transitions.escalate(
@@ -46,6 +50,7 @@ def synthesize(run_id: int) -> bool:
         "offline": completion.offline,
         "outputs": results_by_name(steps),
     }
+    remember_run(run_id, outcome="succeeded", final_answer=completion.text)
     with session_scope() as session:
         try:
             transitions.succeed_run(session, run_id, final_result=final)

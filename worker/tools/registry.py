@@ -113,6 +113,25 @@ class Tool:
         }
 
 
+def argument_problems(name: str, args: dict[str, Any]) -> list[str]:
+    """What is wrong with calling tool `name` with `args`, before the plan is written.
+
+    Arguments holding a `${...}` reference are checked for presence only (their value is known at
+    run time); everything else is validated as `Tool.invoke` would. An unknown tool is one problem.
+    """
+    try:
+        found = get_tool(name)
+    except ToolError as exc:
+        return [str(exc)]
+    try:
+        _arguments_model(found.func).model_validate(args)
+    except ValidationError as exc:
+        deferred = {key for key, value in args.items() if "${" in json.dumps(value)}
+        errors = [e for e in exc.errors() if not (e["loc"] and e["loc"][0] in deferred)]
+        return [f"tool {name!r}: {_describe_error(e)}" for e in errors]
+    return []
+
+
 _TOOLS: dict[str, Tool] = {}
 _PLAYBOOKS: list[tuple[tuple[str, ...], list[dict[str, Any]]]] = []
 

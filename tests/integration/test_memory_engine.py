@@ -1,0 +1,148 @@
+"""Memory in the engine: runs write episodes and facts, later runs recall them, per user only,
+and working memory keeps the rule and the ledger under the token budget."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from sqlmodel import col, select
+
+from models import memory
+from models.db import session_scope
+from models.episodes import episodes_of
+from models.facts import facts_of
+from models.messages import RunSummary, add_message
+from models.runs import get_run
+from models.settings import get_settings
+from models.tables import RunEvent
+from models.tokens import count_message_tokens
+from tests.integration.conftest import run_steps, wait_for_run
+from worker import working_memory
+from worker.memory import recall_for
+from worker.prompts import step_prompt
+
+pytestmark = pytest.mark.integration
+MakeRun = Callable[..., int]
+GOAL = "File my Lisbon trip expense report"
+FACTS = {"currency": "EUR", "cost_centre": "CC-4410", "trip": "lisbon-2026-10"}
+
+
+def _user(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _tools_of_plan_v1(run_id: int) -> list[str | None]:
+    return [s.tool for s in run_steps(run_id) if s.plan_version == 1]
+
+
+def test_second_run_recalls_the_episode_and_plans_around_the_failure(make_run: MakeRun) -> None:
+    ana = _user("ana")
+    first = wait_for_run(make_run(None, user=ana, goal=GOAL, facts=FACTS, replans=1))
+    assert first.status == "succeeded" and first.replans_used == 1
+    with session_scope() as session:
+        (episode,) = episodes_of(session, user_id=ana)
+        texts = {f.text for f in facts_of(session, user_id=ana)}
+    assert episode.run_id == first.id and episode.outcome == "succeeded"
+    assert {"step": "rate", "tool": "live_rate", "fixed_by": "cached_rate"}.items() <= (
+        episode.failures[0].items()
+    )
+    assert "The user's cost centre is CC-4410" in texts
+    second = wait_for_run(make_run(None, user=ana, goal=GOAL, facts=FACTS, replans=1))
+    assert second.status == "succeeded"
+    assert _tools_of_plan_v1(second.id or 0)[1] == "cached_rate"  # planned from memory
+    assert second.replans_used == 0 and second.plan_version == 1
+    assert second.final_result and second.final_result["outputs"]["submit"]["total"] == 473.43
+
+    bob = _user("bob")  # another user: none of ana's memory
+    third = wait_for_run(make_run(None, user=bob, goal=GOAL, facts=FACTS, replans=1))
+    assert _tools_of_plan_v1(third.id or 0)[1] == "live_rate"
+    with session_scope() as session:
+        seen = recall_for(session, user_id=bob, query="The user's cost centre is CC-4410")
+    assert all(f.item.user_id == bob for f in seen.facts)
+    assert all(e.item.user_id == bob for e in seen.episodes)
+    assert all(e.item.run_id == third.id for e in seen.episodes)
+
+
+def test_a_newer_fact_supersedes_and_forget_removes_everything(make_run: MakeRun) -> None:
+    cara, dan = _user("cara"), _user("dan")
+    noop = [{"name": "a", "kind": "tool", "tool": "noop"}]
+    for user, currency in ((cara, "EUR"), (cara, "USD"), (dan, "EUR")):
+        run = wait_for_run(make_run(noop, user=user, facts={"currency": currency}))
+        assert run.status == "succeeded"
+    with session_scope() as session:
+        current = facts_of(session, user_id=cara)
+        history = facts_of(session, user_id=cara, include_history=True)
+    assert [f.text for f in current if f.attribute == "currency"] == ["The user's currency is USD"]
+    old = next(f for f in history if f.text == "The user's currency is EUR")
+    new = next(f for f in current if f.attribute == "currency")
+    assert old.valid_to is not None and old.superseded_by == new.id
+    with session_scope() as session:
+        counts = memory.forget_user(session, user_id=cara)
+    assert counts["facts"] == len(history) and counts["episodes"] == 2 and counts["messages"] >= 2
+    with session_scope() as session:
+        assert facts_of(session, user_id=cara, include_history=True) == []
+        assert episodes_of(session, user_id=cara) == []
+        assert [f.text for f in facts_of(session, user_id=dan)] == ["The user's currency is EUR"]
+
+
+RULE = "RULE: always report totals in EUR with two decimals, and never round up."
+
+
+def test_130k_tokens_of_history_keep_the_rule_and_the_ledger(make_run: MakeRun) -> None:
+    run_id = make_run(
+        [{"name": "proof", "kind": "tool", "tool": "echo", "args": {"value": "ledger-7731"}}],
+        goal=f"Reconcile my receipts. {RULE}",
+        user=_user("eve"),
+    )
+    wait_for_run(run_id)
+    turn = " ".join(f"On day {i} the user filed receipt {i * 7} for the hotel." for i in range(30))
+    with session_scope() as session:
+        user = get_run(session, run_id).user_id
+        total = 0
+        for i in range(400):
+            role = "user" if i % 2 else "tool"
+            total += add_message(
+                session, run_id=run_id, user_id=user, role=role, content=f"turn {i}: {turn}"
+            ).token_count
+    assert total > 130_000
+    request = working_memory.request_for(run_id, step_prompt("Total the receipts", {}))
+    budget = working_memory.budget(step_prompt("Total the receipts", {}))
+    text = "\n".join(m["content"] for m in request.messages)
+    assert count_message_tokens(request.messages, get_settings().model) <= budget
+    assert RULE in text  # word for word
+    assert 'proof [succeeded] tool echo -> {"value": "ledger-7731"}' in text
+    assert "turn 399:" in text and "turn 0:" not in text  # newest kept, oldest summarized
+    with session_scope() as session:
+        summaries = session.exec(select(RunSummary).where(RunSummary.run_id == run_id)).all()
+    assert summaries and summaries[-1].content.startswith("[offline]")
+    # a second build sums stored counts: it encodes a small fraction of the history
+    encoded: list[int] = []
+    real = working_memory.count_tokens
+
+    def counting(text: str, model: str | None = None) -> int:
+        encoded.append(len(text))
+        return real(text, model)
+
+    working_memory.count_tokens = counting  # type: ignore[assignment]
+    try:
+        working_memory.request_for(run_id, step_prompt("Total the receipts", {}))
+    finally:
+        working_memory.count_tokens = real  # type: ignore[assignment]
+    assert sum(encoded) < 0.05 * len(turn) * 400
+
+
+def test_memory_events_are_recorded(make_run: MakeRun) -> None:
+    run_id = make_run(
+        [{"name": "a", "kind": "tool", "tool": "noop"}],
+        user=_user("fay"),
+        facts={"currency": "EUR"},
+    )
+    wait_for_run(run_id)
+    with session_scope() as session:
+        kinds = session.exec(
+            select(RunEvent.kind).where(RunEvent.run_id == run_id).order_by(col(RunEvent.id))
+        ).all()
+    assert "memory.remembered" in kinds and "memory.failed" not in kinds
+    assert kinds.index("memory.remembered") < kinds.index("run.succeeded")

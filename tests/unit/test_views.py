@@ -1,0 +1,150 @@
+"""The CLI's renderings of rows: user text is shown literally, nothing is cut at 80 columns."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from typing import Any
+
+from rich.console import Console, RenderableType
+
+from models.tables import Escalation, Run, Step, utcnow
+from ops import views
+
+GOAL = "Fix the [/] bracket [bold]now[/bold] and [offline]"
+USER = "[/]"
+REGEX_ERROR = r"ToolError: key must match ^[a-z][a-z0-9_]{0,99}$ [red]"
+
+
+def render(renderable: RenderableType, width: int = 200) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def make_run(**overrides: Any) -> Run:
+    now = utcnow()
+    fields: dict[str, Any] = {
+        "id": 7,
+        "user_id": USER,
+        "goal": GOAL,
+        "status": "waiting_review",
+        "plan_version": 1,
+        "created_at": now,
+        "wall_time_limit_s": 3600.0,
+        "deadline_at": now + timedelta(seconds=3600),
+    }
+    return Run(**{**fields, **overrides})
+
+
+def make_step(**overrides: Any) -> Step:
+    fields: dict[str, Any] = {
+        "id": 3,
+        "run_id": 7,
+        "plan_version": 1,
+        "position": 0,
+        "name": "[b]lookup",
+        "kind": "tool",
+        "tool": "noop",
+        "status": "failed",
+        "attempt": 3,
+        "error": REGEX_ERROR,
+    }
+    return Step(**{**fields, **overrides})
+
+
+def make_escalation(**overrides: Any) -> Escalation:
+    fields: dict[str, Any] = {
+        "id": 5,
+        "run_id": 7,
+        "plan_version": 1,
+        "step_id": 3,
+        "reason": "replan_budget_spent",
+        "detail": {"step": "[b]lookup", "error": REGEX_ERROR, "tool": "noop"},
+        "created_at": utcnow() - timedelta(minutes=5),
+    }
+    return Escalation(**{**fields, **overrides})
+
+
+def test_run_panel_shows_markup_like_text_literally() -> None:
+    ok = make_step(id=4, name="ok", status="succeeded", error=None, result={"note": "[offline]"})
+    run = make_run(error=REGEX_ERROR)
+    out = render(
+        views.render_run(
+            run,
+            facts={"tag": "[/bold]"},
+            steps=[make_step(), ok],
+            escalation=make_escalation(),
+        )
+    )
+    for text in (GOAL, "│ user          [/]", REGEX_ERROR, "tag=[/bold]", "[offline]", "[b]lookup"):
+        assert text in out, out
+
+
+def test_run_panel_shows_the_wall_time_budget_and_deadline() -> None:
+    run = make_run(status="running")
+    out = render(views.render_run(run, facts={}, steps=[], escalation=None))
+    assert "wall time     3600 s, deadline " in out, out
+    assert views.utc(run.deadline_at or utcnow()) in out
+    assert "(in 59m)" in out
+
+
+def test_runs_table_keeps_user_text_and_the_status_whole_at_80_columns() -> None:
+    runs = [
+        make_run(tokens_used=1234, tokens_limit=200_000),
+        make_run(id=12345, user_id="someone-with-a-long-login-name", goal=GOAL * 3),
+    ]
+    out = render(views.runs_table(runs), width=80)
+    assert out.count("waiting_review") == 2, out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "[/]" in out and "1.2k/200k" in out
+    assert "Fix the [/]" in render(views.runs_table(runs))
+
+
+def test_escalation_panel_shows_the_failed_steps_error_literally() -> None:
+    out = render(
+        views.render_escalation(
+            make_escalation(), run=make_run(), step=make_step(), facts={"a": "[x]"}
+        )
+    )
+    assert REGEX_ERROR in out and GOAL in out and "a=[x]" in out, out
+    assert "[b]lookup (noop), 3 tries" in out
+
+
+def test_escalation_without_a_step_shows_the_stored_error_and_no_empty_detail() -> None:
+    esc = make_escalation(
+        step_id=None,
+        reason="invalid_plan",
+        detail={"error": "ProviderError: openai provider: Missing credentials", "raw_output": ""},
+    )
+    out = render(views.render_escalation(esc, run=make_run(plan_version=0), step=None, facts={}))
+    assert "ProviderError: openai provider: Missing credentials" in out, out
+    assert "raw_output" not in out
+
+
+def test_decided_escalation_shows_answer_and_comment_and_stops_waiting() -> None:
+    created = utcnow() - timedelta(hours=3)
+    esc = make_escalation(
+        status="decided",
+        decision="respond",
+        decided_by="[/]rita",
+        decided_at=created + timedelta(minutes=2),
+        answer={"rate": 0.95},
+        comment="from the [bold] bank",
+        created_at=created,
+    )
+    out = render(views.render_escalation(esc, run=make_run(), step=make_step(), facts={}))
+    assert "respond by [/]rita at " in out, out
+    assert '{"rate":0.95}' in out and "from the [bold] bank" in out
+    table = render(views.escalations_table([esc]))
+    assert "│ 2m " in table, table
+
+
+def test_compact_and_span() -> None:
+    assert [views.compact(n) for n in (950, 1234, 200_000, 3_400_000)] == [
+        "950",
+        "1.2k",
+        "200k",
+        "3.4M",
+    ]
+    assert [views.span(s) for s in (5, 61, 7200, 90_000)] == ["5s", "1m", "2h", "1d"]

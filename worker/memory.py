@@ -1,0 +1,196 @@
+"""Long-term memory in the engine: recall before a call, and remember a run when it ends.
+
+Recall is scoped to the run's user (DESIGN.md, invariant 7) and to the configured embedding
+model. Remembering writes one episode per run (goal, plan, what failed and what fixed it,
+outcome, answer) and the facts a model extracts from it, reconciled by `models.facts.remember`
+(add, duplicate, or supersede). Memory never decides a run's outcome: a failure to remember is
+recorded as an event and the run goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+from sqlmodel import Session, col, select
+
+from models import transitions
+from models.db import session_scope
+from models.embedders import make_embedder
+from models.embeddings import Embedder
+from models.episodes import ScoredEpisode, recall_episodes, record_episode
+from models.errors import AgentqError
+from models.facts import ScoredFact, recall, remember
+from models.memory import check_embedding_model
+from models.plans import current_steps
+from models.runs import get_run
+from models.settings import get_settings
+from models.tables import Run, Step
+from worker.prompts import FactsSpec, extract_prompt
+
+log = structlog.get_logger("agentq.worker")
+HASH_MIN_SIMILARITY = 0.0  # hashed words: low cosines are normal, rely on the fused rank
+MODEL_MIN_SIMILARITY = 0.2  # all-MiniLM-L6-v2 on LoCoMo dev: keeps 96% of evidence pairs
+
+
+@lru_cache(maxsize=1)
+def embedder() -> Embedder:
+    """The configured embedder (`AGENTQ_EMBEDDING_PROVIDER`), built once per process."""
+    s = get_settings()
+    return make_embedder(
+        s.embedding_provider,
+        model=s.embedding_model,
+        dim=s.embedding_dim,
+        base_url=s.openai_base_url,
+        api_key=s.openai_api_key,
+        request_timeout_s=s.model_request_timeout_s,
+        max_retries=s.model_max_attempts - 1,
+    )
+
+
+def min_similarity() -> float:
+    """The recall threshold: `AGENTQ_RECALL_MIN_SIMILARITY`, else the provider's default."""
+    s = get_settings()
+    if s.recall_min_similarity is not None:
+        return s.recall_min_similarity
+    return HASH_MIN_SIMILARITY if s.embedding_provider == "hash" else MODEL_MIN_SIMILARITY
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What memory offers one call, most relevant first."""
+
+    facts: list[ScoredFact] = field(default_factory=list)
+    episodes: list[ScoredEpisode] = field(default_factory=list)
+
+
+def recall_for(session: Session, *, user_id: str, query: str) -> Recalled:
+    """The user's facts and past episodes relevant to `query` (hybrid search, one embedding)."""
+    s, model = get_settings(), embedder()
+    if s.recall_facts_k == 0 and s.recall_episodes_k == 0:
+        return Recalled()
+    vector = model.embed([query])[0]
+    common: dict[str, Any] = {
+        "user_id": user_id,
+        "query_text": query,
+        "query_embedding": vector,
+        "embedding_model": model.model,
+        "min_similarity": min_similarity(),
+    }
+    return Recalled(
+        facts=recall(session, k=s.recall_facts_k, **common) if s.recall_facts_k else [],
+        episodes=recall_episodes(session, k=s.recall_episodes_k, **common)
+        if s.recall_episodes_k
+        else [],
+    )
+
+
+def failures_of(session: Session, run: Run) -> list[dict[str, Any]]:
+    """Each failed step of the run, with what later succeeded under the same name (`fixed_by`:
+    a tool name, `reviewer` for an answer, None when nothing did)."""
+    steps = list(session.exec(select(Step).where(Step.run_id == run.id).order_by(col(Step.id))))
+    out = []
+    for failed in (s for s in steps if s.status == "failed"):
+        fix = next(
+            (
+                s
+                for s in steps
+                if s.name == failed.name
+                and s.status == "succeeded"
+                and (s.id or 0) > (failed.id or 0)
+            ),
+            None,
+        )
+        fixed_by = None if fix is None else ("reviewer" if fix.kind == "human" else fix.tool)
+        out.append(
+            {"step": failed.name, "tool": failed.tool, "error": failed.error, "fixed_by": fixed_by}
+        )
+    return out
+
+
+def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
+    """Write the run's episode and its extracted facts; failures are recorded, never raised."""
+    try:
+        with session_scope() as session:
+            run = get_run(session, run_id)
+            _record_episode(session, run, outcome=outcome, final_answer=final_answer)
+            failures = failures_of(session, run)
+        counts = _extract_and_remember(run, failures)
+    except (AgentqError, ValidationError, ValueError) as exc:
+        log.warning("memory.failed", run_id=run_id, error=str(exc))
+        with session_scope() as session:
+            transitions.record_event(session, run_id, "memory.failed", error=str(exc)[:500])
+        return
+    with session_scope() as session:
+        transitions.record_event(session, run_id, "memory.remembered", outcome=outcome, **counts)
+
+
+def _record_episode(session: Session, run: Run, *, outcome: str, final_answer: str) -> None:
+    steps = current_steps(session, run)
+    failures = failures_of(session, run)
+    plan = [{"name": s.name, "tool": s.tool, "status": s.status} for s in steps]
+    lines = [f"Goal: {run.goal}", f"Outcome: {outcome}"]
+    lines += [f"{f['tool']} failed ({f['error']}); fixed by {f['fixed_by']}" for f in failures]
+    summary = "\n".join(lines)
+    model = embedder()
+    record_episode(
+        session,
+        user_id=run.user_id,
+        run_id=run.id or 0,
+        goal=run.goal,
+        plan=plan,  # type: ignore[arg-type]
+        failures=failures,  # type: ignore[arg-type]
+        outcome=outcome,
+        final_answer=final_answer,
+        summary=summary,
+        embedding=model.embed([summary])[0],
+        embedding_model=model.model,
+    )
+
+
+def _extract_and_remember(run: Run, failures: list[dict[str, Any]]) -> dict[str, int]:
+    from worker.calls import call_model
+    from worker.working_memory import request_for
+
+    completion = call_model(
+        run.id or 0, request_for(run.id or 0, extract_prompt(run.goal, failures))
+    )
+    facts = FactsSpec.model_validate_json(completion.text).facts
+    model, s = embedder(), get_settings()
+    vectors = model.embed([f.text for f in facts]) if facts else []
+    counts = {"added": 0, "duplicate": 0, "superseded": 0}
+    with session_scope() as session:
+        for fact, vector in zip(facts, vectors, strict=True):
+            outcome = remember(
+                session,
+                user_id=run.user_id,
+                subject=fact.subject,
+                attribute=fact.attribute,
+                category=fact.category,
+                text=fact.text,
+                embedding=vector,
+                embedding_model=model.model,
+                source_run_id=run.id,
+                ttl_s=s.fact_ttl_s.get(fact.category),
+            )
+            counts[outcome.outcome] += 1
+    return counts
+
+
+def remember_finished_run(run_id: int) -> None:
+    """`remember_run` for a run that ended another way than synthesis (a reviewer's reject)."""
+    with session_scope() as session:
+        run = get_run(session, run_id)
+        outcome, answer = run.status, run.error or ""
+    if outcome in ("failed", "cancelled"):
+        remember_run(run_id, outcome=outcome, final_answer=answer)
+
+
+def check_memory_model() -> None:
+    """At start-up: refuse an embedding model other than the stored rows' (see
+    `models.memory.check_embedding_model`), and make sure its indexes exist."""
+    with session_scope() as session:
+        check_embedding_model(session, embedder())

@@ -1,0 +1,181 @@
+"""The offline provider: a deterministic stand-in for a model, with no network.
+
+It answers from the structured `payload` a prompt was built from (never from the prompt text), so
+the whole engine runs and is tested without a model; every completion says `offline=True` and
+every text it writes starts with `[offline]` where a person could mistake it for a model's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from models.errors import ProviderError
+from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
+from worker.tools.registry import find_playbook
+
+OFFLINE_PREFIX = "[offline] "
+SYNTHESIS_LINE_MAX_CHARS = 200
+SUMMARY_LINE_MAX_CHARS = 160
+
+
+class OfflineProvider:
+    """A deterministic stand-in for a model, reading `request.purpose` and `request.payload`.
+
+    - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>}` if one matches the goal, else one
+      model step `answer` whose instruction is the goal;
+    - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "error",
+      "instruction"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as one step
+      with the failed step's name, else the failed step once more (the engine bounds replans);
+    - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`;
+    - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
+      one line `name: <compact JSON, at most 200 chars>` per succeeded step;
+    - summarize `{"previous": str | None, "turns": [str], "max_chars": int}`: extractive, the
+      previous summary and the first line of each turn, oldest lines dropped beyond `max_chars`;
+    - extract_facts `{"goal", "facts", "failures"}`: one preference fact per pinned fact and one
+      knowledge fact per failure that a fallback fixed.
+
+    A plan also reads `episodes` (recalled past runs): a step whose tool failed in a past run and
+    was fixed by its fallback is planned with the fallback from the start.
+
+    Token counts are estimates: ceil(chars / 4) per message and for the answer. Playbooks exist
+    once their tool modules are loaded (`load_tool_modules`); until then every plan is `answer`.
+    """
+
+    name = "offline"
+
+    def complete(self, request: ModelRequest) -> Completion:
+        """Answer `request`; raises `ProviderError` if its payload lacks what the purpose needs."""
+        try:
+            text = _OFFLINE_ANSWERS[request.purpose](request.payload)
+        except (KeyError, TypeError) as exc:
+            raise ProviderError(f"offline {request.purpose}: malformed payload ({exc!r})") from exc
+        return Completion(
+            text=text,
+            model="offline",
+            prompt_tokens=estimate_messages(request),
+            completion_tokens=estimate_tokens(text),
+            finish_reason="stop",
+            offline=True,
+        )
+
+
+def _offline_plan(payload: Mapping[str, Any]) -> str:
+    goal: str = payload["goal"]
+    steps = find_playbook(goal)
+    if steps is None:
+        steps = [{"name": "answer", "instruction": goal, "kind": "model", "tool": None, "args": {}}]
+    learned = _fixes_from_episodes(payload)
+    return json.dumps({"steps": [_with_fix(step, learned) for step in steps]})
+
+
+def _fixes_from_episodes(payload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Tool -> its fallback entry, for tools that failed in a recalled run and whose fallback
+    then worked (the episode's `fixed_by` names it)."""
+    fallbacks = {t["name"]: t.get("fallback") for t in payload.get("tools", [])}
+    fixes: dict[str, dict[str, Any]] = {}
+    for episode in payload.get("episodes", []):
+        for failure in episode.get("failures", []):
+            fallback = fallbacks.get(failure.get("tool"))
+            if fallback and failure.get("fixed_by") == fallback["tool"]:
+                fixes[failure["tool"]] = fallback
+    return fixes
+
+
+def _with_fix(step: dict[str, Any], fixes: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    fix = fixes.get(step.get("tool") or "")
+    if fix is None:
+        return step
+    note = f"{step['tool']} failed in a past run; use {fix['tool']} from the start"
+    return {**step, "tool": fix["tool"], "args": fix["args"], "instruction": note}
+
+
+def _offline_replan(payload: Mapping[str, Any]) -> str:
+    failed: Mapping[str, Any] = payload["failed_step"]
+    tool_name = failed.get("tool")
+    fallbacks = {entry["name"]: entry.get("fallback") for entry in payload.get("tools", [])}
+    fallback = fallbacks.get(tool_name) if tool_name else None
+    if fallback is not None:
+        step = {
+            "name": failed["name"],
+            "instruction": f"Use {fallback['tool']} instead of {tool_name}",
+            "kind": "tool",
+            "tool": fallback["tool"],
+            "args": fallback["args"],
+        }
+    else:
+        step = {
+            "name": failed["name"],
+            "instruction": failed.get("instruction", ""),
+            "kind": "tool" if tool_name else "model",
+            "tool": tool_name,
+            "args": failed.get("args", {}),
+        }
+    return json.dumps({"steps": [step]})
+
+
+def _offline_step(payload: Mapping[str, Any]) -> str:
+    return OFFLINE_PREFIX + str(payload["instruction"])
+
+
+def _offline_synthesize(payload: Mapping[str, Any]) -> str:
+    lines = [
+        f"{entry['name']}: {_compact(entry.get('result'))}"
+        for entry in payload["results"]
+        if entry.get("status") == "succeeded"
+    ]
+    return OFFLINE_PREFIX + ("\n".join(lines) if lines else "no step succeeded")
+
+
+def _compact(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if len(text) <= SYNTHESIS_LINE_MAX_CHARS:
+        return text
+    return text[: SYNTHESIS_LINE_MAX_CHARS - 3] + "..."
+
+
+def _offline_summarize(payload: Mapping[str, Any]) -> str:
+    lines = [payload["previous"]] if payload.get("previous") else []
+    lines += [_first_line(turn) for turn in payload["turns"]]
+    text = "\n".join(lines)
+    max_chars = int(payload["max_chars"])
+    return OFFLINE_PREFIX + (text if len(text) <= max_chars else text[-max_chars:])
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= SUMMARY_LINE_MAX_CHARS else line[: SUMMARY_LINE_MAX_CHARS - 1] + "…"
+
+
+def _offline_extract_facts(payload: Mapping[str, Any]) -> str:
+    facts = [
+        {
+            "subject": "user",
+            "attribute": key,
+            "category": "preference",
+            "text": f"The user's {key.replace('_', ' ')} is {value}",
+        }
+        for key, value in payload["facts"].items()
+    ]
+    facts += [
+        {
+            "subject": f"tool:{f['tool']}",
+            "attribute": "reliability",
+            "category": "knowledge",
+            "text": f"{f['tool']} failed ({f['error']}); {f['fixed_by']} worked instead",
+        }
+        for f in payload.get("failures", [])
+        if f.get("fixed_by")
+    ]
+    return json.dumps({"facts": facts})
+
+
+_OFFLINE_ANSWERS = {
+    "plan": _offline_plan,
+    "replan": _offline_replan,
+    "step": _offline_step,
+    "synthesize": _offline_synthesize,
+    "summarize": _offline_summarize,
+    "extract_facts": _offline_extract_facts,
+}

@@ -1,0 +1,212 @@
+"""Build one model call's request from rows: the working memory of that call.
+
+`request_for(run_id, prompt)` reads the run state, pinned facts, the ledger of the current plan,
+recalled facts and episodes, the rolling summary and the recent turns, and assembles them with
+`worker.context.assemble` under the budget `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS
+- tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`. Turns dropped from the window that the
+summary does not cover yet are folded into a new summary (a model call, charged to the run) before
+the request is returned, so trimming never loses what the summary should hold.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlmodel import Session
+
+from models.db import session_scope
+from models.messages import latest_summary, save_summary, turns
+from models.plans import current_steps
+from models.runs import get_run, pinned_facts
+from models.settings import get_settings
+from models.tables import Run, Step
+from models.tokens import count_tokens, count_tool_schema_tokens
+from worker.context import Context, Layers, Piece, assemble, shorten, usable_budget
+from worker.memory import Recalled, recall_for
+from worker.prompts import Prompt, summarize_prompt
+from worker.providers import ModelRequest
+
+MAX_SUMMARY_ROUNDS = 20  # each round folds at most half the budget of turns
+
+
+def _piece(role: str, text: str, ref: int | None = None) -> Piece:
+    return Piece(role, text, count_tokens(text, get_settings().model), ref)
+
+
+def state_text(run: Run, facts: dict[str, str]) -> str:
+    """The never-trimmed run state: goal, pinned facts, budgets."""
+    pinned = "\n".join(f"- {k} = {v}" for k, v in facts.items()) or "- (none)"
+    return (
+        f"Goal (from the user, verbatim): {run.goal}\n"
+        f"Pinned facts (the user's own statements; keep them exactly):\n{pinned}\n"
+        f"Run {run.id}: {run.status}, plan version {run.plan_version}; replans "
+        f"{run.replans_used}/{run.replans_limit}, tokens {run.tokens_used}/{run.tokens_limit}"
+    )
+
+
+def ledger_text(steps: list[Step]) -> str:
+    """The plan with every step's status, and each done step's result or error, verbatim
+    (one shortened only when it alone exceeds `AGENTQ_TOOL_RESULT_MAX_TOKENS`)."""
+    if not steps:
+        return "Plan: none yet."
+    lines = ["Plan (in order):"]
+    cap = get_settings().tool_result_max_tokens
+    for i, s in enumerate(steps, start=1):
+        head = f"{i}. {s.name} [{s.status}] " + (f"tool {s.tool}" if s.tool else s.kind)
+        if s.status == "succeeded":
+            result = _piece("tool", json.dumps(s.result, ensure_ascii=False))
+            head += (
+                " -> "
+                + shorten(result, max_tokens=cap, where=f"step {s.id}", count=count_tokens).text
+            )
+        elif s.status == "failed":
+            head += f" -> failed: {s.error}"
+        lines.append(head)
+    return "\n".join(lines)
+
+
+def recalled_pieces(recalled: Recalled) -> list[Piece]:
+    """Recalled facts, then episodes, each most relevant first, as separate pieces."""
+    pieces = [
+        _piece(
+            "user",
+            f"Remembered fact ({f.item.category}, since {f.item.valid_from:%Y-%m-%d}): "
+            f"{f.item.text}",
+        )
+        for f in recalled.facts
+    ]
+    pieces += [
+        _piece("user", f"A past run (run {e.item.run_id}, {e.item.outcome}):\n{e.item.summary}")
+        for e in recalled.episodes
+    ]
+    return pieces
+
+
+def _layers(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> Layers:
+    s = get_settings()
+    cap = s.tool_result_max_tokens
+    history = [
+        shorten(
+            Piece(m.role, m.content, m.token_count, m.id),
+            max_tokens=cap,
+            where=f"message {m.id}",
+            count=count_tokens,
+        )
+        for m in turns(session, run.id or 0)
+    ]
+    summary = latest_summary(session, run.id or 0)
+    return Layers(
+        instructions=_piece("system", prompt.instructions),
+        state=_piece("user", state_text(run, pinned_facts(session, run.id or 0))),
+        ledger=_piece("user", ledger_text(current_steps(session, run))),
+        task=_piece("user", prompt.task),
+        recalled=recalled_pieces(recalled),
+        summary=_piece("user", f"Summary of earlier turns:\n{summary.content}")
+        if summary
+        else None,
+        summary_covers_through=summary.covers_through_id if summary else 0,
+        turns=history,
+    )
+
+
+def budget(prompt: Prompt) -> int:
+    """The prompt budget of this call, in tokens."""
+    s = get_settings()
+    schemas = count_tool_schema_tokens([prompt.json_schema]) if prompt.json_schema else 0
+    return usable_budget(
+        context_window=s.context_window_tokens,
+        reserved_output=s.reserved_output_tokens,
+        tool_schema_tokens=schemas,
+        safety_margin=s.context_safety_margin,
+    )
+
+
+def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
+    """Assemble the context once; returns it and the payload (with what memory recalled)."""
+    with session_scope() as session:
+        run = get_run(session, run_id)
+        recalled = (
+            recall_for(session, user_id=run.user_id, query=prompt.query)
+            if prompt.query
+            else Recalled()
+        )
+        context = assemble(
+            _layers(session, run, prompt, recalled),
+            budget=budget(prompt),
+            recall_share=get_settings().recall_share,
+        )
+        payload = {
+            **prompt.payload,
+            "facts": pinned_facts(session, run_id),
+            "recalled_facts": [f.item.text for f in recalled.facts],
+            "episodes": [
+                {
+                    "run_id": e.item.run_id,
+                    "goal": e.item.goal,
+                    "outcome": e.item.outcome,
+                    "failures": e.item.failures,
+                }
+                for e in recalled.episodes
+            ],
+        }
+    return context, payload
+
+
+def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
+    """The request for `prompt` in run `run_id`, its context assembled from rows.
+
+    Raises `worker.context.ContextOverflow` when the never-trimmed layers alone exceed the budget.
+    """
+    context, payload = build(run_id, prompt)
+    for _ in range(MAX_SUMMARY_ROUNDS):
+        if not context.uncovered or prompt.purpose == "summarize":
+            break
+        fold_into_summary(run_id, context.uncovered, half_budget=context.budget // 2)
+        context, payload = build(run_id, prompt)
+    return ModelRequest(
+        purpose=prompt.purpose,
+        messages=context.messages,
+        payload=payload,
+        json_schema=prompt.json_schema,
+    )
+
+
+def fold_into_summary(run_id: int, uncovered: list[Piece], *, half_budget: int) -> None:
+    """Write a new rolling summary: the current one extended with the oldest uncovered turns
+    that fit in `half_budget` tokens (the rest wait for the next round)."""
+    from worker.calls import call_model
+
+    batch: list[Piece] = []
+    used = 0
+    for piece in uncovered:
+        if batch and used + piece.cost > half_budget:
+            break
+        batch.append(piece)
+        used += piece.cost
+    with session_scope() as session:
+        current = latest_summary(session, run_id)
+        user_id = get_run(session, run_id).user_id
+    max_chars = get_settings().summary_max_tokens * 4  # ~4 characters per token
+    prompt = summarize_prompt(
+        current.content if current else None, [p.text for p in batch], max_chars
+    )
+    completion = call_model(run_id, _summary_request(prompt))
+    with session_scope() as session:
+        save_summary(
+            session,
+            run_id=run_id,
+            user_id=user_id,
+            covers_through_id=batch[-1].ref or 0,
+            content=completion.text,
+            token_count=count_tokens(completion.text, get_settings().model),
+        )
+
+
+def _summary_request(prompt: Prompt) -> ModelRequest:
+    # The summarizer sees only its own instructions and task: the turns are the task.
+    messages = [
+        {"role": "system", "content": prompt.instructions},
+        {"role": "user", "content": prompt.task},
+    ]
+    return ModelRequest(purpose="summarize", messages=messages, payload=prompt.payload)
