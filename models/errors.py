@@ -40,6 +40,10 @@ class InvalidInput(AgentqError):
     """A value given to agentq is not allowed; the message names the field and what is."""
 
 
+class BrokerUnavailable(AgentqError):
+    """The message broker could not be reached; Postgres still holds the truth."""
+
+
 class DatabaseError(AgentqError):
     """The database refused or failed a statement."""
 

@@ -9,18 +9,78 @@ fact (history included), episode, turn and summary of that user, embeddings with
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from models.embedders import make_embedder
 from models.embeddings import Embedder
-from models.episodes import Episode, forget_episodes
+from models.episodes import Episode, ScoredEpisode, forget_episodes, recall_episodes
 from models.errors import ConfigurationError
-from models.facts import Fact, ensure_vector_indexes, forget_facts
+from models.facts import Fact, ScoredFact, ensure_vector_indexes, forget_facts, recall
 from models.messages import forget_messages
+from models.settings import get_settings
 
 REEMBED_BATCH = 256
+
+
+HASH_MIN_SIMILARITY = 0.0  # hashed words: low cosines are normal, rely on the fused rank
+MODEL_MIN_SIMILARITY = 0.2  # all-MiniLM-L6-v2 on LoCoMo dev: keeps 96% of evidence pairs
+
+
+@lru_cache(maxsize=1)
+def embedder() -> Embedder:
+    """The configured embedder (`AGENTQ_EMBEDDING_PROVIDER`), built once per process."""
+    s = get_settings()
+    return make_embedder(
+        s.embedding_provider,
+        model=s.embedding_model,
+        dim=s.embedding_dim,
+        base_url=s.openai_base_url,
+        api_key=s.openai_api_key,
+        request_timeout_s=s.model_request_timeout_s,
+        max_retries=s.model_max_attempts - 1,
+    )
+
+
+def min_similarity() -> float:
+    """The recall threshold: `AGENTQ_RECALL_MIN_SIMILARITY`, else the provider's default."""
+    s = get_settings()
+    if s.recall_min_similarity is not None:
+        return s.recall_min_similarity
+    return HASH_MIN_SIMILARITY if s.embedding_provider == "hash" else MODEL_MIN_SIMILARITY
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What memory offers one call, most relevant first."""
+
+    facts: list[ScoredFact] = field(default_factory=list)
+    episodes: list[ScoredEpisode] = field(default_factory=list)
+
+
+def recall_for(session: Session, *, user_id: str, query: str) -> Recalled:
+    """The user's facts and past episodes relevant to `query` (hybrid search, one embedding)."""
+    s, model = get_settings(), embedder()
+    if s.recall_facts_k == 0 and s.recall_episodes_k == 0:
+        return Recalled()
+    vector = model.embed([query])[0]
+    common: dict[str, Any] = {
+        "user_id": user_id,
+        "query_text": query,
+        "query_embedding": vector,
+        "embedding_model": model.model,
+        "min_similarity": min_similarity(),
+    }
+    return Recalled(
+        facts=recall(session, k=s.recall_facts_k, **common) if s.recall_facts_k else [],
+        episodes=recall_episodes(session, k=s.recall_episodes_k, **common)
+        if s.recall_episodes_k
+        else [],
+    )
 
 
 def models_in_use(session: Session) -> dict[str, int]:

@@ -12,8 +12,9 @@ import os
 from typing import Any, Final
 
 from celery import Celery
+from kombu.exceptions import OperationalError as KombuOperationalError
 
-from models.errors import ConfigurationError
+from models.errors import BrokerUnavailable, ConfigurationError
 from models.settings import Settings, get_settings
 
 QUEUE_STEPS: Final = "steps"
@@ -93,7 +94,14 @@ def client() -> Celery:
 
 
 def send(task: str, *args: Any, countdown: float | None = None) -> None:
-    """Send `task` by its registered name to its queue. Call only after the commit it announces."""
+    """Send `task` by its registered name to its queue. Call only after the commit it announces.
+
+    Raises `BrokerUnavailable` when the broker cannot be reached (the reconciler re-sends what the
+    rows say is waiting, so a caller may report it and carry on).
+    """
     if task not in ROUTES:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(ROUTES)}")
-    client().send_task(task, args=list(args), countdown=countdown, **ROUTES[task])
+    try:
+        client().send_task(task, args=list(args), countdown=countdown, **ROUTES[task])
+    except (KombuOperationalError, OSError) as exc:
+        raise BrokerUnavailable(f"could not send {task}: {exc}") from exc

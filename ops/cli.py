@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from kombu.exceptions import OperationalError as BrokerUnreachable
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -24,7 +23,7 @@ from sqlmodel import col, select
 
 from models import queue, reviews
 from models.db import session_scope
-from models.errors import AgentqError, ConfigurationError
+from models.errors import AgentqError, BrokerUnavailable, ConfigurationError
 from models.migrate import upgrade
 from models.plans import PlanSpec, parse_plan
 from models.queue import TASK_COORDINATE
@@ -33,12 +32,14 @@ from models.settings import get_settings
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.tables import Run
 from ops import views
+from ops.memory_commands import memory_app
 from ops.stack import LocalStack, read_stack_file
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
 review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)
 app.add_typer(review_app, name="review")
+app.add_typer(memory_app, name="memory")
 console = Console()
 WATCH_INTERVAL_S = 0.5
 SUPERVISE_INTERVAL_S = 1.0
@@ -148,7 +149,7 @@ def announce(run_id: int, done: str) -> None:
     broker is back, so that is said, and is not an error."""
     try:
         queue.send(TASK_COORDINATE, run_id)
-    except (BrokerUnreachable, OSError):
+    except BrokerUnavailable:
         console.print(
             Text(
                 f"{done}; the broker could not be reached — the reconciler will send it when it "

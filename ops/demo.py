@@ -1,9 +1,11 @@
 """`agentq demo`: the expense-report story, end to end, on real processes.
 
-Scenario 1: the live rate service times out; with a replan budget of 1 the run is replanned onto
-the cached monthly rate table and completes. Scenario 2: November's cached table is missing too, so
-the budget is spent, the run escalates, a reviewer answers with a rate
-(`agentq review respond ID --answer 0.95`, done here by the demo itself) and the run completes.
+The demo user's memory is forgotten first. Scenario 1: the live rate service times out; with a
+replan budget of 1 the run is replanned onto the cached monthly rate table and completes, and its
+episode and facts are remembered. Scenario 2: the planner recalls that episode and plans the
+cached rate from the start, but November's cached table is missing, so the budget is spent, the
+run escalates, a reviewer answers with a rate (`agentq review respond ID --answer 0.95`, done here
+by the demo itself) and the run completes.
 Both print the submitted total and cost centre, read from the submit step's row.
 """
 
@@ -16,15 +18,19 @@ from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
+from rich.text import Text
+from sqlmodel import col, select
 
-from models import queue, reviews
+from models import memory, queue, reviews
 from models.db import session_scope
 from models.queue import TASK_COORDINATE
 from models.runs import get_run, submit_run
 from models.settings import get_settings
+from models.tables import RunEvent
 from ops import views
 
 DEMO_GOAL = "File my Lisbon trip expense report"
+DEMO_USER = "demo"
 DEMO_FACTS = {"currency": "EUR", "cost_centre": "CC-4410"}
 REVIEWER_RATE = "0.95"  # what the demo's reviewer answers in scenario 2
 
@@ -39,7 +45,10 @@ class Scenario:
 
 SCENARIOS = (
     Scenario("1. The rate service times out; one replan uses the cached rate", "lisbon-2026-10"),
-    Scenario("2. The cached table is missing too; a reviewer supplies the rate", "lisbon-2026-11"),
+    Scenario(
+        "2. November: memory skips the rate service; no table either, a reviewer answers",
+        "lisbon-2026-11",
+    ),
 )
 
 
@@ -47,13 +56,14 @@ def run_demo(console: Console) -> int:
     """Run both scenarios; exit code 0 when both submitted a report, else 1."""
     settings = get_settings()
     configured = bool(os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url)
-    console.print(f"provider: {views.provider_label(settings.provider)}")
+    console.print(Text(f"provider: {views.provider_label(settings.provider)}"))
     if not configured:
-        console.print(f"starting the embedded stack in {settings.home / 'demo'} …")
+        console.print(Text(f"starting the embedded stack in {settings.home / 'demo'} …"))
     from ops.local import start_engine
 
     stack = nullcontext() if configured else start_engine(settings.home / "demo")
     with stack:
+        _forget_demo_user(console)
         results = [_scenario(console, s) for s in SCENARIOS]
     return 0 if all(results) else 1
 
@@ -64,8 +74,10 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
     console.print(Rule(scenario.title))
     run_id = _submit(scenario.trip)
     console.print(
-        f"$ agentq submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
-        f"--fact trip={scenario.trip} --replans 1   # run {run_id}"
+        Text(
+            f"$ agentq submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
+            f"--fact trip={scenario.trip} --replans 1   # run {run_id}"
+        )
     )
     watch_until_settled(run_id)
     with session_scope() as session:
@@ -77,7 +89,32 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
     if waiting:
         _respond(console, escalation_id)
         watch_until_settled(run_id)
+    _show_recalled(console, run_id)
     return _report(console, run_id)
+
+
+def _forget_demo_user(console: Console) -> None:
+    """Start from no memory, so scenario 1 meets the rate-service failure for the first time."""
+    with session_scope() as session:
+        counts = memory.forget_user(session, user_id=DEMO_USER)
+    forgot = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    console.print(Text(f"$ agentq memory forget --user {DEMO_USER} --yes   # forgot {forgot}"))
+
+
+def _show_recalled(console: Console, run_id: int) -> None:
+    """What memory gave the planner of this run (the `memory.recalled` event of its plan call)."""
+    with session_scope() as session:
+        event = session.exec(
+            select(RunEvent)
+            .where(RunEvent.run_id == run_id, RunEvent.kind == "memory.recalled")
+            .order_by(col(RunEvent.id))
+        ).first()
+    if event is None:
+        console.print(Text("memory recalled for planning: nothing yet", style="dim"))
+        return
+    lines = [f"  past run {r}" for r in event.detail.get("episodes", [])]
+    lines += [f"  fact: {text}" for text in event.detail.get("facts", [])]
+    console.print(Text("memory recalled for planning:\n" + "\n".join(lines), style="cyan"))
 
 
 def _submit(trip: str) -> int:
@@ -85,7 +122,7 @@ def _submit(trip: str) -> int:
         run = submit_run(
             session,
             settings=get_settings(),
-            user_id="demo",
+            user_id=DEMO_USER,
             goal=DEMO_GOAL,
             facts={**DEMO_FACTS, "trip": trip},
             replans=1,
@@ -96,7 +133,7 @@ def _submit(trip: str) -> int:
 
 
 def _respond(console: Console, escalation_id: int) -> None:
-    console.print(f"$ agentq review respond {escalation_id} --answer {REVIEWER_RATE}")
+    console.print(Text(f"$ agentq review respond {escalation_id} --answer {REVIEWER_RATE}"))
     with session_scope() as session:
         run = reviews.respond(
             session,
@@ -115,11 +152,14 @@ def _report(console: Console, run_id: int) -> bool:
         status = run.status
     submitted = outputs.get("submit")
     if status != "succeeded" or not submitted:
-        console.print(f"[red]run {run_id} ended {status} without a submitted report[/]")
+        console.print(Text(f"run {run_id} ended {status} without a submitted report", "red"))
         return False
     console.print(
-        f"[green]run {run_id} submitted report {submitted['report_id']}: total "
-        f"{submitted['total']:.2f} {submitted['currency']}, "
-        f"cost centre {submitted['cost_centre']}[/]"
+        Text(
+            f"run {run_id} submitted report {submitted['report_id']}: total "
+            f"{submitted['total']:.2f} {submitted['currency']}, "
+            f"cost centre {submitted['cost_centre']}",
+            style="green",
+        )
     )
     return True

@@ -24,12 +24,14 @@ from models.queue import (
     make_celery,
 )
 from models.settings import get_settings
+from models.tokens import check_tokenizer
 from worker import memory, planner, steps, synthesis
 from worker.tools import load_tool_modules
 
 configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
+check_tokenizer()  # token counting works offline, or the worker does not start
 memory.check_memory_model()
 app = make_celery("agentq-worker", settings)
 

@@ -63,6 +63,7 @@ def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None
             model=completion.model,
             offline=completion.offline,
             prompt_tokens=completion.prompt_tokens,
+            estimated_prompt_tokens=request.estimated_prompt_tokens,
             completion_tokens=completion.completion_tokens,
             finish_reason=completion.finish_reason,
         )

@@ -9,8 +9,6 @@ recorded as an event and the run goes on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import structlog
@@ -19,12 +17,10 @@ from sqlmodel import Session, col, select
 
 from models import transitions
 from models.db import session_scope
-from models.embedders import make_embedder
-from models.embeddings import Embedder
-from models.episodes import ScoredEpisode, recall_episodes, record_episode
+from models.episodes import record_episode
 from models.errors import AgentqError
-from models.facts import ScoredFact, recall, remember
-from models.memory import check_embedding_model
+from models.facts import remember
+from models.memory import check_embedding_model, embedder
 from models.plans import current_steps
 from models.runs import get_run
 from models.settings import get_settings
@@ -32,60 +28,6 @@ from models.tables import Run, Step
 from worker.prompts import FactsSpec, extract_prompt
 
 log = structlog.get_logger("agentq.worker")
-HASH_MIN_SIMILARITY = 0.0  # hashed words: low cosines are normal, rely on the fused rank
-MODEL_MIN_SIMILARITY = 0.2  # all-MiniLM-L6-v2 on LoCoMo dev: keeps 96% of evidence pairs
-
-
-@lru_cache(maxsize=1)
-def embedder() -> Embedder:
-    """The configured embedder (`AGENTQ_EMBEDDING_PROVIDER`), built once per process."""
-    s = get_settings()
-    return make_embedder(
-        s.embedding_provider,
-        model=s.embedding_model,
-        dim=s.embedding_dim,
-        base_url=s.openai_base_url,
-        api_key=s.openai_api_key,
-        request_timeout_s=s.model_request_timeout_s,
-        max_retries=s.model_max_attempts - 1,
-    )
-
-
-def min_similarity() -> float:
-    """The recall threshold: `AGENTQ_RECALL_MIN_SIMILARITY`, else the provider's default."""
-    s = get_settings()
-    if s.recall_min_similarity is not None:
-        return s.recall_min_similarity
-    return HASH_MIN_SIMILARITY if s.embedding_provider == "hash" else MODEL_MIN_SIMILARITY
-
-
-@dataclass(frozen=True)
-class Recalled:
-    """What memory offers one call, most relevant first."""
-
-    facts: list[ScoredFact] = field(default_factory=list)
-    episodes: list[ScoredEpisode] = field(default_factory=list)
-
-
-def recall_for(session: Session, *, user_id: str, query: str) -> Recalled:
-    """The user's facts and past episodes relevant to `query` (hybrid search, one embedding)."""
-    s, model = get_settings(), embedder()
-    if s.recall_facts_k == 0 and s.recall_episodes_k == 0:
-        return Recalled()
-    vector = model.embed([query])[0]
-    common: dict[str, Any] = {
-        "user_id": user_id,
-        "query_text": query,
-        "query_embedding": vector,
-        "embedding_model": model.model,
-        "min_similarity": min_similarity(),
-    }
-    return Recalled(
-        facts=recall(session, k=s.recall_facts_k, **common) if s.recall_facts_k else [],
-        episodes=recall_episodes(session, k=s.recall_episodes_k, **common)
-        if s.recall_episodes_k
-        else [],
-    )
 
 
 def failures_of(session: Session, run: Run) -> list[dict[str, Any]]:

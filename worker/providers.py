@@ -37,6 +37,7 @@ class ModelRequest:
     payload: dict[str, Any]
     json_schema: dict[str, Any] | None = None
     max_output_tokens: int = 1024
+    estimated_prompt_tokens: int | None = None  # our tiktoken count, to compare with the usage
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ from typing import Any
 
 from sqlmodel import Session
 
+from models import transitions
 from models.db import session_scope
+from models.memory import Recalled, recall_for
 from models.messages import latest_summary, save_summary, turns
 from models.plans import current_steps
 from models.runs import get_run, pinned_facts
@@ -23,7 +25,6 @@ from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
 from worker.context import Context, Layers, Piece, assemble, shorten, usable_budget
-from worker.memory import Recalled, recall_for
 from worker.prompts import Prompt, summarize_prompt
 from worker.providers import ModelRequest
 
@@ -136,6 +137,15 @@ def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
             budget=budget(prompt),
             recall_share=get_settings().recall_share,
         )
+        if recalled.facts or recalled.episodes:
+            transitions.record_event(
+                session,
+                run_id,
+                "memory.recalled",
+                purpose=prompt.purpose,
+                facts=[f.item.text for f in recalled.facts],
+                episodes=[e.item.run_id for e in recalled.episodes],
+            )
         payload = {
             **prompt.payload,
             "facts": pinned_facts(session, run_id),

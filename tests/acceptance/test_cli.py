@@ -27,10 +27,12 @@ def _env(home: Path) -> dict[str, str]:
     return {**env, "AGENTQ_HOME": str(home), "COLUMNS": "200", "AGENTQ_REVIEWER": "rita"}
 
 
-def agentq(home: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+def agentq(
+    home: Path, *args: str, timeout_s: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AGENTQ, *args],
-        env=_env(home),
+        env={**_env(home), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -58,7 +60,11 @@ def test_demo_submits_the_right_totals(home: Path) -> None:
     # scenario 2: escalated, then the reviewer's rate 0.95
     assert "replan_budget_spent" in out
     assert "agentq review respond" in out
+    # the second run's planner recalled the first run and the user's facts
+    recalled = out.split("memory recalled for planning:")[-1]
+    assert "past run" in recalled and "The user's cost centre is CC-4410" in recalled
     assert re.search(r"total 488\.87 EUR, cost centre CC-4410", out), out
+    assert not re.search(r"╯[^\n]", out), out  # nothing runs onto a panel's last line
     assert not (home / "demo" / "stack.json").exists()  # the demo stopped its stack
 
 
@@ -119,6 +125,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     assert "waiting_review" in submitted.stdout and "currency=EUR" in submitted.stdout
+    assert "╯\nwaiting for review" in submitted.stdout  # not run onto the panel's last line
     queue = agentq(home, "review", "list")
     assert "replan_budget_spent" in queue.stdout
     esc_id = re.search(r"│\s*(\d+)\s*│\s*1\s*│", queue.stdout)
@@ -136,3 +143,77 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert not (home / "stack.json").exists()
+
+
+def _no_runs(home: Path) -> bool:
+    listed = agentq(home, "runs")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    return re.search(r"│\s*\d+\s*│", listed.stdout) is None
+
+
+BAD_INPUTS = [
+    (("submit", "x", "--wall-time", "inf"), "--wall-time"),
+    (("submit", "x", "--wall-time", "1e12"), "--wall-time"),
+    (("submit", "x", "--replans", "99999999999999999999"), "--replans"),
+    (("submit", "x", "--tokens", "0"), "--tokens"),
+    (("submit", ""), "goal"),
+    (("submit", "x", "--user", ""), "--user"),
+    (("runs", "--status", "bogus"), "waiting_review"),
+    (("review", "show", "99999999999999999999"), "escalation_id"),
+    (("review", "reject", "1", "--comment", ""), "--comment"),
+    (("review", "respond", "1", "--answer", " "), "--answer"),
+]
+
+
+def test_bad_input_is_refused_and_user_text_is_shown_literally(
+    up: tuple[Path, subprocess.Popen[str]],
+) -> None:
+    home, _proc = up
+    for args, named in BAD_INPUTS:
+        refused = agentq(home, *args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert named in refused.stderr, (args, refused.stderr)
+        assert "Traceback" not in refused.stdout + refused.stderr
+    latin1 = home / "latin1.json"
+    latin1.write_bytes(
+        '{"steps": [{"name": "caf\u00e9", "kind": "tool", "tool": "noop"}]}'.encode("latin-1")
+    )
+    refused = agentq(home, "submit", "x", "--plan", str(latin1))
+    assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stdout
+    for verb in ("approve", "reject", "respond", "edit"):
+        extra = {"reject": ["--comment", "no"], "respond": ["--answer", "1"]}.get(verb, [])
+        extra += ["--plan", str(latin1)] if verb == "edit" else []
+        missing = agentq(home, "review", verb, "999", *extra)
+        assert missing.returncode == 2 and "escalation 999 does not exist" in missing.stdout
+    stack = json.loads((home / "stack.json").read_text())
+    no_broker = agentq(home, "submit", "x", env={"DATABASE_URL": stack["database_url"]})
+    assert no_broker.returncode == 2 and "no broker" in no_broker.stdout, no_broker.stdout
+    assert _no_runs(home)
+
+    plan = home / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"name": "e", "kind": "tool", "tool": "echo", "args": {"value": "[offline]"}}
+                ]
+            }
+        )
+    )
+    goal = "Fix the [/] bracket [bold]now[/bold]"
+    done = agentq(home, "submit", goal, "--user", "[/]", "--plan", str(plan), "--watch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for shown in (
+        done.stdout,
+        agentq(home, "status", "1").stdout,
+        agentq(home, "watch", "1").stdout,
+    ):
+        assert goal in shown and "[/]" in shown and '"[offline]"' in shown, shown
+    listed = agentq(home, "runs").stdout
+    assert "Fix the [/]" in listed and "succeeded" in listed, listed
+
+    broker_down = {"DATABASE_URL": stack["database_url"], "BROKER_URL": "redis://127.0.0.1:1/0"}
+    saved = agentq(home, "submit", "later", env=broker_down)
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    assert "run 2 submitted; the broker could not be reached" in saved.stdout
+    assert "later" in agentq(home, "runs").stdout

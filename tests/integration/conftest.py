@@ -98,7 +98,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
     return make
 
 
-def wait_for_run(run_id: int, statuses: tuple[str, ...] = SETTLED, timeout_s: float = 60) -> Run:
+def wait_for_run(run_id: int, statuses: tuple[str, ...] = SETTLED, timeout_s: float = 120) -> Run:
     """Poll until the run is in one of `statuses`; fails with the run's state on timeout."""
     deadline = time.monotonic() + timeout_s
     while True:

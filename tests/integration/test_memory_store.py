@@ -21,6 +21,7 @@ from models import recall as retrieval
 from models.db import get_engine, session_scope
 from models.embeddings import HashEmbedder
 from models.episodes import forget_episodes, recall_episodes, record_episode
+from models.errors import DatabaseError
 from models.facts import (
     FACTS,
     Fact,
@@ -183,7 +184,7 @@ def test_the_database_refuses_a_second_current_copy(new_user: Callable[[], str])
         row = session.get(Fact, stored.fact_id)
         assert row is not None
         copy = row.model_dump(exclude={"id", "tsv"})
-    with pytest.raises(sa.exc.IntegrityError), session_scope() as session:
+    with pytest.raises(DatabaseError, match="facts_current_content"), session_scope() as session:
         session.execute(sa.insert(Fact).values(**copy))
 
 

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -167,18 +168,102 @@ def test_wait_for_log_ignores_earlier_runs(stack: LocalStack) -> None:
         stack.wait_for_log("quiet", "ready.", timeout_s=0.5)
 
 
-def test_stop_kills_a_child_that_ignores_sigterm(
-    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("ops.stack.STOP_GRACE_SECONDS", 0.5)
+def test_stop_kills_a_child_that_ignores_sigterm(stack: LocalStack) -> None:
     code = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('ready.', flush=True); time.sleep(60)"
     )
     child = stack.start_process("stubborn", [sys.executable, "-c", code], {})
     stack.wait_for_log("stubborn", "ready.", timeout_s=10)
-    stack.stop()
+    started = time.monotonic()
+    stack.stop(grace_s=0.5)
     assert child.returncode == -9
+    assert time.monotonic() - started < 10
+
+
+# Like a Celery worker's main process: on SIGTERM it finishes its work (1 s) and exits 0, and it
+# has a child of its own (a pool process) that must not be signalled before that.
+WARM_MAIN = """
+import signal, subprocess, sys, time
+from pathlib import Path
+marks = Path(sys.argv[1])
+def warm_shutdown(signum, frame):
+    with marks.open("a") as f:
+        f.write("main got SIGTERM\\n")
+    time.sleep(1)
+    with marks.open("a") as f:
+        f.write("main exits\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, warm_shutdown)
+pool = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]])
+print(pool.pid, "ready.", flush=True)
+while True:
+    time.sleep(60)
+"""
+POOL_PROCESS = """
+import signal, sys, time
+from pathlib import Path
+def hit(signum, frame):
+    with Path(sys.argv[1]).open("a") as f:
+        f.write(f"pool got signal {signum}\\n")
+    sys.exit(1)
+signal.signal(signal.SIGTERM, hit)
+signal.signal(signal.SIGINT, hit)
+time.sleep(60)
+"""
+
+
+def test_stop_signals_only_the_main_process_and_waits_for_it(
+    stack: LocalStack, data_dir: Path
+) -> None:
+    marks = data_dir.parent / "marks.txt"
+    argv = [sys.executable, "-c", WARM_MAIN, str(marks), POOL_PROCESS]
+    main = stack.start_process("warm", argv, {})
+    stack.wait_for_log("warm", "ready.", timeout_s=10)
+    pool = psutil.Process(int(stack.log_path("warm").read_text().split()[0]))
+    assert os.getpgid(pool.pid) == main.pid  # in the main process's group, like a pool process
+
+    stack.stop(grace_s=10)
+
+    assert main.returncode == 0
+    assert marks.read_text().splitlines() == ["main got SIGTERM", "main exits"]
+    assert _dies(pool)  # SIGKILLed with the group once the main process had left
+
+
+def _dies(proc: psutil.Process, timeout_s: float = 5) -> bool:
+    """Whether `proc` is gone, or a zombie (its new parent may never reap it), within timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_restart_dead_starts_exited_children_again(stack: LocalStack) -> None:
+    code = (
+        "import os, time; print('ready.', os.environ['AGENTQ_PROBE'], flush=True); time.sleep(60)"
+    )
+    first = stack.start_process("worker", [sys.executable, "-c", code], {"AGENTQ_PROBE": "p1"})
+    stack.wait_for_log("worker", "ready.", timeout_s=10)
+    assert stack.restart_dead() == []
+    assert stack.last_exit_code("worker") is None
+
+    first.kill()
+    deadline = time.monotonic() + 10
+    while not (restarted := stack.restart_dead()):
+        assert time.monotonic() < deadline, "the killed child was not restarted"
+        time.sleep(0.05)
+
+    assert restarted == ["worker"]
+    assert stack.last_exit_code("worker") == -9
+    stack.wait_for_log("worker", "ready. p1", timeout_s=10)  # same argv and env, new log part
+    second = stack._children["worker"].popen
+    assert second.pid != first.pid and second.poll() is None
+    assert stack.restart_dead() == []
 
 
 def test_celery_argv(stack: LocalStack) -> None:

@@ -15,7 +15,7 @@ def test_every_setting_is_in_the_configuration_table() -> None:
 
 
 def test_readme_gives_the_two_setup_commands() -> None:
-    assert "pip install -e . && agentq demo" in README
+    assert "pip install -e '.[local]' && agentq demo" in README
     assert "pip install -e '.[test]' && pytest" in README
 
 

@@ -1,0 +1,125 @@
+"""`agentq memory ...`: look into a user's memory, forget a user, re-embed after a model change.
+
+The same functions serve the HTTP API later: everything here is a thin layer over
+`models.memory`, `models.facts` and `models.episodes`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from models import memory
+from models.db import session_scope
+from models.facts import facts_of
+from ops.views import cell, utc
+
+memory_app = typer.Typer(
+    help="A user's long-term memory: facts and episodes.", no_args_is_help=True
+)
+console = Console()
+
+
+def _user(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+User = Annotated[str, typer.Option("--user", help="Whose memory.", callback=_user)]
+
+
+def _connect() -> None:
+    from ops.cli import connect
+
+    connect()
+
+
+@memory_app.command("facts")
+def facts(
+    user: User,
+    history: Annotated[bool, typer.Option(help="Include superseded and expired facts.")] = False,
+) -> None:
+    """The user's facts, newest first."""
+    _connect()
+    with session_scope() as session:
+        rows = facts_of(session, user_id=user, include_history=history)
+    table = Table("id", "subject", "attribute", "category", "text", "since", "until", "by")
+    for f in sorted(rows, key=lambda f: f.valid_from, reverse=True):
+        table.add_row(
+            str(f.id),
+            cell(f.subject),
+            cell(f.attribute or ""),
+            cell(f.category),
+            cell(f.text),
+            utc(f.valid_from),
+            utc(f.valid_to) if f.valid_to else "current",
+            str(f.superseded_by or ""),
+        )
+    console.print(table)
+
+
+@memory_app.command("search")
+def search(
+    text: Annotated[str, typer.Argument(help="What to look for.")],
+    user: User,
+) -> None:
+    """Hybrid recall (vector + full text) over the user's facts and episodes, with scores."""
+    _connect()
+    with session_scope() as session:
+        found = memory.recall_for(session, user_id=user, query=text)
+    table = Table("kind", "id", "text", "similarity", "text match", "score")
+    for f in found.facts:
+        table.add_row(
+            "fact",
+            str(f.item.id),
+            cell(f.item.text),
+            f"{f.similarity:.3f}",
+            "yes" if f.text_match else "",
+            f"{f.score:.4f}",
+        )
+    for e in found.episodes:
+        table.add_row(
+            "episode",
+            f"run {e.item.run_id}",
+            cell(e.item.summary, 120),
+            f"{e.similarity:.3f}",
+            "yes" if e.text_match else "",
+            f"{e.score:.4f}",
+        )
+    console.print(table)
+    console.print(Text(f"embedding model: {memory.embedder().model}", style="dim"))
+
+
+@memory_app.command("forget")
+def forget(
+    user: User,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete all of the user's memory: facts (with history), episodes, turns and summaries."""
+    _connect()
+    if not yes:
+        typer.confirm(f"Delete all memory of {user!r}? This cannot be undone", abort=True)
+    with session_scope() as session:
+        counts = memory.forget_user(session, user_id=user)
+    parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    console.print(Text(f"forgot {user}: {parts}"))
+
+
+@memory_app.command("reembed")
+def reembed() -> None:
+    """Re-embed every stored fact and episode with the configured embedding model."""
+    _connect()
+    model = memory.embedder()
+    with session_scope() as session:
+        counts = memory.reembed(session, model)
+    console.print(
+        Text(
+            f"re-embedded {counts['facts']} facts and {counts['episodes']} episodes "
+            f"with {model.model} ({model.dim} dimensions)"
+        )
+    )
