@@ -13,6 +13,7 @@ from models import memory
 from models.db import session_scope
 from models.episodes import episodes_of
 from models.facts import facts_of
+from models.memory import recall_for
 from models.messages import RunSummary, add_message
 from models.runs import get_run
 from models.settings import get_settings
@@ -20,7 +21,6 @@ from models.tables import RunEvent
 from models.tokens import count_message_tokens
 from tests.integration.conftest import run_steps, wait_for_run
 from worker import working_memory
-from worker.memory import recall_for
 from worker.prompts import step_prompt
 
 pytestmark = pytest.mark.integration
