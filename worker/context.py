@@ -14,7 +14,8 @@ Layers, highest priority first (they are placed in this order too):
 Long tool results are shortened before anything else (`shorten`). Layers 1-3 and 7 never shrink:
 if they alone overflow the budget, `ContextOverflow` is raised and nothing is sent. Token counts
 come from the rows (counted once with tiktoken when written); per-message overhead follows
-OpenAI's cookbook ("How to count tokens with tiktoken": 3 per message, 3 to prime the reply).
+OpenAI's cookbook ("How to count tokens with tiktoken": 3 per message plus the role's own tokens,
+3 to prime the reply), so the estimate equals `models.tokens.count_message_tokens`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Final
 from models.errors import AgentqError
 
 TOKENS_PER_MESSAGE: Final = 3
+ROLE_TOKENS: Final = 1  # "system", "user", "assistant" are one token each in o200k and cl100k
 REPLY_PRIMING_TOKENS: Final = 3
 SHORTENED_MARK: Final = (
     "\n… [shortened: {dropped} of {total} tokens left out; full text in {where}] …\n"
@@ -50,8 +52,8 @@ class Piece:
 
     @property
     def cost(self) -> int:
-        """Tokens this piece costs as a message, overhead included."""
-        return self.tokens + TOKENS_PER_MESSAGE
+        """Tokens this piece costs as a message: its text, its role, and the per-message overhead."""
+        return self.tokens + ROLE_TOKENS + TOKENS_PER_MESSAGE
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,21 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     assert again.returncode == 2 and "decided" in again.stdout
     runs = agentq(home, "runs")
     assert "cli test" in runs.stdout and "succeeded" in runs.stdout
+    facts = agentq(home, "memory", "facts", "--user", "local")
+    assert "The user's currency is EUR" in facts.stdout, facts.stdout + facts.stderr
+    found = agentq(
+        home, "memory", "search", "which currency does the user prefer", "--user", "local"
+    )
+    assert "The user's currency is EUR" in found.stdout, found.stdout
+    episode = agentq(home, "memory", "search", "cli test flaky", "--user", "local")
+    assert "episode" in episode.stdout and "Goal: cli test" in episode.stdout, episode.stdout
+    nobody = agentq(home, "memory", "search", "currency", "--user", "someone-else")
+    assert "EUR" not in nobody.stdout
+    forgot = agentq(home, "memory", "forget", "--user", "local", "--yes")
+    assert forgot.returncode == 0 and re.search(
+        r"forgot local: [1-9]\d* facts, 1 episodes", forgot.stdout
+    )
+    assert "currency" not in agentq(home, "memory", "facts", "--user", "local").stdout
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert not (home / "stack.json").exists()

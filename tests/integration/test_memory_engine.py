@@ -39,7 +39,8 @@ def _tools_of_plan_v1(run_id: int) -> list[str | None]:
 
 def test_second_run_recalls_the_episode_and_plans_around_the_failure(make_run: MakeRun) -> None:
     ana = _user("ana")
-    first = wait_for_run(make_run(None, user=ana, goal=GOAL, facts=FACTS, replans=1))
+    secret = {**FACTS, "nickname": "blue-heron-17"}
+    first = wait_for_run(make_run(None, user=ana, goal=GOAL, facts=secret, replans=1))
     assert first.status == "succeeded" and first.replans_used == 1
     with session_scope() as session:
         (episode,) = episodes_of(session, user_id=ana)
@@ -63,6 +64,13 @@ def test_second_run_recalls_the_episode_and_plans_around_the_failure(make_run: M
     assert all(f.item.user_id == bob for f in seen.facts)
     assert all(e.item.user_id == bob for e in seen.episodes)
     assert all(e.item.run_id == third.id for e in seen.episodes)
+    # nor does bob's working memory, even when asked about ana's words
+    request = working_memory.request_for(
+        third.id or 0, step_prompt("What is the user's nickname?", {})
+    )
+    assert "blue-heron" not in str(request.messages) + str(request.payload)
+    own = working_memory.request_for(first.id or 0, step_prompt("What is the user's nickname?", {}))
+    assert "blue-heron-17" in str(own.messages)  # the same question finds it for ana
 
 
 def test_a_newer_fact_supersedes_and_forget_removes_everything(make_run: MakeRun) -> None:

@@ -1,0 +1,93 @@
+"""Working-memory assembly: priorities, the budget, shortening, and what the summary must cover."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.tokens import count_message_tokens, count_tokens
+from worker.context import ContextOverflow, Layers, Piece, assemble, shorten, usable_budget
+
+
+def piece(role: str, text: str, ref: int | None = None) -> Piece:
+    return Piece(role, text, count_tokens(text), ref)
+
+
+def layers(turns: int = 50, recalled: int = 5, summary_through: int = 0) -> Layers:
+    return Layers(
+        instructions=piece("system", "You carry out one step."),
+        state=piece("user", "Goal: file the report. Pinned: currency = EUR"),
+        ledger=piece("user", '1. receipts [succeeded] -> {"total": 514.6}'),
+        task=piece("user", "Do this step: convert"),
+        recalled=[
+            piece("user", f"Remembered fact {i}: " + "detail " * 20) for i in range(recalled)
+        ],
+        summary=piece("user", "Summary: earlier turns were about receipts.")
+        if summary_through
+        else None,
+        summary_covers_through=summary_through,
+        turns=[piece("tool", f"turn {i}: " + "words " * 40, ref=i + 1) for i in range(turns)],
+    )
+
+
+def test_everything_fits_when_the_budget_allows() -> None:
+    ctx = assemble(layers(turns=5, recalled=2), budget=10_000)
+    assert ctx.turns_used == 5 and ctx.recalled_used == 2 and ctx.uncovered == []
+    assert ctx.tokens == count_message_tokens(ctx.messages)  # the estimate is the real count
+    assert ctx.messages[0]["role"] == "system" and ctx.messages[-1]["content"].startswith("Do this")
+
+
+@pytest.mark.parametrize("budget", [400, 800, 1500, 3000])
+def test_fixed_layers_always_present_and_budget_respected(budget: int) -> None:
+    ctx = assemble(layers(), budget=budget)
+    text = "\n".join(m["content"] for m in ctx.messages)
+    assert "Pinned: currency = EUR" in text and '{"total": 514.6}' in text
+    assert count_message_tokens(ctx.messages) <= budget
+
+
+def test_newest_turns_are_kept_and_dropped_ones_are_reported() -> None:
+    ctx = assemble(layers(turns=50), budget=1500)
+    kept = [m["content"] for m in ctx.messages if m["content"].startswith("turn ")]
+    assert kept and kept[-1].startswith("turn 49:")
+    first_kept = int(kept[0].split(":")[0].split()[1])
+    assert [p.ref for p in ctx.uncovered] == list(range(1, first_kept + 1))
+
+
+def test_summary_coverage_is_not_reported_again() -> None:
+    ctx = assemble(layers(turns=50, summary_through=30), budget=1500)
+    assert all((p.ref or 0) > 30 for p in ctx.uncovered)
+    assert any(m["content"].startswith("Summary:") for m in ctx.messages)
+
+
+def test_recalled_memory_takes_at_most_its_share() -> None:
+    ctx = assemble(layers(turns=0, recalled=40), budget=2000, recall_share=0.3)
+    recalled = [m for m in ctx.messages if m["content"].startswith("Remembered")]
+    fixed = count_message_tokens(ctx.messages[:3] + ctx.messages[-1:])
+    assert 0 < len(recalled) < 40
+    assert count_message_tokens(recalled) - 3 <= 0.3 * (2000 - fixed)
+
+
+def test_overflowing_fixed_layers_are_refused_not_trimmed() -> None:
+    with pytest.raises(ContextOverflow, match="instructions, run state, ledger and task"):
+        assemble(layers(), budget=30)
+
+
+def test_long_tool_result_is_shortened_with_a_pointer() -> None:
+    long = piece("tool", "x " * 5000)
+    short = shorten(long, max_tokens=100, where="step 7", count=count_tokens)
+    assert short.tokens < 150 and "full text in step 7" in short.text
+    assert shorten(piece("tool", "small"), max_tokens=100, where="s", count=count_tokens).text == (
+        "small"
+    )
+
+
+def test_budget_arithmetic() -> None:
+    assert (
+        usable_budget(
+            context_window=8000, reserved_output=1000, tool_schema_tokens=200, safety_margin=0.1
+        )
+        == 6120
+    )
+    with pytest.raises(ValueError, match="no room"):
+        usable_budget(
+            context_window=1000, reserved_output=1000, tool_schema_tokens=0, safety_margin=0
+        )
