@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import TSVECTOR, insert
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models import recall as retrieval
-from models.tables import utcnow
+from models.tables import created_field, timestamp_field, utcnow
 
 CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # preference, profile, knowledge, event
 FACT_TSV = "to_tsvector('english', subject || ' ' || coalesce(attribute, '') || ' ' || text)"
@@ -34,13 +34,6 @@ FACTS = retrieval.Source("facts", born="valid_from", visible=LIVE)
 FACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
 CURRENT: dict[str, Any] = {"postgresql_where": sa.text("valid_to IS NULL")}
 CURRENT_INDEX: dict[str, Any] = {"index_where": sa.text("valid_to IS NULL")}
-
-
-def _ts(nullable: bool = True) -> Any:
-    if nullable:
-        return Field(default=None, sa_type=sa.DateTime(timezone=True), nullable=True)
-    now = {"server_default": sa.func.now()}
-    return Field(default_factory=utcnow, sa_type=sa.DateTime(timezone=True), sa_column_kwargs=now)
 
 
 class Fact(SQLModel, table=True):
@@ -64,13 +57,13 @@ class Fact(SQLModel, table=True):
     embedding: list[float] = Field(sa_column=sa.Column(VECTOR(), nullable=False))
     embedding_model: str = Field(max_length=200)
     embedding_dim: int
-    valid_from: datetime = _ts(nullable=False)
-    valid_to: datetime | None = _ts()
+    valid_from: datetime = created_field()
+    valid_to: datetime | None = timestamp_field()
     superseded_by: int | None = Field(default=None, foreign_key="facts.id", ondelete="SET NULL")
     source_run_id: int | None = None
     source_step_id: int | None = None
-    created_at: datetime = _ts(nullable=False)
-    expires_at: datetime | None = _ts()
+    created_at: datetime = created_field()
+    expires_at: datetime | None = timestamp_field()
     tsv: str | None = Field(
         default=None, sa_column=sa.Column(TSVECTOR(), sa.Computed(FACT_TSV, persisted=True))
     )

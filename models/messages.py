@@ -10,25 +10,15 @@ the ledger of done steps, which are rebuilt from their own rows on every call.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models.settings import get_settings
-from models.tables import utcnow
+from models.tables import created_field
 from models.tokens import count_tokens
 
 ROLES = ("user", "assistant", "tool")
-
-
-def _created() -> Any:
-    return Field(
-        default_factory=utcnow,
-        sa_type=sa.DateTime(timezone=True),
-        sa_column_kwargs={"server_default": sa.func.now()},
-        nullable=False,
-    )
 
 
 class Message(SQLModel, table=True):
@@ -42,7 +32,7 @@ class Message(SQLModel, table=True):
     role: str = Field(max_length=10)
     content: str
     token_count: int
-    created_at: datetime = _created()
+    created_at: datetime = created_field()
 
 
 class RunSummary(SQLModel, table=True):
@@ -55,7 +45,7 @@ class RunSummary(SQLModel, table=True):
     covers_through_id: int
     content: str
     token_count: int
-    created_at: datetime = _created()
+    created_at: datetime = created_field()
 
 
 def add_message(

@@ -25,6 +25,10 @@ from models.errors import ConfigurationError
 
 T = TypeVar("T")
 
+# Any word of the query (its lexemes joined with OR), for ranking by words shared; `text_match`
+# stays the stricter every-word match of websearch_to_tsquery.
+ANY_WORD = "replace(plainto_tsquery('english', :query_text)::text, ' & ', ' | ')::tsquery"
+
 RRF_K = 60  # Cormack et al., SIGIR 2009
 MIN_SIMILARITY = 0.2  # cosine; see `fuse`
 RECENCY_HALF_LIFE_DAYS = 30.0
@@ -41,7 +45,7 @@ SECONDS_PER_DAY = 86_400.0
 _DISTANCE = "embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
 _CANDIDATES = f"""
     SELECT id, {{born}} AS born, {_DISTANCE} AS distance,
-           ts_rank_cd(tsv, websearch_to_tsquery('english', :query_text)) AS text_rank,
+           ts_rank_cd(tsv, {ANY_WORD}) AS text_rank,
            tsv @@ websearch_to_tsquery('english', :query_text) AS text_match
     FROM {{table}}
     WHERE embedding_model = :model AND user_id = :user_id AND embedding_dim = {{dim}}
@@ -57,7 +61,7 @@ NEAREST_INDEXED = f"""WITH relaxed AS MATERIALIZED ({_CANDIDATES}
 NEAREST_EXACT = f"{_CANDIDATES}\n    ORDER BY ({_DISTANCE}) + 0, id LIMIT :pool"
 # text_matches: a tenant's rows of one model matching the query's words, best ts_rank_cd first.
 TEXT_MATCHES = f"""{_CANDIDATES}
-      AND tsv @@ websearch_to_tsquery('english', :query_text)
+      AND tsv @@ {ANY_WORD}
     ORDER BY text_rank DESC, id LIMIT :pool"""
 # vector_index: one model's HNSW cosine index on one memory table (pgvector README, "Indexing
 # vectors with different dimensions"); name, model and dim are validated before they get here.

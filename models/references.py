@@ -58,13 +58,7 @@ def references(args: Any) -> set[str]:
 
     Raises `ToolArgumentsError` when a `${steps...}`/`${facts...}` reference is malformed.
     """
-    if isinstance(args, dict):
-        return set().union(*(references(value) for value in args.values()))
-    if isinstance(args, list):
-        return set().union(*(references(item) for item in args))
-    if isinstance(args, str):
-        return {ref.step for ref in _parse_all(args) if ref.step is not None}
-    return set()
+    return {ref.step for ref in _all_references(args) if ref.step is not None}
 
 
 def referenced_facts(args: Any) -> set[str]:
@@ -72,13 +66,15 @@ def referenced_facts(args: Any) -> set[str]:
 
     Raises `ToolArgumentsError` when a reference is malformed.
     """
-    if isinstance(args, dict):
-        return set().union(*(referenced_facts(value) for value in args.values()))
-    if isinstance(args, list):
-        return set().union(*(referenced_facts(item) for item in args))
-    if isinstance(args, str):
-        return {ref.fact for ref in _parse_all(args) if ref.fact is not None}
-    return set()
+    return {ref.fact for ref in _all_references(args) if ref.fact is not None}
+
+
+def _all_references(value: Any) -> list[_Reference]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [ref for item in value for ref in _all_references(item)]
+    return _parse_all(value) if isinstance(value, str) else []
 
 
 def _walk(value: Any, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str]) -> Any:

@@ -22,11 +22,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _ts(nullable: bool = True) -> Any:
+def timestamp_field(nullable: bool = True) -> Any:
+    """A timezone-aware timestamp column; NULL until set."""
     return Field(default=None, sa_type=sa.DateTime(timezone=True), nullable=nullable)
 
 
-def _created() -> Any:
+def created_field() -> Any:
+    """A timezone-aware creation time, set by Python and by the database's `now()`."""
     return Field(
         default_factory=utcnow,
         sa_type=sa.DateTime(timezone=True),
@@ -62,12 +64,12 @@ class Run(SQLModel, table=True):
     cost_limit_usd: float = 1.0
     cost_used_usd: float = 0.0
     wall_time_limit_s: float = 3600.0
-    deadline_at: datetime | None = _ts()
+    deadline_at: datetime | None = timestamp_field()
     final_result: dict[str, Any] | None = _json_dict(nullable=True)
     error: str | None = None
-    created_at: datetime = _created()
-    updated_at: datetime = _created()
-    finished_at: datetime | None = _ts()
+    created_at: datetime = created_field()
+    updated_at: datetime = created_field()
+    finished_at: datetime | None = timestamp_field()
 
 
 class PinnedFact(SQLModel, table=True):
@@ -100,7 +102,7 @@ class PlanVersion(SQLModel, table=True):
     created_by: str = Field(max_length=20)  # submitter | planner | replanner | reviewer
     reason: str = ""
     replaces_step_id: int | None = None
-    created_at: datetime = _created()
+    created_at: datetime = created_field()
 
 
 class Step(SQLModel, table=True):
@@ -123,10 +125,10 @@ class Step(SQLModel, table=True):
     status: str = Field(default="pending", index=True, max_length=20)
     attempt: int = 0
     max_attempts: int = 3
-    lease_expires_at: datetime | None = _ts()
-    queued_at: datetime | None = _ts()
-    started_at: datetime | None = _ts()
-    finished_at: datetime | None = _ts()
+    lease_expires_at: datetime | None = timestamp_field()
+    queued_at: datetime | None = timestamp_field()
+    started_at: datetime | None = timestamp_field()
+    finished_at: datetime | None = timestamp_field()
     result: dict[str, Any] | None = _json_dict(nullable=True)
     error: str | None = None
 
@@ -140,8 +142,8 @@ class StepAttempt(SQLModel, table=True):
     step_id: int = Field(foreign_key="steps.id", index=True, ondelete="CASCADE")
     attempt: int
     worker: str = Field(default="", max_length=200)
-    started_at: datetime = _created()
-    finished_at: datetime | None = _ts()
+    started_at: datetime = created_field()
+    finished_at: datetime | None = timestamp_field()
     outcome: str | None = Field(default=None, max_length=20)  # succeeded|failed|retry|lease_expired
     error: str | None = None
 
@@ -167,13 +169,13 @@ class Escalation(SQLModel, table=True):
     detail: dict[str, Any] = _json_dict()
     status: str = Field(default="open", index=True, max_length=20)  # open | claimed | decided
     claimed_by: str | None = None
-    claimed_at: datetime | None = _ts()
+    claimed_at: datetime | None = timestamp_field()
     decision: str | None = Field(default=None, max_length=20)  # approve|edit|reject|respond
     decided_by: str | None = None
-    decided_at: datetime | None = _ts()
+    decided_at: datetime | None = timestamp_field()
     comment: str | None = None
     answer: dict[str, Any] | None = _json_dict(nullable=True)
-    created_at: datetime = _created()
+    created_at: datetime = created_field()
 
 
 class RunEvent(SQLModel, table=True):
@@ -183,6 +185,6 @@ class RunEvent(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
     step_id: int | None = None
-    at: datetime = _created()
+    at: datetime = created_field()
     kind: str = Field(max_length=40)
     detail: dict[str, Any] = _json_dict()

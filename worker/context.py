@@ -52,7 +52,7 @@ class Piece:
 
     @property
     def cost(self) -> int:
-        """Tokens this piece costs as a message: its text, its role, and the per-message overhead."""
+        """Tokens this piece costs as a message: text, role and per-message overhead."""
         return self.tokens + ROLE_TOKENS + TOKENS_PER_MESSAGE
 
 

@@ -139,7 +139,7 @@ def load(dsn: str, corpus: Corpus, rng: np.random.Generator, keep: set[int]
         for start in range(0, len(corpus.users), BATCH_ROWS):
             stop = min(start + BATCH_ROWS, len(corpus.users))
             vectors = noisy(rng, corpus.centres[corpus.topics[start:stop]], FACT_NOISE)
-            kept.update({i: vectors[i - start] for i in keep if start <= i < stop})
+            kept.update({i: vectors[i - start].copy() for i in keep if start <= i < stop})
             rows = [fact_row(corpus, i, vectors[i - start]) for i in range(start, stop)]
             clock = time.perf_counter()
             with conn.cursor() as cur, cur.copy(COPY_FACTS) as copy:
@@ -171,9 +171,14 @@ def build_index(dsn: str) -> tuple[float, float, list[str]]:
 
 Config = tuple[int, str, tuple[str, ...]]  # hnsw.ef_search, hnsw.iterative_scan, more SET LOCAL
 SHIPPED: Config = (retrieval.HNSW_EF_SEARCH_DEFAULT, "relaxed_order", ())  # as agentq for k 10
-SWEEP = {"HNSW forced, iterative scan off": (40, "off", (FORCE_HNSW,))} | {
-    f"HNSW forced, ef_search {ef}": (ef, "relaxed_order", (FORCE_HNSW,)) for ef in (40, 100, 400)
-} | {"HNSW forced, ef 40, 100k tuples, 16 x work_mem": (40, "relaxed_order", (FORCE_HNSW, *MORE))}
+SWEEP = (
+    {"HNSW forced, iterative scan off": (40, "off", (FORCE_HNSW,))}
+    | {
+        f"HNSW forced, ef_search {ef}": (ef, "relaxed_order", (FORCE_HNSW,))
+        for ef in (40, 100, 400)
+    }
+    | {"HNSW forced, ef 40, 100k tuples, 16 x work_mem": (40, "relaxed_order", (FORCE_HNSW, *MORE))}
+)
 Runner = Callable[[Session, retrieval.Search], list[int]]
 
 
