@@ -6,6 +6,7 @@ and then tells the coordinator, by name, that the run has moved.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from celery.signals import worker_process_init
@@ -86,3 +87,6 @@ def raw_noop(_previous: object = None) -> None:
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_engine(**_: Any) -> None:
     dispose_engines()
+    # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
+    # on first use, after this) would otherwise start a thread per core in every process.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
