@@ -26,6 +26,7 @@ from models.runs import get_run
 from models.settings import get_settings
 from models.tables import Run, Step
 from worker.prompts import FactsSpec, extract_prompt
+from worker.structured import InvalidOutput, ask
 
 log = structlog.get_logger("agentq.worker")
 
@@ -58,8 +59,8 @@ def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
     try:
         with session_scope() as session:
             run = get_run(session, run_id)
-            _record_episode(session, run, outcome=outcome, final_answer=final_answer)
             failures = failures_of(session, run)
+            _record_episode(session, run, failures, outcome=outcome, final_answer=final_answer)
         counts = _extract_and_remember(run, failures)
     except (AgentqError, ValidationError, ValueError) as exc:
         log.warning("memory.failed", run_id=run_id, error=str(exc))
@@ -70,9 +71,15 @@ def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
         transitions.record_event(session, run_id, "memory.remembered", outcome=outcome, **counts)
 
 
-def _record_episode(session: Session, run: Run, *, outcome: str, final_answer: str) -> None:
+def _record_episode(
+    session: Session,
+    run: Run,
+    failures: list[dict[str, Any]],
+    *,
+    outcome: str,
+    final_answer: str,
+) -> None:
     steps = current_steps(session, run)
-    failures = failures_of(session, run)
     plan = [{"name": s.name, "tool": s.tool, "status": s.status} for s in steps]
     lines = [f"Goal: {run.goal}", f"Outcome: {outcome}"]
     lines += [f"{f['tool']} failed ({f['error']}); fixed by {f['fixed_by']}" for f in failures]
@@ -94,13 +101,10 @@ def _record_episode(session: Session, run: Run, *, outcome: str, final_answer: s
 
 
 def _extract_and_remember(run: Run, failures: list[dict[str, Any]]) -> dict[str, int]:
-    from worker.calls import call_model
-    from worker.working_memory import request_for
-
-    completion = call_model(
-        run.id or 0, request_for(run.id or 0, extract_prompt(run.goal, failures))
-    )
-    facts = FactsSpec.model_validate_json(completion.text).facts
+    answer = ask(run.id or 0, extract_prompt(run.goal, failures), FactsSpec.model_validate_json)
+    if answer.value is None:
+        raise InvalidOutput(f"no valid facts after re-asking: {answer.error}")
+    facts = answer.value.facts
     model, s = embedder(), get_settings()
     vectors = model.embed([f.text for f in facts]) if facts else []
     counts = {"added": 0, "duplicate": 0, "superseded": 0}

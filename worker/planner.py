@@ -1,93 +1,45 @@
 """The plan and replan tasks: ask the model for a plan, validate it, write it as a plan version.
 
-Model output is bad input until it validates (`models.plans.parse_plan`). Invalid output is
-re-asked with the validation error up to `AGENTQ_PLAN_MAX_ATTEMPTS` times, each call charged to the
-run; after that the run escalates with the raw output attached. Invalid output is never taken as an
-empty plan.
+Model output is bad input until it validates (`models.plans.parse_plan`); `worker.structured.ask`
+re-asks with the validation error a bounded number of times, each call charged to the run; after
+that the run escalates with the raw output attached. Invalid output is never taken as an empty
+plan.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, replace
 
 import structlog
 
 from models import transitions
 from models.db import session_scope
-from models.errors import BudgetExhausted, InvalidPlan, ProviderError
 from models.plans import PlanSpec, add_plan_version, current_steps, parse_plan
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
-from worker.calls import call_model
 from worker.prompts import Prompt, plan_prompt, replan_prompt
+from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
 from worker.tools import argument_problems, catalog
-from worker.working_memory import request_for
 
 log = structlog.get_logger("agentq.worker")
-RAW_OUTPUT_MAX_CHARS = 4000
 
 
-@dataclass(frozen=True)
-class PlanAnswer:
-    """A validated plan, or the last raw output and why it was refused."""
-
-    plan: PlanSpec | None
-    raw: str
-    error: str
-    budget_spent: bool = False
-
-    @property
-    def reason(self) -> str:
-        """The escalation reason when there is no plan."""
-        return "token_budget_spent" if self.budget_spent else "invalid_plan"
+def reason(answer: Answer[PlanSpec]) -> str:
+    """The escalation reason when there is no plan."""
+    return "token_budget_spent" if answer.budget_spent else "invalid_plan"
 
 
-def ask_for_plan(run_id: int, prompt: Prompt, *, earlier: set[str], facts: set[str]) -> PlanAnswer:
-    """Call the model until its answer validates, at most `plan_max_attempts` times.
-
-    The answer must name registered tools with valid arguments, refer only to earlier steps and
-    pinned facts, and use each step name once. A spent token budget ends the asking at once.
-    """
+def ask_for_plan(
+    run_id: int, prompt: Prompt, *, earlier: set[str], facts: set[str]
+) -> Answer[PlanSpec]:
+    """Ask until the answer is a valid plan: registered tools with valid arguments, references
+    only to earlier steps and pinned facts, each step name once (`models.plans.parse_plan`)."""
     tools = [t["name"] for t in catalog()]
-    request = request_for(run_id, prompt)
-    messages, raw, error = list(request.messages), "", ""
-    for attempt in range(1, get_settings().plan_max_attempts + 1):
-        try:
-            completion = call_model(run_id, replace(request, messages=list(messages)))
-        except (ProviderError, BudgetExhausted) as exc:
-            return PlanAnswer(
-                None,
-                raw,
-                f"{type(exc).__name__}: {exc}",
-                budget_spent=isinstance(exc, BudgetExhausted),
-            )
-        raw = completion.text
-        try:
-            if completion.finish_reason == "length":
-                raise InvalidPlan("output was cut off at the token limit (finish_reason=length)")
-            plan = parse_plan(
-                raw, tools=tools, earlier=earlier, facts=facts, check_args=argument_problems
-            )
-            return PlanAnswer(plan, raw, "")
-        except InvalidPlan as exc:
-            error = str(exc)
-        with session_scope() as session:
-            transitions.record_event(
-                session,
-                run_id,
-                "plan.invalid",
-                attempt=attempt,
-                error=error,
-                raw_output=raw[:RAW_OUTPUT_MAX_CHARS],
-            )
-        messages += [
-            {"role": "assistant", "content": raw},
-            {
-                "role": "user",
-                "content": f"That answer is invalid: {error}. Answer again, JSON only.",
-            },
-        ]
-    return PlanAnswer(None, raw, error)
+
+    def parse(text: str) -> PlanSpec:
+        return parse_plan(
+            text, tools=tools, earlier=earlier, facts=facts, check_args=argument_problems
+        )
+
+    return ask(run_id, prompt, parse)
 
 
 def plan(run_id: int) -> bool:
@@ -103,12 +55,12 @@ def plan(run_id: int) -> bool:
         locked = transitions.lock_run(session, run_id)
         if locked is None or locked.status != "planning":
             return False
-        if answer.plan is None:
+        if answer.value is None:
             transitions.escalate(
                 session,
                 run_id,
                 expected="planning",
-                reason=answer.reason,
+                reason=reason(answer),
                 detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
             )
             return True
@@ -116,7 +68,7 @@ def plan(run_id: int) -> bool:
             session,
             locked,
             before=[],
-            new=answer.plan.steps,
+            new=answer.value.steps,
             after=[],
             created_by="planner",
             max_attempts=get_settings().step_max_attempts,
@@ -143,12 +95,12 @@ def replan(run_id: int, failed_step_id: int) -> bool:
         locked = transitions.lock_run(session, run_id)
         if locked is None or locked.status != "replanning":
             return False
-        if answer.plan is None:
+        if answer.value is None:
             transitions.escalate(
                 session,
                 run_id,
                 expected="replanning",
-                reason=answer.reason,
+                reason=reason(answer),
                 step_id=failed_step_id,
                 detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
             )
@@ -159,7 +111,7 @@ def replan(run_id: int, failed_step_id: int) -> bool:
             session,
             locked,
             before=steps[: index + 1],
-            new=answer.plan.steps,
+            new=answer.value.steps,
             after=steps[index + 1 :],
             created_by="replanner",
             reason=f"step {failed.name!r} failed: {failed.error}",
