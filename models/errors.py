@@ -51,6 +51,20 @@ class DatabaseError(AgentqError):
 class BudgetExhausted(AgentqError):
     """A run's budget has no room left for this charge."""
 
+    reason = "budget_spent"  # the escalation reason when this ends a run's progress
+
+
+class TokenBudgetSpent(BudgetExhausted):
+    """A run's token budget has no room left for this model call."""
+
+    reason = "token_budget_spent"
+
+
+class CostBudgetSpent(BudgetExhausted):
+    """A run's cost budget has no room left for this model call."""
+
+    reason = "cost_budget_spent"
+
 
 class InvalidPlan(AgentqError):
     """A plan (from a model, a reviewer or a user) does not validate."""
@@ -70,6 +84,29 @@ class ToolArgumentsError(ToolError):
 
 class ProviderError(AgentqError):
     """The model provider failed."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The model provider failed in a way that may pass on a later attempt (a timeout, a 5xx, a
+    dropped connection)."""
+
+
+class RateLimited(ProviderError):
+    """The model provider refused the request for now (HTTP 429); try again after `retry_after_s`.
+
+    Never waited out in a worker: the task is sent again with a countdown of `retry_after_s`.
+    """
+
+    def __init__(self, message: str | None = None, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class QuotaExhausted(ProviderError):
+    """The model provider's account has no quota left (HTTP 429 `insufficient_quota`); retrying
+    will not help until a person acts, so the run escalates."""
+
+    reason = "quota_exhausted"
 
 
 class StackError(AgentqError):

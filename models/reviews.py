@@ -38,7 +38,11 @@ from models.runs import pinned_facts
 from models.tables import Escalation, PinnedFact, Run, Step
 
 # Approving an escalation for a spent budget grants the run that budget once more.
-BUDGET_REASONS = {"wall_time_budget_spent": "wall_time", "token_budget_spent": "tokens"}
+BUDGET_REASONS = {
+    "wall_time_budget_spent": "wall_time",
+    "token_budget_spent": "tokens",
+    "cost_budget_spent": "cost",
+}
 
 
 def get_escalation(session: Session, escalation_id: int) -> Escalation:

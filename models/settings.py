@@ -12,10 +12,31 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.errors import ConfigurationError
+
+OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
+
+
+class ModelPrice(BaseModel):
+    """What one chat model costs, USD per million tokens of prompt (`input`) and answer
+    (`output`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+# gpt-4o-mini: USD 0.15 per million input tokens and 0.60 per million output tokens, from
+# OpenAI's API pricing page (https://openai.com/api/pricing/) and the model's launch post of
+# 18 July 2024 (https://openai.com/index/gpt-4o-mini-advancing-cost-efficient-intelligence/).
+# Cached-input and Batch API discounts are not modelled: the price charged is the list price.
+DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
+    OFFLINE_MODEL: ModelPrice(input=0.0, output=0.0),
+}
 
 
 class Settings(BaseSettings):
@@ -45,6 +66,8 @@ class Settings(BaseSettings):
     # The timeout ladder (DESIGN.md, invariant 8), all in seconds.
     model_request_timeout_s: float = Field(default=30.0, gt=0)
     model_max_attempts: int = Field(default=2, ge=1, le=10)
+    model_retry_backoff_s: float = Field(default=1.0, ge=0, description="First wait, doubles.")
+    model_retry_max_s: float = Field(default=8.0, ge=0, description="Longest wait between tries.")
     step_time_limit_s: float = Field(default=90.0, gt=0)
     soft_time_limit_s: float = Field(default=120.0, gt=0)
     hard_time_limit_s: float = Field(default=150.0, gt=0)
@@ -62,6 +85,12 @@ class Settings(BaseSettings):
     default_token_budget: int = Field(default=200_000, ge=0)
     default_cost_budget_usd: float = Field(default=1.0, ge=0)
     default_wall_time_budget_s: float = Field(default=3600.0, gt=0)
+    model_prices_usd_per_mtok: dict[str, ModelPrice] = Field(
+        default_factory=lambda: dict(DEFAULT_MODEL_PRICES_USD_PER_MTOK)
+    )
+    model_max_deferrals: int = Field(
+        default=10, ge=0, le=1000, description="Rate-limit deferrals of a step or phase."
+    )
 
     embedding_provider: Literal["local", "openai", "hash"] = "local"
     embedding_model: str | None = Field(default=None, description="Provider's default if unset.")
@@ -88,9 +117,28 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+    def price_of(self, model: str) -> ModelPrice:
+        """The price of `model` (`AGENTQ_MODEL_PRICES_USD_PER_MTOK`); the offline model is free.
+
+        Raises `ConfigurationError` for a model with no price: a cost budget cannot be enforced
+        for calls whose cost is unknown (DESIGN.md, invariant 4).
+        """
+        if model == OFFLINE_MODEL:
+            return self.model_prices_usd_per_mtok.get(model, ModelPrice(input=0.0, output=0.0))
+        try:
+            return self.model_prices_usd_per_mtok[model]
+        except KeyError:
+            raise ConfigurationError(
+                f"AGENTQ_MODEL_PRICES_USD_PER_MTOK has no price for model {model!r}; add it, for "
+                f'example {{"{model}": {{"input": 0.15, "output": 0.6}}}} (USD per million tokens'
+                ", 0 for a free local server)"
+            ) from None
+
     @model_validator(mode="after")
     def _check_timeout_ladder(self) -> Settings:
         check_timeout_ladder(self)
+        if self.provider == "openai":
+            self.price_of(self.model)
         if self.reserved_output_tokens >= self.context_window_tokens:
             raise ConfigurationError(
                 f"AGENTQ_RESERVED_OUTPUT_TOKENS ({self.reserved_output_tokens}) must be less than "
@@ -99,18 +147,32 @@ class Settings(BaseSettings):
         return self
 
 
+def model_retry_delay_s(s: Settings, attempt: int) -> float:
+    """The wait after failed model attempt `attempt` (1-based) before the next one, s:
+    `AGENTQ_MODEL_RETRY_BACKOFF_S` x 2^(attempt - 1), at most `AGENTQ_MODEL_RETRY_MAX_S`."""
+    return float(min(s.model_retry_backoff_s * 2 ** (attempt - 1), s.model_retry_max_s))
+
+
+def model_call_max_s(s: Settings) -> float:
+    """The longest one model call can hold a worker, s: every attempt timing out, plus the waits
+    between attempts (a rate limit is never waited out in a worker; see `worker.calls`)."""
+    waits = sum(model_retry_delay_s(s, n) for n in range(1, s.model_max_attempts))
+    return s.model_request_timeout_s * s.model_max_attempts + waits
+
+
 def check_timeout_ladder(s: Settings) -> None:
     """Refuse settings that break DESIGN.md invariant 8.
 
-    model request timeout x attempts < step time limit < soft time limit < hard time limit <
-    lease < broker visibility timeout. The lease sits above the hard limit so a live attempt never
-    loses its step, and below the visibility timeout so the reconciler acts before the broker
-    redelivers. Raises `ConfigurationError` naming the first pair out of order.
+    model request timeout x attempts + retry waits < step time limit < soft time limit < hard
+    time limit < lease < broker visibility timeout. The lease sits above the hard limit so a live
+    attempt never loses its step, and below the visibility timeout so the reconciler acts before
+    the broker redelivers. Raises `ConfigurationError` naming the first pair out of order.
     """
     rungs = [
         (
-            "AGENTQ_MODEL_REQUEST_TIMEOUT_S x AGENTQ_MODEL_MAX_ATTEMPTS",
-            s.model_request_timeout_s * s.model_max_attempts,
+            "AGENTQ_MODEL_REQUEST_TIMEOUT_S x AGENTQ_MODEL_MAX_ATTEMPTS + retry waits "
+            "(AGENTQ_MODEL_RETRY_BACKOFF_S doubling, at most AGENTQ_MODEL_RETRY_MAX_S)",
+            model_call_max_s(s),
         ),
         ("AGENTQ_STEP_TIME_LIMIT_S", s.step_time_limit_s),
         ("AGENTQ_SOFT_TIME_LIMIT_S", s.soft_time_limit_s),

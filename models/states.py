@@ -39,6 +39,10 @@ RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
         ("waiting_review", "running"),
         ("waiting_review", "failed"),
         ("waiting_review", "waiting_review"),  # a reviewer grants a spent budget again
+        # a rate-limited plan, replan or synthesis task is sent again later (`defer_run`)
+        ("planning", "planning"),
+        ("replanning", "replanning"),
+        ("synthesizing", "synthesizing"),
     }
     | {(status, "cancelled") for status in RUN_ACTIVE}
 )

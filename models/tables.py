@@ -47,7 +47,10 @@ def _json_dict(nullable: bool = False) -> Any:
 class Run(SQLModel, table=True):
     """One submitted goal and everything the engine knows about its progress.
 
-    Budgets are enforced in Postgres by `models.budgets`: `*_used` never exceeds `*_limit`.
+    Budgets are enforced in Postgres by `models.budgets`: a model call reserves its largest
+    possible spend before it is made and settles to the reported usage after it. `deferrals`
+    counts the rate-limit deferrals of the current planning, replanning or synthesis task (reset
+    when the phase starts); `updated_at` of a deferred run is when its task is due again.
     """
 
     __tablename__ = "runs"
@@ -64,6 +67,7 @@ class Run(SQLModel, table=True):
     cost_limit_usd: float = 1.0
     cost_used_usd: float = 0.0
     wall_time_limit_s: float = 3600.0
+    deferrals: int = 0
     deadline_at: datetime | None = timestamp_field()
     final_result: dict[str, Any] | None = _json_dict(nullable=True)
     error: str | None = None
@@ -109,7 +113,10 @@ class Step(SQLModel, table=True):
     """One step of a plan: a tool call, a model call, or a reviewer's answer (`human`).
 
     `position` is the step's index in the newest plan version that holds it; `plan_version` is
-    the version that created it. `attempt` counts claims; the lease is `lease_expires_at`.
+    the version that created it. `attempt` counts claims, `deferrals` the claims that ended in
+    a rate-limit deferral (not failures: `attempt - deferrals` is what `max_attempts` bounds); the
+    lease is `lease_expires_at`. A deferred step's `queued_at` is when it is due. `tokens_used`
+    and `cost_used_usd` are what the step's own model calls were charged.
     """
 
     __tablename__ = "steps"
@@ -125,6 +132,9 @@ class Step(SQLModel, table=True):
     status: str = Field(default="pending", index=True, max_length=20)
     attempt: int = 0
     max_attempts: int = 3
+    deferrals: int = 0
+    tokens_used: int = 0
+    cost_used_usd: float = 0.0
     lease_expires_at: datetime | None = timestamp_field()
     queued_at: datetime | None = timestamp_field()
     started_at: datetime | None = timestamp_field()
@@ -144,7 +154,8 @@ class StepAttempt(SQLModel, table=True):
     worker: str = Field(default="", max_length=200)
     started_at: datetime = created_field()
     finished_at: datetime | None = timestamp_field()
-    outcome: str | None = Field(default=None, max_length=20)  # succeeded|failed|retry|lease_expired
+    # succeeded | failed | retry | deferred | lease_expired
+    outcome: str | None = Field(default=None, max_length=20)
     error: str | None = None
 
 

@@ -74,7 +74,7 @@ def _run(session: Session, run_id: int, *, to: str, expected: Iterable[str], **v
 
 def start_planning(session: Session, run_id: int) -> Run:
     """queued -> planning."""
-    return _run(session, run_id, to="planning", expected=["queued"])
+    return _run(session, run_id, to="planning", expected=["queued"], deferrals=0)
 
 
 def requeue_run(session: Session, run_id: int) -> Run:
@@ -103,6 +103,7 @@ def start_replanning(session: Session, run_id: int) -> Run:
             where=[Run.replans_used + 1 <= Run.replans_limit],
             why="with a replan left in its budget",
             replans_used=Run.replans_used + 1,
+            deferrals=0,
             updated_at=utcnow(),
         )
     except IllegalTransition as exc:
@@ -115,7 +116,48 @@ def start_replanning(session: Session, run_id: int) -> Run:
 
 def start_synthesis(session: Session, run_id: int) -> Run:
     """running -> synthesizing: every step of the current plan is done."""
-    return _run(session, run_id, to="synthesizing", expected=["running"])
+    return _run(session, run_id, to="synthesizing", expected=["running"], deferrals=0)
+
+
+def defer_run(
+    session: Session,
+    run_id: int,
+    *,
+    phase: str,
+    retry_after_s: float,
+    max_deferrals: int,
+    error: str,
+) -> Run:
+    """A rate-limited `phase` task (planning, replanning, synthesizing) waits `retry_after_s`.
+
+    The run stays in its phase; `deferrals` grows by one and `updated_at` becomes the time the
+    task is due again, so the reconciler's quiet-run clock starts then, not now. Raises
+    `IllegalTransition` when the run left the phase, or (found == `phase`) when the phase has
+    been deferred `max_deferrals` times already.
+    """
+    due = utcnow() + timedelta(seconds=retry_after_s)
+    run = _guarded(
+        session,
+        Run,
+        run_id,
+        to=phase,
+        expected=[phase],
+        where=[col(Run.deferrals) < max_deferrals],
+        why=f"with fewer than {max_deferrals} deferrals",
+        deferrals=Run.deferrals + 1,
+        updated_at=due,
+    )
+    record_event(
+        session,
+        run_id,
+        "run.deferred",
+        phase=phase,
+        retry_after_s=retry_after_s,
+        due_at=due.isoformat(),
+        deferrals=run.deferrals,
+        error=error,
+    )
+    return run
 
 
 def succeed_run(session: Session, run_id: int, *, final_result: dict[str, Any]) -> Run:
@@ -182,37 +224,23 @@ def escalate(
 
 
 def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
-    """Give a run waiting for review its `what` budget again ("tokens" or "wall_time").
+    """Give a run waiting for review its `what` budget again ("tokens", "cost" or "wall_time").
 
-    Tokens: the limit grows by its original size on top of what was used; wall time: the deadline
-    moves to now plus the run's wall-time budget. Only a run in `waiting_review` can be granted.
+    Tokens and cost: the limit grows by its original size on top of what was used; wall time: the
+    deadline moves to now plus the run's wall-time budget. Only a run in `waiting_review` can be
+    granted.
     """
-    values: dict[str, Any] = (
-        {"tokens_limit": Run.tokens_used + Run.tokens_limit}
-        if what == "tokens"
-        else {
-            "deadline_at": utcnow() + sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
-        }
-    )
+    values: dict[str, Any]
+    if what == "tokens":
+        values = {"tokens_limit": Run.tokens_used + Run.tokens_limit}
+    elif what == "cost":
+        values = {"cost_limit_usd": Run.cost_used_usd + Run.cost_limit_usd}
+    else:
+        interval = sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
+        values = {"deadline_at": utcnow() + interval}
     run = _guarded(session, Run, run_id, to="waiting_review", expected=["waiting_review"], **values)
     record_event(session, run_id, "run.budget_granted", budget=what)
     return run
-
-
-def record_usage(
-    session: Session, run_id: int, *, tokens: int, cost_usd: float, provider: str
-) -> None:
-    """Add a model call's reported usage to the run's spend; `provider` labels the run with the
-    provider that actually answered (the workers', not the submitter's configuration)."""
-    session.execute(
-        sa.update(Run)
-        .where(col(Run.id) == run_id)
-        .values(
-            tokens_used=Run.tokens_used + tokens,
-            cost_used_usd=Run.cost_used_usd + cost_usd,
-            provider=provider,
-        )
-    )
 
 
 # --- steps -------------------------------------------------------------------------------------
@@ -247,7 +275,12 @@ def claim_step(session: Session, step_id: int, *, worker: str, lease_s: float) -
 
 
 def _end_attempt(
-    session: Session, step: Step, attempt: int, outcome: str, error: str | None = None
+    session: Session,
+    step: Step,
+    attempt: int,
+    outcome: str,
+    error: str | None = None,
+    **detail: Any,
 ) -> None:
     session.execute(
         sa.update(StepAttempt)
@@ -261,6 +294,7 @@ def _end_attempt(
         step_id=step.id,
         attempt=attempt,
         **({"error": error} if error else {}),
+        **detail,
     )
 
 
@@ -322,12 +356,53 @@ def retry_step(session: Session, step_id: int, *, attempt: int, error: str) -> S
     return step
 
 
+def defer_step(
+    session: Session, step_id: int, *, attempt: int, retry_after_s: float, error: str
+) -> Step:
+    """running -> queued for a rate-limited attempt, only for the attempt that holds the step.
+
+    Not a failure: `deferrals` grows with `attempt`, so the attempt does not count against
+    `max_attempts`. `queued_at` becomes the time the step is due (now + `retry_after_s`), so the
+    reconciler re-sends it only once it is due and has then waited `AGENTQ_QUEUED_STALE_S`.
+    """
+    due = utcnow() + timedelta(seconds=retry_after_s)
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to="queued",
+        expected=["running"],
+        where=_this_attempt(attempt),
+        why=f"at attempt {attempt}",
+        deferrals=Step.deferrals + 1,
+        error=error,
+        queued_at=due,
+        lease_expires_at=None,
+    )
+    _end_attempt(
+        session,
+        step,
+        attempt,
+        "deferred",
+        error,
+        retry_after_s=retry_after_s,
+        due_at=due.isoformat(),
+        deferrals=step.deferrals,
+    )
+    return step
+
+
+def failed_attempts(step: Step) -> int:
+    """Attempts of `step` that count against `max_attempts`: claims less rate-limit deferrals."""
+    return step.attempt - step.deferrals
+
+
 def expire_lease(session: Session, step_id: int) -> Step:
     """running with an expired lease -> queued, or -> failed when its attempts are spent."""
     now = utcnow()
     expired = [Step.lease_expires_at < now]  # type: ignore[operator]
     step = session.get(Step, step_id)
-    spent = step is not None and step.attempt >= step.max_attempts
+    spent = step is not None and failed_attempts(step) >= step.max_attempts
     error = f"lease expired at attempt {step.attempt if step else '?'}"
     values: dict[str, Any] = (
         {"error": error, "finished_at": now} if spent else {"queued_at": now, "error": error}

@@ -13,6 +13,7 @@ from celery.signals import worker_process_init
 
 from models import queue
 from models.db import dispose_engines
+from models.errors import RateLimited
 from models.logs import configure_logging
 from models.queue import (
     TASK_COORDINATE,
@@ -26,7 +27,7 @@ from models.queue import (
 )
 from models.settings import get_settings
 from models.tokens import check_tokenizer
-from worker import memory, planner, steps, synthesis
+from worker import deferrals, memory, planner, steps, synthesis
 from worker.tools import load_tool_modules
 
 configure_logging()
@@ -39,16 +40,32 @@ app = make_celery("agentq-worker", settings)
 
 @app.task(name=TASK_PLAN)  # type: ignore[untyped-decorator]
 def plan(run_id: int) -> None:
-    """Write the first plan of a run."""
-    if planner.plan(run_id):
+    """Write the first plan of a run; rate-limited, the task is sent again later."""
+    try:
+        moved = planner.plan(run_id)
+    except RateLimited as exc:
+        _defer(exc, TASK_PLAN, "planning", run_id)
+        return
+    if moved:
         queue.send(TASK_COORDINATE, run_id)
 
 
 @app.task(name=TASK_REPLAN)  # type: ignore[untyped-decorator]
 def replan(run_id: int, step_id: int) -> None:
-    """Splice new steps in after a failed step."""
-    if planner.replan(run_id, step_id):
+    """Splice new steps in after a failed step; rate-limited, the task is sent again later."""
+    try:
+        moved = planner.replan(run_id, step_id)
+    except RateLimited as exc:
+        _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
+        return
+    if moved:
         queue.send(TASK_COORDINATE, run_id)
+
+
+def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> None:
+    """Send `task` again after the server's `retry-after`, or not at all (see `defer_phase`)."""
+    if deferrals.defer_phase(run_id, phase=phase, exc=exc):
+        queue.send(task, run_id, *args, countdown=exc.retry_after_s)
 
 
 @app.task(name=TASK_EXECUTE_STEP)  # type: ignore[untyped-decorator]
@@ -63,14 +80,19 @@ def execute_step(step_id: int) -> None:
     if outcome.kind == "retry":
         countdown = steps.retry_countdown_s(claimed.step.attempt)
         queue.send(TASK_EXECUTE_STEP, step_id, countdown=countdown)
+    elif outcome.kind == "deferred":  # the worker is free now; the step is due after the wait
+        queue.send(TASK_EXECUTE_STEP, step_id, countdown=outcome.retry_after_s)
     else:
         queue.send(TASK_COORDINATE, claimed.step.run_id)
 
 
 @app.task(name=TASK_SYNTHESIZE)  # type: ignore[untyped-decorator]
 def synthesize(run_id: int) -> None:
-    """Write the final answer of a run."""
-    synthesis.synthesize(run_id)
+    """Write the final answer of a run; rate-limited, the task is sent again later."""
+    try:
+        synthesis.synthesize(run_id)
+    except RateLimited as exc:
+        _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
 
 
 @app.task(name=TASK_REMEMBER_RUN)  # type: ignore[untyped-decorator]

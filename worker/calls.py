@@ -1,20 +1,29 @@
-"""Model calls made on behalf of a run: budget check, the call, and its recorded usage.
+"""Model calls made on behalf of a run: reserve the budget, send, retry what is transient, settle.
 
-Every call is charged to the run it serves, in Postgres, right after it returns; a run whose token
-budget is spent makes no further calls (`BudgetExhausted`).
+A call first reserves the most it can spend in Postgres (`models.budgets.reserve`: its prompt
+estimate plus `max_output_tokens`, at the model's price), so a run never starts a call its token
+or cost budget cannot pay for (DESIGN.md, invariant 4). Transient failures (timeouts, dropped
+connections, 5xx) are tried again after a short wait, `AGENTQ_MODEL_MAX_ATTEMPTS` attempts in all;
+the ladder (`models.settings.model_call_max_s`) keeps that under the step time limit. A rate
+limit is never waited out here: `RateLimited` goes up to the task, which frees the worker and is
+sent again with a countdown. Every attempt records a `model.call` event; the reservation is then
+settled to the usage the provider reported, or released when no answer came.
 """
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
+from typing import Any
 
 import structlog
+from sqlmodel import Session
 
-from models import transitions
+from models import budgets, transitions
 from models.db import session_scope
-from models.errors import BudgetExhausted, NotFound
-from models.settings import get_settings
-from models.tables import Run
+from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
+from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
+from models.tokens import count_message_tokens
 from worker.providers import ChatProvider, Completion, ModelRequest, make_provider
 
 log = structlog.get_logger("agentq.worker")
@@ -30,42 +39,122 @@ def provider() -> ChatProvider:
         base_url=s.openai_base_url,
         api_key=s.openai_api_key,
         request_timeout_s=s.model_request_timeout_s,
-        max_retries=s.model_max_attempts - 1,
     )
 
 
-def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None) -> Completion:
-    """Make one model call for run `run_id` and record its usage and a `model.call` event.
+def priced_model(chat: ChatProvider) -> str:
+    """The name `chat`'s calls are priced under: `offline` for the offline provider, else the
+    configured `AGENTQ_MODEL` (what was asked for, whatever dated name the server answers with)."""
+    return OFFLINE_MODEL if chat.name == OFFLINE_MODEL else get_settings().model
 
-    Raises `BudgetExhausted` before calling when the run's token budget is spent, `NotFound` for an
-    unknown run, and `ProviderError` from the provider.
+
+def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None) -> Completion:
+    """Make one model call for run `run_id` (and step `step_id`), charged to its budgets.
+
+    Raises, before anything is sent, `TokenBudgetSpent` or `CostBudgetSpent` when the run cannot
+    pay for the call's largest possible spend, and `NotFound` for an unknown run; after sending,
+    `RateLimited` (the caller defers), `QuotaExhausted`, `ProviderUnavailable` (every attempt
+    failed) or `ProviderError` (a failure retrying will not fix).
     """
-    with session_scope() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} does not exist")
-        if run.tokens_used >= run.tokens_limit:
-            raise BudgetExhausted(
-                f"run {run_id}: token budget spent ({run.tokens_used}/{run.tokens_limit})"
-            )
-    completion = provider().complete(request)
+    chat = provider()
+    price = get_settings().price_of(priced_model(chat))
+    prompt = request.estimated_prompt_tokens
+    if prompt is None:
+        prompt = count_message_tokens(request.messages, get_settings().model)
+    held = _reserve(run_id, price, prompt_tokens=prompt, output_tokens=request.max_output_tokens)
+    try:
+        completion, attempt = _send(chat, run_id, request, step_id)
+    except BaseException:  # a soft time limit too: give the reservation back
+        with session_scope() as session:
+            budgets.settle(session, held, tokens=0, cost=0.0)
+        raise
     tokens = completion.prompt_tokens + completion.completion_tokens
+    cost = budgets.cost_usd(
+        price,
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+    )
     with session_scope() as session:
-        transitions.record_usage(
-            session, run_id, tokens=tokens, cost_usd=0.0, provider=provider().name
-        )
-        transitions.record_event(
+        budgets.settle(session, held, tokens=tokens, cost=cost, provider=chat.name, step_id=step_id)
+        _record(
             session,
             run_id,
-            "model.call",
-            step_id=step_id,
-            purpose=request.purpose,
+            request,
+            step_id,
+            attempt=attempt,
+            outcome="ok",
             model=completion.model,
             offline=completion.offline,
             prompt_tokens=completion.prompt_tokens,
-            estimated_prompt_tokens=request.estimated_prompt_tokens,
+            estimated_prompt_tokens=prompt,
             completion_tokens=completion.completion_tokens,
             finish_reason=completion.finish_reason,
+            reserved_tokens=held.tokens,
+            cost_usd=cost,
         )
-    log.info("model.call", run_id=run_id, purpose=request.purpose, tokens=tokens)
+    log.info("model.call", run_id=run_id, purpose=request.purpose, tokens=tokens, cost_usd=cost)
     return completion
+
+
+def _reserve(
+    run_id: int, price: ModelPrice, *, prompt_tokens: int, output_tokens: int
+) -> budgets.Reservation:
+    """Hold the call's largest spend: the prompt estimate plus every output token allowed."""
+    cost = budgets.cost_usd(price, prompt_tokens=prompt_tokens, completion_tokens=output_tokens)
+    with session_scope() as session:
+        return budgets.reserve(session, run_id, tokens=prompt_tokens + output_tokens, cost=cost)
+
+
+def _send(
+    chat: ChatProvider, run_id: int, request: ModelRequest, step_id: int | None
+) -> tuple[Completion, int]:
+    """The completion and the attempt that got it; transient failures are tried again after
+    `models.settings.model_retry_delay_s`, the last one is raised."""
+    attempts = get_settings().model_max_attempts
+    for attempt in range(1, attempts + 1):
+        try:
+            return chat.complete(request), attempt
+        except ProviderError as exc:
+            _record_failure(run_id, request, step_id, attempt, exc)
+            if not isinstance(exc, ProviderUnavailable) or attempt == attempts:
+                raise
+        time.sleep(model_retry_delay_s(get_settings(), attempt))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def failure_outcome(exc: ProviderError) -> str:
+    """The `outcome` of a failed attempt's `model.call` event."""
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    if isinstance(exc, QuotaExhausted):
+        return "quota_exhausted"
+    return "unavailable" if isinstance(exc, ProviderUnavailable) else "error"
+
+
+def _record_failure(
+    run_id: int, request: ModelRequest, step_id: int | None, attempt: int, exc: ProviderError
+) -> None:
+    extra = {"retry_after_s": exc.retry_after_s} if isinstance(exc, RateLimited) else {}
+    with session_scope() as session:
+        _record(
+            session,
+            run_id,
+            request,
+            step_id,
+            attempt=attempt,
+            outcome=failure_outcome(exc),
+            error=str(exc)[:1000],
+            prompt_tokens=0,
+            completion_tokens=0,
+            cost_usd=0.0,
+            **extra,
+        )
+    log.warning("model.call.failed", run_id=run_id, attempt=attempt, error=str(exc))
+
+
+def _record(
+    session: Session, run_id: int, request: ModelRequest, step_id: int | None, **detail: Any
+) -> None:
+    transitions.record_event(
+        session, run_id, "model.call", step_id=step_id, purpose=request.purpose, **detail
+    )

@@ -23,8 +23,9 @@ log = structlog.get_logger("agentq.worker")
 
 
 def reason(answer: Answer[PlanSpec]) -> str:
-    """The escalation reason when there is no plan."""
-    return "token_budget_spent" if answer.budget_spent else "invalid_plan"
+    """The escalation reason when there is no plan: why no call could be made or answered
+    (`Answer.failure`), else `invalid_plan`."""
+    return answer.failure or "invalid_plan"
 
 
 def ask_for_plan(

@@ -8,19 +8,27 @@ without a model. Every completion it makes says `offline=True` so no one mistake
 
 from __future__ import annotations
 
+import email.utils
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from models.errors import ProviderError
+from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
 
 Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_facts"]
 PROVIDER_NAMES = ("offline", "openai")
 # OpenAI's rule of thumb for English text (about 4 characters a token); tiktoken comes later.
 CHARS_PER_TOKEN_ESTIMATE = 4
+# A 429 that names no wait: OpenAI's limits are per minute (requests and tokens per minute,
+# https://platform.openai.com/docs/guides/rate-limits), so a third of a window is a fair first wait.
+DEFAULT_RETRY_AFTER_S = 20.0
+QUOTA_CODE = "insufficient_quota"  # OpenAI's 429 for an account with no credit left
+RETRYABLE_STATUSES = frozenset({408, 409})  # and every 5xx: the statuses the SDK itself retries
 
 
 @dataclass(frozen=True)
@@ -63,9 +71,10 @@ class ChatProvider(Protocol):
 class OpenAIProvider:
     """An OpenAI-compatible chat completions endpoint, through the official `openai` SDK.
 
-    The SDK retries connection errors, 408/409/429 and 5xx `max_retries` times itself; what is
-    left is raised as `ProviderError`. If the server reports no usage the token counts are the
-    same estimate the offline provider uses.
+    Every request has the timeout `request_timeout_s`, and the SDK's own retries are off
+    (`max_retries=0`): it would otherwise sleep out a 429's `retry-after` inside the worker.
+    Failures are classified by `classify` and retried, or deferred, by `worker.calls`. If the
+    server reports no usage the token counts are the same estimate the offline provider uses.
     """
 
     name = "openai"
@@ -77,7 +86,6 @@ class OpenAIProvider:
         base_url: str | None,
         api_key: str | None,
         request_timeout_s: float,
-        max_retries: int,
     ) -> None:
         """Build the client; raises `ProviderError` if no API key is given or in OPENAI_API_KEY."""
         self.model = model
@@ -86,13 +94,14 @@ class OpenAIProvider:
                 base_url=base_url,
                 api_key=api_key,
                 timeout=request_timeout_s,
-                max_retries=max_retries,
+                max_retries=0,
             )
         except openai.OpenAIError as exc:
             raise ProviderError(f"openai provider: {exc}") from exc
 
     def complete(self, request: ModelRequest) -> Completion:
-        """Send `request.messages`; raises `ProviderError` on any SDK error or an empty answer."""
+        """Send `request.messages`; raises what `classify` makes of an SDK error, and
+        `ProviderError` for an empty answer."""
         try:
             response = self._client.chat.completions.create(
                 model=self.model,
@@ -101,8 +110,8 @@ class OpenAIProvider:
                 response_format=_response_format(request),
             )
         except openai.OpenAIError as exc:
-            where = f"{self.model} at {self._client.base_url}"
-            raise ProviderError(f"openai {request.purpose} call to {where}: {exc}") from exc
+            where = f"openai {request.purpose} call to {self.model} at {self._client.base_url}"
+            raise classify(exc, where) from exc
         return self._completion(request, response)
 
     def _completion(self, request: ModelRequest, response: ChatCompletion) -> Completion:
@@ -129,7 +138,6 @@ def make_provider(
     base_url: str | None,
     api_key: str | None,
     request_timeout_s: float,
-    max_retries: int,
 ) -> ChatProvider:
     """The provider called `name` ("offline" or "openai"); unknown names raise `ProviderError`.
 
@@ -145,9 +153,58 @@ def make_provider(
             base_url=base_url,
             api_key=api_key,
             request_timeout_s=request_timeout_s,
-            max_retries=max_retries,
         )
     raise ProviderError(f"unknown model provider {name!r}; allowed: {', '.join(PROVIDER_NAMES)}")
+
+
+def classify(exc: openai.OpenAIError, where: str) -> ProviderError:
+    """What an SDK error means for agentq; `where` starts the message.
+
+    - 429 with code or type `insufficient_quota`: `QuotaExhausted` (never retried);
+    - any other 429: `RateLimited`, waiting what `retry_after_s` reads from the response;
+    - a timeout, a connection error, 408, 409 or 5xx: `ProviderUnavailable` (retried);
+    - anything else (400, 401, 404, a malformed response): `ProviderError`.
+    """
+    code = getattr(exc, "code", None)
+    message = f"{where}: {exc}" + (f" [{code}]" if code else "")
+    if isinstance(exc, openai.RateLimitError):
+        if QUOTA_CODE in (exc.code, exc.type):
+            return QuotaExhausted(message)
+        return RateLimited(message, retry_after_s=retry_after_s(exc.response.headers))
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is one
+        return ProviderUnavailable(message)
+    if isinstance(exc, openai.APIStatusError) and (
+        exc.status_code >= 500 or exc.status_code in RETRYABLE_STATUSES
+    ):
+        return ProviderUnavailable(message)
+    return ProviderError(message)
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: datetime | None = None) -> float:
+    """Seconds a 429 asks to wait: `retry-after-ms`, else `retry-after` (seconds or an HTTP
+    date, RFC 9110 section 10.2.3), else `DEFAULT_RETRY_AFTER_S`; never negative."""
+    waits = (
+        _number(headers.get("retry-after-ms"), scale=0.001),
+        _number(headers.get("retry-after"), scale=1.0),
+        _seconds_until(headers.get("retry-after"), now or datetime.now(UTC)),
+    )
+    return next((max(w, 0.0) for w in waits if w is not None), DEFAULT_RETRY_AFTER_S)
+
+
+def _number(value: str | None, *, scale: float) -> float | None:
+    try:
+        seconds = float(value) * scale if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) else None
+
+
+def _seconds_until(http_date: str | None, now: datetime) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(http_date or "")
+    except (TypeError, ValueError):
+        return None
+    return (when - now).total_seconds() if when.tzinfo else None
 
 
 def _response_format(request: ModelRequest) -> Any:

@@ -3,6 +3,10 @@
 The claim is a guarded transition (queued -> running) that takes a lease and the next attempt
 number, so a message delivered twice runs the step once: the second delivery finds it running or
 done and does nothing. The outcome is written only by the attempt that holds the step.
+
+A rate-limited model call defers the step (back to queued, not counted as a failed attempt) and
+the task is sent again with the server's `retry-after` as countdown, so no worker sleeps it out;
+an exhausted quota or a spent token or cost budget fails the step and escalates the run.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Literal
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
+from sqlmodel import Session
 
 from models import transitions
 from models.db import session_scope
@@ -22,6 +27,8 @@ from models.errors import (
     BudgetExhausted,
     IllegalTransition,
     ProviderError,
+    QuotaExhausted,
+    RateLimited,
     RetryableToolError,
     ToolError,
 )
@@ -43,13 +50,23 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+# What a step's attempt may raise on purpose; anything else is a bug in a tool.
+STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded)
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """What one attempt of a step came to."""
+    """What one attempt of a step came to.
 
-    kind: Literal["succeeded", "retry", "failed"]
+    `deferred`: rate-limited, due again in `retry_after_s`; `escalated`: the step failed and the
+    run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left.
+    """
+
+    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated"]
     result: dict[str, Any] | None = None
     error: str = ""
+    retry_after_s: float = 0.0
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,17 +101,33 @@ def claim(step_id: int) -> Claimed | None:
 def perform(claimed: Claimed) -> Outcome:
     """Run the step's tool or model call; every failure becomes an `Outcome`, never a crash."""
     step = claimed.step
-    retryable = step.attempt < step.max_attempts
     try:
         return Outcome("succeeded", _run(claimed))
-    except (RetryableToolError, SoftTimeLimitExceeded, ProviderError) as exc:
-        error = _describe(exc)
-        return Outcome("retry" if retryable else "failed", error=error)
-    except (ToolError, BudgetExhausted) as exc:
-        return Outcome("failed", error=_describe(exc))
+    except STEP_FAILURES as exc:
+        return failure_outcome(exc, step, max_deferrals=get_settings().model_max_deferrals)
     except Exception as exc:  # a tool's bug must fail its step, not the worker
         log.exception("execute_step.unexpected", step_id=step.id)
         return Outcome("failed", error=f"unexpected error: {_describe(exc)}")
+
+
+def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Outcome:
+    """What a failed attempt of `step` comes to (the rule alone: no effects).
+
+    - rate-limited, with fewer than `max_deferrals` deferrals: deferred by the `retry-after`;
+    - quota exhausted, token or cost budget spent: escalated with that reason;
+    - a retryable tool error, a provider failure (a rate limit deferred too often included) or
+      the soft time limit: retry while `attempt - deferrals < max_attempts`, else failed;
+    - any other tool error: failed.
+    """
+    error = _describe(exc)
+    if isinstance(exc, RateLimited) and step.deferrals < max_deferrals:
+        return Outcome("deferred", error=error, retry_after_s=exc.retry_after_s)
+    if isinstance(exc, QuotaExhausted | BudgetExhausted):
+        return Outcome("escalated", error=error, reason=exc.reason)
+    if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
+        retryable = transitions.failed_attempts(step) < step.max_attempts
+        return Outcome("retry" if retryable else "failed", error=error)
+    return Outcome("failed", error=error)
 
 
 def _describe(exc: BaseException) -> str:
@@ -127,7 +160,7 @@ def record(step: Step, outcome: Outcome) -> bool:
     step_id, attempt = step.id or 0, step.attempt
     with session_scope() as session:
         try:
-            if outcome.kind != "retry":
+            if outcome.kind not in ("retry", "deferred"):
                 add_message(
                     session,
                     run_id=step.run_id,
@@ -142,17 +175,42 @@ def record(step: Step, outcome: Outcome) -> bool:
                 )
             elif outcome.kind == "retry":
                 transitions.retry_step(session, step_id, attempt=attempt, error=outcome.error)
+            elif outcome.kind == "deferred":
+                transitions.defer_step(
+                    session,
+                    step_id,
+                    attempt=attempt,
+                    retry_after_s=outcome.retry_after_s,
+                    error=outcome.error,
+                )
             else:
                 transitions.fail_step(session, step_id, attempt=attempt, error=outcome.error)
         except IllegalTransition as exc:
             log.warning("execute_step.lost_lease", step_id=step_id, reason=str(exc))
             return False
+        if outcome.kind == "escalated":
+            _escalate(session, step, outcome)
     return True
+
+
+def _escalate(session: Session, step: Step, outcome: Outcome) -> None:
+    """The run waits for a reviewer; a run no longer running (cancelled) is left as it is."""
+    try:
+        transitions.escalate(
+            session,
+            step.run_id,
+            expected="running",
+            reason=outcome.reason,
+            step_id=step.id,
+            detail={"step": step.name, "error": outcome.error, "tool": step.tool or ""},
+        )
+    except IllegalTransition as exc:
+        log.info("execute_step.not_escalated", step_id=step.id, reason=str(exc))
 
 
 def turn_text(step: Step, outcome: Outcome) -> str:
     """The step's outcome as a conversation turn: a model's text, or a tool call and its result."""
-    if outcome.kind == "failed":
+    if outcome.kind in ("failed", "escalated"):
         return f"step {step.name} ({step.tool or step.kind}) failed: {outcome.error}"
     result = outcome.result or {}
     if step.kind == "model":

@@ -4,20 +4,23 @@ Model output is bad input until it validates. Output that is empty, cut off at t
 (`finish_reason == "length"`), not JSON, or JSON of the wrong shape is refused with the reason;
 the model is asked again with its answer and the reason, up to `AGENTQ_PLAN_MAX_ATTEMPTS` calls,
 each charged to the run. What remains invalid is returned as such, with the raw text, for the
-caller to escalate; it is never taken as an empty answer.
+caller to escalate; it is never taken as an empty answer. A call that cannot be made ends the
+asking with the reason to escalate with (`Answer.failure`); a rate limit is raised for the task
+to defer itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from models import transitions
 from models.db import session_scope
-from models.errors import BudgetExhausted, InvalidPlan, ProviderError
+from models.errors import BudgetExhausted, InvalidPlan, ProviderError, QuotaExhausted, RateLimited
 from models.settings import get_settings
 from worker.calls import call_model
 from worker.prompts import Prompt
@@ -25,6 +28,8 @@ from worker.working_memory import request_for
 
 T = TypeVar("T")
 RAW_OUTPUT_MAX_CHARS = 4000
+# What ends the asking with a reason to escalate (`RateLimited`, a ProviderError, is raised).
+CALL_FAILURES = (ProviderError, BudgetExhausted, SoftTimeLimitExceeded)
 
 
 class InvalidOutput(ValueError):
@@ -33,28 +38,44 @@ class InvalidOutput(ValueError):
 
 @dataclass(frozen=True)
 class Answer(Generic[T]):
-    """A validated answer (`value`), or the last raw output and why it was refused."""
+    """A validated answer (`value`), or the last raw output and why it was refused.
+
+    `failure` is set when a call could not be made or answered at all: the escalation reason
+    (`token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `provider_error`,
+    `time_limit_exceeded`); None when the model answered and the answers were invalid.
+    """
 
     value: T | None
     raw: str
     error: str
-    budget_spent: bool = False
+    failure: str | None = None
 
 
 def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
     """Call the model for `prompt` until `parse` accepts its text, at most `plan_max_attempts`.
 
     `parse` raises `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
-    A provider failure or a spent token budget ends the asking at once.
+    A spent budget, an exhausted quota, a provider failure that outlasted its retries, or the
+    task's soft time limit ends the asking at once. Raises `RateLimited` (the caller defers).
     """
-    request = request_for(run_id, prompt)
+    try:
+        request = request_for(run_id, prompt)  # may fold old turns into a summary: a call
+    except RateLimited:
+        raise
+    except CALL_FAILURES as exc:
+        return _unanswered(exc, "")
     messages, raw, error = list(request.messages), "", ""
     for attempt in range(1, get_settings().plan_max_attempts + 1):
+        # A re-ask carries more messages than were counted: call_model counts them again.
+        counted = request.estimated_prompt_tokens if attempt == 1 else None
         try:
-            completion = call_model(run_id, replace(request, messages=list(messages)))
-        except (ProviderError, BudgetExhausted) as exc:
-            spent = isinstance(exc, BudgetExhausted)
-            return Answer(None, raw, f"{type(exc).__name__}: {exc}", budget_spent=spent)
+            completion = call_model(
+                run_id, replace(request, messages=list(messages), estimated_prompt_tokens=counted)
+            )
+        except RateLimited:
+            raise
+        except CALL_FAILURES as exc:
+            return _unanswered(exc, raw)
         raw = completion.text
         try:
             if completion.finish_reason == "length":
@@ -71,6 +92,16 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
             },
         ]
     return Answer(None, raw, error)
+
+
+def _unanswered(exc: BaseException, raw: str) -> Answer[Any]:
+    if isinstance(exc, BudgetExhausted | QuotaExhausted):
+        failure = exc.reason
+    elif isinstance(exc, SoftTimeLimitExceeded):
+        failure = "time_limit_exceeded"
+    else:
+        failure = "provider_error"
+    return Answer(None, raw, f"{type(exc).__name__}: {exc}", failure=failure)
 
 
 def _describe(exc: Exception) -> str:

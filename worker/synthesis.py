@@ -6,7 +6,13 @@ import structlog
 
 from models import transitions
 from models.db import session_scope
-from models.errors import BudgetExhausted, IllegalTransition, ProviderError
+from models.errors import (
+    BudgetExhausted,
+    IllegalTransition,
+    ProviderError,
+    QuotaExhausted,
+    RateLimited,
+)
 from models.plans import current_steps
 from models.runs import get_run, results_by_name
 from worker.calls import call_model
@@ -23,8 +29,10 @@ def synthesize(run_id: int) -> bool:
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
     wording. Before the run is marked succeeded, its episode and facts are remembered
-    (`worker.memory.remember_run`; a failure there is recorded, not raised). A provider failure or
-    a spent budget escalates the run instead.
+    (`worker.memory.remember_run`; a failure there is recorded, not raised). A spent token or
+    cost budget, an exhausted quota or a provider failure escalates the run instead (reason
+    `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
+    limit is raised as `RateLimited` for the task to send itself again later.
     """
     with session_scope() as session:
         run = get_run(session, run_id)
@@ -35,14 +43,15 @@ def synthesize(run_id: int) -> bool:
         goal = run.goal
     try:
         completion = call_model(run_id, request_for(run_id, synthesize_prompt(goal, steps)))
+    except RateLimited:
+        raise
     except (ProviderError, BudgetExhausted) as exc:
+        reason = (
+            exc.reason if isinstance(exc, BudgetExhausted | QuotaExhausted) else "synthesis_failed"
+        )
         with session_scope() as session:
             transitions.escalate(
-                session,
-                run_id,
-                expected="synthesizing",
-                reason="synthesis_failed",
-                detail={"error": str(exc)},
+                session, run_id, expected="synthesizing", reason=reason, detail={"error": str(exc)}
             )
         return True
     final = {

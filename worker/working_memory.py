@@ -174,11 +174,13 @@ def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
             break
         fold_into_summary(run_id, context.uncovered, half_budget=context.budget // 2)
         context, payload = build(run_id, prompt)
+    schema = count_tool_schema_tokens([prompt.json_schema]) if prompt.json_schema else 0
     return ModelRequest(
         purpose=prompt.purpose,
         messages=context.messages,
         payload=payload,
         json_schema=prompt.json_schema,
+        estimated_prompt_tokens=context.tokens + schema,
     )
 
 

@@ -154,7 +154,6 @@ def test_make_provider() -> None:
         "base_url": None,
         "api_key": "k",
         "request_timeout_s": 1.0,
-        "max_retries": 0,
     }
     offline: ChatProvider = make_provider("offline", **options)
     assert isinstance(offline, OfflineProvider)
@@ -169,9 +168,7 @@ def test_make_provider() -> None:
 def test_openai_without_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ProviderError, match="openai provider"):
-        make_provider(
-            "openai", model="m", base_url=None, api_key=None, request_timeout_s=1.0, max_retries=0
-        )
+        make_provider("openai", model="m", base_url=None, api_key=None, request_timeout_s=1.0)
 
 
 # -- OpenAI against a local HTTP server -----------------------------------------------------
@@ -248,7 +245,6 @@ def make_openai(server: FakeServer) -> Callable[..., OpenAIProvider]:
             "base_url": server.url,
             "api_key": "test-key",
             "request_timeout_s": 5.0,
-            "max_retries": 0,
         }
         return OpenAIProvider(**{**options, **overrides})
 

@@ -1,0 +1,527 @@
+"""Hostile model servers against the real engine: a second embedded stack whose workers talk to a
+misbehaving OpenAI-compatible server (`tests.support.fake_openai`) through the `openai` provider.
+
+The workers run one pool process (`worker_concurrency=1`), so another run completing while a
+rate-limited step waits proves the worker was free. Each test marks its prompts with its own
+marker, and the fake server misbehaves only for requests carrying that marker. For every case the
+tests check the run's final state, the number of model calls (the server's log and the
+`model.call` events), the budget charged, and the events recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+from sqlmodel import col, select
+
+from models import budgets, queue, transitions
+from models.db import session_scope
+from models.errors import TokenBudgetSpent
+from models.plans import parse_plan
+from models.queue import TASK_COORDINATE
+from models.runs import submit_run
+from models.settings import ModelPrice, get_settings
+from models.tables import Escalation, Run, RunEvent, StepAttempt
+from ops.local import start_engine
+from ops.stack import LocalStack
+from tests.integration.conftest import TEST_ENV, engine_dir, run_steps, wait_for_run
+from tests.support.fake_openai import (
+    COMPLETION_TOKENS,
+    PROMPT_TOKENS,
+    FakeOpenAI,
+    Reply,
+    never_answers,
+    ok,
+    quota_exhausted,
+    rate_limited,
+    server_error,
+    truncated_json,
+    whitespace_until_length,
+    wrong_shape_plan,
+)
+
+pytestmark = pytest.mark.integration
+
+GPT_4O_MINI = ModelPrice(input=0.15, output=0.60)
+ANSWER_TOKENS = PROMPT_TOKENS + COMPLETION_TOKENS
+REQUEST_TIMEOUT_S = float(TEST_ENV["AGENTQ_MODEL_REQUEST_TIMEOUT_S"])  # 1 s, 2 attempts
+RETRY_BACKOFF_S = 1.0  # AGENTQ_MODEL_RETRY_BACKOFF_S's default: one wait between the 2 attempts
+MAX_DEFERRALS = 2
+SWITCHED = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL")
+
+
+def _use_this_process_settings() -> None:
+    get_settings.cache_clear()
+    queue._client.clear()  # the Celery client caches its broker URL
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def faulty_engine(fake: FakeOpenAI) -> Iterator[LocalStack]:
+    """An engine whose one worker process calls `fake`; this process talks to it until the
+    module ends, then to whatever it talked to before."""
+    saved = {key: os.environ.get(key) for key in SWITCHED}
+    env = {
+        **TEST_ENV,
+        "AGENTQ_PROVIDER": "openai",
+        "AGENTQ_MODEL": "gpt-4o-mini",
+        "AGENTQ_OPENAI_BASE_URL": fake.url,
+        "OPENAI_API_KEY": "test",
+        "AGENTQ_EMBEDDING_PROVIDER": "hash",
+        "AGENTQ_MODEL_MAX_DEFERRALS": str(MAX_DEFERRALS),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    for data_dir in engine_dir():
+        stack = start_engine(data_dir, worker_concurrency=1, extra_env=env)
+        _use_this_process_settings()
+        try:
+            yield stack
+        finally:
+            stack.stop()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            _use_this_process_settings()
+
+
+@pytest.fixture
+def mark(faulty_engine: LocalStack) -> str:
+    """A marker for this test's prompts."""
+    return f"MARK-{uuid.uuid4().hex[:10]}"
+
+
+def submit(
+    steps: list[dict[str, Any]] | None,
+    *,
+    goal: str,
+    tokens: int | None = None,
+    cost_usd: float | None = None,
+) -> int:
+    from ops.cli import tool_names
+
+    plan = None if steps is None else parse_plan({"steps": steps}, tools=tool_names())
+    with session_scope() as session:
+        run = submit_run(
+            session,
+            settings=get_settings(),
+            user_id="faults",
+            goal=goal,
+            plan=plan,
+            tokens=tokens,
+            cost_usd=cost_usd,
+        )
+        run_id = run.id or 0
+    queue.send(TASK_COORDINATE, run_id)
+    return run_id
+
+
+def model_step(instruction: str, name: str = "think") -> dict[str, Any]:
+    return {"name": name, "kind": "model", "instruction": instruction}
+
+
+def events(run_id: int, kind: str, step_id: int | None = None) -> list[RunEvent]:
+    with session_scope() as session:
+        stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == kind)
+        if step_id is not None:
+            stmt = stmt.where(RunEvent.step_id == step_id)
+        return list(session.exec(stmt.order_by(col(RunEvent.id))))
+
+
+def wait_for_event(run_id: int, kind: str, timeout_s: float = 60) -> RunEvent:
+    deadline = time.monotonic() + timeout_s
+    while not (found := events(run_id, kind)):
+        assert time.monotonic() < deadline, f"run {run_id}: no {kind} event in {timeout_s} s"
+        time.sleep(0.2)
+    return found[0]
+
+
+def attempts(step_id: int) -> list[StepAttempt]:
+    with session_scope() as session:
+        stmt = select(StepAttempt).where(StepAttempt.step_id == step_id)
+        return list(session.exec(stmt.order_by(col(StepAttempt.attempt))))
+
+
+def escalation(run_id: int) -> Escalation:
+    with session_scope() as session:
+        return session.exec(select(Escalation).where(Escalation.run_id == run_id)).one()
+
+
+def cost(prompt_tokens: int, completion_tokens: int) -> float:
+    return budgets.cost_usd(
+        GPT_4O_MINI, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+    )
+
+
+def check_charges(run: Run) -> list[RunEvent]:
+    """The run's spend is the sum of its answered calls' usage and cost; returns the calls."""
+    calls = events(run.id or 0, "model.call")
+    answered = [e.detail for e in calls if e.detail["outcome"] == "ok"]
+    tokens = sum(d["prompt_tokens"] + d["completion_tokens"] for d in answered)
+    assert run.tokens_used == tokens
+    assert run.cost_used_usd == pytest.approx(sum(d["cost_usd"] for d in answered))
+    for d in answered:
+        assert d["cost_usd"] == pytest.approx(cost(d["prompt_tokens"], d["completion_tokens"]))
+    return calls
+
+
+def seconds(at: datetime | None) -> float:
+    assert at is not None
+    return at.timestamp()
+
+
+def cancel(run_id: int) -> None:
+    with session_scope() as session:
+        transitions.cancel_run(session, run_id)
+
+
+# -- rate limits ----------------------------------------------------------------------------------
+
+
+def test_rate_limited_step_is_deferred_and_the_worker_is_free(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(rate_limited("90"), when=mark)
+    limited = submit([model_step(f"{mark}: summarise the receipts")], goal="rate limited")
+    deferred = wait_for_event(limited, "step.deferred")
+    # The only worker process is free: another run's model step completes meanwhile.
+    other = wait_for_run(submit([model_step("say hello")], goal="meanwhile"))
+    assert other.status == "succeeded"
+    (step,) = run_steps(limited)
+    assert (step.status, step.attempt, step.deferrals) == ("queued", 1, 1)
+    assert deferred.detail["retry_after_s"] == 90
+    assert seconds(step.queued_at) - seconds(deferred.at) >= 90 - 0.5  # due in 90 s, not sooner
+    (request,) = fake.received(mark)
+    (attempt,) = attempts(step.id or 0)
+    assert attempt.outcome == "deferred"
+    assert seconds(attempt.finished_at) - request.at < REQUEST_TIMEOUT_S  # no sleeping on it
+    (call,) = events(limited, "model.call")
+    assert (call.detail["outcome"], call.detail["retry_after_s"]) == ("rate_limited", 90)
+    with session_scope() as session:
+        run = session.get(Run, limited)
+        assert run is not None and run.status == "running"
+    assert (run.tokens_used, run.cost_used_usd, step.tokens_used) == (0, 0, 0)  # released
+    assert seconds(other.finished_at) < seconds(step.queued_at)
+    check_charges(other)
+    cancel(limited)
+
+
+def test_rate_limited_step_runs_again_after_the_wait(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(rate_limited("1"), when=mark)
+    run = wait_for_run(submit([model_step(f"{mark}: count")], goal="short wait"))
+    assert run.status == "succeeded"
+    first, second = fake.received(mark)
+    assert second.at - first.at >= 1.0
+    (step,) = run_steps(run.id or 0)
+    assert (step.attempt, step.deferrals, step.tokens_used) == (2, 1, ANSWER_TOKENS)
+    assert step.cost_used_usd == pytest.approx(cost(PROMPT_TOKENS, COMPLETION_TOKENS))
+    assert [a.outcome for a in attempts(step.id or 0)] == ["deferred", "succeeded"]
+    step_calls = events(run.id or 0, "model.call", step.id)
+    assert [c.detail["outcome"] for c in step_calls] == ["rate_limited", "ok"]
+    check_charges(run)
+
+
+def test_a_step_deferred_too_often_counts_a_failed_attempt(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(*[rate_limited("0.2")] * (MAX_DEFERRALS + 1), when=mark)
+    run = wait_for_run(submit([model_step(f"{mark}: persist")], goal="many waits"))
+    assert run.status == "succeeded"
+    (step,) = run_steps(run.id or 0)
+    outcomes = [a.outcome for a in attempts(step.id or 0)]
+    assert outcomes == ["deferred"] * MAX_DEFERRALS + ["retry", "succeeded"]
+    assert (step.attempt, step.deferrals) == (MAX_DEFERRALS + 2, MAX_DEFERRALS)
+    assert len(fake.received(mark)) == MAX_DEFERRALS + 2
+    check_charges(run)
+
+
+def test_rate_limited_planning_waits_in_its_phase(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(rate_limited("90"), when=mark)
+    run_id = submit(None, goal=f"{mark}: plan my week")
+    deferred = wait_for_event(run_id, "run.deferred")
+    assert deferred.detail["phase"] == "planning"
+    assert deferred.detail["retry_after_s"] == 90
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and (run.status, run.deferrals, run.tokens_used) == (
+            "planning",
+            1,
+            0,
+        )
+        # the reconciler's quiet-run clock starts when the task is due again
+        assert seconds(run.updated_at) - seconds(deferred.at) >= 90 - 0.5
+    assert [r.reply for r in fake.received(mark)] == ["rate_limited"]
+    cancel(run_id)
+
+
+def test_rate_limited_planning_goes_on_after_the_wait(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(rate_limited("0.5"), when=mark)
+    run = wait_for_run(submit(None, goal=f"{mark}: plan and answer"))
+    assert run.status == "succeeded"
+    (deferred,) = events(run.id or 0, "run.deferred")
+    assert (deferred.detail["phase"], deferred.detail["retry_after_s"]) == ("planning", 0.5)
+    first, second = fake.received(mark)[:2]
+    assert (first.purpose, first.reply, second.purpose, second.reply) == (
+        "plan",
+        "rate_limited",
+        "plan",
+        "ok",
+    )
+    assert second.at - first.at >= 0.5
+    calls = check_charges(run)
+    assert [c.detail["purpose"] for c in calls][:2] == ["plan", "plan"]
+
+
+def test_rate_limited_replanning_is_sent_again(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(rate_limited("0.5"), when=mark)
+    failing = {"name": "a", "kind": "tool", "tool": "always_fails"}
+    run = wait_for_run(submit([failing], goal=f"{mark}: replan me"))
+    assert (run.status, run.replans_used) == ("succeeded", 1)
+    (deferred,) = events(run.id or 0, "run.deferred")
+    assert (deferred.detail["phase"], deferred.detail["retry_after_s"]) == ("replanning", 0.5)
+    first, second = fake.received(mark)[:2]
+    assert (first.purpose, first.reply, second.purpose) == ("replan", "rate_limited", "replan")
+    check_charges(run)
+
+
+def test_rate_limited_synthesis_is_sent_again(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(rate_limited("0.5"), when=mark)
+    noop = {"name": "a", "kind": "tool", "tool": "noop"}
+    run = wait_for_run(submit([noop], goal=f"{mark}: tools only"))
+    assert run.status == "succeeded"
+    (deferred,) = events(run.id or 0, "run.deferred")
+    assert (deferred.detail["phase"], deferred.detail["retry_after_s"]) == ("synthesizing", 0.5)
+    calls = check_charges(run)
+    assert [c.detail["purpose"] for c in calls][:2] == ["synthesize", "synthesize"]
+
+
+def test_planning_deferred_too_often_escalates(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(*[rate_limited("0.2")] * (MAX_DEFERRALS + 1), when=mark)
+    run = wait_for_run(submit(None, goal=f"{mark}: never planned"))
+    assert run.status == "waiting_review"
+    esc = escalation(run.id or 0)
+    assert esc.reason == "rate_limited" and "rate_limit_exceeded" in esc.detail["error"]
+    assert len(events(run.id or 0, "run.deferred")) == MAX_DEFERRALS
+    assert len(fake.received(mark)) == MAX_DEFERRALS + 1
+    assert run.tokens_used == 0
+
+
+# -- quota ----------------------------------------------------------------------------------------
+
+
+def test_quota_in_a_step_escalates_after_one_call(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(quota_exhausted(), when=mark)
+    run = wait_for_run(submit([model_step(f"{mark}: spend")], goal="no credit"))
+    assert run.status == "waiting_review"
+    esc = escalation(run.id or 0)
+    assert esc.reason == "quota_exhausted"
+    assert "insufficient_quota" in esc.detail["error"]
+    (step,) = run_steps(run.id or 0)
+    assert (step.status, esc.step_id, run.replans_used) == ("failed", step.id, 0)
+    assert len(fake.received(mark)) == 1
+    (call,) = check_charges(run)
+    assert call.detail["outcome"] == "quota_exhausted"
+    assert (run.tokens_used, run.cost_used_usd) == (0, 0)
+    assert [e.detail["reason"] for e in events(run.id or 0, "escalation.opened")] == [
+        "quota_exhausted"
+    ]
+
+
+def test_quota_in_planning_escalates_after_one_call(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(quota_exhausted(), when=mark)
+    run = wait_for_run(submit(None, goal=f"{mark}: plan without credit"))
+    assert (run.status, run.plan_version) == ("waiting_review", 0)
+    esc = escalation(run.id or 0)
+    assert esc.reason == "quota_exhausted" and "insufficient_quota" in esc.detail["error"]
+    assert len(fake.received(mark)) == 1
+    assert [c.detail["outcome"] for c in check_charges(run)] == ["quota_exhausted"]
+
+
+# -- transient failures ---------------------------------------------------------------------------
+
+
+def test_server_error_then_success_is_retried_in_the_call(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(server_error(), ok("recovered"), when=mark)
+    run = wait_for_run(submit([model_step(f"{mark}: try")], goal="flaky server"))
+    assert run.status == "succeeded"
+    first, second = fake.received(mark)
+    assert (first.reply, second.reply) == ("server_error", "ok")
+    assert second.at - first.at >= RETRY_BACKOFF_S
+    (step,) = run_steps(run.id or 0)
+    assert step.result is not None and step.result["text"] == "recovered"
+    assert [a.outcome for a in attempts(step.id or 0)] == ["succeeded"]
+    step_calls = events(run.id or 0, "model.call", step.id)
+    assert [(c.detail["outcome"], c.detail["attempt"]) for c in step_calls] == [
+        ("unavailable", 1),
+        ("ok", 2),
+    ]
+    assert step.tokens_used == ANSWER_TOKENS
+    check_charges(run)
+
+
+def test_a_request_that_never_answers_times_out_and_is_retried(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(never_answers(), never_answers(), ok("late but fine"), when=mark)
+    run = wait_for_run(submit([model_step(f"{mark}: wait")], goal="silent server"))
+    assert run.status == "succeeded"
+    first, second, third = fake.received(mark)
+    # each request timed out after the request timeout, then waited the backoff
+    assert second.at - first.at >= REQUEST_TIMEOUT_S + RETRY_BACKOFF_S
+    (step,) = run_steps(run.id or 0)
+    failed, succeeded = attempts(step.id or 0)
+    assert (failed.outcome, succeeded.outcome) == ("retry", "succeeded")
+    assert "timed out" in (failed.error or "")
+    blocked = seconds(failed.finished_at) - first.at
+    # never longer than timeout x attempts + the wait between them (2 x 1 + 1 s), with slack
+    assert 2 * REQUEST_TIMEOUT_S <= blocked < 2 * REQUEST_TIMEOUT_S + RETRY_BACKOFF_S + 1.5
+    assert third.at >= seconds(failed.finished_at)
+    step_calls = events(run.id or 0, "model.call", step.id)
+    outcomes = [c.detail["outcome"] for c in step_calls]
+    assert outcomes == ["unavailable", "unavailable", "ok"]
+    assert step.tokens_used == ANSWER_TOKENS
+    check_charges(run)
+
+
+# -- hostile output -------------------------------------------------------------------------------
+
+
+def _check_invalid_plan(run: Run, fake: FakeOpenAI, mark: str, raw: str) -> None:
+    plan_attempts = get_settings().plan_max_attempts
+    assert (run.status, run.plan_version) == ("waiting_review", 0)
+    esc = escalation(run.id or 0)
+    assert esc.reason == "invalid_plan"
+    assert esc.detail["raw_output"] == raw  # the last answer, as it came
+    assert len(fake.received(mark)) == plan_attempts
+    calls = check_charges(run)
+    assert len(calls) == plan_attempts
+    assert all(c.detail["outcome"] == "ok" and c.detail["cost_usd"] > 0 for c in calls)
+    assert len(events(run.id or 0, "plan.invalid")) == plan_attempts
+    assert run_steps(run.id or 0) == []
+
+
+def test_hostile_plans_are_reasked_then_escalated(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(whitespace_until_length(), truncated_json(), wrong_shape_plan(), when=mark)
+    run = wait_for_run(submit(None, goal=f"{mark}: plan badly"))
+    requests = fake.received(mark)
+    _check_invalid_plan(run, fake, mark, str(wrong_shape_plan().content))
+    errors = [e.detail["error"] for e in events(run.id or 0, "plan.invalid")]
+    assert "cut off at the token limit" in errors[0]
+    assert "invalid plan" in errors[1] or "JSON" in errors[1]
+    assert "steps" in errors[2]
+    # the cut-off answer was charged its whole max_output_tokens
+    first = events(run.id or 0, "model.call")[0].detail
+    assert first["completion_tokens"] == requests[0].body["max_completion_tokens"]
+    # each re-ask carries the refused answer and the reason
+    assert requests[1].body["messages"][-1]["content"].startswith("That answer is invalid")
+
+
+@pytest.mark.parametrize(
+    "reply", [whitespace_until_length(), truncated_json(), wrong_shape_plan()], ids=lambda r: r.kind
+)
+def test_the_same_hostile_plan_every_time_is_escalated(
+    fake: FakeOpenAI, mark: str, reply: Reply
+) -> None:
+    fake.script(*[reply] * get_settings().plan_max_attempts, when=mark)
+    run = wait_for_run(submit(None, goal=f"{mark}: plan badly again"))
+    _check_invalid_plan(run, fake, mark, str(reply.content))
+
+
+# -- budgets --------------------------------------------------------------------------------------
+
+
+def test_a_call_the_token_budget_cannot_pay_for_is_never_made(fake: FakeOpenAI, mark: str) -> None:
+    run = wait_for_run(submit([model_step(f"{mark}: big")], goal="few tokens", tokens=500))
+    assert run.status == "waiting_review"
+    esc = escalation(run.id or 0)
+    assert esc.reason == "token_budget_spent" and "token budget spent" in esc.detail["error"]
+    assert fake.received(mark) == []
+    assert events(run.id or 0, "model.call") == []
+    assert (run.tokens_used, run.cost_used_usd) == (0, 0)
+    (step,) = run_steps(run.id or 0)
+    assert step.status == "failed"
+
+
+def test_a_call_the_cost_budget_cannot_pay_for_is_never_made(fake: FakeOpenAI, mark: str) -> None:
+    run = wait_for_run(submit([model_step(f"{mark}: dear")], goal="no money", cost_usd=1e-5))
+    assert run.status == "waiting_review"
+    esc = escalation(run.id or 0)
+    assert esc.reason == "cost_budget_spent" and "cost budget spent" in esc.detail["error"]
+    assert fake.received(mark) == []
+    assert (run.tokens_used, run.cost_used_usd) == (0, 0)
+
+
+def test_a_spent_budget_in_planning_escalates_with_its_reason(fake: FakeOpenAI, mark: str) -> None:
+    run = wait_for_run(submit(None, goal=f"{mark}: plan cheaply", tokens=300))
+    assert (run.status, escalation(run.id or 0).reason) == ("waiting_review", "token_budget_spent")
+    assert fake.received(mark) == []
+
+
+def _race(run_id: int, tokens: int) -> list[str]:
+    """Two threads reserve `tokens` of run `run_id` at the same moment; what each got."""
+    barrier = threading.Barrier(2)
+    results: list[str] = []
+
+    def take() -> None:
+        barrier.wait()
+        try:
+            with session_scope() as session:
+                budgets.reserve(session, run_id, tokens=tokens, cost=0.0)
+            results.append("reserved")
+        except TokenBudgetSpent:
+            results.append("refused")
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_two_reservations_never_share_the_last_tokens(faulty_engine: LocalStack) -> None:
+    """Sibling calls race for a budget with room for one of them: exactly one gets it."""
+    for _ in range(10):
+        with session_scope() as session:
+            run = submit_run(
+                session, settings=get_settings(), user_id="race", goal="race", tokens=1000
+            )
+            run_id = run.id or 0
+        assert sorted(_race(run_id, 600)) == ["refused", "reserved"]
+        with session_scope() as session:
+            row = session.get(Run, run_id)
+            assert row is not None and row.tokens_used == 600
+
+
+def test_settling_replaces_the_reservation_with_the_usage(faulty_engine: LocalStack) -> None:
+    plan = parse_plan({"steps": [model_step("x")]}, tools=[])
+    with session_scope() as session:
+        run = submit_run(
+            session, settings=get_settings(), user_id="s", goal="settle", plan=plan, tokens=1000
+        )
+        run_id = run.id or 0
+    (step,) = run_steps(run_id)
+    with session_scope() as session:
+        held = budgets.reserve(session, run_id, tokens=900, cost=0.5)
+    with session_scope() as session:
+        budgets.settle(session, held, tokens=120, cost=0.01, provider="openai", step_id=step.id)
+    with session_scope() as session:
+        row = session.get(Run, run_id)
+        assert row is not None
+        assert (row.tokens_used, row.provider) == (120, "openai")
+        assert row.cost_used_usd == pytest.approx(0.01)
+        held = budgets.reserve(session, run_id, tokens=880, cost=0.0)  # exactly what is left
+    with session_scope() as session:
+        budgets.settle(session, held, tokens=0, cost=0.0)  # released: no answer came
+    with session_scope() as session:
+        row = session.get(Run, run_id)
+        assert row is not None and row.tokens_used == 120
+    (step,) = run_steps(run_id)
+    assert (step.tokens_used, step.cost_used_usd) == (120, pytest.approx(0.01))

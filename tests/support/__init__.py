@@ -1,0 +1,1 @@
+"""Test doubles shared by the unit and integration tests."""

@@ -1,0 +1,295 @@
+"""A misbehaving OpenAI-compatible server: `/v1/chat/completions` and `/v1/embeddings`.
+
+A threaded stdlib HTTP server on 127.0.0.1 at a free port that plays a script of replies, one per
+request, and records every request it receives with its arrival time. Scripts are keyed by a
+marker (`when`): a request whose message text contains it takes the next reply of that script,
+so concurrent runs of an engine test each meet only their own misbehaviour. A request no script
+matches gets a normal answer for its purpose (a one-step plan, `{"facts": []}`, or text), with
+usage `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
+
+The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
+`insufficient_quota`), `server_error` (500), `never_answers` (sleeps past any client timeout),
+`whitespace_until_length` (`finish_reason: "length"`), `truncated_json`, `wrong_shape_plan`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+PROMPT_TOKENS = 100
+COMPLETION_TOKENS = 10
+EMBEDDING_DIM = 384
+DEFAULT_PLAN = {
+    "steps": [
+        {"name": "answer", "kind": "model", "instruction": "Answer.", "tool": None, "args": {}}
+    ]
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted reply. `content` None means the default answer for the request's purpose;
+    `body` set means that JSON body as it is (errors)."""
+
+    kind: str
+    status: int = 200
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    content: str | None = None
+    finish_reason: str = "stop"
+    delay_s: float = 0.0
+    prompt_tokens: int = PROMPT_TOKENS
+    completion_tokens: int | None = COMPLETION_TOKENS  # None: the request's max tokens
+
+
+def ok(
+    content: str | None = None,
+    *,
+    finish_reason: str = "stop",
+    prompt_tokens: int = PROMPT_TOKENS,
+    completion_tokens: int = COMPLETION_TOKENS,
+) -> Reply:
+    """A normal answer with usage (`content` None: the default answer for the purpose)."""
+    return Reply(
+        "ok",
+        content=content,
+        finish_reason=finish_reason,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+
+
+def _error(kind: str, status: int, error_type: str, message: str) -> Reply:
+    body = {"error": {"message": message, "type": error_type, "code": error_type, "param": None}}
+    return Reply(kind, status=status, body=body)
+
+
+def rate_limited(retry_after: str = "90", *, header: str = "retry-after") -> Reply:
+    """429 `rate_limit_exceeded` asking to wait `retry_after` (`header`: or `retry-after-ms`)."""
+    reply = _error("rate_limited", 429, "rate_limit_exceeded", "Rate limit reached.")
+    return replace(reply, headers={header: retry_after})
+
+
+def quota_exhausted() -> Reply:
+    """429 `insufficient_quota`: the account has no credit left."""
+    return _error("quota_exhausted", 429, "insufficient_quota", "You exceeded your current quota.")
+
+
+def server_error(status: int = 500) -> Reply:
+    """A 5xx with an error body."""
+    return _error("server_error", status, "server_error", "The server had an error.")
+
+
+def never_answers(seconds: float = 30.0) -> Reply:
+    """Sleeps `seconds` (longer than any client timeout of a test), then hangs up."""
+    return Reply("never_answers", delay_s=seconds)
+
+
+def whitespace_until_length() -> Reply:
+    """Whitespace up to the request's token limit, cut off: `finish_reason: "length"`."""
+    return Reply(
+        "whitespace_until_length",
+        content=" \n" * 400,
+        finish_reason="length",
+        completion_tokens=None,
+    )
+
+
+def truncated_json() -> Reply:
+    """JSON cut off mid-way, with `finish_reason: "stop"` (a server that lies about the end)."""
+    return Reply("truncated_json", content='{"steps": [{"name": "a", "kind": "tool", "tool": "no')
+
+
+def wrong_shape_plan() -> Reply:
+    """Valid JSON that is not a plan: steps as an object, with unknown fields."""
+    return Reply("wrong_shape_plan", content='{"steps": {"do": "everything"}, "confidence": 0.9}')
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the server saw it: `at` is wall-clock (`time.time()`) on arrival."""
+
+    path: str
+    body: dict[str, Any]
+    at: float
+    reply: str
+    text: str
+
+    @property
+    def purpose(self) -> str | None:
+        """The JSON schema's name (plan, replan, extract_facts), or None for a text answer."""
+        schema = (self.body.get("response_format") or {}).get("json_schema") or {}
+        name = schema.get("name")
+        return str(name) if name else None
+
+
+class FakeOpenAI:
+    """The server; `url` is its base URL (`http://127.0.0.1:<port>/v1`). Use it as a context
+    manager, or `start()` and `stop()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scripts: list[tuple[str | None, deque[Reply]]] = []
+        self._stopping = threading.Event()
+        self.requests: list[Received] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def start(self) -> Self:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; sleeping replies wake up and hang up."""
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def script(self, *replies: Reply, when: str | None = None) -> None:
+        """Queue `replies` for the requests whose messages contain `when` (None: any request)."""
+        with self._lock:
+            self._scripts.append((when, deque(replies)))
+
+    def reset(self) -> None:
+        """Forget every script and recorded request."""
+        with self._lock:
+            self._scripts.clear()
+            self.requests.clear()
+
+    def received(
+        self, when: str | None = None, path: str = "/v1/chat/completions"
+    ) -> list[Received]:
+        """The recorded requests to `path` whose messages contain `when`, oldest first."""
+        with self._lock:
+            found = [r for r in self.requests if r.path == path]
+        return [r for r in found if when is None or when in r.text]
+
+    def _take(self, path: str, body: dict[str, Any]) -> Reply:
+        text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        with self._lock:
+            reply = ok()
+            for when, queue in self._scripts:
+                if queue and (when is None or when in text):
+                    reply = queue.popleft()
+                    break
+            self.requests.append(Received(path, body, time.time(), reply.kind, text))
+        return reply
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(seconds)
+
+
+def completion_body(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
+    """The `chat.completion` object for an `ok`-like reply to `request`."""
+    content = reply.content if reply.content is not None else _default_content(request)
+    completion_tokens = reply.completion_tokens
+    if completion_tokens is None:
+        completion_tokens = int(request.get("max_completion_tokens") or 1024)
+    return {
+        "id": f"chatcmpl-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": f"{request.get('model', 'fake')}-fake",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": reply.finish_reason,
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": reply.prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _default_content(request: dict[str, Any]) -> str:
+    schema = (request.get("response_format") or {}).get("json_schema") or {}
+    if schema.get("name") in ("plan", "replan"):
+        return json.dumps(DEFAULT_PLAN)
+    if schema.get("name") == "extract_facts":
+        return json.dumps({"facts": []})
+    return "fake answer"
+
+
+def embeddings_body(request: dict[str, Any]) -> dict[str, Any]:
+    """Deterministic unit vectors (from a hash of each text) of `dimensions` or 384 floats."""
+    texts = request.get("input", [])
+    texts = [texts] if isinstance(texts, str) else texts
+    dim = int(request.get("dimensions") or EMBEDDING_DIM)
+    data = [
+        {"object": "embedding", "index": i, "embedding": _vector(t, dim)}
+        for i, t in enumerate(texts)
+    ]
+    tokens = sum(math.ceil(len(str(t)) / 4) for t in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": request.get("model", "fake-embedding"),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def _vector(text: str, dim: int) -> list[float]:
+    digest = hashlib.sha256(str(text).encode()).digest()
+    raw = [digest[i % len(digest)] - 127.5 + i % 7 for i in range(dim)]
+    norm = math.sqrt(sum(x * x for x in raw))
+    return [x / norm for x in raw]
+
+
+def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(
+                self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
+            )
+            reply = server._take(self.path, body)
+            if reply.delay_s:
+                server._sleep(reply.delay_s)
+                return  # hang up without an answer: the client has long given up
+            if self.path.endswith("/embeddings"):
+                self._send(200, embeddings_body(body), {})
+            elif reply.body is not None:
+                self._send(reply.status, reply.body, reply.headers)
+            else:
+                self._send(200, completion_body(reply, body), reply.headers)
+
+        def _send(self, status: int, data: dict[str, Any], headers: dict[str, str]) -> None:
+            payload = json.dumps(data).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client timed out and left
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
