@@ -23,6 +23,7 @@ from models.errors import ConfigurationError
 from models.facts import Fact, ScoredFact, ensure_vector_indexes, forget_facts, recall
 from models.messages import forget_messages
 from models.settings import get_settings
+from models.tables import Run, RunEvent
 
 REEMBED_BATCH = 256
 
@@ -105,7 +106,8 @@ def check_embedding_model(session: Session, embedder: Embedder) -> None:
         stored = ", ".join(f"{m} ({n} rows)" for m, n in sorted(others.items()))
         raise ConfigurationError(
             f"memory holds embeddings of {stored}, but AGENTQ_EMBEDDING_PROVIDER/"
-            f"AGENTQ_EMBEDDING_MODEL give {embedder.model}: run `agentq memory reembed` first"
+            f"AGENTQ_EMBEDDING_MODEL give {embedder.model}: stop agentq and run "
+            "`agentq memory reembed` with the new setting first"
         )
     ensure_vector_indexes(session, model=embedder.model, dim=embedder.dim)
 
@@ -145,9 +147,21 @@ def _stale(session: Session, table: Any, model: str) -> Iterator[list[Any]]:
 
 
 def forget_user(session: Session, *, user_id: str) -> dict[str, int]:
-    """Delete all of `user_id`'s memory; returns the rows deleted per kind."""
-    return {
+    """Delete all of `user_id`'s memory; returns the rows deleted per kind.
+
+    Also deleted: the `memory.recalled` events of the user's runs, which quote recalled facts.
+    The runs themselves (goals, pinned facts, steps) stay: they are the record of work done.
+    """
+    counts = {
         "facts": forget_facts(session, user_id=user_id),
         "episodes": forget_episodes(session, user_id=user_id),
-        "messages": forget_messages(session, user_id=user_id),
+        **forget_messages(session, user_id=user_id),
     }
+    recalled = session.execute(
+        sa.delete(RunEvent).where(
+            col(RunEvent.kind) == "memory.recalled",
+            col(RunEvent.run_id).in_(sa.select(col(Run.id)).where(col(Run.user_id) == user_id)),
+        )
+    )
+    counts["recall events"] = int(getattr(recalled, "rowcount", 0))
+    return counts

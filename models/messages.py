@@ -111,8 +111,11 @@ def save_summary(
     return summary
 
 
-def forget_messages(session: Session, *, user_id: str) -> int:
-    """Delete every turn and summary of `user_id`; returns how many rows went."""
+def forget_messages(session: Session, *, user_id: str) -> dict[str, int]:
+    """Delete every turn and summary of `user_id`; returns `{"messages": n, "summaries": n}`."""
     summaries = session.execute(sa.delete(RunSummary).where(col(RunSummary.user_id) == user_id))
     messages = session.execute(sa.delete(Message).where(col(Message.user_id) == user_id))
-    return int(getattr(summaries, "rowcount", 0)) + int(getattr(messages, "rowcount", 0))
+    return {
+        "messages": int(getattr(messages, "rowcount", 0)),
+        "summaries": int(getattr(summaries, "rowcount", 0)),
+    }

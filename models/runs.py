@@ -17,6 +17,7 @@ from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
 
 FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
 USER_ID_MAX_CHARS = 200
+GOAL_MAX_CHARS = 20_000  # a goal is an instruction; documents belong in tools or facts
 
 
 def submit_run(
@@ -70,8 +71,8 @@ def submit_run(
 
 
 def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None:
-    if not goal.strip():
-        raise InvalidInput("goal: must not be empty")
+    if not goal.strip() or len(goal) > GOAL_MAX_CHARS:
+        raise InvalidInput(f"goal: must be 1 to {GOAL_MAX_CHARS} characters (got {len(goal)})")
     if not user_id.strip() or len(user_id) > USER_ID_MAX_CHARS:
         raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
     for key, value in facts.items():

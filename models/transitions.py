@@ -467,7 +467,7 @@ def decide_escalation(
             to="decided",
             expected=["open", "claimed"],
             where=[mine],
-            why=f"(claimed by {reviewer})",
+            why="",
             decision=decision,
             decided_by=reviewer,
             decided_at=utcnow(),

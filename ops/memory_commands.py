@@ -6,6 +6,9 @@ The same functions serve the HTTP API later: everything here is a thin layer ove
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -15,7 +18,11 @@ from rich.text import Text
 
 from models import memory
 from models.db import session_scope
+from models.errors import ConfigurationError
 from models.facts import facts_of
+from models.migrate import upgrade
+from models.settings import get_settings
+from ops.stack import LocalStack, read_stack_file
 from ops.views import cell, utc
 
 memory_app = typer.Typer(
@@ -112,14 +119,38 @@ def forget(
 
 @memory_app.command("reembed")
 def reembed() -> None:
-    """Re-embed every stored fact and episode with the configured embedding model."""
-    _connect()
+    """Re-embed every stored fact and episode with the configured embedding model.
+
+    Run it with the workers stopped (they embed with the model they started with). On the embedded
+    default it refuses while `agentq up` runs, and starts the database itself otherwise.
+    """
     model = memory.embedder()
-    with session_scope() as session:
+    with _database_only(), session_scope() as session:
         counts = memory.reembed(session, model)
     console.print(
         Text(
             f"re-embedded {counts['facts']} facts and {counts['episodes']} episodes "
-            f"with {model.model} ({model.dim} dimensions)"
+            f"with {model.model} ({model.dim} dimensions); start agentq with this model now"
         )
     )
+
+
+@contextmanager
+def _database_only() -> Iterator[None]:
+    settings = get_settings()
+    if os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url:
+        yield
+        return
+    if read_stack_file(settings.home) is not None:
+        raise ConfigurationError(
+            "stop `agentq up` first: its workers embed with the model they started with; "
+            "`agentq memory reembed` starts the database by itself"
+        )
+    stack = LocalStack(settings.home)
+    database_url, _ = stack.start_services()
+    os.environ["AGENTQ_DATABASE_URL"] = database_url
+    try:
+        upgrade(database_url)
+        yield
+    finally:
+        stack.stop()

@@ -53,7 +53,10 @@ def decide(run: RunView) -> Decision:
 
     - terminal, waiting for review, or a planning/replanning/synthesis task in flight: wait;
     - queued: plan;
-    - running: escalate when the wall-time or token budget is spent; otherwise walk the plan in
+    - running, planning, replanning or synthesizing past the wall-time deadline: escalate (a task
+      still in flight finds the run waiting for review and writes nothing);
+    - planning, replanning or synthesizing: wait for the task in flight;
+    - running: escalate when the token budget is spent; otherwise walk the plan in
       order past succeeded, cancelled and already-handled failed steps; the first failed step is
       replanned if a replan is left, else escalated; a queued or running step means wait; the
       first pending step is enqueued; when none is left, synthesize.
@@ -62,10 +65,10 @@ def decide(run: RunView) -> Decision:
         return Decision("wait", f"run is {run.status}")
     if run.status == "queued":
         return Decision("plan", "run has no plan yet")
-    if run.status != "running":
-        return Decision("wait", f"a {run.status} task is in flight")
     if run.deadline_passed:
         return Decision("escalate", "wall_time_budget_spent")
+    if run.status != "running":
+        return Decision("wait", f"a {run.status} task is in flight")
     if run.tokens_spent:
         return Decision("escalate", "token_budget_spent")
     return _next_in_plan(run)

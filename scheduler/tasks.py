@@ -95,8 +95,9 @@ def _escalate(
     full = dict(detail)
     if step is not None:
         full.update(step=step.name, error=step.error or "", tool=step.tool or "")
+    status = session.get(Run, run_id).status  # type: ignore[union-attr]
     transitions.escalate(
-        session, run_id, expected="running", reason=reason, step_id=step_id, detail=full
+        session, run_id, expected=status, reason=reason, step_id=step_id, detail=full
     )
 
 

@@ -92,11 +92,11 @@ def usable_budget(
     """Tokens the prompt may use: the window minus reserved output and tool schemas, less a margin.
 
     The margin covers the difference between our count and the server's (a chat template's own
-    tokens, tool-schema formatting). Raises ValueError when nothing is left.
+    tokens, tool-schema formatting). Raises `ContextOverflow` when nothing is left.
     """
     room = int((context_window - reserved_output - tool_schema_tokens) * (1 - safety_margin))
     if room <= 0:
-        raise ValueError(
+        raise ContextOverflow(
             f"no room for a prompt: window {context_window}, reserved output {reserved_output}, "
             f"tool schemas {tool_schema_tokens}, margin {safety_margin:.0%}"
         )

@@ -34,7 +34,7 @@ class OfflineProvider:
     - summarize `{"previous": str | None, "turns": [str], "max_chars": int}`: extractive, the
       previous summary and the first line of each turn, oldest lines dropped beyond `max_chars`;
     - extract_facts `{"goal", "facts", "failures"}`: one preference fact per pinned fact and one
-      knowledge fact per failure that a fallback fixed.
+      knowledge fact per failure that a fallback fixed (naming the goal it happened in).
 
     A plan also reads `episodes` (recalled past runs): a step whose tool failed in a past run and
     was fixed by its fallback is planned with the fallback from the start.
@@ -143,6 +143,10 @@ def _offline_summarize(payload: Mapping[str, Any]) -> str:
     return OFFLINE_PREFIX + (text if len(text) <= max_chars else text[-max_chars:])
 
 
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= SUMMARY_LINE_MAX_CHARS else line[: SUMMARY_LINE_MAX_CHARS - 1] + "…"
@@ -163,7 +167,8 @@ def _offline_extract_facts(payload: Mapping[str, Any]) -> str:
             "subject": f"tool:{f['tool']}",
             "attribute": "reliability",
             "category": "knowledge",
-            "text": f"{f['tool']} failed ({f['error']}); {f['fixed_by']} worked instead",
+            "text": f"When asked to {_lower_first(payload['goal'])}: {f['tool']} failed "
+            f"({f['error']}); {f['fixed_by']} worked instead",
         }
         for f in payload.get("failures", [])
         if f.get("fixed_by")

@@ -38,6 +38,7 @@ from models.runs import done_results, get_run, pinned_facts, tries_of_name
 from models.settings import get_settings
 from models.tables import Step
 from worker.calls import call_model
+from worker.context import ContextOverflow
 from worker.prompts import step_prompt
 from worker.tools import ToolContext, get_tool
 from worker.working_memory import request_for
@@ -51,7 +52,7 @@ def worker_name() -> str:
 
 
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.
-STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded)
+STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,8 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
     """What a failed attempt of `step` comes to (the rule alone: no effects).
 
     - rate-limited, with fewer than `max_deferrals` deferrals: deferred by the `retry-after`;
-    - quota exhausted, token or cost budget spent: escalated with that reason;
+    - quota exhausted, token or cost budget spent: escalated with that reason; the run state
+      alone overflowing the context window: escalated `context_overflow`;
     - a retryable tool error, a provider failure (a rate limit deferred too often included) or
       the soft time limit: retry while `attempt - deferrals < max_attempts`, else failed;
     - any other tool error: failed.
@@ -124,6 +126,8 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
         return Outcome("deferred", error=error, retry_after_s=exc.retry_after_s)
     if isinstance(exc, QuotaExhausted | BudgetExhausted):
         return Outcome("escalated", error=error, reason=exc.reason)
+    if isinstance(exc, ContextOverflow):
+        return Outcome("escalated", error=error, reason="context_overflow")
     if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
         retryable = transitions.failed_attempts(step) < step.max_attempts
         return Outcome("retry" if retryable else "failed", error=error)

@@ -23,13 +23,14 @@ from models.db import session_scope
 from models.errors import BudgetExhausted, InvalidPlan, ProviderError, QuotaExhausted, RateLimited
 from models.settings import get_settings
 from worker.calls import call_model
+from worker.context import ContextOverflow
 from worker.prompts import Prompt
 from worker.working_memory import request_for
 
 T = TypeVar("T")
 RAW_OUTPUT_MAX_CHARS = 4000
 # What ends the asking with a reason to escalate (`RateLimited`, a ProviderError, is raised).
-CALL_FAILURES = (ProviderError, BudgetExhausted, SoftTimeLimitExceeded)
+CALL_FAILURES = (ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
 
 
 class InvalidOutput(ValueError):
@@ -99,6 +100,8 @@ def _unanswered(exc: BaseException, raw: str) -> Answer[Any]:
         failure = exc.reason
     elif isinstance(exc, SoftTimeLimitExceeded):
         failure = "time_limit_exceeded"
+    elif isinstance(exc, ContextOverflow):
+        failure = "context_overflow"
     else:
         failure = "provider_error"
     return Answer(None, raw, f"{type(exc).__name__}: {exc}", failure=failure)

@@ -16,6 +16,7 @@ from models.errors import (
 from models.plans import current_steps
 from models.runs import get_run, results_by_name
 from worker.calls import call_model
+from worker.context import ContextOverflow
 from worker.memory import remember_run
 from worker.prompts import synthesize_prompt
 from worker.working_memory import request_for
@@ -45,9 +46,13 @@ def synthesize(run_id: int) -> bool:
         completion = call_model(run_id, request_for(run_id, synthesize_prompt(goal, steps)))
     except RateLimited:
         raise
-    except (ProviderError, BudgetExhausted) as exc:
+    except (ProviderError, BudgetExhausted, ContextOverflow) as exc:
         reason = (
-            exc.reason if isinstance(exc, BudgetExhausted | QuotaExhausted) else "synthesis_failed"
+            exc.reason
+            if isinstance(exc, BudgetExhausted | QuotaExhausted)
+            else "context_overflow"
+            if isinstance(exc, ContextOverflow)
+            else "synthesis_failed"
         )
         with session_scope() as session:
             transitions.escalate(

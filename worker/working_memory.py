@@ -111,6 +111,15 @@ def _layers(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> L
     )
 
 
+def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
+    """`recalled` less the user's facts about what this run pins: the pinned value is the user's
+    word for this run, and an older remembered value must not sit beside it in the prompt."""
+    facts = [
+        f for f in recalled.facts if not (f.item.subject == "user" and f.item.attribute in pinned)
+    ]
+    return Recalled(facts=facts, episodes=recalled.episodes)
+
+
 def budget(prompt: Prompt) -> int:
     """The prompt budget of this call, in tokens."""
     s = get_settings()
@@ -127,10 +136,11 @@ def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
     """Assemble the context once; returns it and the payload (with what memory recalled)."""
     with session_scope() as session:
         run = get_run(session, run_id)
-        recalled = (
+        recalled = without_pinned(
             recall_for(session, user_id=run.user_id, query=prompt.query)
             if prompt.query
-            else Recalled()
+            else Recalled(),
+            pinned_facts(session, run_id),
         )
         context = assemble(
             _layers(session, run, prompt, recalled),

@@ -105,3 +105,24 @@ def test_a_valid_answer_after_an_invalid_one_is_written(
         (step,) = session.exec(select(Step).where(Step.run_id == run_id)).all()
     assert (step.name, step.tool, step.status) == ("a", "noop", "pending")
     assert planner.plan(run_id) is False  # a duplicate plan message changes nothing
+
+
+def test_a_context_that_cannot_fit_escalates_instead_of_hanging(
+    engine: object, scripted: Callable[..., ScriptedProvider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = scripted()
+    run_id = _planning_run(engine)
+    monkeypatch.setenv("AGENTQ_CONTEXT_WINDOW_TOKENS", "1100")
+    monkeypatch.setenv("AGENTQ_RESERVED_OUTPUT_TOKENS", "1000")
+    get_settings.cache_clear()
+    try:
+        assert planner.plan(run_id) is True
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert fake.requests == []  # nothing was sent
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        esc = session.exec(select(Escalation).where(Escalation.run_id == run_id)).one()
+    assert run is not None and run.status == "waiting_review"
+    assert esc.reason == "context_overflow" and "ContextOverflow" in esc.detail["error"]

@@ -87,7 +87,30 @@ def test_budget_arithmetic() -> None:
         )
         == 6120
     )
-    with pytest.raises(ValueError, match="no room"):
+    with pytest.raises(ContextOverflow, match="no room"):
         usable_budget(
             context_window=1000, reserved_output=1000, tool_schema_tokens=0, safety_margin=0
         )
+
+
+def test_recalled_facts_about_pinned_keys_are_left_out() -> None:
+    from types import SimpleNamespace
+
+    from models.memory import Recalled
+    from worker.working_memory import without_pinned
+
+    def fact(subject: str, attribute: str | None) -> object:
+        return SimpleNamespace(item=SimpleNamespace(subject=subject, attribute=attribute))
+
+    recalled = Recalled(
+        facts=[
+            fact("user", "currency"),
+            fact("user", "city"),  # type: ignore[list-item]
+            fact("tool:x", "currency"),
+        ]
+    )
+    kept = without_pinned(recalled, {"currency": "USD"})
+    assert [(f.item.subject, f.item.attribute) for f in kept.facts] == [
+        ("user", "city"),
+        ("tool:x", "currency"),
+    ]

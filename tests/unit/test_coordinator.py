@@ -60,6 +60,9 @@ CASES = [
     ("empty plan", view("running"), "synthesize", None),
     ("wall time spent", view("running", (1, "pending"), deadline_passed=True), "escalate", None),
     ("tokens spent", view("running", (1, "pending"), tokens_spent=True), "escalate", None),
+    ("planning past its deadline", view("planning", deadline_passed=True), "escalate", None),
+    ("synthesis past its deadline", view("synthesizing", deadline_passed=True), "escalate", None),
+    ("review waits past its deadline", view("waiting_review", deadline_passed=True), "wait", None),
 ]
 
 

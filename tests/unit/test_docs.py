@@ -22,3 +22,9 @@ def test_readme_gives_the_two_setup_commands() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (Path(__file__).parents[2] / ".ci" / "run").read_text()
     assert "pip install --quiet -e '.[test]'" in ci and "python -m pytest" in ci
+
+
+def test_no_placeholder_is_left_in_the_readme() -> None:
+    import re
+
+    assert not re.findall(r"^[A-Z][A-Z_]{6,}$", README, flags=re.MULTILINE)
