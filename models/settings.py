@@ -12,7 +12,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.errors import ConfigurationError
@@ -195,6 +203,20 @@ def get_settings() -> Settings:
         return Settings()
     except ConfigurationError:
         raise
-    except ValueError as exc:  # pydantic's ValidationError names the field and the rule
-        cause = exc.__cause__ if isinstance(exc.__cause__, ConfigurationError) else None
-        raise ConfigurationError(str(cause or exc)) from exc
+    except ValidationError as exc:
+        raise ConfigurationError(describe_settings_error(exc)) from exc
+
+
+def describe_settings_error(exc: ValidationError) -> str:
+    """Pydantic's errors, each naming the environment variable rather than the field."""
+    aliases = {
+        "database_url": "DATABASE_URL",
+        "broker_url": "BROKER_URL",
+        "openai_api_key": "OPENAI_API_KEY",
+    }
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        name = aliases.get(field, f"AGENTQ_{field.upper()}") if field else "settings"
+        parts.append(f"{name}: {error['msg']}")
+    return "invalid settings: " + "; ".join(parts)

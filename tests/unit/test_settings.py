@@ -54,3 +54,17 @@ def test_unknown_provider_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTQ_PROVIDER", "magic")
     with pytest.raises(ValueError, match="provider"):
         Settings()
+
+
+def test_errors_name_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from models.settings import get_settings
+
+    monkeypatch.setenv("AGENTQ_CONTEXT_WINDOW_TOKENS", "100")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(
+            ConfigurationError, match="AGENTQ_CONTEXT_WINDOW_TOKENS: Input should be"
+        ):
+            get_settings()
+    finally:
+        get_settings.cache_clear()
