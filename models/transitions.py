@@ -9,7 +9,7 @@ caller owns the transaction (these functions never commit).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -298,62 +298,67 @@ def _end_attempt(
     )
 
 
-def _this_attempt(attempt: int) -> list[Any]:
-    return [Step.attempt == attempt]
+def _end_held_attempt(
+    session: Session,
+    step_id: int,
+    attempt: int,
+    *,
+    to: str,
+    outcome: str,
+    error: str | None = None,
+    detail: Callable[[Step], dict[str, Any]] | None = None,
+    **values: Any,
+) -> Step:
+    """running -> `to` for the attempt that holds the step (its lease is released), and the
+    attempt's row closed with `outcome` (`detail(step)` goes to its event); any other attempt raises
+    `IllegalTransition`."""
+    step = _guarded(
+        session,
+        Step,
+        step_id,
+        to=to,
+        expected=["running"],
+        where=[Step.attempt == attempt],
+        why=f"at attempt {attempt}",
+        lease_expires_at=None,
+        **({"error": error} if error is not None else {}),
+        **values,
+    )
+    _end_attempt(session, step, attempt, outcome, error, **(detail(step) if detail else {}))
+    return step
 
 
 def complete_step(session: Session, step_id: int, *, attempt: int, result: dict[str, Any]) -> Step:
     """running -> succeeded, only for the attempt that holds the step."""
-    step = _guarded(
+    return _end_held_attempt(
         session,
-        Step,
         step_id,
+        attempt,
         to="succeeded",
-        expected=["running"],
-        where=_this_attempt(attempt),
-        why=f"at attempt {attempt}",
+        outcome="succeeded",
         result=result,
         finished_at=utcnow(),
-        lease_expires_at=None,
     )
-    _end_attempt(session, step, attempt, "succeeded")
-    return step
 
 
 def fail_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:
     """running -> failed, only for the attempt that holds the step."""
-    step = _guarded(
+    return _end_held_attempt(
         session,
-        Step,
         step_id,
+        attempt,
         to="failed",
-        expected=["running"],
-        where=_this_attempt(attempt),
-        why=f"at attempt {attempt}",
+        outcome="failed",
         error=error,
         finished_at=utcnow(),
-        lease_expires_at=None,
     )
-    _end_attempt(session, step, attempt, "failed", error)
-    return step
 
 
 def retry_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:
     """running -> queued after a retryable failure, only for the attempt that holds the step."""
-    step = _guarded(
-        session,
-        Step,
-        step_id,
-        to="queued",
-        expected=["running"],
-        where=_this_attempt(attempt),
-        why=f"at attempt {attempt}",
-        error=error,
-        queued_at=utcnow(),
-        lease_expires_at=None,
+    return _end_held_attempt(
+        session, step_id, attempt, to="queued", outcome="retry", error=error, queued_at=utcnow()
     )
-    _end_attempt(session, step, attempt, "retry", error)
-    return step
 
 
 def defer_step(
@@ -366,28 +371,20 @@ def defer_step(
     reconciler re-sends it only once it is due and has then waited `AGENTQ_QUEUED_STALE_S`.
     """
     due = utcnow() + timedelta(seconds=retry_after_s)
-    step = _guarded(
+    step = _end_held_attempt(
         session,
-        Step,
         step_id,
-        to="queued",
-        expected=["running"],
-        where=_this_attempt(attempt),
-        why=f"at attempt {attempt}",
-        deferrals=Step.deferrals + 1,
-        error=error,
-        queued_at=due,
-        lease_expires_at=None,
-    )
-    _end_attempt(
-        session,
-        step,
         attempt,
-        "deferred",
-        error,
-        retry_after_s=retry_after_s,
-        due_at=due.isoformat(),
-        deferrals=step.deferrals,
+        to="queued",
+        outcome="deferred",
+        error=error,
+        detail=lambda step: {
+            "retry_after_s": retry_after_s,
+            "due_at": due.isoformat(),
+            "deferrals": step.deferrals,
+        },
+        deferrals=Step.deferrals + 1,
+        queued_at=due,
     )
     return step
 
