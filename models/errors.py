@@ -82,6 +82,17 @@ class ToolArgumentsError(ToolError):
     """A tool was called with arguments that do not match its signature."""
 
 
+class InvalidToolCalls(ToolError):
+    """A model kept calling tools with arguments that are not JSON or do not match the tool's
+    schema; the tool never ran on them. `raw` holds the last calls as the model wrote them."""
+
+    reason = "invalid_tool_call"
+
+    def __init__(self, message: str | None = None, *, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
 class ProviderError(AgentqError):
     """The model provider failed."""
 

@@ -19,6 +19,7 @@ from models.references import referenced_facts, references
 from models.tables import PlanVersion, Run, Step, utcnow
 
 MAX_PLAN_STEPS: Final = 50
+MAX_STEP_TOOLS: Final = 20  # tools offered to one model step; each costs prompt tokens
 STEP_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
 
 
@@ -31,6 +32,11 @@ class StepSpec(BaseModel):
     kind: Literal["tool", "model"]
     tool: str | None = Field(default=None, max_length=100)
     args: dict[str, Any] = Field(default_factory=dict)
+    tools: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_STEP_TOOLS,
+        description="Kind 'model' only: tools the model may call itself, by name.",
+    )
 
     @model_validator(mode="after")
     def _tool_matches_kind(self) -> StepSpec:
@@ -38,6 +44,8 @@ class StepSpec(BaseModel):
             raise ValueError(f"step {self.name!r}: kind 'tool' needs a 'tool' name")
         if self.kind == "model" and self.tool:
             raise ValueError(f"step {self.name!r}: kind 'model' takes no 'tool'")
+        if self.kind == "tool" and self.tools:
+            raise ValueError(f"step {self.name!r}: 'tools' is for kind 'model' steps only")
         return self
 
 
@@ -102,6 +110,9 @@ def _plan_problems(
     for i, step in enumerate(plan.steps):
         if step.tool and step.tool not in tools:
             yield f"steps.{i}.tool: unknown tool {step.tool!r}; known: {', '.join(sorted(tools))}"
+        for name in step.tools:
+            if name not in tools:
+                yield f"steps.{i}.tools: unknown tool {name!r}; known: {', '.join(sorted(tools))}"
         try:
             referenced = references(step.args)
         except ToolArgumentsError as exc:
@@ -188,6 +199,7 @@ def add_plan_version(
             kind=s.kind,
             tool=s.tool,
             args=s.args,
+            tools=s.tools,
             max_attempts=max_attempts,
         )
         for s in new

@@ -28,6 +28,7 @@ TASK_EXECUTE_STEP: Final = "agentq.execute_step"
 TASK_SYNTHESIZE: Final = "agentq.synthesize"
 TASK_REMEMBER_RUN: Final = "agentq.remember_run"
 TASK_EXPIRE_MEMORY: Final = "agentq.expire_memory"
+TASK_ESCALATION_DEADLINES: Final = "agentq.escalation_deadlines"
 TASK_RAW_NOOP: Final = "agentq.raw_noop"  # benchmark baseline: a plain Celery task
 
 ROUTES: Final = {
@@ -39,6 +40,7 @@ ROUTES: Final = {
     TASK_SYNTHESIZE: {"queue": QUEUE_STEPS},
     TASK_REMEMBER_RUN: {"queue": QUEUE_STEPS},
     TASK_EXPIRE_MEMORY: {"queue": QUEUE_COORDINATOR},
+    TASK_ESCALATION_DEADLINES: {"queue": QUEUE_COORDINATOR},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 

@@ -13,15 +13,23 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
 - reject: the run fails with the reviewer's comment.
 
 The caller commits, then sends `agentq.coordinate` for the run.
+
+Every escalation has a deadline (`deadline_at`, opened + `AGENTQ_ESCALATION_TIMEOUT_S`). The
+scheduler's beat takes each undecided one whose deadline passed (`next_due`) and applies
+`AGENTQ_ESCALATION_DEADLINE_ACTION` once (`pass_deadline`): `reject` rejects it as the reviewer
+`deadline`, whoever holds its claim; `wait` leaves it in the queue, marked and announced. A claim
+whose reviewer vanished is given back with `release`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime
+from typing import Any, Final
 
-from sqlmodel import Session, select
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
 
 from models import transitions
 from models.errors import InvalidInput, NotFound
@@ -36,6 +44,9 @@ from models.plans import (
 )
 from models.runs import pinned_facts
 from models.tables import Escalation, PinnedFact, Run, Step
+
+DEADLINE_REVIEWER: Final = "deadline"  # who decides an escalation its deadline rejected
+DEADLINE_ACTIONS: Final = ("reject", "wait")  # AGENTQ_ESCALATION_DEADLINE_ACTION's values
 
 # Approving an escalation for a spent budget grants the run that budget once more.
 BUDGET_REASONS = {
@@ -67,6 +78,95 @@ def claim_next(session: Session, *, reviewer: str) -> Escalation | None:
         if row is None
         else transitions.claim_escalation(session, row.id or 0, reviewer=reviewer)
     )
+
+
+def claims_by_reviewer(session: Session) -> dict[str, int]:
+    """How many escalations each reviewer holds claimed, most first: `{"alice": 2, "bob": 1}`."""
+    rows = session.exec(
+        select(Escalation.claimed_by, sa.func.count())
+        .where(Escalation.status == "claimed")
+        .group_by(col(Escalation.claimed_by))
+        .order_by(sa.func.count().desc(), col(Escalation.claimed_by))
+    ).all()
+    return {str(reviewer): int(n) for reviewer, n in rows}
+
+
+def release(
+    session: Session, escalation_id: int, *, reviewer: str, force: bool = False
+) -> Escalation:
+    """Give a claimed escalation back to the queue (claimed -> open): by the `reviewer` who claimed
+    it, or by anyone with `force` (its claimer is gone). Raises `NotFound`, `ClaimedByAnother`
+    (someone else's claim, no `force`) or `IllegalTransition` (not claimed); records
+    `escalation.released`."""
+    get_escalation(session, escalation_id)
+    return transitions.release_escalation(session, escalation_id, reviewer=reviewer, force=force)
+
+
+def waiting_s(esc: Escalation, now: datetime) -> float:
+    """Seconds the escalation has waited for a decision: from opening to its decision, or to
+    `now` while undecided."""
+    return ((esc.decided_at or now) - esc.created_at).total_seconds()
+
+
+def deadline_left_s(esc: Escalation, now: datetime) -> float | None:
+    """Seconds from `now` to the escalation's deadline, negative once it has passed; None when it
+    is decided or has no deadline (decided before deadlines existed)."""
+    if esc.status == "decided" or esc.deadline_at is None:
+        return None
+    return (esc.deadline_at - now).total_seconds()
+
+
+def next_due(session: Session, *, now: datetime, skip: Iterable[int] = ()) -> Escalation | None:
+    """The undecided escalation whose deadline passed longest before `now` and was not applied
+    yet (ids in `skip` aside), locked `FOR UPDATE SKIP LOCKED`: a reviewer deciding it, or
+    another beat, keeps it, and the beat moves on."""
+    return session.exec(
+        select(Escalation)
+        .where(
+            Escalation.status != "decided",
+            col(Escalation.deadline_passed_at).is_(None),
+            col(Escalation.deadline_at) <= now,
+            col(Escalation.id).not_in(list(skip)),
+        )
+        .order_by(col(Escalation.deadline_at))
+        .with_for_update(skip_locked=True)
+        .limit(1)
+    ).one_or_none()
+
+
+def deadline_comment(esc: Escalation) -> str:
+    """The comment of a rejection by the deadline: when it was opened and when the deadline
+    passed, with the setting that decided."""
+    opened = f"{esc.created_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    due = f"{esc.deadline_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if esc.deadline_at else "-"
+    return (
+        f"the review deadline passed with no decision (opened {opened}, deadline {due}); "
+        "AGENTQ_ESCALATION_DEADLINE_ACTION is reject"
+    )
+
+
+def pass_deadline(
+    session: Session, escalation_id: int, *, now: datetime, action: str
+) -> Escalation | None:
+    """Apply `action` ("reject" or "wait") to an escalation whose deadline is at or before `now`,
+    once: the escalation is marked (`deadline_passed_at`) and `escalation.deadline_passed` is
+    recorded; with `reject` it is then rejected as `DEADLINE_REVIEWER` (the run fails as a
+    reviewer's rejection would) unless its run has already left `waiting_review`. Returns None,
+    changing nothing, when it was applied already, is decided, or is not due."""
+    if action not in DEADLINE_ACTIONS:
+        raise InvalidInput(f"deadline action {action!r}: use one of {', '.join(DEADLINE_ACTIONS)}")
+    esc = transitions.pass_escalation_deadline(session, escalation_id, now=now, action=action)
+    if esc is None or action != "reject":
+        return esc
+    if _locked_run(session, esc.run_id).status == "waiting_review":
+        reject(
+            session,
+            escalation_id,
+            reviewer=DEADLINE_REVIEWER,
+            comment=deadline_comment(esc),
+            override_claim=True,
+        )
+    return esc
 
 
 def _split_at(steps: list[Step], step_id: int | None) -> tuple[list[Step], list[Step]]:
@@ -108,6 +208,7 @@ def approve(
         kind="model" if failed.kind == "model" else "tool",
         tool=failed.tool,
         args=failed.args,
+        tools=failed.tools,
     )
     add_plan_version(
         session,
@@ -209,11 +310,26 @@ def respond(
     return run
 
 
-def reject(session: Session, escalation_id: int, *, reviewer: str, comment: str) -> Run:
-    """Decide `reject`: the run fails with the comment; steps not yet run are cancelled."""
+def reject(
+    session: Session,
+    escalation_id: int,
+    *,
+    reviewer: str,
+    comment: str,
+    override_claim: bool = False,
+) -> Run:
+    """Decide `reject`: the run fails with the comment; steps not yet run are cancelled.
+    `override_claim` rejects it even when another reviewer holds the claim (a passed deadline)."""
     if not comment.strip():
         raise InvalidInput("reject: --comment is required and must not be empty")
-    esc = _decide(session, escalation_id, decision="reject", reviewer=reviewer, comment=comment)
+    esc = _decide(
+        session,
+        escalation_id,
+        decision="reject",
+        reviewer=reviewer,
+        comment=comment,
+        override_claim=override_claim,
+    )
     run = _locked_run(session, esc.run_id)
     for step in current_steps(session, run):
         if step.status in ("pending", "queued"):
@@ -229,6 +345,7 @@ def _decide(
     reviewer: str,
     comment: str | None,
     answer: dict[str, Any] | None = None,
+    override_claim: bool = False,
 ) -> Escalation:
     """Decide the escalation and add the reviewer's words to the run's turns."""
     get_escalation(session, escalation_id)  # NotFound before anything else
@@ -239,6 +356,7 @@ def _decide(
         reviewer=reviewer,
         comment=comment,
         answer=answer,
+        override_claim=override_claim,
     )
     said = f"Reviewer {reviewer} decided to {decision}"
     said += f" with the answer {json.dumps(answer)}" if answer is not None else ""

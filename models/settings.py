@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     openai_api_key: str | None = Field(
         default=None, validation_alias=AliasChoices("AGENTQ_OPENAI_API_KEY", "OPENAI_API_KEY")
     )
+    # How the `openai` provider asks for JSON of a schema: OpenAI's structured outputs, or the
+    # form llama-cpp-python's server reads (it refuses `json_schema` with a 422), or not at all.
+    structured_output: Literal["json_schema", "json_object", "off"] = Field(
+        default="json_schema",
+        description="response_format for schema answers: json_schema, json_object+schema, off.",
+    )
 
     # The timeout ladder (DESIGN.md, invariant 8), all in seconds.
     model_request_timeout_s: float = Field(default=30.0, gt=0)
@@ -85,6 +91,12 @@ class Settings(BaseSettings):
     step_max_attempts: int = Field(default=3, ge=1, le=20)
     retry_backoff_s: float = Field(default=1.0, ge=0)
     plan_max_attempts: int = Field(default=3, ge=1, le=10)
+    model_step_max_calls: int = Field(
+        default=8, ge=1, le=50, description="Model calls in one model step's tool-calling loop."
+    )
+    tool_call_max_invalid: int = Field(
+        default=2, ge=0, le=10, description="Invalid tool-call answers re-asked in one step."
+    )
     queued_stale_s: float = Field(default=60.0, gt=0, description="Re-send a queued step after.")
     phase_stale_s: float = Field(default=120.0, gt=0, description="Re-send plan/synthesize after.")
     reconcile_interval_s: float = Field(default=10.0, gt=0)
@@ -114,8 +126,27 @@ class Settings(BaseSettings):
     recall_min_similarity: float | None = Field(default=None, ge=-1, le=1)
     fact_ttl_s: dict[str, float] = {"event": 30 * 86_400.0}
     memory_expiry_interval_s: float = Field(default=3_600.0, gt=0)
+    # A day: an escalation opened after hours is still seen during the next working day in any
+    # time zone before its deadline passes; a shorter one would pass on every overnight
+    # escalation, a longer one lets a forgotten escalation sit unnoticed for days.
+    escalation_timeout_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        le=365 * 86_400.0,
+        description="How long an escalation waits for a decision before its deadline, s.",
+    )
+    # "wait" by default: a rejection fails the run for good (`failed` is final), and the deadline
+    # passing says only that nobody looked, not that the work is wrong; waiting costs nothing but
+    # a run parked in `waiting_review`, and the timeline event plus warning make the miss visible.
+    # "reject" is for deployments where a stale answer is worse than none.
+    escalation_deadline_action: Literal["reject", "wait"] = Field(
+        default="wait",
+        description="At an escalation's deadline: reject it (the run fails) or wait and notify.",
+    )
 
     worker_concurrency: int = Field(default=2, ge=1)
+    api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
+    api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
     tool_modules: list[str] = ["worker.tools.builtin", "worker.tools.expenses"]
 
     @field_validator(

@@ -129,6 +129,11 @@ class Step(SQLModel, table=True):
     kind: str = Field(max_length=10)  # tool | model | human
     tool: str | None = Field(default=None, max_length=100)
     args: dict[str, Any] = _json_dict()
+    # A model step's tools: the names of the registered tools it may call (function calling).
+    tools: list[str] = Field(
+        default_factory=list,
+        sa_type=MutableList.as_mutable(JSONB),
+    )
     status: str = Field(default="pending", index=True, max_length=20)
     attempt: int = 0
     max_attempts: int = 3
@@ -160,7 +165,13 @@ class StepAttempt(SQLModel, table=True):
 
 
 class Escalation(SQLModel, table=True):
-    """An entry of the human-review queue. At most one open per run and plan version."""
+    """An entry of the human-review queue. At most one open per run and plan version.
+
+    `deadline_at` is when the escalation's safe default applies (opened +
+    `AGENTQ_ESCALATION_TIMEOUT_S`; NULL only for rows decided before deadlines existed);
+    `deadline_passed_at` is when the scheduler's beat applied that default, set once, so a `wait`
+    deadline is announced once (`models.reviews.pass_deadline`).
+    """
 
     __tablename__ = "escalations"
     __table_args__ = (
@@ -170,6 +181,11 @@ class Escalation(SQLModel, table=True):
             "plan_version",
             unique=True,
             postgresql_where=sa.text("status <> 'decided'"),
+        ),
+        sa.Index(
+            "ix_escalations_deadline_due",
+            "deadline_at",
+            postgresql_where=sa.text("status <> 'decided' AND deadline_passed_at IS NULL"),
         ),
     )
     id: int | None = Field(default=None, primary_key=True)
@@ -187,6 +203,8 @@ class Escalation(SQLModel, table=True):
     comment: str | None = None
     answer: dict[str, Any] | None = _json_dict(nullable=True)
     created_at: datetime = created_field()
+    deadline_at: datetime | None = timestamp_field()
+    deadline_passed_at: datetime | None = timestamp_field()
 
 
 class RunEvent(SQLModel, table=True):
@@ -199,3 +217,24 @@ class RunEvent(SQLModel, table=True):
     at: datetime = created_field()
     kind: str = Field(max_length=40)
     detail: dict[str, Any] = _json_dict()
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token of the HTTP API, with its role; only the token's sha256 hash is stored.
+
+    Tokens are `aq_` plus 32 random bytes (`secrets.token_urlsafe(32)`, 256 bits), so a fast
+    unsalted hash is right: slow, salted hashes defend guessable passwords against brute force,
+    and nothing can brute-force 256 random bits; a fast hash also lets a request find its token
+    by an indexed lookup. `user_id` is the agentq user a submitter token acts for (NULL for
+    reviewer and admin tokens); a revoked token (`revoked_at` set) authenticates nothing.
+    """
+
+    __tablename__ = "api_tokens"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=200)
+    role: str = Field(max_length=20)  # submitter | reviewer | admin
+    user_id: str | None = Field(default=None, max_length=200)
+    token_hash: str = Field(max_length=64, unique=True, index=True)
+    created_at: datetime = created_field()
+    revoked_at: datetime | None = timestamp_field()
+    last_used_at: datetime | None = timestamp_field()

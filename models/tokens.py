@@ -120,18 +120,25 @@ def count_tokens(text: str, model: str | None = None) -> int:
     return len(encoding_for(model).encode_ordinary(text))
 
 
-def count_message_tokens(messages: list[dict[str, str]], model: str | None = None) -> int:
+def count_message_tokens(messages: list[dict[str, Any]], model: str | None = None) -> int:
     """Prompt tokens of chat `messages` (`{"role", "content"[, "name"]}`), reply priming included.
 
     OpenAI cookbook, "How to count tokens with tiktoken": 3 tokens per message plus the tokens of
-    each of its values, 1 more per `name`, and 3 for the reply priming.
+    each of its values, 1 more per `name`, and 3 for the reply priming. A value that is not text
+    (an assistant's `tool_calls`) is counted as its compact JSON; a None content as nothing.
     """
     encoding = encoding_for(model)
     total = REPLY_PRIMING_TOKENS
     for message in messages:
         total += TOKENS_PER_MESSAGE + (TOKENS_PER_NAME if "name" in message else 0)
-        total += sum(len(encoding.encode_ordinary(value)) for value in message.values())
+        total += sum(len(encoding.encode_ordinary(_text(v))) for v in message.values())
     return total
+
+
+def _text(value: Any) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def count_tool_schema_tokens(tools: list[dict[str, Any]], model: str | None = None) -> int:

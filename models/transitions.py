@@ -10,7 +10,7 @@ caller owns the transaction (these functions never commit).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import Session, col, select
 
 from models.errors import BudgetExhausted, ClaimedByAnother, IllegalTransition
+from models.settings import get_settings
 from models.states import MOVES, RUN_ACTIVE
 from models.tables import Escalation, Run, RunEvent, Step, StepAttempt, utcnow
 
@@ -197,13 +198,17 @@ def escalate(
     reason: str,
     step_id: int | None = None,
     detail: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
 ) -> Escalation | None:
     """`expected` -> waiting_review, and open an escalation for the run's current plan version.
 
-    At most one escalation is open per run and plan version (a partial unique index); a second
-    attempt returns None and opens nothing.
+    The escalation's deadline is `timeout_s` seconds from now (default
+    `AGENTQ_ESCALATION_TIMEOUT_S`). At most one escalation is open per run and plan version (a
+    partial unique index); a second attempt returns None and opens nothing.
     """
     run = _run(session, run_id, to="waiting_review", expected=[expected])
+    now = utcnow()
+    timeout_s = get_settings().escalation_timeout_s if timeout_s is None else timeout_s
     stmt = (
         insert(Escalation)
         .values(
@@ -213,7 +218,8 @@ def escalate(
             reason=reason,
             detail=detail or {},
             status="open",
-            created_at=utcnow(),
+            created_at=now,
+            deadline_at=now + timedelta(seconds=timeout_s),
         )
         .on_conflict_do_nothing()
         .returning(col(Escalation.id))
@@ -452,10 +458,12 @@ def decide_escalation(
     reviewer: str,
     comment: str | None = None,
     answer: dict[str, Any] | None = None,
+    override_claim: bool = False,
 ) -> Escalation:
     """open, or claimed by `reviewer` -> decided. A second decision, or a decision on an
-    escalation another reviewer has claimed, raises `IllegalTransition` and changes nothing."""
-    mine = sa.or_(col(Escalation.status) == "open", col(Escalation.claimed_by) == reviewer)
+    escalation another reviewer has claimed, raises `IllegalTransition` and changes nothing.
+    `override_claim` decides it whoever holds it (a passed deadline does not wait for a claim)."""
+    mine = [sa.or_(col(Escalation.status) == "open", col(Escalation.claimed_by) == reviewer)]
     try:
         esc = _guarded(
             session,
@@ -463,7 +471,7 @@ def decide_escalation(
             escalation_id,
             to="decided",
             expected=["open", "claimed"],
-            where=[mine],
+            where=[] if override_claim else mine,
             why="",
             decision=decision,
             decided_by=reviewer,
@@ -489,6 +497,77 @@ def decide_escalation(
         reviewer=reviewer,
         **({"comment": comment} if comment else {}),
     )
+    return esc
+
+
+def release_escalation(
+    session: Session, escalation_id: int, *, reviewer: str, force: bool = False
+) -> Escalation:
+    """claimed -> open, by the reviewer who claimed it, or by anyone with `force` (a claimer who
+    vanished). Raises `ClaimedByAnother` for someone else without `force`, `IllegalTransition`
+    when the escalation is not claimed; either way nothing changes."""
+    holder = session.scalar(  # locked: the claimer recorded is the one whose claim ends
+        sa.select(col(Escalation.claimed_by))
+        .where(col(Escalation.id) == escalation_id)
+        .with_for_update()
+    )
+    where = [] if force else [col(Escalation.claimed_by) == reviewer]
+    try:
+        esc = _guarded(
+            session,
+            Escalation,
+            escalation_id,
+            to="open",
+            expected=["claimed"],
+            where=where,
+            claimed_by=None,
+            claimed_at=None,
+        )
+    except IllegalTransition as exc:
+        if exc.found == "claimed":
+            raise ClaimedByAnother(
+                f"escalation {escalation_id} is claimed by {holder}; only {holder} can release "
+                "it, or anyone with --force"
+            ) from exc
+        raise
+    record_event(
+        session, esc.run_id, "escalation.released", claimer=holder, reviewer=reviewer, forced=force
+    )
+    return esc
+
+
+def pass_escalation_deadline(
+    session: Session, escalation_id: int, *, now: datetime, action: str
+) -> Escalation | None:
+    """Mark an undecided escalation whose deadline is at or before `now` as having passed it,
+    once, and record `escalation.deadline_passed` with `action` ("reject" or "wait"). Its status
+    does not change. Returns None, changing nothing, when it is decided, its deadline is later,
+    or the passing was recorded already (another beat got there first)."""
+    stmt = (
+        sa.update(Escalation)
+        .where(
+            col(Escalation.id) == escalation_id,
+            col(Escalation.status).in_(["open", "claimed"]),
+            col(Escalation.deadline_at) <= now,
+            col(Escalation.deadline_passed_at).is_(None),
+        )
+        .values(deadline_passed_at=now)
+        .returning(Escalation)
+        .execution_options(populate_existing=True, synchronize_session=False)
+    )
+    esc = session.scalars(stmt).one_or_none()
+    if esc is not None:
+        record_event(
+            session,
+            esc.run_id,
+            "escalation.deadline_passed",
+            step_id=esc.step_id,
+            escalation_id=escalation_id,
+            deadline_at=esc.deadline_at.isoformat() if esc.deadline_at else None,
+            action=action,
+            status=esc.status,
+            **({"claimed_by": esc.claimed_by} if esc.claimed_by else {}),
+        )
     return esc
 
 

@@ -34,12 +34,14 @@ from models.tables import Run
 from ops import views
 from ops.memory_commands import memory_app
 from ops.stack import LocalStack, read_stack_file
+from ops.token_commands import token_app
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
 review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)
 app.add_typer(review_app, name="review")
 app.add_typer(memory_app, name="memory")
+app.add_typer(token_app, name="token")
 console = Console()
 WATCH_INTERVAL_S = 0.5
 SUPERVISE_INTERVAL_S = 1.0
@@ -173,11 +175,17 @@ def up(
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
     """
-    from ops.local import start_engine
+    from ops.local import start_api, start_engine
 
-    home = get_settings().home
+    settings = get_settings()
+    home = settings.home
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
-    stack = start_engine(home, worker_concurrency=workers or get_settings().worker_concurrency)
+    stack = start_engine(home, worker_concurrency=workers or settings.worker_concurrency)
+    try:
+        api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
+    except BaseException:
+        stack.stop()
+        raise
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     console.print(Text("agentq is up", style="green"))
     console.print(
@@ -185,6 +193,7 @@ def up(
             f"  database  {os.environ['AGENTQ_DATABASE_URL']}\n"
             f"  broker    {os.environ['AGENTQ_BROKER_URL']}\n  logs      {home / 'logs'}\n"
             f"  provider  {views.provider_label(get_settings().provider)}\n"
+            f"  api       {api_url}/api/v1 (spec {api_url}/openapi.json, web UI {api_url}/ui)\n"
             'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
         )
     )
@@ -356,9 +365,24 @@ def review_claim() -> None:
     with session_scope() as session:
         esc = reviews.claim_next(session, reviewer=reviewer_name())
         if esc is None:
-            console.print("the review queue is empty")
+            console.print(views.nothing_to_claim(reviews.claims_by_reviewer(session)))
             return
         console.print(views.escalation_panel(session, esc))
+
+
+@review_app.command("release")
+def review_release(
+    escalation_id: EscalationId,
+    force: Annotated[
+        bool, typer.Option("--force", help="Release another reviewer's claim (they are gone).")
+    ] = False,
+) -> None:
+    """Give a claimed escalation back to the queue: your own claim, or anyone's with --force.
+    Recorded as $AGENTQ_REVIEWER, else your login name."""
+    connect()
+    with session_scope() as session:
+        esc = reviews.release(session, escalation_id, reviewer=reviewer_name(), force=force)
+    console.print(f"escalation {esc.id} released: open for any reviewer to claim")
 
 
 @review_app.command("approve")

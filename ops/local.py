@@ -12,9 +12,11 @@ from pathlib import Path
 
 from models.migrate import upgrade
 from models.queue import QUEUE_COORDINATOR, QUEUE_STEPS
-from ops.stack import LocalStack
+from ops.stack import UVICORN_READY, LocalStack
 
 CELERY_READY_TIMEOUT_S = 90.0
+API_READY_TIMEOUT_S = 60.0
+API_APP_FACTORY = "api.app:create_app"
 
 
 def engine_env(
@@ -78,3 +80,15 @@ def start_engine(
         stack.stop()
         raise
     return stack
+
+
+def start_api(
+    stack: LocalStack, *, host: str, port: int, extra_env: dict[str, str] | None = None
+) -> str:
+    """Start the HTTP API and web UI (uvicorn, process `api`, restarted by `agentq up` like the
+    Celery processes) on `host`:`port` against the running stack; returns its base URL once it
+    listens. Raises `StackError` with the end of its log if it does not start (a port in use)."""
+    env = engine_env(os.environ["AGENTQ_DATABASE_URL"], os.environ["AGENTQ_BROKER_URL"], extra_env)
+    stack.start_process("api", stack.uvicorn_argv(API_APP_FACTORY, host=host, port=port), env)
+    stack.wait_for_log("api", UVICORN_READY, API_READY_TIMEOUT_S)
+    return f"http://{host}:{port}"

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 STACK_FILE_NAME = "stack.json"
 REDIS_NAME = "redis"
+UVICORN_READY = "Uvicorn running on"  # what uvicorn logs once its socket listens
 STOP_GRACE_SECONDS = 30.0  # how long `stop` lets running steps finish (a Celery warm shutdown)
 REDIS_START_TIMEOUT_SECONDS = 10.0
 POLL_INTERVAL_SECONDS = 0.05
@@ -172,6 +173,13 @@ class LocalStack:
         if beat:
             argv += ["-B", "-s", str(self.data_dir / "celerybeat-schedule")]
         return argv
+
+    def uvicorn_argv(self, app_factory: str, *, host: str, port: int) -> list[str]:
+        """Uvicorn serving the ASGI app that `app_factory` (`module:function`) builds, on
+        `host`:`port`; it logs `UVICORN_READY` once it accepts connections. Its access log has
+        the method, path and query string, never a header (tokens travel in `Authorization`)."""
+        argv = [sys.executable, "-m", "uvicorn", app_factory, "--factory"]
+        return [*argv, "--host", host, "--port", str(port), "--log-level", "info"]
 
     def wait_for_log(self, name: str, text: str, timeout_s: float) -> None:
         """Wait until process `name` has logged `text` since it started (polls every 50 ms).

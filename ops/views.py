@@ -20,6 +20,7 @@ from rich.text import Text
 from sqlmodel import Session, col, select
 
 from models.plans import current_steps
+from models.reviews import deadline_left_s, waiting_s
 from models.runs import pinned_facts
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
@@ -201,11 +202,25 @@ def open_escalation(session: Session, run_id: int) -> Escalation | None:
     ).first()
 
 
-def escalations_table(rows: list[Escalation]) -> Table:
-    """The review queue, oldest first; `waiting` stops at the decision for decided ones."""
+def deadline_left(esc: Escalation, now: datetime | None = None) -> Text:
+    """Time left before the escalation's deadline (`in 3h`), or since it passed (`passed 2h
+    ago`, red); `-` once decided or without a deadline."""
+    left_s = deadline_left_s(esc, now or utcnow())
+    if left_s is None:
+        return Text("-")
+    if left_s >= 0:
+        return Text(f"in {span(left_s)}")
+    return Text(f"passed {span(-left_s)} ago", style="red")
+
+
+def escalations_table(rows: list[Escalation], now: datetime | None = None) -> Table:
+    """The review queue, oldest first; `waiting` stops at the decision for decided ones, and
+    `deadline` is the time left before the escalation's deadline."""
+    now = now or utcnow()
     table = Table()
-    for header in ("id", "run", "reason", "step", "status", "claimed by", "waiting"):
-        table.add_column(header, no_wrap=header in ("id", "run", "reason", "status", "waiting"))
+    headers = ("id", "run", "reason", "step", "status", "claimed by", "waiting", "deadline")
+    for header in headers:
+        table.add_column(header, no_wrap=header not in ("step", "claimed by"))
     for e in rows:
         table.add_row(
             str(e.id),
@@ -214,9 +229,23 @@ def escalations_table(rows: list[Escalation]) -> Table:
             cell(e.detail.get("step", ""), 40),
             styled(e.status),
             Text(e.claimed_by or ""),
-            age(e.created_at, e.decided_at),
+            span(waiting_s(e, now)),
+            deadline_left(e, now),
         )
     return table
+
+
+def nothing_to_claim(claims: dict[str, int]) -> Text:
+    """What `review claim` says when it finds no open escalation: the queue is empty, or every
+    undecided escalation is claimed, by whom, and how to free a claim whose reviewer is gone."""
+    if not claims:
+        return Text("the review queue is empty")
+    holders = ", ".join(f"{reviewer} ({n})" for reviewer, n in claims.items())
+    total = sum(claims.values())
+    return Text(
+        f"no open escalation to claim: {total} claimed by {holders}; a claim whose reviewer is "
+        "gone can be freed with `agentq review release ID --force`"
+    )
 
 
 def render_escalation(
@@ -229,6 +258,11 @@ def render_escalation(
     grid.add_row("status", styled(esc.status))
     if esc.claimed_by and esc.status == "claimed":
         grid.add_row("claimed by", Text(esc.claimed_by))
+    now = utcnow()
+    grid.add_row("waiting", Text(f"{span(waiting_s(esc, now))} (opened {utc(esc.created_at)})"))
+    if esc.deadline_at is not None and esc.status != "decided":
+        due = Text.assemble(f"{utc(esc.deadline_at)} (", deadline_left(esc, now), ")")
+        grid.add_row("deadline", due)
     if run is not None:
         grid.add_row("run", Text(f"{run.id}: {run.goal} ({run.status})"))
         grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")

@@ -1,7 +1,8 @@
 """The scheduler's Celery app: `celery -A scheduler.app worker -Q coordinator -B`.
 
-It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` every
-`AGENTQ_RECONCILE_INTERVAL_S` seconds.
+It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` and
+`agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds, and
+`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from models.logs import configure_logging
 from models.queue import (
     QUEUE_COORDINATOR,
     TASK_COORDINATE,
+    TASK_ESCALATION_DEADLINES,
     TASK_EXPIRE_MEMORY,
     TASK_RECONCILE,
     make_celery,
@@ -29,6 +31,12 @@ app.conf.task_default_queue = QUEUE_COORDINATOR
 app.conf.beat_schedule = {
     "reconcile": {"task": TASK_RECONCILE, "schedule": settings.reconcile_interval_s},
     "expire-memory": {"task": TASK_EXPIRE_MEMORY, "schedule": settings.memory_expiry_interval_s},
+    # A passed review deadline is applied within one reconcile interval; the query is one
+    # partial-index scan, cheap enough to share the reconciler's period.
+    "escalation-deadlines": {
+        "task": TASK_ESCALATION_DEADLINES,
+        "schedule": settings.reconcile_interval_s,
+    },
 }
 
 
@@ -48,6 +56,12 @@ def reconcile() -> None:
 def expire_memory() -> None:
     """Close the validity of facts whose time to live has passed."""
     tasks.expire_memory()
+
+
+@app.task(name=TASK_ESCALATION_DEADLINES)  # type: ignore[untyped-decorator]
+def escalation_deadlines() -> None:
+    """Apply the configured action to escalations whose review deadline has passed."""
+    tasks.apply_escalation_deadlines()
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -1,4 +1,5 @@
-"""The scheduler's tasks: apply the coordinator's decisions, and reconcile lost messages.
+"""The scheduler's tasks: apply the coordinator's decisions, reconcile lost messages, and apply
+passed review deadlines.
 
 Messages are sent only after the transaction that made them true has committed; if the process dies
 in between, the reconciler finds the row waiting and sends again (DESIGN.md, invariants 1 and 2).
@@ -12,9 +13,9 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session, col, select
 
-from models import facts, queue, transitions
+from models import facts, queue, reviews, transitions
 from models.db import session_scope
-from models.errors import BudgetExhausted, IllegalTransition
+from models.errors import AgentqError, BudgetExhausted, IllegalTransition
 from models.plans import current_steps, handled_failures
 from models.queue import (
     TASK_COORDINATE,
@@ -24,10 +25,11 @@ from models.queue import (
     TASK_SYNTHESIZE,
 )
 from models.settings import get_settings
-from models.tables import Run, Step, utcnow
+from models.tables import Escalation, Run, Step, utcnow
 from scheduler.coordinator import Decision, RunView, StepView, decide
 
 log = structlog.get_logger("agentq.scheduler")
+DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait for the next
 
 
 def run_view(session: Session, run: Run) -> RunView:
@@ -152,6 +154,63 @@ def expire_memory() -> int:
     if closed:
         log.info("memory.expired", facts=closed)
     return closed
+
+
+def apply_escalation_deadlines(
+    *, now: datetime | None = None, action: str | None = None, limit: int = DEADLINES_PER_BEAT
+) -> dict[str, int]:
+    """Apply `action` to each undecided escalation whose deadline is at or before `now`, once;
+    returns counts: `rejected`, `waiting` (marked and announced, still in the queue) and
+    `failed` (an error, logged; tried again next beat).
+
+    `now` defaults to the clock and `action` to `AGENTQ_ESCALATION_DEADLINE_ACTION` ("reject"
+    or "wait"). Each escalation is its own transaction, taken `FOR UPDATE SKIP LOCKED`
+    (`models.reviews.next_due`) and marked in the same guarded UPDATE that checks it was not
+    marked yet, so two beats, or a beat and a reviewer, never apply a deadline twice. Either way
+    a warning is logged: with `wait`, that and the timeline event are the notice.
+    """
+    now = now or utcnow()
+    action = action or get_settings().escalation_deadline_action
+    counts = {"rejected": 0, "waiting": 0, "failed": 0}
+    tried: list[int] = []
+    for _ in range(limit):
+        before = len(tried)
+        try:
+            passed = _pass_next_deadline(now, action, tried)
+        except AgentqError as exc:
+            counts["failed"] += 1
+            failed_id = tried[-1] if len(tried) > before else None
+            log.error("escalation.deadline_failed", escalation_id=failed_id, error=str(exc))
+            if failed_id is None:  # the query itself failed: the next beat tries again
+                break
+            continue
+        if passed is None:
+            break
+        outcome = "rejected" if passed.status == "decided" else "waiting"
+        counts[outcome] += 1
+        log.warning(
+            "escalation.deadline_passed",
+            escalation_id=passed.id,
+            run_id=passed.run_id,
+            reason=passed.reason,
+            deadline_at=passed.deadline_at.isoformat() if passed.deadline_at else None,
+            claimed_by=passed.claimed_by,
+            action=action,
+            outcome=outcome,
+        )
+    return counts
+
+
+def _pass_next_deadline(now: datetime, action: str, tried: list[int]) -> Escalation | None:
+    """Apply the deadline of the next due escalation not in `tried` (its id is added), in one
+    transaction; None when none is due."""
+    with session_scope() as session:
+        esc = reviews.next_due(session, now=now, skip=tried)
+        if esc is None:
+            return None
+        tried.append(esc.id or 0)
+        reviews.pass_deadline(session, esc.id or 0, now=now, action=action)
+    return esc
 
 
 _PHASE_TASKS = {"planning": TASK_PLAN, "synthesizing": TASK_SYNTHESIZE}

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from models.settings import get_settings
+from ops.local import start_engine
+from ops.stack import LocalStack
+from tests.integration.conftest import TEST_ENV, engine_dir
 from tests.support.fake_openai import FakeOpenAI
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[LocalStack]:
+    """The running engine (tests/integration, tests/api), one per session, with the shortened
+    timeout ladder of TEST_ENV; fails (never skips) when a service cannot start."""
+    os.environ.update(TEST_ENV)
+    get_settings.cache_clear()
+    for data_dir in engine_dir():
+        stack = start_engine(data_dir, worker_concurrency=2)
+        yield stack
+        stack.stop()
 
 
 @pytest.fixture

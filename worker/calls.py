@@ -23,7 +23,7 @@ from models import budgets, transitions
 from models.db import session_scope
 from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
-from models.tokens import count_message_tokens
+from models.tokens import count_message_tokens, count_tool_schema_tokens
 from worker.providers import ChatProvider, Completion, ModelRequest, make_provider
 
 log = structlog.get_logger("agentq.worker")
@@ -39,6 +39,7 @@ def provider() -> ChatProvider:
         base_url=s.openai_base_url,
         api_key=s.openai_api_key,
         request_timeout_s=s.model_request_timeout_s,
+        structured_output=s.structured_output,
     )
 
 
@@ -60,7 +61,7 @@ def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None
     price = get_settings().price_of(priced_model(chat))
     prompt = request.estimated_prompt_tokens
     if prompt is None:
-        prompt = count_message_tokens(request.messages, get_settings().model)
+        prompt = estimate_prompt_tokens(request)
     held = _reserve(run_id, price, prompt_tokens=prompt, output_tokens=request.max_output_tokens)
     try:
         completion, attempt = _send(chat, run_id, request, step_id)
@@ -94,6 +95,15 @@ def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None
         )
     log.info("model.call", run_id=run_id, purpose=request.purpose, tokens=tokens, cost_usd=cost)
     return completion
+
+
+def estimate_prompt_tokens(request: ModelRequest) -> int:
+    """Our tiktoken count of what `request` sends: its messages, plus the JSON schema of the
+    answer and the tool definitions (`models.tokens.count_tool_schema_tokens`, an estimate)."""
+    model = get_settings().model
+    schemas = [request.json_schema] if request.json_schema else []
+    extra = count_tool_schema_tokens([*schemas, *request.tools]) if schemas or request.tools else 0
+    return count_message_tokens(request.messages, model) + extra
 
 
 def _reserve(

@@ -25,7 +25,7 @@ class OfflineProvider:
 
     - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>}` if one matches the goal, else one
       model step `answer` whose instruction is the goal;
-    - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "error",
+    - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "tools", "error",
       "instruction"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as one step
       with the failed step's name, else the failed step once more (the engine bounds replans);
     - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`;
@@ -111,6 +111,7 @@ def _offline_replan(payload: Mapping[str, Any]) -> str:
             "kind": "tool" if tool_name else "model",
             "tool": tool_name,
             "args": failed.get("args", {}),
+            **({"tools": failed["tools"]} if failed.get("tools") else {}),
         }
     return json.dumps({"steps": [step]})
 

@@ -23,7 +23,9 @@ PLAN_INSTRUCTIONS: Final = (
     "step is either a call of one of the listed tools (kind 'tool', with 'tool' and 'args') or a "
     "model instruction (kind 'model'). Steps pass data with references in args: "
     "'${steps.NAME.KEY}' is KEY of the result of the earlier step NAME, '${facts.KEY}' is a "
-    "pinned fact. Pinned facts are the user's own statements: never change them. Past runs "
+    "pinned fact. A model step may list in 'tools' the tools it can call itself, when their "
+    "arguments depend on what it finds. Pinned facts are the user's own statements: never "
+    "change them. Past runs "
     "recalled below tell you what failed before; avoid repeating a known failure. Answer with "
     "JSON only, matching the schema."
 )
@@ -34,6 +36,10 @@ REPLAN_INSTRUCTIONS: Final = (
 STEP_INSTRUCTIONS: Final = (
     "You carry out one step of a plan. Use the pinned facts and the results of earlier steps. "
     "Answer with the step's result only."
+)
+STEP_TOOLS_INSTRUCTIONS: Final = (
+    " You may call the tools offered, with arguments that match their schemas exactly; their "
+    "results come back to you. When you have what the step needs, answer without a tool call."
 )
 SYNTHESIZE_INSTRUCTIONS: Final = (
     "Write the final answer for the user's goal from the results of the plan's steps. Keep the "
@@ -79,6 +85,7 @@ class Prompt:
     payload: dict[str, Any]
     json_schema: dict[str, Any] | None = None
     query: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI function tools the model may call
 
 
 def _json(value: Any) -> str:
@@ -106,6 +113,7 @@ def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Promp
         "args": failed.args,
         "error": failed.error,
         "instruction": failed.instruction,
+        "tools": failed.tools,
     }
     task = (
         "Tools you can use:\n"
@@ -120,12 +128,35 @@ def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Promp
     )
 
 
-def step_prompt(instruction: str, results: dict[str, dict[str, Any]]) -> Prompt:
-    """Ask a model step to do its instruction."""
+def step_prompt(
+    instruction: str,
+    results: dict[str, dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+) -> Prompt:
+    """Ask a model step to do its instruction; `tools` are catalog entries
+    (`worker.tools.catalog`) of the tools it may call, offered as OpenAI function tools."""
     payload = {"instruction": instruction, "results": results}
     return Prompt(
-        "step", STEP_INSTRUCTIONS, f"Do this step: {instruction}", payload, query=instruction
+        "step",
+        STEP_INSTRUCTIONS + (STEP_TOOLS_INSTRUCTIONS if tools else ""),
+        f"Do this step: {instruction}",
+        payload,
+        query=instruction,
+        tools=tuple(function_tool(entry) for entry in tools or []),
     )
+
+
+def function_tool(entry: dict[str, Any]) -> dict[str, Any]:
+    """A catalog entry as an OpenAI function tool:
+    `{"type": "function", "function": {"name", "description", "parameters"}}`."""
+    return {
+        "type": "function",
+        "function": {
+            "name": entry["name"],
+            "description": entry["description"],
+            "parameters": entry["parameters"],
+        },
+    }
 
 
 def synthesize_prompt(goal: str, steps: list[Step]) -> Prompt:

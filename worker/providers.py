@@ -9,6 +9,7 @@ without a model. Every completion it makes says `offline=True` so no one mistake
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,12 +17,17 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, cast
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessageParam,
+    ChatCompletionToolParam,
+)
 
 from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
 
 Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_facts"]
 PROVIDER_NAMES = ("offline", "openai")
+StructuredOutput = Literal["json_schema", "json_object", "off"]  # AGENTQ_STRUCTURED_OUTPUT
 # OpenAI's rule of thumb for English text (about 4 characters a token); tiktoken comes later.
 CHARS_PER_TOKEN_ESTIMATE = 4
 # A 429 that names no wait: OpenAI's limits are per minute (requests and tokens per minute,
@@ -35,22 +41,37 @@ RETRYABLE_STATUSES = frozenset({408, 409})  # and every 5xx: the statuses the SD
 class ModelRequest:
     """One model call.
 
-    `messages` are OpenAI chat messages (`{"role", "content"}`); `payload` is the structured data
-    they were rendered from (its shape depends on `purpose`, see `OfflineProvider`). When
-    `json_schema` is set the answer must be JSON of that schema.
+    `messages` are OpenAI chat messages (`{"role", "content"}`, and for a tool-calling exchange the
+    assistant's `tool_calls` and the `tool` answers); `payload` is the structured data they were
+    rendered from (its shape depends on `purpose`, see `OfflineProvider`). When `json_schema` is
+    set the answer must be JSON of that schema; when `tools` are given the model may call them.
     """
 
     purpose: Purpose
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     payload: dict[str, Any]
     json_schema: dict[str, Any] | None = None
     max_output_tokens: int = 1024
     estimated_prompt_tokens: int | None = None  # our tiktoken count, to compare with the usage
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI function tools: {"type": "function", ...}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model wrote it: `arguments` is its raw text, not yet parsed (it may not
+    be JSON at all); `id` pairs the call with the `tool` message that answers it."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A model's answer and its token usage; `offline` marks the offline provider's answers."""
+    """A model's answer and its token usage; `offline` marks the offline provider's answers.
+
+    `tool_calls` holds the tools the model asked to call instead of (or beside) answering.
+    """
 
     text: str
     model: str
@@ -58,6 +79,7 @@ class Completion:
     completion_tokens: int
     finish_reason: str
     offline: bool
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class ChatProvider(Protocol):
@@ -75,6 +97,7 @@ class OpenAIProvider:
     (`max_retries=0`): it would otherwise sleep out a 429's `retry-after` inside the worker.
     Failures are classified by `classify` and retried, or deferred, by `worker.calls`. If the
     server reports no usage the token counts are the same estimate the offline provider uses.
+    `structured_output` says how a JSON schema is asked for (`_response_format`).
     """
 
     name = "openai"
@@ -86,9 +109,11 @@ class OpenAIProvider:
         base_url: str | None,
         api_key: str | None,
         request_timeout_s: float,
+        structured_output: StructuredOutput = "json_schema",
     ) -> None:
         """Build the client; raises `ProviderError` if no API key is given or in OPENAI_API_KEY."""
         self.model = model
+        self.structured_output: StructuredOutput = structured_output
         try:
             self._client = openai.OpenAI(
                 base_url=base_url,
@@ -107,7 +132,8 @@ class OpenAIProvider:
                 model=self.model,
                 messages=cast("list[ChatCompletionMessageParam]", request.messages),
                 max_completion_tokens=request.max_output_tokens,
-                response_format=_response_format(request),
+                response_format=_response_format(request, self.structured_output),
+                tools=cast("list[ChatCompletionToolParam]", list(request.tools)) or openai.omit,
             )
         except openai.OpenAIError as exc:
             where = f"openai {request.purpose} call to {self.model} at {self._client.base_url}"
@@ -115,19 +141,25 @@ class OpenAIProvider:
         return self._completion(request, response)
 
     def _completion(self, request: ModelRequest, response: ChatCompletion) -> Completion:
-        if not response.choices or response.choices[0].message.content is None:
-            refusal = response.choices[0].message.refusal if response.choices else None
+        message = response.choices[0].message if response.choices else None
+        calls = tuple(
+            ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+            for call in (message.tool_calls or [] if message else [])
+            if call.type == "function"
+        )
+        if message is None or (message.content is None and not calls):
+            refusal = message.refusal if message else None
             raise ProviderError(f"openai {self.model} returned no text (refusal: {refusal!r})")
-        choice = response.choices[0]
-        text = choice.message.content or ""
+        text = message.content or ""
         usage = response.usage
         return Completion(
             text=text,
             model=response.model or self.model,
             prompt_tokens=usage.prompt_tokens if usage else estimate_messages(request),
             completion_tokens=usage.completion_tokens if usage else estimate_tokens(text),
-            finish_reason=choice.finish_reason or "unknown",
+            finish_reason=response.choices[0].finish_reason or "unknown",
             offline=False,
+            tool_calls=calls,
         )
 
 
@@ -138,6 +170,7 @@ def make_provider(
     base_url: str | None,
     api_key: str | None,
     request_timeout_s: float,
+    structured_output: StructuredOutput = "json_schema",
 ) -> ChatProvider:
     """The provider called `name` ("offline" or "openai"); unknown names raise `ProviderError`.
 
@@ -153,6 +186,7 @@ def make_provider(
             base_url=base_url,
             api_key=api_key,
             request_timeout_s=request_timeout_s,
+            structured_output=structured_output,
         )
     raise ProviderError(f"unknown model provider {name!r}; allowed: {', '.join(PROVIDER_NAMES)}")
 
@@ -207,10 +241,18 @@ def _seconds_until(http_date: str | None, now: datetime) -> float | None:
     return (when - now).total_seconds() if when.tzinfo else None
 
 
-def _response_format(request: ModelRequest) -> Any:
-    """Structured outputs (OpenAI `json_schema` response format) when a schema is asked for."""
-    if request.json_schema is None:
+def _response_format(request: ModelRequest, structured_output: StructuredOutput) -> Any:
+    """The `response_format` of a request whose answer must be JSON of `request.json_schema`.
+
+    - `json_schema`: OpenAI's structured outputs (also vLLM's and Ollama's form);
+    - `json_object`: `{"type": "json_object", "schema": ...}`, which llama-cpp-python's server
+      compiles into a grammar (`llama_cpp.llama_chat_format._grammar_for_response_format`);
+    - `off`: nothing; the answer is validated (and re-asked) all the same.
+    """
+    if request.json_schema is None or structured_output == "off":
         return openai.omit
+    if structured_output == "json_object":
+        return {"type": "json_object", "schema": request.json_schema}
     return {
         "type": "json_schema",
         "json_schema": {"name": request.purpose, "schema": request.json_schema},
@@ -223,5 +265,10 @@ def estimate_tokens(text: str) -> int:
 
 
 def estimate_messages(request: ModelRequest) -> int:
-    """The estimate of `estimate_tokens` over every message of `request`."""
-    return sum(estimate_tokens(message["content"]) for message in request.messages)
+    """The estimate of `estimate_tokens` over every message of `request` (its content, and the
+    JSON of any tool calls it holds)."""
+    return sum(
+        estimate_tokens(message.get("content") or "")
+        + (estimate_tokens(json.dumps(message["tool_calls"])) if "tool_calls" in message else 0)
+        for message in request.messages
+    )

@@ -26,6 +26,7 @@ from models.db import session_scope
 from models.errors import (
     BudgetExhausted,
     IllegalTransition,
+    InvalidToolCalls,
     ProviderError,
     QuotaExhausted,
     RateLimited,
@@ -37,11 +38,9 @@ from models.references import resolve
 from models.runs import done_results, get_run, pinned_facts, tries_of_name
 from models.settings import get_settings
 from models.tables import Step
-from worker.calls import call_model
 from worker.context import ContextOverflow
-from worker.prompts import step_prompt
+from worker.tool_use import model_step
 from worker.tools import ToolContext, get_tool
-from worker.working_memory import request_for
 
 log = structlog.get_logger("agentq.worker")
 
@@ -68,6 +67,7 @@ class Outcome:
     error: str = ""
     retry_after_s: float = 0.0
     reason: str = ""
+    raw: str = ""  # the model output that could not be used, kept with the escalation
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,9 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
     """What a failed attempt of `step` comes to (the rule alone: no effects).
 
     - rate-limited, with fewer than `max_deferrals` deferrals: deferred by the `retry-after`;
-    - quota exhausted, token or cost budget spent: escalated with that reason; the run state
-      alone overflowing the context window: escalated `context_overflow`;
+    - quota exhausted, token or cost budget spent, tool calls still invalid after their re-asks:
+      escalated with that reason (and the raw calls); the run state alone overflowing the context
+      window: escalated `context_overflow`;
     - a retryable tool error, a provider failure (a rate limit deferred too often included) or
       the soft time limit: retry while `attempt - deferrals < max_attempts`, else failed;
     - any other tool error: failed.
@@ -126,6 +127,8 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
         return Outcome("deferred", error=error, retry_after_s=exc.retry_after_s)
     if isinstance(exc, QuotaExhausted | BudgetExhausted):
         return Outcome("escalated", error=error, reason=exc.reason)
+    if isinstance(exc, InvalidToolCalls):
+        return Outcome("escalated", error=error, reason=exc.reason, raw=exc.raw)
     if isinstance(exc, ContextOverflow):
         return Outcome("escalated", error=error, reason="context_overflow")
     if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
@@ -142,12 +145,6 @@ def _describe(exc: BaseException) -> str:
 
 def _run(claimed: Claimed) -> dict[str, Any]:
     step = claimed.step
-    if step.kind == "model":
-        request = request_for(step.run_id, step_prompt(step.instruction, claimed.results))
-        completion = call_model(step.run_id, request, step_id=step.id)
-        return {"text": completion.text, "model": completion.model, "offline": completion.offline}
-    tool = get_tool(step.tool or "")
-    args = resolve(step.args, results=claimed.results, facts=claimed.facts)
     ctx = ToolContext(
         run_id=step.run_id,
         step_id=step.id or 0,
@@ -156,7 +153,10 @@ def _run(claimed: Claimed) -> dict[str, Any]:
         tries_of_name=claimed.tries,
         facts=claimed.facts,
     )
-    return tool.invoke(ctx, args)
+    if step.kind == "model":
+        return model_step(step, claimed.results, ctx)
+    args = resolve(step.args, results=claimed.results, facts=claimed.facts)
+    return get_tool(step.tool or "").invoke(ctx, args)
 
 
 def record(step: Step, outcome: Outcome) -> bool:
@@ -206,7 +206,12 @@ def _escalate(session: Session, step: Step, outcome: Outcome) -> None:
             expected="running",
             reason=outcome.reason,
             step_id=step.id,
-            detail={"step": step.name, "error": outcome.error, "tool": step.tool or ""},
+            detail={
+                "step": step.name,
+                "error": outcome.error,
+                "tool": step.tool or "",
+                **({"raw_output": outcome.raw} if outcome.raw else {}),
+            },
         )
     except IllegalTransition as exc:
         log.info("execute_step.not_escalated", step_id=step.id, reason=str(exc))

@@ -123,13 +123,19 @@ def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
 def budget(prompt: Prompt) -> int:
     """The prompt budget of this call, in tokens."""
     s = get_settings()
-    schemas = count_tool_schema_tokens([prompt.json_schema]) if prompt.json_schema else 0
     return usable_budget(
         context_window=s.context_window_tokens,
         reserved_output=s.reserved_output_tokens,
-        tool_schema_tokens=schemas,
+        tool_schema_tokens=schema_tokens(prompt),
         safety_margin=s.context_safety_margin,
     )
+
+
+def schema_tokens(prompt: Prompt) -> int:
+    """Tokens the answer's JSON schema and the tool definitions of `prompt` cost (an estimate,
+    see `models.tokens.count_tool_schema_tokens`); 0 when it has neither."""
+    schemas = [prompt.json_schema] if prompt.json_schema else []
+    return count_tool_schema_tokens([*schemas, *prompt.tools]) if schemas or prompt.tools else 0
 
 
 def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
@@ -184,13 +190,13 @@ def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
             break
         fold_into_summary(run_id, context.uncovered, half_budget=context.budget // 2)
         context, payload = build(run_id, prompt)
-    schema = count_tool_schema_tokens([prompt.json_schema]) if prompt.json_schema else 0
     return ModelRequest(
         purpose=prompt.purpose,
         messages=context.messages,
         payload=payload,
         json_schema=prompt.json_schema,
-        estimated_prompt_tokens=context.tokens + schema,
+        estimated_prompt_tokens=context.tokens + schema_tokens(prompt),
+        tools=prompt.tools,
     )
 
 

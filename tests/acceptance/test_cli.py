@@ -132,6 +132,13 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     assert "replan_budget_spent" in queue.stdout
     esc_id = re.search(r"│\s*(\d+)\s*│\s*1\s*│", queue.stdout)
     assert esc_id, queue.stdout
+    assert "in 23h" in queue.stdout, queue.stdout  # time left before the escalation's deadline
+    claimed = agentq(home, "review", "claim")
+    assert claimed.returncode == 0 and "claimed by" in claimed.stdout, claimed.stdout
+    none_open = agentq(home, "review", "claim")
+    assert re.search(r"1 claimed by \S+ \(1\)", none_open.stdout), none_open.stdout
+    released = agentq(home, "review", "release", esc_id.group(1))
+    assert released.returncode == 0 and "released" in released.stdout, released.stdout
     shown = agentq(home, "review", "show", esc_id.group(1))
     assert "flaky" in shown.stdout and "failing tries" in shown.stdout
     approved = agentq(home, "review", "approve", esc_id.group(1), "--comment", "try again")
@@ -197,7 +204,7 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     )
     refused = agentq(home, "submit", "x", "--plan", str(latin1))
     assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stdout
-    for verb in ("approve", "reject", "respond", "edit"):
+    for verb in ("approve", "reject", "respond", "edit", "release"):
         extra = {"reject": ["--comment", "no"], "respond": ["--answer", "1"]}.get(verb, [])
         extra += ["--plan", str(latin1)] if verb == "edit" else []
         missing = agentq(home, "review", verb, "999", *extra)

@@ -3,7 +3,6 @@ and scheduler processes, started once per session with short timeouts so recover
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -21,7 +20,6 @@ from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Run, Step
-from ops.local import start_engine
 from ops.stack import LocalStack
 
 # The timeout ladder, shrunk: 1 x 2 < 8 < 10 < 12 < lease 14 < visibility 120 (seconds).
@@ -50,15 +48,8 @@ def engine_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def engine() -> Iterator[LocalStack]:
-    """The running engine; fails (never skips) when a service cannot start."""
-    os.environ.update(TEST_ENV)
-    get_settings.cache_clear()
-    for data_dir in engine_dir():
-        stack = start_engine(data_dir, worker_concurrency=2)
-        yield stack
-        stack.stop()
+# The session `engine` fixture (built from TEST_ENV and engine_dir) is in tests/conftest.py: the
+# API tests (tests/api) share it, so one session starts one engine.
 
 
 @pytest.fixture

@@ -10,12 +10,15 @@ tests check the run's final state, the number of model calls (the server's log a
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +45,7 @@ from tests.support.fake_openai import (
     quota_exhausted,
     rate_limited,
     server_error,
+    tool_calls,
     truncated_json,
     whitespace_until_length,
     wrong_shape_plan,
@@ -432,6 +436,76 @@ def test_the_same_hostile_plan_every_time_is_escalated(
     fake.script(*[reply] * get_settings().plan_max_attempts, when=mark)
     run = wait_for_run(submit(None, goal=f"{mark}: plan badly again"))
     _check_invalid_plan(run, fake, mark, str(reply.content))
+
+
+# -- tool calls inside a model step ---------------------------------------------------------------
+
+
+def marker_step(mark: str) -> dict[str, Any]:
+    """A model step that may call `append_marker`, which leaves a line on disk per run of it."""
+    instruction = f"{mark}: file the receipt"
+    return {"name": "file", "kind": "model", "instruction": instruction, "tools": ["append_marker"]}
+
+
+def test_tool_arguments_that_are_not_json_are_reasked_and_never_run(
+    fake: FakeOpenAI, mark: str
+) -> None:
+    target = Path(tempfile.mkdtemp()) / "markers.txt"
+    good = json.dumps({"path": str(target), "marker": "receipt"})
+    cut = good[:-1]  # the JSON cut off before its closing brace
+    fake.script(
+        tool_calls(("append_marker", cut)),
+        tool_calls(("append_marker", good)),
+        ok("filed"),
+        when=mark,
+    )
+    run = wait_for_run(submit([marker_step(mark)], goal="tool call"))
+    assert run.status == "succeeded"
+    assert target.read_text() == "receipt\n"  # ran once, on the valid arguments only
+    (invalid,) = events(run.id or 0, "step.tool_call.invalid")
+    assert invalid.detail["raw_arguments"] == cut
+    assert "not valid JSON" in invalid.detail["error"]
+    (called,) = events(run.id or 0, "step.tool_call")
+    assert called.detail["arguments"] == json.loads(good)
+    assert called.detail["result"] == {"lines": 1}
+    first, reask, last = fake.received(mark)
+    assert first.body["tools"][0]["function"]["name"] == "append_marker"
+    # the re-ask carries the refused call as written and why it was refused
+    assert reask.body["messages"][-2]["tool_calls"][0]["function"]["arguments"] == cut
+    assert reask.body["messages"][-1]["role"] == "tool"
+    assert "did not run" in reask.body["messages"][-1]["content"]
+    assert json.loads(last.body["messages"][-1]["content"]) == {"lines": 1}
+    (step,) = run_steps(run.id or 0)
+    assert step.result is not None and step.result["text"] == "filed"
+    assert step.result["tool_calls"] == [
+        {"tool": "append_marker", "arguments": json.loads(good), "result": {"lines": 1}}
+    ]
+    assert (step.attempt, step.tokens_used) == (1, 3 * ANSWER_TOKENS)  # every call charged
+    assert len(events(run.id or 0, "model.call", step.id)) == 3
+    check_charges(run)
+
+
+def test_tool_calls_that_stay_invalid_escalate_with_the_raw_calls(
+    fake: FakeOpenAI, mark: str
+) -> None:
+    target = Path(tempfile.mkdtemp()) / "markers.txt"
+    wrong = json.dumps({"path": str(target), "marker": 5, "force": True})
+    answers = get_settings().tool_call_max_invalid + 1
+    fake.script(*[tool_calls(("append_marker", wrong))] * answers, when=mark)
+    run = wait_for_run(submit([marker_step(mark)], goal="bad tool calls"))
+    assert run.status == "waiting_review"
+    assert not target.exists()  # the tool never ran on guessed arguments
+    esc = escalation(run.id or 0)
+    assert esc.reason == "invalid_tool_call"
+    assert json.loads(esc.detail["raw_output"]) == [{"tool": "append_marker", "arguments": wrong}]
+    invalid = events(run.id or 0, "step.tool_call.invalid")
+    assert [e.detail["raw_arguments"] for e in invalid] == [wrong] * answers
+    assert all("marker" in e.detail["error"] and "force" in e.detail["error"] for e in invalid)
+    assert len(fake.received(mark)) == answers
+    (step,) = run_steps(run.id or 0)
+    assert (step.status, step.attempt, esc.step_id) == ("failed", 1, step.id)
+    assert step.tokens_used == answers * ANSWER_TOKENS
+    check_charges(run)
 
 
 # -- budgets --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ usage `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
 `insufficient_quota`), `server_error` (500), `never_answers` (sleeps past any client timeout),
-`whitespace_until_length` (`finish_reason: "length"`), `truncated_json`, `wrong_shape_plan`.
+`whitespace_until_length` (`finish_reason: "length"`), `truncated_json`, `wrong_shape_plan`,
+`tool_calls` (calls with arguments as given, JSON or not).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Reply:
     delay_s: float = 0.0
     prompt_tokens: int = PROMPT_TOKENS
     completion_tokens: int | None = COMPLETION_TOKENS  # None: the request's max tokens
+    tool_calls: tuple[tuple[str, str], ...] = ()  # (tool name, raw arguments text)
 
 
 def ok(
@@ -112,6 +114,12 @@ def truncated_json() -> Reply:
 def wrong_shape_plan() -> Reply:
     """Valid JSON that is not a plan: steps as an object, with unknown fields."""
     return Reply("wrong_shape_plan", content='{"steps": {"do": "everything"}, "confidence": 0.9}')
+
+
+def tool_calls(*calls: tuple[str, str]) -> Reply:
+    """An answer that calls tools: each `(name, arguments)` as the model wrote it, the arguments
+    raw text (JSON or not), with `finish_reason: "tool_calls"` and no content."""
+    return Reply("tool_calls", tool_calls=calls, finish_reason="tool_calls")
 
 
 @dataclass(frozen=True)
@@ -202,6 +210,13 @@ class FakeOpenAI:
 def completion_body(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
     """The `chat.completion` object for an `ok`-like reply to `request`."""
     content = reply.content if reply.content is not None else _default_content(request)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reply.tool_calls:
+        calls = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(reply.tool_calls)
+        ]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
     completion_tokens = reply.completion_tokens
     if completion_tokens is None:
         completion_tokens = int(request.get("max_completion_tokens") or 1024)
@@ -214,7 +229,7 @@ def completion_body(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
             {
                 "index": 0,
                 "finish_reason": reply.finish_reason,
-                "message": {"role": "assistant", "content": content},
+                "message": message,
             }
         ],
         "usage": {

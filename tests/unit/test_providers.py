@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import openai
 import pytest
 
 from models.errors import ProviderError
@@ -21,6 +22,8 @@ from worker.providers import (
     ModelRequest,
     OpenAIProvider,
     Purpose,
+    StructuredOutput,
+    _response_format,
     make_provider,
 )
 from worker.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
@@ -271,6 +274,37 @@ def test_openai_sends_messages_and_schema(
         "type": "json_schema",
         "json_schema": {"name": "plan", "schema": PLAN_SCHEMA},
     }
+
+
+@pytest.mark.parametrize(
+    ("structured_output", "expected"),
+    [
+        (
+            "json_schema",
+            {"type": "json_schema", "json_schema": {"name": "plan", "schema": PLAN_SCHEMA}},
+        ),
+        ("json_object", {"type": "json_object", "schema": PLAN_SCHEMA}),
+        ("off", None),
+    ],
+)
+def test_response_format_per_setting(
+    structured_output: StructuredOutput, expected: dict[str, Any] | None
+) -> None:
+    asked = request("plan", {"goal": "g"}, json_schema=PLAN_SCHEMA)
+    sent = _response_format(asked, structured_output)
+    assert (None if sent is openai.omit else sent) == expected
+    assert _response_format(request("step", {}), structured_output) is openai.omit  # no schema
+
+
+def test_openai_sends_the_llama_cpp_response_format(
+    server: FakeServer, make_openai: Callable[..., OpenAIProvider]
+) -> None:
+    asked = request("plan", {"goal": "g"}, json_schema=PLAN_SCHEMA)
+    make_openai(structured_output="json_object").complete(asked)
+    make_openai(structured_output="off").complete(asked)
+    first, second = (r["body"] for r in server.requests)
+    assert first["response_format"] == {"type": "json_object", "schema": PLAN_SCHEMA}
+    assert "response_format" not in second
 
 
 def test_openai_without_schema_or_usage(

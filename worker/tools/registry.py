@@ -39,7 +39,8 @@ class ToolContext:
 
     `attempt` is the 1-based attempt number of this step row; `tries_of_name` counts every
     attempt of a step with this name in the run (a replanned step keeps counting), this one
-    included. `facts` are the run's pinned facts, such as `currency=EUR`.
+    included. `facts` are the run's pinned facts, such as `currency=EUR`. `call_number` is the
+    1-based number of this call among the tool calls of a model step (0 in a tool step).
     """
 
     run_id: int
@@ -48,11 +49,14 @@ class ToolContext:
     attempt: int
     tries_of_name: int
     facts: Mapping[str, str]
+    call_number: int = 0
 
     @property
     def idempotency_key(self) -> str:
-        """`run-<run_id>/step-<step_id>`: the same on every attempt of the same step row."""
-        return f"run-{self.run_id}/step-{self.step_id}"
+        """`run-<run_id>/step-<step_id>` (and `/call-<n>` for a model step's n-th tool call):
+        the same on every attempt of the same step row."""
+        key = f"run-{self.run_id}/step-{self.step_id}"
+        return f"{key}/call-{self.call_number}" if self.call_number else key
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,62 @@
+"""The FastAPI application: the routers under `/api/v1`, health, the OpenAPI spec, the web UI.
+
+Run it with `uvicorn api.app:create_app --factory` (what `agentq up` does, on
+`AGENTQ_API_HOST`:`AGENTQ_API_PORT`). It reaches Postgres and the broker with the same settings
+as every agentq process (`DATABASE_URL`, `BROKER_URL`).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+
+from api import health, memory, reviews, runs
+from api.auth import AnyPrincipal
+from api.errors import REFUSALS, install_error_handlers
+from api.schemas import ErrorOut, PrincipalOut
+
+API_PREFIX = "/api/v1"
+DESCRIPTION = """\
+The HTTP API of agentq, a durable plan engine for AI agents.
+
+Every `/api/v1` request needs `Authorization: Bearer <token>` (create one with
+`agentq token create --name NAME --role submitter|reviewer|admin [--user USER]`). Submitters
+submit, read and cancel their own user's runs and read that user's memory; reviewers read every
+run and work the review queue; admins do everything. Refusals are JSON:
+`{"detail": "what was wrong and what is allowed", "error": "Kind"}`.
+"""
+
+me_router = APIRouter(tags=["auth"])
+
+
+@me_router.get("/me", response_model=PrincipalOut, summary="Who this token acts as")
+def me(principal: AnyPrincipal) -> PrincipalOut:
+    """The token's id, name, role and (for a submitter) user."""
+    return PrincipalOut(
+        token_id=principal.token_id,
+        name=principal.name,
+        role=principal.role,
+        user_id=principal.user_id,
+    )
+
+
+def create_app() -> FastAPI:
+    """The API app: `/api/v1/{runs,reviews,memory,me}`, `/healthz`, `/readyz`, `/openapi.json`,
+    `/docs`, and the web UI (`api.ui.install`)."""
+    app = FastAPI(
+        title="agentq",
+        version="1",
+        description=DESCRIPTION,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    refusals = {code: {"model": ErrorOut, "description": text} for code, text in REFUSALS.items()}
+    for router in (runs.router, reviews.router, memory.router, me_router):
+        app.include_router(router, prefix=API_PREFIX, responses=refusals)  # type: ignore[arg-type]
+    app.include_router(health.router)
+
+    from api.ui import install
+
+    install(app)
+    return app

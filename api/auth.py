@@ -1,0 +1,97 @@
+"""Bearer-token authentication of API requests, and the role checks of the routes.
+
+A request carries `Authorization: Bearer <token>`; `authenticate` hashes the token and finds its
+row by the hash (`models.api_tokens.lookup`), so no stored secret is ever compared byte by byte in
+Python. Tokens are never accepted in query strings or cookies: those reach access logs and
+browser history. Nothing here logs a header. Roles: admin can do everything; reviewer reads every
+run and works the review queue; submitter submits, reads and cancels its own user's runs and
+reads that user's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from models import api_tokens
+from models.db import session_scope
+
+Role = Literal["submitter", "reviewer", "admin"]
+
+_bearer = HTTPBearer(auto_error=False, description="An agentq API token: `agentq token create`.")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as: the token's id, name and role, and for a submitter its user.
+
+    `user_id` is the agentq user a submitter token acts for; None for reviewer and admin tokens.
+    """
+
+    token_id: int
+    name: str
+    role: Role
+    user_id: str | None
+
+    def can_read_user(self, user_id: str) -> bool:
+        """Whether this principal may see the runs and memory of `user_id`."""
+        return self.role != "submitter" or self.user_id == user_id
+
+
+def authenticate(raw_token: str) -> Principal | None:
+    """The principal of a live (not revoked) token, or None; opens and commits its own DB session.
+
+    Raises `models.errors.DatabaseError` when the database refuses.
+    """
+    with session_scope() as session:
+        row = api_tokens.lookup(session, raw_token)
+        if row is None:
+            return None
+        role: Role = row.role  # type: ignore[assignment]  # the column's CHECK holds the Literal
+        return Principal(token_id=row.id or 0, name=row.name, role=role, user_id=row.user_id)
+
+
+def _refused(detail: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def current_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """FastAPI dependency: the request's principal; 401 without a valid bearer token."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise _refused("missing bearer token: send `Authorization: Bearer <token>`")
+    principal = authenticate(credentials.credentials)
+    if principal is None:
+        raise _refused("invalid or revoked token")
+    request.state.principal = principal
+    return principal
+
+
+def require(*roles: Role) -> object:
+    """FastAPI dependency factory: the principal, if its role is one of `roles` (admin always
+    passes); 403 naming the roles allowed otherwise."""
+    allowed = {*roles, "admin"}
+
+    def dependency(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+        if principal.role not in allowed:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                detail=f"role {principal.role!r} may not do this; allowed: "
+                + ", ".join(sorted(allowed)),
+            )
+        return principal
+
+    return Depends(dependency)
+
+
+AnyPrincipal = Annotated[Principal, Depends(current_principal)]
+Reviewer = Annotated[Principal, require("reviewer")]
+Admin = Annotated[Principal, require()]
+Submitter = Annotated[Principal, require("submitter")]

@@ -1,0 +1,96 @@
+"""The review console: server-rendered pages for runs and the review queue, mounted at `/ui`.
+
+`install(app)` mounts it on the API app as a sub-application with its own session middleware,
+CSRF check and HTML error pages, so the JSON API's bearer-token requests never meet a cookie.
+Pages: `/ui/login`, `/ui/runs`, `/ui/runs/{id}`, `/ui/reviews` (the inbox), `/ui/reviews/{id}`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.sessions import SessionMiddleware
+
+from api.ui import reviews, runs, signin
+from api.ui.security import (
+    CsrfRefused,
+    Forbidden,
+    SignInRequired,
+    UiSettings,
+    check_csrf,
+    session_secret,
+)
+from api.ui.templating import base_path, render
+from models.errors import NotFound
+
+UI_PREFIX: Final = "/ui"
+SESSION_COOKIE: Final = "agentq_ui"
+STATIC_DIR: Final = Path(__file__).parent / "static"
+
+
+def create_ui(prefix: str = UI_PREFIX, settings: UiSettings | None = None) -> FastAPI:
+    """The console as an app of its own, to be mounted at `prefix` (its cookie's path)."""
+    settings = settings or UiSettings()
+    ui = FastAPI(
+        title="agentq review console",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[Depends(check_csrf)],
+    )
+    ui.add_middleware(
+        SessionMiddleware,
+        secret_key=session_secret(settings),
+        session_cookie=SESSION_COOKIE,
+        max_age=settings.session_max_age_s,
+        path=prefix or "/",
+        same_site="lax",
+        https_only=settings.cookie_secure,
+    )
+    ui.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    for module in (signin, runs, reviews):
+        ui.include_router(module.router)
+    ui.add_exception_handler(SignInRequired, _sign_in_first)
+    ui.add_exception_handler(Forbidden, _refused)
+    ui.add_exception_handler(CsrfRefused, _refused)
+    ui.add_exception_handler(NotFound, _not_found)
+    return ui
+
+
+def install(app: FastAPI) -> None:
+    """Mount the console on `app` at `/ui`; `/` sends browsers there unless the API uses it."""
+    app.mount(UI_PREFIX, create_ui(), name="ui")
+    if not any(getattr(route, "path", None) == "/" for route in app.routes):
+        app.add_api_route(
+            "/",
+            lambda: RedirectResponse(f"{UI_PREFIX}/", status_code=307),
+            include_in_schema=False,
+        )
+
+
+async def _sign_in_first(request: Request, exc: Exception) -> Response:
+    target = f"{base_path(request)}/login?next={quote(request.url.path)}"
+    return RedirectResponse(target, status_code=303)
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    message = (
+        "This form has expired or did not come from this site; nothing was changed. "
+        "Go back, reload the page and try again."
+        if isinstance(exc, CsrfRefused)
+        else str(exc)
+    )
+    return render(
+        request, "error.html", principal=None, status_code=403, title="Refused", message=message
+    )
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return render(
+        request, "error.html", principal=None, status_code=404, title="Not found", message=str(exc)
+    )

@@ -1,0 +1,134 @@
+"""What the console shows of the review queue: the inbox tabs and one escalation in full.
+
+Reads rows only. Waiting time and time left use `models.reviews.waiting_s` and
+`deadline_left_s`, the same as the CLI's queue.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from api.ui import run_details
+from models import reviews
+from models.plans import current_steps
+from models.runs import pinned_facts
+from models.tables import Escalation, Run, Step, utcnow
+
+TABS: Final = ("open", "claimed", "mine", "decided")
+DECIDED_SHOWN: Final = 50  # the decided tab lists the newest decisions only
+
+# Why a run escalated, in a reviewer's words; an unlisted reason is shown as its code.
+REASON_TEXT: Final = {
+    "replan_budget_spent": "A step failed and the run has no replans left in its budget.",
+    "token_budget_spent": "The run spent its token budget.",
+    "cost_budget_spent": "The run spent its cost budget.",
+    "wall_time_budget_spent": "The run ran out of wall time.",
+    "budget_spent": "The run spent a budget.",
+    "quota_exhausted": "The model provider's account has no quota left.",
+    "rate_limited": "The model provider kept refusing requests (rate limited).",
+    "context_overflow": "The step's context does not fit the model's context window.",
+    "invalid_plan": "The planner did not produce a valid plan.",
+    "synthesis_failed": "The final answer could not be written.",
+}
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """One row of the inbox: the escalation, its run, how long it has waited and has left."""
+
+    escalation: Escalation
+    run: Run | None
+    waiting_s: float
+    left_s: float | None
+
+
+def _tab_filter(tab: str, me: str) -> list[Any]:
+    if tab == "mine":
+        return [col(Escalation.status) == "claimed", col(Escalation.claimed_by) == me]
+    return [col(Escalation.status) == tab]
+
+
+def inbox(session: Session, *, tab: str, me: str, now: datetime | None = None) -> list[InboxItem]:
+    """The escalations of `tab` (`TABS`; `mine` is those `me` has claimed), oldest first; the
+    newest `DECIDED_SHOWN` decisions for `decided`."""
+    stmt = select(Escalation).where(*_tab_filter(tab, me))
+    if tab == "decided":
+        stmt = stmt.order_by(col(Escalation.decided_at).desc()).limit(DECIDED_SHOWN)
+    else:
+        stmt = stmt.order_by(col(Escalation.created_at))
+    rows = list(session.exec(stmt))
+    run_ids = {e.run_id for e in rows}
+    runs = {r.id: r for r in session.exec(select(Run).where(col(Run.id).in_(run_ids)))}
+    at = now or utcnow()
+    return [
+        InboxItem(e, runs.get(e.run_id), reviews.waiting_s(e, at), reviews.deadline_left_s(e, at))
+        for e in rows
+    ]
+
+
+def tab_counts(session: Session, *, me: str) -> dict[str, int]:
+    """How many escalations each tab holds (`decided`: all of them)."""
+    by_status = dict(
+        session.exec(
+            select(Escalation.status, sa.func.count()).group_by(col(Escalation.status))
+        ).all()
+    )
+    mine = session.scalar(
+        sa.select(sa.func.count()).select_from(Escalation).where(*_tab_filter("mine", me))
+    )
+    return {tab: int(by_status.get(tab, 0)) for tab in TABS} | {"mine": int(mine or 0)}
+
+
+def remaining_plan(steps: list[Step], failed: Step | None) -> str:
+    """The edit form's starting text: the failed step (to fix) and every step not yet run, as
+    the plan JSON `agentq review edit --plan` takes."""
+    todo = [s for s in steps if s.status in ("pending", "queued")]
+    if failed is not None and failed.status == "failed":
+        todo = [failed, *todo]
+    return json.dumps({"steps": [_spec(s) for s in todo]}, indent=2, ensure_ascii=False)
+
+
+def _spec(step: Step) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": step.name, "instruction": step.instruction}
+    spec["kind"] = "model" if step.kind == "model" else "tool"
+    if step.tool:
+        spec["tool"] = step.tool
+    spec["args"] = step.args
+    if step.tools:
+        spec["tools"] = step.tools
+    return spec
+
+
+def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
+    """Everything the review page shows: why, the failing step and its error, the budget used,
+    pinned facts, the current plan, the decision, and the edit form's starting plan. Raises
+    `NotFound`."""
+    esc = reviews.get_escalation(session, escalation_id)
+    run = session.get(Run, esc.run_id)
+    failed = session.get(Step, esc.step_id) if esc.step_id else None
+    steps = current_steps(session, run) if run is not None else []
+    now = utcnow()
+    return {
+        "esc": esc,
+        "run": run,
+        "failed": failed,
+        "error": (failed.error if failed is not None else None) or esc.detail.get("error"),
+        "why": REASON_TEXT.get(esc.reason, esc.reason),
+        "extra": {
+            k: v
+            for k, v in esc.detail.items()
+            if k not in ("step", "error", "tool") and v not in ("", None, {}, [])
+        },
+        "facts": pinned_facts(session, esc.run_id),
+        "steps": steps,
+        "meters": run_details.spend(run, now) if run is not None else [],
+        "waiting_s": reviews.waiting_s(esc, now),
+        "left_s": reviews.deadline_left_s(esc, now),
+        "plan_text": remaining_plan(steps, failed),
+    }

@@ -1,0 +1,249 @@
+"""The review pages: the inbox, one escalation, and the reviewer's decisions.
+
+Only reviewers and admins get here. Decisions call the same functions as `agentq review ...`
+(`models.reviews`), recorded under the token's name, and tell the coordinator after the commit.
+A second decision (or one on another reviewer's claim) changes nothing and re-shows the page
+with a 409 and what was decided; a plan edit that does not validate re-shows the form with the
+error naming the field (400), with nothing stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlmodel import Session
+
+from api import tools
+from api.auth import Principal
+from api.ui import review_details
+from api.ui.run_details import last_event_id
+from api.ui.security import reviewer
+from api.ui.templating import base_path, flash, render
+from models import queue, reviews, transitions
+from models.db import session_scope
+from models.errors import (
+    BrokerUnavailable,
+    ClaimedByAnother,
+    IllegalTransition,
+    InvalidInput,
+    InvalidPlan,
+)
+from models.queue import TASK_COORDINATE
+from models.settings import get_settings
+from models.tables import Run
+
+router = APIRouter()
+Text = Annotated[str, Form()]
+SEE_OTHER: Final = 303  # after a POST, the browser GETs the page it is sent to
+
+
+@router.get("/reviews", response_class=HTMLResponse)
+def inbox_page(request: Request, tab: str = "open") -> HTMLResponse:
+    """The review inbox: open, claimed, mine, decided; time waiting and time left."""
+    principal = reviewer(request)
+    shown = tab if tab in review_details.TABS else "open"
+    with session_scope() as session:
+        items = review_details.inbox(session, tab=shown, me=principal.name)
+        counts = review_details.tab_counts(session, me=principal.name)
+        version = last_event_id(session, kind_prefix="escalation.")
+    return render(
+        request,
+        "inbox.html",
+        principal=principal,
+        title="Review inbox",
+        items=items,
+        tab=shown,
+        tabs=review_details.TABS,
+        counts=counts,
+        poll_url=f"{base_path(request)}/reviews/version.json",
+        poll_version=version,
+    )
+
+
+@router.get("/reviews/version.json")
+def inbox_version(request: Request) -> dict[str, int]:
+    """The newest escalation event id: the inbox reloads when it changes."""
+    reviewer(request)
+    with session_scope() as session:
+        return {"version": last_event_id(session, kind_prefix="escalation.")}
+
+
+@router.get("/reviews/{escalation_id}", response_class=HTMLResponse)
+def review_page(request: Request, escalation_id: int) -> HTMLResponse:
+    """Why the run escalated, the failing step and its error, budgets, facts; the decisions."""
+    return _review(request, reviewer(request), escalation_id)
+
+
+def _review(
+    request: Request,
+    principal: Principal,
+    escalation_id: int,
+    *,
+    status_code: int = 200,
+    problem: dict[str, str] | None = None,
+    typed: dict[str, str] | None = None,
+) -> HTMLResponse:
+    with session_scope() as session:
+        context = review_details.escalation_context(session, escalation_id)
+    return render(
+        request,
+        "review.html",
+        principal=principal,
+        status_code=status_code,
+        title=f"Escalation {escalation_id}",
+        problem=problem,
+        typed=typed or {},
+        **context,
+    )
+
+
+Decision = Callable[[Session, Principal], Run]
+
+
+def _decide(
+    request: Request,
+    escalation_id: int,
+    action: str,
+    decision: Decision,
+    *,
+    typed: dict[str, str],
+    done: str,
+    coordinate: bool = True,
+) -> Response:
+    """Apply `decision` in one transaction, then tell the coordinator and show the run."""
+    principal = reviewer(request)
+    try:
+        with session_scope() as session:
+            run_id = decision(session, principal).id or 0
+    except (IllegalTransition, ClaimedByAnother) as exc:
+        problem = {"action": action, "message": str(exc), "kind": "conflict"}
+        return _review(request, principal, escalation_id, status_code=409, problem=problem)
+    except (InvalidPlan, InvalidInput) as exc:
+        problem = {"action": action, "message": str(exc), "kind": "invalid"}
+        return _review(
+            request, principal, escalation_id, status_code=400, problem=problem, typed=typed
+        )
+    message = done.format(id=escalation_id, run=run_id)
+    if coordinate:
+        try:
+            queue.send(TASK_COORDINATE, run_id)
+        except BrokerUnavailable:
+            message += " The broker could not be reached: the reconciler will send it later."
+    flash(request, message)
+    return RedirectResponse(f"{base_path(request)}/runs/{run_id}", status_code=SEE_OTHER)
+
+
+@router.post("/reviews/{escalation_id}/approve")
+def approve(request: Request, escalation_id: int, comment: Text = "") -> Response:
+    """Approve: retry the failed step once more (or re-plan, or carry on)."""
+    return _decide(
+        request,
+        escalation_id,
+        "approve",
+        lambda session, who: reviews.approve(
+            session,
+            escalation_id,
+            reviewer=who.name,
+            comment=comment.strip() or None,
+            max_attempts=get_settings().step_max_attempts,
+        ),
+        typed={"approve_comment": comment},
+        done="Escalation {id} approved; run {run} resumes.",
+    )
+
+
+@router.post("/reviews/{escalation_id}/reject")
+def reject(request: Request, escalation_id: int, comment: Text = "") -> Response:
+    """Reject: the run fails with the comment (required)."""
+    return _decide(
+        request,
+        escalation_id,
+        "reject",
+        lambda session, who: reviews.reject(
+            session, escalation_id, reviewer=who.name, comment=comment
+        ),
+        typed={"reject_comment": comment},
+        done="Escalation {id} rejected; run {run} failed.",
+        coordinate=False,
+    )
+
+
+@router.post("/reviews/{escalation_id}/respond")
+def respond(
+    request: Request, escalation_id: int, answer: Text = "", comment: Text = ""
+) -> Response:
+    """Respond: the answer becomes the failed step's result."""
+
+    def decide(session: Session, who: Principal) -> Run:
+        esc = reviews.get_escalation(session, escalation_id)
+        returns = tools.tool_returns(esc.detail.get("tool"))
+        return reviews.respond(
+            session,
+            escalation_id,
+            reviewer=who.name,
+            comment=comment.strip() or None,
+            answer=reviews.answer_from_text(answer, returns=returns),
+        )
+
+    return _decide(
+        request,
+        escalation_id,
+        "respond",
+        decide,
+        typed={"answer": answer, "respond_comment": comment},
+        done="Escalation {id} answered; run {run} resumes.",
+    )
+
+
+@router.post("/reviews/{escalation_id}/edit")
+def edit(request: Request, escalation_id: int, plan: Text = "", comment: Text = "") -> Response:
+    """Edit the plan: the reviewer's steps replace every step that has not run yet."""
+    return _decide(
+        request,
+        escalation_id,
+        "edit",
+        lambda session, who: reviews.edit(
+            session,
+            escalation_id,
+            reviewer=who.name,
+            plan=plan,
+            tools=tools.tool_names(),
+            check_args=tools.argument_problems,
+            comment=comment.strip() or None,
+            max_attempts=get_settings().step_max_attempts,
+        ),
+        typed={"plan": plan, "edit_comment": comment},
+        done="Escalation {id} decided with your plan; run {run} resumes.",
+    )
+
+
+@router.post("/reviews/{escalation_id}/claim")
+def claim(request: Request, escalation_id: int) -> Response:
+    """Claim the escalation: only you can decide it until you release it."""
+    principal = reviewer(request)
+    try:
+        with session_scope() as session:
+            reviews.get_escalation(session, escalation_id)
+            transitions.claim_escalation(session, escalation_id, reviewer=principal.name)
+    except IllegalTransition as exc:
+        problem = {"action": "claim", "message": str(exc), "kind": "conflict"}
+        return _review(request, principal, escalation_id, status_code=409, problem=problem)
+    flash(request, f"You claimed escalation {escalation_id}.")
+    return RedirectResponse(f"{base_path(request)}/reviews/{escalation_id}", SEE_OTHER)
+
+
+@router.post("/reviews/{escalation_id}/release")
+def release(request: Request, escalation_id: int) -> Response:
+    """Give a claim back to the queue."""
+    principal = reviewer(request)
+    try:
+        with session_scope() as session:
+            reviews.release(session, escalation_id, reviewer=principal.name)
+    except (IllegalTransition, ClaimedByAnother) as exc:
+        problem = {"action": "claim", "message": str(exc), "kind": "conflict"}
+        return _review(request, principal, escalation_id, status_code=409, problem=problem)
+    flash(request, f"Escalation {escalation_id} is back in the open queue.")
+    return RedirectResponse(f"{base_path(request)}/reviews/{escalation_id}", SEE_OTHER)

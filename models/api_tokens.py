@@ -1,0 +1,115 @@
+"""API tokens: create (the raw token is returned once), look up by hash, list, revoke.
+
+Only the sha256 hex of a token is stored (see `models.tables.ApiToken` for why a fast hash is
+right for 256-bit random tokens). A lookup hashes the presented token and finds the row by its
+unique index: the comparison happens inside Postgres on hashes, so the time it takes says nothing
+about how much of a guessed token was right. Functions take the session and never commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Final, Literal, get_args
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from models.errors import IllegalTransition, InvalidInput, NotFound
+from models.runs import USER_ID_MAX_CHARS
+from models.tables import ApiToken, utcnow
+
+TokenRole = Literal["submitter", "reviewer", "admin"]
+TOKEN_PREFIX: Final = "aq_"
+TOKEN_RANDOM_BYTES: Final = 32  # 256 bits from `secrets`: no one can guess or brute-force it
+TOKEN_MAX_CHARS: Final = 200  # a longer presented token is refused before hashing
+NAME_MAX_CHARS: Final = 200
+ROLES: Final = get_args(TokenRole)
+LAST_USED_RESOLUTION_S: Final = 60  # `last_used_at` is written at most once a minute per token
+
+
+def hash_token(raw: str) -> str:
+    """sha256 hex of the token's UTF-8 bytes: what the `token_hash` column holds."""
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def create_token(
+    session: Session, *, name: str, role: str, user_id: str | None = None
+) -> tuple[ApiToken, str]:
+    """Store a new token; returns its row and the raw token, which is never available again.
+
+    A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
+    tokens act for none (`user_id` refused). Raises `InvalidInput` naming the field.
+    """
+    _check(name=name, role=role, user_id=user_id)
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
+    row = ApiToken(name=name, role=role, user_id=user_id, token_hash=hash_token(raw))
+    session.add(row)
+    session.flush()
+    return row, raw
+
+
+def _check(*, name: str, role: str, user_id: str | None) -> None:
+    if not name.strip() or len(name) > NAME_MAX_CHARS:
+        raise InvalidInput(f"name: must be 1 to {NAME_MAX_CHARS} characters")
+    if role not in ROLES:
+        raise InvalidInput(f"role: {role!r} is not a role; use one of {', '.join(ROLES)}")
+    if role == "submitter" and (not user_id or not user_id.strip()):
+        raise InvalidInput("user: a submitter token needs the agentq user it acts for")
+    if role != "submitter" and user_id is not None:
+        raise InvalidInput(f"user: only submitter tokens act for a user, not {role} tokens")
+    if user_id is not None and len(user_id) > USER_ID_MAX_CHARS:
+        raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
+
+
+def lookup(session: Session, raw: str) -> ApiToken | None:
+    """The live (not revoked) token row whose hash matches `raw`, or None.
+
+    Marks it used (`last_used_at`, at most once a minute so reads do not all write).
+    """
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > TOKEN_MAX_CHARS:
+        return None
+    row = session.exec(
+        select(ApiToken).where(
+            ApiToken.token_hash == hash_token(raw), col(ApiToken.revoked_at).is_(None)
+        )
+    ).one_or_none()
+    if row is not None:
+        _touch(session, row)
+    return row
+
+
+def _touch(session: Session, row: ApiToken) -> None:
+    now = utcnow()
+    last = row.last_used_at
+    if last is None or (now - last).total_seconds() >= LAST_USED_RESOLUTION_S:
+        session.execute(
+            sa.update(ApiToken).where(col(ApiToken.id) == row.id).values(last_used_at=now)
+        )
+
+
+def list_tokens(session: Session, *, include_revoked: bool = True) -> list[ApiToken]:
+    """Every token (no hashes are secret, but none is shown either), oldest first."""
+    stmt = select(ApiToken).order_by(col(ApiToken.id))
+    if not include_revoked:
+        stmt = stmt.where(col(ApiToken.revoked_at).is_(None))
+    return list(session.exec(stmt))
+
+
+def revoke_token(session: Session, token_id: int) -> ApiToken:
+    """Revoke the token `token_id`: it authenticates nothing from the commit on.
+
+    Raises `NotFound`, or `IllegalTransition` when it is revoked already (nothing changes).
+    """
+    row = session.scalars(
+        sa.update(ApiToken)
+        .where(col(ApiToken.id) == token_id, col(ApiToken.revoked_at).is_(None))
+        .values(revoked_at=utcnow())
+        .returning(ApiToken)
+        .execution_options(populate_existing=True, synchronize_session=False)
+    ).one_or_none()
+    if row is not None:
+        return row
+    if session.get(ApiToken, token_id) is None:
+        raise NotFound(f"token {token_id} does not exist")
+    raise IllegalTransition("api_tokens", token_id, "revoked", "not revoked")

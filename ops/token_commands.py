@@ -1,0 +1,94 @@
+"""`agentq token ...`: create, list and revoke the bearer tokens of the HTTP API.
+
+A token is shown once, when it is created; only its sha256 hash is stored (`models.api_tokens`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from models import api_tokens
+from models.db import session_scope
+from ops.views import cell, utc
+
+token_app = typer.Typer(
+    help="Bearer tokens of the HTTP API (roles: submitter, reviewer, admin).", no_args_is_help=True
+)
+console = Console()
+PG_INT_MAX = 2**31 - 1
+
+
+def _connect() -> None:
+    from ops.cli import connect
+
+    connect()
+
+
+def _role(value: str) -> str:
+    if value not in api_tokens.ROLES:
+        raise typer.BadParameter(
+            f"{value!r} is not a role; use one of {', '.join(api_tokens.ROLES)}"
+        )
+    return value
+
+
+@token_app.command("create")
+def create(
+    name: Annotated[str, typer.Option(help="Who or what uses it; reviewers' decisions carry it.")],
+    role: Annotated[str, typer.Option(callback=_role, help="submitter, reviewer or admin.")],
+    user: Annotated[
+        str | None,
+        typer.Option(help="The agentq user a submitter token acts for (submitters only)."),
+    ] = None,
+) -> None:
+    """Create a token and print it once: it cannot be shown again."""
+    _connect()
+    with session_scope() as session:
+        row, raw = api_tokens.create_token(session, name=name, role=role, user_id=user)
+        token_id = row.id
+    console.print(Text(f"token {token_id} ({role}) created for {name}:"))
+    # print, not console.print: no wrapping or markup may touch the token
+    print(raw)
+    console.print(
+        Text(
+            "Store it now: it will not be shown again (only its hash is kept). "
+            "Send it as `Authorization: Bearer <token>`.",
+            style="yellow",
+        )
+    )
+
+
+@token_app.command("list")
+def list_() -> None:
+    """Every token: id, name, role, user, created, last used, revoked. Never the token."""
+    _connect()
+    with session_scope() as session:
+        rows = api_tokens.list_tokens(session)
+    table = Table("id", "name", "role", "user", "created", "last used", "revoked")
+    for t in rows:
+        table.add_row(
+            str(t.id),
+            cell(t.name, 40),
+            t.role,
+            cell(t.user_id or "", 40),
+            utc(t.created_at),
+            utc(t.last_used_at) if t.last_used_at else "-",
+            utc(t.revoked_at) if t.revoked_at else "",
+        )
+    console.print(table)
+
+
+@token_app.command("revoke")
+def revoke(
+    token_id: Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Token id (see list).")],
+) -> None:
+    """Revoke a token: every request with it is refused from now on."""
+    _connect()
+    with session_scope() as session:
+        row = api_tokens.revoke_token(session, token_id)
+    console.print(Text(f"token {row.id} ({row.name}) revoked"))

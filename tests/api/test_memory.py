@@ -1,0 +1,76 @@
+"""Memory over HTTP: a user's facts with their history, search, and forgetting (admin only)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from models import memory
+from models.db import session_scope
+from models.facts import remember
+from tests.api.conftest import Client, MakeToken
+
+pytestmark = pytest.mark.integration
+
+
+def store(user: str, text: str, attribute: str) -> None:
+    model = memory.embedder()
+    with session_scope() as session:
+        remember(
+            session, user_id=user, subject="user", attribute=attribute, category="preference",
+            text=text, embedding=model.embed([text])[0], embedding_model=model.model,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def carol(make_token: MakeToken) -> tuple[str, str]:
+    """A submitter token of a fresh user with two versions of one fact; (token, user)."""
+    user = f"carol-{uuid.uuid4().hex[:8]}"
+    store(user, "Carol's reports are in EUR", "currency")
+    store(user, "Carol's reports are in CHF", "currency")  # supersedes the EUR one
+    return make_token("submitter", user=user), user
+
+
+def test_facts_with_and_without_history(client: Client, carol: tuple[str, str]) -> None:
+    token, user = carol
+    current = client(token).get("/api/v1/memory/facts")
+    assert current.status_code == 200, current.text
+    assert [f["text"] for f in current.json()] == ["Carol's reports are in CHF"]
+    history = client(token).get("/api/v1/memory/facts", params={"history": True}).json()
+    assert [f["text"] for f in history] == [
+        "Carol's reports are in EUR",
+        "Carol's reports are in CHF",
+    ]
+    old, new = history
+    assert old["valid_to"] is not None and old["superseded_by"] == new["id"]
+    as_admin = client("admin").get("/api/v1/memory/facts", params={"user": user}).json()
+    assert as_admin == current.json()
+    assert client("admin").get("/api/v1/memory/facts").status_code == 400  # whose?
+
+
+def test_search_finds_the_users_facts_only(client: Client, carol: tuple[str, str]) -> None:
+    token, user = carol
+    found = client(token).get("/api/v1/memory/search", params={"q": "which currency, CHF?"})
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert [f["fact"]["text"] for f in body["facts"]] == ["Carol's reports are in CHF"]
+    assert body["facts"][0]["text_match"] is True and body["embedding_model"]
+    others = client("alice").get("/api/v1/memory/search", params={"q": "CHF"}).json()
+    assert all(f["fact"]["user_id"] != user for f in others["facts"])
+
+
+def test_a_submitter_reads_only_its_own_memory(client: Client, carol: tuple[str, str]) -> None:
+    _, user = carol
+    for path in ("/api/v1/memory/facts", "/api/v1/memory/search"):
+        refused = client("alice").get(path, params={"user": user, "q": "x"})
+        assert refused.status_code == 403 and "own user" in refused.json()["detail"]
+
+
+def test_forget_deletes_the_users_memory(client: Client, carol: tuple[str, str]) -> None:
+    token, user = carol
+    forgot = client("admin").post("/api/v1/memory/forget", json={"user": user})
+    assert forgot.status_code == 200, forgot.text
+    assert forgot.json()["deleted"]["facts"] == 2
+    assert client(token).get("/api/v1/memory/facts", params={"history": True}).json() == []
+    assert client(token).post("/api/v1/memory/forget", json={"user": user}).status_code == 403

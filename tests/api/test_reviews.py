@@ -1,0 +1,139 @@
+"""The review queue over HTTP: list, read, claim, release, and the four decisions; a decision on
+a decided escalation is a 409 that changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.api.conftest import Client, noop, snapshot
+from tests.integration.conftest import run_steps, wait_for_run
+
+pytestmark = pytest.mark.integration
+Escalated = Callable[..., tuple[int, int]]
+DECISIONS = {
+    "approve": {"comment": "once more"},
+    "reject": {"comment": "not worth it"},
+    "respond": {"answer": {"ok": True}},
+    "edit": {"plan": {"steps": [noop("instead")]}},
+}
+
+
+def test_listing_reading_and_claiming(client: Client, escalated: Escalated) -> None:
+    run_id, esc_id = escalated()
+    rita, ralf = client("reviewer"), client("reviewer2")
+    queue = rita.get("/api/v1/reviews").json()
+    mine = next(r for r in queue if r["escalation"]["id"] == esc_id)
+    assert mine["run"]["id"] == run_id and mine["escalation"]["status"] == "open"
+    assert mine["failed_step"]["name"] == "x" and mine["failed_step"]["status"] == "failed"
+    assert mine["escalation"]["reason"] == "replan_budget_spent"
+    ages = [r["escalation"]["created_at"] for r in queue]
+    assert ages == sorted(ages)  # oldest first
+    newest = rita.get("/api/v1/reviews", params={"order": "newest"}).json()
+    assert [r["escalation"]["created_at"] for r in newest] == sorted(ages, reverse=True)
+    assert rita.get(f"/api/v1/reviews/{esc_id}").json()["escalation"]["id"] == esc_id
+
+    claimed = rita.post(f"/api/v1/reviews/{esc_id}/claim")
+    assert claimed.status_code == 200 and claimed.json()["escalation"]["claimed_by"] == "rita"
+    assert ralf.post(f"/api/v1/reviews/{esc_id}/claim").status_code == 409
+    assert [r["escalation"]["id"] for r in rita.get(
+        "/api/v1/reviews", params={"mine": True}).json()] == [esc_id]  # fmt: skip
+    assert ralf.get("/api/v1/reviews", params={"mine": True}).json() == []
+    claimed_list = ralf.get("/api/v1/reviews", params={"status": "claimed"}).json()
+    assert esc_id in [r["escalation"]["id"] for r in claimed_list]
+    taken = ralf.post(f"/api/v1/reviews/{esc_id}/approve", json={})
+    assert taken.status_code == 409 and taken.json()["error"] == "ClaimedByAnother"
+    assert ralf.post(f"/api/v1/reviews/{esc_id}/release").status_code == 409
+    released = rita.post(f"/api/v1/reviews/{esc_id}/release")
+    assert released.status_code == 200 and released.json()["escalation"]["status"] == "open"
+    assert client("admin").post(f"/api/v1/reviews/{esc_id}/reject", json={
+        "comment": "cleaning up"}).status_code == 200  # fmt: skip
+    assert rita.get("/api/v1/reviews/999999").status_code == 404
+
+
+def test_claim_next_takes_the_oldest_open_one_and_says_when_none_is_left(
+    client: Client, escalated: Escalated
+) -> None:
+    rita = client("reviewer")
+    escalated()
+    escalated()
+    claimed: list[int] = []
+    while (response := rita.post("/api/v1/reviews/claim")).status_code == 200:
+        claimed.append(response.json()["escalation"]["id"])
+        assert response.json()["escalation"]["claimed_by"] == "rita"
+    assert response.status_code == 204 and len(claimed) >= 2
+    assert claimed == sorted(claimed)
+    for esc_id in claimed:
+        decided = rita.post(f"/api/v1/reviews/{esc_id}/reject", json={"comment": "done"})
+        assert decided.status_code == 200, decided.text
+
+
+def test_approve_retries_the_failed_step(client: Client, escalated: Escalated) -> None:
+    run_id, esc_id = escalated(tool="flaky")
+    decided = client("reviewer").post(f"/api/v1/reviews/{esc_id}/approve", json={"comment": "go"})
+    assert decided.status_code == 200, decided.text
+    body = decided.json()
+    assert (
+        body["escalation"]["decision"] == "approve" and body["escalation"]["decided_by"] == "rita"
+    )
+    assert body["notified"] is True
+    assert wait_for_run(run_id, ("succeeded", "failed")).status == "succeeded"
+
+
+def test_reject_fails_the_run_with_the_comment(client: Client, escalated: Escalated) -> None:
+    _, esc_id = escalated()
+    rita = client("reviewer")
+    assert rita.post(f"/api/v1/reviews/{esc_id}/reject", json={}).status_code == 422
+    blank = rita.post(f"/api/v1/reviews/{esc_id}/reject", json={"comment": "  "})
+    assert blank.status_code == 400 and "comment" in blank.json()["detail"]
+    decided = rita.post(f"/api/v1/reviews/{esc_id}/reject", json={"comment": "wrong goal"})
+    assert decided.status_code == 200 and decided.json()["run"]["status"] == "failed"
+    assert "wrong goal" in decided.json()["run"]["error"]
+
+
+def test_respond_answers_for_the_failed_step(client: Client, escalated: Escalated) -> None:
+    run_id, esc_id = escalated()
+    rita = client("reviewer")
+    assert rita.post(f"/api/v1/reviews/{esc_id}/respond", json={"answer": None}).status_code == 400
+    decided = rita.post(f"/api/v1/reviews/{esc_id}/respond", json={"answer": 0.95})
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["escalation"]["answer"] == {"answer": 0.95}
+    assert wait_for_run(run_id, ("succeeded", "failed")).status == "succeeded"
+    human = [s for s in run_steps(run_id) if s.kind == "human"]
+    assert [(s.name, s.result) for s in human] == [("x", {"answer": 0.95})]
+
+
+def test_edit_replaces_the_steps_not_yet_run(client: Client, escalated: Escalated) -> None:
+    run_id, esc_id = escalated()
+    rita = client("reviewer")
+    invalid = {"plan": {"steps": [{"name": "z", "kind": "tool", "tool": "nope"}]}}
+    refused = rita.post(f"/api/v1/reviews/{esc_id}/edit", json=invalid)
+    assert refused.status_code == 400 and "unknown tool 'nope'" in refused.text
+    assert rita.get(f"/api/v1/reviews/{esc_id}").json()["escalation"]["status"] == "open"
+    plan = {"plan": {"steps": [noop("first"), noop("second")]}, "comment": "simpler"}
+    decided = rita.post(f"/api/v1/reviews/{esc_id}/edit", json=plan)
+    assert decided.status_code == 200, decided.text
+    assert wait_for_run(run_id, ("succeeded", "failed")).status == "succeeded"
+    detail = client("admin").get(f"/api/v1/runs/{run_id}").json()
+    assert detail["plan_versions"][-1]["created_by"] == "reviewer"
+    current = [s["name"] for s in detail["steps"] if s["id"] in detail["current_step_ids"]]
+    assert current == ["a", "x", "first", "second"]
+
+
+@pytest.mark.parametrize("first", ["approve", "reject"])
+def test_a_second_decision_is_refused_and_changes_nothing(
+    client: Client, escalated: Escalated, first: str
+) -> None:
+    run_id, esc_id = escalated(tool="flaky")  # approved, the retry succeeds: the run ends
+    rita, ada = client("reviewer"), client("admin")
+    assert rita.post(f"/api/v1/reviews/{esc_id}/{first}", json=DECISIONS[first]).status_code == 200
+    wait_for_run(run_id, ("succeeded", "failed"))
+    before = snapshot(run_id)
+    for who in (rita, ada):
+        for decision, body in DECISIONS.items():
+            again = who.post(f"/api/v1/reviews/{esc_id}/{decision}", json=body)
+            assert again.status_code == 409, (decision, again.text)
+            assert "decided" in again.json()["detail"]
+        assert who.post(f"/api/v1/reviews/{esc_id}/claim").status_code == 409
+    assert snapshot(run_id) == before

@@ -1,0 +1,146 @@
+"""Runs over HTTP: submit, list with filters, read one whole, cancel; a submitter's own only."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from models.db import session_scope
+from models.tables import Run
+from tests.api.conftest import Client, noop, snapshot, user_of
+from tests.integration.conftest import wait_for_run
+
+pytestmark = pytest.mark.integration
+
+
+def run_count() -> int:
+    with session_scope() as session:
+        return int(session.scalar(sa.select(sa.func.count()).select_from(Run)) or 0)
+
+
+def test_a_submitter_submits_an_explicit_plan_and_reads_the_whole_run(client: Client) -> None:
+    alice = client("alice")
+    body = {
+        "goal": "two no-ops",
+        "facts": {"currency": "EUR"},
+        "budgets": {"replans": 1, "tokens": 5000, "cost_usd": 0.5, "wall_time_s": 600},
+        "plan": {"steps": [noop("a"), {"name": "b", "kind": "tool", "tool": "echo",
+                                        "args": {"value": "${facts.currency}"}}]},
+    }  # fmt: skip
+    created = alice.post("/api/v1/runs", json=body)
+    assert created.status_code == 201, created.text
+    run = created.json()["run"]
+    assert created.json()["notified"] is True
+    assert (run["status"], run["plan_version"], run["user_id"]) == (
+        "running", 1, user_of(client, "alice"),
+    )  # fmt: skip
+    assert run["spend"]["replans_limit"] == 1 and run["spend"]["tokens_limit"] == 5000
+    assert run["spend"]["cost_limit_usd"] == 0.5 and run["spend"]["wall_time_limit_s"] == 600
+    assert wait_for_run(run["id"]).status == "succeeded"
+    detail = alice.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "succeeded" and detail["pinned_facts"] == {"currency": "EUR"}
+    assert [v["created_by"] for v in detail["plan_versions"]] == ["submitter"]
+    assert [s["name"] for s in detail["steps"]] == ["a", "b"]
+    assert detail["current_step_ids"] == [s["id"] for s in detail["steps"]]
+    assert detail["steps"][1]["result"] == {"value": "EUR"}
+    assert {"run.submitted", "run.succeeded"} <= {e["kind"] for e in detail["events"]}
+    assert detail["final_result"] is not None and detail["escalations"] == []
+
+
+def test_a_goal_alone_is_planned(client: Client) -> None:
+    created = client("bob").post("/api/v1/runs", json={"goal": "say hello"})
+    assert created.status_code == 201, created.text
+    assert created.json()["run"]["status"] == "queued"
+    run = wait_for_run(created.json()["run"]["id"])
+    assert run.status in ("succeeded", "waiting_review") and run.plan_version >= 1
+
+
+def test_a_submitter_never_sees_another_users_run(client: Client) -> None:
+    bobs = client("bob").post("/api/v1/runs", json={"goal": "bob's secret"}).json()["run"]["id"]
+    response = client("alice").get(f"/api/v1/runs/{bobs}")
+    assert response.status_code == 404
+    missing = client("alice").get("/api/v1/runs/2000000000")
+    assert response.json()["detail"] == f"run {bobs} does not exist"  # as if it did not exist
+    assert missing.status_code == 404
+    assert client("alice").post(f"/api/v1/runs/{bobs}/cancel").status_code == 404
+    listed = client("alice").get("/api/v1/runs", params={"user": user_of(client, "bob")}).json()
+    assert listed == []
+    assert client("reviewer").get(f"/api/v1/runs/{bobs}").status_code == 200
+    assert client("admin").get(f"/api/v1/runs/{bobs}").status_code == 200
+
+
+def test_list_filters_by_status_and_user_newest_first(client: Client) -> None:
+    alice_user, bob_user = user_of(client, "alice"), user_of(client, "bob")
+    ids = [
+        client("admin")
+        .post("/api/v1/runs", json={"goal": f"g{i}", "user": alice_user})
+        .json()["run"]["id"]
+        for i in range(3)
+    ]
+    client("bob").post("/api/v1/runs", json={"goal": "bob's"})
+    admin = client("admin")
+    listed = admin.get("/api/v1/runs", params={"user": alice_user, "limit": 2}).json()
+    assert [r["id"] for r in listed] == ids[::-1][:2]
+    assert all(r["user_id"] == alice_user for r in listed)
+    page = admin.get("/api/v1/runs", params={"user": alice_user, "before": ids[1]}).json()
+    assert ids[0] in [r["id"] for r in page] and ids[1] not in [r["id"] for r in page]
+    mine = client("alice").get("/api/v1/runs", params={"limit": 1000}).json()
+    assert {r["user_id"] for r in mine} == {alice_user} and bob_user != alice_user
+    for run_id in ids:
+        wait_for_run(run_id)
+    done = admin.get("/api/v1/runs", params={"status": "succeeded", "user": alice_user}).json()
+    assert done and all(r["status"] == "succeeded" for r in done)
+    bad = admin.get("/api/v1/runs", params={"status": "done"})
+    assert bad.status_code == 422 and "succeeded" in bad.text
+
+
+def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> None:
+    before = run_count()
+    admin, alice = client("admin"), client("alice")
+    unknown_tool = {"goal": "g", "user": "u",
+                    "plan": {"steps": [{"name": "a", "kind": "tool", "tool": "nope"}]}}  # fmt: skip
+    response = admin.post("/api/v1/runs", json=unknown_tool)
+    assert response.status_code == 400 and "steps.0.tool: unknown tool 'nope'" in response.text
+    fact_ref = {
+        "goal": "g",
+        "user": "u",
+        "plan": {
+            "steps": [
+                {"name": "a", "kind": "tool", "tool": "echo", "args": {"value": "${facts.missing}"}}
+            ]
+        },
+    }
+    response = admin.post("/api/v1/runs", json=fact_ref)
+    assert response.status_code == 400 and "'missing', which is not pinned" in response.text
+    assert admin.post("/api/v1/runs", json={"goal": "g"}).json()["detail"].startswith("user:")
+    other = alice.post("/api/v1/runs", json={"goal": "g", "user": "someone-else"})
+    assert other.status_code == 400 and "submits only as" in other.text
+    blank = admin.post("/api/v1/runs", json={"goal": "   ", "user": "u"})
+    assert blank.status_code == 400 and blank.json()["detail"].startswith("goal:")
+    for body, field in (
+        ({"goal": "g", "user": "u", "facts": {"Bad Key": "x"}}, "facts"),
+        ({"goal": "g", "user": "u", "budgets": {"tokens": 0}}, "tokens"),
+        ({"goal": "g", "user": "u", "budgets": {"wall_time_s": 10**9}}, "wall_time_s"),
+        ({"goal": "g", "user": "u", "budgets": {"tokens": 2**40}}, "tokens"),
+        ({"goal": "g", "user": "u", "colour": "red"}, "colour"),
+        ({"goal": "nul \u0000 inside", "user": "u"}, "NUL"),
+        ({"goal": "g", "user": "u", "plan": {"steps": []}}, "steps"),
+    ):
+        response = admin.post("/api/v1/runs", json=body)
+        assert response.status_code == 422 and field in response.text, (body, response.text)
+    assert run_count() == before
+
+
+def test_cancel_ends_an_active_run_once(client: Client) -> None:
+    sleepy = {"name": "s", "kind": "tool", "tool": "sleep", "args": {"seconds": 2}}
+    body = {"goal": "slow", "plan": {"steps": [sleepy, noop("after")]}}
+    run_id = client("alice").post("/api/v1/runs", json=body).json()["run"]["id"]
+    cancelled = client("alice").post(f"/api/v1/runs/{run_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert {s["name"]: s["status"] for s in cancelled.json()["steps"]}["after"] == "cancelled"
+    before = snapshot(run_id)
+    again = client("admin").post(f"/api/v1/runs/{run_id}/cancel")
+    assert again.status_code == 409 and "cancelled" in again.json()["detail"]
+    assert again.json()["error"] == "IllegalTransition"
+    assert snapshot(run_id)["run"] == before["run"]

@@ -1,0 +1,196 @@
+"""A model step that may call tools: the function-calling loop, bounded, every call checked.
+
+A model step whose plan lists `tools` offers them to the model as OpenAI function tools. When the
+model answers with tool calls, each call's arguments are checked before anything runs: they must
+be JSON (the model writes them as text, and may write anything), a JSON object, and fit the tool's
+schema (`Tool.invoke` validates with pydantic before calling). A call that fails a check is
+recorded as a `step.tool_call.invalid` event with the raw text, the tool does not run, and the
+model gets the error as the call's answer and is asked again. Valid calls run and their results
+(shortened to `AGENTQ_TOOL_RESULT_MAX_TOKENS`) go back to the model, until it answers in text.
+
+Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
+budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
+invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw
+calls attached. The conversation grows with each exchange; when it no longer fits the prompt
+budget the step raises `ContextOverflow` rather than send a request the server would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from models import transitions
+from models.db import session_scope
+from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsError, ToolError
+from models.settings import get_settings
+from models.tables import Step
+from models.tokens import count_message_tokens, count_tokens
+from worker.calls import call_model
+from worker.context import ContextOverflow, Piece, shorten
+from worker.prompts import step_prompt
+from worker.providers import Completion, ToolCall
+from worker.tools import Tool, ToolContext, get_tool
+from worker.working_memory import budget, request_for
+
+RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What became of one tool call: `content` is the `tool` message the model gets back.
+
+    `invalid` is why the call was refused before its tool ran (None: the call was valid, and
+    `result` or `error` says how the tool did).
+    """
+
+    call: ToolCall
+    content: str
+    invalid: str | None = None
+    arguments: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext) -> dict[str, Any]:
+    """Run model step `step`: its instruction with the earlier `results`, calling its tools.
+
+    Returns `{"text", "model", "offline"}`, plus `"tool_calls": [{"tool", "arguments", "result"
+    | "error"}]` when tools ran. Raises `InvalidToolCalls` (the model's calls stayed invalid),
+    `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls, or an unknown tool
+    listed), `RetryableToolError` from a tool, `ContextOverflow`, and what `call_model` raises.
+    """
+    tools = {name: get_tool(name) for name in step.tools}
+    prompt = step_prompt(step.instruction, results, [t.describe() for t in tools.values()])
+    request = request_for(step.run_id, prompt)
+    settings = get_settings()
+    messages, invalid_answers = list(request.messages), 0
+    ran: list[dict[str, Any]] = []
+    for number in range(1, settings.model_step_max_calls + 1):
+        if number > 1 and count_message_tokens(messages, settings.model) > budget(prompt):
+            raise ContextOverflow(
+                f"step {step.name!r}: the tool-calling exchange outgrew the prompt budget after "
+                f"{number - 1} model calls"
+            )
+        counted = request.estimated_prompt_tokens if number == 1 else None
+        completion = call_model(
+            step.run_id,
+            replace(request, messages=list(messages), estimated_prompt_tokens=counted),
+            step_id=step.id,
+        )
+        if not completion.tool_calls:
+            answer = {"text": completion.text, "model": completion.model}
+            return {**answer, "offline": completion.offline, **({"tool_calls": ran} if ran else {})}
+        answered = [
+            answer_call(replace(ctx, call_number=len(ran) + i + 1), tools, call)
+            for i, call in enumerate(completion.tool_calls)
+        ]
+        _record(step, number, answered)
+        messages += [assistant_message(completion), *(tool_message(a) for a in answered)]
+        ran += [_ran(a) for a in answered if a.invalid is None]
+        if any(a.invalid for a in answered):
+            invalid_answers += 1
+            if invalid_answers > settings.tool_call_max_invalid:
+                raise InvalidToolCalls(_invalid_message(step, answered), raw=_raw(answered))
+    raise ToolError(
+        f"step {step.name!r}: no answer after {settings.model_step_max_calls} model calls "
+        "(AGENTQ_MODEL_STEP_MAX_CALLS); the model kept calling tools"
+    )
+
+
+def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Answered:
+    """Check `call` and, when it is valid, run its tool; never runs a tool on arguments that are
+    not a JSON object fitting its schema. Raises only `RetryableToolError` (and a tool's bug)."""
+    tool = tools.get(call.name)
+    if tool is None:
+        offered = ", ".join(sorted(tools)) or "none"
+        return _refused(call, f"tool {call.name!r} is not offered to this step; offered: {offered}")
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        return _refused(call, f"arguments of {call.name!r} are not valid JSON: {exc}")
+    if not isinstance(arguments, dict):
+        kind = type(arguments).__name__
+        return _refused(call, f"arguments of {call.name!r} must be a JSON object, not {kind}")
+    try:
+        result = tool.invoke(ctx, arguments)
+    except ToolArgumentsError as exc:
+        return _refused(call, str(exc))
+    except RetryableToolError:
+        raise
+    except ToolError as exc:
+        return Answered(call, f"error: {exc}", arguments=arguments, error=str(exc))
+    content = json.dumps(result, ensure_ascii=False)
+    return Answered(call, content, arguments=arguments, result=result)
+
+
+def _refused(call: ToolCall, why: str) -> Answered:
+    content = f"invalid call, the tool did not run: {why}. Call it again correctly."
+    return Answered(call, content, invalid=why)
+
+
+def assistant_message(completion: Completion) -> dict[str, Any]:
+    """The model's tool-calling answer as the assistant message that goes back in the exchange."""
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in completion.tool_calls
+    ]
+    return {"role": "assistant", "content": completion.text or None, "tool_calls": calls}
+
+
+def tool_message(answered: Answered) -> dict[str, Any]:
+    """The `tool` message answering one call, shortened to `AGENTQ_TOOL_RESULT_MAX_TOKENS`."""
+    model = get_settings().model
+    piece = Piece("tool", answered.content, count_tokens(answered.content, model))
+    short = shorten(
+        piece,
+        max_tokens=get_settings().tool_result_max_tokens,
+        where="the step's step.tool_call event",
+        count=lambda text: count_tokens(text, model),
+    )
+    return {"role": "tool", "tool_call_id": answered.call.id, "content": short.text}
+
+
+def _ran(answered: Answered) -> dict[str, Any]:
+    outcome = {"error": answered.error} if answered.error else {"result": answered.result}
+    return {"tool": answered.call.name, "arguments": answered.arguments, **outcome}
+
+
+def _record(step: Step, number: int, answered: list[Answered]) -> None:
+    with session_scope() as session:
+        for a in answered:
+            if a.invalid is not None:
+                transitions.record_event(
+                    session,
+                    step.run_id,
+                    "step.tool_call.invalid",
+                    step_id=step.id,
+                    model_call=number,
+                    tool=a.call.name,
+                    raw_arguments=a.call.arguments[:RAW_ARGUMENTS_MAX_CHARS],
+                    error=a.invalid,
+                )
+            else:
+                transitions.record_event(
+                    session,
+                    step.run_id,
+                    "step.tool_call",
+                    step_id=step.id,
+                    model_call=number,
+                    **_ran(a),
+                )
+
+
+def _invalid_message(step: Step, answered: list[Answered]) -> str:
+    why = "; ".join(a.invalid for a in answered if a.invalid)
+    limit = get_settings().tool_call_max_invalid
+    return (
+        f"step {step.name!r}: the model's tool calls were still invalid after {limit} re-asks "
+        f"(AGENTQ_TOOL_CALL_MAX_INVALID): {why}"
+    )
+
+
+def _raw(answered: list[Answered]) -> str:
+    calls = [{"tool": a.call.name, "arguments": a.call.arguments} for a in answered if a.invalid]
+    return json.dumps(calls, ensure_ascii=False)[:RAW_ARGUMENTS_MAX_CHARS]
