@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from models.budgets import cost_usd, fits
 from models.errors import (
     CostBudgetSpent,
+    InvalidToolCalls,
     ProviderError,
     ProviderUnavailable,
     QuotaExhausted,
@@ -87,6 +88,12 @@ def test_retryable_failures_retry_while_attempts_are_left(exc: BaseException) ->
     assert failure_outcome(exc, step(3), max_deferrals=5).kind == "failed"
 
 
+def test_tool_calls_that_stay_invalid_escalate_with_the_raw_calls() -> None:
+    raw = '[{"tool": "echo", "arguments": "{\\"value\\": "}]'
+    out = failure_outcome(InvalidToolCalls("still invalid", raw=raw), step(1), max_deferrals=5)
+    assert (out.kind, out.reason, out.raw) == ("escalated", "invalid_tool_call", raw)
+
+
 def test_a_tool_error_fails_at_once() -> None:
     assert failure_outcome(ToolError("bad"), step(1), max_deferrals=5).kind == "failed"
 
@@ -109,7 +116,17 @@ class Failed:
     kind: str
 
 
-CallOutcome = Answered | Failed
+@dataclass(frozen=True)
+class InvalidCall:
+    """The provider answered (this usage is charged) with a tool call whose arguments are
+    invalid: the step asks again, up to `MAX_INVALID` times (`AGENTQ_TOOL_CALL_MAX_INVALID`)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+CallOutcome = Answered | Failed | InvalidCall
+MAX_INVALID = 2
 
 
 @dataclass
@@ -127,6 +144,7 @@ class Run:
     status: str = "running"  # running | succeeded | waiting_review
     reason: str = ""
     claims: int = 0
+    invalid_answers: int = 0  # of the current step
     current: Step = field(default_factory=step)
 
 
@@ -155,13 +173,21 @@ def attempt(run: Run, outcome: CallOutcome) -> None:
     tokens, cost = held
     run.tokens_used -= tokens
     run.cost_used -= cost
-    if isinstance(outcome, Answered):
+    if isinstance(outcome, Answered | InvalidCall):
         run.tokens_used += outcome.prompt_tokens + outcome.completion_tokens
         run.cost_used += cost_usd(
             PRICE, prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens
         )
+    if isinstance(outcome, InvalidCall):
+        run.current.attempt -= 1  # another call within the same attempt, not a new claim
+        run.invalid_answers += 1
+        if run.invalid_answers > MAX_INVALID:
+            return decide(run, InvalidToolCalls("still invalid", raw="{"))
+        return None
+    if isinstance(outcome, Answered):
         run.steps_left -= 1
         run.current = step(0, max_attempts=run.max_attempts)
+        run.invalid_answers = 0
         if run.steps_left == 0:
             run.status = "succeeded"
         return None
@@ -175,6 +201,7 @@ def attempt(run: Run, outcome: CallOutcome) -> None:
 
 def decide(run: Run, exc: Exception) -> None:
     out = failure_outcome(exc, run.current, max_deferrals=run.max_deferrals)
+    run.invalid_answers = 0  # the attempt is over; the next one starts its own tool loop
     if out.kind == "deferred":
         run.current.deferrals += 1
     elif out.kind == "escalated":
@@ -194,6 +221,11 @@ outcomes = st.one_of(
         completion_tokens=st.integers(0, MAX_OUTPUT),
     ),
     st.sampled_from([Failed("rate_limited"), Failed("quota"), Failed("unavailable")]),
+    st.builds(
+        InvalidCall,
+        prompt_tokens=st.integers(0, 2 * ESTIMATE),
+        completion_tokens=st.integers(0, MAX_OUTPUT),
+    ),
 )
 
 
@@ -220,7 +252,7 @@ def test_spend_stays_within_budget_and_every_run_ends(
     run.current = step(0, max_attempts=max_attempts)
     script = iter(calls)
     # Past the script every call is answered: a run ends even with a provider that recovers.
-    bound = (steps + replans) * (max_attempts + max_deferrals)
+    bound = (steps + replans) * (max_attempts + max_deferrals + MAX_INVALID + 1)
     while run.status == "running":
         attempt(run, next(script, Answered(ESTIMATE, 1)))
         assert run.claims <= bound, "the run loops"
@@ -236,4 +268,5 @@ def test_spend_stays_within_budget_and_every_run_ends(
             "cost_budget_spent",
             "quota_exhausted",
             "replan_budget_spent",
+            "invalid_tool_call",
         )
