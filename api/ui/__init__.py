@@ -12,10 +12,13 @@ from typing import Final
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
+from api.errors import status_of
 from api.ui import reviews, runs, signin
 from api.ui.security import (
     CsrfRefused,
@@ -26,7 +29,7 @@ from api.ui.security import (
     session_secret,
 )
 from api.ui.templating import base_path, render
-from models.errors import NotFound
+from models.errors import AgentqError, NotFound
 
 UI_PREFIX: Final = "/ui"
 SESSION_COOKIE: Final = "agentq_ui"
@@ -59,6 +62,9 @@ def create_ui(prefix: str = UI_PREFIX, settings: UiSettings | None = None) -> Fa
     ui.add_exception_handler(Forbidden, _refused)
     ui.add_exception_handler(CsrfRefused, _refused)
     ui.add_exception_handler(NotFound, _not_found)
+    ui.add_exception_handler(AgentqError, _failed)
+    ui.add_exception_handler(HTTPException, _http_error)
+    ui.add_exception_handler(RequestValidationError, _not_found)  # /ui/runs/abc
     return ui
 
 
@@ -91,6 +97,33 @@ async def _refused(request: Request, exc: Exception) -> Response:
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
+    message = str(exc) if isinstance(exc, NotFound) else "There is no such page here."
     return render(
-        request, "error.html", principal=None, status_code=404, title="Not found", message=str(exc)
+        request, "error.html", principal=None, status_code=404, title="Not found", message=message
+    )
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    """Any other agentq error (the database is down, a setting is wrong) with the API's status."""
+    assert isinstance(exc, AgentqError)
+    return render(
+        request,
+        "error.html",
+        principal=None,
+        status_code=status_of(exc),
+        title="Something went wrong",
+        message=str(exc),
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (an unknown page, a wrong method, a bad path value) as pages."""
+    assert isinstance(exc, HTTPException)
+    return render(
+        request,
+        "error.html",
+        principal=None,
+        status_code=exc.status_code,
+        title=str(exc.detail),
+        message="There is no such page here.",
     )

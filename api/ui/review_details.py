@@ -19,6 +19,7 @@ from models import reviews
 from models.plans import current_steps
 from models.runs import pinned_facts
 from models.tables import Escalation, Run, Step, utcnow
+from ops.views import DETAIL_SHOWN_ELSEWHERE
 
 TABS: Final = ("open", "claimed", "mine", "decided")
 DECIDED_SHOWN: Final = 50  # the decided tab lists the newest decisions only
@@ -123,7 +124,7 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         "extra": {
             k: v
             for k, v in esc.detail.items()
-            if k not in ("step", "error", "tool") and v not in ("", None, {}, [])
+            if k not in DETAIL_SHOWN_ELSEWHERE and v not in ("", None, {}, [])
         },
         "facts": pinned_facts(session, esc.run_id),
         "steps": steps,

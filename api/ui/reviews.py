@@ -18,6 +18,7 @@ from sqlmodel import Session
 
 from api import tools
 from api.auth import Principal
+from api.reviews import EscalationId
 from api.ui import review_details
 from api.ui.run_details import last_event_id
 from api.ui.security import reviewer
@@ -72,7 +73,7 @@ def inbox_version(request: Request) -> dict[str, int]:
 
 
 @router.get("/reviews/{escalation_id}", response_class=HTMLResponse)
-def review_page(request: Request, escalation_id: int) -> HTMLResponse:
+def review_page(request: Request, escalation_id: EscalationId) -> HTMLResponse:
     """Why the run escalated, the failing step and its error, budgets, facts; the decisions."""
     return _review(request, reviewer(request), escalation_id)
 
@@ -137,7 +138,7 @@ def _decide(
 
 
 @router.post("/reviews/{escalation_id}/approve")
-def approve(request: Request, escalation_id: int, comment: Text = "") -> Response:
+def approve(request: Request, escalation_id: EscalationId, comment: Text = "") -> Response:
     """Approve: retry the failed step once more (or re-plan, or carry on)."""
     return _decide(
         request,
@@ -156,7 +157,7 @@ def approve(request: Request, escalation_id: int, comment: Text = "") -> Respons
 
 
 @router.post("/reviews/{escalation_id}/reject")
-def reject(request: Request, escalation_id: int, comment: Text = "") -> Response:
+def reject(request: Request, escalation_id: EscalationId, comment: Text = "") -> Response:
     """Reject: the run fails with the comment (required)."""
     return _decide(
         request,
@@ -173,7 +174,7 @@ def reject(request: Request, escalation_id: int, comment: Text = "") -> Response
 
 @router.post("/reviews/{escalation_id}/respond")
 def respond(
-    request: Request, escalation_id: int, answer: Text = "", comment: Text = ""
+    request: Request, escalation_id: EscalationId, answer: Text = "", comment: Text = ""
 ) -> Response:
     """Respond: the answer becomes the failed step's result."""
 
@@ -199,7 +200,9 @@ def respond(
 
 
 @router.post("/reviews/{escalation_id}/edit")
-def edit(request: Request, escalation_id: int, plan: Text = "", comment: Text = "") -> Response:
+def edit(
+    request: Request, escalation_id: EscalationId, plan: Text = "", comment: Text = ""
+) -> Response:
     """Edit the plan: the reviewer's steps replace every step that has not run yet."""
     return _decide(
         request,
@@ -221,7 +224,7 @@ def edit(request: Request, escalation_id: int, plan: Text = "", comment: Text = 
 
 
 @router.post("/reviews/{escalation_id}/claim")
-def claim(request: Request, escalation_id: int) -> Response:
+def claim(request: Request, escalation_id: EscalationId) -> Response:
     """Claim the escalation: only you can decide it until you release it."""
     principal = reviewer(request)
     try:
@@ -236,7 +239,7 @@ def claim(request: Request, escalation_id: int) -> Response:
 
 
 @router.post("/reviews/{escalation_id}/release")
-def release(request: Request, escalation_id: int) -> Response:
+def release(request: Request, escalation_id: EscalationId) -> Response:
     """Give a claim back to the queue."""
     principal = reviewer(request)
     try:

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from sqlmodel import Session, col, select
 
 from api.auth import Principal
+from api.runs import RunId
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, current_principal
 from api.ui.templating import base_path, render
@@ -62,7 +63,7 @@ def runs_page(request: Request, status: str | None = None) -> HTMLResponse:
         principal=principal,
         title="Runs",
         runs=runs,
-        progress=progress,
+        progress_by_run=progress,
         status_filter=shown,
         statuses=RUN_STATUSES,
         poll_url=f"{base_path(request)}/runs/version.json",
@@ -79,7 +80,7 @@ def runs_version(request: Request) -> dict[str, int]:
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: int) -> HTMLResponse:
+def run_page(request: Request, run_id: RunId) -> HTMLResponse:
     """One run: spend, pinned facts, plan versions side by side, steps, escalations, timeline."""
     principal = current_principal(request)
     with session_scope() as session:
@@ -106,7 +107,7 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
 
 
 @router.get("/runs/{run_id}/version.json")
-def run_version(request: Request, run_id: int) -> dict[str, int]:
+def run_version(request: Request, run_id: RunId) -> dict[str, int]:
     """The run's newest event id."""
     principal = current_principal(request)
     with session_scope() as session:

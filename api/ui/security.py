@@ -71,13 +71,19 @@ def session_secret(settings: UiSettings) -> str:
 
 
 def _write_secret(path: Path) -> None:
+    """Write a new secret to `path` whole or not at all: a private temporary file, then a hard
+    link (which fails when another process linked its own first; theirs is then used)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process wrote it first; use theirs
-        return
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as out:
         out.write(secrets.token_urlsafe(SECRET_RANDOM_BYTES))
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
 
 
 def sign_in(request: Request, principal: Principal) -> None:

@@ -127,6 +127,20 @@ def open_escalation(run_id: int, timeout_s: float = 10) -> int:
         time.sleep(0.1)
 
 
+def wait_for_event(run_id: int, kinds: tuple[str, ...], timeout_s: float = 60) -> None:
+    """Wait until the run's timeline has an event of one of `kinds`."""
+    from models.tables import RunEvent
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with session_scope() as session:
+            stmt = select(RunEvent).where(RunEvent.run_id == run_id)
+            if any(e.kind in kinds for e in session.exec(stmt)):
+                return
+        assert time.monotonic() < deadline, f"run {run_id} has no event {kinds}"
+        time.sleep(0.2)
+
+
 def snapshot(run_id: int) -> dict[str, Any]:
     """Every row of the run that a decision could change, as plain data."""
     from models.tables import PlanVersion, RunEvent, Step

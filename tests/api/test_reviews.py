@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.api.conftest import Client, noop, snapshot
+from tests.api.conftest import Client, noop, snapshot, wait_for_event
 from tests.integration.conftest import run_steps, wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -129,6 +129,7 @@ def test_a_second_decision_is_refused_and_changes_nothing(
     rita, ada = client("reviewer"), client("admin")
     assert rita.post(f"/api/v1/reviews/{esc_id}/{first}", json=DECISIONS[first]).status_code == 200
     wait_for_run(run_id, ("succeeded", "failed"))
+    wait_for_event(run_id, ("memory.remembered", "memory.failed"))  # the worker's last write
     before = snapshot(run_id)
     for who in (rita, ada):
         for decision, body in DECISIONS.items():

@@ -97,18 +97,16 @@ def _wait_for_address(log: Path, proc: subprocess.Popen[bytes]) -> str:
 
 @pytest.fixture(scope="session")
 def console() -> Iterator[Console]:
-    """`agentq up` on a fresh home; stopped with Ctrl-C (SIGINT) at the end."""
+    """`agentq up` on a fresh home; stopped at the end as Ctrl-C stops it."""
     for home in engine_dir():
         env = _env(home)
         log = home / "up.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [AGENTQ, "up"], env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+            proc = subprocess.Popen([AGENTQ, "up"], env=env, stdout=out, stderr=subprocess.STDOUT)
         ui_url = _wait_for_address(log, proc)
         stack = json.loads((home / "stack.json").read_text())
         yield Console(home, ui_url, stack["database_url"], env)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # like Ctrl-C; SIGINT may be ignored in a CI job
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:

@@ -3,10 +3,12 @@ and scheduler processes, started once per session with short timeouts so recover
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Run, Step
+from ops.local import start_engine
 from ops.stack import LocalStack
 
 # The timeout ladder, shrunk: 1 x 2 < 8 < 10 < 12 < lease 14 < visibility 120 (seconds).
@@ -46,6 +49,33 @@ def engine_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="agentq-test-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def other_engine(extra_env: dict[str, str], *, worker_concurrency: int = 1) -> Iterator[LocalStack]:
+    """A second engine whose worker and scheduler processes run with `extra_env` (over this
+    process's environment); this process talks to it inside the block, then to whatever it
+    talked to before (the session `engine`, if it was started)."""
+    switched = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL")
+    saved = {key: os.environ.get(key) for key in switched}
+    for data_dir in engine_dir():
+        stack = start_engine(data_dir, worker_concurrency=worker_concurrency, extra_env=extra_env)
+        _talk_to_current_engine()
+        try:
+            yield stack
+        finally:
+            stack.stop()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            _talk_to_current_engine()
+
+
+def _talk_to_current_engine() -> None:
+    get_settings.cache_clear()
+    queue._client.clear()  # the Celery client caches its broker URL
 
 
 # The session `engine` fixture (built from TEST_ENV and engine_dir) is in tests/conftest.py: the
