@@ -67,7 +67,8 @@ ESCALATION_STATUSES: Final = ("open", "claimed", "decided")
 ESCALATION_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {("open", "claimed"), ("claimed", "open"), ("open", "decided"), ("claimed", "decided")}
 )
-DECISIONS: Final = ("approve", "edit", "reject", "respond")
+DECISIONS: Final = ("approve", "edit", "reject", "respond")  # a reviewer's
+WITHDRAWN: Final = "withdrawn"  # the decision recorded when the run is cancelled while it waits
 
 MOVES: Final = {"runs": RUN_MOVES, "steps": STEP_MOVES, "escalations": ESCALATION_MOVES}
 

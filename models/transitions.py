@@ -19,10 +19,11 @@ from sqlmodel import Session, col, select
 
 from models.errors import BudgetExhausted, ClaimedByAnother, IllegalTransition
 from models.settings import get_settings
-from models.states import MOVES, RUN_ACTIVE
+from models.states import MOVES, RUN_ACTIVE, WITHDRAWN
 from models.tables import Escalation, Run, RunEvent, Step, StepAttempt, utcnow
 
 T = TypeVar("T", Run, Step, Escalation)
+WITHDRAWN_BY = "agentq"  # who decides an escalation withdrawn: no reviewer did
 
 
 def record_event(
@@ -181,12 +182,26 @@ def fail_run(session: Session, run_id: int, *, error: str) -> Run:
 
 
 def cancel_run(session: Session, run_id: int) -> Run:
-    """Any active status -> cancelled; pending and queued steps are cancelled with it."""
+    """Any active status -> cancelled; pending and queued steps are cancelled with it, and an
+    escalation still waiting for a reviewer is decided `withdrawn` (nothing is left to decide)."""
     run = _run(session, run_id, to="cancelled", expected=RUN_ACTIVE, finished_at=utcnow())
     for step in session.exec(
         select(Step).where(Step.run_id == run_id, Step.status.in_(["pending", "queued"]))  # type: ignore[attr-defined]
     ):
         cancel_step(session, step.id or 0)
+    waiting = select(Escalation.id).where(
+        Escalation.run_id == run_id,
+        col(Escalation.status).in_(["open", "claimed"]),
+    )
+    for escalation_id in session.exec(waiting):
+        decide_escalation(
+            session,
+            escalation_id or 0,
+            decision=WITHDRAWN,
+            reviewer=WITHDRAWN_BY,
+            comment="the run was cancelled",
+            override_claim=True,
+        )
     return run
 
 

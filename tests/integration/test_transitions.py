@@ -129,6 +129,23 @@ def test_one_open_escalation_per_run_and_plan_version(make_run: Callable[..., in
     assert len(rows) == 1
 
 
+def test_cancelling_a_waiting_run_withdraws_its_claimed_escalation(
+    make_run: Callable[..., int],
+) -> None:
+    run_id = make_run([NOOP], start=False)
+    with session_scope() as session:
+        esc = transitions.escalate(session, run_id, expected="running", reason="r")
+        assert esc is not None
+        transitions.claim_escalation(session, esc.id or 0, reviewer="absent")
+    with session_scope() as session:
+        transitions.cancel_run(session, run_id)
+    decided = _snapshot(Escalation, esc.id or 0)
+    assert (decided["status"], decided["decision"]) == ("decided", "withdrawn")
+    assert (decided["decided_by"], decided["comment"]) == ("agentq", "the run was cancelled")
+    with session_scope() as session, pytest.raises(IllegalTransition):
+        transitions.decide_escalation(session, esc.id or 0, decision="approve", reviewer="absent")
+
+
 def test_json_columns_keep_in_place_edits_and_timestamps_are_aware(
     make_run: Callable[..., int],
 ) -> None:
