@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI
 from api import health, memory, reviews, runs
 from api.auth import AnyPrincipal
 from api.errors import REFUSALS, install_error_handlers
-from api.schemas import ErrorOut, PrincipalOut
+from api.responses import ErrorOut, PrincipalOut
 
 API_PREFIX = "/api/v1"
 DESCRIPTION = """\
@@ -41,7 +41,17 @@ def me(principal: AnyPrincipal) -> PrincipalOut:
 
 def create_app() -> FastAPI:
     """The API app: `/api/v1/{runs,reviews,memory,me}`, `/healthz`, `/readyz`, `/openapi.json`,
-    `/docs`, and the web UI (`api.ui.install`)."""
+    `/docs`, and the web UI (`api.ui.install`, at `/ui`)."""
+    from api.ui import install
+
+    app = create_api()
+    install(app)
+    return app
+
+
+def create_api() -> FastAPI:
+    """`create_app` without the web UI (which adds nothing to the OpenAPI spec): the JSON API,
+    health and the spec alone."""
     app = FastAPI(
         title="agentq",
         version="1",
@@ -55,8 +65,4 @@ def create_app() -> FastAPI:
     for router in (runs.router, reviews.router, memory.router, me_router):
         app.include_router(router, prefix=API_PREFIX, responses=refusals)  # type: ignore[arg-type]
     app.include_router(health.router)
-
-    from api.ui import install
-
-    install(app)
     return app

@@ -91,7 +91,8 @@ def require(*roles: Role) -> object:
     return Depends(dependency)
 
 
-AnyPrincipal = Annotated[Principal, Depends(current_principal)]
-Reviewer = Annotated[Principal, require("reviewer")]
-Admin = Annotated[Principal, require()]
-Submitter = Annotated[Principal, require("submitter")]
+# The principal of a request whose role is one of these (admin always is one of them):
+AnyPrincipal = Annotated[Principal, Depends(current_principal)]  # any valid token
+Reviewer = Annotated[Principal, require("reviewer")]  # reviewer or admin
+Submitter = Annotated[Principal, require("submitter")]  # submitter or admin
+Admin = Annotated[Principal, require()]  # admin only

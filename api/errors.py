@@ -3,7 +3,8 @@
 `InvalidInput`, `InvalidPlan` -> 400; `NotFound` -> 404; a guarded transition that found its row
 in another state (`IllegalTransition`: a second decision, a run already ended) and
 `ClaimedByAnother` -> 409, with nothing changed (the transaction rolled back);
-`BrokerUnavailable`, `DatabaseError` and `ConfigurationError` (the server's settings) -> 503.
+`BrokerUnavailable`, `DatabaseError`, `ConfigurationError` (the server's settings) and a wait
+for a pooled database connection that timed out -> 503.
 FastAPI's own refusals (401, 403, 404 of an unknown path) get the same body. Messages are
 agentq's own, which name the field and what is allowed; they never quote a request header.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -65,6 +67,12 @@ async def _agentq_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_body(status_of(exc), str(exc), type(exc).__name__)
 
 
+async def _pool_timeout(_request: Request, _exc: Exception) -> JSONResponse:
+    return error_body(
+        503, "database busy: no connection came free in time; try again", "DatabaseBusy"
+    )
+
+
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     response = error_body(exc.status_code, str(exc.detail), HTTPStatus(exc.status_code).phrase)
@@ -76,3 +84,6 @@ def install_error_handlers(app: FastAPI) -> None:
     """Map every `AgentqError` and HTTP refusal to its status and the JSON body."""
     app.add_exception_handler(AgentqError, _agentq_error)
     app.add_exception_handler(HTTPException, _http_error)
+    # More requests than pooled connections wait for one (SQLAlchemy's pool timeout), then get
+    # this: the load is too high, which is not a server bug.
+    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _pool_timeout)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Response, status
 from kombu.connection import Connection
 
-from api.schemas import HealthOut
+from api.responses import HealthOut
 from models.db import get_engine
 from models.queue import broker_url
 

@@ -12,17 +12,15 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.auth import Admin, Principal, Submitter
-from api.schemas import (
-    NO_NUL_PATTERN,
-    Body,
+from api.responses import (
     EpisodeOut,
     FactOut,
     ForgetOut,
     ScoredEpisodeOut,
     ScoredFactOut,
     SearchOut,
-    UserId,
 )
+from api.schemas import NO_NUL_PATTERN, Body, UserId
 from models import memory
 from models.db import session_scope
 from models.facts import facts_of

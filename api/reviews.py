@@ -17,8 +17,9 @@ from fastapi import APIRouter, Path, Query, Response, status
 from sqlmodel import Session, col, select
 
 from api.auth import Principal, Reviewer
+from api.responses import DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, notify, run_out
-from api.schemas import PG_INT_MAX, Approve, DecisionOut, Edit, Reject, Respond, ReviewOut, StepOut
+from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from api.tools import argument_problems, tool_names, tool_returns
 from models import reviews, transitions
 from models.db import session_scope

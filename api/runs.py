@@ -13,20 +13,17 @@ from fastapi import APIRouter, Path, Query, status
 from sqlmodel import Session, col, select
 
 from api.auth import AnyPrincipal, Principal, Submitter
-from api.schemas import (
-    NO_NUL_PATTERN,
-    PG_INT_MAX,
+from api.responses import (
     EscalationOut,
     EventOut,
     PlanVersionOut,
     RunDetail,
     RunOut,
-    RunStatus,
-    RunSubmit,
     Spend,
     StepOut,
     SubmittedOut,
 )
+from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from api.tools import argument_problems, tool_names
 from models import queue, reviews, transitions
 from models.db import session_scope

@@ -71,10 +71,15 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("AGENTQ_OPENAI_API_KEY", "OPENAI_API_KEY")
     )
     # How the `openai` provider asks for JSON of a schema: OpenAI's structured outputs, or the
-    # form llama-cpp-python's server reads (it refuses `json_schema` with a 422), or not at all.
+    # form llama-cpp-python's server reads (it answers `json_schema` with an HTTP 500), or not at
+    # all; and which field carries the answer's token limit: llama-cpp-python's server ignores
+    # OpenAI's `max_completion_tokens` and reads only the older `max_tokens`.
     structured_output: Literal["json_schema", "json_object", "off"] = Field(
         default="json_schema",
         description="response_format for schema answers: json_schema, json_object+schema, off.",
+    )
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
+        default="max_completion_tokens", description="Request field of the answer's token limit."
     )
 
     # The timeout ladder (DESIGN.md, invariant 8), all in seconds.

@@ -8,8 +8,10 @@ the same processes a deployment runs: `celery -A worker.app worker -Q steps` and
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
+from models.errors import StackError
 from models.migrate import upgrade
 from models.queue import QUEUE_COORDINATOR, QUEUE_STEPS
 from ops.stack import UVICORN_READY, LocalStack
@@ -88,7 +90,21 @@ def start_api(
     """Start the HTTP API and web UI (uvicorn, process `api`, restarted by `agentq up` like the
     Celery processes) on `host`:`port` against the running stack; returns its base URL once it
     listens. Raises `StackError` with the end of its log if it does not start (a port in use)."""
+    _check_port_free(host, port)
     env = engine_env(os.environ["AGENTQ_DATABASE_URL"], os.environ["AGENTQ_BROKER_URL"], extra_env)
     stack.start_process("api", stack.uvicorn_argv(API_APP_FACTORY, host=host, port=port), env)
     stack.wait_for_log("api", UVICORN_READY, API_READY_TIMEOUT_S)
     return f"http://{host}:{port}"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Raise `StackError` naming the settings when `host`:`port` cannot be listened on."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise StackError(
+                f"the API cannot listen on {host}:{port} ({exc.strerror}): set AGENTQ_API_PORT "
+                "(or AGENTQ_API_HOST) to a free one"
+            ) from exc

@@ -40,6 +40,7 @@ def provider() -> ChatProvider:
         api_key=s.openai_api_key,
         request_timeout_s=s.model_request_timeout_s,
         structured_output=s.structured_output,
+        max_tokens_field=s.max_tokens_field,
     )
 
 

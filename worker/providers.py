@@ -28,6 +28,12 @@ from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, Ra
 Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_facts"]
 PROVIDER_NAMES = ("offline", "openai")
 StructuredOutput = Literal["json_schema", "json_object", "off"]  # AGENTQ_STRUCTURED_OUTPUT
+MaxTokensField = Literal["max_completion_tokens", "max_tokens"]  # AGENTQ_MAX_TOKENS_FIELD
+# llama-cpp-python's schema-to-grammar converter unrolls these bounds into as many nested rules:
+# PlanSpec's `instruction` (maxLength 4000) becomes a grammar llama.cpp fails to parse, and the
+# server then crashes (0.3.36). The answer is still validated against the whole schema.
+UNROLLED_BOUNDS = frozenset({"maxLength", "maxItems"})
+SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
 # OpenAI's rule of thumb for English text (about 4 characters a token); tiktoken comes later.
 CHARS_PER_TOKEN_ESTIMATE = 4
 # A 429 that names no wait: OpenAI's limits are per minute (requests and tokens per minute,
@@ -97,7 +103,9 @@ class OpenAIProvider:
     (`max_retries=0`): it would otherwise sleep out a 429's `retry-after` inside the worker.
     Failures are classified by `classify` and retried, or deferred, by `worker.calls`. If the
     server reports no usage the token counts are the same estimate the offline provider uses.
-    `structured_output` says how a JSON schema is asked for (`_response_format`).
+    `structured_output` says how a JSON schema is asked for (`_response_format`), and
+    `max_tokens_field` which request field carries `max_output_tokens`: OpenAI's current
+    `max_completion_tokens`, or the older `max_tokens`, the only one llama-cpp-python reads.
     """
 
     name = "openai"
@@ -110,10 +118,12 @@ class OpenAIProvider:
         api_key: str | None,
         request_timeout_s: float,
         structured_output: StructuredOutput = "json_schema",
+        max_tokens_field: MaxTokensField = "max_completion_tokens",
     ) -> None:
         """Build the client; raises `ProviderError` if no API key is given or in OPENAI_API_KEY."""
         self.model = model
         self.structured_output: StructuredOutput = structured_output
+        self.max_tokens_field: MaxTokensField = max_tokens_field
         try:
             self._client = openai.OpenAI(
                 base_url=base_url,
@@ -131,7 +141,8 @@ class OpenAIProvider:
             response = self._client.chat.completions.create(
                 model=self.model,
                 messages=cast("list[ChatCompletionMessageParam]", request.messages),
-                max_completion_tokens=request.max_output_tokens,
+                max_completion_tokens=self._cap(request, "max_completion_tokens"),
+                max_tokens=self._cap(request, "max_tokens"),
                 response_format=_response_format(request, self.structured_output),
                 tools=cast("list[ChatCompletionToolParam]", list(request.tools)) or openai.omit,
             )
@@ -139,6 +150,9 @@ class OpenAIProvider:
             where = f"openai {request.purpose} call to {self.model} at {self._client.base_url}"
             raise classify(exc, where) from exc
         return self._completion(request, response)
+
+    def _cap(self, request: ModelRequest, field: MaxTokensField) -> int | openai.Omit:
+        return request.max_output_tokens if field == self.max_tokens_field else openai.omit
 
     def _completion(self, request: ModelRequest, response: ChatCompletion) -> Completion:
         message = response.choices[0].message if response.choices else None
@@ -171,6 +185,7 @@ def make_provider(
     api_key: str | None,
     request_timeout_s: float,
     structured_output: StructuredOutput = "json_schema",
+    max_tokens_field: MaxTokensField = "max_completion_tokens",
 ) -> ChatProvider:
     """The provider called `name` ("offline" or "openai"); unknown names raise `ProviderError`.
 
@@ -187,6 +202,7 @@ def make_provider(
             api_key=api_key,
             request_timeout_s=request_timeout_s,
             structured_output=structured_output,
+            max_tokens_field=max_tokens_field,
         )
     raise ProviderError(f"unknown model provider {name!r}; allowed: {', '.join(PROVIDER_NAMES)}")
 
@@ -246,16 +262,30 @@ def _response_format(request: ModelRequest, structured_output: StructuredOutput)
 
     - `json_schema`: OpenAI's structured outputs (also vLLM's and Ollama's form);
     - `json_object`: `{"type": "json_object", "schema": ...}`, which llama-cpp-python's server
-      compiles into a grammar (`llama_cpp.llama_chat_format._grammar_for_response_format`);
+      compiles into a grammar (`llama_cpp.llama_chat_format._grammar_for_response_format`; it
+      refuses `json_schema`), less the bounds its converter unrolls (`UNROLLED_BOUNDS`);
     - `off`: nothing; the answer is validated (and re-asked) all the same.
     """
     if request.json_schema is None or structured_output == "off":
         return openai.omit
     if structured_output == "json_object":
-        return {"type": "json_object", "schema": request.json_schema}
+        return {"type": "json_object", "schema": _without_unrolled_bounds(request.json_schema)}
     return {
         "type": "json_schema",
         "json_schema": {"name": request.purpose, "schema": request.json_schema},
+    }
+
+
+def _without_unrolled_bounds(schema: Any, *, in_map: bool = False) -> Any:
+    """`schema` less every `UNROLLED_BOUNDS` keyword (a property of that name stays)."""
+    if isinstance(schema, list):
+        return [_without_unrolled_bounds(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _without_unrolled_bounds(value, in_map=key in SCHEMA_MAPS and not in_map)
+        for key, value in schema.items()
+        if in_map or key not in UNROLLED_BOUNDS
     }
 
 

@@ -4,6 +4,7 @@ a decided escalation is a 409 that changes nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -67,6 +68,27 @@ def test_claim_next_takes_the_oldest_open_one_and_says_when_none_is_left(
     for esc_id in claimed:
         decided = rita.post(f"/api/v1/reviews/{esc_id}/reject", json={"comment": "done"})
         assert decided.status_code == 200, decided.text
+
+
+def test_reviewers_claiming_at_once_never_get_the_same_escalation(
+    client: Client, escalated: Escalated
+) -> None:
+    escalated()
+    escalated()
+    who = ["reviewer", "reviewer2"] * 3
+    with ThreadPoolExecutor(len(who)) as pool:
+        answers = list(pool.map(lambda w: client(w).post("/api/v1/reviews/claim"), who))
+    claimed = [a.json()["escalation"]["id"] for a in answers if a.status_code == 200]
+    assert sorted(a.status_code for a in answers) == [200, 200, 204, 204, 204, 204]
+    assert len(set(claimed)) == 2
+    for answer in answers:
+        if answer.status_code == 200:
+            esc = answer.json()["escalation"]
+            holder = "reviewer" if esc["claimed_by"] == "rita" else "reviewer2"
+            done = client(holder).post(
+                f"/api/v1/reviews/{esc['id']}/reject", json={"comment": "done"}
+            )
+            assert done.status_code == 200, done.text
 
 
 def test_approve_retries_the_failed_step(client: Client, escalated: Escalated) -> None:

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from models.db import session_scope
 from models.tables import Run
-from tests.api.conftest import Client, noop, snapshot, user_of
+from tests.api.conftest import Client, noop, snapshot, user_of, wait_for_event
 from tests.integration.conftest import wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -139,6 +139,7 @@ def test_cancel_ends_an_active_run_once(client: Client) -> None:
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
     assert {s["name"]: s["status"] for s in cancelled.json()["steps"]}["after"] == "cancelled"
+    wait_for_event(run_id, ("memory.remembered", "memory.failed"))  # the worker's last write
     before = snapshot(run_id)
     again = client("admin").post(f"/api/v1/runs/{run_id}/cancel")
     assert again.status_code == 409 and "cancelled" in again.json()["detail"]

@@ -118,13 +118,14 @@ class LlamaServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`); safe to call twice."""
+        """Stop the server (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and delete its log;
+        safe to call twice."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.log_path.unlink(missing_ok=True)

@@ -1,0 +1,239 @@
+"""The response bodies of the HTTP API (pydantic), as the OpenAPI spec documents them.
+
+They are built from rows by the `*_out` functions of the routers; the `from_attributes` ones
+read the row's columns directly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorOut(BaseModel):
+    """Every refusal: `detail` says what was wrong and what is allowed; `error` is its kind."""
+
+    detail: str
+    error: str
+
+
+class PrincipalOut(BaseModel):
+    """Who the token acts as."""
+
+    token_id: int
+    name: str
+    role: Literal["submitter", "reviewer", "admin"]
+    user_id: str | None
+
+
+class Spend(BaseModel):
+    """A run's budgets and what it has used of them."""
+
+    replans_used: int
+    replans_limit: int
+    tokens_used: int
+    tokens_limit: int
+    cost_used_usd: float
+    cost_limit_usd: float
+    wall_time_limit_s: float
+    deadline_at: datetime | None
+    deferrals: int
+
+
+class RunOut(BaseModel):
+    """One run, as listed."""
+
+    id: int
+    user_id: str
+    goal: str
+    status: str
+    plan_version: int
+    provider: str
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    spend: Spend
+
+
+class StepOut(BaseModel):
+    """One step row. `plan_version` created it; `position` is its index in the newest version
+    that holds it."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    plan_version: int
+    position: int
+    name: str
+    instruction: str
+    kind: str
+    tool: str | None
+    tools: list[str] = []
+    args: dict[str, Any]
+    status: str
+    attempt: int
+    max_attempts: int
+    deferrals: int
+    tokens_used: int
+    cost_used_usd: float
+    queued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: dict[str, Any] | None
+    error: str | None
+
+
+class PlanVersionOut(BaseModel):
+    """One version of the plan: its steps' ids in order, who wrote it and why."""
+
+    model_config = ConfigDict(from_attributes=True)
+    version: int
+    step_ids: list[int]
+    created_by: str
+    reason: str
+    replaces_step_id: int | None
+    created_at: datetime
+
+
+class EventOut(BaseModel):
+    """One entry of the run's timeline."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    step_id: int | None
+    at: datetime
+    kind: str
+    detail: dict[str, Any]
+
+
+class EscalationOut(BaseModel):
+    """One entry of the review queue; `waiting_s` runs until the decision."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    run_id: int
+    plan_version: int
+    step_id: int | None
+    reason: str
+    detail: dict[str, Any]
+    status: str
+    claimed_by: str | None
+    claimed_at: datetime | None
+    decision: str | None
+    decided_by: str | None
+    decided_at: datetime | None
+    comment: str | None
+    answer: dict[str, Any] | None
+    created_at: datetime
+    deadline_at: datetime | None = None
+    waiting_s: float = 0.0
+
+
+class RunDetail(RunOut):
+    """One run with everything about it: pinned facts, every plan version, every step (all
+    versions, by id), the timeline, its escalations and the final answer."""
+
+    pinned_facts: dict[str, str]
+    final_result: dict[str, Any] | None
+    plan_versions: list[PlanVersionOut]
+    current_step_ids: list[int]
+    steps: list[StepOut]
+    events: list[EventOut]
+    escalations: list[EscalationOut]
+
+
+class SubmittedOut(BaseModel):
+    """A submitted run; `notified` is False when the broker was down (the reconciler sends the
+    coordinator its message once the broker is back: the run is safe in Postgres)."""
+
+    run: RunDetail
+    notified: bool
+
+
+class ReviewOut(BaseModel):
+    """An escalation with its run, the failed step (if any) and the run's pinned facts."""
+
+    escalation: EscalationOut
+    run: RunOut
+    failed_step: StepOut | None
+    pinned_facts: dict[str, str]
+
+
+class DecisionOut(BaseModel):
+    """A decided escalation and its run; `notified` as in `SubmittedOut`."""
+
+    escalation: EscalationOut
+    run: RunOut
+    notified: bool
+
+
+class FactOut(BaseModel):
+    """One version of a fact; current while `valid_to` is null (and `expires_at` not past)."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    user_id: str
+    subject: str
+    attribute: str | None
+    category: str
+    text: str
+    valid_from: datetime
+    valid_to: datetime | None
+    superseded_by: int | None
+    source_run_id: int | None
+    expires_at: datetime | None
+    embedding_model: str
+
+
+class EpisodeOut(BaseModel):
+    """One finished run as remembered."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    user_id: str
+    run_id: int
+    goal: str
+    outcome: str
+    final_answer: str
+    summary: str
+    created_at: datetime
+
+
+class Score(BaseModel):
+    """How a recalled item ranked: cosine `similarity`, whether the text matched, `score`."""
+
+    similarity: float
+    text_match: bool
+    score: float
+
+
+class ScoredFactOut(Score):
+    fact: FactOut
+
+
+class ScoredEpisodeOut(Score):
+    episode: EpisodeOut
+
+
+class SearchOut(BaseModel):
+    """Hybrid recall over a user's facts and episodes, best first."""
+
+    facts: list[ScoredFactOut]
+    episodes: list[ScoredEpisodeOut]
+    embedding_model: str
+
+
+class ForgetOut(BaseModel):
+    """Rows deleted per kind (facts, episodes, turns, summaries, recall events)."""
+
+    user_id: str
+    deleted: dict[str, int]
+
+
+class HealthOut(BaseModel):
+    """`ok`, or what is not reachable."""
+
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = {}

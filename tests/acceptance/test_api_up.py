@@ -1,0 +1,112 @@
+"""`agentq up` serves the HTTP API: it prints the address, and tokens made with `agentq token`
+open it. The CLI as a user runs it, in a subprocess, on the embedded default."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.acceptance.test_cli import AGENTQ, _env, agentq
+from tests.integration.conftest import engine_dir
+
+pytestmark = pytest.mark.acceptance
+UP_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    yield from engine_dir()
+
+
+def start_up(home: Path, port: int) -> tuple[subprocess.Popen[str], str]:
+    """`agentq up` on `port`; returns the process and what it printed until it was up (or
+    until it exited)."""
+    proc = subprocess.Popen(
+        [AGENTQ, "up"],
+        env={**_env(home), "AGENTQ_API_PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline, seen = time.monotonic() + UP_TIMEOUT_S, ""
+    assert proc.stdout is not None
+    while "Ctrl-C stops everything" not in seen:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"agentq up did not start:\n{seen}")
+    return proc, seen
+
+
+def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
+    port = free_port()
+    proc, out = start_up(home, port)
+    try:
+        assert f"api       http://127.0.0.1:{port}/api/v1" in out, out
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{base}/healthz", trust_env=False).json() == {
+            "status": "ok", "checks": {},
+        }  # fmt: skip
+        ready = httpx.get(f"{base}/readyz", trust_env=False)
+        assert ready.status_code == 200, ready.text
+        assert httpx.get(f"{base}/api/v1/runs", trust_env=False).status_code == 401
+
+        created = agentq(home, "token", "create", "--name", "ci", "--role", "admin")
+        assert created.returncode == 0, created.stdout + created.stderr
+        assert "will not be shown again" in created.stdout
+        token = re.search(r"^(aq_\S+)$", created.stdout, re.MULTILINE)
+        assert token, created.stdout
+        auth = {"Authorization": f"Bearer {token.group(1)}"}
+        me = httpx.get(f"{base}/api/v1/me", headers=auth, trust_env=False)
+        assert me.status_code == 200 and me.json()["role"] == "admin"
+
+        listed = agentq(home, "token", "list")
+        assert "ci" in listed.stdout and "admin" in listed.stdout
+        assert token.group(1) not in listed.stdout
+        no_user = agentq(home, "token", "create", "--name", "s", "--role", "submitter")
+        assert no_user.returncode == 2 and "user" in no_user.stdout, no_user.stdout
+        bad_role = agentq(home, "token", "create", "--name", "s", "--role", "root")
+        assert bad_role.returncode == 2 and "submitter, reviewer, admin" in bad_role.stderr
+
+        revoked = agentq(home, "token", "revoke", "1")
+        assert revoked.returncode == 0, revoked.stdout + revoked.stderr
+        assert httpx.get(f"{base}/api/v1/me", headers=auth, trust_env=False).status_code == 401
+        again = agentq(home, "token", "revoke", "1")
+        assert again.returncode == 2 and "revoked" in again.stdout
+        assert token.group(1) not in (home / "logs" / "api.log").read_text()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_up_refuses_a_port_in_use_and_names_the_setting(home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        proc, out = start_up(home, busy.getsockname()[1])
+        code = proc.wait(timeout=60)
+    assert code == 2, out
+    assert "AGENTQ_API_PORT" in out and "agentq is up" not in out
+    assert not (home / "stack.json").exists()  # everything that started was stopped

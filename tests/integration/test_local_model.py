@@ -1,0 +1,180 @@
+"""agentq on a real local model: llama-cpp-python's OpenAI-compatible server running
+SmolLM2-135M-Instruct (`tests.support.llama_server`), reached through agentq's own `openai`
+provider with `AGENTQ_STRUCTURED_OUTPUT=json_object` and `AGENTQ_MAX_TOKENS_FIELD=max_tokens`.
+
+A 135M-parameter model plans badly; these tests check what agentq guarantees whatever the model
+says: constrained answers are JSON, the answer's token limit holds, the server's usage is charged,
+and a whole run ends in a final state or an open escalation. Only the built-in tools are offered,
+so the plan prompt stays about 1,000 tokens (the expense tools' catalogue triples it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from sqlmodel import col, select
+
+from models import queue
+from models.db import session_scope
+from models.errors import ProviderError
+from models.plans import StepSpec
+from models.queue import TASK_COORDINATE
+from models.runs import submit_run
+from models.settings import get_settings
+from models.tables import Escalation, RunEvent
+from ops.stack import LocalStack
+from tests.integration.conftest import other_engine, wait_for_run
+from tests.support.llama_server import MODEL_ALIAS, LlamaServer
+from worker.prompts import PLAN_INSTRUCTIONS, plan_prompt
+from worker.providers import ModelRequest, OpenAIProvider, StructuredOutput
+from worker.tools import catalog, load_tool_modules
+
+pytestmark = pytest.mark.integration
+
+TOOL_MODULES = ["worker.tools.builtin"]
+# On 2 busy cores SmolLM2-135M reads a prompt at about 80-100 tokens/s and writes 20-40 tokens/s:
+# a 1,000-token plan prompt takes 10-15 s, an answer of 1,024 tokens (agentq's limit) up to 50 s.
+REQUEST_TIMEOUT_S = 100
+PLAN_MAX_TOKENS = 256
+ANSWER_MAX_TOKENS = ModelRequest(purpose="step", messages=[], payload={}).max_output_tokens
+SCHEMA_ANSWERS = ("plan.invalid", "replan.invalid", "extract_facts.invalid")
+LOCAL_ENV = {
+    "AGENTQ_PROVIDER": "openai",
+    "AGENTQ_MODEL": MODEL_ALIAS,
+    "OPENAI_API_KEY": "local",  # the SDK wants one; the server checks none
+    "AGENTQ_STRUCTURED_OUTPUT": "json_object",
+    "AGENTQ_MAX_TOKENS_FIELD": "max_tokens",
+    "AGENTQ_MODEL_PRICES_USD_PER_MTOK": json.dumps({MODEL_ALIAS: {"input": 0, "output": 0}}),
+    "AGENTQ_EMBEDDING_PROVIDER": "hash",
+    "AGENTQ_TOOL_MODULES": json.dumps(TOOL_MODULES),
+    "AGENTQ_CONTEXT_WINDOW_TOKENS": "8192",  # the server's --n_ctx
+    "AGENTQ_RESERVED_OUTPUT_TOKENS": "1024",
+    # The ladder for a slow model: 100 x 1 < 110 < 120 < 130 < lease 140 < visibility 600.
+    "AGENTQ_MODEL_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
+    "AGENTQ_MODEL_MAX_ATTEMPTS": "1",
+    "AGENTQ_STEP_TIME_LIMIT_S": "110",
+    "AGENTQ_SOFT_TIME_LIMIT_S": "120",
+    "AGENTQ_HARD_TIME_LIMIT_S": "130",
+    "AGENTQ_LEASE_S": "140",
+    "AGENTQ_VISIBILITY_TIMEOUT_S": "600",
+    "AGENTQ_QUEUED_STALE_S": "300",  # one worker process: a queued step waits for the model
+    "AGENTQ_PHASE_STALE_S": "300",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[LlamaServer]:
+    with LlamaServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def local_engine(llama: LlamaServer) -> Iterator[LocalStack]:
+    """An engine whose one worker process plans, runs and answers with the local model."""
+    with other_engine({**LOCAL_ENV, "AGENTQ_OPENAI_BASE_URL": llama.url}) as stack:
+        yield stack
+
+
+def provider(llama: LlamaServer, structured_output: StructuredOutput) -> OpenAIProvider:
+    return OpenAIProvider(
+        model=MODEL_ALIAS,
+        base_url=llama.url,
+        api_key="local",
+        request_timeout_s=REQUEST_TIMEOUT_S,
+        structured_output=structured_output,
+        max_tokens_field="max_tokens",
+    )
+
+
+def plan_request(goal: str) -> ModelRequest:
+    """What the planner asks, without the rows a run would add (state, ledger, memory)."""
+    load_tool_modules(TOOL_MODULES)
+    prompt = plan_prompt(goal, [t for t in catalog() if t["name"] in {"echo", "noop", "sleep"}])
+    messages = [
+        {"role": "system", "content": PLAN_INSTRUCTIONS},
+        {"role": "user", "content": f"Goal: {goal}"},
+        {"role": "user", "content": prompt.task},
+    ]
+    return ModelRequest(
+        purpose="plan",
+        messages=messages,
+        payload=prompt.payload,
+        json_schema=prompt.json_schema,
+        max_output_tokens=PLAN_MAX_TOKENS,
+    )
+
+
+def test_a_constrained_plan_answer_is_json_of_the_plan_schema(
+    llama: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    completion = provider(llama, "json_object").complete(plan_request("Say hello to Ana"))
+    assert completion.finish_reason == "stop", completion.text  # finished, not cut off
+    plan = json.loads(completion.text)  # the grammar admits nothing else
+    assert set(plan) == {"steps"} and plan["steps"]
+    for step in plan["steps"]:
+        assert {"name", "kind"} <= set(step) <= set(StepSpec.model_fields)
+        assert step["kind"] in ("tool", "model")
+    assert completion.model == MODEL_ALIAS and completion.offline is False
+    assert 0 < completion.completion_tokens <= PLAN_MAX_TOKENS
+    assert completion.prompt_tokens > 500  # the server's count of the whole chat prompt
+
+
+def test_the_answer_token_limit_holds(llama: LlamaServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    story = ModelRequest(
+        purpose="step",
+        messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+        payload={},
+        max_output_tokens=12,
+    )
+    completion = provider(llama, "json_object").complete(story)
+    assert (completion.finish_reason, completion.completion_tokens) == ("length", 12)
+
+
+def test_the_server_refuses_openai_structured_outputs(
+    llama: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why `AGENTQ_STRUCTURED_OUTPUT=json_object` exists: llama-cpp-python 0.3.36 accepts only
+    `text` and `json_object` as `response_format.type` (an HTTP 500 names the rule)."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with pytest.raises(ProviderError, match="json_object"):
+        provider(llama, "json_schema").complete(plan_request("Say hello to Ana"))
+
+
+def events(run_id: int, kinds: tuple[str, ...]) -> list[RunEvent]:
+    with session_scope() as session:
+        stmt = select(RunEvent).where(RunEvent.run_id == run_id, col(RunEvent.kind).in_(kinds))
+        return list(session.exec(stmt.order_by(col(RunEvent.id))))
+
+
+def test_a_whole_run_on_the_local_model(local_engine: LocalStack) -> None:
+    with session_scope() as session:
+        run = submit_run(
+            session, settings=get_settings(), user_id="local", goal="Say hello to Ana", replans=0
+        )
+        run_id = run.id or 0
+    queue.send(TASK_COORDINATE, run_id)
+    run = wait_for_run(run_id, timeout_s=240)
+    assert run.status in ("succeeded", "failed", "waiting_review")
+    if run.status == "waiting_review":
+        with session_scope() as session:
+            escalation = session.exec(select(Escalation).where(Escalation.run_id == run_id)).one()
+        assert escalation.status == "open"
+    calls = [e.detail for e in events(run_id, ("model.call",))]
+    answered = [d for d in calls if d["outcome"] == "ok"]
+    assert answered, calls
+    for d in answered:
+        assert d["model"] == MODEL_ALIAS and d["offline"] is False
+        assert d["prompt_tokens"] > 0 and 0 < d["completion_tokens"] <= ANSWER_MAX_TOKENS
+        assert d["cost_usd"] == 0
+    # the server's own counts (SmolLM2's tokenizer), not agentq's tiktoken estimate
+    assert [d["prompt_tokens"] for d in answered] != [
+        d["estimated_prompt_tokens"] for d in answered
+    ]
+    assert run.tokens_used == sum(d["prompt_tokens"] + d["completion_tokens"] for d in answered)
+    invalid = [e.detail["error"] for e in events(run_id, SCHEMA_ANSWERS)]
+    assert not [error for error in invalid if "Invalid JSON" in error], invalid

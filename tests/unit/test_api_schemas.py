@@ -1,0 +1,80 @@
+"""The API's input checks and error mapping, without services."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, get_args
+
+import pytest
+from pydantic import ValidationError
+
+from api.errors import status_of
+from api.schemas import RunStatus, RunSubmit, storable_problem
+from models import api_tokens
+from models.errors import (
+    BudgetExhausted,
+    ClaimedByAnother,
+    IllegalTransition,
+    InvalidInput,
+    InvalidPlan,
+    NotFound,
+)
+from models.states import RUN_STATUSES
+
+
+def test_the_status_filter_lists_every_run_status() -> None:
+    assert get_args(RunStatus) == RUN_STATUSES
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("plain", None),
+        ({"a": [1, 2.5, {"b": "ok"}]}, None),
+        ("nul\x00", "body: NUL"),
+        ({"args": {"x": ["fine", "bad\x00"]}}, "body.args.x.1: NUL"),
+        ({"k\x00": 1}, "body key: NUL"),
+        ("\ud800", "body: unpaired surrogates"),
+        ({"n": float("nan")}, "body.n: numbers must be finite"),
+        ([float("inf")], "body.0: numbers must be finite"),
+    ],
+)
+def test_what_postgres_cannot_store_is_found(value: object, problem: str | None) -> None:
+    found = storable_problem(value)
+    assert (found is None) if problem is None else (found or "").startswith(problem)
+
+
+def test_a_submission_with_a_nul_in_a_plan_argument_is_refused() -> None:
+    step = {"name": "a", "kind": "tool", "tool": "echo", "args": {"value": "x\x00"}}
+    with pytest.raises(ValidationError, match=r"body.plan.steps.0.args.value: NUL"):
+        RunSubmit.model_validate({"goal": "g", "plan": {"steps": [step]}})
+
+
+def test_errors_map_to_statuses() -> None:
+    assert status_of(InvalidInput()) == status_of(InvalidPlan()) == 400
+    assert status_of(NotFound()) == 404
+    assert status_of(IllegalTransition("runs", 1, "failed", "'running'")) == 409
+    assert status_of(ClaimedByAnother()) == 409
+    assert status_of(BudgetExhausted()) == 500  # never raised to a request: listed nowhere
+
+
+def test_tokens_are_stored_as_their_sha256() -> None:
+    assert api_tokens.hash_token("aq_x") == hashlib.sha256(b"aq_x").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("role", "user", "named"),
+    [
+        ("root", None, "role: 'root' is not a role; use one of submitter, reviewer, admin"),
+        ("submitter", None, "user: a submitter token needs"),
+        ("submitter", " ", "user: a submitter token needs"),
+        ("reviewer", "alice", "user: only submitter tokens act for a user"),
+    ],
+)
+def test_token_roles_and_users_are_checked_before_anything_is_stored(
+    role: str, user: str | None, named: str
+) -> None:
+    nothing: Any = None  # no session: the check comes first
+    with pytest.raises(InvalidInput, match=re.escape(named)):
+        api_tokens.create_token(nothing, name="n", role=role, user_id=user)
