@@ -18,10 +18,10 @@ from sqlmodel import Session, col, select
 
 from api.auth import Principal, Reviewer
 from api.responses import DecisionOut, ReviewOut, StepOut
-from api.runs import escalation_out, notify, run_out
+from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from api.tools import argument_problems, tool_names, tool_returns
-from models import reviews, transitions
+from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import InvalidInput
 from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
@@ -141,7 +141,7 @@ def approve(escalation_id: EscalationId, body: Approve, principal: Reviewer) -> 
             max_attempts=get_settings().step_max_attempts,
         ),
     )  # fmt: skip
-    out.notified = notify(TASK_COORDINATE, run_id)
+    out.notified = queue.try_send(TASK_COORDINATE, run_id)
     return out
 
 
@@ -156,7 +156,7 @@ def reject(escalation_id: EscalationId, body: Reject, principal: Reviewer) -> De
             session, escalation_id, reviewer=principal.name, comment=body.comment
         ),
     )
-    out.notified = notify(TASK_REMEMBER_RUN, run_id)
+    out.notified = queue.try_send(TASK_REMEMBER_RUN, run_id)
     return out
 
 
@@ -176,7 +176,7 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
             answer=reviews.answer_from_text(text, returns=tool_returns(esc.detail.get("tool"))),
         ),
     )  # fmt: skip
-    out.notified = notify(TASK_COORDINATE, run_id)
+    out.notified = queue.try_send(TASK_COORDINATE, run_id)
     return out
 
 
@@ -194,5 +194,5 @@ def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> Decisi
             max_attempts=get_settings().step_max_attempts,
         ),
     )  # fmt: skip
-    out.notified = notify(TASK_COORDINATE, run_id)
+    out.notified = queue.try_send(TASK_COORDINATE, run_id)
     return out

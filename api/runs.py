@@ -27,7 +27,7 @@ from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from api.tools import argument_problems, tool_names
 from models import queue, reviews, transitions
 from models.db import session_scope
-from models.errors import BrokerUnavailable, InvalidInput, NotFound
+from models.errors import InvalidInput, NotFound
 from models.plans import parse_plan
 from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
@@ -36,16 +36,6 @@ from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Run id.")]
-
-
-def notify(task: str, run_id: int) -> bool:
-    """Send `task` for the run after its commit; False when the broker is down (the reconciler
-    sends it once the broker is back, so that is not an error)."""
-    try:
-        queue.send(task, run_id)
-    except BrokerUnavailable:
-        return False
-    return True
 
 
 def run_out(run: Run) -> RunOut:
@@ -141,7 +131,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
             wall_time_s=budgets.wall_time_s,
         )  # fmt: skip
         detail = run_detail(session, run)
-    return SubmittedOut(run=detail, notified=notify(TASK_COORDINATE, detail.id))
+    return SubmittedOut(run=detail, notified=queue.try_send(TASK_COORDINATE, detail.id))
 
 
 @router.get("", response_model=list[RunOut], summary="List runs, newest first")
@@ -189,5 +179,5 @@ def cancel(run_id: RunId, principal: Submitter) -> RunDetail:
         transitions.lock_run(session, run_id)
         run = transitions.cancel_run(session, run_id)
         detail = run_detail(session, get_run(session, run.id or 0))
-    notify(TASK_REMEMBER_RUN, run_id)
+    queue.try_send(TASK_REMEMBER_RUN, run_id)
     return detail

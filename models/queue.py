@@ -16,6 +16,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from models.errors import BrokerUnavailable, ConfigurationError
 from models.settings import Settings, get_settings
+from models.states import RUN_TERMINAL
 
 QUEUE_STEPS: Final = "steps"
 QUEUE_COORDINATOR: Final = "coordinator"
@@ -107,3 +108,24 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
         client().send_task(task, args=list(args), countdown=countdown, **ROUTES[task])
     except (KombuOperationalError, OSError) as exc:
         raise BrokerUnavailable(f"could not send {task}: {exc}") from exc
+
+
+
+def try_send(task: str, *args: Any) -> bool:
+    """`send`, after the commit it announces, where a broker that is down is not an error: the
+    rows are committed and the reconciler re-sends what they say is waiting once the broker is
+    back. Returns False when the broker could not be reached."""
+    try:
+        send(task, *args)
+    except BrokerUnavailable:
+        return False
+    return True
+
+
+def follow_up(run_id: int, status: str) -> bool:
+    """After a commit that decided for a run (a reviewer's decision, a cancel, a passed
+    deadline), send what comes next for a run now in `status`: `agentq.remember_run` for a run
+    that has ended (its episode is written; a run that ends in synthesis is remembered there),
+    else `agentq.coordinate`. Returns False when the broker could not be reached (`try_send`;
+    an ended run's episode is then not written)."""
+    return try_send(TASK_REMEMBER_RUN if status in RUN_TERMINAL else TASK_COORDINATE, run_id)

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -152,10 +153,26 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=2, ge=1)
     api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
     api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
+    ui_session_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs the review console's session cookies; unset: generated once into "
+        "AGENTQ_HOME.",
+    )
+    ui_session_max_age_s: int = Field(
+        default=12 * 3600, ge=60, description="Review console session lifetime, s."
+    )
+    ui_cookie_secure: bool = Field(
+        default=False, description="Send the review console's cookie over HTTPS only."
+    )
     tool_modules: list[str] = ["worker.tools.builtin", "worker.tools.expenses"]
 
     @field_validator(
-        "database_url", "broker_url", "openai_base_url", "openai_api_key", mode="before"
+        "database_url",
+        "broker_url",
+        "openai_base_url",
+        "openai_api_key",
+        "ui_session_secret",
+        mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:

@@ -415,6 +415,7 @@ def review_reject(
     with session_scope() as session:
         reviews.get_escalation(session, escalation_id)
         run = reviews.reject(session, escalation_id, reviewer=reviewer_name(), comment=comment)
+    queue.follow_up(run.id or 0, run.status)  # the failed run's episode is written
     console.print(f"escalation decided: rejected; run {run.id} failed")
 
 

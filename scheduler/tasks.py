@@ -188,6 +188,8 @@ def apply_escalation_deadlines(
             break
         outcome = "rejected" if passed.status == "decided" else "waiting"
         counts[outcome] += 1
+        if outcome == "rejected":
+            queue.follow_up(passed.run_id, "failed")  # the run's episode is written
         log.warning(
             "escalation.deadline_passed",
             escalation_id=passed.id,

@@ -24,21 +24,21 @@ from api.ui.security import (
     CsrfRefused,
     Forbidden,
     SignInRequired,
-    UiSettings,
     check_csrf,
     session_secret,
 )
 from api.ui.templating import base_path, render
 from models.errors import AgentqError, NotFound
+from models.settings import Settings, get_settings
 
 UI_PREFIX: Final = "/ui"
 SESSION_COOKIE: Final = "agentq_ui"
 STATIC_DIR: Final = Path(__file__).parent / "static"
 
 
-def create_ui(prefix: str = UI_PREFIX, settings: UiSettings | None = None) -> FastAPI:
+def create_ui(prefix: str = UI_PREFIX, settings: Settings | None = None) -> FastAPI:
     """The console as an app of its own, to be mounted at `prefix` (its cookie's path)."""
-    settings = settings or UiSettings()
+    settings = settings or get_settings()
     ui = FastAPI(
         title="agentq review console",
         docs_url=None,
@@ -50,10 +50,10 @@ def create_ui(prefix: str = UI_PREFIX, settings: UiSettings | None = None) -> Fa
         SessionMiddleware,
         secret_key=session_secret(settings),
         session_cookie=SESSION_COOKIE,
-        max_age=settings.session_max_age_s,
+        max_age=settings.ui_session_max_age_s,
         path=prefix or "/",
         same_site="lax",
-        https_only=settings.cookie_secure,
+        https_only=settings.ui_cookie_secure,
     )
     ui.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for module in (signin, runs, reviews):

@@ -26,13 +26,11 @@ from api.ui.templating import base_path, flash, render
 from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import (
-    BrokerUnavailable,
     ClaimedByAnother,
     IllegalTransition,
     InvalidInput,
     InvalidPlan,
 )
-from models.queue import TASK_COORDINATE
 from models.settings import get_settings
 from models.tables import Run
 
@@ -112,13 +110,14 @@ def _decide(
     *,
     typed: dict[str, str],
     done: str,
-    coordinate: bool = True,
 ) -> Response:
-    """Apply `decision` in one transaction, then tell the coordinator and show the run."""
+    """Apply `decision` in one transaction, then send what comes next (`queue.follow_up`) and
+    show the run."""
     principal = reviewer(request)
     try:
         with session_scope() as session:
-            run_id = decision(session, principal).id or 0
+            run = decision(session, principal)
+            run_id, status = run.id or 0, run.status
     except (IllegalTransition, ClaimedByAnother) as exc:
         problem = {"action": action, "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)
@@ -128,11 +127,8 @@ def _decide(
             request, principal, escalation_id, status_code=400, problem=problem, typed=typed
         )
     message = done.format(id=escalation_id, run=run_id)
-    if coordinate:
-        try:
-            queue.send(TASK_COORDINATE, run_id)
-        except BrokerUnavailable:
-            message += " The broker could not be reached: the reconciler will send it later."
+    if not queue.follow_up(run_id, status):
+        message += " The broker could not be reached: the reconciler will send it later."
     flash(request, message)
     return RedirectResponse(f"{base_path(request)}/runs/{run_id}", status_code=SEE_OTHER)
 
@@ -168,7 +164,6 @@ def reject(request: Request, escalation_id: EscalationId, comment: Text = "") ->
         ),
         typed={"reject_comment": comment},
         done="Escalation {id} rejected; run {run} failed.",
-        coordinate=False,
     )
 
 

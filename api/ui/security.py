@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from fastapi import Request
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.auth import Principal, Role
 from models.db import session_scope
-from models.settings import get_settings
+from models.settings import Settings
 from models.tables import ApiToken
 
 SECRET_FILE_NAME: Final = "ui_session_secret"
@@ -32,19 +30,6 @@ SECRET_RANDOM_BYTES: Final = 32
 CSRF_FIELD: Final = "csrf_token"
 CSRF_RANDOM_BYTES: Final = 32
 REVIEW_ROLES: Final = frozenset({"reviewer", "admin"})
-
-
-class UiSettings(BaseSettings):
-    """Settings of the review console (`AGENTQ_UI_*`, from the environment or `.env`)."""
-
-    model_config = SettingsConfigDict(env_prefix="AGENTQ_UI_", env_file=".env", extra="ignore")
-
-    session_secret: SecretStr | None = Field(
-        default=None,
-        description="Signs session cookies; unset: generated once into AGENTQ_HOME.",
-    )
-    session_max_age_s: int = Field(default=12 * 3600, ge=60, description="Session lifetime, s.")
-    cookie_secure: bool = Field(default=False, description="Send the cookie over HTTPS only.")
 
 
 class SignInRequired(Exception):
@@ -59,12 +44,12 @@ class CsrfRefused(Exception):
     """A form was posted without the session's CSRF token."""
 
 
-def session_secret(settings: UiSettings) -> str:
+def session_secret(settings: Settings) -> str:
     """`AGENTQ_UI_SESSION_SECRET`, else the secret kept in AGENTQ_HOME (created 0600 on first
     use, so sessions outlive a restart of `agentq up`)."""
-    if settings.session_secret is not None:
-        return settings.session_secret.get_secret_value()
-    path = get_settings().home / SECRET_FILE_NAME
+    if settings.ui_session_secret is not None:
+        return settings.ui_session_secret.get_secret_value()
+    path = settings.home / SECRET_FILE_NAME
     if not path.exists():
         _write_secret(path)
     return path.read_text(encoding="ascii").strip()

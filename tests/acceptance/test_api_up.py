@@ -16,16 +16,11 @@ import pytest
 
 from tests.acceptance.test_cli import AGENTQ, _env, agentq
 from tests.integration.conftest import engine_dir
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.acceptance
 UP_TIMEOUT_S = 120
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture

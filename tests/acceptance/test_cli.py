@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import engine_dir
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.acceptance
 AGENTQ = shutil.which("agentq") or ""
@@ -24,7 +25,13 @@ def _env(home: Path) -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("AGENTQ_", "DATABASE", "BROKER"))
     }
-    return {**env, "AGENTQ_HOME": str(home), "COLUMNS": "200", "AGENTQ_REVIEWER": "rita"}
+    return {
+        **env,
+        "AGENTQ_HOME": str(home),
+        "COLUMNS": "200",
+        "AGENTQ_REVIEWER": "rita",
+        "AGENTQ_API_PORT": str(free_port()),  # `agentq up` serves the API; never a fixed port
+    }
 
 
 def agentq(

@@ -3,7 +3,6 @@ port, against the session's embedded engine, with tokens made through the model 
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,16 +18,11 @@ from models.tables import Escalation, Run
 from ops.local import start_api
 from ops.stack import LocalStack
 from tests.integration.conftest import wait_for_run
+from tests.support.net import free_port
 
 MakeToken = Callable[..., str]
 Client = Callable[[str | None], httpx.Client]
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture(scope="session")

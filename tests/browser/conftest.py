@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from models import api_tokens
 from models.db import normalize_url, session_scope
 from models.tables import Run
 from tests.integration.conftest import engine_dir
+from tests.support.net import free_port
 
 AGENTQ = shutil.which("agentq") or "agentq"
 UP_TIMEOUT_S = 180
@@ -58,13 +58,6 @@ class Console:
         """A session on this stack's database (commits on success)."""
         return session_scope(normalize_url(self.database_url))
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _env(home: Path) -> dict[str, str]:
