@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.text import Text
 from sqlmodel import col, select
 
-from models import queue, reviews
+from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import AgentqError, BrokerUnavailable, ConfigurationError
 from models.migrate import upgrade
@@ -330,6 +330,19 @@ def watch(run_id: RunId) -> None:
     """A live table of the run's steps until it ends or waits for review."""
     connect()
     raise typer.Exit(watch_until_settled(run_id))
+
+
+@app.command()
+def cancel(run_id: RunId) -> None:
+    """Cancel an active run: steps not yet running are cancelled, a running step finishes and
+    nothing follows it, and an escalation waiting for review is withdrawn."""
+    connect()
+    with session_scope() as session:
+        get_run(session, run_id)  # NotFound first
+        transitions.lock_run(session, run_id)
+        run = transitions.cancel_run(session, run_id)
+    queue.follow_up(run_id, run.status)  # the cancelled run's episode is written
+    console.print(f"run {run_id} cancelled")
 
 
 def reviewer_name() -> str:

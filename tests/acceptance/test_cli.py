@@ -171,6 +171,26 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
         r"forgot local: [1-9]\d* facts, 1 episodes", forgot.stdout
     )
     assert "currency" not in agentq(home, "memory", "facts", "--user", "local").stdout
+    ended = agentq(home, "cancel", "1")
+    assert ended.returncode == 2 and "succeeded" in ended.stdout, ended.stdout  # nothing changed
+    slow = home / "slow.json"
+    slow.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"name": "wait", "kind": "tool", "tool": "sleep", "args": {"seconds": 3}},
+                    {"name": "after", "kind": "tool", "tool": "noop"},
+                ]
+            }
+        )
+    )
+    second = agentq(home, "submit", "slow one", "--plan", str(slow))
+    run_id = re.search(r"run (\d+) submitted", second.stdout)
+    assert run_id, second.stdout + second.stderr
+    cancelled = agentq(home, "cancel", run_id.group(1))
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert f"run {run_id.group(1)} cancelled" in cancelled.stdout
+    assert "cancelled" in agentq(home, "status", run_id.group(1)).stdout
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert not (home / "stack.json").exists()
