@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import httpx
 import pytest
 from sqlmodel import col, select
 
-from models.tables import Escalation, PlanVersion, Run, Step
+from models.tables import Escalation, PlanVersion, Run, RunEvent, Step
 from tests.browser.conftest import Console, csrf_of, submitted_id, wait_for_status
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
@@ -56,6 +57,17 @@ def _rows(console: Console, run_id: int) -> dict[str, Any]:
                 )
             ],
         }
+
+
+def _wait_for_event(console: Console, run_id: int, kind: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with console.db() as session:
+            stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == kind)
+            if session.exec(stmt).first() is not None:
+                return
+        assert time.monotonic() < deadline, f"run {run_id}: no {kind} event in {timeout_s} s"
+        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +156,7 @@ def test_a_decided_escalation_says_so_and_changes_nothing(
     )
     assert rejected.status_code == 303 and rejected.headers["location"] == f"/ui/runs/{run_id}"
     assert "rejected" in rita.get(f"/ui/runs/{run_id}").text
+    _wait_for_event(console, run_id, "memory.remembered")  # the rejected run's episode is written
     after = _rows(console, run_id)
     again = rita.post(f"/ui/reviews/{esc_id}/approve", data={"csrf_token": csrf})
     assert again.status_code == 409

@@ -144,17 +144,20 @@ def test_concurrent_beats_apply_a_deadline_once(make_run: Callable[..., int]) ->
     assert len(events(run_id, "run.failed")) == 1
 
 
-def test_reject_at_the_deadline_leaves_a_run_that_already_ended(
+def test_a_cancelled_run_has_no_deadline_left_to_pass(
     make_run: Callable[..., int],
 ) -> None:
     run_id, esc_id = escalated_run(make_run)
     with session_scope() as session:
-        transitions.cancel_run(session, run_id)
+        transitions.cancel_run(session, run_id)  # withdraws the escalation
     now = due_in_an_hour(esc_id)
 
     counts = apply_escalation_deadlines(now=now, action="reject")
 
-    assert counts["failed"] == 0 and escalation(esc_id).deadline_passed_at == now
+    assert counts == {"rejected": 0, "waiting": 0, "failed": 0}
+    withdrawn = escalation(esc_id)
+    assert (withdrawn.decision, withdrawn.deadline_passed_at) == ("withdrawn", None)
+    assert events(run_id, "escalation.deadline_passed") == []
     with session_scope() as session:
         assert session.get(Run, run_id).status == "cancelled"  # type: ignore[union-attr]
 
