@@ -20,7 +20,6 @@ from api.auth import Principal, Reviewer
 from api.responses import DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
-from api.tools import argument_problems, tool_names, tool_returns
 from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import InvalidInput
@@ -28,6 +27,7 @@ from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step
+from worker.tools import argument_problems, configured_tool_names, declared_returns
 
 router = APIRouter(prefix="/reviews", tags=["reviews"])
 EscalationId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Escalation id.")]
@@ -173,7 +173,7 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
         principal,
         lambda session, esc: reviews.respond(
             session, escalation_id, reviewer=principal.name, comment=body.comment,
-            answer=reviews.answer_from_text(text, returns=tool_returns(esc.detail.get("tool"))),
+            answer=reviews.answer_from_text(text, returns=declared_returns(esc.detail.get("tool"))),
         ),
     )  # fmt: skip
     out.notified = queue.try_send(TASK_COORDINATE, run_id)
@@ -190,7 +190,7 @@ def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> Decisi
         principal,
         lambda session, _esc: reviews.edit(
             session, escalation_id, reviewer=principal.name, plan=body.plan.model_dump(),
-            tools=tool_names(), check_args=argument_problems, comment=body.comment,
+            tools=configured_tool_names(), check_args=argument_problems, comment=body.comment,
             max_attempts=get_settings().step_max_attempts,
         ),
     )  # fmt: skip

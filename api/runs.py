@@ -24,7 +24,6 @@ from api.responses import (
     SubmittedOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
-from api.tools import argument_problems, tool_names
 from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import InvalidInput, NotFound
@@ -33,6 +32,7 @@ from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
+from worker.tools import argument_problems, configured_tool_names
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Run id.")]
@@ -120,7 +120,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     plan = None
     if body.plan is not None:
         plan = parse_plan(
-            body.plan.model_dump(), tools=tool_names(), facts=set(body.facts),
+            body.plan.model_dump(), tools=configured_tool_names(), facts=set(body.facts),
             check_args=argument_problems,
         )  # fmt: skip
     budgets = body.budgets

@@ -35,6 +35,7 @@ from ops import views
 from ops.memory_commands import memory_app
 from ops.stack import LocalStack, read_stack_file
 from ops.token_commands import token_app
+from worker.tools import argument_problems, configured_tool_names, declared_returns
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
@@ -94,22 +95,6 @@ def connect() -> None:
     os.environ["AGENTQ_BROKER_URL"] = state["broker_url"]
 
 
-def tool_names() -> list[str]:
-    """Names of the tools the workers load (`AGENTQ_TOOL_MODULES`)."""
-    from worker.tools import catalog, load_tool_modules
-
-    load_tool_modules(get_settings().tool_modules)
-    return [t["name"] for t in catalog()]
-
-
-def tool_returns(name: str | None) -> tuple[str, ...]:
-    """The result keys a tool declares; () for none or an unknown tool."""
-    from worker.tools import catalog
-
-    tool_names()
-    return next((tuple(t["returns"]) for t in catalog() if t["name"] == name), ())
-
-
 def parse_facts(pairs: list[str]) -> dict[str, str]:
     """`["currency=EUR", ...]` as a dict; raises `ConfigurationError` naming the bad entry."""
     facts: dict[str, str] = {}
@@ -139,10 +124,10 @@ def read_plan_text(path: Path) -> str:
 def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
     """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools,
     their arguments and the pinned `facts`; raises `ConfigurationError` or `InvalidPlan`."""
-    from worker.tools import argument_problems
-
     text = read_plan_text(path)
-    return parse_plan(text, tools=tool_names(), facts=set(facts), check_args=argument_problems)
+    return parse_plan(
+        text, tools=configured_tool_names(), facts=set(facts), check_args=argument_problems
+    )
 
 
 def announce(run_id: int, done: str) -> None:
@@ -445,7 +430,7 @@ def review_respond(
     connect()
     with session_scope() as session:
         esc = reviews.get_escalation(session, escalation_id)
-        returns = tool_returns(esc.detail.get("tool"))
+        returns = declared_returns(esc.detail.get("tool"))
         run = reviews.respond(
             session,
             escalation_id,
@@ -464,8 +449,6 @@ def review_edit(
 ) -> None:
     """Edit the plan: your steps replace every step that has not run yet. Recorded as
     $AGENTQ_REVIEWER, else your login name."""
-    from worker.tools import argument_problems
-
     connect()
     with session_scope() as session:
         reviews.get_escalation(session, escalation_id)
@@ -474,7 +457,7 @@ def review_edit(
             escalation_id,
             reviewer=reviewer_name(),
             plan=read_plan_text(plan),
-            tools=tool_names(),
+            tools=configured_tool_names(),
             check_args=argument_problems,
             comment=comment,
             max_attempts=get_settings().step_max_attempts,

@@ -16,7 +16,6 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
-from api import tools
 from api.auth import Principal
 from api.reviews import EscalationId
 from api.ui import review_details
@@ -33,6 +32,7 @@ from models.errors import (
 )
 from models.settings import get_settings
 from models.tables import Run
+from worker.tools import argument_problems, configured_tool_names, declared_returns
 
 router = APIRouter()
 Text = Annotated[str, Form()]
@@ -175,7 +175,7 @@ def respond(
 
     def decide(session: Session, who: Principal) -> Run:
         esc = reviews.get_escalation(session, escalation_id)
-        returns = tools.tool_returns(esc.detail.get("tool"))
+        returns = declared_returns(esc.detail.get("tool"))
         return reviews.respond(
             session,
             escalation_id,
@@ -208,8 +208,8 @@ def edit(
             escalation_id,
             reviewer=who.name,
             plan=plan,
-            tools=tools.tool_names(),
-            check_args=tools.argument_problems,
+            tools=configured_tool_names(),
+            check_args=argument_problems,
             comment=comment.strip() or None,
             max_attempts=get_settings().step_max_attempts,
         ),

@@ -97,9 +97,10 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         goal: str = "integration test",
         wall_time_s: float | None = None,
     ) -> int:
-        from ops.cli import tool_names
+        from worker.tools import configured_tool_names
 
-        plan = None if steps is None else parse_plan({"steps": steps}, tools=tool_names())
+        tools = configured_tool_names()
+        plan = None if steps is None else parse_plan({"steps": steps}, tools=tools)
         with session_scope() as session:
             run = submit_run(
                 session,

@@ -115,9 +115,9 @@ def submit(
     tokens: int | None = None,
     cost_usd: float | None = None,
 ) -> int:
-    from ops.cli import tool_names
+    from worker.tools import configured_tool_names
 
-    plan = None if steps is None else parse_plan({"steps": steps}, tools=tool_names())
+    plan = None if steps is None else parse_plan({"steps": steps}, tools=configured_tool_names())
     with session_scope() as session:
         run = submit_run(
             session,

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from models.errors import ToolArgumentsError, ToolError
+from models.settings import get_settings
 
 ToolFunction = Callable[..., dict[str, Any]]
 
@@ -180,6 +181,20 @@ def catalog() -> list[dict[str, Any]]:
     "fallback": {"tool", "args"} | None}, ...]`.
     """
     return [_TOOLS[name].describe() for name in sorted(_TOOLS)]
+
+
+def configured_tool_names() -> list[str]:
+    """Names of the tools the workers load (`AGENTQ_TOOL_MODULES`), for checking plans in any
+    process (the CLI, the API); importing their modules registers them and runs nothing."""
+    load_tool_modules(get_settings().tool_modules)
+    return sorted(_TOOLS)
+
+
+def declared_returns(name: str | None) -> tuple[str, ...]:
+    """The result keys the configured tool `name` declares; () for None or an unknown tool."""
+    configured_tool_names()
+    found = _TOOLS.get(name or "")
+    return found.returns if found else ()
 
 
 def load_tool_modules(modules: Sequence[str]) -> None:
