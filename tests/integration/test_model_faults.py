@@ -11,7 +11,6 @@ tests check the run's final state, the number of model calls (the server's log a
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import threading
 import time
@@ -32,9 +31,8 @@ from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
 from models.tables import Escalation, Run, RunEvent, StepAttempt
-from ops.local import start_engine
 from ops.stack import LocalStack
-from tests.integration.conftest import TEST_ENV, engine_dir, run_steps, wait_for_run
+from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
 from tests.support.fake_openai import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -58,12 +56,6 @@ ANSWER_TOKENS = PROMPT_TOKENS + COMPLETION_TOKENS
 REQUEST_TIMEOUT_S = float(TEST_ENV["AGENTQ_MODEL_REQUEST_TIMEOUT_S"])  # 1 s, 2 attempts
 RETRY_BACKOFF_S = 1.0  # AGENTQ_MODEL_RETRY_BACKOFF_S's default: one wait between the 2 attempts
 MAX_DEFERRALS = 2
-SWITCHED = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL")
-
-
-def _use_this_process_settings() -> None:
-    get_settings.cache_clear()
-    queue._client.clear()  # the Celery client caches its broker URL
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +68,6 @@ def fake() -> Iterator[FakeOpenAI]:
 def faulty_engine(fake: FakeOpenAI) -> Iterator[LocalStack]:
     """An engine whose one worker process calls `fake`; this process talks to it until the
     module ends, then to whatever it talked to before."""
-    saved = {key: os.environ.get(key) for key in SWITCHED}
     env = {
         **TEST_ENV,
         "AGENTQ_PROVIDER": "openai",
@@ -87,19 +78,8 @@ def faulty_engine(fake: FakeOpenAI) -> Iterator[LocalStack]:
         "AGENTQ_MODEL_MAX_DEFERRALS": str(MAX_DEFERRALS),
         "NO_PROXY": "127.0.0.1,localhost",
     }
-    for data_dir in engine_dir():
-        stack = start_engine(data_dir, worker_concurrency=1, extra_env=env)
-        _use_this_process_settings()
-        try:
-            yield stack
-        finally:
-            stack.stop()
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            _use_this_process_settings()
+    with other_engine(env) as stack:
+        yield stack
 
 
 @pytest.fixture
