@@ -29,6 +29,7 @@ Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_
 PROVIDER_NAMES = ("offline", "openai")
 StructuredOutput = Literal["json_schema", "json_object", "off"]  # AGENTQ_STRUCTURED_OUTPUT
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]  # AGENTQ_MAX_TOKENS_FIELD
+MAX_OUTPUT_TOKENS = 1024  # an answer's token limit, unless AGENTQ_RESERVED_OUTPUT_TOKENS is less
 # llama-cpp-python's schema-to-grammar converter unrolls these bounds into as many nested rules:
 # PlanSpec's `instruction` (maxLength 4000) becomes a grammar llama.cpp fails to parse, and the
 # server then crashes (0.3.36). The answer is still validated against the whole schema.
@@ -57,7 +58,7 @@ class ModelRequest:
     messages: list[dict[str, Any]]
     payload: dict[str, Any]
     json_schema: dict[str, Any] | None = None
-    max_output_tokens: int = 1024
+    max_output_tokens: int = MAX_OUTPUT_TOKENS
     estimated_prompt_tokens: int | None = None  # our tiktoken count, to compare with the usage
     tools: tuple[dict[str, Any], ...] = ()  # OpenAI function tools: {"type": "function", ...}
 

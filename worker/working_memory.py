@@ -26,7 +26,7 @@ from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
 from worker.context import Context, Layers, Piece, assemble, shorten, usable_budget
 from worker.prompts import Prompt, summarize_prompt
-from worker.providers import ModelRequest
+from worker.providers import MAX_OUTPUT_TOKENS, ModelRequest
 
 MAX_SUMMARY_ROUNDS = 20  # each round folds at most half the budget of turns
 
@@ -197,6 +197,8 @@ def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
         json_schema=prompt.json_schema,
         estimated_prompt_tokens=context.tokens + schema_tokens(prompt),
         tools=prompt.tools,
+        # the answer never takes more than the room the budget kept free for it
+        max_output_tokens=min(MAX_OUTPUT_TOKENS, get_settings().reserved_output_tokens),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlmodel import col, select
@@ -19,13 +20,13 @@ from sqlmodel import col, select
 from models import queue
 from models.db import session_scope
 from models.errors import ProviderError
-from models.plans import StepSpec
+from models.plans import StepSpec, parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
-from models.tables import Escalation, RunEvent
+from models.tables import Escalation, Run, RunEvent
 from ops.stack import LocalStack
-from tests.integration.conftest import other_engine, wait_for_run
+from tests.integration.conftest import other_engine, run_steps, wait_for_run
 from tests.support.llama_server import MODEL_ALIAS, LlamaServer
 from worker.prompts import PLAN_INSTRUCTIONS, plan_prompt
 from worker.providers import ModelRequest, OpenAIProvider, StructuredOutput
@@ -35,10 +36,9 @@ pytestmark = pytest.mark.integration
 
 TOOL_MODULES = ["worker.tools.builtin"]
 # On 2 busy cores SmolLM2-135M reads a prompt at about 80-100 tokens/s and writes 20-40 tokens/s:
-# a 1,000-token plan prompt takes 10-15 s, an answer of 1,024 tokens (agentq's limit) up to 50 s.
+# a 1,000-token plan prompt takes 10-15 s, and an answer of 256 tokens up to 13 s.
 REQUEST_TIMEOUT_S = 100
-PLAN_MAX_TOKENS = 256
-ANSWER_MAX_TOKENS = ModelRequest(purpose="step", messages=[], payload={}).max_output_tokens
+ANSWER_MAX_TOKENS = 256  # AGENTQ_RESERVED_OUTPUT_TOKENS: each answer's token limit
 SCHEMA_ANSWERS = ("plan.invalid", "replan.invalid", "extract_facts.invalid")
 LOCAL_ENV = {
     "AGENTQ_PROVIDER": "openai",
@@ -50,7 +50,7 @@ LOCAL_ENV = {
     "AGENTQ_EMBEDDING_PROVIDER": "hash",
     "AGENTQ_TOOL_MODULES": json.dumps(TOOL_MODULES),
     "AGENTQ_CONTEXT_WINDOW_TOKENS": "8192",  # the server's --n_ctx
-    "AGENTQ_RESERVED_OUTPUT_TOKENS": "1024",
+    "AGENTQ_RESERVED_OUTPUT_TOKENS": str(ANSWER_MAX_TOKENS),
     # The ladder for a slow model: 100 x 1 < 110 < 120 < 130 < lease 140 < visibility 600.
     "AGENTQ_MODEL_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
     "AGENTQ_MODEL_MAX_ATTEMPTS": "1",
@@ -103,7 +103,7 @@ def plan_request(goal: str) -> ModelRequest:
         messages=messages,
         payload=prompt.payload,
         json_schema=prompt.json_schema,
-        max_output_tokens=PLAN_MAX_TOKENS,
+        max_output_tokens=ANSWER_MAX_TOKENS,
     )
 
 
@@ -119,7 +119,7 @@ def test_a_constrained_plan_answer_is_json_of_the_plan_schema(
         assert {"name", "kind"} <= set(step) <= set(StepSpec.model_fields)
         assert step["kind"] in ("tool", "model")
     assert completion.model == MODEL_ALIAS and completion.offline is False
-    assert 0 < completion.completion_tokens <= PLAN_MAX_TOKENS
+    assert 0 < completion.completion_tokens <= ANSWER_MAX_TOKENS
     assert completion.prompt_tokens > 500  # the server's count of the whole chat prompt
 
 
@@ -151,13 +151,20 @@ def events(run_id: int, kinds: tuple[str, ...]) -> list[RunEvent]:
         return list(session.exec(stmt.order_by(col(RunEvent.id))))
 
 
-def test_a_whole_run_on_the_local_model(local_engine: LocalStack) -> None:
+def submit(goal: str, steps: list[dict[str, Any]] | None = None) -> int:
+    plan = None if steps is None else parse_plan({"steps": steps}, tools=[])
     with session_scope() as session:
         run = submit_run(
-            session, settings=get_settings(), user_id="local", goal="Say hello to Ana", replans=0
+            session, settings=get_settings(), user_id="local", goal=goal, plan=plan, replans=0
         )
         run_id = run.id or 0
     queue.send(TASK_COORDINATE, run_id)
+    return run_id
+
+
+def check_settled_on_the_local_model(run_id: int) -> Run:
+    """The run ended (or waits on an open escalation); every answered call carries the server's
+    usage, within the answer's token limit, charged to the run; no schema answer was not JSON."""
     run = wait_for_run(run_id, timeout_s=240)
     assert run.status in ("succeeded", "failed", "waiting_review")
     if run.status == "waiting_review":
@@ -178,3 +185,20 @@ def test_a_whole_run_on_the_local_model(local_engine: LocalStack) -> None:
     assert run.tokens_used == sum(d["prompt_tokens"] + d["completion_tokens"] for d in answered)
     invalid = [e.detail["error"] for e in events(run_id, SCHEMA_ANSWERS)]
     assert not [error for error in invalid if "Invalid JSON" in error], invalid
+    return run
+
+
+def test_a_run_planned_by_the_local_model(local_engine: LocalStack) -> None:
+    run = check_settled_on_the_local_model(submit("Say hello to Ana"))
+    purposes = [e.detail["purpose"] for e in events(run.id or 0, ("model.call",))]
+    assert purposes[0] == "plan"
+
+
+def test_a_run_of_a_model_step_on_the_local_model(local_engine: LocalStack) -> None:
+    greet = {"name": "greet", "kind": "model", "instruction": "Write a one-line greeting for Ana."}
+    run = check_settled_on_the_local_model(submit("Greet Ana", [greet]))
+    (step,) = run_steps(run.id or 0)
+    assert step.status == "succeeded" and step.result is not None
+    assert (step.result["model"], step.result["offline"]) == (MODEL_ALIAS, False)
+    purposes = {e.detail["purpose"] for e in events(run.id or 0, ("model.call",))}
+    assert {"step", "synthesize"} <= purposes

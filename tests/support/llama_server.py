@@ -25,6 +25,9 @@ MODEL_ALIAS = "smollm2"  # what the server calls the model in its answers
 # SmolLM2 was trained with an 8,192-token context; agentq's plan prompt (instructions, the tool
 # catalogue, the schema) is about 3,000 of its tokens, and the answer may take 1,024 more.
 CONTEXT_TOKENS = 8192
+# One thread: on a 2-core machine shared with Postgres, Celery and other tests, two OpenMP threads
+# spin-wait for each other and a plan call took 77 s instead of 22 s (load average 4).
+THREADS = 1
 READY_TIMEOUT_S = 120.0  # loading the 98 MB model takes about a second; leave room for a busy CI
 STOP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.2
@@ -55,7 +58,7 @@ class LlamaServer:
     """
 
     def __init__(
-        self, model: Path | None = None, *, n_ctx: int = CONTEXT_TOKENS, threads: int = 2
+        self, model: Path | None = None, *, n_ctx: int = CONTEXT_TOKENS, threads: int = THREADS
     ) -> None:
         self.model = model or smollm2_gguf()
         self.port = free_port()
@@ -108,7 +111,7 @@ class LlamaServer:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
         try:
             with opener.open(f"{self.url}/models", timeout=2) as response:
-                return response.status == 200
+                return bool(response.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 

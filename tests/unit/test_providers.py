@@ -299,12 +299,34 @@ def test_response_format_per_setting(
 def test_openai_sends_the_llama_cpp_response_format(
     server: FakeServer, make_openai: Callable[..., OpenAIProvider]
 ) -> None:
-    asked = request("plan", {"goal": "g"}, json_schema=PLAN_SCHEMA)
-    make_openai(structured_output="json_object").complete(asked)
+    asked = request("plan", {"goal": "g"}, json_schema=PLAN_SCHEMA, max_output_tokens=300)
+    make_openai(structured_output="json_object", max_tokens_field="max_tokens").complete(asked)
     make_openai(structured_output="off").complete(asked)
     first, second = (r["body"] for r in server.requests)
     assert first["response_format"] == {"type": "json_object", "schema": PLAN_SCHEMA}
+    assert first["max_tokens"] == 300 and "max_completion_tokens" not in first
     assert "response_format" not in second
+    assert second["max_completion_tokens"] == 300 and "max_tokens" not in second
+
+
+def test_the_llama_cpp_schema_leaves_out_the_bounds_its_converter_unrolls() -> None:
+    bounded = {
+        "type": "object",
+        "properties": {
+            "maxLength": {"type": "string", "maxLength": 4000, "minLength": 1},
+            "steps": {"type": "array", "items": {"$ref": "#/$defs/S"}, "maxItems": 50},
+        },
+        "$defs": {"S": {"type": "string", "maxLength": 9, "pattern": "^[a-z]+$"}},
+    }
+    sent = _response_format(request("plan", {}, json_schema=bounded), "json_object")
+    assert sent["schema"] == {
+        "type": "object",
+        "properties": {
+            "maxLength": {"type": "string", "minLength": 1},  # a property may have that name
+            "steps": {"type": "array", "items": {"$ref": "#/$defs/S"}},
+        },
+        "$defs": {"S": {"type": "string", "pattern": "^[a-z]+$"}},
+    }
 
 
 def test_openai_without_schema_or_usage(
