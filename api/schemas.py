@@ -7,13 +7,13 @@ parser accepts it). The response bodies are in `api.responses`.
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from models.plans import PlanSpec
 from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, USER_ID_MAX_CHARS
+from models.storable import storable_problem
 
 PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq submit --wall-time`: longer is a typo
@@ -30,29 +30,6 @@ UserId = Annotated[str, StringConstraints(min_length=1, max_length=USER_ID_MAX_C
 FactKey = Annotated[str, StringConstraints(pattern=FACT_KEY_PATTERN)]
 FactValue = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
 Comment = Annotated[str, StringConstraints(min_length=1, max_length=COMMENT_MAX_CHARS)]
-
-
-def storable_problem(value: Any, path: str = "body") -> str | None:
-    """Where in `value` (decoded JSON) something is that Postgres cannot store, or None."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return f"{path}: NUL characters (\\u0000) are not allowed"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return f"{path}: unpaired surrogates are not valid Unicode text"
-    elif isinstance(value, float) and not math.isfinite(value):
-        return f"{path}: numbers must be finite"
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            found = storable_problem(key, f"{path} key") or storable_problem(item, f"{path}.{key}")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            if found := storable_problem(item, f"{path}.{i}"):
-                return found
-    return None
 
 
 class Body(BaseModel):

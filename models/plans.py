@@ -8,18 +8,24 @@ and nothing is half-written. Steps pass data with references in their tool args:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, select
 
 from models.errors import InvalidPlan, ToolArgumentsError
 from models.references import referenced_facts, references
+from models.storable import storable_problem
 from models.tables import PlanVersion, Run, Step, utcnow
 
 MAX_PLAN_STEPS: Final = 50
 MAX_STEP_TOOLS: Final = 20  # tools offered to one model step; each costs prompt tokens
+# A step's arguments as JSON text, at most: arguments are names and small values (the data steps
+# pass to each other travels by `${steps...}` reference); a bigger one is almost surely a mistake,
+# and every prompt, event and page that shows the plan would carry it.
+MAX_ARGS_CHARS: Final = 64_000
 STEP_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
 
 
@@ -38,6 +44,14 @@ class StepSpec(BaseModel):
         description="Kind 'model' only: tools the model may call itself, by name.",
     )
 
+    @field_validator("args")
+    @classmethod
+    def _args_size(cls, args: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(args, ensure_ascii=False))
+        if size > MAX_ARGS_CHARS:
+            raise ValueError(f"at most {MAX_ARGS_CHARS} characters as JSON (got {size})")
+        return args
+
     @model_validator(mode="after")
     def _tool_matches_kind(self) -> StepSpec:
         if self.kind == "tool" and not self.tool:
@@ -55,6 +69,13 @@ class PlanSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_PLAN_STEPS)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        if problem := storable_problem(data, "plan"):
+            raise ValueError(problem)
+        return data
+
 
 ArgsCheck = Callable[[str, dict[str, Any]], list[str]]
 
@@ -69,7 +90,8 @@ def parse_plan(
 ) -> PlanSpec:
     """Validate `data` (a dict, or JSON text) into a plan whose tools and references exist.
 
-    `earlier` names the results available before the first step (a replan's done steps);
+    `earlier` names the results available before the first step (a replan's done steps; no new
+    step may take one of these names);
     `facts`, when given, the pinned facts that `${facts.KEY}` may name; `check_args(tool, args)`
     returns the problems of a tool call's arguments (the tool registry's check). Step names must
     be unique within the plan. Raises `InvalidPlan` with every problem found, each naming the
@@ -84,7 +106,7 @@ def parse_plan(
     except ValidationError as exc:
         raise InvalidPlan(_describe(exc)) from exc
     problems = list(_plan_problems(plan, tools=tools, earlier=earlier))
-    problems += _names_problems(plan)
+    problems += _names_problems(plan, earlier)
     problems += _facts_problems(plan, facts)
     if check_args is not None:
         problems += [
@@ -123,12 +145,19 @@ def _plan_problems(
         available.add(step.name)
 
 
-def _names_problems(plan: PlanSpec) -> list[str]:
+def _names_problems(plan: PlanSpec, earlier: Collection[str]) -> list[str]:
+    """Names are unique within the plan, and never take the name of an earlier result: a
+    `${steps.NAME...}` reference must mean one step."""
     seen: set[str] = set()
     problems = []
     for i, step in enumerate(plan.steps):
         if step.name in seen:
             problems.append(f"steps.{i}.name: {step.name!r} is used twice; names must be unique")
+        elif step.name in earlier:
+            problems.append(
+                f"steps.{i}.name: {step.name!r} is the name of a step that already succeeded; "
+                "choose another"
+            )
         seen.add(step.name)
     return problems
 

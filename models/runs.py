@@ -13,6 +13,7 @@ from models import transitions
 from models.errors import InvalidInput, NotFound
 from models.plans import PlanSpec, add_plan_version, current_steps
 from models.settings import Settings
+from models.storable import storable_problem
 from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
 
 FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
@@ -71,15 +72,18 @@ def submit_run(
 
 
 def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None:
+    for name, value in (("goal", goal), ("user", user_id), ("facts", facts)):
+        if problem := storable_problem(value, name):
+            raise InvalidInput(problem)
     if not goal.strip() or len(goal) > GOAL_MAX_CHARS:
         raise InvalidInput(f"goal: must be 1 to {GOAL_MAX_CHARS} characters (got {len(goal)})")
     if not user_id.strip() or len(user_id) > USER_ID_MAX_CHARS:
         raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
     for key, value in facts.items():
-        if not re.match(FACT_KEY_PATTERN, key) or not value:
-            raise InvalidInput(
-                f"fact {key!r}: keys match {FACT_KEY_PATTERN} and values are not empty"
-            )
+        if not re.match(FACT_KEY_PATTERN, key):
+            raise InvalidInput(f"fact {key!r}: the key must match {FACT_KEY_PATTERN}")
+        if not value:
+            raise InvalidInput(f"fact {key!r}: the value is empty")
 
 
 def get_run(session: Session, run_id: int) -> Run:

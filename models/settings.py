@@ -8,6 +8,7 @@ are also read from the conventional `DATABASE_URL` and `BROKER_URL`, and the key
 from __future__ import annotations
 
 import itertools
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -22,7 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
 
@@ -258,6 +259,16 @@ def get_settings() -> Settings:
         raise
     except ValidationError as exc:
         raise ConfigurationError(describe_settings_error(exc)) from exc
+    except SettingsError as exc:  # a value that is not JSON where JSON is expected
+        raise ConfigurationError(describe_parse_error(exc)) from exc
+
+
+def describe_parse_error(exc: SettingsError) -> str:
+    """pydantic-settings' `error parsing value for field "fact_ttl_s" ...`, naming the variable
+    (`AGENTQ_FACT_TTL_S`) and saying what it must be."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    name = f"AGENTQ_{match.group(1).upper()}" if match else "a setting"
+    return f"invalid settings: {name}: must be JSON (an object or a list, as documented); {exc}"
 
 
 def describe_settings_error(exc: ValidationError) -> str:

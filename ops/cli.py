@@ -100,9 +100,15 @@ def parse_facts(pairs: list[str]) -> dict[str, str]:
     facts: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not re.match(FACT_KEY_PATTERN, key) or not value:
+        if not sep or not re.match(FACT_KEY_PATTERN, key):
             raise ConfigurationError(
                 f"--fact {pair!r}: expected KEY=VALUE with KEY matching {FACT_KEY_PATTERN}"
+            )
+        if not value:
+            raise ConfigurationError(f"--fact {pair!r}: the value is empty")
+        if key in facts and facts[key] != value:
+            raise ConfigurationError(
+                f"--fact {key}: given twice ({facts[key]!r} and {value!r}); pin one value"
             )
         facts[key] = value
     return facts

@@ -93,6 +93,31 @@ def test_pinned_facts_parse_and_refuse() -> None:
         "currency": "EUR",
         "cost_centre": "CC-4410",
     }
-    for bad in ("currency", "Currency=EUR", "x=", "=EUR"):
+    for bad in ("currency", "Currency=EUR", "=EUR"):
         with pytest.raises(ConfigurationError, match="KEY=VALUE"):
             parse_facts([bad])
+    with pytest.raises(ConfigurationError, match="'x=': the value is empty"):
+        parse_facts(["x="])
+    with pytest.raises(ConfigurationError, match="given twice"):
+        parse_facts(["k=a", "k=b"])
+    assert parse_facts(["k=a", "k=a"]) == {"k": "a"}
+
+
+def test_plans_and_submissions_refuse_what_postgres_cannot_store() -> None:
+    nul = {"steps": [{"name": "a", "kind": "tool", "tool": "echo", "args": {"value": "x\x00"}}]}
+    with pytest.raises(InvalidPlan, match=r"plan\.steps\.0\.args\.value: NUL characters"):
+        parse_plan(nul, tools=["echo"])
+    lone = {"steps": [{"name": "a", "kind": "model", "instruction": "bad \udcff"}]}
+    with pytest.raises(InvalidPlan, match="unpaired surrogates"):
+        parse_plan(lone, tools=[])
+    big = {"value": "x" * 70_000}
+    huge = {"steps": [{"name": "a", "kind": "tool", "tool": "echo", "args": big}]}
+    with pytest.raises(InvalidPlan, match=r"steps\.0\.args: .*at most 64000 characters"):
+        parse_plan(huge, tools=["echo"])
+
+
+def test_a_new_step_never_takes_the_name_of_a_result() -> None:
+    step = {"name": "a", "kind": "tool", "tool": "noop"}
+    with pytest.raises(InvalidPlan, match="'a' is the name of a step that already succeeded"):
+        parse_plan({"steps": [step]}, tools=["noop"], earlier={"a"})
+    assert parse_plan({"steps": [step]}, tools=["noop"], earlier={"b"}).steps[0].name == "a"

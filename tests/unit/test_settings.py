@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.errors import ConfigurationError
-from models.settings import Settings
+from models.settings import Settings, get_settings
 
 
 @pytest.fixture(autouse=True)
@@ -67,4 +67,15 @@ def test_errors_name_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -
         ):
             get_settings()
     finally:
+        get_settings.cache_clear()
+
+
+def test_a_setting_that_is_not_json_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTQ_FACT_TTL_S", "{bad")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigurationError, match="AGENTQ_FACT_TTL_S: must be JSON"):
+            get_settings()
+    finally:
+        monkeypatch.delenv("AGENTQ_FACT_TTL_S")
         get_settings.cache_clear()

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
-from models.errors import RetryableToolError, ToolArgumentsError, ToolError
+from models.errors import ConfigurationError, RetryableToolError, ToolArgumentsError, ToolError
 from models.references import references, resolve
 from worker.tools import (
     DEFAULT_TOOL_MODULES,
@@ -407,3 +407,8 @@ def test_expense_playbook_files_473_43_eur_with_the_fallback(
     assert results["submit"]["currency"] == "EUR"
     assert results["submit"]["cost_centre"] == "CC-4410"
     assert results["submit"]["attachments"] == 4
+
+
+def test_a_tool_module_that_cannot_be_imported_names_the_setting() -> None:
+    with pytest.raises(ConfigurationError, match=r"AGENTQ_TOOL_MODULES: cannot import 'no\.such'"):
+        load_tool_modules(["no.such"])

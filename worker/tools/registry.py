@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from models.errors import ToolArgumentsError, ToolError
+from models.errors import ConfigurationError, ToolArgumentsError, ToolError
 from models.settings import get_settings
 
 ToolFunction = Callable[..., dict[str, Any]]
@@ -198,9 +198,18 @@ def declared_returns(name: str | None) -> tuple[str, ...]:
 
 
 def load_tool_modules(modules: Sequence[str]) -> None:
-    """Import each module so its `@tool`s register; importing twice is a no-op (sys.modules)."""
+    """Import each module so its `@tool`s register; importing twice is a no-op (sys.modules).
+
+    Raises `ConfigurationError` naming `AGENTQ_TOOL_MODULES` for a module that is not found.
+    """
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise ConfigurationError(
+                f"AGENTQ_TOOL_MODULES: cannot import {module!r} ({exc}); list importable modules "
+                "that register tools"
+            ) from exc
 
 
 def playbook(keywords: tuple[str, ...], steps: list[dict[str, Any]]) -> None:
