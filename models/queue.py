@@ -56,13 +56,28 @@ def broker_url(settings: Settings | None = None) -> str:
     return url
 
 
+# Seconds a broker socket may wait to connect or for an answer. Above kombu's Redis BRPOP
+# timeout (1 s), so a worker's idle wait for a message never trips it.
+BROKER_SOCKET_TIMEOUT_S: Final = 5.0
+# Publishing is tried twice, 0.5 s apart, so a sender learns of a broker that is down or hung in
+# about 2 x BROKER_SOCKET_TIMEOUT_S at worst; the rows are committed and the reconciler re-sends.
+SEND_RETRY_POLICY: Final = {"max_retries": 1, "interval_start": 0.5, "interval_step": 0.5}
+
+
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings (https://docs.celeryq.dev/en/stable/userguide/configuration.html)."""
     return {
         "broker_url": broker_url(settings),
         "broker_connection_retry_on_startup": True,
-        # Redis: an unacknowledged message returns to the queue after this long.
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "broker_transport_options": {
+            # Redis: an unacknowledged message returns to the queue after this long.
+            "visibility_timeout": settings.visibility_timeout_s,
+            # A broker that accepts connections but never answers (paused, overloaded) must not
+            # hang a sender: without these the Redis client waits forever (celery/celery#1221).
+            "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
+        },
+        "broker_connection_timeout": BROKER_SOCKET_TIMEOUT_S,  # AMQP's connect timeout
         "task_routes": ROUTES,
         "task_default_queue": QUEUE_STEPS,
         "task_acks_late": True,
@@ -105,7 +120,14 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
     if task not in ROUTES:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(ROUTES)}")
     try:
-        client().send_task(task, args=list(args), countdown=countdown, **ROUTES[task])
+        client().send_task(
+            task,
+            args=list(args),
+            countdown=countdown,
+            retry=True,
+            retry_policy=SEND_RETRY_POLICY,
+            **ROUTES[task],
+        )
     except (KombuOperationalError, OSError) as exc:
         raise BrokerUnavailable(f"could not send {task}: {exc}") from exc
 
