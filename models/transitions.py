@@ -247,15 +247,20 @@ def escalate(
 def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
     """Give a run waiting for review its `what` budget again ("tokens", "cost" or "wall_time").
 
-    Tokens and cost: the limit grows by its original size on top of what was used; wall time: the
-    deadline moves to now plus the run's wall-time budget. Only a run in `waiting_review` can be
-    granted.
+    Tokens and cost: the limit becomes what was used plus the original limit, or plus the default
+    budget (`AGENTQ_DEFAULT_TOKEN_BUDGET`, `AGENTQ_DEFAULT_COST_BUDGET_USD`) when that is larger:
+    a run submitted with a budget too small for one model call can go on once approved. Wall
+    time: the deadline moves to now plus the run's wall-time budget. Only a run in
+    `waiting_review` can be granted.
     """
     values: dict[str, Any]
+    settings = get_settings()
     if what == "tokens":
-        values = {"tokens_limit": Run.tokens_used + Run.tokens_limit}
+        more = sa.func.greatest(Run.tokens_limit, settings.default_token_budget)
+        values = {"tokens_limit": Run.tokens_used + more}
     elif what == "cost":
-        values = {"cost_limit_usd": Run.cost_used_usd + Run.cost_limit_usd}
+        more = sa.func.greatest(Run.cost_limit_usd, settings.default_cost_budget_usd)
+        values = {"cost_limit_usd": Run.cost_used_usd + more}
     else:
         interval = sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
         values = {"deadline_at": utcnow() + interval}
