@@ -28,8 +28,12 @@ class IllegalTransition(AgentqError):
 
     def __init__(self, table: str, row_id: int, found: str | None, expected: str) -> None:
         self.table, self.row_id, self.found, self.expected = table, row_id, found, expected
-        state = "no such row" if found is None else f"it is {found!r}"
-        super().__init__(f"{table} {row_id}: {state}, expected {expected}; nothing was changed")
+        noun = _ROW_NOUNS.get(table, table)
+        state = "does not exist" if found is None else f"is {found!r}"
+        super().__init__(f"{noun} {row_id} {state}, not {expected}; nothing was changed")
+
+
+_ROW_NOUNS = {"runs": "run", "steps": "step", "escalations": "escalation", "api_tokens": "token"}
 
 
 class ClaimedByAnother(AgentqError):

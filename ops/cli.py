@@ -35,7 +35,12 @@ from ops import views
 from ops.memory_commands import memory_app
 from ops.stack import LocalStack, read_stack_file
 from ops.token_commands import token_app
-from worker.tools import argument_problems, configured_tool_names, declared_returns
+from worker.tools import (
+    argument_problems,
+    configured_tool_names,
+    declared_returns,
+    describe_parameters,
+)
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
@@ -321,6 +326,26 @@ def watch(run_id: RunId) -> None:
     """A live table of the run's steps until it ends or waits for review."""
     connect()
     raise typer.Exit(watch_until_settled(run_id))
+
+
+@app.command()
+def tools() -> None:
+    """The tools plans can call (`AGENTQ_TOOL_MODULES`): name, what it does, its arguments and
+    the keys of its result."""
+    from rich.table import Table
+
+    from worker.tools import catalog
+
+    configured_tool_names()
+    table = Table("tool", "description", "arguments", "returns")
+    for entry in catalog():
+        table.add_row(
+            Text(entry["name"]),
+            Text(entry["description"]),
+            Text(describe_parameters(entry["parameters"])),
+            Text(", ".join(entry["returns"]) or "-"),
+        )
+    console.print(table)
 
 
 @app.command()

@@ -76,8 +76,12 @@ def search(
     user: User,
 ) -> None:
     """Hybrid recall (vector + full text) over the user's facts and episodes, with scores."""
+    if not text.strip():
+        raise typer.BadParameter("must not be empty", param_hint="'TEXT'")
     _connect()
     with session_scope() as session:
+        # stored rows of another embedding model would silently match nothing: refuse instead
+        memory.check_embedding_model(session, memory.embedder())
         found = memory.recall_for(session, user_id=user, query=text)
     table = Table("kind", "id", "text", "similarity", "text match", "score")
     for f in found.facts:

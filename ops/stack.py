@@ -176,9 +176,10 @@ class LocalStack:
 
     def uvicorn_argv(self, app_factory: str, *, host: str, port: int) -> list[str]:
         """Uvicorn serving the ASGI app that `app_factory` (`module:function`) builds, on
-        `host`:`port`; it logs `UVICORN_READY` once it accepts connections. Its access log has
-        the method, path and query string, never a header (tokens travel in `Authorization`)."""
-        argv = [sys.executable, "-m", "uvicorn", app_factory, "--factory"]
+        `host`:`port`; it logs `UVICORN_READY` once it accepts connections. Uvicorn's access log
+        is off: it writes query strings, where a client may put a token; the app logs each
+        request's method, path, status and duration instead (`api.access_log`)."""
+        argv = [sys.executable, "-m", "uvicorn", app_factory, "--factory", "--no-access-log"]
         return [*argv, "--host", host, "--port", str(port), "--log-level", "info"]
 
     def wait_for_log(self, name: str, text: str, timeout_s: float) -> None:

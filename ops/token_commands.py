@@ -51,7 +51,7 @@ def create(
     with session_scope() as session:
         row, raw = api_tokens.create_token(session, name=name, role=role, user_id=user)
         token_id = row.id
-    console.print(Text(f"token {token_id} ({role}) created for {name}:"))
+    console.print(Text(created_line(token_id or 0, name=name, role=role, user=user)))
     # print, not console.print: no wrapping or markup may touch the token
     print(raw)
     console.print(
@@ -61,6 +61,12 @@ def create(
             style="yellow",
         )
     )
+
+
+def created_line(token_id: int, *, name: str, role: str, user: str | None) -> str:
+    """What `create` says before the token: its id, name, role and (submitter) user."""
+    acts_for = f", acting for user {user!r}" if user is not None else ""
+    return f"token {token_id} created: name {name!r}, role {role}{acts_for}. The token:"
 
 
 @token_app.command("list")

@@ -54,7 +54,11 @@ def styled(status: str) -> Text:
 
 def short(value: Any, limit: int = CELL_MAX_CHARS) -> str:
     """Compact JSON (or text) cut to `limit` characters."""
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    )
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

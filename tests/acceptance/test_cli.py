@@ -77,6 +77,13 @@ def test_demo_submits_the_right_totals(home: Path) -> None:
     assert not (home / "demo" / "stack.json").exists()  # the demo stopped its stack
 
 
+def test_tools_lists_every_tool_with_its_arguments(home: Path) -> None:
+    listed = agentq(home, "tools")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert re.search(r"│ flaky\s+│.*│ fail_times: integer\s+│ ok, tries", listed.stdout)
+    assert re.search(r"│ noop\s+│ Do nothing and succeed\.\s+│ none", listed.stdout)
+
+
 def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
     result = agentq(home, "runs")
     assert result.returncode == 2

@@ -259,7 +259,7 @@ def _describe_errors(tool_: Tool, exc: ValidationError) -> str:
     problems = [_describe_error(error) for error in exc.errors()[:_ARG_ERRORS_SHOWN]]
     if exc.error_count() > _ARG_ERRORS_SHOWN:
         problems.append(f"and {exc.error_count() - _ARG_ERRORS_SHOWN} more")
-    allowed = _describe_parameters(tool_.parameters_schema())
+    allowed = describe_parameters(tool_.parameters_schema())
     return f"tool {tool_.name!r} rejected its arguments: {'; '.join(problems)}. Takes: {allowed}"
 
 
@@ -272,8 +272,9 @@ def _describe_error(error: Mapping[str, Any]) -> str:
     return f"{field}: {error['msg']} (got {shown})"
 
 
-def _describe_parameters(schema: Mapping[str, Any]) -> str:
-    """`total: number, currency: string, note: string (optional)`, from a JSON schema."""
+def describe_parameters(schema: Mapping[str, Any]) -> str:
+    """`total: number, currency: string, note: string (optional)`, from a tool's arguments'
+    JSON schema (`Tool.parameters_schema`); "none" for a tool without arguments."""
     required = set(schema.get("required", ()))
     parts = []
     for name, prop in schema.get("properties", {}).items():
