@@ -4,7 +4,8 @@ Only reviewers and admins get here. Decisions call the same functions as `agentq
 (`models.reviews`), recorded under the token's name, and tell the coordinator after the commit.
 A second decision (or one on another reviewer's claim) changes nothing and re-shows the page
 with a 409 and what was decided; a plan edit that does not validate re-shows the form with the
-error naming the field (400), with nothing stored.
+error naming the field (400), with nothing stored. A decision's address opened as a page (a
+reload after such a re-shown form) leads back to the escalation's page.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Final
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
@@ -37,6 +38,8 @@ from worker.tools import argument_problems, configured_tool_names, declared_retu
 router = APIRouter()
 Text = Annotated[str, Form()]
 SEE_OTHER: Final = 303  # after a POST, the browser GETs the page it is sent to
+ACTIONS: Final = ("approve", "reject", "respond", "edit", "claim", "release")
+Action = Annotated[str, Path(pattern=f"^({'|'.join(ACTIONS)})$")]
 
 
 @router.get("/reviews", response_class=HTMLResponse)
@@ -74,6 +77,13 @@ def inbox_version(request: Request) -> dict[str, int]:
 def review_page(request: Request, escalation_id: EscalationId) -> HTMLResponse:
     """Why the run escalated, the failing step and its error, budgets, facts; the decisions."""
     return _review(request, reviewer(request), escalation_id)
+
+
+@router.get("/reviews/{escalation_id}/{action}", include_in_schema=False)
+def action_page(request: Request, escalation_id: EscalationId, action: Action) -> Response:
+    """A decision's address opened as a page (a reload after a refused form, a bookmark): the
+    escalation's page, rather than 405."""
+    return RedirectResponse(f"{base_path(request)}/reviews/{escalation_id}", SEE_OTHER)
 
 
 def _review(

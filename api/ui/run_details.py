@@ -23,20 +23,21 @@ WARN_SHARE: Final = 0.75  # a budget meter turns amber at 75 % spent
 
 @dataclass(frozen=True)
 class Progress:
-    """How far a run's current plan is: steps by status, and the share done (0..1)."""
+    """How far a run's current plan is: steps by status. Progress counts succeeded steps only;
+    a failed step is shown apart ("1 failed"), never as done."""
 
     total: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
 
     @property
-    def done(self) -> int:
-        """Steps that will not run again (succeeded, failed or cancelled)."""
-        return sum(self.by_status.get(s, 0) for s in ("succeeded", "failed", "cancelled"))
+    def succeeded(self) -> int:
+        """Steps that succeeded."""
+        return self.by_status.get("succeeded", 0)
 
     @property
-    def share(self) -> float:
-        """`done / total`, 0 for a run with no plan yet."""
-        return self.done / self.total if self.total else 0.0
+    def failed(self) -> int:
+        """Steps that failed (a reviewer or a replan may still fix the run)."""
+        return self.by_status.get("failed", 0)
 
 
 def progress_of(session: Session, runs: list[Run]) -> dict[int, Progress]:

@@ -2,30 +2,37 @@
 
 A submitter sees only the runs of the user its token acts for; another user's run is "not
 found", exactly like one that does not exist. Pages of live runs poll `.../version.json` (the
-newest event id of what they show) and reload when it changes.
+newest event id of what they show) and reload when it changes. A submitter (or an admin)
+cancels an active run from its page, as `POST /api/v1/runs/{id}/cancel` does.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session, col, select
 
 from api.auth import Principal
 from api.runs import RunId
+from api.schemas import PG_INT_MAX
 from api.ui import run_details
-from api.ui.security import REVIEW_ROLES, current_principal
-from api.ui.templating import base_path, render
+from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
+from api.ui.templating import base_path, flash, render
+from models import queue, transitions
 from models.db import session_scope
-from models.errors import NotFound
+from models.errors import IllegalTransition, NotFound
 from models.plans import current_steps
 from models.runs import pinned_facts
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.tables import Run
 
 RUNS_PAGE_SIZE: Final = 50
+CANCEL_ROLES: Final = frozenset({"submitter", "admin"})  # as `POST /api/v1/runs/{id}/cancel`
+SEE_OTHER: Final = 303  # after a POST, the browser GETs the page it is sent to
+Before = Annotated[int | None, Query(ge=1, le=PG_INT_MAX, description="Runs with ids below.")]
 router = APIRouter()
 
 
@@ -45,18 +52,31 @@ def visible_run(session: Session, principal: Principal, run_id: int) -> Run:
     return run
 
 
+def may_cancel(principal: Principal, run: Run) -> bool:
+    """Whether `principal` may cancel `run` now: an active run of its own user (a submitter), or
+    any active run (an admin). Reviewers decide escalations instead, as in the API."""
+    return run.status not in RUN_TERMINAL and principal.role in CANCEL_ROLES
+
+
 @router.get("/runs", response_class=HTMLResponse)
-def runs_page(request: Request, status: str | None = None) -> HTMLResponse:
-    """The newest runs, with each one's progress through its current plan."""
+def runs_page(request: Request, status: str | None = None, before: Before = None) -> Response:
+    """The newest runs (or those with ids below `before`), `RUNS_PAGE_SIZE` a page, each with
+    its progress through its current plan. An unknown `status` is a 400 naming the known ones."""
     principal = current_principal(request)
-    shown = status if status in RUN_STATUSES else None
+    status = status or None  # `?status=` is no filter
+    if status is not None and status not in RUN_STATUSES:
+        return _unknown_status(request, principal, status)
     with session_scope() as session:
         stmt = select(Run).where(col(Run.id).in_(_visible(principal)))
-        if shown:
-            stmt = stmt.where(Run.status == shown)
-        runs = list(session.exec(stmt.order_by(col(Run.id).desc()).limit(RUNS_PAGE_SIZE)))
+        if status:
+            stmt = stmt.where(Run.status == status)
+        if before:
+            stmt = stmt.where(col(Run.id) < before)
+        found = list(session.exec(stmt.order_by(col(Run.id).desc()).limit(RUNS_PAGE_SIZE + 1)))
+        runs = found[:RUNS_PAGE_SIZE]
         progress = run_details.progress_of(session, runs)
         version = run_details.last_event_id(session, run_ids=_visible(principal))
+    older = runs[-1].id if len(found) > RUNS_PAGE_SIZE else None
     return render(
         request,
         "runs.html",
@@ -64,10 +84,30 @@ def runs_page(request: Request, status: str | None = None) -> HTMLResponse:
         title="Runs",
         runs=runs,
         progress_by_run=progress,
-        status_filter=shown,
+        status_filter=status,
         statuses=RUN_STATUSES,
+        before=before,
+        newest_url=_runs_url(request, status=status),
+        older_url=_runs_url(request, status=status, before=older) if older else None,
         poll_url=f"{base_path(request)}/runs/version.json",
         poll_version=version,
+    )
+
+
+def _runs_url(request: Request, **query: Any) -> str:
+    kept = {k: v for k, v in query.items() if v is not None}
+    return f"{base_path(request)}/runs" + (f"?{urlencode(kept)}" if kept else "")
+
+
+def _unknown_status(request: Request, principal: Principal, status: str) -> HTMLResponse:
+    message = f"status: {status!r} is not a run status; use one of {', '.join(RUN_STATUSES)}."
+    return render(
+        request,
+        "error.html",
+        principal=principal,
+        status_code=400,
+        title="Unknown status",
+        message=message,
     )
 
 
@@ -94,6 +134,7 @@ def run_page(request: Request, run_id: RunId) -> HTMLResponse:
             "escalations": run_details.run_escalations(session, run_id),
             "meters": run_details.spend(run),
             "poll_version": run_details.last_event_id(session, run_ids=[run_id]),
+            "may_cancel": may_cancel(principal, run),
         }
     live = run.status not in RUN_TERMINAL
     return render(
@@ -113,3 +154,34 @@ def run_version(request: Request, run_id: RunId) -> dict[str, int]:
     with session_scope() as session:
         visible_run(session, principal, run_id)
         return {"version": run_details.last_event_id(session, run_ids=[run_id])}
+
+
+@router.post("/runs/{run_id}/cancel")
+def cancel(request: Request, run_id: RunId) -> Response:
+    """Cancel an active run (`transitions.cancel_run` under the run's lock, one transaction),
+    then send what follows (`queue.follow_up`: its episode is written). A run that has ended
+    already changes nothing and says so. Submitter (own runs) or admin."""
+    principal = current_principal(request)
+    try:
+        with session_scope() as session:
+            visible_run(session, principal, run_id)
+            if principal.role not in CANCEL_ROLES:
+                raise Forbidden("Only the run's submitter or an admin can cancel a run.")
+            transitions.lock_run(session, run_id)
+            status = transitions.cancel_run(session, run_id).status
+    except IllegalTransition as exc:
+        ended = exc.table == "runs" and exc.found in RUN_TERMINAL
+        said = f"Run {run_id} has already ended ({exc.found}); nothing was changed."
+        flash(request, said if ended else str(exc), "warn")
+        return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)
+    message = f"Run {run_id} cancelled."
+    if not queue.follow_up(run_id, status):
+        message += " The broker could not be reached, so the run's episode will not be written."
+    flash(request, message)
+    return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)
+
+
+@router.get("/runs/{run_id}/cancel", include_in_schema=False)
+def cancel_page(request: Request, run_id: RunId) -> Response:
+    """The cancel form's address opened (or reloaded) as a page: the run's page."""
+    return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)

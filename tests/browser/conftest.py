@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from models import api_tokens
 from models.db import normalize_url, session_scope
-from models.tables import Run
+from models.tables import Escalation, Run, RunEvent
 from tests.integration.conftest import engine_dir
 from tests.support.net import free_port
 
@@ -57,7 +57,6 @@ class Console:
     def db(self) -> Any:
         """A session on this stack's database (commits on success)."""
         return session_scope(normalize_url(self.database_url))
-
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -135,6 +134,36 @@ def wait_for_status(console: Console, run_id: int, statuses: tuple[str, ...]) ->
         if run.status in statuses:
             return run
         assert time.monotonic() < deadline, f"run {run_id} still {run.status}"
+        time.sleep(0.3)
+
+
+def escalate_run(
+    console: Console, user: str = "forms", goal: str = "forms test"
+) -> tuple[int, int]:
+    """Submit a run whose second step always fails, with no replans: (run id, escalation id)."""
+    plan = Path(console.home) / f"plan-{user}.json"
+    steps = [
+        {"name": "a", "kind": "tool", "tool": "noop"},
+        {"name": "x", "kind": "tool", "tool": "always_fails"},
+    ]
+    plan.write_text(json.dumps({"steps": steps}))
+    out = console.agentq("submit", goal, "--user", user, "--plan", str(plan), "--replans", "0")
+    run_id = submitted_id(out.stdout)
+    wait_for_status(console, run_id, ("waiting_review",))
+    with console.db() as session:
+        esc = session.exec(select(Escalation).where(Escalation.run_id == run_id)).one()
+        return run_id, esc.id or 0
+
+
+def wait_for_event(console: Console, run_id: int, kind: str, timeout_s: float = 60) -> None:
+    """Poll until the run has an event of `kind`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with console.db() as session:
+            stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == kind)
+            if session.exec(stmt).first() is not None:
+                return
+        assert time.monotonic() < deadline, f"run {run_id}: no {kind} event in {timeout_s} s"
         time.sleep(0.3)
 
 

@@ -3,37 +3,26 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from sqlmodel import col, select
 
-from models.tables import Escalation, PlanVersion, Run, RunEvent, Step
-from tests.browser.conftest import Console, csrf_of, submitted_id, wait_for_status
+from models.tables import Escalation, PlanVersion, Run, Step
+from tests.browser.conftest import (
+    Console,
+    csrf_of,
+    escalate_run,
+    submitted_id,
+    wait_for_event,
+    wait_for_status,
+)
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 SignIn = Callable[[str], httpx.Client]
 MakeToken = Callable[..., tuple[int, str]]
-
-
-def _escalate(console: Console, user: str = "forms", goal: str = "forms test") -> tuple[int, int]:
-    """Submit a run whose second step always fails, with no replans: (run id, escalation id)."""
-    plan = Path(console.home) / f"plan-{user}.json"
-    steps = [
-        {"name": "a", "kind": "tool", "tool": "noop"},
-        {"name": "x", "kind": "tool", "tool": "always_fails"},
-    ]
-    plan.write_text(json.dumps({"steps": steps}))
-    out = console.agentq("submit", goal, "--user", user, "--plan", str(plan), "--replans", "0")
-    run_id = submitted_id(out.stdout)
-    wait_for_status(console, run_id, ("waiting_review",))
-    with console.db() as session:
-        esc = session.exec(select(Escalation).where(Escalation.run_id == run_id)).one()
-        return run_id, esc.id or 0
 
 
 def _rows(console: Console, run_id: int) -> dict[str, Any]:
@@ -59,20 +48,9 @@ def _rows(console: Console, run_id: int) -> dict[str, Any]:
         }
 
 
-def _wait_for_event(console: Console, run_id: int, kind: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with console.db() as session:
-            stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == kind)
-            if session.exec(stmt).first() is not None:
-                return
-        assert time.monotonic() < deadline, f"run {run_id}: no {kind} event in {timeout_s} s"
-        time.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def escalated(console: Console) -> tuple[int, int]:
-    return _escalate(console)
+    return escalate_run(console)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +126,7 @@ def test_a_bad_edit_reshows_the_form_naming_the_field_and_stores_nothing(
 def test_a_decided_escalation_says_so_and_changes_nothing(
     console: Console, sign_in: SignIn, make_token: MakeToken
 ) -> None:
-    run_id, esc_id = _escalate(console, user="conflict")
+    run_id, esc_id = escalate_run(console, user="conflict")
     rita = sign_in(make_token("reviewer", "rita-conflict")[1])
     csrf = csrf_of(rita.get(f"/ui/reviews/{esc_id}").text)
     rejected = rita.post(
@@ -156,12 +134,12 @@ def test_a_decided_escalation_says_so_and_changes_nothing(
     )
     assert rejected.status_code == 303 and rejected.headers["location"] == f"/ui/runs/{run_id}"
     assert "rejected" in rita.get(f"/ui/runs/{run_id}").text
-    _wait_for_event(console, run_id, "memory.remembered")  # the rejected run's episode is written
+    wait_for_event(console, run_id, "memory.remembered")  # the rejected run's episode is written
     after = _rows(console, run_id)
     again = rita.post(f"/ui/reviews/{esc_id}/approve", data={"csrf_token": csrf})
     assert again.status_code == 409
     assert "Nothing was changed" in again.text and "decided" in again.text
-    assert "reject</strong> by rita-conflict" in again.text
+    assert "reject</strong> by <bdi>rita-conflict</bdi>" in again.text
     assert _rows(console, run_id) == after
     assert (
         wait_for_status(console, run_id, ("failed",)).error

@@ -27,6 +27,7 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 RUN_DONE_MS = 120_000
+PHONE_WIDTH_PX = 390
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def _submit_demo_scenario_2(console: Console) -> int:
 
 
 def test_a_reviewer_fixes_the_plan_approves_and_the_run_completes(
-    console: Console, make_token: Callable[..., tuple[int, str]], page: Page
+    console: Console, make_token: Callable[..., tuple[int, str]], page: Page, tmp_path: Path
 ) -> None:
     _, token = make_token("reviewer", "rita")
     run_id = _submit_demo_scenario_2(console)
@@ -78,6 +79,7 @@ def test_a_reviewer_fixes_the_plan_approves_and_the_run_completes(
     expect(page.locator(".error-block")).to_contain_text("no cached rate table for 2026-11")
     expect(page.locator("dl.facts").last).to_contain_text("CC-4410")
     page.screenshot(path=str(SCREENSHOTS / "review.png"), full_page=True)
+    _check_on_a_phone(page, tmp_path / "review-phone.png")
 
     plan = page.locator("#plan")
     prefilled = json.loads(plan.input_value())
@@ -107,3 +109,23 @@ def test_a_reviewer_fixes_the_plan_approves_and_the_run_completes(
     expect(page.locator(".timeline")).to_contain_text("escalation.decided")
     page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
     assert wait_for_status(console, run_id, ("succeeded",)).final_result
+    _check_on_a_phone(page, tmp_path / "run-phone.png", answer=True)
+    page.goto(f"{console.ui_url}/runs")
+    _check_on_a_phone(page, tmp_path / "runs-phone.png")
+
+
+def _check_on_a_phone(page: Page, shot: Path, *, answer: bool = False) -> None:
+    """At a phone's width the header wraps (Sign out stays on screen), the page never scrolls
+    sideways (wide tables scroll inside their card), and an answer's long tokens wrap. Saves a
+    screenshot to `shot` (not the README's) and restores the viewport."""
+    desktop = page.viewport_size
+    page.set_viewport_size({"width": PHONE_WIDTH_PX, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE_WIDTH_PX
+    box = page.get_by_role("button", name="Sign out").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE_WIDTH_PX
+    if answer:
+        fits = "el => el.scrollWidth <= el.clientWidth"
+        assert page.locator(".callout .answer").evaluate(fits)
+    page.screenshot(path=str(shot), full_page=True)
+    assert desktop is not None
+    page.set_viewport_size(desktop)
