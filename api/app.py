@@ -7,11 +7,13 @@ as every agentq process (`DATABASE_URL`, `BROKER_URL`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, FastAPI
 
-from api import health, memory, reviews, runs
+from api import access_log, health, limits, memory, reviews, runs
 from api.auth import AnyPrincipal
-from api.errors import REFUSALS, install_error_handlers
+from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.responses import ErrorOut, PrincipalOut
 
 API_PREFIX = "/api/v1"
@@ -22,10 +24,19 @@ Every `/api/v1` request needs `Authorization: Bearer <token>` (create one with
 `agentq token create --name NAME --role submitter|reviewer|admin [--user USER]`). Submitters
 submit, read and cancel their own user's runs and read that user's memory; reviewers read every
 run and work the review queue; admins do everything. Refusals are JSON:
-`{"detail": "what was wrong and what is allowed", "error": "Kind"}`.
+`{"detail": "what was wrong and what is allowed", "error": "Kind"}`; a 422 (a body or parameter
+of the wrong shape) has FastAPI's list of field errors as its `detail`. Request bodies over
+1 MiB are refused with 413.
 """
 
 me_router = APIRouter(tags=["auth"])
+
+
+class AgentqAPI(FastAPI):
+    """FastAPI whose spec documents agentq's 422 body (`api.errors.document_validation_errors`)."""
+
+    def openapi(self) -> dict[str, Any]:
+        return document_validation_errors(super().openapi())
 
 
 @me_router.get("/me", response_model=PrincipalOut, summary="Who this token acts as")
@@ -44,6 +55,7 @@ def create_app() -> FastAPI:
     `/docs`, and the web UI (`api.ui.install`, at `/ui`)."""
     from api.ui import install
 
+    access_log.configure()
     app = create_api()
     install(app)
     return app
@@ -52,7 +64,7 @@ def create_app() -> FastAPI:
 def create_api() -> FastAPI:
     """`create_app` without the web UI (which adds nothing to the OpenAPI spec): the JSON API,
     health and the spec alone."""
-    app = FastAPI(
+    app = AgentqAPI(
         title="agentq",
         version="1",
         description=DESCRIPTION,
@@ -65,4 +77,6 @@ def create_api() -> FastAPI:
     for router in (runs.router, reviews.router, memory.router, me_router):
         app.include_router(router, prefix=API_PREFIX, responses=refusals)  # type: ignore[arg-type]
     app.include_router(health.router)
+    limits.install(app)
+    access_log.install(app)  # the outermost: it logs the body limit's refusals too
     return app

@@ -5,16 +5,24 @@ in another state (`IllegalTransition`: a second decision, a run already ended) a
 `ClaimedByAnother` -> 409, with nothing changed (the transaction rolled back);
 `BrokerUnavailable`, `DatabaseError`, `ConfigurationError` (the server's settings) and a wait
 for a pooled database connection that timed out -> 503.
-FastAPI's own refusals (401, 403, 404 of an unknown path) get the same body. Messages are
+FastAPI's own refusals (401, 403, 404 of an unknown path) get the same body, and so does a body
+over `api.limits.BODY_MAX_BYTES` (413, `BodyTooLarge`). A body or parameter of the wrong shape is
+a 422 whose `detail` is FastAPI's list of field errors, `{"detail": [...], "error":
+"ValidationError"}`; each error keeps its `type`, `loc`, `msg` and `ctx` but never echoes the
+`input` (it can be a megabyte, or text that cannot be encoded: a lone surrogate). Messages are
 agentq's own, which name the field and what is allowed; they never quote a request header.
 """
 
 from __future__ import annotations
 
+import math
 from http import HTTPStatus
+from typing import Any, Final
 
 import sqlalchemy.exc
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.constants import REF_PREFIX
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
@@ -46,7 +54,10 @@ REFUSALS = {
     403: "the token's role may not do this",
     404: "no such row (or not yours)",
     409: "the row is in another state; nothing was changed",
+    413: "the request body is too large (`BodyTooLarge`)",
 }
+# The `error` of refusals whose HTTP phrase differs between Python versions (3.13 renamed both).
+KIND_OF_STATUS: Final = {413: "BodyTooLarge", 422: "ValidationError"}
 
 
 def status_of(exc: AgentqError) -> int:
@@ -59,7 +70,37 @@ def status_of(exc: AgentqError) -> int:
 
 def error_body(status: int, detail: str, kind: str) -> JSONResponse:
     """The JSON refusal every error shares."""
-    return JSONResponse(status_code=status, content={"detail": detail, "error": kind})
+    return JSONResponse(status_code=status, content={"detail": encodable(detail), "error": kind})
+
+
+def encodable(text: str) -> str:
+    """`text` with what UTF-8 cannot encode (lone surrogates) written as `\\udXXX` escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """FastAPI's field errors without their `input`, every text made encodable; `ctx` values
+    that are not finite numbers become text (an exception, a pattern)."""
+    return [
+        {
+            "type": error["type"],
+            "loc": [
+                part if isinstance(part, int) else encodable(str(part)) for part in error["loc"]
+            ],
+            "msg": encodable(str(error["msg"])),
+            **({"ctx": _context(error["ctx"])} if error.get("ctx") else {}),
+        }
+        for error in exc.errors()
+    ]
+
+
+def _context(ctx: dict[str, Any]) -> dict[str, Any]:
+    def plain(value: Any) -> Any:
+        if isinstance(value, int | float) and math.isfinite(value):
+            return value
+        return encodable(str(value))
+
+    return {encodable(str(key)): plain(value) for key, value in ctx.items()}
 
 
 async def _agentq_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -75,15 +116,60 @@ async def _pool_timeout(_request: Request, _exc: Exception) -> JSONResponse:
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    response = error_body(exc.status_code, str(exc.detail), HTTPStatus(exc.status_code).phrase)
+    kind = KIND_OF_STATUS.get(exc.status_code) or HTTPStatus(exc.status_code).phrase
+    response = error_body(exc.status_code, str(exc.detail), kind)
     response.headers.update(exc.headers or {})
     return response
+
+
+async def _invalid_request(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    content = {"detail": field_errors(exc), "error": KIND_OF_STATUS[422]}
+    return JSONResponse(status_code=422, content=content)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """Map every `AgentqError` and HTTP refusal to its status and the JSON body."""
     app.add_exception_handler(AgentqError, _agentq_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     # More requests than pooled connections wait for one (SQLAlchemy's pool timeout), then get
     # this: the load is too high, which is not a server bug.
     app.add_exception_handler(sqlalchemy.exc.TimeoutError, _pool_timeout)
+
+
+def document_validation_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` (an OpenAPI document, changed in place) with FastAPI's 422 schemas made to say what
+    `_invalid_request` sends: an `error` beside `detail`, and no `input` in a field error.
+
+    FastAPI puts the same `HTTPValidationError` and `ValidationError` in every spec; they are
+    replaced, never edited, because FastAPI shares those dicts between apps.
+    """
+    schemas = spec.get("components", {}).get("schemas", {})
+    if "HTTPValidationError" not in schemas:
+        return spec
+    field_error = {
+        "title": "ValidationError",
+        "type": "object",
+        "properties": {
+            key: value
+            for key, value in schemas["ValidationError"]["properties"].items()
+            if key != "input"
+        },
+        "required": ["loc", "msg", "type"],
+    }
+    schemas["ValidationError"] = field_error
+    schemas["HTTPValidationError"] = {
+        "title": "HTTPValidationError",
+        "type": "object",
+        "properties": {
+            "detail": {
+                "title": "Detail",
+                "type": "array",
+                "items": {"$ref": REF_PREFIX + "ValidationError"},
+            },
+            "error": {"title": "Error", "type": "string", "const": KIND_OF_STATUS[422]},
+        },
+        "required": ["detail", "error"],
+    }
+    return spec

@@ -22,7 +22,7 @@ from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from models import queue, reviews, transitions
 from models.db import session_scope
-from models.errors import InvalidInput
+from models.errors import ClaimedByAnother, InvalidInput
 from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
@@ -105,11 +105,18 @@ def claim(escalation_id: EscalationId, principal: Reviewer) -> ReviewOut:
 @router.post("/{escalation_id}/release", response_model=ReviewOut, summary="Release a claim")
 def release(escalation_id: EscalationId, principal: Reviewer) -> ReviewOut:
     """Put a claimed escalation back in the queue: your own claim, or (admin) anyone's. 409 when
-    it is not claimed, or claimed by another reviewer."""
+    it is not claimed, or claimed by another reviewer (whom the message names)."""
     with session_scope() as session:
-        esc = reviews.release(
-            session, escalation_id, reviewer=principal.name, force=principal.role == "admin"
-        )
+        try:
+            esc = reviews.release(
+                session, escalation_id, reviewer=principal.name, force=principal.role == "admin"
+            )
+        except ClaimedByAnother as exc:
+            holder = reviews.get_escalation(session, escalation_id).claimed_by
+            raise ClaimedByAnother(
+                f"escalation {escalation_id} is claimed by {holder}; only {holder} or an admin "
+                "token can release it"
+            ) from exc
         return review_out(session, esc)
 
 
@@ -130,14 +137,18 @@ def _decide(
 
 
 @router.post("/{escalation_id}/approve", response_model=DecisionOut, summary="Approve")
-def approve(escalation_id: EscalationId, body: Approve, principal: Reviewer) -> DecisionOut:
+def approve(
+    escalation_id: EscalationId, principal: Reviewer, body: Approve | None = None
+) -> DecisionOut:
     """Retry the failed step once more (or re-plan when there was no plan, or carry on); a spent
-    wall-time, token or cost budget is granted once more. 409 when already decided."""
+    wall-time, token or cost budget is granted once more. The body (`{"comment"}`) is optional.
+    409 when already decided."""
+    comment = body.comment if body is not None else None
     out, run_id = _decide(
         escalation_id,
         principal,
         lambda session, _esc: reviews.approve(
-            session, escalation_id, reviewer=principal.name, comment=body.comment,
+            session, escalation_id, reviewer=principal.name, comment=comment,
             max_attempts=get_settings().step_max_attempts,
         ),
     )  # fmt: skip

@@ -4,6 +4,11 @@ Only the sha256 hex of a token is stored (see `models.tables.ApiToken` for why a
 right for 256-bit random tokens). A lookup hashes the presented token and finds the row by its
 unique index: the comparison happens inside Postgres on hashes, so the time it takes says nothing
 about how much of a guessed token was right. Functions take the session and never commit.
+
+A token's name is who the audit trail says claimed and decided (`decided_by`), so two live
+tokens never share one (migration 0008's partial unique index holds it against concurrent
+creates; a revoked token's name is free again), and no token takes a name agentq records for
+its own decisions (`RESERVED_NAMES`).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.errors import IllegalTransition, InvalidInput, NotFound
+from models.reviews import DEADLINE_REVIEWER
 from models.runs import USER_ID_MAX_CHARS
 from models.tables import ApiToken, utcnow
+from models.transitions import WITHDRAWN_BY
 
 TokenRole = Literal["submitter", "reviewer", "admin"]
 TOKEN_PREFIX: Final = "aq_"
@@ -26,6 +33,10 @@ TOKEN_MAX_CHARS: Final = 200  # a longer presented token is refused before hashi
 NAME_MAX_CHARS: Final = 200
 ROLES: Final = get_args(TokenRole)
 LAST_USED_RESOLUTION_S: Final = 60  # `last_used_at` is written at most once a minute per token
+# The reviewers agentq records for decisions no person made: an escalation withdrawn with its
+# run, one its deadline rejected. A token so named would pass for agentq in the audit trail.
+RESERVED_NAMES: Final = frozenset({WITHDRAWN_BY, DEADLINE_REVIEWER})
+LIVE_NAME_INDEX: Final = "ux_api_tokens_live_name"  # unique name among live tokens (0008)
 
 
 def hash_token(raw: str) -> str:
@@ -39,19 +50,31 @@ def create_token(
     """Store a new token; returns its row and the raw token, which is never available again.
 
     A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
-    tokens act for none (`user_id` refused). Raises `InvalidInput` naming the field.
+    tokens act for none (`user_id` refused). `name` must not be a live token's already, nor one
+    of `RESERVED_NAMES`. Raises `InvalidInput` naming the field.
     """
     _check(name=name, role=role, user_id=user_id)
+    _check_name_free(session, name)
     raw = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
     row = ApiToken(name=name, role=role, user_id=user_id, token_hash=hash_token(raw))
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except sa.exc.IntegrityError as exc:  # another create took the name since the check
+        if LIVE_NAME_INDEX not in str(exc.orig):
+            raise
+        raise InvalidInput(_name_taken(name)) from exc
     return row, raw
 
 
 def _check(*, name: str, role: str, user_id: str | None) -> None:
     if not name.strip() or len(name) > NAME_MAX_CHARS:
         raise InvalidInput(f"name: must be 1 to {NAME_MAX_CHARS} characters")
+    if name.strip().casefold() in RESERVED_NAMES:
+        raise InvalidInput(
+            f"name: {name!r} is reserved (agentq records it for decisions no person made; "
+            f"reserved: {', '.join(sorted(RESERVED_NAMES))}); pick another name"
+        )
     if role not in ROLES:
         raise InvalidInput(f"role: {role!r} is not a role; use one of {', '.join(ROLES)}")
     if role == "submitter" and (not user_id or not user_id.strip()):
@@ -60,6 +83,24 @@ def _check(*, name: str, role: str, user_id: str | None) -> None:
         raise InvalidInput(f"user: only submitter tokens act for a user, not {role} tokens")
     if user_id is not None and len(user_id) > USER_ID_MAX_CHARS:
         raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
+
+
+def _check_name_free(session: Session, name: str) -> None:
+    taken = session.scalar(
+        select(col(ApiToken.id))
+        .where(col(ApiToken.name) == name, col(ApiToken.revoked_at).is_(None))
+        .limit(1)
+    )
+    if taken is not None:
+        raise InvalidInput(_name_taken(name, taken))
+
+
+def _name_taken(name: str, token_id: int | None = None) -> str:
+    which = f"token {token_id}" if token_id is not None else "a live token"
+    return (
+        f"name: {which} is named {name!r} already; pick another name, or revoke that token "
+        "first (`agentq token revoke`)"
+    )
 
 
 def lookup(session: Session, raw: str) -> ApiToken | None:

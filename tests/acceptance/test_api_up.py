@@ -22,7 +22,6 @@ pytestmark = pytest.mark.acceptance
 UP_TIMEOUT_S = 120
 
 
-
 @pytest.fixture
 def home() -> Iterator[Path]:
     yield from engine_dir()
@@ -68,6 +67,7 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         created = agentq(home, "token", "create", "--name", "ci", "--role", "admin")
         assert created.returncode == 0, created.stdout + created.stderr
         assert "will not be shown again" in created.stdout
+        assert "created: name 'ci', role admin" in created.stdout
         token = re.search(r"^(aq_\S+)$", created.stdout, re.MULTILINE)
         assert token, created.stdout
         auth = {"Authorization": f"Bearer {token.group(1)}"}
@@ -77,6 +77,11 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         listed = agentq(home, "token", "list")
         assert "ci" in listed.stdout and "admin" in listed.stdout
         assert token.group(1) not in listed.stdout
+        bobsub = agentq(home, "token", "create", "--name", "bobsub", "--role", "submitter",
+                        "--user", "bob")  # fmt: skip
+        assert "name 'bobsub', role submitter, acting for user 'bob'" in bobsub.stdout
+        twice = agentq(home, "token", "create", "--name", "ci", "--role", "reviewer")
+        assert twice.returncode == 2 and "name: token 1 is named 'ci' already" in twice.stdout
         no_user = agentq(home, "token", "create", "--name", "s", "--role", "submitter")
         assert no_user.returncode == 2 and "user" in no_user.stdout, no_user.stdout
         bad_role = agentq(home, "token", "create", "--name", "s", "--role", "root")

@@ -24,7 +24,6 @@ MakeToken = Callable[..., str]
 Client = Callable[[str | None], httpx.Client]
 
 
-
 @pytest.fixture(scope="session")
 def api_url(engine: LocalStack) -> str:
     """Base URL of the API server, a child process of the engine (stopped with it)."""

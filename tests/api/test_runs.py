@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import socket
+
 import pytest
 import sqlalchemy as sa
 
+from api.limits import BODY_MAX_BYTES
 from models.db import session_scope
 from models.tables import Run
 from tests.api.conftest import Client, noop, snapshot, user_of, wait_for_event
@@ -128,7 +132,89 @@ def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> Non
     ):
         response = admin.post("/api/v1/runs", json=body)
         assert response.status_code == 422 and field in response.text, (body, response.text)
+        assert response.json()["error"] == "ValidationError"
+        assert all("input" not in error for error in response.json()["detail"])
     assert run_count() == before
+
+
+LONE = "x \ud800"  # an unpaired surrogate: JSON can carry it, UTF-8 (and Postgres) cannot
+STEP = {"name": "a", "kind": "tool", "tool": "echo", "args": {"value": "v"}}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/runs", {"goal": LONE, "user": "u"}, "body.goal"),
+        ("/api/v1/runs", {"goal": "g", "user": LONE}, "body.user"),
+        ("/api/v1/runs", {"goal": "g", "user": "u", "facts": {"k": LONE}}, "body.facts.k"),
+        ("/api/v1/runs", {"goal": "g", "user": "u", "facts": {LONE: "v"}}, "body.facts key"),
+        (
+            "/api/v1/runs",
+            {"goal": "g", "user": "u", "plan": {"steps": [{**STEP, "args": {"value": LONE}}]}},
+            "body.plan.steps.0.args.value",
+        ),
+        ("/api/v1/reviews/999999/approve", {"comment": LONE}, "body.comment"),
+        ("/api/v1/reviews/999999/reject", {"comment": LONE}, "body.comment"),
+        ("/api/v1/reviews/999999/respond", {"answer": {"a": LONE}}, "body.answer.a"),
+        (
+            "/api/v1/reviews/999999/edit",
+            {"plan": {"steps": [{**STEP, "instruction": LONE}]}},
+            "body.plan.steps.0.instruction",
+        ),
+        ("/api/v1/memory/forget", {"user": LONE}, "body.user"),
+    ],
+)
+def test_unencodable_text_is_a_422_naming_the_field(
+    client: Client, path: str, body: dict[str, object], field: str
+) -> None:
+    raw = json.dumps(body)  # ASCII, with the surrogate as the escape `\ud800`
+    response = client("admin").post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "ValidationError"
+    assert f"{field}: unpaired surrogates" in response.json()["detail"][0]["msg"]
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(api_url: str) -> None:
+    declared = BODY_MAX_BYTES * 50  # only the headers and a little of it are sent
+    head = (
+        "POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    )
+    status, body = raw_request(api_url, head.encode() + b'{"goal": "')
+    assert status == 413, body
+    assert json.loads(body) == {
+        "detail": f"request body over {BODY_MAX_BYTES} bytes is not accepted",
+        "error": "BodyTooLarge",
+    }
+
+
+def test_a_chunked_body_over_the_limit_is_refused_as_it_streams(
+    api_url: str, tokens: dict[str, str]
+) -> None:
+    # the limit and one byte more, in chunks, and no last chunk: all of it is read, and no more
+    sizes = [65536] * (BODY_MAX_BYTES // 65536) + [1]
+    chunks = b"".join(b"%x\r\n%s\r\n" % (size, b"x" * size) for size in sizes)
+    head = (
+        "POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {tokens['admin']}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    status, body = raw_request(api_url, head.encode() + chunks)
+    assert status == 413, body
+    assert json.loads(body)["error"] == "BodyTooLarge"
+
+
+def raw_request(api_url: str, request: bytes, timeout_s: float = 10) -> tuple[int, str]:
+    """Send `request` as it is and read the answer until the server closes: (status, body)."""
+    host, port = api_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            if not (data := sock.recv(65536)):
+                break
+            answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
 
 
 def test_cancel_ends_an_active_run_once(client: Client) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any, get_args
 
 import pytest
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.errors import status_of
+from api.errors import field_errors, status_of
 from api.schemas import RunStatus, RunSubmit, storable_problem
 from models import api_tokens
 from models.errors import (
@@ -78,3 +80,15 @@ def test_token_roles_and_users_are_checked_before_anything_is_stored(
     nothing: Any = None  # no session: the check comes first
     with pytest.raises(InvalidInput, match=re.escape(named)):
         api_tokens.create_token(nothing, name="n", role=role, user_id=user)
+
+
+def test_field_errors_never_echo_the_input_and_always_encode() -> None:
+    lone = "\ud800"
+    exc = RequestValidationError(
+        [{"type": "value_error", "loc": ("body", lone), "msg": f"bad {lone}",
+          "input": {"goal": lone}, "ctx": {"error": ValueError(lone), "limit": 3}}]
+    )  # fmt: skip
+    (error,) = field_errors(exc)
+    assert "input" not in error and error["ctx"]["limit"] == 3
+    assert error["loc"] == ["body", "\\ud800"] and error["msg"] == "bad \\ud800"
+    json.dumps(error, ensure_ascii=False).encode("utf-8")  # raises if anything cannot be encoded
