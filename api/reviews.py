@@ -23,7 +23,6 @@ from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import ClaimedByAnother, InvalidInput
-from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step
@@ -122,8 +121,9 @@ def release(escalation_id: EscalationId, principal: Reviewer) -> ReviewOut:
 
 def _decide(
     escalation_id: int, principal: Principal, apply: Callable[[Session, Escalation], Run]
-) -> tuple[DecisionOut, int]:
-    """Apply one decision in one transaction; the run's message is sent by the caller."""
+) -> DecisionOut:
+    """Apply one decision in one transaction, then send what comes next for the run
+    (`queue.follow_up`: coordinate it, or remember it when the decision ended it)."""
     with session_scope() as session:
         esc = reviews.get_escalation(session, escalation_id)
         run = apply(session, esc)
@@ -133,7 +133,8 @@ def _decide(
             run=run_out(get_run(session, run.id or 0)),
             notified=False,
         )
-    return out, run.id or 0
+    out.notified = queue.follow_up(run.id or 0, out.run.status)
+    return out
 
 
 @router.post("/{escalation_id}/approve", response_model=DecisionOut, summary="Approve")
@@ -144,7 +145,7 @@ def approve(
     wall-time, token or cost budget is granted once more. The body (`{"comment"}`) is optional.
     409 when already decided."""
     comment = body.comment if body is not None else None
-    out, run_id = _decide(
+    return _decide(
         escalation_id,
         principal,
         lambda session, _esc: reviews.approve(
@@ -152,23 +153,19 @@ def approve(
             max_attempts=get_settings().step_max_attempts,
         ),
     )  # fmt: skip
-    out.notified = queue.try_send(TASK_COORDINATE, run_id)
-    return out
 
 
 @router.post("/{escalation_id}/reject", response_model=DecisionOut, summary="Reject")
 def reject(escalation_id: EscalationId, body: Reject, principal: Reviewer) -> DecisionOut:
     """The run fails with the comment (required); its steps not yet run are cancelled. 409 when
     already decided."""
-    out, run_id = _decide(
+    return _decide(
         escalation_id,
         principal,
         lambda session, _esc: reviews.reject(
             session, escalation_id, reviewer=principal.name, comment=body.comment
         ),
     )
-    out.notified = queue.try_send(TASK_REMEMBER_RUN, run_id)
-    return out
 
 
 @router.post("/{escalation_id}/respond", response_model=DecisionOut, summary="Answer")
@@ -179,7 +176,7 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
     if body.answer is None or body.answer == "" or body.answer == {}:
         raise InvalidInput("answer: must be a JSON object or a value, not null or empty")
     text = json.dumps(body.answer)
-    out, run_id = _decide(
+    return _decide(
         escalation_id,
         principal,
         lambda session, esc: reviews.respond(
@@ -187,8 +184,6 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
             answer=reviews.answer_from_text(text, returns=declared_returns(esc.detail.get("tool"))),
         ),
     )  # fmt: skip
-    out.notified = queue.try_send(TASK_COORDINATE, run_id)
-    return out
 
 
 @router.post("/{escalation_id}/edit", response_model=DecisionOut, summary="Edit the plan")
@@ -196,7 +191,7 @@ def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> Decisi
     """Your steps replace every step that has not run yet (add, remove, reorder, rewrite). They
     are checked first (tools, arguments, pinned facts, earlier results; 400 naming the step and
     field). 409 when already decided."""
-    out, run_id = _decide(
+    return _decide(
         escalation_id,
         principal,
         lambda session, _esc: reviews.edit(
@@ -205,5 +200,3 @@ def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> Decisi
             max_attempts=get_settings().step_max_attempts,
         ),
     )  # fmt: skip
-    out.notified = queue.try_send(TASK_COORDINATE, run_id)
-    return out

@@ -28,7 +28,7 @@ from models import queue, reviews, transitions
 from models.db import session_scope
 from models.errors import InvalidInput, NotFound
 from models.plans import parse_plan
-from models.queue import TASK_COORDINATE, TASK_REMEMBER_RUN
+from models.queue import TASK_COORDINATE
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
@@ -179,5 +179,5 @@ def cancel(run_id: RunId, principal: Submitter) -> RunDetail:
         transitions.lock_run(session, run_id)
         run = transitions.cancel_run(session, run_id)
         detail = run_detail(session, get_run(session, run.id or 0))
-    queue.try_send(TASK_REMEMBER_RUN, run_id)
+    queue.follow_up(run_id, detail.status)  # the cancelled run's episode is written
     return detail
