@@ -17,10 +17,11 @@ from sqlmodel import Session, select
 
 from models.errors import InvalidPlan, ToolArgumentsError
 from models.references import referenced_facts, references
-from models.storable import storable_problem
+from models.storable import parse_json, storable_problem
 from models.tables import PlanVersion, Run, Step, utcnow
 
 MAX_PLAN_STEPS: Final = 50
+MAX_INSTRUCTION_CHARS: Final = 4000
 MAX_STEP_TOOLS: Final = 20  # tools offered to one model step; each costs prompt tokens
 # A step's arguments as JSON text, at most: arguments are names and small values (the data steps
 # pass to each other travels by `${steps...}` reference); a bigger one is almost surely a mistake,
@@ -34,7 +35,7 @@ class StepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=STEP_NAME_PATTERN, description="Result name, e.g. 'receipts'.")
-    instruction: str = Field(default="", max_length=4000)
+    instruction: str = Field(default="", max_length=MAX_INSTRUCTION_CHARS)
     kind: Literal["tool", "model"]
     tool: str | None = Field(default=None, max_length=100)
     args: dict[str, Any] = Field(default_factory=dict)
@@ -98,12 +99,8 @@ def parse_plan(
     step and field.
     """
     try:
-        plan = (
-            PlanSpec.model_validate_json(data)
-            if isinstance(data, str)
-            else PlanSpec.model_validate(data)
-        )
-    except ValidationError as exc:
+        plan = PlanSpec.model_validate(parse_json(data) if isinstance(data, str) else data)
+    except ValueError as exc:  # pydantic's ValidationError is one
         raise InvalidPlan(_describe(exc)) from exc
     problems = list(_plan_problems(plan, tools=tools, earlier=earlier))
     problems += _names_problems(plan, earlier)
@@ -120,7 +117,9 @@ def parse_plan(
     return plan
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValueError) -> str:
+    if not isinstance(exc, ValidationError):
+        return f"invalid plan: not JSON: {exc}"
     parts = [f"{'.'.join(str(p) for p in e['loc']) or 'plan'}: {e['msg']}" for e in exc.errors()]
     return "invalid plan: " + "; ".join(parts[:10])
 

@@ -8,6 +8,7 @@ that breaks one of these is bad input, refused with where it is, before anything
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -34,3 +35,11 @@ def storable_problem(value: Any, path: str = "body") -> str | None:
             if found := storable_problem(item, f"{path}.{i}"):
                 return found
     return None
+
+
+def parse_json(text: str) -> Any:
+    """`text` as JSON, where raw control characters (a newline, a tab) inside strings are allowed:
+    models write them, grammar-constrained ones too (llama-cpp-python 0.3.36's JSON grammar lets
+    them through), and they are unambiguous (Python's `json.loads(strict=False)`). Raises
+    `json.JSONDecodeError` (a `ValueError`) for text that is not JSON."""
+    return json.loads(text, strict=False)

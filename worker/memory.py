@@ -24,6 +24,7 @@ from models.memory import check_embedding_model, embedder
 from models.plans import current_steps
 from models.runs import get_run
 from models.settings import get_settings
+from models.storable import parse_json
 from models.tables import Run, Step
 from worker.prompts import FactsSpec, extract_prompt
 from worker.structured import InvalidOutput, ask
@@ -101,7 +102,7 @@ def _record_episode(
 
 
 def _extract_and_remember(run: Run, failures: list[dict[str, Any]]) -> dict[str, int]:
-    answer = ask(run.id or 0, extract_prompt(run.goal, failures), FactsSpec.model_validate_json)
+    answer = ask(run.id or 0, extract_prompt(run.goal, failures), _facts_answer)
     if answer.value is None:
         raise InvalidOutput(f"no valid facts after re-asking: {answer.error}")
     facts = answer.value.facts
@@ -140,3 +141,13 @@ def check_memory_model() -> None:
     `models.memory.check_embedding_model`), and make sure its indexes exist."""
     with session_scope() as session:
         check_embedding_model(session, embedder())
+
+
+def _facts_answer(text: str) -> FactsSpec:
+    """A fact-extraction answer; raises `InvalidOutput` for text that is not JSON and pydantic's
+    `ValidationError` for JSON of the wrong shape."""
+    try:
+        data = parse_json(text)
+    except ValueError as exc:
+        raise InvalidOutput(f"the answer is not JSON: {exc}") from exc
+    return FactsSpec.model_validate(data)

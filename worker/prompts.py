@@ -14,7 +14,12 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.plans import PlanSpec
+from models.plans import (
+    MAX_INSTRUCTION_CHARS,
+    MAX_PLAN_STEPS,
+    MAX_STEP_TOOLS,
+    STEP_NAME_PATTERN,
+)
 from models.tables import Step
 from worker.providers import Purpose
 
@@ -92,6 +97,54 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=1, default=str, ensure_ascii=False)
 
 
+def plan_schema(tool_names: list[str]) -> dict[str, Any]:
+    """The JSON schema a planner's answer must fit: `PlanSpec`'s shape, with the rules its
+    validators check spelled out for the model (and for a server that turns the schema into a
+    grammar, such as llama.cpp's): a step is either a tool call (`kind` "tool", one of
+    `tool_names` as `tool`, and `args`) or a model instruction (`kind` "model", optionally
+    `tools` from `tool_names`). `parse_plan` still checks everything (references, arguments)."""
+    name = {"type": "string", "pattern": STEP_NAME_PATTERN}
+    instruction = {"type": "string", "maxLength": MAX_INSTRUCTION_CHARS}
+    known = {"type": "string", "enum": tool_names} if tool_names else {"type": "string"}
+    tool_step = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "kind", "tool", "args"],
+        "properties": {
+            "name": name,
+            "instruction": instruction,
+            "kind": {"type": "string", "const": "tool"},
+            "tool": known,
+            "args": {"type": "object"},
+        },
+    }
+    model_step = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "kind", "instruction"],
+        "properties": {
+            "name": name,
+            "instruction": instruction,
+            "kind": {"type": "string", "const": "model"},
+            "tools": {"type": "array", "items": known, "maxItems": MAX_STEP_TOOLS},
+        },
+    }
+    steps = [tool_step, model_step] if tool_names else [model_step]
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["steps"],
+        "properties": {
+            "steps": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_PLAN_STEPS,
+                "items": {"anyOf": steps},
+            }
+        },
+    }
+
+
 def plan_prompt(goal: str, tools: list[dict[str, Any]]) -> Prompt:
     """Ask for a first plan."""
     task = "Tools you can use:\n" + _json(tools) + "\n\nWrite the plan for the goal."
@@ -100,7 +153,7 @@ def plan_prompt(goal: str, tools: list[dict[str, Any]]) -> Prompt:
         PLAN_INSTRUCTIONS,
         task,
         {"goal": goal, "tools": tools},
-        PlanSpec.model_json_schema(),
+        plan_schema([t["name"] for t in tools]),
         query=goal,
     )
 
@@ -124,7 +177,12 @@ def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Promp
     )
     payload = {"goal": goal, "tools": tools, "failed_step": failed_step}
     return Prompt(
-        "replan", REPLAN_INSTRUCTIONS, task, payload, PlanSpec.model_json_schema(), query=goal
+        "replan",
+        REPLAN_INSTRUCTIONS,
+        task,
+        payload,
+        plan_schema([t["name"] for t in tools]),
+        query=goal,
     )
 
 

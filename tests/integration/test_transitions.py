@@ -60,7 +60,7 @@ def test_illegal_step_transition_is_refused_and_changes_nothing(
     before, events = _snapshot(Step, step.id or 0), _event_count(run_id)
     with session_scope() as session, pytest.raises(IllegalTransition) as info:
         STEP_CALLS[to](session, step.id or 0)
-    assert info.value.found == found and f"steps {step.id}" in str(info.value)
+    assert info.value.found == found and f"step {step.id} is {found!r}" in str(info.value)
     assert _snapshot(Step, step.id or 0) == before
     assert _event_count(run_id) == events
 
@@ -86,7 +86,7 @@ def test_illegal_run_transition_is_refused_and_changes_nothing(
     before = _snapshot(Run, run_id)
     with session_scope() as session, pytest.raises(IllegalTransition) as info:
         RUN_CALLS[to](session, run_id)
-    assert info.value.found == found and f"runs {run_id}" in str(info.value)
+    assert info.value.found == found and f"run {run_id} is {found!r}" in str(info.value)
     assert _snapshot(Run, run_id) == before
 
 

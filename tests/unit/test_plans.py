@@ -121,3 +121,10 @@ def test_a_new_step_never_takes_the_name_of_a_result() -> None:
     with pytest.raises(InvalidPlan, match="'a' is the name of a step that already succeeded"):
         parse_plan({"steps": [step]}, tools=["noop"], earlier={"a"})
     assert parse_plan({"steps": [step]}, tools=["noop"], earlier={"b"}).steps[0].name == "a"
+
+
+def test_plan_text_may_hold_raw_newlines_in_strings_but_must_be_json() -> None:
+    text = '{"steps": [{"name": "a", "kind": "model", "instruction": "one\ntwo"}]}'
+    assert parse_plan(text, tools=[]).steps[0].instruction == "one\ntwo"
+    with pytest.raises(InvalidPlan, match="invalid plan: not JSON: Expecting"):
+        parse_plan('{"steps": [', tools=[])
