@@ -8,6 +8,8 @@ recorded as a `step.tool_call.invalid` event with the raw text, the tool does no
 model gets the error as the call's answer and is asked again. Valid calls run and their results
 (shortened to `AGENTQ_TOOL_RESULT_MAX_TOKENS`) go back to the model, until it answers in text.
 
+A run that ends meanwhile (cancelled) stops the loop before its next model call.
+
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
 budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
 invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw
@@ -24,7 +26,9 @@ from typing import Any
 from models import transitions
 from models.db import session_scope
 from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsError, ToolError
+from models.runs import get_run
 from models.settings import get_settings
+from models.states import RUN_TERMINAL
 from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
 from worker.calls import call_model
@@ -68,6 +72,8 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     messages, invalid_answers = list(request.messages), 0
     ran: list[dict[str, Any]] = []
     for number in range(1, settings.model_step_max_calls + 1):
+        if number > 1:
+            _check_run_goes_on(step)
         if number > 1 and count_message_tokens(messages, settings.model) > budget(prompt):
             raise ContextOverflow(
                 f"step {step.name!r}: the tool-calling exchange outgrew the prompt budget after "
@@ -97,6 +103,15 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
         f"step {step.name!r}: no answer after {settings.model_step_max_calls} model calls "
         "(AGENTQ_MODEL_STEP_MAX_CALLS); the model kept calling tools"
     )
+
+
+def _check_run_goes_on(step: Step) -> None:
+    """Raise `ToolError` when the step's run has ended meanwhile (cancelled, failed): no more model
+    or tool calls are made for it, so a cancel stops a tool-calling loop at its next turn."""
+    with session_scope() as session:
+        status = get_run(session, step.run_id).status
+    if status in RUN_TERMINAL:
+        raise ToolError(f"step {step.name!r} stopped: its run is {status}")
 
 
 def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Answered:

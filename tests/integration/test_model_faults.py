@@ -488,6 +488,28 @@ def test_tool_calls_that_stay_invalid_escalate_with_the_raw_calls(
     check_charges(run)
 
 
+def test_cancelling_a_run_stops_its_tool_calling_loop(fake: FakeOpenAI, mark: str) -> None:
+    fake.script(
+        tool_calls(("sleep", '{"seconds": 3}')),
+        *[tool_calls(("noop", "{}"))] * 5,
+        when=mark,
+    )
+    tools = ["sleep", "noop"]
+    loop = {"name": "loop", "kind": "model", "instruction": f"{mark}: loop", "tools": tools}
+    run_id = submit([loop], goal="cancel the loop")
+    wait_for_event(run_id, "step.running")
+    time.sleep(1.0)  # the first tool call (a 3 s sleep) is running
+    cancel(run_id)
+    deadline = time.monotonic() + 30
+    while (step := run_steps(run_id)[0]).status == "running":
+        assert time.monotonic() < deadline, "the step never stopped"
+        time.sleep(0.2)
+    assert step.status == "failed" and "its run is cancelled" in (step.error or "")
+    assert len(fake.received(mark)) == 1  # no model call after the cancel
+    (called,) = events(run_id, "step.tool_call")
+    assert called.detail["tool"] == "sleep"
+
+
 # -- budgets --------------------------------------------------------------------------------------
 
 
