@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Final
 
 import sqlalchemy as sa
+import structlog
 from fastapi import APIRouter, Response, status
 from kombu.connection import Connection
 
@@ -25,12 +26,16 @@ from models.db import get_engine
 from models.queue import broker_url
 
 router = APIRouter(tags=["health"])
+log = structlog.get_logger("agentq.api")
 BROKER_TIMEOUT_S: Final = 2.0  # kombu's connect and socket timeouts
 READY_TIMEOUT_S: Final = 3.0  # how long /readyz waits for every check together
 
 
 def _first_line(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    """What the unauthenticated probe says of a failure: the exception's kind only (its text
+    may name hosts, sockets and paths); the whole message goes to the log."""
+    log.warning("readyz.check_failed", error=f"{type(exc).__name__}: {exc}")
+    return f"not reachable ({type(exc).__name__}); see the API's log"
 
 
 def database_problem() -> str | None:

@@ -8,7 +8,8 @@ about how much of a guessed token was right. Functions take the session and neve
 A token's name is who the audit trail says claimed and decided (`decided_by`), so two live
 tokens never share one (migration 0008's partial unique index holds it against concurrent
 creates; a revoked token's name is free again), and no token takes a name agentq records for
-its own decisions (`RESERVED_NAMES`).
+its own decisions (`models.reviews.RESERVED_REVIEWERS`); names follow
+`models.reviews.REVIEWER_NAME_PATTERN`.
 """
 
 from __future__ import annotations
@@ -21,21 +22,16 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.errors import IllegalTransition, InvalidInput, NotFound
-from models.reviews import DEADLINE_REVIEWER
+from models.reviews import check_reviewer_name
 from models.runs import USER_ID_MAX_CHARS
 from models.tables import ApiToken, utcnow
-from models.transitions import WITHDRAWN_BY
 
 TokenRole = Literal["submitter", "reviewer", "admin"]
 TOKEN_PREFIX: Final = "aq_"
 TOKEN_RANDOM_BYTES: Final = 32  # 256 bits from `secrets`: no one can guess or brute-force it
 TOKEN_MAX_CHARS: Final = 200  # a longer presented token is refused before hashing
-NAME_MAX_CHARS: Final = 200
 ROLES: Final = get_args(TokenRole)
 LAST_USED_RESOLUTION_S: Final = 60  # `last_used_at` is written at most once a minute per token
-# The reviewers agentq records for decisions no person made: an escalation withdrawn with its
-# run, one its deadline rejected. A token so named would pass for agentq in the audit trail.
-RESERVED_NAMES: Final = frozenset({WITHDRAWN_BY, DEADLINE_REVIEWER})
 LIVE_NAME_INDEX: Final = "ux_api_tokens_live_name"  # unique name among live tokens (0008)
 
 
@@ -50,8 +46,9 @@ def create_token(
     """Store a new token; returns its row and the raw token, which is never available again.
 
     A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
-    tokens act for none (`user_id` refused). `name` must not be a live token's already, nor one
-    of `RESERVED_NAMES`. Raises `InvalidInput` naming the field.
+    tokens act for none (`user_id` refused). `name` must not be a live token's already, nor
+    reserved, and must fit `models.reviews.REVIEWER_NAME_PATTERN`. Raises `InvalidInput` naming
+    the field.
     """
     _check(name=name, role=role, user_id=user_id)
     _check_name_free(session, name)
@@ -68,13 +65,7 @@ def create_token(
 
 
 def _check(*, name: str, role: str, user_id: str | None) -> None:
-    if not name.strip() or len(name) > NAME_MAX_CHARS:
-        raise InvalidInput(f"name: must be 1 to {NAME_MAX_CHARS} characters")
-    if name.strip().casefold() in RESERVED_NAMES:
-        raise InvalidInput(
-            f"name: {name!r} is reserved (agentq records it for decisions no person made; "
-            f"reserved: {', '.join(sorted(RESERVED_NAMES))}); pick another name"
-        )
+    check_reviewer_name(name, field="name")
     if role not in ROLES:
         raise InvalidInput(f"role: {role!r} is not a role; use one of {', '.join(ROLES)}")
     if role == "submitter" and (not user_id or not user_id.strip()):

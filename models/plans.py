@@ -61,6 +61,10 @@ class StepSpec(BaseModel):
             raise ValueError(f"step {self.name!r}: kind 'model' takes no 'tool'")
         if self.kind == "tool" and self.tools:
             raise ValueError(f"step {self.name!r}: 'tools' is for kind 'model' steps only")
+        if self.kind == "model" and not self.instruction.strip():
+            raise ValueError(f"step {self.name!r}: kind 'model' needs an 'instruction'")
+        if len(set(self.tools)) != len(self.tools):
+            raise ValueError(f"step {self.name!r}: 'tools' names a tool twice")
         return self
 
 

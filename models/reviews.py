@@ -24,6 +24,7 @@ whose reviewer vanished is given back with `release`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -46,6 +47,29 @@ from models.runs import pinned_facts
 from models.tables import Escalation, PinnedFact, Run, Step
 
 DEADLINE_REVIEWER: Final = "deadline"  # who decides an escalation its deadline rejected
+
+# The reviewers agentq records for decisions no person made: an escalation withdrawn with its
+# run, one its deadline rejected. A person so named would pass for agentq in the audit trail.
+RESERVED_REVIEWERS: Final = frozenset({transitions.WITHDRAWN_BY, DEADLINE_REVIEWER})
+# Who claims and decides is recorded by name, so a name must read as itself: letters, digits and
+# . _ @ + - only (no spaces, no control or invisible characters that make "rita" and "rita\u200b"
+# look the same).
+REVIEWER_NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$"
+
+
+def check_reviewer_name(name: str, *, field: str) -> None:
+    """Refuse a reviewer (or token) name that breaks `REVIEWER_NAME_PATTERN` or is one of
+    `RESERVED_REVIEWERS` (compared case-insensitively); raises `InvalidInput` naming `field`."""
+    if not re.fullmatch(REVIEWER_NAME_PATTERN, name):
+        raise InvalidInput(
+            f"{field}: {name!r} is not a reviewer name: 1 to 100 letters, digits and . _ @ + -, "
+            "starting with a letter or digit"
+        )
+    if name.casefold() in RESERVED_REVIEWERS:
+        raise InvalidInput(
+            f"{field}: {name!r} is reserved (agentq records it for decisions no person made; "
+            f"reserved: {', '.join(sorted(RESERVED_REVIEWERS))}); pick another name"
+        )
 DEADLINE_ACTIONS: Final = ("reject", "wait")  # AGENTQ_ESCALATION_DEADLINE_ACTION's values
 
 # Approving an escalation for a spent budget grants the run that budget once more.

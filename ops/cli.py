@@ -362,8 +362,11 @@ def cancel(run_id: RunId) -> None:
 
 
 def reviewer_name() -> str:
-    """Who is reviewing: `$AGENTQ_REVIEWER`, else the login name."""
-    return os.environ.get("AGENTQ_REVIEWER") or getpass.getuser()
+    """Who is reviewing: `$AGENTQ_REVIEWER`, else the login name; raises `InvalidInput` for a
+    name that breaks `models.reviews.REVIEWER_NAME_PATTERN` or is reserved."""
+    name = os.environ.get("AGENTQ_REVIEWER") or getpass.getuser()
+    reviews.check_reviewer_name(name, field="AGENTQ_REVIEWER")
+    return name
 
 
 @review_app.command("list")

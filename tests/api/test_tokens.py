@@ -58,10 +58,17 @@ def test_a_create_that_loses_the_race_for_a_name_is_refused_naming_the_field(
         api_tokens.create_token(session, name=name, role="admin")
 
 
-@pytest.mark.parametrize("name", ["agentq", "deadline", " Deadline "])
+@pytest.mark.parametrize("name", ["agentq", "deadline", "DeadLine"])
 def test_the_names_agentq_records_for_itself_are_refused(name: str) -> None:
     nothing: object = None  # no session: the check comes first
     with pytest.raises(InvalidInput, match=r"^name: .* is reserved .*agentq, deadline"):
+        api_tokens.create_token(nothing, name=name, role="reviewer")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["rita ", " rita", "rita\u200b", "rita\x7f", "nul\x01ctl", ""])
+def test_names_that_would_look_like_another_are_refused(name: str) -> None:
+    nothing: object = None  # no session: the check comes first
+    with pytest.raises(InvalidInput, match=r"^name: .* is not a reviewer name"):
         api_tokens.create_token(nothing, name=name, role="reviewer")  # type: ignore[arg-type]
 
 

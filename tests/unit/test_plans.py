@@ -128,3 +128,11 @@ def test_plan_text_may_hold_raw_newlines_in_strings_but_must_be_json() -> None:
     assert parse_plan(text, tools=[]).steps[0].instruction == "one\ntwo"
     with pytest.raises(InvalidPlan, match="invalid plan: not JSON: Expecting"):
         parse_plan('{"steps": [', tools=[])
+
+
+def test_a_model_step_needs_an_instruction_and_names_each_tool_once() -> None:
+    with pytest.raises(InvalidPlan, match="kind 'model' needs an 'instruction'"):
+        parse_plan({"steps": [{"name": "a", "kind": "model", "instruction": "  "}]}, tools=[])
+    twice = {"name": "a", "kind": "model", "instruction": "x", "tools": ["echo", "echo"]}
+    with pytest.raises(InvalidPlan, match="'tools' names a tool twice"):
+        parse_plan({"steps": [twice]}, tools=["echo"])
