@@ -155,3 +155,19 @@ def test_the_openai_provider_sends_tools_and_reads_raw_tool_calls(fake_openai: F
     (sent,) = fake_openai.received()
     assert sent.body["tools"] == list(offered)
     assert provider.complete(request).tool_calls == ()
+
+
+def test_the_plan_schema_spells_out_both_step_shapes_and_the_tool_names() -> None:
+    from worker.prompts import plan_schema
+
+    steps = plan_schema(["echo", "noop"])["properties"]["steps"]
+    tool_step, model_step = steps["items"]["anyOf"]
+    assert tool_step["properties"]["kind"]["const"] == "tool"
+    assert tool_step["properties"]["tool"]["enum"] == ["echo", "noop"]
+    assert set(tool_step["required"]) == {"name", "kind", "tool", "args"}
+    assert model_step["properties"]["kind"]["const"] == "model"
+    assert model_step["properties"]["tools"]["items"]["enum"] == ["echo", "noop"]
+    assert "instruction" in model_step["required"]
+    # with no tools registered, only model steps can be written
+    (only,) = plan_schema([])["properties"]["steps"]["items"]["anyOf"]
+    assert only["properties"]["kind"]["const"] == "model"
