@@ -72,13 +72,13 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     messages, invalid_answers = list(request.messages), 0
     ran: list[dict[str, Any]] = []
     for number in range(1, settings.model_step_max_calls + 1):
-        if number > 1:
+        if number > 1:  # after a round of tool calls: is the run still on, does it still fit?
             _check_run_goes_on(step)
-        if number > 1 and count_message_tokens(messages, settings.model) > budget(prompt):
-            raise ContextOverflow(
-                f"step {step.name!r}: the tool-calling exchange outgrew the prompt budget after "
-                f"{number - 1} model calls"
-            )
+            if count_message_tokens(messages, settings.model) > budget(prompt):
+                raise ContextOverflow(
+                    f"step {step.name!r}: the tool-calling exchange outgrew the prompt budget "
+                    f"after {number - 1} model calls"
+                )
         counted = request.estimated_prompt_tokens if number == 1 else None
         completion = call_model(
             step.run_id,
