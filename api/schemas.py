@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from models.plans import PlanSpec
-from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, USER_ID_MAX_CHARS
+from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, MAX_PINNED_FACTS, USER_ID_MAX_CHARS
 from models.storable import storable_problem
 
 PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
@@ -62,7 +62,9 @@ class RunSubmit(Body):
 
     goal: Annotated[str, StringConstraints(min_length=1, max_length=GOAL_MAX_CHARS)]
     user: UserId | None = None
-    facts: dict[FactKey, FactValue] = Field(default_factory=dict, description="Pinned facts.")
+    facts: dict[FactKey, FactValue] = Field(
+        default_factory=dict, max_length=MAX_PINNED_FACTS, description="Pinned facts."
+    )
     budgets: Budgets = Field(default_factory=Budgets)
     plan: PlanSpec | None = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
@@ -19,6 +19,9 @@ from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
 FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
 USER_ID_MAX_CHARS = 200
 GOAL_MAX_CHARS = 20_000  # a goal is an instruction; documents belong in tools or facts
+# Pinned facts reach every prompt of the run whole (they are never trimmed: DESIGN.md,
+# invariant 3), so a run can pin only as many as a prompt can carry beside its work.
+MAX_PINNED_FACTS: Final = 50
 
 
 def submit_run(
@@ -72,6 +75,8 @@ def submit_run(
 
 
 def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None:
+    if len(facts) > MAX_PINNED_FACTS:
+        raise InvalidInput(f"facts: at most {MAX_PINNED_FACTS} pinned facts (got {len(facts)})")
     for name, value in (("goal", goal), ("user", user_id), ("facts", facts)):
         if problem := storable_problem(value, name):
             raise InvalidInput(problem)

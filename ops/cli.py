@@ -183,6 +183,8 @@ def up(
         stack.stop()
         raise
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # `agentq up &` from a script starts with SIGINT ignored; kill -INT must still stop it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     console.print(Text("agentq is up", style="green"))
     console.print(
         Text(

@@ -92,3 +92,12 @@ def test_field_errors_never_echo_the_input_and_always_encode() -> None:
     assert "input" not in error and error["ctx"]["limit"] == 3
     assert error["loc"] == ["body", "\\ud800"] and error["msg"] == "bad \\ud800"
     json.dumps(error, ensure_ascii=False).encode("utf-8")  # raises if anything cannot be encoded
+
+
+def test_a_run_pins_at_most_the_facts_a_prompt_can_carry() -> None:
+    from models.runs import MAX_PINNED_FACTS
+
+    facts = {f"k{i}": "v" for i in range(MAX_PINNED_FACTS)}
+    assert len(RunSubmit.model_validate({"goal": "g", "facts": facts}).facts) == MAX_PINNED_FACTS
+    with pytest.raises(ValidationError, match="facts"):
+        RunSubmit.model_validate({"goal": "g", "facts": {**facts, "one_more": "v"}})
