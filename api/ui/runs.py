@@ -13,17 +13,17 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from api.auth import Principal
-from api.runs import RunId
+from api.runs import RunId, visible_run
 from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
 from models import queue, transitions
 from models.db import session_scope
-from models.errors import IllegalTransition, NotFound
+from models.errors import IllegalTransition
 from models.plans import current_steps
 from models.runs import pinned_facts
 from models.states import RUN_STATUSES, RUN_TERMINAL
@@ -42,14 +42,6 @@ def _visible(principal: Principal) -> Any:
     if principal.role not in REVIEW_ROLES:
         stmt = stmt.where(Run.user_id == (principal.user_id or ""))
     return stmt
-
-
-def visible_run(session: Session, principal: Principal, run_id: int) -> Run:
-    """The run `run_id` if `principal` may see it; raises `NotFound` otherwise."""
-    run = session.get(Run, run_id)
-    if run is None or (principal.role not in REVIEW_ROLES and run.user_id != principal.user_id):
-        raise NotFound(f"run {run_id} does not exist")
-    return run
 
 
 def may_cancel(principal: Principal, run: Run) -> bool:
@@ -124,7 +116,7 @@ def run_page(request: Request, run_id: RunId) -> HTMLResponse:
     """One run: spend, pinned facts, plan versions side by side, steps, escalations, timeline."""
     principal = current_principal(request)
     with session_scope() as session:
-        run = visible_run(session, principal, run_id)
+        run = visible_run(session, run_id, principal)
         context: dict[str, Any] = {
             "run": run,
             "facts": pinned_facts(session, run_id),
@@ -152,7 +144,7 @@ def run_version(request: Request, run_id: RunId) -> dict[str, int]:
     """The run's newest event id."""
     principal = current_principal(request)
     with session_scope() as session:
-        visible_run(session, principal, run_id)
+        visible_run(session, run_id, principal)
         return {"version": run_details.last_event_id(session, run_ids=[run_id])}
 
 
@@ -164,7 +156,7 @@ def cancel(request: Request, run_id: RunId) -> Response:
     principal = current_principal(request)
     try:
         with session_scope() as session:
-            visible_run(session, principal, run_id)
+            visible_run(session, run_id, principal)
             if principal.role not in CANCEL_ROLES:
                 raise Forbidden("Only the run's submitter or an admin can cancel a run.")
             transitions.lock_run(session, run_id)
