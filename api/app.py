@@ -11,10 +11,11 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from api import access_log, health, limits, memory, reviews, runs
+from api import access_log, headers, health, limits, memory, reviews, runs
 from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.responses import ErrorOut, PrincipalOut
+from models.settings import get_settings
 
 API_PREFIX = "/api/v1"
 DESCRIPTION = """\
@@ -52,7 +53,7 @@ def me(principal: AnyPrincipal) -> PrincipalOut:
 
 def create_app() -> FastAPI:
     """The API app: `/api/v1/{runs,reviews,memory,me}`, `/healthz`, `/readyz`, `/openapi.json`,
-    `/docs`, and the web UI (`api.ui.install`, at `/ui`)."""
+    `/docs` (only with `AGENTQ_API_DOCS`), and the web UI (`api.ui.install`, at `/ui`)."""
     from api.ui import install
 
     access_log.configure()
@@ -63,14 +64,21 @@ def create_app() -> FastAPI:
 
 def create_api() -> FastAPI:
     """`create_app` without the web UI (which adds nothing to the OpenAPI spec): the JSON API,
-    health and the spec alone."""
+    health and the spec alone, with the security headers (`api.headers`).
+
+    Swagger UI at `/docs` is off unless `AGENTQ_API_DOCS` is set: FastAPI's page loads it from a
+    CDN (blank offline, and with no Subresource Integrity check; issue 9). Serving its files
+    from a wheel (`swagger-ui-bundle`, `fastapi-offline`) would add a dependency and an inline
+    script to allow for one page a deployment rarely needs; `/openapi.json` is always served,
+    for any OpenAPI viewer."""
     app = AgentqAPI(
         title="agentq",
         version="1",
         description=DESCRIPTION,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url="/docs" if get_settings().api_docs else None,
         redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     install_error_handlers(app)
     refusals = {code: {"model": ErrorOut, "description": text} for code, text in REFUSALS.items()}
@@ -78,5 +86,6 @@ def create_api() -> FastAPI:
         app.include_router(router, prefix=API_PREFIX, responses=refusals)  # type: ignore[arg-type]
     app.include_router(health.router)
     limits.install(app)
-    access_log.install(app)  # the outermost: it logs the body limit's refusals too
+    access_log.install(app)  # it logs the body limit's refusals too
+    headers.install(app)  # the outermost: every answer gets them, refusals included
     return app

@@ -4,8 +4,8 @@ A request carries `Authorization: Bearer <token>`; `authenticate` hashes the tok
 row by the hash (`models.api_tokens.lookup`), so no stored secret is ever compared byte by byte in
 Python. Tokens are never accepted in query strings or cookies: those reach access logs and
 browser history. Nothing here logs a header. Roles: admin can do everything; reviewer reads every
-run and works the review queue; submitter submits, reads and cancels its own user's runs and
-reads that user's memory.
+run and works the review queue, but reads no user's memory; submitter submits, reads and cancels
+its own user's runs and reads, deletes and forgets that user's memory.
 """
 
 from __future__ import annotations
@@ -37,8 +37,15 @@ class Principal:
     user_id: str | None
 
     def can_read_user(self, user_id: str) -> bool:
-        """Whether this principal may see the runs and memory of `user_id`."""
+        """Whether this principal may see the runs of `user_id`."""
         return self.role != "submitter" or self.user_id == user_id
+
+    def can_read_memory(self, user_id: str) -> bool:
+        """Whether this principal may read (and forget) `user_id`'s memory: facts, episodes, and
+        the recalled memory that run events quote. An admin, or a submitter token of that user;
+        never a reviewer, who reads every run but nobody's memory. One rule for `/memory/*`,
+        the API's run detail and the console (issue 9)."""
+        return self.role == "admin" or (self.role == "submitter" and self.user_id == user_id)
 
 
 def authenticate(raw_token: str) -> Principal | None:

@@ -4,7 +4,8 @@
 in another state (`IllegalTransition`: a second decision, a run already ended) and
 `ClaimedByAnother` -> 409, with nothing changed (the transaction rolled back);
 `BrokerUnavailable`, `DatabaseError`, `ConfigurationError` (the server's settings) and a wait
-for a pooled database connection that timed out -> 503.
+for a pooled database connection that timed out -> 503. `UserQuotaExceeded` (a user's submit
+quota) -> 429 with `Retry-After` in whole seconds (RFC 9110, section 10.2.3).
 FastAPI's own refusals (401, 403, 404 of an unknown path) get the same body, and so does a body
 over `api.limits.BODY_MAX_BYTES` (413, `BodyTooLarge`). A body or parameter of the wrong shape is
 a 422 whose `detail` is FastAPI's list of field errors, `{"detail": [...], "error":
@@ -36,6 +37,7 @@ from models.errors import (
     InvalidInput,
     InvalidPlan,
     NotFound,
+    UserQuotaExceeded,
 )
 
 STATUS_OF: dict[type[AgentqError], int] = {
@@ -47,6 +49,7 @@ STATUS_OF: dict[type[AgentqError], int] = {
     ClaimedByAnother: 409,
     BrokerUnavailable: 503,
     DatabaseError: 503,
+    UserQuotaExceeded: 429,
 }
 REFUSALS = {
     400: "bad input: the message names the field and what is allowed",
@@ -55,6 +58,17 @@ REFUSALS = {
     404: "no such row (or not yours)",
     409: "the row is in another state; nothing was changed",
     413: "the request body is too large (`BodyTooLarge`)",
+}
+# The submit route's quota refusal, for its `responses` (the body is `ErrorOut`'s).
+QUOTA_REFUSAL: Final = {
+    "description": "the user's submit quota refuses it for now (`UserQuotaExceeded`); nothing "
+    "was written",
+    "headers": {
+        "Retry-After": {
+            "description": "Seconds until trying again may pass.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
 }
 # The `error` of refusals whose HTTP phrase differs between Python versions (3.13 renamed both).
 KIND_OF_STATUS: Final = {413: "BodyTooLarge", 422: "ValidationError"}
@@ -105,7 +119,10 @@ def _context(ctx: dict[str, Any]) -> dict[str, Any]:
 
 async def _agentq_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AgentqError)
-    return error_body(status_of(exc), str(exc), type(exc).__name__)
+    response = error_body(status_of(exc), str(exc), type(exc).__name__)
+    if isinstance(exc, UserQuotaExceeded):
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
 
 
 async def _pool_timeout(_request: Request, _exc: Exception) -> JSONResponse:

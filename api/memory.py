@@ -1,26 +1,31 @@
-"""`/api/v1/memory`: a user's facts (with their history), hybrid search, and forgetting a user.
+"""`/api/v1/memory`: a user's facts (with their history), hybrid search, deleting one fact or
+episode, and forgetting a user.
 
-A submitter token reads its own user's memory only (another user is a 403, whoever it is);
-reviewer tokens have no access to memory; forgetting is for admins. The same model-layer
-functions as `agentq memory ...`.
+Users own their memory (issue 9): an admin token reads and deletes anyone's; a submitter token
+its own user's only (another user is a 403 for a read or a forget, and a 404 for one fact or
+episode, as if it did not exist); reviewer tokens none (`Principal.can_read_memory`, the rule
+the run detail follows too). The same model-layer functions as `agentq memory ...`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from pydantic import Field, StrictBool
 
-from api.auth import Admin, Principal, Submitter
+from api.auth import Principal, Submitter
 from api.responses import (
+    DeletedOut,
     EpisodeOut,
     FactOut,
     ForgetOut,
+    RunDetail,
     ScoredEpisodeOut,
     ScoredFactOut,
     SearchOut,
 )
-from api.schemas import NO_NUL_PATTERN, Body, UserId
+from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
 from models import memory
 from models.db import session_scope
 from models.facts import facts_of
@@ -39,24 +44,56 @@ UserQuery = Annotated[
 ]
 
 
-class Forget(Body):
-    """Whose memory to delete."""
+RowId = Annotated[int, Path(ge=1, le=PG_INT_MAX)]
 
-    user: UserId
+
+def without_memory(detail: RunDetail, principal: Principal) -> RunDetail:
+    """The run detail as `principal` may see it: whole when it may read the run's user's memory
+    (`Principal.can_read_memory`), else with the events that quote recalled memory
+    (`models.memory.MEMORY_EVENT_KINDS`) reduced to `models.memory.hidden_detail`."""
+    if not principal.can_read_memory(detail.user_id):
+        for event in detail.events:
+            if event.kind in memory.MEMORY_EVENT_KINDS:
+                event.detail = memory.hidden_detail(event.detail)
+    return detail
+
+
+class Forget(Body):
+    """Whose memory to delete (a submitter token's own user when left out), and what else."""
+
+    user: UserId | None = None
+    cancel_runs: StrictBool = Field(
+        default=False,
+        description="Also cancel the user's active runs (a waiting escalation is withdrawn).",
+    )
+    runs: StrictBool = Field(
+        default=False,
+        description="Also erase the content of the user's runs (goals, pinned facts, step "
+        "arguments and results, event details, escalation details, comments and answers), "
+        "keeping ids, statuses, timings and spend. 400 while the user has active runs, "
+        "unless `cancel_runs`.",
+    )
 
 
 def memory_user(user: str | None, principal: Principal) -> str:
-    """The user whose memory is read: a submitter's own (403 for another), else `user` (400
-    when left out)."""
-    if principal.role == "submitter":
-        if user is not None and user != principal.user_id:
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN, "a submitter token reads only its own user's memory"
-            )
-        return principal.user_id or ""
+    """The user whose memory is read or forgotten: `user`, else a submitter token's own (400
+    for an admin without `user`); 403 for a user whose memory the principal may not read."""
     if user is None:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, "user: required with an admin token")
+        if principal.role != "submitter":
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "user: required with an admin token")
+        return principal.user_id or ""
+    if not principal.can_read_memory(user):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "a submitter token reads and forgets only its own user's memory",
+        )
     return user
+
+
+def own_user(principal: Principal) -> str | None:
+    """Whose rows a principal may delete one by one: a submitter's own user; None (anyone's)
+    for an admin."""
+    return principal.user_id or "" if principal.role == "submitter" else None
 
 
 @router.get("/facts", response_model=list[FactOut], summary="A user's facts")
@@ -104,9 +141,37 @@ def search(
 
 
 @router.post("/forget", response_model=ForgetOut, summary="Forget a user")
-def forget(body: Forget, principal: Admin) -> ForgetOut:
+def forget(body: Forget, principal: Submitter) -> ForgetOut:
     """Delete all of the user's memory: facts with their history, episodes, turns, summaries,
-    and the events that quoted recalled facts. The runs stay. Admin only."""
+    and the events that quoted recalled facts. It is final: memory writes of the user's runs
+    created before it are dropped. With `cancel_runs`, the user's active runs are cancelled;
+    with `runs`, their runs' content is erased too. Admin for any user; a submitter token for
+    its own user only (403 for another)."""
+    user_id = memory_user(body.user, principal)
+    done = memory.forget(user_id, cancel_runs=body.cancel_runs, runs=body.runs)
+    return ForgetOut(
+        user_id=user_id,
+        deleted=done.deleted,
+        erased_at=done.erased_at,
+        cancelled_runs=list(done.cancelled_runs),
+        erased_runs=done.erased_runs,
+    )
+
+
+@router.delete("/facts/{fact_id}", response_model=DeletedOut, summary="Delete one fact")
+def delete_fact(fact_id: RowId, principal: Submitter) -> DeletedOut:
+    """Delete the fact with its history (the older versions it superseded) and take it out of
+    the events that quoted it. Admin for any user's; a submitter token for its own user's only
+    (404 for another's, as for one that does not exist)."""
     with session_scope() as session:
-        counts = memory.forget_user(session, user_id=body.user)
-    return ForgetOut(user_id=body.user, deleted=counts)
+        done = memory.forget_fact(session, fact_id=fact_id, user_id=own_user(principal))
+    return DeletedOut(user_id=done.user_id, deleted=done.counts)
+
+
+@router.delete("/episodes/{episode_id}", response_model=DeletedOut, summary="Delete one episode")
+def delete_episode(episode_id: RowId, principal: Submitter) -> DeletedOut:
+    """Delete the episode (embedding included) and take it out of the events that quoted it.
+    Admin for any user's; a submitter token for its own user's only (404 otherwise)."""
+    with session_scope() as session:
+        done = memory.forget_episode(session, episode_id=episode_id, user_id=own_user(principal))
+    return DeletedOut(user_id=done.user_id, deleted=done.counts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ErrorOut(BaseModel):
@@ -58,9 +58,24 @@ class RunOut(BaseModel):
     spend: Spend
 
 
+class Preview(BaseModel):
+    """A value too large to show whole (over 2 KiB as JSON): its size and its JSON text's start.
+    The step result endpoint (`/runs/{run_id}/steps/{step_id}/result`) has a whole result."""
+
+    model_config = ConfigDict(extra="forbid")
+    shortened: Literal[True]
+    bytes: int = Field(description="The whole value's size as JSON text, bytes.")
+    preview: str = Field(description="The first 2,048 characters of its JSON text.")
+
+
+Shortenable = Preview | dict[str, Any]
+"""A JSON object shown whole, or a `Preview` of it when large (the row's `shortened` says)."""
+
+
 class StepOut(BaseModel):
     """One step row. `plan_version` created it; `position` is its index in the newest version
-    that holds it."""
+    that holds it. In a run's detail, args and a result over 2 KiB are `Preview`s, named in
+    `shortened`."""
 
     model_config = ConfigDict(from_attributes=True)
     id: int
@@ -71,7 +86,7 @@ class StepOut(BaseModel):
     kind: str
     tool: str | None
     tools: list[str] = []
-    args: dict[str, Any]
+    args: Shortenable
     status: str
     attempt: int
     max_attempts: int
@@ -81,8 +96,21 @@ class StepOut(BaseModel):
     queued_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
-    result: dict[str, Any] | None
+    result: Shortenable | None
     error: str | None
+    shortened: list[Literal["args", "result"]] = Field(
+        default=[], description="Which of `args` and `result` are `Preview`s."
+    )
+
+
+class StepResultOut(BaseModel):
+    """One step's whole result (null until it has one)."""
+
+    run_id: int
+    step_id: int
+    name: str
+    status: str
+    result: dict[str, Any] | None
 
 
 class PlanVersionOut(BaseModel):
@@ -98,14 +126,15 @@ class PlanVersionOut(BaseModel):
 
 
 class EventOut(BaseModel):
-    """One entry of the run's timeline."""
+    """One entry of the run's timeline; a detail over 2 KiB is a `Preview` (`shortened`)."""
 
     model_config = ConfigDict(from_attributes=True)
     id: int
     step_id: int | None
     at: datetime
     kind: str
-    detail: dict[str, Any]
+    detail: Shortenable
+    shortened: bool = Field(default=False, description="Whether `detail` is a `Preview`.")
 
 
 class EscalationOut(BaseModel):
@@ -133,15 +162,24 @@ class EscalationOut(BaseModel):
 
 class RunDetail(RunOut):
     """One run with everything about it: pinned facts, every plan version, every step (all
-    versions, by id), the timeline, its escalations and the final answer."""
+    versions, by id), a page of the timeline (the newest events, oldest first), its escalations
+    and the final answer. Values over 2 KiB are `Preview`s."""
 
     pinned_facts: dict[str, str]
-    final_result: dict[str, Any] | None
+    final_result: Shortenable | None
     plan_versions: list[PlanVersionOut]
     current_step_ids: list[int]
     steps: list[StepOut]
     events: list[EventOut]
+    events_next_before: int | None = Field(
+        default=None,
+        description="Pass as `events_before` to read the older events; null when `events` "
+        "reaches the run's first event.",
+    )
     escalations: list[EscalationOut]
+    shortened: list[Literal["final_result"]] = Field(
+        default=[], description="`final_result` when it is a `Preview`."
+    )
 
 
 class SubmittedOut(BaseModel):
@@ -183,6 +221,11 @@ class FactOut(BaseModel):
     valid_to: datetime | None
     superseded_by: int | None
     source_run_id: int | None
+    source: str = Field(
+        description="Where it came from: `run:<id>` (extracted from the user's run), "
+        "`reviewer:<name>` (a reviewer's answer, remembered at the reviewer's request), or "
+        "`unknown` (stored before sources were recorded)."
+    )
     expires_at: datetime | None
     embedding_model: str
 
@@ -226,7 +269,20 @@ class SearchOut(BaseModel):
 
 
 class ForgetOut(BaseModel):
-    """Rows deleted per kind (facts, episodes, turns, summaries, recall events)."""
+    """Rows deleted per kind (facts, episodes, turns, summaries, recall events); the user's new
+    erasure point (memory writes of runs created before it are dropped); the runs cancelled;
+    with `runs`, the rows whose content was erased per table."""
+
+    user_id: str
+    deleted: dict[str, int]
+    erased_at: datetime
+    cancelled_runs: list[int] = []
+    erased_runs: dict[str, int] = {}
+
+
+class DeletedOut(BaseModel):
+    """One fact (with the versions it superseded) or episode deleted: rows changed per kind
+    (the facts or episode, and the `memory.recalled` events that quoted them)."""
 
     user_id: str
     deleted: dict[str, int]

@@ -1,9 +1,11 @@
 """`/api/v1/reviews`: the human-review queue. List, read, claim, release, and decide.
 
 Reviewer and admin tokens only. Decisions and claims are recorded under the token's name (name a
-reviewer's token after them, as `$AGENTQ_REVIEWER` names them in the CLI). Claims take the oldest
-open escalation `FOR UPDATE SKIP LOCKED` (`models.reviews.claim_next`), so two reviewers never get
-the same one; an escalation claimed by one reviewer can be decided only by them. A decision on an
+reviewer's token after them, as `$AGENTQ_REVIEWER` names them in the CLI) and its id. Claims take
+the oldest open escalation `FOR UPDATE SKIP LOCKED` (`models.reviews.claim_next`), so two
+reviewers never get the same one; an escalation claimed through one token can be decided or
+released only through that token (a new token with the same name gets 409), or released by an
+admin. A decision on an
 escalation already decided is a 409 and changes nothing (its transaction rolls back whole).
 """
 
@@ -50,7 +52,7 @@ def list_reviews(
     which: Annotated[Which, Query(alias="status", description="undecided: open or claimed.")] = (
         "undecided"
     ),
-    mine: Annotated[bool, Query(description="Only those claimed by this token's name.")] = False,
+    mine: Annotated[bool, Query(description="Only those claimed through this token.")] = False,
     order: Annotated[Literal["oldest", "newest"], Query(description="By age.")] = "oldest",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ReviewOut]:
@@ -61,7 +63,7 @@ def list_reviews(
     elif which != "all":
         stmt = stmt.where(col(Escalation.status) == which)
     if mine:
-        stmt = stmt.where(col(Escalation.claimed_by) == principal.name)
+        stmt = stmt.where(col(Escalation.claimed_by_token_id) == principal.token_id)
     by_age = col(Escalation.created_at)
     stmt = stmt.order_by(by_age if order == "oldest" else by_age.desc(), col(Escalation.id))
     with session_scope() as session:
@@ -86,7 +88,7 @@ def claim_next(principal: Reviewer) -> ReviewOut | Response:
     """Claim the oldest open escalation no other reviewer holds (`FOR UPDATE SKIP LOCKED`);
     204 when there is none."""
     with session_scope() as session:
-        esc = reviews.claim_next(session, reviewer=principal.name)
+        esc = reviews.claim_next(session, reviewer=principal.name, token_id=principal.token_id)
         if esc is None:
             return Response(status_code=status.HTTP_204_NO_CONTENT)
         return review_out(session, esc)
@@ -97,7 +99,9 @@ def claim(escalation_id: EscalationId, principal: Reviewer) -> ReviewOut:
     """Claim this escalation; 409 when it is claimed or decided already (nothing changes)."""
     with session_scope() as session:
         reviews.get_escalation(session, escalation_id)
-        esc = transitions.claim_escalation(session, escalation_id, reviewer=principal.name)
+        esc = transitions.claim_escalation(
+            session, escalation_id, reviewer=principal.name, token_id=principal.token_id
+        )
         return review_out(session, esc)
 
 
@@ -108,10 +112,16 @@ def release(escalation_id: EscalationId, principal: Reviewer) -> ReviewOut:
     with session_scope() as session:
         try:
             esc = reviews.release(
-                session, escalation_id, reviewer=principal.name, force=principal.role == "admin"
+                session,
+                escalation_id,
+                reviewer=principal.name,
+                force=principal.role == "admin",
+                token_id=principal.token_id,
             )
         except ClaimedByAnother as exc:
             holder = reviews.get_escalation(session, escalation_id).claimed_by
+            if holder == principal.name:  # the same name through another token: say which
+                raise
             raise ClaimedByAnother(
                 f"escalation {escalation_id} is claimed by {holder}; only {holder} or an admin "
                 "token can release it"
@@ -150,7 +160,7 @@ def approve(
         principal,
         lambda session, _esc: reviews.approve(
             session, escalation_id, reviewer=principal.name, comment=comment,
-            max_attempts=get_settings().step_max_attempts,
+            max_attempts=get_settings().step_max_attempts, token_id=principal.token_id,
         ),
     )  # fmt: skip
 
@@ -163,7 +173,11 @@ def reject(escalation_id: EscalationId, body: Reject, principal: Reviewer) -> De
         escalation_id,
         principal,
         lambda session, _esc: reviews.reject(
-            session, escalation_id, reviewer=principal.name, comment=body.comment
+            session,
+            escalation_id,
+            reviewer=principal.name,
+            comment=body.comment,
+            token_id=principal.token_id,
         ),
     )
 
@@ -171,8 +185,9 @@ def reject(escalation_id: EscalationId, body: Reject, principal: Reviewer) -> De
 @router.post("/{escalation_id}/respond", response_model=DecisionOut, summary="Answer")
 def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> DecisionOut:
     """Answer what the run could not find; it becomes the failed step's result (with no failed
-    step, the pinned fact `reviewer_answer`). 400 for a null or empty answer; 409 when already
-    decided."""
+    step, the pinned fact `reviewer_answer`, set by you). It is run state, not the user's
+    memory, unless `remember` (then a fact with source `reviewer:<name>`, when the run ends).
+    400 for a null or empty answer; 409 when already decided."""
     if body.answer is None or body.answer == "" or body.answer == {}:
         raise InvalidInput("answer: must be a JSON object or a value, not null or empty")
     text = json.dumps(body.answer)
@@ -182,6 +197,7 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
         lambda session, esc: reviews.respond(
             session, escalation_id, reviewer=principal.name, comment=body.comment,
             answer=reviews.answer_from_text(text, returns=declared_returns(esc.detail.get("tool"))),
+            token_id=principal.token_id, remember=body.remember,
         ),
     )  # fmt: skip
 
@@ -197,6 +213,6 @@ def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> Decisi
         lambda session, _esc: reviews.edit(
             session, escalation_id, reviewer=principal.name, plan=body.plan.model_dump(),
             tools=configured_tool_names(), check_args=argument_problems, comment=body.comment,
-            max_attempts=get_settings().step_max_attempts,
+            max_attempts=get_settings().step_max_attempts, token_id=principal.token_id,
         ),
     )  # fmt: skip

@@ -1,5 +1,9 @@
 """`/api/v1/runs`: submit a goal, list runs, read one run whole, cancel one.
 
+A run reads as its newest `EVENTS_PAGE_DEFAULT` events (`events_before` pages back), with every
+step's args and result and every event's detail over `models.previews.PREVIEW_MAX_BYTES` shown
+as a preview; `/runs/{id}/steps/{step_id}/result` returns one step's whole result.
+
 A submitter token sees and acts on its own user's runs only: another user's run is a 404, as if
 it did not exist. Reviewers read every run; admins do everything. Each write is one transaction
 (`session_scope`); the coordinator's message is sent after the commit.
@@ -9,11 +13,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from api.auth import AnyPrincipal, Principal, Submitter
+from api.errors import QUOTA_REFUSAL
+from api.memory import without_memory
 from api.responses import (
+    ErrorOut,
     EscalationOut,
     EventOut,
     PlanVersionOut,
@@ -21,21 +29,35 @@ from api.responses import (
     RunOut,
     Spend,
     StepOut,
+    StepResultOut,
     SubmittedOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
-from models import queue, reviews, transitions
+from models import previews, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import InvalidInput, NotFound
 from models.plans import parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
 from models.settings import get_settings
-from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
+from models.tables import Escalation, PlanVersion, Run, utcnow
 from worker.tools import argument_problems, configured_tool_names
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Run id.")]
+StepId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Step id.")]
+EventsBefore = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=PG_INT_MAX,
+        description="Only events with ids below this: the `events_next_before` of the page read "
+        "last.",
+    ),
+]
+EventsLimit = Annotated[
+    int, Query(ge=1, le=previews.EVENTS_PAGE_MAX, description="Events in the page, the newest.")
+]
 
 
 def run_out(run: Run) -> RunOut:
@@ -61,16 +83,42 @@ def escalation_out(esc: Escalation) -> EscalationOut:
     return out
 
 
-def run_detail(session: Session, run: Run) -> RunDetail:
-    """Everything about `run`: plan versions, steps, events, escalations, pinned facts."""
+def step_out(step: previews.StepShown) -> StepOut:
+    """A step as the run detail shows it: args and result whole, or previews when large."""
+    values = (("args", step.args), ("result", step.result))
+    shortened = [name for name, shown in values if shown.shortened]
+    return StepOut(
+        **step.columns, args=step.args.out(), result=step.result.out(), shortened=shortened
+    )
+
+
+def event_out(event: previews.EventShown) -> EventOut:
+    """An event as the run detail shows it: its detail whole, or a preview when large."""
+    return EventOut(
+        id=event.id,
+        step_id=event.step_id,
+        at=event.at,
+        kind=event.kind,
+        detail=event.detail.out(),
+        shortened=event.detail.shortened,
+    )
+
+
+def run_detail(
+    session: Session,
+    run: Run,
+    *,
+    events_before: int | None = None,
+    events_limit: int = previews.EVENTS_PAGE_DEFAULT,
+) -> RunDetail:
+    """Everything about `run`: plan versions, steps, a page of events (the newest
+    `events_limit` below `events_before`), escalations, pinned facts; large values as previews."""
     run_id = run.id or 0
     versions = session.exec(
         select(PlanVersion).where(PlanVersion.run_id == run_id).order_by(col(PlanVersion.version))
     )
-    steps = session.exec(select(Step).where(Step.run_id == run_id).order_by(col(Step.id)))
-    events = session.exec(
-        select(RunEvent).where(RunEvent.run_id == run_id).order_by(col(RunEvent.id))
-    )
+    page = previews.events_page(session, run_id, before=events_before, limit=events_limit)
+    final = previews.shown(run.final_result)
     escalations = session.exec(
         select(Escalation).where(Escalation.run_id == run_id).order_by(col(Escalation.id))
     )
@@ -79,12 +127,14 @@ def run_detail(session: Session, run: Run) -> RunDetail:
     return RunDetail(
         **run_out(run).model_dump(),
         pinned_facts=pinned_facts(session, run_id),
-        final_result=run.final_result,
+        final_result=final.out(),
         plan_versions=plan_versions,
         current_step_ids=current,
-        steps=[StepOut.model_validate(s) for s in steps],
-        events=[EventOut.model_validate(e) for e in events],
+        steps=[step_out(s) for s in previews.steps_shown(session, run_id)],
+        events=[event_out(e) for e in page.events],
+        events_next_before=page.older,
         escalations=[escalation_out(e) for e in escalations],
+        shortened=["final_result"] if final.shortened else [],
     )
 
 
@@ -108,17 +158,25 @@ def submitting_user(body: RunSubmit, principal: Principal) -> str:
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=SubmittedOut, summary="Submit a goal"
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SubmittedOut,
+    summary="Submit a goal",
+    responses={429: {"model": ErrorOut, **QUOTA_REFUSAL}},
 )
 def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     """Submit a goal (status `queued`), or an explicit plan (status `running`, no planning call).
 
     The plan is checked against the registered tools, their arguments and the pinned facts before
-    anything is written (400 naming the step and field). Submitter or admin.
+    anything is written (400 naming the step and field). A user over a quota
+    (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`) gets 429 with
+    `Retry-After`, and nothing is written. Submitter or admin; an explicit plan only from the
+    roles in `AGENTQ_PLAN_SUBMIT_ROLES` (403 naming the setting), naming only enabled tools.
     """
     user_id = submitting_user(body, principal)
     plan = None
     if body.plan is not None:
+        check_plan_role(principal)
         plan = parse_plan(
             body.plan.model_dump(), tools=configured_tool_names(), facts=set(body.facts),
             check_args=argument_problems,
@@ -132,6 +190,20 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
         )  # fmt: skip
         detail = run_detail(session, run)
     return SubmittedOut(run=detail, notified=queue.try_send(TASK_COORDINATE, detail.id))
+
+
+def check_plan_role(principal: Principal) -> None:
+    """403 unless `principal`'s role may submit an explicit plan (`AGENTQ_PLAN_SUBMIT_ROLES`;
+    admin always may). A plan can call every enabled tool with any arguments; a goal alone lets
+    only the planner choose."""
+    allowed = {*get_settings().plan_submit_roles, "admin"}
+    if principal.role not in allowed:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"plan: role {principal.role!r} may not submit an explicit plan "
+            f"(AGENTQ_PLAN_SUBMIT_ROLES allows {', '.join(sorted(allowed))}); submit the goal "
+            "alone and the planner writes the plan",
+        )
 
 
 @router.get("", response_model=list[RunOut], summary="List runs, newest first")
@@ -148,7 +220,8 @@ def list_runs(
 
     A submitter token lists only its own user's runs (another `user` gives an empty list).
     """
-    stmt = select(Run).order_by(col(Run.id).desc()).limit(limit)
+    unread = defer(Run.final_result)  # type: ignore[arg-type]  # a listed run has no answer
+    stmt = select(Run).options(unread).order_by(col(Run.id).desc()).limit(limit)
     if principal.role == "submitter":
         stmt = stmt.where(col(Run.user_id) == principal.user_id)
     if status_:
@@ -162,11 +235,40 @@ def list_runs(
 
 
 @router.get("/{run_id}", response_model=RunDetail, summary="One run, whole")
-def read_run(run_id: RunId, principal: AnyPrincipal) -> RunDetail:
-    """The run with its plan versions, steps, events, escalations and spend. 404 when it does
-    not exist or (for a submitter) is another user's."""
+def read_run(
+    run_id: RunId,
+    principal: AnyPrincipal,
+    events_before: EventsBefore = None,
+    events_limit: EventsLimit = previews.EVENTS_PAGE_DEFAULT,
+) -> RunDetail:
+    """The run with its plan versions, steps, escalations and spend, and its newest
+    `events_limit` events (below `events_before`; the response's `events_next_before` reads the
+    page before). Args, results and details over 2 KiB are previews (`shortened` says which);
+    `/runs/{run_id}/steps/{step_id}/result` has a whole result. 404 when the run does not exist
+    or (for a submitter) is another user's. Recalled memory quoted by events is hidden from
+    a token that may not read the user's memory (a reviewer: `api.memory.without_memory`)."""
     with session_scope() as session:
-        return run_detail(session, visible_run(session, run_id, principal))
+        run = visible_run(session, run_id, principal)
+        detail = run_detail(session, run, events_before=events_before, events_limit=events_limit)
+    return without_memory(detail, principal)
+
+
+@router.get(
+    "/{run_id}/steps/{step_id}/result",
+    response_model=StepResultOut,
+    summary="One step's whole result",
+)
+def read_step_result(run_id: RunId, step_id: StepId, principal: AnyPrincipal) -> StepResultOut:
+    """The whole result of one step of the run (null until it has one; at most
+    `AGENTQ_STEP_DATA_MAX_BYTES`). 404 as for the run, or when the run has no such step."""
+    with session_scope() as session:
+        visible_run(session, run_id, principal)
+        step = previews.step_result(session, run_id, step_id)
+        if step is None:
+            raise NotFound(f"run {run_id} has no step {step_id}")
+        return StepResultOut(
+            run_id=run_id, step_id=step_id, name=step.name, status=step.status, result=step.result
+        )
 
 
 @router.post("/{run_id}/cancel", response_model=RunDetail, summary="Cancel a run")

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    model_validator,
+)
 
 from models.plans import PlanSpec
 from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, MAX_PINNED_FACTS, USER_ID_MAX_CHARS
@@ -84,10 +91,16 @@ class Reject(Body):
 class Respond(Body):
     """Respond: `answer` becomes the failed step's result. A JSON object is taken as it is; any
     other value becomes `{key: value}` when the failed tool declares exactly one result key, else
-    `{"answer": value}`."""
+    `{"answer": value}`. It is run state: it becomes a fact of the run's user (source
+    `reviewer:<name>`) only with `remember`."""
 
     answer: Annotated[Any, Field(description="A JSON object, or a plain value such as 0.95.")]
     comment: Comment | None = None
+    remember: StrictBool = Field(
+        default=False,
+        description="Also remember the answer as a fact of the run's user (source "
+        "`reviewer:<name>`), written when the run ends; otherwise it is this run's state only.",
+    )
 
 
 class Edit(Body):

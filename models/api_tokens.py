@@ -6,25 +6,32 @@ unique index: the comparison happens inside Postgres on hashes, so the time it t
 about how much of a guessed token was right. Functions take the session and never commit.
 
 A token's name is who the audit trail says claimed and decided (`decided_by`), so two live
-tokens never share one (migration 0008's partial unique index holds it against concurrent
-creates; a revoked token's name is free again), and no token takes a name agentq records for
-its own decisions (`models.reviews.RESERVED_REVIEWERS`); names follow
-`models.reviews.REVIEWER_NAME_PATTERN`.
+tokens never share one, in any mix of case (`rita` and `RITA` read as one person; migration
+0010's partial unique index on `lower(name)` holds it against concurrent creates; a revoked
+token's name is free again), and no token takes a name agentq records for its own decisions
+(`models.reviews.RESERVED_REVIEWERS`); names follow `models.reviews.REVIEWER_NAME_PATTERN`.
+
+Revoking a token ends it everywhere at once, in one transaction: it authenticates nothing, its
+review console sessions are deleted (`models.ui_sessions`) and the escalations it holds claimed
+go back to the open queue, so no claim waits on a token no one can use (issue 9).
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from models import reviews, ui_sessions
 from models.errors import IllegalTransition, InvalidInput, NotFound
 from models.reviews import check_reviewer_name
 from models.runs import USER_ID_MAX_CHARS
-from models.tables import ApiToken, utcnow
+from models.tables import ApiToken, Escalation, utcnow
+from models.transitions import WITHDRAWN_BY
 
 TokenRole = Literal["submitter", "reviewer", "admin"]
 TOKEN_PREFIX: Final = "aq_"
@@ -32,7 +39,7 @@ TOKEN_RANDOM_BYTES: Final = 32  # 256 bits from `secrets`: no one can guess or b
 TOKEN_MAX_CHARS: Final = 200  # a longer presented token is refused before hashing
 ROLES: Final = get_args(TokenRole)
 LAST_USED_RESOLUTION_S: Final = 60  # `last_used_at` is written at most once a minute per token
-LIVE_NAME_INDEX: Final = "ux_api_tokens_live_name"  # unique name among live tokens (0008)
+LIVE_NAME_INDEX: Final = "ux_api_tokens_live_lower_name"  # lower(name) unique if live (0010)
 
 
 def hash_token(raw: str) -> str:
@@ -47,8 +54,8 @@ def create_token(
 
     A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
     tokens act for none (`user_id` refused). `name` must not be a live token's already, nor
-    reserved, and must fit `models.reviews.REVIEWER_NAME_PATTERN`. Raises `InvalidInput` naming
-    the field.
+    reserved, and must fit `models.reviews.REVIEWER_NAME_PATTERN`; names are compared ignoring
+    case. Raises `InvalidInput` naming the field.
     """
     _check(name=name, role=role, user_id=user_id)
     _check_name_free(session, name)
@@ -77,20 +84,22 @@ def _check(*, name: str, role: str, user_id: str | None) -> None:
 
 
 def _check_name_free(session: Session, name: str) -> None:
-    taken = session.scalar(
-        select(col(ApiToken.id))
-        .where(col(ApiToken.name) == name, col(ApiToken.revoked_at).is_(None))
+    taken = session.exec(
+        select(ApiToken.id, ApiToken.name)
+        .where(
+            sa.func.lower(col(ApiToken.name)) == name.lower(), col(ApiToken.revoked_at).is_(None)
+        )
         .limit(1)
-    )
+    ).first()
     if taken is not None:
-        raise InvalidInput(_name_taken(name, taken))
+        raise InvalidInput(_name_taken(taken[1], taken[0]))
 
 
 def _name_taken(name: str, token_id: int | None = None) -> str:
     which = f"token {token_id}" if token_id is not None else "a live token"
     return (
-        f"name: {which} is named {name!r} already; pick another name, or revoke that token "
-        "first (`agentq token revoke`)"
+        f"name: {which} is named {name!r} already (names are compared ignoring case); pick "
+        "another name, or revoke that token first (`agentq token revoke`)"
     )
 
 
@@ -128,8 +137,19 @@ def list_tokens(session: Session, *, include_revoked: bool = True) -> list[ApiTo
     return list(session.exec(stmt))
 
 
-def revoke_token(session: Session, token_id: int) -> ApiToken:
-    """Revoke the token `token_id`: it authenticates nothing from the commit on.
+@dataclass(frozen=True)
+class Revocation:
+    """What revoking a token ended: the token's row, how many console sessions were deleted,
+    and the ids of the escalations whose claims went back to the open queue."""
+
+    token: ApiToken
+    sessions_ended: int
+    claims_released: list[int]
+
+
+def revoke_token(session: Session, token_id: int) -> Revocation:
+    """Revoke the token `token_id`: it authenticates nothing from the commit on, its console
+    sessions are deleted and its claims released (recorded as released by `agentq`).
 
     Raises `NotFound`, or `IllegalTransition` when it is revoked already (nothing changes).
     """
@@ -140,8 +160,31 @@ def revoke_token(session: Session, token_id: int) -> ApiToken:
         .returning(ApiToken)
         .execution_options(populate_existing=True, synchronize_session=False)
     ).one_or_none()
-    if row is not None:
-        return row
-    if session.get(ApiToken, token_id) is None:
-        raise NotFound(f"token {token_id} does not exist")
-    raise IllegalTransition("api_tokens", token_id, "revoked", "not revoked")
+    if row is None:
+        if session.get(ApiToken, token_id) is None:
+            raise NotFound(f"token {token_id} does not exist")
+        raise IllegalTransition("api_tokens", token_id, "revoked", "not revoked")
+    ended = ui_sessions.end_for_token(session, token_id)
+    return Revocation(row, ended, _release_claims(session, token_id))
+
+
+def _release_claims(session: Session, token_id: int) -> list[int]:
+    held = session.exec(
+        select(Escalation.id).where(
+            col(Escalation.status) == "claimed", col(Escalation.claimed_by_token_id) == token_id
+        )
+    ).all()
+    released = []
+    for escalation_id in held:
+        try:
+            reviews.release(
+                session,
+                escalation_id or 0,
+                reviewer=WITHDRAWN_BY,
+                force=True,
+                reason=f"token {token_id} was revoked",
+            )
+        except IllegalTransition:  # decided (or released) since: nothing left to give back
+            continue
+        released.append(escalation_id or 0)
+    return released

@@ -2,8 +2,9 @@
 
 An episode is written once per run (`run_id` is unique; `record_episode` is idempotent) and
 recalled by the same hybrid retrieval as facts (`models.recall`) over its `summary`. Every read
-and delete is scoped to one tenant (DESIGN.md, invariant 7). Functions take the session and
-never commit.
+and delete is scoped to one tenant (DESIGN.md, invariant 7); the episode of a run whose user was
+forgotten after the run was created is never written (`models.erasures.may_write`). Functions
+take the session and never commit.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.ext.mutable import MutableList
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models import recall as retrieval
+from models.erasures import may_write
 from models.tables import utcnow
 
 EPISODE_TSV = "to_tsvector('english', summary)"
@@ -93,8 +95,9 @@ def record_episode(
     embedding: list[float],
     embedding_model: str,
     now: datetime | None = None,
-) -> Episode:
-    """Store the episode of `run_id`, or return the one already stored (a redelivered task).
+) -> Episode | None:
+    """Store the episode of `run_id`, or return the one already stored (a redelivered task);
+    None, writing nothing, when the user was forgotten after the run was created.
 
     `INSERT ... ON CONFLICT (run_id) DO NOTHING`, so two writers end with one row. Raises
     `ValueError` if the run's episode belongs to another tenant, for an empty summary, or a bad
@@ -109,6 +112,8 @@ def record_episode(
         embedding_model=retrieval.check_model(embedding_model), created_at=now or utcnow(),
     )  # fmt: skip
     retrieval.check_embedding(embedding)
+    if not may_write(session, run_id=run_id, user_id=user_id, what="episode"):
+        return None
     values = episode.model_dump(exclude={"id", "tsv"})
     session.execute(
         insert(Episode).values(**values).on_conflict_do_nothing(index_elements=["run_id"])
@@ -148,6 +153,18 @@ def episodes_of(session: Session, *, user_id: str) -> list[Episode]:
     """The tenant's episodes, oldest first."""
     stmt = select(Episode).where(Episode.user_id == user_id)
     return list(session.exec(stmt.order_by(col(Episode.created_at), col(Episode.id))))
+
+
+def delete_episode(session: Session, *, episode_id: int, user_id: str) -> int | None:
+    """Delete `user_id`'s episode `episode_id`, embedding included; returns its run id, None
+    when it does not exist or is another user's."""
+    stmt = (
+        sa.delete(Episode)
+        .where(col(Episode.id) == episode_id, col(Episode.user_id) == user_id)
+        .returning(col(Episode.run_id))
+    )
+    run_id = session.scalars(stmt).one_or_none()
+    return None if run_id is None else int(run_id)
 
 
 def forget_episodes(session: Session, *, user_id: str) -> int:

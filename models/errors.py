@@ -44,6 +44,20 @@ class InvalidInput(AgentqError):
     """A value given to agentq is not allowed; the message names the field and what is."""
 
 
+class UserQuotaExceeded(AgentqError):
+    """The user's quota refuses this submission for now; nothing was written.
+
+    `setting` names the limit (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`)
+    and `retry_after_s` (whole seconds, at least 1) is when trying again may pass: the HTTP API
+    answers 429 with it as `Retry-After`. Not `QuotaExhausted`, which is the model provider's.
+    """
+
+    def __init__(self, message: str | None = None, *, setting: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.retry_after_s = retry_after_s
+
+
 class BrokerUnavailable(AgentqError):
     """The message broker could not be reached; Postgres still holds the truth."""
 
@@ -84,6 +98,31 @@ class RetryableToolError(ToolError):
 
 class ToolArgumentsError(ToolError):
     """A tool was called with arguments that do not match its signature."""
+
+
+class ToolNotEnabled(ToolError):
+    """The tool is not one this process offers (`AGENTQ_TOOL_MODULES`); it never runs."""
+
+
+class ToolCrashed(ToolError):
+    """A tool raised something other than agentq's own tool errors (a bug, an `OSError`).
+
+    The message names only the tool and the exception's type: the exception's own text can hold
+    host paths or other internals, so it goes to the worker's log (with the traceback) only.
+    """
+
+    def __init__(self, tool: str, exc: BaseException) -> None:
+        super().__init__(
+            f"tool {tool!r} failed with an internal error ({type(exc).__name__}); "
+            "see the worker log"
+        )
+
+
+class StepDataTooLarge(ToolError):
+    """A step's resolved arguments or its result are larger than `AGENTQ_STEP_DATA_MAX_BYTES`.
+
+    Not retryable: the same step would build the same data again.
+    """
 
 
 class InvalidToolCalls(ToolError):

@@ -2,8 +2,11 @@
 
 The same fact stored twice is one row (a partial unique index on `(user_id, content_hash) WHERE
 valid_to IS NULL`); a newer fact with the same subject and attribute closes the older one
-(`valid_to`, `superseded_by`), never deleting it (DESIGN.md, invariant 7); `forget_facts` is the
-only delete. Functions take the session and never commit.
+(`valid_to`, `superseded_by`), never deleting it (DESIGN.md, invariant 7); `forget_facts` (all of
+a user's) and `delete_fact` (one fact with its history) are the only deletes. Every fact says
+where it came from (`source`: `run:<id>` for what a run's extraction wrote, `reviewer:<name>`
+for a reviewer's answer the reviewer asked to remember). A run's writes pass the erasure point
+of its user (`models.erasures.may_write`). Functions take the session and never commit.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sqlalchemy.dialects.postgresql import TSVECTOR, insert
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models import recall as retrieval
+from models.erasures import may_write
 from models.tables import created_field, timestamp_field, utcnow
 
 CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # preference, profile, knowledge, event
@@ -34,6 +38,15 @@ FACTS = retrieval.Source("facts", born="valid_from", visible=LIVE)
 FACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
 CURRENT: dict[str, Any] = {"postgresql_where": sa.text("valid_to IS NULL")}
 CURRENT_INDEX: dict[str, Any] = {"index_where": sa.text("valid_to IS NULL")}
+SOURCE_PATTERN = re.compile(r"^(run:[0-9]+|reviewer:[A-Za-z0-9._@+-]{1,100}|unknown)$")
+# fact_chain: the fact :id of :user_id and every older version it superseded, transitively.
+FACT_CHAIN = (
+    "WITH RECURSIVE chain(id) AS ("
+    " SELECT id FROM facts WHERE id = :id AND user_id = :user_id"
+    " UNION SELECT f.id FROM facts AS f JOIN chain AS c ON f.superseded_by = c.id"
+    " WHERE f.user_id = :user_id) "
+    "SELECT id FROM chain"
+)
 
 
 class Fact(SQLModel, table=True):
@@ -62,6 +75,11 @@ class Fact(SQLModel, table=True):
     superseded_by: int | None = Field(default=None, foreign_key="facts.id", ondelete="SET NULL")
     source_run_id: int | None = None
     source_step_id: int | None = None
+    # Where it came from: `run:<id>` (extracted from a run), `reviewer:<name>` (a reviewer's
+    # answer, remembered at their request), `unknown` (written before sources were recorded).
+    source: str = Field(
+        default="unknown", max_length=220, sa_column_kwargs={"server_default": "unknown"}
+    )
     created_at: datetime = created_field()
     expires_at: datetime | None = timestamp_field()
     tsv: str | None = Field(
@@ -75,9 +93,10 @@ ScoredFact: TypeAlias = retrieval.Scored[Fact]
 @dataclass(frozen=True)
 class Remembered:
     """What `remember` did: `added` a row, found a `duplicate` (`fact_id` is the existing row,
-    nothing was written), or added a row that `superseded` the facts `superseded_ids`."""
+    nothing was written), added a row that `superseded` the facts `superseded_ids`, or
+    `dropped` it (its run's user was forgotten after the run was created; `fact_id` is 0)."""
 
-    outcome: Literal["added", "duplicate", "superseded"]
+    outcome: Literal["added", "duplicate", "superseded", "dropped"]
     fact_id: int
     superseded_ids: tuple[int, ...] = ()
 
@@ -131,10 +150,14 @@ def remember(
     embedding_model: str,
     source_run_id: int | None = None,
     source_step_id: int | None = None,
+    source: str | None = None,
     ttl_s: float | None = None,
     now: datetime | None = None,
 ) -> Remembered:
     """Store a fact for `user_id`, or find it already stored, or supersede older versions.
+
+    `source` defaults to `run:<source_run_id>` (`unknown` without a run). A fact of a run whose
+    user was forgotten after the run was created is dropped (`models.erasures.may_write`).
 
     Writers of the same fact key (user, subject, attribute; or user and content when there is no
     attribute) are serialised by a transaction-level advisory lock, and the INSERT is
@@ -152,8 +175,13 @@ def remember(
         embedding_model=embedding_model, embedding_dim=len(embedding),
         valid_from=now, created_at=now, source_run_id=source_run_id, source_step_id=source_step_id,
         expires_at=None if ttl_s is None else now + timedelta(seconds=ttl_s),
+        source=source or (f"run:{source_run_id}" if source_run_id is not None else "unknown"),
     )  # fmt: skip
     fact.content_hash = _checked_hash(fact)
+    if source_run_id is not None and not may_write(
+        session, run_id=source_run_id, user_id=user_id, what="fact"
+    ):
+        return Remembered("dropped", 0)
     return _store(session, fact, now)
 
 
@@ -166,6 +194,8 @@ def _checked_hash(fact: Fact) -> str:
         raise ValueError("subject and text: must not be empty")
     if not CATEGORY_PATTERN.match(fact.category):
         raise ValueError(f"category {fact.category!r}: must match {CATEGORY_PATTERN.pattern}")
+    if not SOURCE_PATTERN.match(fact.source):
+        raise ValueError(f"source {fact.source!r}: must match {SOURCE_PATTERN.pattern}")
     return content_hash(**fact.model_dump(include={"subject", "attribute", "category", "text"}))
 
 
@@ -276,6 +306,24 @@ def facts_of(
 def expire(session: Session, *, now: datetime | None = None) -> int:
     """Close every current fact whose `expires_at` <= `now`, at its `expires_at`; the count."""
     return len(_close(session, col(Fact.expires_at) <= _aware(now), valid_to=Fact.expires_at))
+
+
+def fact_chain(session: Session, *, fact_id: int, user_id: str) -> list[int]:
+    """The ids of `user_id`'s fact `fact_id` and of every older version it superseded; empty
+    when the fact does not exist or is another user's."""
+    rows = session.execute(sa.text(FACT_CHAIN), {"id": fact_id, "user_id": user_id})
+    return sorted(int(i) for i in rows.scalars())
+
+
+def delete_fact(session: Session, *, fact_id: int, user_id: str) -> dict[int, str]:
+    """Delete `user_id`'s fact `fact_id` with its history (the versions it superseded); returns
+    the deleted rows' id -> text, empty when it does not exist or is another user's. A newer
+    version that superseded it stays (its `superseded_by` link is cleared by the foreign key)."""
+    ids = fact_chain(session, fact_id=fact_id, user_id=user_id)
+    if not ids:
+        return {}
+    stmt = sa.delete(Fact).where(col(Fact.id).in_(ids)).returning(col(Fact.id), col(Fact.text))
+    return {int(i): str(text) for i, text in session.execute(stmt)}
 
 
 def forget_facts(session: Session, *, user_id: str) -> int:

@@ -1,28 +1,50 @@
-"""Memory administration: the embedding model in use, re-embedding, and forgetting a user.
+"""Memory administration: the embedding model in use, re-embedding, forgetting, who reads it.
 
 Rows of two embedding models are never compared (DESIGN.md, invariant 7): each row stores its
 model, and `check_embedding_model` refuses to start with a configured model that differs from the
-one the stored rows use, until `reembed` has rewritten them. Forgetting a user deletes every
-fact (history included), episode, turn and summary of that user, embeddings with them.
+one the stored rows use, until `reembed` has rewritten them. Forgetting a user (`forget`) deletes
+every fact (history included), episode, turn and summary of that user, embeddings with them, and
+is final: it records an erasure point that drops the memory writes of the user's runs created
+before it (`models.erasures`); it can cancel the user's active runs and erase their runs'
+content too. `delete_fact` and `delete_episode` delete one item, history included. Run events
+that quote recalled memory are left out for readers who may not read the user's memory
+(`shown_events`). The CLI, the API and the console call these functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from models import erasures, queue, transitions
+from models.db import session_scope
 from models.embedders import make_embedder
 from models.embeddings import Embedder
-from models.episodes import Episode, ScoredEpisode, forget_episodes, recall_episodes
-from models.errors import ConfigurationError
-from models.facts import Fact, ScoredFact, ensure_vector_indexes, forget_facts, recall
+from models.episodes import (
+    Episode,
+    ScoredEpisode,
+    delete_episode,
+    forget_episodes,
+    recall_episodes,
+)
+from models.errors import ConfigurationError, IllegalTransition, InvalidInput, NotFound
+from models.facts import (
+    Fact,
+    ScoredFact,
+    delete_fact,
+    ensure_vector_indexes,
+    forget_facts,
+    recall,
+)
 from models.messages import forget_messages
 from models.settings import get_settings
+from models.states import RUN_ACTIVE
 from models.tables import Run, RunEvent
 
 REEMBED_BATCH = 256
@@ -146,12 +168,101 @@ def _stale(session: Session, table: Any, model: str) -> Iterator[list[Any]]:
         yield batch
 
 
+RECALLED: Final = "memory.recalled"  # quotes recalled facts (their text) and episodes (run ids)
+MEMORY_EVENT_KINDS: Final = frozenset({RECALLED})  # events whose detail quotes a user's memory
+HIDDEN_MEMORY: Final = (
+    "recalled memory of the run's user: shown to that user's submitter tokens and admins only"
+)
+# unquote_facts: take the texts :texts out of the user's memory.recalled events.
+UNQUOTE_FACTS: Final = (
+    "UPDATE run_events SET detail = jsonb_set(detail, '{facts}', coalesce(("
+    "SELECT jsonb_agg(f) FROM jsonb_array_elements(detail -> 'facts') AS f "
+    "WHERE NOT (f #>> '{}') = ANY(:texts)), '[]'::jsonb)) "
+    "WHERE kind = 'memory.recalled' AND detail -> 'facts' ?| :texts "
+    "AND run_id IN (SELECT id FROM runs WHERE user_id = :user_id)"
+)
+# unquote_episode: take the episode of run :episode_run out of the user's memory.recalled events.
+UNQUOTE_EPISODE: Final = (
+    "UPDATE run_events SET detail = jsonb_set(detail, '{episodes}', coalesce(("
+    "SELECT jsonb_agg(e) FROM jsonb_array_elements(detail -> 'episodes') AS e "
+    "WHERE e <> to_jsonb(CAST(:episode_run AS integer))), '[]'::jsonb)) "
+    "WHERE kind = 'memory.recalled' "
+    "AND detail -> 'episodes' @> jsonb_build_array(CAST(:episode_run AS integer)) "
+    "AND run_id IN (SELECT id FROM runs WHERE user_id = :user_id)"
+)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What `forget` did: the user's new erasure point, the rows deleted per kind, the runs it
+    cancelled, and (with `runs`) the rows whose content it erased per table."""
+
+    user_id: str
+    erased_at: datetime
+    deleted: dict[str, int]
+    cancelled_runs: tuple[int, ...] = ()
+    erased_runs: dict[str, int] = field(default_factory=dict)
+
+
+def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Forgotten:
+    """Forget `user_id` for good: delete their memory and record an erasure point (the memory
+    writes of their runs created before it are dropped); with `cancel_runs`, cancel each of
+    their active runs as `agentq cancel` does (a waiting escalation is withdrawn); with `runs`,
+    erase the content of their ended runs as well (`models.erasures.erase_runs`).
+
+    Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
+    the user's erasure lock, which a decision waits for while it holds its run's lock, so the
+    forget never waits for a run's lock itself. Raises `InvalidInput` (changing nothing) for
+    `runs` while the user has active runs and `cancel_runs` is not given.
+    """
+    with session_scope() as session:
+        active = active_runs(session, user_id=user_id)
+        if runs and active and not cancel_runs:
+            listed = ", ".join(str(i) for i in active)
+            raise InvalidInput(
+                f"runs: {user_id!r} has active runs ({listed}) whose content would be written "
+                "again; cancel them too (--cancel-runs, cancel_runs) or wait until they end"
+            )
+        erased_at, deleted = _forget_memory(session, user_id=user_id)
+    cancelled = tuple(run_id for run_id in active if cancel_runs and _cancel(run_id))
+    erased: dict[str, int] = {}
+    if runs:
+        with session_scope() as session:
+            erased = erasures.erase_runs(session, user_id=user_id)
+    return Forgotten(user_id, erased_at, deleted, cancelled, erased)
+
+
+def active_runs(session: Session, *, user_id: str) -> list[int]:
+    """The ids of `user_id`'s runs that have not ended, oldest first."""
+    stmt = select(Run.id).where(Run.user_id == user_id, col(Run.status).in_(RUN_ACTIVE))
+    return [int(i or 0) for i in session.exec(stmt.order_by(col(Run.id)))]
+
+
+def _cancel(run_id: int) -> bool:
+    """Cancel one run in its own transaction and send what follows a cancel; False when it
+    ended meanwhile."""
+    with session_scope() as session:
+        transitions.lock_run(session, run_id)
+        try:
+            status = transitions.cancel_run(session, run_id).status
+        except IllegalTransition:
+            return False
+    queue.follow_up(run_id, status)  # its remember task records the dropped memory
+    return True
+
+
 def forget_user(session: Session, *, user_id: str) -> dict[str, int]:
-    """Delete all of `user_id`'s memory; returns the rows deleted per kind.
+    """Delete all of `user_id`'s memory after moving their erasure point to now (see
+    `forget`, which commits); returns the rows deleted per kind.
 
     Also deleted: the `memory.recalled` events of the user's runs, which quote recalled facts.
     The runs themselves (goals, pinned facts, steps) stay: they are the record of work done.
     """
+    return _forget_memory(session, user_id=user_id)[1]
+
+
+def _forget_memory(session: Session, *, user_id: str) -> tuple[datetime, dict[str, int]]:
+    erased_at = erasures.erase(session, user_id=user_id)  # first: the lock, then the deletes
     counts = {
         "facts": forget_facts(session, user_id=user_id),
         "episodes": forget_episodes(session, user_id=user_id),
@@ -159,9 +270,85 @@ def forget_user(session: Session, *, user_id: str) -> dict[str, int]:
     }
     recalled = session.execute(
         sa.delete(RunEvent).where(
-            col(RunEvent.kind) == "memory.recalled",
+            col(RunEvent.kind) == RECALLED,
             col(RunEvent.run_id).in_(sa.select(col(Run.id)).where(col(Run.user_id) == user_id)),
         )
     )
     counts["recall events"] = int(getattr(recalled, "rowcount", 0))
-    return counts
+    return erased_at, counts
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """Whose item was deleted, and the rows changed per kind (the fact's versions or the
+    episode, and the `memory.recalled` events that quoted them)."""
+
+    user_id: str
+    counts: dict[str, int]
+
+
+def forget_fact(session: Session, *, fact_id: int, user_id: str | None = None) -> Deleted:
+    """Delete fact `fact_id` with its history (`models.facts.delete_fact`), and take its texts
+    out of the `memory.recalled` events of its user's runs. With `user_id`, only that user's
+    fact. Raises `NotFound` for a fact that does not exist or (with `user_id`) is another
+    user's, alike."""
+    owner = user_id if user_id is not None else _owner(session, Fact, fact_id)
+    deleted = delete_fact(session, fact_id=fact_id, user_id=owner or "")
+    if not deleted or owner is None:
+        raise NotFound(f"fact {fact_id} does not exist")
+    texts = sorted(set(deleted.values()))
+    unquoted = session.execute(sa.text(UNQUOTE_FACTS), {"texts": texts, "user_id": owner})
+    counts = {"facts": len(deleted), "recall events": int(getattr(unquoted, "rowcount", 0))}
+    return Deleted(owner, counts)
+
+
+def forget_episode(session: Session, *, episode_id: int, user_id: str | None = None) -> Deleted:
+    """Delete episode `episode_id` (embedding included) and take it out of the
+    `memory.recalled` events of its user's runs; as `forget_fact` otherwise."""
+    owner = user_id if user_id is not None else _owner(session, Episode, episode_id)
+    run_id = delete_episode(session, episode_id=episode_id, user_id=owner or "")
+    if run_id is None or owner is None:
+        raise NotFound(f"episode {episode_id} does not exist")
+    params = {"episode_run": run_id, "user_id": owner}
+    unquoted = session.execute(sa.text(UNQUOTE_EPISODE), params)
+    return Deleted(owner, {"episodes": 1, "recall events": int(getattr(unquoted, "rowcount", 0))})
+
+
+def _owner(session: Session, table: Any, row_id: int) -> str | None:
+    owner: str | None = session.scalar(sa.select(table.user_id).where(table.id == row_id))
+    return owner
+
+
+def shown_events(events: Iterable[RunEvent], *, memory_readable: bool) -> list[RunEvent]:
+    """The run's events as a reader sees them: whole when the reader may read the run's user's
+    memory; otherwise each event that quotes it (`MEMORY_EVENT_KINDS`) is replaced by a copy
+    that keeps its purpose and counts and says why the rest is hidden. The rows are never
+    changed. One rule for the API's run detail and the console's timeline (issue 9)."""
+    return [
+        e if memory_readable or e.kind not in MEMORY_EVENT_KINDS else _hidden(e) for e in events
+    ]
+
+
+def hidden_detail(detail: Any) -> dict[str, Any]:
+    """What a reader who may not read the run's user's memory sees of a memory event's detail
+    (`MEMORY_EVENT_KINDS`): the call's purpose, how many facts and episodes were recalled, and
+    why the rest is hidden."""
+    found = detail if isinstance(detail, dict) else {}
+    facts, episodes = found.get("facts"), found.get("episodes")
+    return {
+        "purpose": found.get("purpose"),
+        "recalled_facts": len(facts) if isinstance(facts, list) else None,
+        "recalled_episodes": len(episodes) if isinstance(episodes, list) else None,
+        "hidden": HIDDEN_MEMORY,
+    }
+
+
+def _hidden(event: RunEvent) -> RunEvent:
+    return RunEvent(
+        id=event.id,
+        run_id=event.run_id,
+        step_id=event.step_id,
+        at=event.at,
+        kind=event.kind,
+        detail=hidden_detail(event.detail),
+    )

@@ -4,7 +4,9 @@ Every turn (the goal, each step's result, each model answer, each reviewer's wor
 its token count, computed once when the row is written, so assembling a context sums stored
 counts and never re-encodes the history. A summary row covers the turns up to
 `covers_through_id`; it is rewritten as the conversation grows and never replaces pinned facts or
-the ledger of done steps, which are rebuilt from their own rows on every call.
+the ledger of done steps, which are rebuilt from their own rows on every call. Turns and summaries
+are the user's memory too: a run whose user was forgotten after it was created writes neither
+(`models.erasures.may_write`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel, col, select
 
+from models.erasures import may_write
 from models.settings import get_settings
 from models.tables import created_field
 from models.tokens import count_tokens
@@ -56,13 +59,16 @@ def add_message(
     role: str,
     content: str,
     step_id: int | None = None,
-) -> Message:
-    """Append one turn, counting its tokens once (tiktoken, the configured model's encoding).
+) -> Message | None:
+    """Append one turn, counting its tokens once (tiktoken, the configured model's encoding);
+    None, writing nothing, when `user_id` was forgotten after the run was created.
 
     Raises ValueError for a role other than user, assistant or tool.
     """
     if role not in ROLES:
         raise ValueError(f"message role {role!r}: allowed {', '.join(ROLES)}")
+    if not may_write(session, run_id=run_id, user_id=user_id, what="turn"):
+        return None
     message = Message(
         run_id=run_id,
         user_id=user_id,
@@ -97,8 +103,11 @@ def save_summary(
     covers_through_id: int,
     content: str,
     token_count: int,
-) -> RunSummary:
-    """Write a new current summary covering the turns up to `covers_through_id`."""
+) -> RunSummary | None:
+    """Write a new current summary covering the turns up to `covers_through_id`; None, writing
+    nothing, when `user_id` was forgotten after the run was created."""
+    if not may_write(session, run_id=run_id, user_id=user_id, what="summary"):
+        return None
     summary = RunSummary(
         run_id=run_id,
         user_id=user_id,

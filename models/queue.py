@@ -148,6 +148,9 @@ def follow_up(run_id: int, status: str) -> bool:
     """After a commit that decided for a run (a reviewer's decision, a cancel, a passed
     deadline), send what comes next for a run now in `status`: `agentq.remember_run` for a run
     that has ended (its episode is written; a run that ends in synthesis is remembered there),
-    else `agentq.coordinate`. Returns False when the broker could not be reached (`try_send`;
-    an ended run's episode is then not written)."""
-    return try_send(TASK_REMEMBER_RUN if status in RUN_TERMINAL else TASK_COORDINATE, run_id)
+    and `agentq.coordinate` in any case (an ended run's cancelled steps freed dispatch slots of
+    its user, which the coordinator fills: `models.dispatch`). Returns False when the broker
+    could not be reached (`try_send`; an ended run's episode is then not written)."""
+    if status in RUN_TERMINAL and not try_send(TASK_REMEMBER_RUN, run_id):
+        return False
+    return try_send(TASK_COORDINATE, run_id)

@@ -10,6 +10,11 @@ JSON type:
 A reference inside a longer string is interpolated as text (`"Trip ${facts.trip}"`; non-string
 values as compact JSON). Lists and dicts are walked recursively (values only, not keys). Text of the
 form `${...}` that does not start with `steps.` or `facts.` is left alone.
+
+Resolution is capped (`max_bytes`, `AGENTQ_STEP_DATA_MAX_BYTES` in the worker): the running size
+of the arguments is counted as each reference is looked up, before its value is copied in, so
+arguments that would pass the cap are never built (issue 9: 300 references to one
+60,000-character value built 18 MB).
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import copy
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from models.errors import ToolArgumentsError
+from models.errors import StepDataTooLarge, ToolArgumentsError
+from models.step_data import CAP_SETTING, json_bytes
 
 _ANY_REFERENCE = re.compile(r"\$\{((?:steps|facts)\.[^}]*)\}")
 _NAME = r"[A-Za-z0-9_]+"
@@ -40,16 +46,26 @@ class _Reference:
 
 
 def resolve(
-    args: dict[str, Any], *, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str]
+    args: dict[str, Any],
+    *,
+    results: Mapping[str, dict[str, Any]],
+    facts: Mapping[str, str],
+    max_bytes: int | None = None,
 ) -> dict[str, Any]:
     """A copy of `args` with every reference replaced.
 
     `results` maps succeeded step names to their result dicts; `facts` are the pinned facts.
     Raises `ToolArgumentsError` naming the reference and what is available when a step, key or
-    fact is missing, or when a `${steps...}`/`${facts...}` reference is malformed.
+    fact is missing, or when a `${steps...}`/`${facts...}` reference is malformed; and
+    `StepDataTooLarge` naming the cap when the resolved arguments would be more than `max_bytes`
+    as compact JSON (None: no cap). The running size is checked before each referenced value is
+    copied in, so at most about `max_bytes` plus one referenced value is ever built.
     """
-    resolved = _walk(args, results, facts)
+    meter = _Meter(json_bytes(args) if max_bytes is not None else 0, max_bytes)
+    resolved = _walk(args, results, facts, meter)
     assert isinstance(resolved, dict)  # _walk maps a dict to a dict
+    if max_bytes is not None and (size := json_bytes(resolved)) > max_bytes:
+        raise meter.too_large(size=size)
     return resolved
 
 
@@ -77,25 +93,63 @@ def _all_references(value: Any) -> list[_Reference]:
     return _parse_all(value) if isinstance(value, str) else []
 
 
-def _walk(value: Any, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str]) -> Any:
+@dataclass
+class _Meter:
+    """The running size of arguments being resolved, bytes of compact JSON: the literal
+    arguments, plus each referenced value as it is looked up (minus the reference's own text).
+    Sizes are remembered per reference, so 300 references to one value measure it once."""
+
+    used: int
+    max_bytes: int | None
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, reference: str, value: Any, *, spliced: bool) -> None:
+        """Count `value` in place of `${reference}`; raise `StepDataTooLarge` past the cap."""
+        if self.max_bytes is None:
+            return
+        key = f"{spliced}:{reference}"
+        if key not in self.sizes:
+            size = len(value.encode("utf-8")) if spliced else json_bytes(value)
+            self.sizes[key] = size - len(reference.encode("utf-8")) - 3  # "${" and "}"
+        self.used += self.sizes[key]
+        if self.used > self.max_bytes:
+            raise self.too_large(reference)
+
+    def too_large(self, reference: str = "", size: int | None = None) -> StepDataTooLarge:
+        """The error naming the cap, and the reference that crossed it or the final size."""
+        cap = f"the cap of {self.max_bytes or 0:,} bytes as JSON ({CAP_SETTING})"
+        said = f"are {size:,} bytes, over {cap}" if size else f"pass {cap} at ${{{reference}}}"
+        return StepDataTooLarge(f"the resolved arguments {said}; refer to less data")
+
+
+def _walk(
+    value: Any, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str], meter: _Meter
+) -> Any:
     if isinstance(value, dict):
-        return {key: _walk(item, results, facts) for key, item in value.items()}
+        return {key: _walk(item, results, facts, meter) for key, item in value.items()}
     if isinstance(value, list):
-        return [_walk(item, results, facts) for item in value]
+        return [_walk(item, results, facts, meter) for item in value]
     if isinstance(value, str):
-        return _substitute(value, results, facts)
+        return _substitute(value, results, facts, meter)
     return value
 
 
-def _substitute(text: str, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str]) -> Any:
-    """The referenced value for a whole-string reference, else the text with values spliced in."""
+def _substitute(
+    text: str, results: Mapping[str, dict[str, Any]], facts: Mapping[str, str], meter: _Meter
+) -> Any:
+    """The referenced value for a whole-string reference, else the text with values spliced in;
+    each value is counted by `meter` before it is copied or spliced."""
     whole = _ANY_REFERENCE.fullmatch(text)
     if whole is not None:
-        return copy.deepcopy(_lookup(_parse(whole.group(1)), results, facts))
+        found = _lookup(_parse(whole.group(1)), results, facts)
+        meter.add(whole.group(1), found, spliced=False)
+        return copy.deepcopy(found)
 
     def splice(match: re.Match[str]) -> str:
         found = _lookup(_parse(match.group(1)), results, facts)
-        return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
+        piece = found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
+        meter.add(match.group(1), piece, spliced=True)
+        return piece
 
     return _ANY_REFERENCE.sub(splice, text)
 

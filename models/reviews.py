@@ -9,7 +9,10 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
   wall-time or token budget grants the run that budget again, once;
 - edit: the reviewer's steps replace every step that has not run yet;
 - respond: the answer becomes the result of the failed step's name (a `human` step), so the steps
-  that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`;
+  that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`,
+  set by the reviewer (`PinnedFact.set_by`), never taken for the user's statement. It is run
+  state: it becomes the user's memory only when the reviewer asks (`remember`), as a fact whose
+  source is `reviewer:<name>`, written when the run is remembered (`worker.memory`);
 - reject: the run fails with the reviewer's comment.
 
 The caller commits, then sends `agentq.coordinate` for the run.
@@ -44,6 +47,9 @@ from models.plans import (
     parse_plan,
 )
 from models.runs import pinned_facts
+from models.settings import get_settings
+from models.states import STEP_NOT_STARTED
+from models.step_data import json_bytes, over_cap
 from models.tables import Escalation, PinnedFact, Run, Step
 
 DEADLINE_REVIEWER: Final = "deadline"  # who decides an escalation its deadline rejected
@@ -70,6 +76,8 @@ def check_reviewer_name(name: str, *, field: str) -> None:
             f"{field}: {name!r} is reserved (agentq records it for decisions no person made; "
             f"reserved: {', '.join(sorted(RESERVED_REVIEWERS))}); pick another name"
         )
+
+
 DEADLINE_ACTIONS: Final = ("reject", "wait")  # AGENTQ_ESCALATION_DEADLINE_ACTION's values
 
 # Approving an escalation for a spent budget grants the run that budget once more.
@@ -88,8 +96,11 @@ def get_escalation(session: Session, escalation_id: int) -> Escalation:
     return esc
 
 
-def claim_next(session: Session, *, reviewer: str) -> Escalation | None:
-    """Claim the oldest open escalation no other reviewer holds; None when the queue is empty."""
+def claim_next(
+    session: Session, *, reviewer: str, token_id: int | None = None
+) -> Escalation | None:
+    """Claim the oldest open escalation no other reviewer holds, for `reviewer` through the API
+    token `token_id` (None: the CLI); None when the queue is empty."""
     row = session.exec(
         select(Escalation)
         .where(Escalation.status == "open")
@@ -100,7 +111,9 @@ def claim_next(session: Session, *, reviewer: str) -> Escalation | None:
     return (
         None
         if row is None
-        else transitions.claim_escalation(session, row.id or 0, reviewer=reviewer)
+        else transitions.claim_escalation(
+            session, row.id or 0, reviewer=reviewer, token_id=token_id
+        )
     )
 
 
@@ -116,14 +129,23 @@ def claims_by_reviewer(session: Session) -> dict[str, int]:
 
 
 def release(
-    session: Session, escalation_id: int, *, reviewer: str, force: bool = False
+    session: Session,
+    escalation_id: int,
+    *,
+    reviewer: str,
+    force: bool = False,
+    token_id: int | None = None,
+    reason: str | None = None,
 ) -> Escalation:
-    """Give a claimed escalation back to the queue (claimed -> open): by the `reviewer` who claimed
-    it, or by anyone with `force` (its claimer is gone). Raises `NotFound`, `ClaimedByAnother`
-    (someone else's claim, no `force`) or `IllegalTransition` (not claimed); records
+    """Give a claimed escalation back to the queue (claimed -> open): by the caller who claimed
+    it (the API token `token_id`, or with None the CLI as `reviewer`), or by anyone with `force`
+    (its claimer is gone; `reason` is recorded). Raises `NotFound`, `ClaimedByAnother` (someone
+    else's claim, no `force`) or `IllegalTransition` (not claimed); records
     `escalation.released`."""
     get_escalation(session, escalation_id)
-    return transitions.release_escalation(session, escalation_id, reviewer=reviewer, force=force)
+    return transitions.release_escalation(
+        session, escalation_id, reviewer=reviewer, force=force, token_id=token_id, reason=reason
+    )
 
 
 def waiting_s(esc: Escalation, now: datetime) -> float:
@@ -212,9 +234,18 @@ def approve(
     reviewer: str,
     max_attempts: int,
     comment: str | None = None,
+    token_id: int | None = None,
 ) -> Run:
-    """Decide `approve` (see the module docstring); returns the run."""
-    esc = _decide(session, escalation_id, decision="approve", reviewer=reviewer, comment=comment)
+    """Decide `approve` (see the module docstring); returns the run. `token_id`: the API token
+    deciding (None: the CLI); every decision takes it, see `transitions.decide_escalation`."""
+    esc = _decide(
+        session,
+        escalation_id,
+        decision="approve",
+        reviewer=reviewer,
+        comment=comment,
+        token_id=token_id,
+    )
     run = _locked_run(session, esc.run_id)
     if esc.reason in BUDGET_REASONS:
         transitions.grant_budget(session, esc.run_id, what=BUDGET_REASONS[esc.reason])
@@ -259,6 +290,7 @@ def edit(
     max_attempts: int,
     check_args: ArgsCheck | None = None,
     comment: str | None = None,
+    token_id: int | None = None,
 ) -> Run:
     """Decide `edit`: `plan` (JSON text or a dict, `{"steps": [...]}`) replaces the steps not yet
     run. It is validated first (`parse_plan`: `tools`, `check_args`, the run's pinned facts, and
@@ -272,9 +304,16 @@ def edit(
         facts=set(pinned_facts(session, run.id or 0)),
         earlier={s.name for s in steps if s.status == "succeeded"},
     )
-    esc = _decide(session, escalation_id, decision="edit", reviewer=reviewer, comment=comment)
+    esc = _decide(
+        session,
+        escalation_id,
+        decision="edit",
+        reviewer=reviewer,
+        comment=comment,
+        token_id=token_id,
+    )
     for step in steps:
-        if step.status in ("pending", "queued"):
+        if step.status in STEP_NOT_STARTED:
             transitions.cancel_step(session, step.id or 0)
     add_plan_version(
         session,
@@ -298,8 +337,11 @@ def respond(
     reviewer: str,
     answer: dict[str, Any],
     comment: str | None = None,
+    token_id: int | None = None,
+    remember: bool = False,
 ) -> Run:
-    """Decide `respond` with `answer` (a JSON object) for what the run could not find."""
+    """Decide `respond` with `answer` (a JSON object) for what the run could not find;
+    `remember` asks that the answer become a fact of the run's user (see the module docstring)."""
     esc = _decide(
         session,
         escalation_id,
@@ -307,11 +349,13 @@ def respond(
         reviewer=reviewer,
         comment=comment,
         answer=answer,
+        token_id=token_id,
     )
+    esc.remember_answer = remember
     run = _locked_run(session, esc.run_id)
     failed = session.get(Step, esc.step_id) if esc.step_id else None
     if failed is None:
-        session.add(PinnedFact(run_id=run.id or 0, key="reviewer_answer", value=json.dumps(answer)))
+        _pin_answer(session, run.id or 0, answer, set_by=f"reviewer:{reviewer}")
         if run.plan_version == 0:
             transitions.requeue_run(session, esc.run_id)
         else:
@@ -334,6 +378,15 @@ def respond(
     return run
 
 
+def _pin_answer(session: Session, run_id: int, answer: dict[str, Any], *, set_by: str) -> None:
+    """Pin `answer` as the run's `reviewer_answer` (a later answer replaces an earlier one)."""
+    pinned = session.exec(
+        select(PinnedFact).where(PinnedFact.run_id == run_id, PinnedFact.key == "reviewer_answer")
+    ).one_or_none() or PinnedFact(run_id=run_id, key="reviewer_answer", value="")
+    pinned.value, pinned.set_by = json.dumps(answer), set_by
+    session.add(pinned)
+
+
 def reject(
     session: Session,
     escalation_id: int,
@@ -341,6 +394,7 @@ def reject(
     reviewer: str,
     comment: str,
     override_claim: bool = False,
+    token_id: int | None = None,
 ) -> Run:
     """Decide `reject`: the run fails with the comment; steps not yet run are cancelled.
     `override_claim` rejects it even when another reviewer holds the claim (a passed deadline)."""
@@ -353,10 +407,11 @@ def reject(
         reviewer=reviewer,
         comment=comment,
         override_claim=override_claim,
+        token_id=token_id,
     )
     run = _locked_run(session, esc.run_id)
     for step in current_steps(session, run):
-        if step.status in ("pending", "queued"):
+        if step.status in STEP_NOT_STARTED:
             transitions.cancel_step(session, step.id or 0)
     return transitions.fail_run(session, esc.run_id, error=f"rejected by {reviewer}: {comment}")
 
@@ -370,6 +425,7 @@ def _decide(
     comment: str | None,
     answer: dict[str, Any] | None = None,
     override_claim: bool = False,
+    token_id: int | None = None,
 ) -> Escalation:
     """Decide the escalation and add the reviewer's words to the run's turns."""
     get_escalation(session, escalation_id)  # NotFound before anything else
@@ -381,6 +437,7 @@ def _decide(
         comment=comment,
         answer=answer,
         override_claim=override_claim,
+        token_id=token_id,
     )
     said = f"Reviewer {reviewer} decided to {decision}"
     said += f" with the answer {json.dumps(answer)}" if answer is not None else ""
@@ -394,7 +451,9 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
     """A reviewer's typed answer as a result object.
 
     A JSON object is taken as it is. Any other value (`0.95`, `"yes"`) becomes `{key: value}` when
-    the failed tool declares exactly one result key, else `{"answer": value}`.
+    the failed tool declares exactly one result key, else `{"answer": value}`. Raises
+    `InvalidInput` when it is empty, or over `AGENTQ_STEP_DATA_MAX_BYTES` as JSON (it becomes a
+    step's result, capped as every result is: `models.step_data`).
     """
     if not text.strip():
         raise InvalidInput("respond: --answer must not be empty")
@@ -402,9 +461,13 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
         value: Any = json.loads(text)
     except json.JSONDecodeError:
         value = text
-    if isinstance(value, dict):
-        return value
-    return {returns[0] if len(returns) == 1 else "answer": value}
+    answer = (
+        value if isinstance(value, dict) else {returns[0] if len(returns) == 1 else "answer": value}
+    )
+    cap = get_settings().step_data_max_bytes
+    if (size := json_bytes(answer)) > cap:
+        raise InvalidInput(str(over_cap("answer", size, cap)))
+    return answer
 
 
 def _locked_run(session: Session, run_id: int) -> Run:

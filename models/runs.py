@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import transitions
+from models import quotas, transitions
 from models.errors import InvalidInput, NotFound
 from models.plans import PlanSpec, add_plan_version, current_steps
 from models.settings import Settings
@@ -40,9 +40,13 @@ def submit_run(
     """Insert a run (status `queued`) with its pinned facts; budgets default from `settings`.
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
-    skips the planning call. The caller commits, then sends `agentq.coordinate`.
+    skips the planning call. The caller commits, then sends `agentq.coordinate`. Raises
+    `InvalidInput` naming the field, or `UserQuotaExceeded` when the user's quotas
+    (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`; `models.quotas`) refuse
+    it; either way nothing is written.
     """
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
+    quotas.check_submit(session, settings=settings, user_id=user_id)
     wall = wall_time_s if wall_time_s is not None else settings.default_wall_time_budget_s
     run = Run(
         user_id=user_id,
@@ -99,10 +103,14 @@ def get_run(session: Session, run_id: int) -> Run:
     return run
 
 
-def pinned_facts(session: Session, run_id: int) -> dict[str, str]:
-    """The run's pinned facts, key -> value."""
-    rows = session.exec(select(PinnedFact).where(PinnedFact.run_id == run_id))
-    return {f.key: f.value for f in rows}
+def pinned_facts(session: Session, run_id: int, *, by_user: bool | None = None) -> dict[str, str]:
+    """The run's pinned facts, key -> value: all of them, or with `by_user` only the user's own
+    statements (True) or only those a reviewer set (False; `PinnedFact.set_by`)."""
+    stmt = select(PinnedFact).where(PinnedFact.run_id == run_id)
+    if by_user is not None:
+        mine = col(PinnedFact.set_by) == "user"
+        stmt = stmt.where(mine if by_user else ~mine)
+    return {f.key: f.value for f in session.exec(stmt)}
 
 
 def results_by_name(steps: list[Step]) -> dict[str, dict[str, Any]]:

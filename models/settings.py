@@ -151,6 +151,23 @@ class Settings(BaseSettings):
         description="At an escalation's deadline: reject it (the run fails) or wait and notify.",
     )
 
+    # Fairness and quotas per user (issue 9, finding 3; `models.quotas`, `models.dispatch`).
+    # 0 turns a limit off. 20 active runs and 60 submits a minute are far above what a person
+    # does by hand and stop a script from flooding the queue (the finding: 200 submits in 7 s).
+    # 4 tasks in flight is twice the default worker pool: one user alone still keeps every
+    # worker busy, and another user's step waits behind at most 4 of theirs in the broker.
+    user_max_active_runs: int = Field(
+        default=20, ge=0, description="Runs of one user not yet ended; more are refused (429)."
+    )
+    user_submits_per_minute: int = Field(
+        default=60, ge=0, description="Runs one user may submit in any 60 s; more get 429."
+    )
+    user_max_running_steps: int = Field(
+        default=4,
+        ge=0,
+        description="Tasks of one user (steps, plans, replans, syntheses) queued or running.",
+    )
+
     worker_concurrency: int = Field(default=2, ge=1)
     api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
     api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
@@ -165,7 +182,39 @@ class Settings(BaseSettings):
     ui_cookie_secure: bool = Field(
         default=False, description="Send the review console's cookie over HTTPS only."
     )
-    tool_modules: list[str] = ["worker.tools.builtin", "worker.tools.expenses"]
+    # Console sessions and docs (issue 9: console hardening). 30 minutes: the upper end of the
+    # idle timeouts the OWASP Session Management Cheat Sheet gives for low-risk applications
+    # (15-30 min); a page's live refresh does not count as activity.
+    ui_session_idle_s: int = Field(
+        default=1800,
+        ge=60,
+        le=7 * 86_400,
+        description="A console session with no request for this long is signed out, s.",
+    )
+    api_docs: bool = Field(
+        default=False,
+        description="Serve Swagger UI at /docs (it loads its script and CSS from a CDN).",
+    )
+    # Tools and step data (issue 9: tools are explicit configuration; size caps).
+    tool_modules: list[str] = Field(
+        default=["worker.tools.builtin", "worker.tools.expenses"],
+        description="Modules whose tools the stack offers (JSON list); none of the default ones "
+        "takes a host path or reaches the network.",
+    )
+    plan_submit_roles: list[Literal["submitter", "admin"]] = Field(
+        default=["submitter", "admin"],
+        description="Roles that may submit an explicit plan over the API; admin always may.",
+    )
+    # 256 KiB: a quarter of the API's request body limit (api.limits.BODY_MAX_BYTES, 1 MiB) and
+    # about 64,000 tokens of text, far more than a model is shown of one result
+    # (AGENTQ_TOOL_RESULT_MAX_TOKENS); the demo's largest result is under 1 KiB. Issue 9 saw
+    # 300 references to one 60,000-character value build an 18 MB result.
+    step_data_max_bytes: int = Field(
+        default=256 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="Largest resolved arguments or result of one step, bytes of compact JSON.",
+    )
 
     @field_validator(
         "database_url",

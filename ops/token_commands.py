@@ -14,6 +14,7 @@ from rich.text import Text
 
 from models import api_tokens
 from models.db import session_scope
+from models.display import visible
 from ops.views import cell, utc
 
 token_app = typer.Typer(
@@ -93,8 +94,19 @@ def list_() -> None:
 def revoke(
     token_id: Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Token id (see list).")],
 ) -> None:
-    """Revoke a token: every request with it is refused from now on."""
+    """Revoke a token: every request with it is refused from now on, its console sessions end
+    and the escalations it holds claimed go back to the open queue."""
     _connect()
     with session_scope() as session:
-        row = api_tokens.revoke_token(session, token_id)
-    console.print(Text(f"token {row.id} ({row.name}) revoked"))
+        done = api_tokens.revoke_token(session, token_id)
+    console.print(Text(revoked_line(done)))
+
+
+def revoked_line(done: api_tokens.Revocation) -> str:
+    """What `revoke` says: the token, and the sessions and claims that ended with it."""
+    claims = ", ".join(str(i) for i in done.claims_released)
+    released = f"; claims released: escalation {claims}" if claims else ""
+    return (
+        f"token {done.token.id} ({visible(done.token.name)}) revoked; console sessions ended: "
+        f"{done.sessions_ended}{released}"
+    )

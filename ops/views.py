@@ -2,7 +2,10 @@
 
 Every value that comes from a user or the database goes into a `rich.text.Text`, never into a
 markup string: a goal like `fix the [bold] tag [/]` is shown as typed instead of being parsed as
-Rich markup (which mangles it, or raises `MarkupError` for every later `agentq runs`). The
+Rich markup (which mangles it, or raises `MarkupError` for every later `agentq runs`). It passes
+`models.display.visible` first (`literal`, `cell`), as in the web console: a bidirectional
+override or an invisible character is shown as `⟨U+202E⟩`, and a terminal escape as
+`⟨U+001B⟩`, instead of reordering or hiding what follows (issue 9). The
 `render_*` functions are pure (rows in, renderable out); the `*_panel` functions read what they
 need with the session first.
 """
@@ -19,6 +22,7 @@ from rich.table import Column, Table
 from rich.text import Text
 from sqlmodel import Session, col, select
 
+from models.display import visible
 from models.plans import current_steps
 from models.reviews import deadline_left_s, waiting_s
 from models.runs import pinned_facts
@@ -31,6 +35,7 @@ STATUS_STYLE = {
     "cancelled": "dim",
     "running": "cyan",
     "queued": "yellow",
+    "ready": "yellow",
     "pending": "dim",
     "waiting_review": "magenta",
     "planning": "cyan",
@@ -62,9 +67,15 @@ def short(value: Any, limit: int = CELL_MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def literal(value: str, style: str = "") -> Text:
+    """`value` as literal text: brackets are shown, not parsed as markup, and invisible or
+    direction-changing characters as `⟨U+XXXX⟩` (`models.display.visible`)."""
+    return Text(visible(value), style=style)
+
+
 def cell(value: Any, limit: int = CELL_MAX_CHARS, style: str = "") -> Text:
-    """`short(value, limit)` as literal text: brackets in it are shown, not parsed as markup."""
-    return Text(short(value, limit), style=style)
+    """`short(value, limit)` as `literal` text."""
+    return literal(short(value, limit), style=style)
 
 
 def span(seconds: float) -> str:
@@ -129,9 +140,9 @@ def steps_table(steps: list[Step]) -> Table:
         outcome = s.error if s.status == "failed" else (s.result if s.result else "")
         table.add_row(
             str(i),
-            Text(s.name),
+            literal(s.name),
             s.kind,
-            Text(s.tool or ""),
+            literal(s.tool or ""),
             styled(s.status),
             str(s.attempt),
             cell(outcome or ""),
@@ -152,7 +163,7 @@ def wall_time(run: Run) -> Text:
 
 def facts_text(facts: dict[str, str]) -> Text:
     """Pinned facts as `k=v, k=v`, or `-`."""
-    return Text(", ".join(f"{k}={v}" for k, v in facts.items()) or "-")
+    return literal(", ".join(f"{k}={v}" for k, v in facts.items()) or "-")
 
 
 def render_run(
@@ -160,8 +171,8 @@ def render_run(
 ) -> RenderableType:
     """Everything about one run: budgets, pinned facts, the current plan, escalation, answer."""
     head = Table.grid(padding=(0, 2))
-    head.add_row("goal", Text(run.goal))
-    head.add_row("user", Text(run.user_id))
+    head.add_row("goal", literal(run.goal))
+    head.add_row("user", literal(run.user_id))
     head.add_row("status", styled(run.status))
     head.add_row("provider", Text(provider_label(run.provider)))
     head.add_row("pinned facts", facts_text(facts))
@@ -176,15 +187,15 @@ def render_run(
     parts: list[RenderableType] = [head, steps_table(steps)]
     if escalation is not None:
         parts.append(
-            Text(
+            literal(
                 f"escalation {escalation.id} ({escalation.status}): {escalation.reason}",
                 style="magenta",
             )
         )
     if run.error:
-        parts.append(Text(f"error: {run.error}", style="red"))
+        parts.append(literal(f"error: {run.error}", style="red"))
     if run.final_result:
-        parts.append(Text("answer: " + str(run.final_result.get("answer", ""))))
+        parts.append(literal("answer: " + str(run.final_result.get("answer", ""))))
     title = f"run {run.id} · plan version {run.plan_version}"
     return Panel(Group(*parts), title=title, title_align="left")
 
@@ -229,10 +240,10 @@ def escalations_table(rows: list[Escalation], now: datetime | None = None) -> Ta
         table.add_row(
             str(e.id),
             str(e.run_id),
-            Text(e.reason),
+            literal(e.reason),
             cell(e.detail.get("step", ""), 40),
             styled(e.status),
-            Text(e.claimed_by or ""),
+            literal(e.claimed_by or ""),
             span(waiting_s(e, now)),
             deadline_left(e, now),
         )
@@ -246,7 +257,7 @@ def nothing_to_claim(claims: dict[str, int]) -> Text:
         return Text("the review queue is empty")
     holders = ", ".join(f"{reviewer} ({n})" for reviewer, n in claims.items())
     total = sum(claims.values())
-    return Text(
+    return literal(
         f"no open escalation to claim: {total} claimed by {holders}; a claim whose reviewer is "
         "gone can be freed with `agentq review release ID --force`"
     )
@@ -258,29 +269,29 @@ def render_escalation(
     """Why the run escalated, the failing step and its error (or the stored error when no step
     failed), the budget used, pinned facts, and the decision once there is one."""
     grid = Table.grid(padding=(0, 2))
-    grid.add_row("reason", Text(esc.reason))
+    grid.add_row("reason", literal(esc.reason))
     grid.add_row("status", styled(esc.status))
     if esc.claimed_by and esc.status == "claimed":
-        grid.add_row("claimed by", Text(esc.claimed_by))
+        grid.add_row("claimed by", literal(esc.claimed_by))
     now = utcnow()
     grid.add_row("waiting", Text(f"{span(waiting_s(esc, now))} (opened {utc(esc.created_at)})"))
     if esc.deadline_at is not None and esc.status != "decided":
         due = Text.assemble(f"{utc(esc.deadline_at)} (", deadline_left(esc, now), ")")
         grid.add_row("deadline", due)
     if run is not None:
-        grid.add_row("run", Text(f"{run.id}: {run.goal} ({run.status})"))
+        grid.add_row("run", literal(f"{run.id}: {run.goal} ({run.status})"))
         grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")
         grid.add_row("pinned facts", facts_text(facts))
     if step is not None:
         grid.add_row(
-            "failed step", Text(f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
+            "failed step", literal(f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
         )
     error = (step.error if step is not None else None) or esc.detail.get("error")
     if error:
         grid.add_row("error", cell(error, DETAIL_MAX_CHARS, style="red"))
     for key, value in esc.detail.items():
         if key not in DETAIL_SHOWN_ELSEWHERE and value not in ("", None, {}, []):
-            grid.add_row(Text(key), cell(value, DETAIL_MAX_CHARS))
+            grid.add_row(literal(key), cell(value, DETAIL_MAX_CHARS))
     for label, row in decision_rows(esc):
         grid.add_row(label, row)
     return Panel(grid, title=f"escalation {esc.id}", title_align="left")
@@ -291,7 +302,7 @@ def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
     if not esc.decision:
         return []
     when = f" at {utc(esc.decided_at)}" if esc.decided_at else ""
-    rows = [("decision", Text(f"{esc.decision} by {esc.decided_by}{when}"))]
+    rows = [("decision", literal(f"{esc.decision} by {esc.decided_by}{when}"))]
     if esc.answer is not None:
         rows.append(("answer", cell(esc.answer, DETAIL_MAX_CHARS)))
     if esc.comment:

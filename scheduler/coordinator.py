@@ -58,8 +58,10 @@ def decide(run: RunView) -> Decision:
     - planning, replanning or synthesizing: wait for the task in flight;
     - running: escalate when the token budget is spent; otherwise walk the plan in
       order past succeeded, cancelled and already-handled failed steps; the first failed step is
-      replanned if a replan is left, else escalated; a queued or running step means wait; the
-      first pending step is enqueued; when none is left, synthesize.
+      replanned if a replan is left, else escalated; a ready (waiting for a dispatch slot of
+      its user, `models.dispatch`), queued or running step means wait; the first pending step
+      is enqueued (made ready; dispatch sends it when its user has a free slot); when none is
+      left, synthesize.
     """
     if run.status in RUN_TERMINAL or run.status == "waiting_review":
         return Decision("wait", f"run is {run.status}")
@@ -89,7 +91,7 @@ def _next_in_plan(run: RunView) -> Decision:
                 step.id,
                 {"step": step.name, "replans": f"{run.replans_used}/{run.replans_limit}"},
             )
-        if step.status in ("queued", "running"):
+        if step.status in ("ready", "queued", "running"):
             return Decision("wait", f"step {step.name!r} is {step.status}", step.id)
         return Decision("enqueue_step", f"step {step.name!r} is next", step.id)
     return Decision("synthesize", "every step of the plan is done")

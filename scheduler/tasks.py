@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session, col, select
 
-from models import facts, queue, reviews, transitions
+from models import dispatch, facts, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import AgentqError, BudgetExhausted, IllegalTransition
 from models.plans import current_steps, handled_failures
@@ -48,11 +48,14 @@ def run_view(session: Session, run: Run) -> RunView:
 
 
 def coordinate(run_id: int) -> Decision | None:
-    """Decide and apply the next action for run `run_id`; returns the decision taken.
+    """Decide and apply the next action for run `run_id`, then dispatch its user's held work
+    (`models.dispatch`: this decision, or the task that asked for it, may have freed a slot);
+    returns the decision taken.
 
     The run row is locked for the transaction, so two coordinators of one run take turns.
     """
     after_commit: list[Callable[[], None]] = []
+    sends: list[dispatch.Send] = []
     with session_scope() as session:
         run = transitions.lock_run(session, run_id)
         if run is None:
@@ -60,21 +63,25 @@ def coordinate(run_id: int) -> Decision | None:
             return None
         decision = decide(run_view(session, run))
         after_commit = _apply(session, run, decision)
+        cap = get_settings().user_max_running_steps
+        sends = dispatch.dispatch(session, run.user_id, cap=cap)
     for send in after_commit:
         send()
+    for task, args in sends:
+        queue.send(task, *args)
     log.info("coordinate", run_id=run_id, action=decision.action, reason=decision.reason)
     return decision
 
 
 def _apply(session: Session, run: Run, decision: Decision) -> list[Callable[[], None]]:
+    """Apply `decision` to `run`; what to send after the commit. `plan` and `enqueue_step` send
+    nothing themselves: the run stays `queued` and the step becomes `ready`, and
+    `models.dispatch` sends them when the user has a free slot."""
     run_id = run.id or 0
     step_id = decision.step_id
-    if decision.action == "plan":
-        transitions.start_planning(session, run_id)
-        return [lambda: queue.send(TASK_PLAN, run_id)]
     if decision.action == "enqueue_step" and step_id is not None:
-        transitions.enqueue_step(session, step_id)
-        return [lambda: queue.send(TASK_EXECUTE_STEP, step_id)]
+        transitions.ready_step(session, step_id)
+        return []
     if decision.action == "replan" and step_id is not None:
         try:
             transitions.start_replanning(session, run_id)
@@ -111,10 +118,12 @@ def reconcile() -> dict[str, int]:
     - a step queued for longer than `queued_stale_s` is sent again (the claim is guarded, so a
       duplicate is harmless);
     - a run whose planning, replanning or synthesis has been quiet for `phase_stale_s`, or that is
-      running with nothing in flight, gets its task (or a coordinate) sent again.
+      running with nothing in flight, gets its task (or a coordinate) sent again;
+    - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
+      a slot may have come free with no coordinator decision to fill it), one transaction each.
     """
     settings = get_settings()
-    counts = {"leases_expired": 0, "steps_resent": 0, "runs_nudged": 0}
+    counts = {"leases_expired": 0, "steps_resent": 0, "runs_nudged": 0, "dispatched": 0}
     sends: list[tuple[str, tuple[int, ...]]] = []
     with session_scope() as session:
         now = utcnow()
@@ -140,11 +149,23 @@ def reconcile() -> dict[str, int]:
         nudges = _stale_runs(session, now - timedelta(seconds=settings.phase_stale_s))
         counts["runs_nudged"] = len(nudges)
         sends.extend(nudges)
+        waiting = dispatch.stale_ready_users(session, stale=stale)
     for task, args in sends:
         queue.send(task, *args)
+    for user_id in waiting:
+        counts["dispatched"] += _dispatch_user(user_id, settings.user_max_running_steps)
     if any(counts.values()):
         log.info("reconcile", **counts)
     return counts
+
+
+def _dispatch_user(user_id: str, cap: int) -> int:
+    """Dispatch one user's held work in a transaction of its own, then send; how many sent."""
+    with session_scope() as session:
+        sends = dispatch.dispatch(session, user_id, cap=cap)
+    for task, args in sends:
+        queue.send(task, *args)
+    return len(sends)
 
 
 def expire_memory() -> int:

@@ -88,11 +88,16 @@ def execute_step(step_id: int) -> None:
 
 @app.task(name=TASK_SYNTHESIZE)  # type: ignore[untyped-decorator]
 def synthesize(run_id: int) -> None:
-    """Write the final answer of a run; rate-limited, the task is sent again later."""
+    """Write the final answer of a run; rate-limited, the task is sent again later. A run that
+    moved on (succeeded, or escalated) is handed back to the coordinator: the synthesis held a
+    dispatch slot of its user (`models.dispatch`), and its coordinator decision fills it."""
     try:
-        synthesis.synthesize(run_id)
+        moved = synthesis.synthesize(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
+        return
+    if moved:
+        queue.send(TASK_COORDINATE, run_id)
 
 
 @app.task(name=TASK_REMEMBER_RUN)  # type: ignore[untyped-decorator]

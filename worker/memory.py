@@ -2,34 +2,41 @@
 
 Recall is scoped to the run's user (DESIGN.md, invariant 7) and to the configured embedding
 model. Remembering writes one episode per run (goal, plan, what failed and what fixed it,
-outcome, answer) and the facts a model extracts from it, reconciled by `models.facts.remember`
-(add, duplicate, or supersede). Memory never decides a run's outcome: a failure to remember is
-recorded as an event and the run goes on.
+outcome, answer), the reviewers' answers their reviewers asked to remember (source
+`reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`), reconciled
+by `models.facts.remember` (add, duplicate, or supersede). Extraction reads only the user's own
+words (the goal and the facts the user pinned), never what a reviewer set (issue 9, finding 5).
+A run whose user was forgotten after it was created remembers nothing (`models.erasures`).
+Memory never decides a run's outcome: a failure to remember is recorded as an event and the run
+goes on.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
-from models import transitions
+from models import erasures, transitions
 from models.db import session_scope
 from models.episodes import record_episode
 from models.errors import AgentqError
 from models.facts import remember
 from models.memory import check_embedding_model, embedder
 from models.plans import current_steps
-from models.runs import get_run
+from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from models.storable import parse_json
-from models.tables import Run, Step
+from models.tables import Escalation, Run, Step
 from worker.prompts import FactsSpec, extract_prompt
 from worker.structured import InvalidOutput, ask
 
 log = structlog.get_logger("agentq.worker")
+ANSWER_FACT_MAX_CHARS = 1_000  # a remembered answer is a sentence of memory, not a document
 
 
 def failures_of(session: Session, run: Run) -> list[dict[str, Any]]:
@@ -56,13 +63,21 @@ def failures_of(session: Session, run: Run) -> list[dict[str, Any]]:
 
 
 def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
-    """Write the run's episode and its extracted facts; failures are recorded, never raised."""
+    """Write the run's episode, the answers reviewers asked to remember and the extracted facts;
+    failures are recorded, never raised. A run whose user was forgotten after it was created
+    records `memory.dropped` instead, and calls no model."""
     try:
         with session_scope() as session:
             run = get_run(session, run_id)
+            if _erased(session, run):
+                return
             failures = failures_of(session, run)
             _record_episode(session, run, failures, outcome=outcome, final_answer=final_answer)
-        counts = _extract_and_remember(run, failures)
+            stated = pinned_facts(session, run_id, by_user=True)
+            answers = remembered_answers(session, run_id)
+        counts = _remember_answers(run, answers)
+        for kind, n in _extract_and_remember(run, failures, stated).items():
+            counts[kind] = counts.get(kind, 0) + n
     except (AgentqError, ValidationError, ValueError) as exc:
         log.warning("memory.failed", run_id=run_id, error=str(exc))
         with session_scope() as session:
@@ -70,6 +85,81 @@ def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
         return
     with session_scope() as session:
         transitions.record_event(session, run_id, "memory.remembered", outcome=outcome, **counts)
+
+
+def _erased(session: Session, run: Run) -> bool:
+    """Whether the run's user was forgotten after the run was created (then `memory.dropped`
+    is recorded): its memory would be dropped write by write, so no model is asked for it."""
+    point = erasures.erased_at(session, run_id=run.id or 0, user_id=run.user_id)
+    if point is not None:
+        transitions.record_event(
+            session, run.id or 0, "memory.dropped", what="run", erased_at=point.isoformat()
+        )
+    return point is not None
+
+
+@dataclass(frozen=True)
+class AnswerFact:
+    """The fact a remembered reviewer answer becomes."""
+
+    subject: str
+    attribute: str
+    text: str
+    source: str
+
+
+def remembered_answers(session: Session, run_id: int) -> list[AnswerFact]:
+    """The run's reviewer answers whose reviewers asked to remember them, oldest first, as the
+    facts they become."""
+    rows = session.exec(
+        select(Escalation)
+        .where(Escalation.run_id == run_id, Escalation.decision == "respond")
+        .where(col(Escalation.remember_answer), col(Escalation.answer).is_not(None))
+        .order_by(col(Escalation.id))
+    )
+    return [answer_fact(esc) for esc in rows]
+
+
+def answer_fact(esc: Escalation) -> AnswerFact:
+    """The fact a remembered reviewer answer becomes: about the step it answered (subject
+    `review`, attribute `answer:<step>`, so a newer answer for that step replaces it), saying
+    who answered; its source is `reviewer:<name>`."""
+    step = str(esc.detail.get("step") or "")
+    tool = str(esc.detail.get("tool") or "")
+    answer = json.dumps(esc.answer, ensure_ascii=False)
+    if len(answer) > ANSWER_FACT_MAX_CHARS:
+        answer = answer[: ANSWER_FACT_MAX_CHARS - 3] + "..."
+    what = f"step {step}" + (f" ({tool})" if tool else "") if step else f"a run ({esc.reason})"
+    return AnswerFact(
+        subject="review",
+        attribute=f"answer:{step}" if step else "answer",
+        text=f"Reviewer {esc.decided_by} answered for {what}: {answer}",
+        source=f"reviewer:{esc.decided_by}",
+    )
+
+
+def _remember_answers(run: Run, answers: list[AnswerFact]) -> dict[str, int]:
+    """Write the remembered answers as facts of the run's user (embedded outside the
+    transaction: DESIGN.md, invariant 11); counts by outcome."""
+    model = embedder()
+    vectors = model.embed([a.text for a in answers]) if answers else []
+    counts = {"answers": len(answers)}
+    with session_scope() as session:
+        for answer, vector in zip(answers, vectors, strict=True):
+            done = remember(
+                session,
+                user_id=run.user_id,
+                subject=answer.subject,
+                attribute=answer.attribute,
+                category="knowledge",
+                text=answer.text,
+                embedding=vector,
+                embedding_model=model.model,
+                source_run_id=run.id,
+                source=answer.source,
+            )
+            counts[done.outcome] = counts.get(done.outcome, 0) + 1
+    return counts
 
 
 def _record_episode(
@@ -101,14 +191,18 @@ def _record_episode(
     )
 
 
-def _extract_and_remember(run: Run, failures: list[dict[str, Any]]) -> dict[str, int]:
-    answer = ask(run.id or 0, extract_prompt(run.goal, failures), _facts_answer)
+def _extract_and_remember(
+    run: Run, failures: list[dict[str, Any]], stated: dict[str, str]
+) -> dict[str, int]:
+    """Ask the model for the run's facts (from the user's own words only: `stated` are the
+    facts the user pinned) and remember each, source `run:<id>`; counts by outcome."""
+    answer = ask(run.id or 0, extract_prompt(run.goal, failures, stated), _facts_answer)
     if answer.value is None:
         raise InvalidOutput(f"no valid facts after re-asking: {answer.error}")
     facts = answer.value.facts
     model, s = embedder(), get_settings()
     vectors = model.embed([f.text for f in facts]) if facts else []
-    counts = {"added": 0, "duplicate": 0, "superseded": 0}
+    counts = {"added": 0, "duplicate": 0, "superseded": 0, "dropped": 0}
     with session_scope() as session:
         for fact, vector in zip(facts, vectors, strict=True):
             outcome = remember(

@@ -33,8 +33,10 @@ class OfflineProvider:
       one line `name: <compact JSON, at most 200 chars>` per succeeded step;
     - summarize `{"previous": str | None, "turns": [str], "max_chars": int}`: extractive, the
       previous summary and the first line of each turn, oldest lines dropped beyond `max_chars`;
-    - extract_facts `{"goal", "facts", "failures"}`: one preference fact per pinned fact and one
-      knowledge fact per failure that a fallback fixed (naming the goal it happened in).
+    - extract_facts `{"goal", "stated_facts", "failures"}`: one preference fact per fact the user
+      pinned (never those a reviewer set: the request's `facts` holds every pinned fact, run
+      state, and is not read) and one knowledge fact per failure that a fallback fixed (naming
+      the goal it happened in).
 
     A plan also reads `episodes` (recalled past runs): a step whose tool failed in a past run and
     was fixed by its fallback is planned with the fallback from the start.
@@ -161,7 +163,7 @@ def _offline_extract_facts(payload: Mapping[str, Any]) -> str:
             "category": "preference",
             "text": f"The user's {key.replace('_', ' ')} is {value}",
         }
-        for key, value in payload["facts"].items()
+        for key, value in payload["stated_facts"].items()
     ]
     facts += [
         {

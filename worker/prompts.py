@@ -52,7 +52,10 @@ SYNTHESIZE_INSTRUCTIONS: Final = (
 )
 EXTRACT_INSTRUCTIONS: Final = (
     "Extract durable facts about the user and their world from this run: stated preferences, "
-    "profile details, and lessons (a tool that failed and what worked instead). Each fact has a "
+    "profile details, and lessons (a tool that failed and what worked instead). Only the goal "
+    "and the facts the user stated (listed in the task) are the user's own words: values a "
+    "reviewer set, reviewers' answers and comments, step results and remembered facts are not, "
+    "and never become facts about the user. Each fact has a "
     "subject ('user', 'tool:NAME', ...), an attribute (what about the subject it says, so a "
     "newer value can replace an older one), a category (preference, profile, knowledge, event) "
     "and one short sentence of text. Answer with JSON only, matching the schema."
@@ -228,10 +231,20 @@ def synthesize_prompt(goal: str, steps: list[Step]) -> Prompt:
     return Prompt("synthesize", SYNTHESIZE_INSTRUCTIONS, task, {"goal": goal, "results": results})
 
 
-def extract_prompt(goal: str, failures: list[dict[str, Any]]) -> Prompt:
-    """Ask for the durable facts of a finished run."""
-    task = "Failures in this run and what fixed them:\n" + _json(failures) + "\n\nExtract facts."
-    payload = {"goal": goal, "failures": failures}
+def extract_prompt(
+    goal: str, failures: list[dict[str, Any]], stated: dict[str, str] | None = None
+) -> Prompt:
+    """Ask for the durable facts of a finished run: `stated` are the facts the user pinned
+    (`PinnedFact.set_by == "user"`), the only pinned facts that may become the user's memory;
+    those a reviewer set are run state (issue 9, finding 5)."""
+    task = (
+        "Facts the user stated for this run:\n"
+        + _json(stated or {})
+        + "\n\nFailures in this run and what fixed them:\n"
+        + _json(failures)
+        + "\n\nExtract facts."
+    )
+    payload = {"goal": goal, "failures": failures, "stated_facts": stated or {}}
     return Prompt(
         "extract_facts", EXTRACT_INSTRUCTIONS, task, payload, FactsSpec.model_json_schema()
     )

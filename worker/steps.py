@@ -7,6 +7,12 @@ done and does nothing. The outcome is written only by the attempt that holds the
 A rate-limited model call defers the step (back to queued, not counted as a failed attempt) and
 the task is sent again with the server's `retry-after` as countdown, so no worker sleeps it out;
 an exhausted quota or a spent token or cost budget fails the step and escalates the run.
+
+Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
+result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
+(`StepDataTooLarge`; it would build the same data again). An error that is not one agentq
+raises on purpose is recorded as "failed with an internal error (<type>); see the worker log":
+its text, which may hold host paths, goes to this worker's log only.
 """
 
 from __future__ import annotations
@@ -37,10 +43,11 @@ from models.messages import add_message
 from models.references import resolve
 from models.runs import done_results, get_run, pinned_facts, tries_of_name
 from models.settings import get_settings
+from models.step_data import check_step_data
 from models.tables import Step
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
-from worker.tools import ToolContext, get_tool
+from worker.tools import ToolContext, enabled_tool
 
 log = structlog.get_logger("agentq.worker")
 
@@ -106,9 +113,18 @@ def perform(claimed: Claimed) -> Outcome:
         return Outcome("succeeded", _run(claimed))
     except STEP_FAILURES as exc:
         return failure_outcome(exc, step, max_deferrals=get_settings().model_max_deferrals)
-    except Exception as exc:  # a tool's bug must fail its step, not the worker
+    except Exception as exc:  # a bug must fail its step, not the worker
         log.exception("execute_step.unexpected", step_id=step.id)
-        return Outcome("failed", error=f"unexpected error: {_describe(exc)}")
+        return Outcome("failed", error=internal_error(step, exc))
+
+
+def internal_error(step: Step, exc: BaseException) -> str:
+    """What is recorded of an error agentq did not raise on purpose: the step and the error's
+    type only (its text may hold host paths or other internals; the worker log has it all)."""
+    return (
+        f"step {step.name!r} failed with an internal error ({type(exc).__name__}); "
+        "see the worker log"
+    )
 
 
 def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Outcome:
@@ -153,10 +169,14 @@ def _run(claimed: Claimed) -> dict[str, Any]:
         tries_of_name=claimed.tries,
         facts=claimed.facts,
     )
+    max_bytes = get_settings().step_data_max_bytes
     if step.kind == "model":
-        return model_step(step, claimed.results, ctx)
-    args = resolve(step.args, results=claimed.results, facts=claimed.facts)
-    return get_tool(step.tool or "").invoke(ctx, args)
+        result = model_step(step, claimed.results, ctx)
+        check_step_data(result, what=f"the result of step {step.name!r}", max_bytes=max_bytes)
+        return result
+    tool = enabled_tool(step.tool or "")
+    args = resolve(step.args, results=claimed.results, facts=claimed.facts, max_bytes=max_bytes)
+    return tool.invoke(ctx, args)
 
 
 def record(step: Step, outcome: Outcome) -> bool:
@@ -218,13 +238,25 @@ def _escalate(session: Session, step: Step, outcome: Outcome) -> None:
 
 
 def turn_text(step: Step, outcome: Outcome) -> str:
-    """The step's outcome as a conversation turn: a model's text, or a tool call and its result."""
+    """The step's outcome as a conversation turn: a model's text, or a tool call and its result;
+    at most `AGENTQ_STEP_DATA_MAX_BYTES` (the step's row keeps the whole result)."""
     if outcome.kind in ("failed", "escalated"):
         return f"step {step.name} ({step.tool or step.kind}) failed: {outcome.error}"
     result = outcome.result or {}
     if step.kind == "model":
-        return str(result.get("text", ""))
-    return f"step {step.name}: {step.tool}({json.dumps(step.args)}) -> {json.dumps(result)}"
+        return _clipped(str(result.get("text", "")))
+    return _clipped(
+        f"step {step.name}: {step.tool}({json.dumps(step.args)}) -> {json.dumps(result)}"
+    )
+
+
+def _clipped(text: str) -> str:
+    """`text`, or its start and a note when it is over `AGENTQ_STEP_DATA_MAX_BYTES` in UTF-8."""
+    encoded, cap = text.encode("utf-8"), get_settings().step_data_max_bytes
+    if len(encoded) <= cap:
+        return text
+    note = f" ... [shortened from {len(encoded):,} bytes; the step's result has it whole]"
+    return encoded[: cap - len(note)].decode("utf-8", errors="ignore") + note
 
 
 def retry_countdown_s(attempt: int) -> float:

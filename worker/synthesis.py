@@ -15,6 +15,8 @@ from models.errors import (
 )
 from models.plans import current_steps
 from models.runs import get_run, results_by_name
+from models.settings import get_settings
+from models.step_data import fit_outputs, json_bytes
 from worker.calls import call_model
 from worker.context import ContextOverflow
 from worker.memory import remember_run
@@ -29,8 +31,10 @@ def synthesize(run_id: int) -> bool:
 
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
-    wording. Before the run is marked succeeded, its episode and facts are remembered
-    (`worker.memory.remember_run`; a failure there is recorded, not raised). A spent token or
+    wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
+    replaced by their sizes, largest first (`models.step_data.fit_outputs`). Before the run is
+    marked succeeded, its episode and facts are remembered (`worker.memory.remember_run`; a
+    failure there is recorded, not raised). A spent token or
     cost budget, an exhausted quota or a provider failure escalates the run instead (reason
     `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
     limit is raised as `RateLimited` for the task to send itself again later.
@@ -59,10 +63,11 @@ def synthesize(run_id: int) -> bool:
                 session, run_id, expected="synthesizing", reason=reason, detail={"error": str(exc)}
             )
         return True
+    room = get_settings().step_data_max_bytes - json_bytes(completion.text)
     final = {
         "answer": completion.text,
         "offline": completion.offline,
-        "outputs": results_by_name(steps),
+        "outputs": fit_outputs(results_by_name(steps), max_bytes=room),
     }
     remember_run(run_id, outcome="succeeded", final_answer=completion.text)
     with session_scope() as session:

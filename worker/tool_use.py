@@ -7,6 +7,10 @@ schema (`Tool.invoke` validates with pydantic before calling). A call that fails
 recorded as a `step.tool_call.invalid` event with the raw text, the tool does not run, and the
 model gets the error as the call's answer and is asked again. Valid calls run and their results
 (shortened to `AGENTQ_TOOL_RESULT_MAX_TOKENS`) go back to the model, until it answers in text.
+A tool's failure goes back to the model as its error: a crash (`ToolCrashed`) says only the tool
+and the exception's type, a result over `AGENTQ_STEP_DATA_MAX_BYTES` says the cap, so neither a
+host path nor an oversized value reaches the model, the events or the step's result. Only tools
+that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
@@ -29,13 +33,14 @@ from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsErr
 from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
+from models.step_data import json_bytes
 from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
 from worker.calls import call_model
 from worker.context import ContextOverflow, Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
-from worker.tools import Tool, ToolContext, get_tool
+from worker.tools import Tool, ToolContext, enabled_tool
 from worker.working_memory import budget, request_for
 
 RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation
@@ -62,10 +67,11 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
 
     Returns `{"text", "model", "offline"}`, plus `"tool_calls": [{"tool", "arguments", "result"
     | "error"}]` when tools ran. Raises `InvalidToolCalls` (the model's calls stayed invalid),
-    `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls, or an unknown tool
-    listed), `RetryableToolError` from a tool, `ContextOverflow`, and what `call_model` raises.
+    `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls), `ToolNotEnabled`
+    (a listed tool is not enabled here), `RetryableToolError` from a tool, `ContextOverflow`,
+    and what `call_model` raises.
     """
-    tools = {name: get_tool(name) for name in step.tools}
+    tools = {name: enabled_tool(name) for name in step.tools}
     prompt = step_prompt(step.instruction, results, [t.describe() for t in tools.values()])
     request = request_for(step.run_id, prompt)
     settings = get_settings()
@@ -116,7 +122,8 @@ def _check_run_goes_on(step: Step) -> None:
 
 def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Answered:
     """Check `call` and, when it is valid, run its tool; never runs a tool on arguments that are
-    not a JSON object fitting its schema. Raises only `RetryableToolError` (and a tool's bug)."""
+    not a JSON object fitting its schema. Raises only `RetryableToolError` and the soft time
+    limit; every other tool error (a crash, a result over the cap) is answered to the model."""
     tool = tools.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(tools)) or "none"
@@ -193,8 +200,18 @@ def _record(step: Step, number: int, answered: list[Answered]) -> None:
                     "step.tool_call",
                     step_id=step.id,
                     model_call=number,
-                    **_ran(a),
+                    **_within_cap(_ran(a)),
                 )
+
+
+def _within_cap(ran: dict[str, Any]) -> dict[str, Any]:
+    """A call's event detail: its arguments and result are each within the cap (`Tool.invoke`),
+    together they may not be; then the result gives way to its size (the step's result keeps
+    it, or fails the step over the cap)."""
+    cap = get_settings().step_data_max_bytes
+    if "result" not in ran or json_bytes(ran) <= cap:
+        return ran
+    return {**ran, "result": {"shortened": True, "bytes": json_bytes(ran["result"])}}
 
 
 def _invalid_message(step: Step, answered: list[Answered]) -> str:

@@ -17,6 +17,7 @@ from sqlmodel import Session
 
 from models import transitions
 from models.db import session_scope
+from models.erasures import may_write
 from models.memory import Recalled, recall_for
 from models.messages import latest_summary, save_summary, turns
 from models.plans import current_steps
@@ -35,12 +36,16 @@ def _piece(role: str, text: str, ref: int | None = None) -> Piece:
     return Piece(role, text, count_tokens(text, get_settings().model), ref)
 
 
-def state_text(run: Run, facts: dict[str, str]) -> str:
-    """The never-trimmed run state: goal, pinned facts, budgets."""
+def state_text(run: Run, facts: dict[str, str], by_reviewers: dict[str, str] | None = None) -> str:
+    """The never-trimmed run state: goal, pinned facts (the user's, then those reviewers set,
+    labelled as such: a reviewer's words are never the user's), budgets."""
     pinned = "\n".join(f"- {k} = {v}" for k, v in facts.items()) or "- (none)"
+    answered = "\n".join(f"- {k} = {v}" for k, v in (by_reviewers or {}).items())
+    if answered:
+        answered = f"Pinned by a reviewer (run state, not the user's statements):\n{answered}\n"
     return (
         f"Goal (from the user, verbatim): {run.goal}\n"
-        f"Pinned facts (the user's own statements; keep them exactly):\n{pinned}\n"
+        f"Pinned facts (the user's own statements; keep them exactly):\n{pinned}\n{answered}"
         f"Run {run.id}: {run.status}, plan version {run.plan_version}; replans "
         f"{run.replans_used}/{run.replans_limit}, tokens {run.tokens_used}/{run.tokens_limit}"
     )
@@ -72,7 +77,8 @@ def recalled_pieces(recalled: Recalled) -> list[Piece]:
     pieces = [
         _piece(
             "user",
-            f"Remembered fact ({f.item.category}, since {f.item.valid_from:%Y-%m-%d}): "
+            f"Remembered fact ({f.item.category}, from {f.item.source}, "
+            f"since {f.item.valid_from:%Y-%m-%d}): "
             f"{f.item.text}",
         )
         for f in recalled.facts
@@ -99,7 +105,14 @@ def _layers(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> L
     summary = latest_summary(session, run.id or 0)
     return Layers(
         instructions=_piece("system", prompt.instructions),
-        state=_piece("user", state_text(run, pinned_facts(session, run.id or 0))),
+        state=_piece(
+            "user",
+            state_text(
+                run,
+                pinned_facts(session, run.id or 0, by_user=True),
+                pinned_facts(session, run.id or 0, by_user=False),
+            ),
+        ),
         ledger=_piece("user", ledger_text(current_steps(session, run))),
         task=_piece("user", prompt.task),
         recalled=recalled_pieces(recalled),
@@ -153,7 +166,9 @@ def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
             budget=budget(prompt),
             recall_share=get_settings().recall_share,
         )
-        if recalled.facts or recalled.episodes:
+        # the event quotes the user's memory: a forget racing this call must not leave it behind
+        quoted = recalled.facts or recalled.episodes
+        if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
             transitions.record_event(
                 session,
                 run_id,

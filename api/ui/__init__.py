@@ -1,7 +1,9 @@
 """The review console: server-rendered pages for runs and the review queue, mounted at `/ui`.
 
-`install(app)` mounts it on the API app as a sub-application with its own session middleware,
-CSRF check and HTML error pages, so the JSON API's bearer-token requests never meet a cookie.
+`install(app)` mounts it on the API app as a sub-application with its own sessions (server-side
+rows, `api.ui.security`), CSRF check and HTML error pages, so the JSON API's bearer-token
+requests never meet a cookie. The API app's middleware (`api.headers`) gives its pages their
+Content-Security-Policy, `X-Frame-Options: DENY` and `Cache-Control: no-store`.
 Pages: `/ui/login`, `/ui/runs`, `/ui/runs/{id}`, `/ui/reviews` (the inbox), `/ui/reviews/{id}`.
 """
 
@@ -16,28 +18,29 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
-from starlette.middleware.sessions import SessionMiddleware
 
 from api.errors import status_of
 from api.ui import reviews, runs, signin
 from api.ui.security import (
+    SESSION_COOKIE,
+    ConsoleConfig,
     CsrfRefused,
     Forbidden,
     SignInRequired,
     check_csrf,
-    session_secret,
+    forget_cookie,
 )
 from api.ui.templating import base_path, render
 from models.errors import AgentqError, NotFound
 from models.settings import Settings, get_settings
 
 UI_PREFIX: Final = "/ui"
-SESSION_COOKIE: Final = "agentq_ui"
 STATIC_DIR: Final = Path(__file__).parent / "static"
 
 
-def create_ui(prefix: str = UI_PREFIX, settings: Settings | None = None) -> FastAPI:
-    """The console as an app of its own, to be mounted at `prefix` (its cookie's path)."""
+def create_ui(settings: Settings | None = None) -> FastAPI:
+    """The console as an app of its own, to be mounted at `UI_PREFIX` (its cookies' path is
+    where it is mounted)."""
     settings = settings or get_settings()
     ui = FastAPI(
         title="agentq review console",
@@ -46,15 +49,7 @@ def create_ui(prefix: str = UI_PREFIX, settings: Settings | None = None) -> Fast
         openapi_url=None,
         dependencies=[Depends(check_csrf)],
     )
-    ui.add_middleware(
-        SessionMiddleware,
-        secret_key=session_secret(settings),
-        session_cookie=SESSION_COOKIE,
-        max_age=settings.ui_session_max_age_s,
-        path=prefix or "/",
-        same_site="lax",
-        https_only=settings.ui_cookie_secure,
-    )
+    ui.state.console = ConsoleConfig.from_settings(settings)
     ui.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for module in (signin, runs, reviews):
         ui.include_router(module.router)
@@ -81,7 +76,10 @@ def install(app: FastAPI) -> None:
 
 async def _sign_in_first(request: Request, exc: Exception) -> Response:
     target = f"{base_path(request)}/login?next={quote(request.url.path)}"
-    return RedirectResponse(target, status_code=303)
+    response = RedirectResponse(target, status_code=303)
+    if request.cookies.get(SESSION_COOKIE):  # its session ended: the browser may drop it
+        forget_cookie(request, response)
+    return response
 
 
 async def _refused(request: Request, exc: Exception) -> Response:

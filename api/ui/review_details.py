@@ -18,6 +18,7 @@ from api.ui import run_details
 from models import reviews
 from models.plans import current_steps
 from models.runs import pinned_facts
+from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, Run, Step, utcnow
 from ops.views import DETAIL_SHOWN_ELSEWHERE
 
@@ -64,15 +65,15 @@ class InboxItem:
     left_s: float | None
 
 
-def _tab_filter(tab: str, me: str) -> list[Any]:
-    if tab == "mine":
-        return [col(Escalation.status) == "claimed", col(Escalation.claimed_by) == me]
+def _tab_filter(tab: str, me: int) -> list[Any]:
+    if tab == "mine":  # claims belong to tokens, not names (issue 9)
+        return [col(Escalation.status) == "claimed", col(Escalation.claimed_by_token_id) == me]
     return [col(Escalation.status) == tab]
 
 
-def inbox(session: Session, *, tab: str, me: str, now: datetime | None = None) -> list[InboxItem]:
-    """The escalations of `tab` (`TABS`; `mine` is those `me` has claimed), oldest first; the
-    newest `DECIDED_SHOWN` decisions for `decided`."""
+def inbox(session: Session, *, tab: str, me: int, now: datetime | None = None) -> list[InboxItem]:
+    """The escalations of `tab` (`TABS`; `mine` is those the token `me` has claimed), oldest
+    first; the newest `DECIDED_SHOWN` decisions for `decided`."""
     stmt = select(Escalation).where(*_tab_filter(tab, me))
     if tab == "decided":
         stmt = stmt.order_by(col(Escalation.decided_at).desc()).limit(DECIDED_SHOWN)
@@ -88,7 +89,7 @@ def inbox(session: Session, *, tab: str, me: str, now: datetime | None = None) -
     ]
 
 
-def tab_counts(session: Session, *, me: str) -> dict[str, int]:
+def tab_counts(session: Session, *, me: int) -> dict[str, int]:
     """How many escalations each tab holds (`decided`: all of them)."""
     by_status = dict(
         session.exec(
@@ -115,7 +116,7 @@ def starting_plan(
     """The failed step (to fix) and every step not yet run, as the plan JSON `agentq review
     edit --plan` takes. With none (the planner's output never validated, so the run has no
     plan): the planner's raw output when it is JSON, else a minimal plan that validates."""
-    todo = [s for s in steps if s.status in ("pending", "queued")]
+    todo = [s for s in steps if s.status in STEP_NOT_STARTED]
     if failed is not None and failed.status == "failed":
         todo = [failed, *todo]
     if todo:

@@ -48,8 +48,8 @@ def inbox_page(request: Request, tab: str = "open") -> HTMLResponse:
     principal = reviewer(request)
     shown = tab if tab in review_details.TABS else "open"
     with session_scope() as session:
-        items = review_details.inbox(session, tab=shown, me=principal.name)
-        counts = review_details.tab_counts(session, me=principal.name)
+        items = review_details.inbox(session, tab=shown, me=principal.token_id)
+        counts = review_details.tab_counts(session, me=principal.token_id)
         version = last_event_id(session, kind_prefix="escalation.")
     return render(
         request,
@@ -156,6 +156,7 @@ def approve(request: Request, escalation_id: EscalationId, comment: Text = "") -
             reviewer=who.name,
             comment=comment.strip() or None,
             max_attempts=get_settings().step_max_attempts,
+            token_id=who.token_id,
         ),
         typed={"approve_comment": comment},
         done="Escalation {id} approved; run {run} resumes.",
@@ -170,7 +171,7 @@ def reject(request: Request, escalation_id: EscalationId, comment: Text = "") ->
         escalation_id,
         "reject",
         lambda session, who: reviews.reject(
-            session, escalation_id, reviewer=who.name, comment=comment
+            session, escalation_id, reviewer=who.name, comment=comment, token_id=who.token_id
         ),
         typed={"reject_comment": comment},
         done="Escalation {id} rejected; run {run} failed.",
@@ -179,9 +180,14 @@ def reject(request: Request, escalation_id: EscalationId, comment: Text = "") ->
 
 @router.post("/reviews/{escalation_id}/respond")
 def respond(
-    request: Request, escalation_id: EscalationId, answer: Text = "", comment: Text = ""
+    request: Request,
+    escalation_id: EscalationId,
+    answer: Text = "",
+    comment: Text = "",
+    remember: Text = "",
 ) -> Response:
-    """Respond: the answer becomes the failed step's result."""
+    """Respond: the answer becomes the failed step's result; with the `remember` box ticked it
+    also becomes a fact of the run's user, from this reviewer."""
 
     def decide(session: Session, who: Principal) -> Run:
         esc = reviews.get_escalation(session, escalation_id)
@@ -192,6 +198,8 @@ def respond(
             reviewer=who.name,
             comment=comment.strip() or None,
             answer=reviews.answer_from_text(answer, returns=returns),
+            token_id=who.token_id,
+            remember=bool(remember),
         )
 
     return _decide(
@@ -199,7 +207,7 @@ def respond(
         escalation_id,
         "respond",
         decide,
-        typed={"answer": answer, "respond_comment": comment},
+        typed={"answer": answer, "respond_comment": comment, "respond_remember": remember},
         done="Escalation {id} answered; run {run} resumes.",
     )
 
@@ -222,6 +230,7 @@ def edit(
             check_args=argument_problems,
             comment=comment.strip() or None,
             max_attempts=get_settings().step_max_attempts,
+            token_id=who.token_id,
         ),
         typed={"plan": plan, "edit_comment": comment},
         done="Escalation {id} decided with your plan; run {run} resumes.",
@@ -235,7 +244,9 @@ def claim(request: Request, escalation_id: EscalationId) -> Response:
     try:
         with session_scope() as session:
             reviews.get_escalation(session, escalation_id)
-            transitions.claim_escalation(session, escalation_id, reviewer=principal.name)
+            transitions.claim_escalation(
+                session, escalation_id, reviewer=principal.name, token_id=principal.token_id
+            )
     except IllegalTransition as exc:
         problem = {"action": "claim", "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)
@@ -249,7 +260,9 @@ def release(request: Request, escalation_id: EscalationId) -> Response:
     principal = reviewer(request)
     try:
         with session_scope() as session:
-            reviews.release(session, escalation_id, reviewer=principal.name)
+            reviews.release(
+                session, escalation_id, reviewer=principal.name, token_id=principal.token_id
+            )
     except (IllegalTransition, ClaimedByAnother) as exc:
         problem = {"action": "claim", "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)

@@ -1,7 +1,9 @@
 """What the console shows of runs: progress, plan versions side by side, spend, the timeline.
 
-Reads rows only. The current plan comes from `models.plans.current_steps` (for one run) or the
-same query over many runs at once (`progress_of`, two queries for a whole list page).
+Reads rows only. The current plan comes from the run's plan versions (for one run) or the same
+query over many runs at once (`progress_of`, two queries for a whole list page). Steps and events
+are read as `models.previews` shows them: a result or detail over its preview size never leaves
+Postgres whole; the step result page (`/ui/runs/{id}/steps/{step_id}/result`) shows one whole.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from models import memory, previews
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
 
-TIMELINE_MAX_EVENTS: Final = 300  # the newest ones; a run's whole timeline stays in run_events
+TIMELINE_MAX_EVENTS: Final = previews.EVENTS_PAGE_DEFAULT  # a page; older ones page back
 WARN_SHARE: Final = 0.75  # a budget meter turns amber at 75 % spent
 
 
@@ -66,6 +69,7 @@ class PlanCell:
 
     step: Step
     mark: str
+    result: previews.Shown
 
 
 @dataclass(frozen=True)
@@ -78,19 +82,30 @@ class PlanColumn:
 
 
 def plan_columns(session: Session, run: Run) -> list[PlanColumn]:
-    """Every plan version of the run, oldest first, each with its steps marked."""
+    """Every plan version of the run, oldest first, each with its steps marked and their
+    results as shown (`models.previews`; the rows' args are not read)."""
     versions = session.exec(
         select(PlanVersion).where(PlanVersion.run_id == run.id).order_by(col(PlanVersion.version))
     ).all()
-    steps = {s.id: s for s in session.exec(select(Step).where(Step.run_id == run.id))}
+    shown = {s.columns["id"]: s for s in previews.steps_shown(session, run.id or 0)}
+    steps = {i: Step(**s.columns) for i, s in shown.items()}  # unsaved: never flushed
     return [
         PlanColumn(
             version=v,
-            cells=[PlanCell(steps[i], _mark(steps[i], v)) for i in v.step_ids if i in steps],
+            cells=[
+                PlanCell(steps[i], _mark(steps[i], v), shown[i].result)
+                for i in v.step_ids
+                if i in steps
+            ],
             current=v.version == run.plan_version,
         )
         for v in versions
     ]
+
+
+def current_cells(columns: list[PlanColumn]) -> list[PlanCell]:
+    """The steps of the current plan version, in order (none before the first plan)."""
+    return next((c.cells for c in columns if c.current), [])
 
 
 def _mark(step: Step, version: PlanVersion) -> str:
@@ -166,18 +181,33 @@ class Moment:
         return {k: v for k, v in self.event.detail.items() if v not in ("", None, {}, [])}
 
 
-def timeline(session: Session, run_id: int) -> list[Moment]:
-    """The run's newest `TIMELINE_MAX_EVENTS` events, oldest first."""
-    events = list(
-        session.exec(
-            select(RunEvent)
-            .where(RunEvent.run_id == run_id)
-            .order_by(col(RunEvent.id).desc())
-            .limit(TIMELINE_MAX_EVENTS)
+@dataclass(frozen=True)
+class Timeline:
+    """A page of the timeline, oldest first; `older` is the event id to page back from (None:
+    the page reaches the run's first event)."""
+
+    moments: list[Moment]
+    older: int | None
+
+
+def timeline(
+    session: Session, run_id: int, *, memory_readable: bool, before: int | None = None
+) -> Timeline:
+    """The run's newest `TIMELINE_MAX_EVENTS` events (with ids below `before`), oldest first,
+    large details as previews (`models.previews.events_page`); without `memory_readable` (the
+    reader may not read the run's user's memory) the events that quote recalled memory are
+    hidden (`models.memory.shown_events`)."""
+    page = previews.events_page(session, run_id, before=before, limit=TIMELINE_MAX_EVENTS)
+    events = [
+        RunEvent(
+            id=e.id, run_id=run_id, step_id=e.step_id, at=e.at, kind=e.kind, detail=e.detail.out()
         )
-    )
+        for e in page.events
+    ]  # unsaved copies: never flushed
     names = dict(session.exec(select(Step.id, Step.name).where(Step.run_id == run_id)).all())
-    return [Moment(e, names.get(e.step_id, "") if e.step_id else "") for e in reversed(events)]
+    shown = memory.shown_events(events, memory_readable=memory_readable)
+    moments = [Moment(e, names.get(e.step_id, "") if e.step_id else "") for e in shown]
+    return Timeline(moments, page.older)
 
 
 def run_escalations(session: Session, run_id: int) -> list[Escalation]:

@@ -3,7 +3,9 @@
 A submitter sees only the runs of the user its token acts for; another user's run is "not
 found", exactly like one that does not exist. Pages of live runs poll `.../version.json` (the
 newest event id of what they show) and reload when it changes. A submitter (or an admin)
-cancels an active run from its page, as `POST /api/v1/runs/{id}/cancel` does.
+cancels an active run from its page, as `POST /api/v1/runs/{id}/cancel` does. A run page shows
+its newest events (older ones page back with `?events_before=`) and large results as previews;
+`/runs/{id}/steps/{step_id}/result` shows one step's whole result, visible as the run is.
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import col, select
 
 from api.auth import Principal
-from api.runs import RunId, visible_run
+from api.runs import EventsBefore, RunId, StepId, visible_run
 from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
-from models import queue, transitions
+from models import previews, queue, transitions
 from models.db import session_scope
-from models.errors import IllegalTransition
-from models.plans import current_steps
+from models.errors import IllegalTransition, NotFound
 from models.runs import pinned_facts
 from models.states import RUN_STATUSES, RUN_TERMINAL
+from models.step_data import json_bytes
 from models.tables import Run
 
 RUNS_PAGE_SIZE: Final = 50
@@ -112,17 +114,27 @@ def runs_version(request: Request) -> dict[str, int]:
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: RunId) -> HTMLResponse:
-    """One run: spend, pinned facts, plan versions side by side, steps, escalations, timeline."""
+def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None) -> HTMLResponse:
+    """One run: spend, pinned facts, plan versions side by side, steps, escalations, and the
+    newest page of its timeline (below `events_before`)."""
     principal = current_principal(request)
     with session_scope() as session:
         run = visible_run(session, run_id, principal)
+        columns = run_details.plan_columns(session, run)
+        page = run_details.timeline(
+            session,
+            run_id,
+            memory_readable=principal.can_read_memory(run.user_id),
+            before=events_before,
+        )
         context: dict[str, Any] = {
             "run": run,
             "facts": pinned_facts(session, run_id),
-            "columns": run_details.plan_columns(session, run),
-            "steps": current_steps(session, run),
-            "moments": run_details.timeline(session, run_id),
+            "columns": columns,
+            "steps": run_details.current_cells(columns),
+            "moments": page.moments,
+            "older_events": page.older,  # ?events_before= of the page before this one
+            "paged_back": events_before is not None,
             "escalations": run_details.run_escalations(session, run_id),
             "meters": run_details.spend(run),
             "poll_version": run_details.last_event_id(session, run_ids=[run_id]),
@@ -136,6 +148,27 @@ def run_page(request: Request, run_id: RunId) -> HTMLResponse:
         title=f"Run {run_id}",
         poll_url=f"{base_path(request)}/runs/{run_id}/version.json" if live else None,
         **context,
+    )
+
+
+@router.get("/runs/{run_id}/steps/{step_id}/result", response_class=HTMLResponse)
+def step_result_page(request: Request, run_id: RunId, step_id: StepId) -> HTMLResponse:
+    """One step's whole result, as `GET /api/v1/runs/{run_id}/steps/{step_id}/result` returns
+    it; "not found" as for the run, or when the run has no such step."""
+    principal = current_principal(request)
+    with session_scope() as session:
+        run = visible_run(session, run_id, principal)
+        step = previews.step_result(session, run_id, step_id)
+        if step is None:
+            raise NotFound(f"run {run_id} has no step {step_id}")
+    return render(
+        request,
+        "step_result.html",
+        principal=principal,
+        title=f"Run {run_id}, step {step.name}",
+        run=run,
+        step=step,
+        size=json_bytes(step.result) if step.result is not None else 0,
     )
 
 

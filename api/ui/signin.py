@@ -1,4 +1,4 @@
-"""Signing in with an API token, and out."""
+"""Signing in with an API token, and out (each a server-side session row: `api.ui.security`)."""
 
 from __future__ import annotations
 
@@ -59,14 +59,16 @@ def login(
             next=next,
             error=error,
         )
-    sign_in(request, principal)
-    flash(request, f"Signed in as {principal.name} ({principal.role}).")
     target = _safe_next(request, next) or _home(request, principal.role)
-    return RedirectResponse(target, SEE_OTHER)
+    response = RedirectResponse(target, SEE_OTHER)
+    sign_in(request, response, principal)
+    flash(request, f"Signed in as {principal.name} ({principal.role}).")
+    return response
 
 
 @router.post("/logout")
 def logout(request: Request) -> Response:
-    """End the session."""
-    sign_out(request)
-    return RedirectResponse(f"{base_path(request)}/login", SEE_OTHER)
+    """End the session: its row is deleted, so a copy of its cookie signs no one in."""
+    response = RedirectResponse(f"{base_path(request)}/login", SEE_OTHER)
+    sign_out(request, response)
+    return response

@@ -1,8 +1,13 @@
 """Rendering the console's pages: one Jinja2 environment, autoescaped, with the CLI's formats.
 
 Goals, errors and model output are untrusted text: autoescaping is on for every template, and no
-template marks a value `safe`. Durations and numbers use the same helpers as the CLI
-(`ops.views`), so a run reads the same in the terminal and the browser.
+template marks a value `safe`. Every value a template shows also passes `models.display.visible`
+(the environment's `finalize`, so no template can forget it): bidirectional overrides and other
+invisible characters are shown as markers such as `⟨U+202E⟩`, as the CLI shows them (issue 9).
+A form field a person sends back keeps its text exact: the plan editor's JSON gets JSON escapes
+(`| json_visible`), and what a reviewer typed is echoed as typed (`| as_typed`). Durations and
+numbers use the same helpers as the CLI (`ops.views`), so a run reads the same in the terminal
+and the browser.
 """
 
 from __future__ import annotations
@@ -16,9 +21,13 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from api.auth import Principal
-from api.ui.security import CSRF_FIELD, csrf_token
+from api.ui.security import CSRF_FIELD, csrf_token, set_login_cookie, signed_in
+from models import ui_sessions
+from models.db import session_scope
+from models.display import visible, visible_json
 from ops.views import age, compact, provider_label, short, span
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
@@ -31,6 +40,7 @@ STATUS_TONE: Final = {
     "failed": "bad",
     "cancelled": "muted",
     "pending": "muted",
+    "ready": "wait",
     "queued": "wait",
     "claimed": "wait",
     "running": "busy",
@@ -57,14 +67,41 @@ def pretty(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def percent_class(percent: float) -> str:
+    """The class that sets a bar's width to `percent` (0-100, rounded to a whole number):
+    `pct-42` (static/console.css). Widths are classes, not `style` attributes, because the
+    console's Content-Security-Policy allows no inline style."""
+    return f"pct-{min(max(round(percent), 0), 100)}"
+
+
+class AsTyped(str):
+    """Text `finalize` leaves as it is: a form field's value sent back to the person who typed
+    it, or JSON whose marked characters are escaped already."""
+
+
+def shown(value: Any) -> Any:
+    """Jinja's `finalize`: a string as `visible` shows it (markup stays markup: the markers hold
+    no HTML), any other value as it is."""
+    if isinstance(value, AsTyped) or not isinstance(value, str):
+        return value
+    if isinstance(value, Markup):
+        return Markup(visible(str(value)))
+    return visible(value)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=shown,
     )
     env.filters.update(
+        visible=visible,
+        json_visible=lambda text: AsTyped(visible_json(str(text))),
+        as_typed=lambda text: AsTyped(str(text)),
+        percent_class=percent_class,
         duration=duration,
         clock=clock,
         compact=compact,
@@ -95,7 +132,7 @@ def render(
 ) -> HTMLResponse:
     """Render template `name` with the page frame's context: links, who is signed in, the CSRF
     token for forms, and the flash messages queued by the last action (shown once)."""
-    flashes = request.session.pop("flash", []) if principal is not None else []
+    flashes = _take_flashes(request) if principal is not None else []
     frame = {
         "base": base_path(request),
         "principal": principal,
@@ -107,10 +144,24 @@ def render(
         "poll_version": None,
         "title": "agentq",
     }
-    return templates.TemplateResponse(request, name, {**frame, **context}, status_code=status_code)
+    response = templates.TemplateResponse(
+        request, name, {**frame, **context}, status_code=status_code
+    )
+    set_login_cookie(request, response)
+    return response
+
+
+def _take_flashes(request: Request) -> list[dict[str, Any]]:
+    found = signed_in(request)
+    if found is None or not found.has_flashes:  # none queued: no write
+        return []
+    with session_scope() as session:
+        return ui_sessions.pop_flashes(session, found.session_id)
 
 
 def flash(request: Request, message: str, tone: str = "ok") -> None:
-    """Queue `message` for the next page this session renders."""
-    queued = request.session.get("flash", [])
-    request.session["flash"] = [*queued, {"message": message, "tone": tone}]
+    """Queue `message` for the next page this session renders (none before sign-in)."""
+    found = signed_in(request)
+    if found is not None:
+        with session_scope() as session:
+            ui_sessions.add_flash(session, found.session_id, message, tone)

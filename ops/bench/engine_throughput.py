@@ -7,9 +7,13 @@ One embedded engine (`ops.local.start_engine`: Postgres, Redis, the `steps` work
 rounds alternate agentq, raw, agentq, raw (each once the broker is idle); medians are reported.
 
 - agentq: N runs, each submitted with an explicit plan of S `noop` tool steps, then
-  `agentq.coordinate` is sent. Timed from the first submit to the newest `runs.finished_at` of the
-  N runs, found by polling Postgres every 0.2 s. Every run also costs S + 1 coordinator tasks and a
-  final synthesize task (an offline-provider model call); they count as overhead, not as steps.
+  `agentq.coordinate` is sent. A load test of one user: its submits are not limited
+  (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this process's
+  submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, keeps its default (4) in the
+  engine, so the figure is one user's throughput as deployed. Timed from the first submit to
+  the newest `runs.finished_at` of the N runs, found by polling Postgres every 0.2 s. Every run
+  also costs S + 1 coordinator tasks and a final synthesize task (an offline-provider model
+  call); they count as overhead, not as steps.
 - raw Celery: N chains of S immutable `agentq.raw_noop` signatures on the `steps` queue. Results
   are disabled, so each chain ends in a link named `agentq.bench_done` routed to a queue no worker
   consumes (Celery declares it on publish): the worker publishes it once the S-th task has
@@ -78,10 +82,14 @@ def noop_plan(steps: int) -> PlanSpec:
 
 
 def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan`, commit, send `agentq.coordinate`; the run id."""
+    """Submit one run with `plan` (no submit quotas), commit, send `agentq.coordinate`; the
+    run id."""
+    unlimited = get_settings().model_copy(
+        update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
+    )
     with session_scope() as session:
         run = submit_run(
-            session, settings=get_settings(), user_id=BENCH_USER, goal="benchmark", plan=plan
+            session, settings=unlimited, user_id=BENCH_USER, goal="benchmark", plan=plan
         )
         run_id = run.id or 0
     queue.send(queue.TASK_COORDINATE, run_id)

@@ -91,7 +91,8 @@ def test_a_token_in_the_query_string_is_refused_and_never_logged(
         ("alice", "POST", "/api/v1/reviews/claim", None),
         ("alice", "POST", "/api/v1/reviews/1/approve", {}),
         ("alice", "POST", "/api/v1/reviews/1/reject", {"comment": "no"}),
-        ("alice", "POST", "/api/v1/memory/forget", {"user": "u"}),
+        # a submitter may forget its own user's memory (issue 9); another user's is a 403 of its
+        # own (tests/api/test_memory.py)
     ],
 )
 def test_wrong_roles_are_refused_with_403(
@@ -109,7 +110,8 @@ def test_health_and_spec_are_open(api_url: str) -> None:
     assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
     spec = httpx.get(f"{api_url}/openapi.json", trust_env=False).json()
     assert "/api/v1/runs" in spec["paths"] and "HTTPBearer" in spec["components"]["securitySchemes"]
-    assert httpx.get(f"{api_url}/docs", trust_env=False).status_code == 200
+    # Swagger UI is off by default: FastAPI's page loads it from a CDN (issue 9)
+    assert httpx.get(f"{api_url}/docs", trust_env=False).status_code == 404
 
 
 def test_tokens_never_reach_the_log(

@@ -1,4 +1,5 @@
-"""Memory over HTTP: a user's facts with their history, search, and forgetting (admin only)."""
+"""Memory over HTTP: a user's facts with their history, search, and forgetting (an admin, or the
+user's own submitter token)."""
 
 from __future__ import annotations
 
@@ -73,4 +74,7 @@ def test_forget_deletes_the_users_memory(client: Client, carol: tuple[str, str])
     assert forgot.status_code == 200, forgot.text
     assert forgot.json()["deleted"]["facts"] == 2
     assert client(token).get("/api/v1/memory/facts", params={"history": True}).json() == []
-    assert client(token).post("/api/v1/memory/forget", json={"user": user}).status_code == 403
+    # users own their memory (issue 9): its own submitter token may forget it, nobody else's
+    assert client("alice").post("/api/v1/memory/forget", json={"user": user}).status_code == 403
+    assert client("reviewer").post("/api/v1/memory/forget", json={"user": user}).status_code == 403
+    assert client(token).post("/api/v1/memory/forget", json={"user": user}).status_code == 200

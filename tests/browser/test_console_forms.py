@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import col, select
 
 from models.tables import Escalation, PlanVersion, Run, Step
-from tests.browser.conftest import (
+from tests.support.console import (
     Console,
     csrf_of,
     escalate_run,

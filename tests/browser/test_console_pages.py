@@ -18,7 +18,7 @@ from models.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run
-from tests.browser.conftest import (
+from tests.support.console import (
     Console,
     csrf_of,
     escalate_run,
@@ -236,7 +236,8 @@ def test_untrusted_text_is_isolated_and_no_favicon_is_fetched(
 ) -> None:
     run_id, _ = planless("")
     page = reviewer.get(f"/ui/runs/{run_id}").text
-    assert f'<h1 class="goal-title"><bdi>{PLANLESS_GOAL}</bdi></h1>' in page
+    shown = PLANLESS_GOAL.replace(RLO, "⟨U+202E⟩")  # isolated, and the override made visible
+    assert f'<h1 class="goal-title"><bdi>{shown}</bdi></h1>' in page and RLO not in page
     listed = reviewer.get("/ui/runs").text
-    assert f"<bdi>{PLANLESS_GOAL}</bdi>" in _row(listed, "data-run", run_id)
+    assert f"<bdi>{shown}</bdi>" in _row(listed, "data-run", run_id)
     assert '<link rel="icon" href="data:image/svg+xml,' in page

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from ops.demo import DEMO_FACTS, DEMO_GOAL, DEMO_USER, SCENARIOS
-from tests.browser.conftest import Console, submitted_id, wait_for_status
+from tests.support.console import Console, submitted_id, wait_for_status
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; `playwright install` is never run

@@ -3,6 +3,7 @@ and scheduler processes, started once per session with short timeouts so recover
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ from models.settings import get_settings
 from models.tables import Run, Step
 from ops.local import start_engine
 from ops.stack import LocalStack
+from worker.tools import DEFAULT_TOOL_MODULES
 
 # The timeout ladder, shrunk: 1 x 2 < 8 < 10 < 12 < lease 14 < visibility 120 (seconds).
 TEST_ENV = {
@@ -38,6 +40,15 @@ TEST_ENV = {
     "AGENTQ_QUEUED_STALE_S": "5",
     "AGENTQ_PHASE_STALE_S": "10",
     "AGENTQ_RETRY_BACKOFF_S": "0.1",
+    # Submit quotas off: the whole session submits as a few users (`tester`), leaves runs active
+    # on purpose and submits in bursts. The quotas are tested with their own limits
+    # (tests/api/test_quotas.py); the dispatch cap (AGENTQ_USER_MAX_RUNNING_STEPS) keeps its
+    # default here, so every engine test runs under it.
+    "AGENTQ_USER_MAX_ACTIVE_RUNS": "0",
+    "AGENTQ_USER_SUBMITS_PER_MINUTE": "0",
+    # The default tools plus the test-only `append_marker` (tests/support/tools.py); the worker
+    # processes run from the repository root, where `tests` is importable.
+    "AGENTQ_TOOL_MODULES": json.dumps([*DEFAULT_TOOL_MODULES, "tests.support.tools"]),
 }
 SETTLED = ("succeeded", "failed", "cancelled", "waiting_review")
 

@@ -126,6 +126,7 @@ def test_duplicate_step_message_applies_its_effect_once(
     run_id = make_run([_marker("once", marker_file)], start=False)
     (step,) = run_steps(run_id)
     with session_scope() as session:
+        transitions.ready_step(session, step.id or 0)
         transitions.enqueue_step(session, step.id or 0)
     for _ in range(3):  # the broker delivers the same step three times, concurrently
         queue.send(TASK_EXECUTE_STEP, step.id)

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ import redis
 import sqlalchemy as sa
 
 from models.errors import StackError
+from ops.embedded_redis import PASSWORD_FILE_NAME
 from ops.stack import LocalStack, default_data_dir, read_stack_file
 
 pytestmark = pytest.mark.integration
@@ -93,11 +95,78 @@ def test_services_answer_and_stop_cleanly(stack: LocalStack) -> None:
 
 def test_data_survives_restart(data_dir: Path) -> None:
     with LocalStack(data_dir) as first:
-        database_url, _ = first.start_services()
+        database_url, first_broker = first.start_services()
         _query(database_url, "CREATE TABLE kept AS SELECT 7 AS id")
     with LocalStack(data_dir) as second:
-        database_url, _ = second.start_services()
+        database_url, second_broker = second.start_services()
         assert _query(database_url, "SELECT id FROM kept") == 7
+        password = (data_dir / PASSWORD_FILE_NAME).read_text()
+        assert urlparse(first_broker).password == urlparse(second_broker).password == password
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_redis_wants_the_password_and_has_no_admin_commands(stack: LocalStack) -> None:
+    _, broker_url = stack.start_services()
+    port = urlparse(broker_url).port
+    with socket.create_connection(("127.0.0.1", port or 0), timeout=5) as raw:
+        raw.sendall(b"PING\r\n")
+        assert raw.recv(100).startswith(b"-NOAUTH")
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=port or 0, password="wrong").ping()
+    client = redis.Redis.from_url(broker_url)
+    assert client.ping() is True
+    for command in (
+        ("CONFIG", "SET", "dir", "/tmp"),
+        ("MODULE", "LIST"),
+        ("SAVE",),
+        ("ACL", "LIST"),
+    ):
+        with pytest.raises(redis.ResponseError, match="unknown command"):
+            client.execute_command(*command)  # type: ignore[no-untyped-call]
+    client.close()
+    password = urlparse(broker_url).password
+    redis_argv = psutil.Process(stack._children["redis"].popen.pid).cmdline()
+    assert password and password not in " ".join(redis_argv)  # `ps` shows it to every user
+
+
+def test_the_data_dir_is_private(stack: LocalStack) -> None:
+    stack.start_services()
+    data = stack.data_dir
+    postgres = psutil.Process(int((data / "pgdata/postmaster.pid").read_text().split()[0]))
+    if os.geteuid() == 0:  # Postgres runs as `pgserver` with our group: it may only traverse
+        assert (_mode(data), data.stat().st_gid) == (0o710, postgres.gids().effective)
+    else:
+        assert _mode(data) == 0o700
+    assert _mode(data / "logs") == _mode(data / "redis") == 0o700
+    private = ["stack.json", "stack.lock", PASSWORD_FILE_NAME, "redis/redis.conf", "logs/redis.log"]
+    assert {name: _mode(data / name) for name in private} == dict.fromkeys(private, 0o600)
+
+
+def test_an_older_wide_data_dir_is_narrowed_at_start(data_dir: Path) -> None:
+    (data_dir / "logs").mkdir(parents=True)
+    for path in (data_dir, data_dir / "logs"):
+        path.chmod(0o755)
+    for name in ("logs/worker.log", "celerybeat-schedule", "stack.lock"):
+        (data_dir / name).write_text("")
+        (data_dir / name).chmod(0o644)
+    with LocalStack(data_dir) as local:
+        local.start_services()
+        assert _mode(data_dir) & 0o077 in (0, 0o010)  # 0700, or 0710 as root (see above)
+        assert _mode(data_dir / "logs") == 0o700
+        for name in ("logs/worker.log", "celerybeat-schedule", "stack.lock"):
+            assert _mode(data_dir / name) == 0o600, name
+
+
+def test_children_create_private_files(stack: LocalStack, data_dir: Path) -> None:
+    made = data_dir.parent / "made-by-child"
+    code = f"open({str(made)!r}, 'w').close(); print('ready.', flush=True)"
+    stack.start_process("maker", [sys.executable, "-c", code], {})
+    stack.wait_for_log("maker", "ready.", timeout_s=10)
+    assert _mode(made) == 0o600  # umask 077, though this process's umask is wider
+    assert _mode(stack.log_path("maker")) == 0o600
 
 
 def test_second_stack_on_same_dir_is_refused(stack: LocalStack, data_dir: Path) -> None:

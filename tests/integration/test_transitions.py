@@ -39,6 +39,7 @@ def _event_count(run_id: int) -> int:
 
 
 STEP_CALLS: dict[str, Callable[[Any, int], Any]] = {
+    "ready": lambda s, i: transitions.ready_step(s, i),
     "queued": lambda s, i: transitions.enqueue_step(s, i),
     "running": lambda s, i: transitions.claim_step(s, i, worker="t", lease_s=5),
     "succeeded": lambda s, i: transitions.complete_step(s, i, attempt=0, result={}),
@@ -54,7 +55,9 @@ STEP_CALLS: dict[str, Callable[[Any, int], Any]] = {
 def test_illegal_step_transition_is_refused_and_changes_nothing(
     make_run: Callable[..., int], found: str, to: str
 ) -> None:
-    run_id = make_run([NOOP], start=False)
+    # A user of its own: a coordinator decision for another run of its user would dispatch a
+    # step forced to `ready` (models.dispatch) while the test looks at it.
+    run_id = make_run([NOOP], start=False, user=f"illegal-{found}-{to}")
     (step,) = run_steps(run_id)
     _force(Step, step.id or 0, found)
     before, events = _snapshot(Step, step.id or 0), _event_count(run_id)
@@ -81,7 +84,9 @@ RUN_CALLS: dict[str, Callable[[Any, int], Any]] = {
 def test_illegal_run_transition_is_refused_and_changes_nothing(
     make_run: Callable[..., int], found: str, to: str
 ) -> None:
-    run_id = make_run([NOOP], start=False)
+    # A user of its own: a run forced into a phase with no task in flight would hold one of its
+    # user's dispatch slots for good (models.dispatch), and the session's runs share `tester`.
+    run_id = make_run([NOOP], start=False, user=f"illegal-{found}-{to}")
     _force(Run, run_id, found)
     before = _snapshot(Run, run_id)
     with session_scope() as session, pytest.raises(IllegalTransition) as info:
@@ -100,6 +105,7 @@ def test_completion_by_a_stale_attempt_is_refused(make_run: Callable[..., int]) 
     run_id = make_run([NOOP], start=False)
     (step,) = run_steps(run_id)
     with session_scope() as session:
+        transitions.ready_step(session, step.id or 0)
         transitions.enqueue_step(session, step.id or 0)
         claimed = transitions.claim_step(session, step.id or 0, worker="t", lease_s=5)
     assert claimed.attempt == 1

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from models.states import STEP_STATUSES
 from scheduler.coordinator import Decision, RunView, StepView, decide
 
 
@@ -40,6 +41,7 @@ CASES = [
     ("first pending step", view("running", (1, "pending"), (2, "pending")), "enqueue_step", 1),
     ("next after done", view("running", (1, "succeeded"), (2, "pending")), "enqueue_step", 2),
     ("step queued", view("running", (1, "succeeded"), (2, "queued")), "wait", 2),
+    ("step ready, waiting for a slot", view("running", (1, "ready"), (2, "pending")), "wait", 1),
     ("step running", view("running", (1, "running"), (2, "pending")), "wait", 1),
     ("failure with budget", view("running", (1, "failed"), (2, "pending")), "replan", 1),
     ("failure, budget spent", view("running", (1, "failed"), used=1, limit=1), "escalate", 1),
@@ -80,7 +82,7 @@ def test_escalation_says_why() -> None:
     assert decide(view("running", deadline_passed=True)).reason == "wall_time_budget_spent"
 
 
-STATUSES = st.sampled_from(["pending", "queued", "running", "succeeded", "failed", "cancelled"])
+STATUSES = st.sampled_from(STEP_STATUSES)
 
 
 @given(

@@ -51,7 +51,9 @@ def test_summary_is_extractive_and_bounded() -> None:
 def test_facts_from_pinned_facts_and_fixed_failures() -> None:
     payload = {
         "goal": GOAL,
-        "facts": {"currency": "EUR", "cost_centre": "CC-4410"},
+        # every pinned fact, run state: a reviewer's answer among them is not the user's word
+        "facts": {"currency": "EUR", "cost_centre": "CC-4410", "reviewer_answer": '{"a": 1}'},
+        "stated_facts": {"currency": "EUR", "cost_centre": "CC-4410"},  # the user's own
         "failures": [
             {"step": "rate", "tool": "live_rate", "error": "timed out", "fixed_by": "cached_rate"},
             {"step": "x", "tool": "flaky", "error": "boom", "fixed_by": None},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from api.ui.templating import STATUS_TONE
 from models.states import (
     RUN_MOVES,
     RUN_STATUSES,
@@ -11,6 +12,7 @@ from models.states import (
     STEP_STATUSES,
     is_allowed,
 )
+from ops.views import STATUS_STYLE
 
 
 def test_terminal_run_statuses_have_no_way_out() -> None:
@@ -45,3 +47,9 @@ def test_is_allowed() -> None:
     assert is_allowed("steps", "queued", "running")
     assert not is_allowed("steps", "succeeded", "running")
     assert not is_allowed("runs", "succeeded", "running")
+
+
+def test_every_status_has_a_look_in_the_cli_and_the_console() -> None:
+    statuses = {*RUN_STATUSES, *STEP_STATUSES}
+    assert statuses - STATUS_STYLE.keys() == set()
+    assert statuses - STATUS_TONE.keys() == set()

@@ -17,7 +17,7 @@ from worker.providers import Completion, ModelRequest, OpenAIProvider, ToolCall
 from worker.tool_use import answer_call, assistant_message
 from worker.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
 
-load_tool_modules(DEFAULT_TOOL_MODULES)
+load_tool_modules([*DEFAULT_TOOL_MODULES, "tests.support.tools"])  # + append_marker
 
 
 @tool("test_transient", description="Fail with a retryable error.")

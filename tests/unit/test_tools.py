@@ -26,7 +26,7 @@ from worker.tools import (
 )
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 
-load_tool_modules(DEFAULT_TOOL_MODULES)
+load_tool_modules([*DEFAULT_TOOL_MODULES, "tests.support.tools"])  # + append_marker
 
 FACTS = {"currency": "EUR", "cost_centre": "CC-4410", "trip": "lisbon-2026-10"}
 CALLS: list[dict[str, Any]] = []

@@ -1,14 +1,14 @@
-"""Built-in tools for tests, benchmarks and demos of failure handling.
+"""Built-in tools for benchmarks and demos of failure handling.
 
-`noop` and `sleep` measure the engine's own overhead; `always_fails` (with a `noop` fallback) and
-`flaky` exercise replanning and retries; `append_marker` leaves an effect on disk that a test can
-count, to check that a step ran exactly once.
+`noop` and `sleep` measure the engine's own overhead; `echo` passes a value on; `always_fails`
+(with a `noop` fallback) and `flaky` exercise replanning and retries. None of them takes a host
+path or reaches the network: a served stack offers them to every submitter (issue 9). Tools that
+touch the disk for tests live with the tests (`tests/support/tools.py`).
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -66,17 +66,3 @@ def flaky(ctx: ToolContext, fail_times: Annotated[int, Field(ge=0)]) -> dict[str
     if ctx.tries_of_name <= fail_times:
         raise ToolError(f"flaky: try {ctx.tries_of_name} of {fail_times} failing tries")
     return {"ok": True, "tries": ctx.tries_of_name}
-
-
-@tool(
-    "append_marker",
-    description="Append `marker` and a newline to the file at `path`; return its line count.",
-    returns=("lines",),
-)
-def append_marker(ctx: ToolContext, path: str, marker: str) -> dict[str, Any]:
-    """Append `marker + "\\n"` to `path` (created if missing); `{"lines": <lines in the file>}`."""
-    target = Path(path)
-    with target.open("a", encoding="utf-8") as handle:
-        handle.write(marker + "\n")
-    with target.open(encoding="utf-8") as handle:
-        return {"lines": sum(1 for _ in handle)}

@@ -5,6 +5,13 @@ A tool is a plain function `f(ctx: ToolContext, **args) -> dict[str, Any]` regis
 checked against its signature with pydantic before it runs, so a model that invents an argument
 gets a `ToolArgumentsError` that names the field and what is allowed, and the function never runs.
 
+The tools a process offers are those of the modules in `AGENTQ_TOOL_MODULES` (`enabled_tool`,
+`configured_tool_names`, `catalog`), whatever else happens to be imported: a plan naming any
+other tool is refused, and a worker never runs one. A tool that raises anything but agentq's own
+`ToolError` family fails with `ToolCrashed`, which names only the tool and the exception's type;
+the exception itself, which may hold host paths, goes to the worker's log. A tool's arguments
+and result are capped at `AGENTQ_STEP_DATA_MAX_BYTES` (`models.step_data`).
+
 A playbook is a canned plan (a list of step dicts) that the offline planner returns for goals that
 contain all of its keywords.
 """
@@ -21,10 +28,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from models.errors import ConfigurationError, ToolArgumentsError, ToolError
+from models.errors import (
+    ConfigurationError,
+    ToolArgumentsError,
+    ToolCrashed,
+    ToolError,
+    ToolNotEnabled,
+)
 from models.settings import get_settings
+from models.step_data import check_step_data
 
 ToolFunction = Callable[..., dict[str, Any]]
 
@@ -32,6 +48,7 @@ DEFAULT_TOOL_MODULES: tuple[str, ...] = ("worker.tools.builtin", "worker.tools.e
 """The modules that register agentq's own tools: the built-ins and the expense-report demo."""
 
 _ARG_ERRORS_SHOWN = 5  # a model that gets everything wrong does not need 40 lines of errors
+log = structlog.get_logger("agentq.worker")
 
 
 @dataclass(frozen=True)
@@ -70,13 +87,15 @@ class Fallback:
 
 @dataclass(frozen=True)
 class Tool:
-    """A registered tool: its function, its description for the planner and its result keys."""
+    """A registered tool: its function, its description for the planner and its result keys;
+    `module` is where the function is defined (what `AGENTQ_TOOL_MODULES` must name)."""
 
     name: str
     description: str
     func: ToolFunction
     returns: tuple[str, ...]
     fallback: Fallback | None
+    module: str = ""
 
     def parameters_schema(self) -> dict[str, Any]:
         """The JSON schema (pydantic's) of the arguments: the signature without `ctx`."""
@@ -86,13 +105,24 @@ class Tool:
         """Validate `args`, call the function and check its result.
 
         Raises `ToolArgumentsError` (the function is not called) when the arguments do not fit
-        the signature, `ToolError` when the result is not a JSON-serialisable dict holding every
-        key in `returns`, and whatever
-        the function raises (`ToolError`, `RetryableToolError`, or a bug's own exception).
+        the signature, `StepDataTooLarge` when the arguments or the result are over
+        `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError` when the result is not a JSON-serialisable
+        dict holding every key in `returns`, what the function raises of the `ToolError` family
+        (`RetryableToolError` included) and billiard's `SoftTimeLimitExceeded`; anything else
+        the function raises is logged with its traceback and raised as `ToolCrashed`.
         """
+        max_bytes = get_settings().step_data_max_bytes
+        check_step_data(args, what=f"the arguments of tool {self.name!r}", max_bytes=max_bytes)
         validated = self._validate(args)
-        result = self.func(ctx, **validated)
+        try:
+            result = self.func(ctx, **validated)
+        except (ToolError, SoftTimeLimitExceeded):
+            raise
+        except Exception as exc:
+            log.exception("tool.crashed", tool=self.name, run_id=ctx.run_id, step_id=ctx.step_id)
+            raise ToolCrashed(self.name, exc) from exc
         _check_result(self.name, result, self.returns)
+        check_step_data(result, what=f"the result of tool {self.name!r}", max_bytes=max_bytes)
         return result
 
     def _validate(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +189,7 @@ def tool(
         if name in _TOOLS:
             raise ValueError(f"tool {name!r} is already registered (by {_TOOLS[name].func!r})")
         _arguments_model(func)  # fail at import, not at the first call
-        _TOOLS[name] = Tool(name, description, func, tuple(returns), fallback)
+        _TOOLS[name] = Tool(name, description, func, tuple(returns), fallback, func.__module__)
         return func
 
     return register
@@ -174,20 +204,42 @@ def get_tool(name: str) -> Tool:
         raise ToolError(f"unknown tool {name!r}; registered: {known}") from None
 
 
+def enabled_tool(name: str) -> Tool:
+    """The tool `name` if `AGENTQ_TOOL_MODULES` offers it: what a worker runs.
+
+    Raises `ToolNotEnabled` naming the tool and the enabled ones otherwise (registered by some
+    other imported module, or not at all).
+    """
+    enabled = configured_tool_names()
+    if name not in enabled:
+        raise ToolNotEnabled(
+            f"tool {name!r} is not enabled (AGENTQ_TOOL_MODULES); enabled: "
+            f"{', '.join(enabled) or 'none'}"
+        )
+    return _TOOLS[name]
+
+
 def catalog() -> list[dict[str, Any]]:
-    """Every tool, sorted by name, as shown to planners.
+    """Every enabled tool (`configured_tool_names`), sorted by name, as shown to planners.
 
     Shape: `[{"name", "description", "parameters": <JSON schema>, "returns": [key, ...],
     "fallback": {"tool", "args"} | None}, ...]`.
     """
-    return [_TOOLS[name].describe() for name in sorted(_TOOLS)]
+    return [_TOOLS[name].describe() for name in configured_tool_names()]
 
 
 def configured_tool_names() -> list[str]:
-    """Names of the tools the workers load (`AGENTQ_TOOL_MODULES`), for checking plans in any
-    process (the CLI, the API); importing their modules registers them and runs nothing."""
-    load_tool_modules(get_settings().tool_modules)
-    return sorted(_TOOLS)
+    """Names of the tools of the modules in `AGENTQ_TOOL_MODULES` (or their submodules), sorted,
+    for checking plans in any process (the CLI, the API) and running them in a worker;
+    importing the modules registers their tools and runs nothing else. Tools registered by
+    other modules (a test's own) are not among them."""
+    modules = get_settings().tool_modules
+    load_tool_modules(modules)
+    return sorted(
+        name
+        for name, found in _TOOLS.items()
+        if any(found.module == m or found.module.startswith(f"{m}.") for m in modules)
+    )
 
 
 def declared_returns(name: str | None) -> tuple[str, ...]:

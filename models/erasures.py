@@ -1,0 +1,142 @@
+"""Erasure points: a forget is final, and `forget --runs` empties the user's runs.
+
+Forgetting a user deletes their memory, but runs of that user still in flight would write it
+again: deciding a waiting escalation wrote the user's facts and episodes back (issue 9, finding
+4). So a forget records an erasure point, one row of `memory_erasures` per user (the newest
+forget's time), and every memory write of a run (a fact, an episode, a turn, a rolling summary,
+a `memory.recalled` event quoting memory: everything a forget deletes) passes `may_write`
+first. A run created at or before its user's erasure point writes no memory; the drop is
+recorded as the run event `memory.dropped`.
+
+A write racing a forget cannot slip through. The forget takes the user's erasure lock
+exclusively before it records the point and deletes, and holds it until it commits (`erase`);
+each write takes the same lock shared, then reads the erasure point in a new statement (under
+READ COMMITTED, Postgres' default, each statement sees what committed before it started), and
+holds the lock until it commits. Either the write commits first, and the forget, waiting for the
+lock, deletes what it wrote; or the forget commits first, and the write sees the new point.
+
+`erase_runs` (`agentq memory forget --runs`) erases the content of the user's ended runs and
+keeps only ids, statuses, timings and spend.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Final
+
+import sqlalchemy as sa
+from sqlmodel import Field, Session, SQLModel
+
+from models import transitions
+from models.tables import created_field
+
+ERASED: Final = "[erased]"  # what a text column of an erased run holds
+
+# erasure_lock: the user's erasure lock, exclusive (a forget), until the transaction ends.
+ERASURE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
+# erasure_lock_shared: the same lock shared (a memory write), until the transaction ends.
+ERASURE_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(hashtextextended(:key, 0))"
+# record_erasure: move the user's erasure point to now (never back); returns the point.
+RECORD_ERASURE = (
+    "INSERT INTO memory_erasures (user_id, erased_at) VALUES (:user_id, now()) "
+    "ON CONFLICT (user_id) DO UPDATE "
+    "SET erased_at = greatest(memory_erasures.erased_at, excluded.erased_at) "
+    "RETURNING erased_at"
+)
+# erased_before: the user's erasure point, if run :run_id was created at or before it.
+ERASED_BEFORE = (
+    "SELECT e.erased_at FROM memory_erasures AS e, runs AS r "
+    "WHERE e.user_id = :user_id AND r.id = :run_id AND r.created_at <= e.erased_at"
+)
+
+
+class MemoryErasure(SQLModel, table=True):
+    """When `user_id`'s memory was last forgotten: runs created until then write no memory."""
+
+    __tablename__ = "memory_erasures"
+    user_id: str = Field(primary_key=True, max_length=200)
+    erased_at: datetime = created_field()
+
+
+def _key(user_id: str) -> str:
+    return json.dumps(["memory", user_id])
+
+
+def erase(session: Session, *, user_id: str) -> datetime:
+    """Take `user_id`'s erasure lock exclusively and move their erasure point to now; returns
+    it. Call it before deleting the user's memory, in the same transaction (see the module
+    docstring)."""
+    session.execute(sa.text(ERASURE_LOCK), {"key": _key(user_id)})
+    point: datetime = session.execute(sa.text(RECORD_ERASURE), {"user_id": user_id}).scalar_one()
+    return point
+
+
+def erased_at(session: Session, *, run_id: int, user_id: str) -> datetime | None:
+    """`user_id`'s erasure point if run `run_id` was created at or before it, else None (no
+    lock: a hint, for skipping work that `may_write` would drop anyway)."""
+    found: datetime | None = session.execute(
+        sa.text(ERASED_BEFORE), {"user_id": user_id, "run_id": run_id}
+    ).scalar_one_or_none()
+    return found
+
+
+def may_write(session: Session, *, run_id: int, user_id: str, what: str) -> bool:
+    """Whether run `run_id` may write `what` (a fact, episode, turn, summary) to `user_id`'s
+    memory: False when the user was forgotten after the run was created, and then the event
+    `memory.dropped` (`{"what", "erased_at"}`) is recorded. Holds the user's erasure lock
+    shared until the transaction ends, so a forget waits for the write to commit."""
+    session.execute(sa.text(ERASURE_LOCK_SHARED), {"key": _key(user_id)})
+    point = erased_at(session, run_id=run_id, user_id=user_id)
+    if point is None:
+        return True
+    transitions.record_event(
+        session, run_id, "memory.dropped", what=what, erased_at=point.isoformat()
+    )
+    return False
+
+
+# The ended runs of :user_id, whose content `erase_runs` erases (each statement below uses it).
+ENDED_RUNS: Final = (
+    "SELECT id FROM runs WHERE user_id = :user_id "
+    "AND status IN ('succeeded', 'failed', 'cancelled')"
+)
+# erase_runs: one statement per table; what each keeps is ids, statuses, timings and spend.
+ERASE_RUN_CONTENT: Final = {
+    # runs: the goal, the answer and the error go; budgets, spend and times stay
+    "runs": "UPDATE runs SET goal = CAST(:erased AS text), final_result = NULL, "
+    "error = CASE WHEN error IS NULL THEN NULL ELSE CAST(:erased AS text) END "
+    f"WHERE id IN ({ENDED_RUNS})",
+    # pinned facts: every row goes
+    "pinned facts": f"DELETE FROM pinned_facts WHERE run_id IN ({ENDED_RUNS})",
+    # steps: name, instruction, arguments, result and error go; kind, tool and counts stay
+    "steps": "UPDATE steps SET name = CAST(:erased AS text), instruction = '', args = '{}'::jsonb, "
+    "result = NULL, error = CASE WHEN error IS NULL THEN NULL ELSE CAST(:erased AS text) END "
+    f"WHERE run_id IN ({ENDED_RUNS})",
+    # step attempts: the error text goes
+    "step attempts": "UPDATE step_attempts SET error = CAST(:erased AS text) "
+    f"WHERE error IS NOT NULL AND step_id IN (SELECT id FROM steps WHERE run_id IN ({ENDED_RUNS}))",
+    # plan versions: the reason (it quotes step names and errors) goes
+    "plan versions": f"UPDATE plan_versions SET reason = '' WHERE run_id IN ({ENDED_RUNS})",
+    # events: every detail goes, but the numbers of `model.call` events (tokens, cost: spend)
+    "events": "UPDATE run_events SET detail = CASE WHEN kind <> 'model.call' THEN '{}'::jsonb "
+    "ELSE coalesce((SELECT jsonb_object_agg(d.key, d.value) FROM jsonb_each(detail) AS d "
+    "WHERE jsonb_typeof(d.value) IN ('number', 'boolean')), '{}'::jsonb) END "
+    f"WHERE run_id IN ({ENDED_RUNS})",
+    # escalations: the detail (error, raw output), the comment and the answer go
+    "escalations": "UPDATE escalations SET detail = '{}'::jsonb, comment = NULL, answer = NULL "
+    f"WHERE run_id IN ({ENDED_RUNS})",
+}
+
+
+def erase_runs(session: Session, *, user_id: str) -> dict[str, int]:
+    """Erase the content of every ended run of `user_id` (goals, pinned facts, step names,
+    instructions, arguments, results and errors, plan reasons, event details, escalation
+    details, comments and answers), keeping ids, statuses, timings and spend (budgets, tokens,
+    cost, `model.call` numbers). Returns the rows touched per table. Runs still active are left
+    alone (the caller cancels them first); running it again erases what ended since."""
+    params = {"user_id": user_id, "erased": ERASED}
+    return {
+        table: int(getattr(session.execute(sa.text(sql), params), "rowcount", 0))
+        for table, sql in ERASE_RUN_CONTENT.items()
+    }
