@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from api import access_log, headers, health, limits, memory, reviews, runs
 from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
+from api.openapi import state_rules
 from api.responses import ErrorOut, PrincipalOut
-from models.settings import get_settings
+from models.settings import BUDGET_CEILINGS, get_settings
+from worker.tools import catalog
 
 API_PREFIX = "/api/v1"
 DESCRIPTION = """\
@@ -34,10 +36,16 @@ me_router = APIRouter(tags=["auth"])
 
 
 class AgentqAPI(FastAPI):
-    """FastAPI whose spec documents agentq's 422 body (`api.errors.document_validation_errors`)."""
+    """FastAPI whose spec documents agentq's 422 body (`api.errors.document_validation_errors`)
+    and states every rule the server enforces on a request (`api.openapi.state_rules`)."""
 
     def openapi(self) -> dict[str, Any]:
-        return document_validation_errors(super().openapi())
+        if self.openapi_schema is None:
+            spec = document_validation_errors(super().openapi())
+            settings = get_settings()
+            ceilings = {name: getattr(settings, most) for name, _, most in BUDGET_CEILINGS}
+            self.openapi_schema = state_rules(spec, catalog(), ceilings)
+        return self.openapi_schema
 
 
 @me_router.get("/me", response_model=PrincipalOut, summary="Who this token acts as")
@@ -83,7 +91,12 @@ def create_api() -> FastAPI:
     install_error_handlers(app)
     refusals = {code: {"model": ErrorOut, "description": text} for code, text in REFUSALS.items()}
     for router in (runs.router, reviews.router, memory.router, me_router):
-        app.include_router(router, prefix=API_PREFIX, responses=refusals)  # type: ignore[arg-type]
+        app.include_router(
+            router,
+            prefix=API_PREFIX,
+            responses=refusals,  # type: ignore[arg-type]
+            dependencies=[Depends(limits.query_as_declared)],
+        )
     app.include_router(health.router)
     limits.install(app)
     access_log.install(app)  # it logs the body limit's refusals too

@@ -47,6 +47,25 @@ class Principal:
         the API's run detail and the console (issue 9)."""
         return self.role == "admin" or (self.role == "submitter" and self.user_id == user_id)
 
+    def acting_for(self, user: str | None) -> str:
+        """The agentq user a request acts for: `user`, or a submitter token's own user when it
+        is left out. Raises 403 when a submitter names another user, or when a token that acts
+        for no user (reviewer, admin) names none: which is allowed depends on the token, not
+        on the request's shape, so the spec can only describe it (issue 9, finding 10)."""
+        if self.role == "submitter":
+            if user is not None and user != self.user_id:
+                raise HTTPException(
+                    status.HTTP_403_FORBIDDEN,
+                    f"user: a submitter token acts only for its own user {self.user_id!r}",
+                )
+            return self.user_id or ""
+        if user is None:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"user: {self.role} tokens act for no user of their own; name one with `user`",
+            )
+        return user
+
 
 def authenticate(raw_token: str) -> Principal | None:
     """The principal of a live (not revoked) token, or None; opens and commits its own DB session.

@@ -1,8 +1,9 @@
 """agentq's errors as HTTP responses: one JSON body, `{"detail": "...", "error": "Kind"}`.
 
 `InvalidInput`, `InvalidPlan` -> 400; `NotFound` -> 404; a guarded transition that found its row
-in another state (`IllegalTransition`: a second decision, a run already ended) and
-`ClaimedByAnother` -> 409, with nothing changed (the transaction rolled back);
+in another state (`IllegalTransition`: a second decision, a run already ended),
+`ClaimedByAnother` and a request that conflicts with the rows' state (`Conflict`,
+`PlanConflict`) -> 409, with nothing changed (the transaction rolled back);
 `BrokerUnavailable`, `DatabaseError`, `ConfigurationError` (the server's settings) and a wait
 for a pooled database connection that timed out -> 503. `UserQuotaExceeded` (a user's submit
 quota) -> 429 with `Retry-After` in whole seconds (RFC 9110, section 10.2.3).
@@ -26,17 +27,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.constants import REF_PREFIX
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from models.errors import (
     AgentqError,
     BrokerUnavailable,
     ClaimedByAnother,
     ConfigurationError,
+    Conflict,
     DatabaseError,
     IllegalTransition,
     InvalidInput,
     InvalidPlan,
     NotFound,
+    PlanConflict,
     UserQuotaExceeded,
 )
 
@@ -50,13 +54,16 @@ STATUS_OF: dict[type[AgentqError], int] = {
     BrokerUnavailable: 503,
     DatabaseError: 503,
     UserQuotaExceeded: 429,
+    PlanConflict: 409,
+    Conflict: 409,
 }
 REFUSALS = {
     400: "bad input: the message names the field and what is allowed",
     401: "no valid bearer token",
-    403: "the token's role may not do this",
+    403: "the token's role may not do this, or not for this user",
     404: "no such row (or not yours)",
-    409: "the row is in another state; nothing was changed",
+    409: "the row is in another state, or the request conflicts with it (a new step taking a "
+    "succeeded step's name, a forget of runs still active); nothing was changed",
     413: "the request body is too large (`BodyTooLarge`)",
 }
 # The submit route's quota refusal, for its `responses` (the body is `ErrorOut`'s).
@@ -70,6 +77,7 @@ QUOTA_REFUSAL: Final = {
         }
     },
 }
+HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")  # what an API route may serve
 # The `error` of refusals whose HTTP phrase differs between Python versions (3.13 renamed both).
 KIND_OF_STATUS: Final = {413: "BodyTooLarge", 422: "ValidationError"}
 
@@ -131,12 +139,29 @@ async def _pool_timeout(_request: Request, _exc: Exception) -> JSONResponse:
     )
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     kind = KIND_OF_STATUS.get(exc.status_code) or HTTPStatus(exc.status_code).phrase
     response = error_body(exc.status_code, str(exc.detail), kind)
     response.headers.update(exc.headers or {})
+    if exc.status_code == 405:
+        response.headers["Allow"] = ", ".join(allowed_methods(request))
     return response
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route serves at the request's path, in `HTTP_METHODS` order: a 405's
+    `Allow` (RFC 9110, section 15.5.6). Starlette names only the first matching route's
+    methods, and the API serves several methods of one path from separate routes (GET and POST
+    `/runs`), some inside included routers: so each method is asked of every route."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
 
 
 async def _invalid_request(_request: Request, exc: Exception) -> JSONResponse:

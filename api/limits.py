@@ -1,4 +1,5 @@
-"""The request body limit: a body over `BODY_MAX_BYTES` is refused with 413 before it is read whole.
+"""Limits on requests: a body over `BODY_MAX_BYTES` is refused with 413 before it is read whole,
+and a query parameter that is unknown or given twice is refused with 422 (`query_as_declared`).
 
 A declared `Content-Length` over the limit is answered at once, before the app runs or a byte of
 the body is read; a body without one (`Transfer-Encoding: chunked`) is counted as it streams in,
@@ -9,15 +10,22 @@ the body, so it is not used.)
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Final
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth import AnyPrincipal
 from api.errors import KIND_OF_STATUS, error_body
 
+_PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 BODY_MAX_BYTES: Final = 1024 * 1024
 """1 MiB. The largest legitimate body is a plan of a few hundred steps, tens of kilobytes; a
 50 MB plan was once accepted, grew the API process to 840 MB while it was parsed and stored, and
@@ -62,3 +70,40 @@ class BodyLimit:
 def install(app: FastAPI) -> None:
     """Refuse request bodies over `BODY_MAX_BYTES` in `app` (every route, the web UI's too)."""
     app.add_middleware(BodyLimit)
+
+
+def query_as_declared(request: Request, _principal: AnyPrincipal) -> None:
+    """FastAPI dependency of the `/api/v1` routes: refuse (422, a field error naming each) a
+    query parameter the operation does not take, or one given more than once. FastAPI would
+    silently ignore the first and take the last of `?user=a&user=b`: requests the spec does not
+    allow (no parameter of the API is a list), which must not be answered as if they were
+    right. It runs after authentication (`_principal`): without a token the answer is 401."""
+    route = request.scope.get("route")
+    declared = _query_names(route.dependant) if isinstance(route, APIRoute) else None
+    counts = Counter(key for key, _ in request.query_params.multi_items())
+    errors = [
+        {"loc": _query_loc(key), "msg": "given more than once; give it once", "type": "repeated"}
+        for key, n in sorted(counts.items())
+        if n > 1
+    ]
+    if declared is not None:
+        errors += [
+            {"loc": _query_loc(key), "msg": "not a parameter of this operation", "type": "unknown"}
+            for key in sorted(set(counts) - declared)
+        ]
+    if errors:
+        raise RequestValidationError(errors)
+
+
+def _query_loc(key: str) -> tuple[str, ...]:
+    """Where a refused query parameter is: its name when it reads as one (a refusal never
+    echoes arbitrary input, `api.errors`), else only `query`."""
+    return ("query", key) if _PLAIN_NAME.fullmatch(key) else ("query",)
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters an operation takes, its dependencies' included."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names

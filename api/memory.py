@@ -76,12 +76,10 @@ class Forget(Body):
 
 
 def memory_user(user: str | None, principal: Principal) -> str:
-    """The user whose memory is read or forgotten: `user`, else a submitter token's own (400
-    for an admin without `user`); 403 for a user whose memory the principal may not read."""
-    if user is None:
-        if principal.role != "submitter":
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, "user: required with an admin token")
-        return principal.user_id or ""
+    """The user whose memory is read or forgotten: `user`, else a submitter token's own
+    (`Principal.acting_for`: 403 for an admin without `user`); 403 for a user whose memory the
+    principal may not read."""
+    user = principal.acting_for(user)
     if not principal.can_read_memory(user):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
@@ -141,12 +139,14 @@ def search(
 
 
 @router.post("/forget", response_model=ForgetOut, summary="Forget a user")
-def forget(body: Forget, principal: Submitter) -> ForgetOut:
+def forget(principal: Submitter, body: Forget | None = None) -> ForgetOut:
     """Delete all of the user's memory: facts with their history, episodes, turns, summaries,
     and the events that quoted recalled facts. It is final: memory writes of the user's runs
     created before it are dropped. With `cancel_runs`, the user's active runs are cancelled;
     with `runs`, their runs' content is erased too. Admin for any user; a submitter token for
-    its own user only (403 for another)."""
+    its own user only (403 for another). Every field is optional, the body too: a submitter
+    forgets its own memory with an empty POST."""
+    body = body or Forget()
     user_id = memory_user(body.user, principal)
     done = memory.forget(user_id, cancel_runs=body.cancel_runs, runs=body.runs)
     return ForgetOut(

@@ -70,7 +70,9 @@ def list_reviews(
         return [review_out(session, e) for e in session.exec(stmt.limit(limit))]
 
 
-@router.get("/{escalation_id}", response_model=ReviewOut, summary="One escalation")
+# `:int`: `GET /reviews/claim` is then no escalation id but the claim route's path, which
+# answers 405 with `Allow: POST` (the spec's word) instead of 422 for an id that is not a number.
+@router.get("/{escalation_id:int}", response_model=ReviewOut, summary="One escalation")
 def read_review(escalation_id: EscalationId, principal: Reviewer) -> ReviewOut:
     """Why the run escalated: the failed step and its error, the run and its spend, the pinned
     facts, and the decision once there is one. 404 when it does not exist."""

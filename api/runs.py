@@ -35,7 +35,7 @@ from api.responses import (
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from models import previews, queue, reviews, transitions
 from models.db import session_scope
-from models.errors import InvalidInput, NotFound
+from models.errors import NotFound
 from models.plans import parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
@@ -146,17 +146,6 @@ def visible_run(session: Session, run_id: int, principal: Principal) -> Run:
     return run
 
 
-def submitting_user(body: RunSubmit, principal: Principal) -> str:
-    """Whose run it is: a submitter's own user; for other roles, `user` is required."""
-    if principal.role == "submitter":
-        if body.user is not None and body.user != principal.user_id:
-            raise InvalidInput(f"user: a submitter token submits only as {principal.user_id!r}")
-        return principal.user_id or ""
-    if body.user is None:
-        raise InvalidInput(f"user: required with a {principal.role} token (whose run is it?)")
-    return body.user
-
-
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
@@ -173,7 +162,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     `Retry-After`, and nothing is written. Submitter or admin; an explicit plan only from the
     roles in `AGENTQ_PLAN_SUBMIT_ROLES` (403 naming the setting), naming only enabled tools.
     """
-    user_id = submitting_user(body, principal)
+    user_id = principal.acting_for(body.user)
     plan = None
     if body.plan is not None:
         check_plan_role(principal)

@@ -11,38 +11,62 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
 )
 
 from models.plans import PlanSpec
 from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, MAX_PINNED_FACTS, USER_ID_MAX_CHARS
-from models.storable import storable_problem
+from models.storable import json_integer, storable_problem
 
 PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq submit --wall-time`: longer is a typo
 COST_MAX_USD: Final = 1_000_000.0
 COMMENT_MAX_CHARS: Final = 4_000
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"  # Postgres text cannot hold NUL; query strings can send it
+# An integer field of a strict body also takes `3.0` (after its constraints, which must come
+# first in `Annotated` for pydantic to state them in the schema).
+WHOLE_NUMBER: Final = BeforeValidator(json_integer)
+# Some text that is not only whitespace (the server strips and refuses blank text), and no NUL.
+NOT_BLANK_PATTERN: Final = r"^[^\x00]*[^\x00\s][^\x00]*$"
 
 RunStatus = Literal[
     "queued", "planning", "running", "replanning", "synthesizing", "waiting_review",
     "succeeded", "failed", "cancelled",
 ]  # fmt: skip  # models.states.RUN_STATUSES (a unit test keeps them equal)
 EscalationStatus = Literal["open", "claimed", "decided"]
-UserId = Annotated[str, StringConstraints(min_length=1, max_length=USER_ID_MAX_CHARS)]
+UserId = Annotated[
+    str, StringConstraints(min_length=1, max_length=USER_ID_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+]
 FactKey = Annotated[str, StringConstraints(pattern=FACT_KEY_PATTERN)]
 FactValue = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
 Comment = Annotated[str, StringConstraints(min_length=1, max_length=COMMENT_MAX_CHARS)]
+RequiredComment = Annotated[
+    str, StringConstraints(max_length=COMMENT_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+]
+# A reviewer's answer: any JSON value but null, "" and {} (`api.reviews.respond` refuses those).
+ANSWER_SCHEMA: Final = {
+    "description": 'A JSON object, or a plain value such as 0.95; not null, "" or {}.',
+    "anyOf": [
+        {"type": "object", "minProperties": 1},
+        {"type": "array"},
+        {"type": "string", "minLength": 1},
+        {"type": "number"},
+        {"type": "boolean"},
+    ],
+}
 
 
 class Body(BaseModel):
-    """A request body: unknown fields refused, and nothing Postgres cannot store."""
+    """A request body: unknown fields refused, and nothing Postgres cannot store. Strict: a value
+    of another JSON type is refused, never converted (`false` is not 0, `"1"` is not 1)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -55,19 +79,29 @@ class Body(BaseModel):
 class Budgets(Body):
     """A run's budgets; each one left out takes its default (`AGENTQ_DEFAULT_*`)."""
 
-    replans: int | None = Field(default=None, ge=0, le=PG_INT_MAX, description="Replans.")
-    tokens: int | None = Field(default=None, ge=1, le=PG_INT_MAX, description="Model tokens.")
+    replans: Annotated[int, Field(ge=0, le=PG_INT_MAX), WHOLE_NUMBER] | None = Field(
+        default=None, description="Replans."
+    )
+    tokens: Annotated[int, Field(ge=1, le=PG_INT_MAX), WHOLE_NUMBER] | None = Field(
+        default=None, description="Model tokens."
+    )
     cost_usd: float | None = Field(default=None, ge=0, le=COST_MAX_USD, description="USD.")
     wall_time_s: float | None = Field(
-        default=None, ge=1, le=WALL_TIME_MAX_S, description="Seconds, at most 30 days."
+        default=None,
+        ge=1,
+        le=WALL_TIME_MAX_S,
+        description="Seconds, at most AGENTQ_MAX_WALL_TIME_BUDGET_S (a week by default).",
     )
 
 
 class RunSubmit(Body):
-    """A goal to run. `user` defaults to a submitter token's user and is required otherwise; a
-    submitter may name only its own. `plan` skips the planning call (`{"steps": [...]}`)."""
+    """A goal to run. `user` defaults to a submitter token's user; a submitter may name only
+    its own, and an admin must name one (403 otherwise: the rule depends on the token). `plan`
+    skips the planning call (`{"steps": [...]}`)."""
 
-    goal: Annotated[str, StringConstraints(min_length=1, max_length=GOAL_MAX_CHARS)]
+    goal: Annotated[
+        str, StringConstraints(min_length=1, max_length=GOAL_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+    ]
     user: UserId | None = None
     facts: dict[FactKey, FactValue] = Field(
         default_factory=dict, max_length=MAX_PINNED_FACTS, description="Pinned facts."
@@ -85,7 +119,7 @@ class Approve(Body):
 class Reject(Body):
     """Reject: the run fails with the comment."""
 
-    comment: Comment
+    comment: RequiredComment
 
 
 class Respond(Body):
@@ -94,7 +128,7 @@ class Respond(Body):
     `{"answer": value}`. It is run state: it becomes a fact of the run's user (source
     `reviewer:<name>`) only with `remember`."""
 
-    answer: Annotated[Any, Field(description="A JSON object, or a plain value such as 0.95.")]
+    answer: Annotated[Any, WithJsonSchema(ANSWER_SCHEMA)]
     comment: Comment | None = None
     remember: StrictBool = Field(
         default=False,

@@ -163,7 +163,7 @@ def revoke_token(session: Session, token_id: int) -> Revocation:
     if row is None:
         if session.get(ApiToken, token_id) is None:
             raise NotFound(f"token {token_id} does not exist")
-        raise IllegalTransition("api_tokens", token_id, "revoked", "not revoked")
+        raise IllegalTransition("api_tokens", token_id, "revoked", "live")
     ended = ui_sessions.end_for_token(session, token_id)
     return Revocation(row, ended, _release_claims(session, token_id))
 

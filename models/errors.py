@@ -40,6 +40,11 @@ class ClaimedByAnother(AgentqError):
     """Another reviewer has claimed this escalation."""
 
 
+class Conflict(AgentqError):
+    """The request is valid but conflicts with the current state of the rows; nothing was
+    changed (an HTTP 409)."""
+
+
 class InvalidInput(AgentqError):
     """A value given to agentq is not allowed; the message names the field and what is."""
 
@@ -86,6 +91,11 @@ class CostBudgetSpent(BudgetExhausted):
 
 class InvalidPlan(AgentqError):
     """A plan (from a model, a reviewer or a user) does not validate."""
+
+
+class PlanConflict(InvalidPlan):
+    """A plan is valid in itself but clashes with the run's state: a new step takes the name of
+    a step that already succeeded (an HTTP 409, where a plan wrong in itself is a 400)."""
 
 
 class ToolError(AgentqError):

@@ -33,7 +33,7 @@ from models.episodes import (
     forget_episodes,
     recall_episodes,
 )
-from models.errors import ConfigurationError, IllegalTransition, InvalidInput, NotFound
+from models.errors import ConfigurationError, Conflict, IllegalTransition, NotFound
 from models.facts import (
     Fact,
     ScoredFact,
@@ -212,14 +212,14 @@ def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Fo
 
     Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
     the user's erasure lock, which a decision waits for while it holds its run's lock, so the
-    forget never waits for a run's lock itself. Raises `InvalidInput` (changing nothing) for
+    forget never waits for a run's lock itself. Raises `Conflict` (changing nothing) for
     `runs` while the user has active runs and `cancel_runs` is not given.
     """
     with session_scope() as session:
         active = active_runs(session, user_id=user_id)
         if runs and active and not cancel_runs:
             listed = ", ".join(str(i) for i in active)
-            raise InvalidInput(
+            raise Conflict(
                 f"runs: {user_id!r} has active runs ({listed}) whose content would be written "
                 "again; cancel them too (--cancel-runs, cancel_runs) or wait until they end"
             )

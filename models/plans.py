@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, select
 
-from models.errors import InvalidPlan, ToolArgumentsError
+from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
 from models.references import referenced_facts, references
 from models.storable import parse_json, storable_problem
 from models.tables import PlanVersion, Run, Step, utcnow
@@ -57,8 +57,10 @@ class StepSpec(BaseModel):
     def _tool_matches_kind(self) -> StepSpec:
         if self.kind == "tool" and not self.tool:
             raise ValueError(f"step {self.name!r}: kind 'tool' needs a 'tool' name")
-        if self.kind == "model" and self.tool:
+        if self.kind == "model" and self.tool is not None:
             raise ValueError(f"step {self.name!r}: kind 'model' takes no 'tool'")
+        if self.kind == "model" and self.args:
+            raise ValueError(f"step {self.name!r}: kind 'model' takes no 'args'")
         if self.kind == "tool" and self.tools:
             raise ValueError(f"step {self.name!r}: 'tools' is for kind 'model' steps only")
         if self.kind == "model" and not self.instruction.strip():
@@ -100,14 +102,15 @@ def parse_plan(
     `facts`, when given, the pinned facts that `${facts.KEY}` may name; `check_args(tool, args)`
     returns the problems of a tool call's arguments (the tool registry's check). Step names must
     be unique within the plan. Raises `InvalidPlan` with every problem found, each naming the
-    step and field.
+    step and field; `PlanConflict` (an `InvalidPlan`) when the only problem is a new step taking
+    an `earlier` name, which depends on the run's state rather than on the plan.
     """
     try:
         plan = PlanSpec.model_validate(parse_json(data) if isinstance(data, str) else data)
     except ValueError as exc:  # pydantic's ValidationError is one
         raise InvalidPlan(_describe(exc)) from exc
     problems = list(_plan_problems(plan, tools=tools, earlier=earlier))
-    problems += _names_problems(plan, earlier)
+    problems += _names_problems(plan)
     problems += _facts_problems(plan, facts)
     if check_args is not None:
         problems += [
@@ -116,8 +119,11 @@ def parse_plan(
             if step.tool in tools
             for problem in check_args(step.tool or "", step.args)
         ]
+    clashes = _clashes(plan, earlier)
     if problems:
-        raise InvalidPlan("; ".join(problems))
+        raise InvalidPlan("; ".join(problems + clashes))
+    if clashes:
+        raise PlanConflict("; ".join(clashes))
     return plan
 
 
@@ -148,21 +154,25 @@ def _plan_problems(
         available.add(step.name)
 
 
-def _names_problems(plan: PlanSpec, earlier: Collection[str]) -> list[str]:
-    """Names are unique within the plan, and never take the name of an earlier result: a
-    `${steps.NAME...}` reference must mean one step."""
+def _names_problems(plan: PlanSpec) -> list[str]:
+    """Names are unique within the plan: a `${steps.NAME...}` reference must mean one step."""
     seen: set[str] = set()
     problems = []
     for i, step in enumerate(plan.steps):
         if step.name in seen:
             problems.append(f"steps.{i}.name: {step.name!r} is used twice; names must be unique")
-        elif step.name in earlier:
-            problems.append(
-                f"steps.{i}.name: {step.name!r} is the name of a step that already succeeded; "
-                "choose another"
-            )
         seen.add(step.name)
     return problems
+
+
+def _clashes(plan: PlanSpec, earlier: Collection[str]) -> list[str]:
+    """New steps never take the name of an earlier result (a step that already succeeded)."""
+    return [
+        f"steps.{i}.name: {step.name!r} is the name of a step that already succeeded; "
+        "choose another"
+        for i, step in enumerate(plan.steps)
+        if step.name in earlier
+    ]
 
 
 def _facts_problems(plan: PlanSpec, facts: Collection[str] | None) -> list[str]:
@@ -172,8 +182,17 @@ def _facts_problems(plan: PlanSpec, facts: Collection[str] | None) -> list[str]:
     return [
         f"steps.{i}.args: refers to fact {name!r}, which is not pinned (pinned: {known})"
         for i, step in enumerate(plan.steps)
-        for name in sorted(referenced_facts(step.args) - set(facts))
+        for name in sorted(_facts_of(step) - set(facts))
     ]
+
+
+def _facts_of(step: StepSpec) -> set[str]:
+    """The pinned facts the step's args refer to; none when a reference is malformed (which
+    `_plan_problems` reports)."""
+    try:
+        return referenced_facts(step.args)
+    except ToolArgumentsError:
+        return set()
 
 
 def current_steps(session: Session, run: Run) -> list[Step]:

@@ -29,7 +29,8 @@ from typing import Any
 from models.errors import StepDataTooLarge, ToolArgumentsError
 from models.step_data import CAP_SETTING, json_bytes
 
-_ANY_REFERENCE = re.compile(r"\$\{((?:steps|facts)\.[^}]*)\}")
+REFERENCE_PATTERN = r"\$\{((?:steps|facts)\.[^}]*)\}"  # a reference somewhere in a string
+_ANY_REFERENCE = re.compile(REFERENCE_PATTERN)
 _NAME = r"[A-Za-z0-9_]+"
 _STEP = re.compile(rf"steps\.(?P<step>{_NAME})(?:\.(?P<key>{_NAME}))?")
 _FACT = re.compile(rf"facts\.(?P<fact>{_NAME})")
@@ -67,6 +68,11 @@ def resolve(
     if max_bytes is not None and (size := json_bytes(resolved)) > max_bytes:
         raise meter.too_large(size=size)
     return resolved
+
+
+def has_reference(value: Any) -> bool:
+    """Whether `value` (any JSON value) holds a `${steps...}` or `${facts...}` reference."""
+    return _ANY_REFERENCE.search(json.dumps(value, ensure_ascii=False)) is not None
 
 
 def references(args: Any) -> set[str]:

@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 from models import quotas, transitions
 from models.errors import InvalidInput, NotFound
 from models.plans import PlanSpec, add_plan_version, current_steps
-from models.settings import Settings
+from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem
 from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
 
@@ -46,17 +46,18 @@ def submit_run(
     it; either way nothing is written.
     """
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
+    asked = {"replans": replans, "tokens": tokens, "cost_usd": cost_usd, "wall_time_s": wall_time_s}
+    budgets = run_budgets(settings, asked)
     quotas.check_submit(session, settings=settings, user_id=user_id)
-    wall = wall_time_s if wall_time_s is not None else settings.default_wall_time_budget_s
     run = Run(
         user_id=user_id,
         goal=goal,
         provider=settings.provider,
-        replans_limit=settings.default_replan_budget if replans is None else replans,
-        tokens_limit=settings.default_token_budget if tokens is None else tokens,
-        cost_limit_usd=settings.default_cost_budget_usd if cost_usd is None else cost_usd,
-        wall_time_limit_s=wall,
-        deadline_at=utcnow() + timedelta(seconds=wall),
+        replans_limit=int(budgets["replans"]),
+        tokens_limit=int(budgets["tokens"]),
+        cost_limit_usd=budgets["cost_usd"],
+        wall_time_limit_s=budgets["wall_time_s"],
+        deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
     )
     session.add(run)
     session.flush()
@@ -76,6 +77,23 @@ def submit_run(
         transitions.resume_run(session, run_id, expected="queued", plan_version=1)
     session.flush()
     return run
+
+
+def run_budgets(settings: Settings, asked: dict[str, float | None]) -> dict[str, float]:
+    """A new run's budgets, `{"replans", "tokens", "cost_usd", "wall_time_s"}`: each one asked
+    for, else its default (`AGENTQ_DEFAULT_*`). Raises `InvalidInput` naming the budget and the
+    setting when one asked for is over the operator's ceiling (`AGENTQ_MAX_*`, see
+    `models.settings.BUDGET_CEILINGS`)."""
+    budgets: dict[str, float] = {}
+    for name, default, ceiling in BUDGET_CEILINGS:
+        value = asked.get(name)
+        most = getattr(settings, ceiling)
+        if value is not None and value > most:
+            raise InvalidInput(
+                f"budgets.{name}: at most {most:g} ({setting_name(ceiling)}); got {value:g}"
+            )
+        budgets[name] = getattr(settings, default) if value is None else value
+    return budgets
 
 
 def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None:

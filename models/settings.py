@@ -11,7 +11,7 @@ import itertools
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import (
     AliasChoices,
@@ -112,6 +112,13 @@ class Settings(BaseSettings):
     default_token_budget: int = Field(default=200_000, ge=0)
     default_cost_budget_usd: float = Field(default=1.0, ge=0)
     default_wall_time_budget_s: float = Field(default=3600.0, gt=0)
+    # The most a submitter may ask for (`models.runs.run_budgets`): budgets are what an operator
+    # pays for, so the operator sets their ceiling (a user test submitted 2^31 replans, 2^31
+    # tokens and $1M; one run replanned 663 times). Five times the defaults, and a week.
+    max_replan_budget: int = Field(default=10, ge=0)
+    max_token_budget: int = Field(default=1_000_000, ge=1)
+    max_cost_budget_usd: float = Field(default=5.0, ge=0)
+    max_wall_time_budget_s: float = Field(default=7 * 86_400.0, gt=0)
     model_prices_usd_per_mtok: dict[str, ModelPrice] = Field(
         default_factory=lambda: dict(DEFAULT_MODEL_PRICES_USD_PER_MTOK)
     )
@@ -250,12 +257,37 @@ class Settings(BaseSettings):
         check_timeout_ladder(self)
         if self.provider == "openai":
             self.price_of(self.model)
+        check_budget_ceilings(self)
         if self.reserved_output_tokens >= self.context_window_tokens:
             raise ConfigurationError(
                 f"AGENTQ_RESERVED_OUTPUT_TOKENS ({self.reserved_output_tokens}) must be less than "
                 f"AGENTQ_CONTEXT_WINDOW_TOKENS ({self.context_window_tokens})"
             )
         return self
+
+
+BUDGET_CEILINGS: Final = (
+    ("replans", "default_replan_budget", "max_replan_budget"),
+    ("tokens", "default_token_budget", "max_token_budget"),
+    ("cost_usd", "default_cost_budget_usd", "max_cost_budget_usd"),
+    ("wall_time_s", "default_wall_time_budget_s", "max_wall_time_budget_s"),
+)
+"""Each budget of a run: its name, its default's field and its ceiling's field."""
+
+
+def setting_name(field: str) -> str:
+    """The environment variable of a `Settings` field: `AGENTQ_<FIELD>`."""
+    return f"AGENTQ_{field.upper()}"
+
+
+def check_budget_ceilings(s: Settings) -> None:
+    """Refuse a default budget over its ceiling; raises `ConfigurationError` naming both."""
+    for _, default, ceiling in BUDGET_CEILINGS:
+        if getattr(s, default) > getattr(s, ceiling):
+            raise ConfigurationError(
+                f"{setting_name(default)} ({getattr(s, default):g}) must not be more than "
+                f"{setting_name(ceiling)} ({getattr(s, ceiling):g})"
+            )
 
 
 def model_retry_delay_s(s: Settings, attempt: int) -> float:

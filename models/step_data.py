@@ -14,6 +14,7 @@ import json
 from typing import Any, Final
 
 from models.errors import StepDataTooLarge
+from models.storable import MAX_JSON_DEPTH, too_deep
 
 CAP_SETTING: Final = "AGENTQ_STEP_DATA_MAX_BYTES"
 
@@ -37,7 +38,9 @@ def over_cap(what: str, size: int, max_bytes: int) -> StepDataTooLarge:
 
 def check_step_data(value: Any, *, what: str, max_bytes: int) -> None:
     """Raise `StepDataTooLarge` naming `what`, its size and the cap when `value` is larger than
-    `max_bytes` as compact JSON."""
+    `max_bytes` as compact JSON, or nests deeper than `models.storable.MAX_JSON_DEPTH`."""
+    if too_deep(value):
+        raise StepDataTooLarge(f"{what}: nests deeper than {MAX_JSON_DEPTH} levels")
     size = json_bytes(value)
     if size > max_bytes:
         raise over_cap(what, size, max_bytes)

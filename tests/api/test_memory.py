@@ -47,7 +47,7 @@ def test_facts_with_and_without_history(client: Client, carol: tuple[str, str]) 
     assert old["valid_to"] is not None and old["superseded_by"] == new["id"]
     as_admin = client("admin").get("/api/v1/memory/facts", params={"user": user}).json()
     assert as_admin == current.json()
-    assert client("admin").get("/api/v1/memory/facts").status_code == 400  # whose?
+    assert client("admin").get("/api/v1/memory/facts").status_code == 403  # whose? (token rule)
 
 
 def test_search_finds_the_users_facts_only(client: Client, carol: tuple[str, str]) -> None:
@@ -63,8 +63,11 @@ def test_search_finds_the_users_facts_only(client: Client, carol: tuple[str, str
 
 def test_a_submitter_reads_only_its_own_memory(client: Client, carol: tuple[str, str]) -> None:
     _, user = carol
-    for path in ("/api/v1/memory/facts", "/api/v1/memory/search"):
-        refused = client("alice").get(path, params={"user": user, "q": "x"})
+    for path, params in (
+        ("/api/v1/memory/facts", {"user": user}),
+        ("/api/v1/memory/search", {"user": user, "q": "x"}),
+    ):
+        refused = client("alice").get(path, params=params)
         assert refused.status_code == 403 and "own user" in refused.json()["detail"]
 
 

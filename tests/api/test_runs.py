@@ -98,6 +98,20 @@ def test_list_filters_by_status_and_user_newest_first(client: Client) -> None:
     assert bad.status_code == 422 and "succeeded" in bad.text
 
 
+def _nested(levels: int) -> list[object]:
+    """`[[[...]]]`, `levels` arrays deep."""
+    value: list[object] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+# Arrays 300 deep, far under every size cap: refused whole (they once gave 500s after writing).
+DEEP_PLAN = {
+    "steps": [{"name": "a", "kind": "tool", "tool": "echo", "args": {"value": _nested(300)}}]
+}
+
+
 def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> None:
     before = run_count()
     admin, alice = client("admin"), client("alice")
@@ -118,9 +132,9 @@ def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> Non
     assert response.status_code == 400 and "'missing', which is not pinned" in response.text
     assert admin.post("/api/v1/runs", json={"goal": "g"}).json()["detail"].startswith("user:")
     other = alice.post("/api/v1/runs", json={"goal": "g", "user": "someone-else"})
-    assert other.status_code == 400 and "submits only as" in other.text
-    blank = admin.post("/api/v1/runs", json={"goal": "   ", "user": "u"})
-    assert blank.status_code == 400 and blank.json()["detail"].startswith("goal:")
+    assert other.status_code == 403 and "acts only for its own user" in other.text
+    over = admin.post("/api/v1/runs", json={"goal": "g", "user": "u", "budgets": {"tokens": 10**7}})
+    assert over.status_code == 400 and "AGENTQ_MAX_TOKEN_BUDGET" in over.text
     for body, field in (
         ({"goal": "g", "user": "u", "facts": {"Bad Key": "x"}}, "facts"),
         ({"goal": "g", "user": "u", "budgets": {"tokens": 0}}, "tokens"),
@@ -128,6 +142,9 @@ def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> Non
         ({"goal": "g", "user": "u", "budgets": {"tokens": 2**40}}, "tokens"),
         ({"goal": "g", "user": "u", "colour": "red"}, "colour"),
         ({"goal": "nul \u0000 inside", "user": "u"}, "NUL"),
+        ({"goal": "   ", "user": "u"}, "goal"),
+        ({"goal": "g", "user": "u", "budgets": {"cost_usd": False}}, "cost_usd"),
+        ({"goal": "g", "user": "u", "facts": {"k": "v"}, "plan": DEEP_PLAN}, "nest deeper"),
         ({"goal": "g", "user": "u", "plan": {"steps": []}}, "steps"),
     ):
         response = admin.post("/api/v1/runs", json=body)

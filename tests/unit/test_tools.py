@@ -78,12 +78,17 @@ def call(name: str, ctx: ToolContext, **args: Any) -> dict[str, Any]:
 # -- the registry ---------------------------------------------------------------------------
 
 
-def test_invoke_validates_and_passes_coerced_arguments(
+def test_invoke_validates_strictly_and_takes_whole_floats_as_integers(
     make_ctx: Callable[..., ToolContext],
 ) -> None:
+    """Arguments are never converted from another JSON type ("4" is not 4: the API's spec says
+    what is accepted), but 4.0 is the integer 4, as JSON Schema's `integer` says."""
     CALLS.clear()
-    assert call("t_recorder", make_ctx(), n="4") == {"n": 4}
+    assert call("t_recorder", make_ctx(), n=4.0) == {"n": 4}
     assert CALLS == [{"n": 4, "label": "x"}]
+    for wrong in ("4", True, 4.5):
+        with pytest.raises(ToolArgumentsError, match="n: Input should be a valid integer"):
+            call("t_recorder", make_ctx(), n=wrong)
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,13 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from models.errors import ToolError
+from models.settings import get_settings
 from worker.tools.registry import Fallback, ToolContext, tool
 
-SLEEP_MAX_SECONDS = 600.0
+# Below the default step time budget (`AGENTQ_STEP_TIME_LIMIT_S`, 90 s): a sleep the Celery
+# soft time limit would cut off can never succeed, only hold a worker through its retries (a user
+# test held another user's run for 10 minutes with four `sleep` 600 steps).
+SLEEP_MAX_SECONDS = 60.0
 
 
 @tool("noop", description="Do nothing and succeed.", returns=("ok",))
@@ -27,13 +31,21 @@ def noop(ctx: ToolContext) -> dict[str, Any]:
 
 @tool(
     "sleep",
-    description=f"Sleep for `seconds` (0 to {SLEEP_MAX_SECONDS:g}) and succeed.",
+    description=f"Sleep for `seconds` (0 to {SLEEP_MAX_SECONDS:g}, and within the step time "
+    "budget) and succeed.",
     returns=("slept_s",),
 )
 def sleep(
     ctx: ToolContext, seconds: Annotated[float, Field(ge=0, le=SLEEP_MAX_SECONDS)]
 ) -> dict[str, Any]:
-    """Block for `seconds` (wall clock); `{"slept_s": seconds}`."""
+    """Block for `seconds` (wall clock); `{"slept_s": seconds}`. Raises `ToolError` (it would
+    not finish in time) when `seconds` is over `AGENTQ_STEP_TIME_LIMIT_S`."""
+    budget = get_settings().step_time_limit_s
+    if seconds > budget:
+        raise ToolError(
+            f"sleep: {seconds:g} s is over the step time budget ({budget:g} s, "
+            "AGENTQ_STEP_TIME_LIMIT_S)"
+        )
     time.sleep(seconds)
     return {"slept_s": seconds}
 

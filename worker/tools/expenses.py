@@ -30,7 +30,7 @@ Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 cod
 Month = Annotated[str, Field(pattern=r"^\d{4}-\d{2}$", description="YYYY-MM")]
 
 
-@with_config(ConfigDict(extra="allow"))
+@with_config(ConfigDict(extra="allow", strict=True))
 class Receipt(TypedDict):
     """One card receipt: `amount` in `currency`, `date` as YYYY-MM-DD (other keys are kept)."""
 

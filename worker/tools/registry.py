@@ -26,11 +26,11 @@ import json
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, create_model
 
 from models.errors import (
     ConfigurationError,
@@ -39,8 +39,10 @@ from models.errors import (
     ToolError,
     ToolNotEnabled,
 )
+from models.references import has_reference
 from models.settings import get_settings
 from models.step_data import check_step_data
+from models.storable import json_integer
 
 ToolFunction = Callable[..., dict[str, Any]]
 
@@ -161,7 +163,7 @@ def argument_problems(name: str, args: dict[str, Any]) -> list[str]:
     try:
         _arguments_model(found.func).model_validate(args)
     except ValidationError as exc:
-        deferred = {key for key, value in args.items() if "${" in json.dumps(value)}
+        deferred = {key for key, value in args.items() if has_reference(value)}
         errors = [e for e in exc.errors() if not (e["loc"] and e["loc"][0] in deferred)]
         return [f"tool {name!r}: {_describe_error(e)}" for e in errors]
     return []
@@ -300,10 +302,19 @@ def _arguments_model(func: ToolFunction) -> type[BaseModel]:
         if param.name not in hints:
             raise ValueError(f"{func.__qualname__}: parameter {param.name!r} needs a type hint")
         default = ... if param.default is param.empty else param.default
-        fields[param.name] = (hints[param.name], default)
-    config = ConfigDict(extra="forbid")
+        fields[param.name] = (_whole_numbers_as_json(hints[param.name]), default)
+    # Strict, as the API's bodies: a value of another JSON type is refused, never converted
+    # ("5" is not 5), so the spec's argument schemas (`api.openapi`) say what is accepted.
+    config = ConfigDict(extra="forbid", strict=True)
     model: type[BaseModel] = create_model(f"{func.__name__}_arguments", __config__=config, **fields)
     return model
+
+
+def _whole_numbers_as_json(hint: Any) -> Any:
+    """An `int` argument also takes `3.0` (`models.storable.json_integer`), as JSON Schema's
+    `integer` does; every other hint is returned as it is."""
+    base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+    return Annotated[hint, BeforeValidator(json_integer)] if base is int else hint
 
 
 def _describe_errors(tool_: Tool, exc: ValidationError) -> str:

@@ -1,0 +1,76 @@
+"""The spec states the server's rules (`api.openapi.state_rules`), checked on the spec itself;
+tests/api/test_schema.py checks the server against it over HTTP with every schemathesis check."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from api.app import create_api
+from api.openapi import JSON_VALUE, NO_NUL_PATTERN, walk
+from models.settings import BUDGET_CEILINGS, get_settings
+from worker.tools import configured_tool_names
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict[str, Any]:
+    return create_api().openapi()
+
+
+def schemas(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for name, schema in spec["components"]["schemas"].items():
+        if name != JSON_VALUE:
+            yield from walk(schema)
+
+
+def valid(spec: dict[str, Any], component: str, value: Any) -> bool:
+    schema = {"$ref": f"#/components/schemas/{component}", "components": spec["components"]}
+    return bool(Draft202012Validator(schema).is_valid(value))
+
+
+def test_no_string_may_hold_nul_and_no_value_is_unconstrained(spec: dict[str, Any]) -> None:
+    for node in schemas(spec):
+        if node.get("type") == "string":
+            assert {"pattern", "enum", "const", "format"} & node.keys(), node
+            assert "\x00" not in node.get("enum", ()), node
+        for prop in node.get("properties", {}).values():
+            assert set(prop) - {"title", "description", "default"}, (node, prop)
+    assert not valid(spec, "Respond", {"answer": {"k": ["fine", "not\x00fine"]}})
+    assert not valid(spec, "Respond", {"answer": {"nul\x00key": 1}})
+    assert valid(spec, "Respond", {"answer": {"k": ["fine", 1, None, {"x": True}]}})
+
+
+def test_each_enabled_tool_is_one_step_shape_with_its_own_arguments(spec: dict[str, Any]) -> None:
+    variants = spec["components"]["schemas"]["StepSpec"]["oneOf"]
+    titles = {v["title"] for v in variants}
+    assert titles == {"ModelStep", *(f"ToolStep_{name}" for name in configured_tool_names())}
+    plan = {"steps": [{"name": "a", "kind": "tool", "tool": "sleep", "args": {"seconds": 1}}]}
+    assert valid(spec, "PlanSpec", plan)
+    for wrong in ({"seconds": "1"}, {"seconds": 61}, {}, {"seconds": 1, "extra": 1}):
+        plan["steps"][0]["args"] = wrong
+        assert not valid(spec, "PlanSpec", plan), wrong
+    plan["steps"][0]["args"] = {"seconds": "${steps.earlier.seconds}"}  # a reference
+    assert valid(spec, "PlanSpec", plan)
+    assert not valid(spec, "PlanSpec", {"steps": [{"name": "a", "kind": "tool", "tool": "nope"}]})
+    assert not valid(spec, "PlanSpec", {"steps": [{"name": "a", "kind": "model"}]})
+    blank = {"steps": [{"name": "a", "kind": "model", "instruction": "   "}]}
+    assert not valid(spec, "PlanSpec", blank)
+
+
+def test_budgets_are_capped_by_the_operators_ceilings(spec: dict[str, Any]) -> None:
+    budgets = spec["components"]["schemas"]["Budgets"]["properties"]
+    settings = get_settings()
+    for name, _, ceiling in BUDGET_CEILINGS:
+        numeric = next(b for b in budgets[name]["anyOf"] if b.get("type") != "null")
+        assert numeric["maximum"] == getattr(settings, ceiling)
+    assert not valid(spec, "Budgets", {"cost_usd": False})
+    assert valid(spec, "Budgets", {"tokens": 1000.0})  # an integer, for JSON Schema
+
+
+def test_the_no_nul_pattern_means_what_it_says() -> None:
+    assert re.search(NO_NUL_PATTERN, "any text, ünïcode too")
+    assert not re.search(NO_NUL_PATTERN, "a\x00b")
