@@ -27,7 +27,7 @@ import copy
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from api.schemas import NO_NUL_PATTERN
+from api.schemas import NO_NUL_PATTERN, NOT_BLANK_PATTERN
 from models.plans import (
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
@@ -39,7 +39,6 @@ from models.storable import MAX_JSON_DEPTH
 
 JSON_VALUE: Final = "JsonValue"
 JSON_VALUE_REF: Final = {"$ref": f"#/components/schemas/{JSON_VALUE}"}
-NOT_BLANK_PATTERN: Final = r"^[^\x00]*[^\x00\s][^\x00]*$"  # some text, no NUL
 _ANNOTATIONS: Final = frozenset({"title", "description", "default", "examples"})
 _STRING_CONSTRAINED: Final = frozenset({"pattern", "enum", "const", "format"})
 
@@ -56,15 +55,20 @@ def state_rules(
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     if "StepSpec" in schemas:
         schemas["StepSpec"] = step_schema(tools, schemas)
-    for name, most in ceilings.items():
-        budget = schemas.get("Budgets", {}).get("properties", {}).get(name, {})
-        for branch in budget.get("anyOf", [budget]):
-            if branch.get("type") in ("integer", "number"):
-                branch["maximum"] = min(branch.get("maximum", most), most)
+    _cap_budgets(schemas.get("Budgets", {}), ceilings)
     for schema in _all_schemas(spec):
         _no_nul(schema)
     schemas[JSON_VALUE] = json_value_schema()
     return spec
+
+
+def _cap_budgets(budgets: dict[str, Any], ceilings: Mapping[str, float]) -> None:
+    """Each budget's maximum lowered to its ceiling (the numeric branch of `int | None`)."""
+    for name, most in ceilings.items():
+        budget = budgets.get("properties", {}).get(name, {})
+        for branch in budget.get("anyOf", [budget]):
+            if branch.get("type") in ("integer", "number"):
+                branch["maximum"] = min(branch.get("maximum", most), most)
 
 
 def json_value_schema() -> dict[str, Any]:
