@@ -17,7 +17,7 @@ from api.errors import REFUSALS, document_validation_errors, install_error_handl
 from api.openapi import state_rules
 from api.responses import ErrorOut, PrincipalOut
 from models.settings import BUDGET_CEILINGS, get_settings
-from worker.tools import catalog
+from models.tools import catalog
 
 API_PREFIX = "/api/v1"
 DESCRIPTION = """\

@@ -28,7 +28,7 @@ from models.errors import ClaimedByAnother, InvalidInput
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step
-from worker.tools import argument_problems, configured_tool_names, declared_returns
+from models.tools import argument_problems, configured_tool_names, declared_returns
 
 router = APIRouter(prefix="/reviews", tags=["reviews"])
 EscalationId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Escalation id.")]

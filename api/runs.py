@@ -41,7 +41,7 @@ from models.queue import TASK_COORDINATE
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, Run, utcnow
-from worker.tools import argument_problems, configured_tool_names
+from models.tools import argument_problems, configured_tool_names
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Run id.")]

@@ -32,16 +32,16 @@ from models.runs import FACT_KEY_PATTERN, get_run, submit_run
 from models.settings import get_settings
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.tables import Run
-from ops import views
-from ops.memory_commands import memory_app
-from ops.stack import LocalStack, read_stack_file
-from ops.token_commands import token_app
-from worker.tools import (
+from models.tools import (
     argument_problems,
     configured_tool_names,
     declared_returns,
     describe_parameters,
 )
+from ops import views
+from ops.memory_commands import memory_app
+from ops.stack import LocalStack, read_stack_file
+from ops.token_commands import token_app
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
@@ -338,7 +338,7 @@ def tools() -> None:
     the keys of its result."""
     from rich.table import Table
 
-    from worker.tools import catalog
+    from models.tools import catalog
 
     configured_tool_names()
     table = Table("tool", "description", "arguments", "returns")

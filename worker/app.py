@@ -27,8 +27,8 @@ from models.queue import (
 )
 from models.settings import get_settings
 from models.tokens import check_tokenizer
+from models.tools import load_tool_modules
 from worker import deferrals, memory, planner, steps, synthesis
-from worker.tools import load_tool_modules
 
 configure_logging()
 settings = get_settings()

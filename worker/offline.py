@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.errors import ProviderError
+from models.tools import find_playbook
 from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
-from worker.tools.registry import find_playbook
 
 OFFLINE_PREFIX = "[offline] "
 SYNTHESIS_LINE_MAX_CHARS = 200

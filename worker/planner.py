@@ -15,9 +15,9 @@ from models.db import session_scope
 from models.plans import PlanSpec, add_plan_version, current_steps, parse_plan
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
+from models.tools import argument_problems, catalog
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
-from worker.tools import argument_problems, catalog
 
 log = structlog.get_logger("agentq.worker")
 

@@ -195,7 +195,7 @@ def step_prompt(
     tools: list[dict[str, Any]] | None = None,
 ) -> Prompt:
     """Ask a model step to do its instruction; `tools` are catalog entries
-    (`worker.tools.catalog`) of the tools it may call, offered as OpenAI function tools."""
+    (`models.tools.catalog`) of the tools it may call, offered as OpenAI function tools."""
     payload = {"instruction": instruction, "results": results}
     return Prompt(
         "step",

@@ -45,9 +45,9 @@ from models.runs import done_results, get_run, pinned_facts, tries_of_name
 from models.settings import get_settings
 from models.step_data import check_step_data
 from models.tables import Step
+from models.tools import ToolContext, enabled_tool
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
-from worker.tools import ToolContext, enabled_tool
 
 log = structlog.get_logger("agentq.worker")
 

@@ -36,11 +36,11 @@ from models.states import RUN_TERMINAL
 from models.step_data import json_bytes
 from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
+from models.tools import Tool, ToolContext, enabled_tool
 from worker.calls import call_model
 from worker.context import ContextOverflow, Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
-from worker.tools import Tool, ToolContext, enabled_tool
 from worker.working_memory import budget, request_for
 
 RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation

@@ -33,7 +33,7 @@ from models.errors import (
 )
 from models.settings import get_settings
 from models.tables import Run
-from worker.tools import argument_problems, configured_tool_names, declared_returns
+from models.tools import argument_problems, configured_tool_names, declared_returns
 
 router = APIRouter()
 Text = Annotated[str, Form()]

@@ -23,9 +23,9 @@ from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Run, Step
+from models.tools import DEFAULT_TOOL_MODULES
 from ops.local import start_engine
 from ops.stack import LocalStack
-from worker.tools import DEFAULT_TOOL_MODULES
 
 # The engine's processes start in their data dir with `python -P` (ops/stack.py), so `tests`
 # (the test-only tool module below) is importable there only through PYTHONPATH.
@@ -115,7 +115,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         goal: str = "integration test",
         wall_time_s: float | None = None,
     ) -> int:
-        from worker.tools import configured_tool_names
+        from models.tools import configured_tool_names
 
         tools = configured_tool_names()
         plan = None if steps is None else parse_plan({"steps": steps}, tools=tools)

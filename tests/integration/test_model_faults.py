@@ -95,7 +95,7 @@ def submit(
     tokens: int | None = None,
     cost_usd: float | None = None,
 ) -> int:
-    from worker.tools import configured_tool_names
+    from models.tools import configured_tool_names
 
     plan = None if steps is None else parse_plan({"steps": steps}, tools=configured_tool_names())
     with session_scope() as session:

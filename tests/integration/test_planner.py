@@ -13,9 +13,9 @@ from models.db import session_scope
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step
+from models.tools import load_tool_modules
 from worker import calls, planner
 from worker.providers import Completion, ModelRequest
-from worker.tools import load_tool_modules
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from models.authorship import reviewer_words, reviewers_steps, steps_with_versio
 from models.db import session_scope
 from models.facts import remember
 from models.tables import Escalation, RunEvent
+from models.tools import configured_tool_names
 from worker.prompts import step_prompt
-from worker.tools import configured_tool_names
 from worker.working_memory import request_for
 
 pytestmark = pytest.mark.integration

@@ -25,6 +25,7 @@ from sqlmodel import select
 
 from models import api_tokens
 from models.tables import Escalation, Run
+from models.tools import DEFAULT_TOOL_MODULES
 from tests.support.console import (
     Console,
     csrf_of,
@@ -32,7 +33,6 @@ from tests.support.console import (
     running_console,
     wait_for_status,
 )
-from worker.tools import DEFAULT_TOOL_MODULES
 
 pytestmark = pytest.mark.security
 MakeToken = Callable[..., tuple[int, str]]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worker.tools.registry import ToolContext, tool
+from models.tools import ToolContext, tool
 
 
 @tool(

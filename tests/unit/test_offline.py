@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from models.tools import DEFAULT_TOOL_MODULES, catalog, load_tool_modules
 from worker.offline import OfflineProvider
 from worker.providers import ModelRequest
-from worker.tools import DEFAULT_TOOL_MODULES, catalog, load_tool_modules
 
 load_tool_modules(DEFAULT_TOOL_MODULES)
 GOAL = "File my Lisbon trip expense report"

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from api.app import create_api
 from api.openapi import JSON_VALUE, NO_NUL_PATTERN, walk
 from models.settings import BUDGET_CEILINGS, get_settings
-from worker.tools import configured_tool_names
+from models.tools import configured_tool_names
 
 
 @pytest.fixture(scope="module")

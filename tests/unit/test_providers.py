@@ -16,6 +16,7 @@ import pytest
 
 from models.errors import ProviderError
 from models.references import references
+from models.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from worker.offline import OfflineProvider
 from worker.providers import (
     ChatProvider,
@@ -26,7 +27,6 @@ from worker.providers import (
     _response_format,
     make_provider,
 )
-from worker.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 
 load_tool_modules(DEFAULT_TOOL_MODULES)

@@ -18,9 +18,9 @@ from models.reviews import answer_from_text
 from models.settings import get_settings
 from models.step_data import check_step_data, fit_outputs, json_bytes
 from models.tables import Step
+from models.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
 from worker.steps import failure_outcome
 from worker.tool_use import _within_cap
-from worker.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
 
 CAP = 256 * 1024  # the default AGENTQ_STEP_DATA_MAX_BYTES
 VALUE = "v" * 60_000

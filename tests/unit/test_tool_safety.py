@@ -21,19 +21,18 @@ from api.runs import check_plan_role
 from models.errors import ConfigurationError, ToolCrashed, ToolError, ToolNotEnabled
 from models.settings import get_settings
 from models.tables import Step
-from worker.steps import Claimed, Outcome, failure_outcome, internal_error, perform
-from worker.tools import (
+from models.tools import (
     DEFAULT_TOOL_MODULES,
     ToolContext,
-    builtin,
     catalog,
     configured_tool_names,
     enabled_tool,
-    expenses,
     get_tool,
     load_tool_modules,
     tool,
 )
+from worker.steps import Claimed, Outcome, failure_outcome, internal_error, perform
+from worker.tools import builtin, expenses
 
 SECRET_PATH = "/srv/secret/place/config.toml"
 

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from models.errors import ConfigurationError, RetryableToolError, ToolArgumentsError, ToolError
 from models.references import references, resolve
-from worker.tools import (
+from models.tools import (
     DEFAULT_TOOL_MODULES,
     Fallback,
     ToolContext,

@@ -1,39 +1,6 @@
-"""Tools a plan step can call: the registry, its decorator and the catalog shown to planners."""
+"""The tools agentq ships: the built-ins (`builtin`) and the expense demo's (`expenses`).
 
-from __future__ import annotations
-
-from worker.tools.registry import (
-    DEFAULT_TOOL_MODULES,
-    Fallback,
-    Tool,
-    ToolContext,
-    argument_problems,
-    catalog,
-    configured_tool_names,
-    declared_returns,
-    describe_parameters,
-    enabled_tool,
-    find_playbook,
-    get_tool,
-    load_tool_modules,
-    playbook,
-    tool,
-)
-
-__all__ = [
-    "DEFAULT_TOOL_MODULES",
-    "Fallback",
-    "Tool",
-    "ToolContext",
-    "argument_problems",
-    "catalog",
-    "configured_tool_names",
-    "declared_returns",
-    "describe_parameters",
-    "enabled_tool",
-    "find_playbook",
-    "get_tool",
-    "load_tool_modules",
-    "playbook",
-    "tool",
-]
+Each module registers its tools with `models.tools.tool` when imported; the registry, the checks
+of a plan's tool calls and the catalog shown to planners are in `models.tools`, so every process
+(the API included) checks plans without importing the worker.
+"""

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from models.errors import ToolError
 from models.settings import get_settings
-from worker.tools.registry import Fallback, ToolContext, tool
+from models.tools import Fallback, ToolContext, tool
 
 # Below the default step time budget (`AGENTQ_STEP_TIME_LIMIT_S`, 90 s): a sleep the Celery
 # soft time limit would cut off can never succeed, only hold a worker through its retries (a user
