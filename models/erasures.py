@@ -59,7 +59,8 @@ class MemoryErasure(SQLModel, table=True):
     erased_at: datetime = created_field()
 
 
-def _key(user_id: str) -> str:
+def lock_key(user_id: str) -> str:
+    """The key of `user_id`'s erasure lock (an advisory lock, `hashtextextended` of it)."""
     return json.dumps(["memory", user_id])
 
 
@@ -67,7 +68,7 @@ def erase(session: Session, *, user_id: str) -> datetime:
     """Take `user_id`'s erasure lock exclusively and move their erasure point to now; returns
     it. Call it before deleting the user's memory, in the same transaction (see the module
     docstring)."""
-    session.execute(sa.text(ERASURE_LOCK), {"key": _key(user_id)})
+    session.execute(sa.text(ERASURE_LOCK), {"key": lock_key(user_id)})
     point: datetime = session.execute(sa.text(RECORD_ERASURE), {"user_id": user_id}).scalar_one()
     return point
 
@@ -86,7 +87,7 @@ def may_write(session: Session, *, run_id: int, user_id: str, what: str) -> bool
     memory: False when the user was forgotten after the run was created, and then the event
     `memory.dropped` (`{"what", "erased_at"}`) is recorded. Holds the user's erasure lock
     shared until the transaction ends, so a forget waits for the write to commit."""
-    session.execute(sa.text(ERASURE_LOCK_SHARED), {"key": _key(user_id)})
+    session.execute(sa.text(ERASURE_LOCK_SHARED), {"key": lock_key(user_id)})
     point = erased_at(session, run_id=run_id, user_id=user_id)
     if point is None:
         return True

@@ -1,20 +1,24 @@
 """Plans: the validated shape of a plan, and writing plan versions as rows.
 
-A plan is an ordered list of steps. Model output, a reviewer's edit and an explicit plan given at
-submit all pass through `PlanSpec` before anything is written, so malformed input is refused whole
-and nothing is half-written. Steps pass data with references in their tool args:
-`"${steps.NAME.KEY}"` (a key of an earlier step's result) and `"${facts.KEY}"` (a pinned fact).
+A plan is a graph of steps (DESIGN.md, invariant 12): each step may name the steps it waits for
+(`after`; `[]` starts at once; left out, the step before it in the list). Model output, a
+reviewer's edit and an explicit plan given at submit all pass through `parse_plan` before anything
+is written, so malformed input is refused whole and nothing is half-written. Steps pass data with
+references in their tool args: `"${steps.NAME.KEY}"` (a key of the result of a step it waits for,
+directly or not) and `"${facts.KEY}"` (a pinned fact). The graph rules are `models.graph`'s.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, select
 
+from models import graph
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
 from models.references import referenced_facts, references
 from models.storable import parse_json, storable_problem
@@ -43,6 +47,12 @@ class StepSpec(BaseModel):
         default_factory=list,
         max_length=MAX_STEP_TOOLS,
         description="Kind 'model' only: tools the model may call itself, by name.",
+    )
+    after: list[Annotated[str, Field(max_length=100)]] | None = Field(
+        default=None,
+        max_length=MAX_PLAN_STEPS,
+        description="Names of the steps this one waits for; [] starts at once; left out, the "
+        "step before it.",
     )
 
     @field_validator("args")
@@ -87,30 +97,61 @@ class PlanSpec(BaseModel):
 ArgsCheck = Callable[[str, dict[str, Any]], list[str]]
 
 
+@dataclass(frozen=True)
+class Splice:
+    """Where a plan's steps go: after the steps `kept` from the run's current version (in order,
+    `after` their dependencies by id), in the place of step `replaced` (a failed step; None: at
+    the end). The empty splice is a run's first plan."""
+
+    kept: Sequence[Step] = ()
+    after: dict[int, tuple[int, ...]] | None = None
+    replaced: int | None = None
+
+    def nodes(self) -> list[graph.Node]:
+        """The kept steps as graph nodes."""
+        deps = self.after or {}
+        return [
+            graph.Node(s.id or 0, s.name, s.status, deps.get(s.id or 0, ()), _refs(s.args))
+            for s in self.kept
+        ]
+
+    def build(self, new: Sequence[StepSpec | Step]) -> graph.Version:
+        """The version these steps make, with new step i keyed `-(i + 1)` (`graph.splice`); a
+        `Step` row among them waits as a step with `after` left out would."""
+        added = [
+            graph.NewStep(-(i + 1), s.name, _after_of(s), _refs(s.args)) for i, s in enumerate(new)
+        ]
+        return graph.splice(self.nodes(), added, replaced=self.replaced)
+
+
+def _after_of(step: StepSpec | Step) -> tuple[str, ...] | None:
+    return tuple(step.after) if isinstance(step, StepSpec) and step.after is not None else None
+
+
 def parse_plan(
     data: Any,
     *,
     tools: Collection[str],
-    earlier: Collection[str] = (),
+    splice: Splice | None = None,
     facts: Collection[str] | None = None,
     check_args: ArgsCheck | None = None,
 ) -> PlanSpec:
     """Validate `data` (a dict, or JSON text) into a plan whose tools and references exist.
 
-    `earlier` names the results available before the first step (a replan's done steps; no new
-    step may take one of these names);
-    `facts`, when given, the pinned facts that `${facts.KEY}` may name; `check_args(tool, args)`
-    returns the problems of a tool call's arguments (the tool registry's check). Step names must
-    be unique within the plan. Raises `InvalidPlan` with every problem found, each naming the
-    step and field; `PlanConflict` (an `InvalidPlan`) when the only problem is a new step taking
-    an `earlier` name, which depends on the run's state rather than on the plan.
+    `splice` says where the steps go (a replan's or a reviewer's: see `Splice`; default: a whole
+    plan); the version they make must be a graph whose every reference names a step the
+    referring step waits for (`models.graph`). `facts`, when given, are the pinned facts that
+    `${facts.KEY}` may name; `check_args(tool, args)` returns the problems of a tool call's
+    arguments (the tool registry's check). Raises `InvalidPlan` with every problem found, each
+    naming the step and field; `PlanConflict` (an `InvalidPlan`) when the only problem is a new
+    step taking the name of a step that succeeded, which depends on the run's state rather than
+    on the plan.
     """
     try:
         plan = PlanSpec.model_validate(parse_json(data) if isinstance(data, str) else data)
     except ValueError as exc:  # pydantic's ValidationError is one
         raise InvalidPlan(_describe(exc)) from exc
-    problems = list(_plan_problems(plan, tools=tools, earlier=earlier))
-    problems += _names_problems(plan)
+    problems = list(_plan_problems(plan, tools=tools))
     problems += _facts_problems(plan, facts)
     if check_args is not None:
         problems += [
@@ -119,7 +160,11 @@ def parse_plan(
             if step.tool in tools
             for problem in check_args(step.tool or "", step.args)
         ]
-    clashes = _clashes(plan, earlier)
+    splice = splice or Splice()
+    if not problems:  # the graph is checked on steps whose references parse
+        problems += splice.build(plan.steps).problems
+    added = [graph.NewStep(0, s.name) for s in plan.steps]
+    clashes = graph.succeeded_clashes(splice.nodes(), added)
     if problems:
         raise InvalidPlan("; ".join(problems + clashes))
     if clashes:
@@ -134,10 +179,7 @@ def _describe(exc: ValueError) -> str:
     return "invalid plan: " + "; ".join(parts[:10])
 
 
-def _plan_problems(
-    plan: PlanSpec, *, tools: Collection[str], earlier: Collection[str]
-) -> Iterator[str]:
-    available = set(earlier)
+def _plan_problems(plan: PlanSpec, *, tools: Collection[str]) -> Iterator[str]:
     for i, step in enumerate(plan.steps):
         if step.tool and step.tool not in tools:
             yield f"steps.{i}.tool: unknown tool {step.tool!r}; known: {', '.join(sorted(tools))}"
@@ -145,34 +187,17 @@ def _plan_problems(
             if name not in tools:
                 yield f"steps.{i}.tools: unknown tool {name!r}; known: {', '.join(sorted(tools))}"
         try:
-            referenced = references(step.args)
+            references(step.args)
         except ToolArgumentsError as exc:
             yield f"steps.{i}.args: {exc}"
-            referenced = set()
-        for name in referenced - available:
-            yield f"steps.{i}.args: refers to step {name!r}, which does not come before it"
-        available.add(step.name)
 
 
-def _names_problems(plan: PlanSpec) -> list[str]:
-    """Names are unique within the plan: a `${steps.NAME...}` reference must mean one step."""
-    seen: set[str] = set()
-    problems = []
-    for i, step in enumerate(plan.steps):
-        if step.name in seen:
-            problems.append(f"steps.{i}.name: {step.name!r} is used twice; names must be unique")
-        seen.add(step.name)
-    return problems
-
-
-def _clashes(plan: PlanSpec, earlier: Collection[str]) -> list[str]:
-    """New steps never take the name of an earlier result (a step that already succeeded)."""
-    return [
-        f"steps.{i}.name: {step.name!r} is the name of a step that already succeeded; "
-        "choose another"
-        for i, step in enumerate(plan.steps)
-        if step.name in earlier
-    ]
+def _refs(args: Any) -> frozenset[str]:
+    """The step names `args` refer to; none when a reference is malformed (reported apart)."""
+    try:
+        return frozenset(references(args))
+    except ToolArgumentsError:
+        return frozenset()
 
 
 def _facts_problems(plan: PlanSpec, facts: Collection[str] | None) -> list[str]:
@@ -197,18 +222,30 @@ def _facts_of(step: StepSpec) -> set[str]:
 
 def current_steps(session: Session, run: Run) -> list[Step]:
     """The steps of the run's current plan version, in order."""
+    return list(current_graph(session, run).kept)
+
+
+def current_graph(session: Session, run: Run, *, replaced: int | None = None) -> Splice:
+    """The run's current plan version as a `Splice` (every step kept, in order, with what each
+    waits for), to put new steps in the place of `replaced`."""
     version = session.exec(
         select(PlanVersion).where(
             PlanVersion.run_id == run.id, PlanVersion.version == run.plan_version
         )
     ).one_or_none()
     if version is None:
-        return []
+        return Splice(replaced=replaced)
     by_id = {
         s.id: s
         for s in session.exec(select(Step).where(Step.id.in_(version.step_ids)))  # type: ignore[union-attr]
     }
-    return [by_id[i] for i in version.step_ids]
+    steps = [by_id[i] for i in version.step_ids]
+    return Splice(steps, dependencies(version), replaced)
+
+
+def dependencies(version: PlanVersion) -> dict[int, tuple[int, ...]]:
+    """What each step of `version` waits for, by id (`plan_versions.after`)."""
+    return {int(k): tuple(v) for k, v in (version.after or {}).items()}
 
 
 def handled_failures(session: Session, run_id: int) -> set[int]:
@@ -226,51 +263,60 @@ def add_plan_version(
     session: Session,
     run: Run,
     *,
-    before: Sequence[Step],
-    new: Sequence[StepSpec],
-    after: Sequence[Step],
+    splice: Splice,
+    new: Sequence[StepSpec | Step],
     created_by: str,
     max_attempts: int,
     reason: str = "",
-    replaces_step_id: int | None = None,
 ) -> PlanVersion:
-    """Write plan version `run.plan_version + 1`: `before`, then the `new` steps, then `after`.
+    """Write plan version `run.plan_version + 1`: the kept steps of `splice` with the `new` ones
+    in the place of `splice.replaced` (`models.graph.splice`; a `Step` in `new` is a row already
+    written, such as a reviewer's answer, which waits as an unwritten step would). The version
+    records the replaced step as the failure it answers (`replaces_step_id`).
 
     The run's `plan_version` is moved to it by the caller's transition (`resume_run`), in the same
-    transaction. Returns the new `PlanVersion` row.
+    transaction. Raises `InvalidPlan` if the version is not a valid graph (callers validate with
+    `parse_plan` first). Returns the new `PlanVersion` row.
     """
     version = run.plan_version + 1
-    created = [
-        Step(
-            run_id=run.id or 0,
-            plan_version=version,
-            position=0,
-            name=s.name,
-            instruction=s.instruction,
-            kind=s.kind,
-            tool=s.tool,
-            args=s.args,
-            tools=s.tools,
-            max_attempts=max_attempts,
-        )
-        for s in new
-    ]
+    created = [s if isinstance(s, Step) else _new_step(run, version, s, max_attempts) for s in new]
     session.add_all(created)
     session.flush()
-    ordered = [*before, *created, *after]
-    for position, step in enumerate(ordered):
-        step.position = position
+    built = splice.build(new)
+    if built.problems:
+        raise InvalidPlan("; ".join(built.problems))
+    ids = {-(i + 1): s.id or 0 for i, s in enumerate(created)}
+    ids.update({s.id or 0: s.id or 0 for s in splice.kept})
+    rows = {s.id or 0: s for s in [*splice.kept, *created]}
+    for position, key in enumerate(built.order):
+        rows[ids[key]].position = position
     row = PlanVersion(
         run_id=run.id or 0,
         version=version,
-        step_ids=[s.id or 0 for s in ordered],
+        step_ids=[ids[k] for k in built.order],
+        after={str(ids[k]): [ids[d] for d in built.after[k]] for k in built.order},
         created_by=created_by,
         reason=reason,
-        replaces_step_id=replaces_step_id,
+        replaces_step_id=splice.replaced,
     )
     session.add(row)
     session.flush()
     return row
+
+
+def _new_step(run: Run, version: int, spec: StepSpec, max_attempts: int) -> Step:
+    return Step(
+        run_id=run.id or 0,
+        plan_version=version,
+        position=0,
+        name=spec.name,
+        instruction=spec.instruction,
+        kind=spec.kind,
+        tool=spec.tool,
+        args=spec.args,
+        tools=spec.tools,
+        max_attempts=max_attempts,
+    )
 
 
 def add_answer_step(session: Session, run: Run, *, name: str, answer: dict[str, Any]) -> Step:

@@ -4,10 +4,11 @@ Reviewers claim with `FOR UPDATE SKIP LOCKED`, so two reviewers never get the sa
 (DESIGN.md, invariant 6). A decision is one transaction: the escalation moves to `decided` (a
 second decision raises `IllegalTransition` and changes nothing), and the run resumes or ends:
 
-- approve: retry the failed step once more (a new plan version with a fresh copy spliced in after
-  it), or re-plan when there was no plan yet, or carry on when no step failed; approving a spent
-  wall-time or token budget grants the run that budget again, once;
-- edit: the reviewer's steps replace every step that has not run yet;
+- approve: retry the failed step once more (a new plan version with a fresh copy in its place,
+  waiting for what it waited for), or re-plan when there was no plan yet, or carry on when no
+  step failed; approving a spent wall-time or token budget grants the run that budget again, once;
+- edit: the reviewer's steps replace every step that has not run yet (they may wait for the
+  steps that ran, or still run, by naming them in `after`);
 - respond: the answer becomes the result of the failed step's name (a `human` step), so the steps
   that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`,
   set by the reviewer (`PinnedFact.set_by`), never taken for the user's statement. It is run
@@ -40,9 +41,11 @@ from models.errors import InvalidInput, NotFound
 from models.messages import add_message
 from models.plans import (
     ArgsCheck,
+    Splice,
     StepSpec,
     add_answer_step,
     add_plan_version,
+    current_graph,
     current_steps,
     parse_plan,
 )
@@ -215,14 +218,6 @@ def pass_deadline(
     return esc
 
 
-def _split_at(steps: list[Step], step_id: int | None) -> tuple[list[Step], list[Step]]:
-    ids = [s.id for s in steps]
-    if step_id not in ids:
-        return steps, []
-    cut = ids.index(step_id) + 1
-    return steps[:cut], steps[cut:]
-
-
 def _resume(session: Session, run: Run, version: int) -> None:
     transitions.resume_run(session, run.id or 0, expected="waiting_review", plan_version=version)
 
@@ -256,7 +251,6 @@ def approve(
     if failed is None or failed.status != "failed":
         _resume(session, run, run.plan_version)
         return run
-    before, after = _split_at(current_steps(session, run), failed.id)
     retry = StepSpec(
         name=failed.name,
         instruction=failed.instruction,
@@ -268,12 +262,10 @@ def approve(
     add_plan_version(
         session,
         run,
-        before=before,
+        splice=current_graph(session, run, replaced=failed.id),
         new=[retry],
-        after=after,
         created_by="reviewer",
         reason=f"approved by {reviewer}: retry {failed.name!r}",
-        replaces_step_id=failed.id,
         max_attempts=max_attempts,
     )
     _resume(session, run, run.plan_version + 1)
@@ -293,18 +285,25 @@ def edit(
     token_id: int | None = None,
 ) -> Run:
     """Decide `edit`: `plan` (JSON text or a dict, `{"steps": [...]}`) replaces the steps not yet
-    run. It is validated first (`parse_plan`: `tools`, `check_args`, the run's pinned facts, and
-    the results of its succeeded steps as earlier names); `InvalidPlan` changes nothing."""
-    run = _locked_run(session, get_escalation(session, escalation_id).run_id)
-    steps = current_steps(session, run)
+    run; the steps that ran (or still run) are kept, and the new steps go in the place of the
+    escalation's failed step (`after` may name kept steps). It is validated first (`parse_plan`:
+    `tools`, `check_args`, the run's pinned facts, the graph it makes with the kept steps);
+    `InvalidPlan` changes nothing."""
+    esc_row = get_escalation(session, escalation_id)
+    run = _locked_run(session, esc_row.run_id)
+    current = current_graph(session, run)
+    steps = list(current.kept)
+    kept = [s for s in steps if s.status not in STEP_NOT_STARTED]
+    replaced = esc_row.step_id if esc_row.step_id in {s.id for s in kept} else None
+    splice = Splice(kept, current.after, replaced)
     spec = parse_plan(
         plan,
         tools=tools,
         check_args=check_args,
         facts=set(pinned_facts(session, run.id or 0)),
-        earlier={s.name for s in steps if s.status == "succeeded"},
+        splice=splice,
     )
-    esc = _decide(
+    _decide(
         session,
         escalation_id,
         decision="edit",
@@ -318,12 +317,10 @@ def edit(
     add_plan_version(
         session,
         run,
-        before=[s for s in steps if s.status in ("succeeded", "failed")],
+        splice=splice,
         new=spec.steps,
-        after=[],
         created_by="reviewer",
         reason=f"edited by {reviewer}",
-        replaces_step_id=esc.step_id,
         max_attempts=max_attempts,
     )
     _resume(session, run, run.plan_version + 1)
@@ -361,17 +358,14 @@ def respond(
         else:
             _resume(session, run, run.plan_version)
         return run
-    before, after = _split_at(current_steps(session, run), failed.id)
     answered = add_answer_step(session, run, name=failed.name, answer=answer)
     add_plan_version(
         session,
         run,
-        before=[*before, answered],
-        new=[],
-        after=after,
+        splice=current_graph(session, run, replaced=failed.id),
+        new=[answered],
         created_by="reviewer",
         reason=f"{reviewer} answered for {failed.name!r}",
-        replaces_step_id=failed.id,
         max_attempts=failed.max_attempts,
     )
     _resume(session, run, run.plan_version + 1)

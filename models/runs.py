@@ -11,7 +11,8 @@ from sqlmodel import Session, col, select
 
 from models import quotas, transitions
 from models.errors import InvalidInput, NotFound
-from models.plans import PlanSpec, add_plan_version, current_steps
+from models.graph import ancestors
+from models.plans import PlanSpec, Splice, add_plan_version
 from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem
 from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
@@ -68,9 +69,8 @@ def submit_run(
         add_plan_version(
             session,
             run,
-            before=[],
+            splice=Splice(),
             new=plan.steps,
-            after=[],
             created_by="submitter",
             max_attempts=settings.step_max_attempts,
         )
@@ -136,9 +136,32 @@ def results_by_name(steps: list[Step]) -> dict[str, dict[str, Any]]:
     return {s.name: s.result or {} for s in steps if s.status == "succeeded"}
 
 
-def done_results(session: Session, run: Run) -> dict[str, dict[str, Any]]:
-    """Results of the succeeded steps of the run's current plan, by name."""
-    return results_by_name(current_steps(session, run))
+# current_after: what each step of the run's current plan version waits for.
+CURRENT_AFTER: Final = """
+SELECT v.after FROM plan_versions v JOIN runs r ON r.id = v.run_id AND v.version = r.plan_version
+WHERE r.id = :run_id"""
+# step_results: the name and result of each succeeded step among :ids.
+STEP_RESULTS: Final = "SELECT name, result FROM steps WHERE id = ANY(:ids) AND status = 'succeeded'"
+
+
+def upstream_results(
+    session: Session,
+    run_id: int,
+    step_id: int,
+    *,
+    after: dict[int, tuple[int, ...]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Results of the succeeded steps that step `step_id` waits for, directly or through others,
+    by name: what its references and its model call may use (`models.graph.ancestors`). `after`
+    is the current version's graph when the caller has read it already."""
+    if after is None:
+        stored = session.execute(sa.text(CURRENT_AFTER), {"run_id": run_id}).scalar_one_or_none()
+        after = {int(k): tuple(v) for k, v in (stored or {}).items()}
+    upstream = sorted(ancestors(after, step_id))
+    if not upstream:
+        return {}
+    rows = session.execute(sa.text(STEP_RESULTS), {"ids": upstream}).all()
+    return {name: result or {} for name, result in rows}
 
 
 def tries_of_name(session: Session, run_id: int, name: str) -> int:

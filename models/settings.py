@@ -105,6 +105,12 @@ class Settings(BaseSettings):
         default=2, ge=0, le=10, description="Invalid tool-call answers re-asked in one step."
     )
     queued_stale_s: float = Field(default=60.0, gt=0, description="Re-send a queued step after.")
+    # A worker runs the next step of its run itself when it is the only one that can start
+    # (issue 10); after this many in one task the next goes back to the queue, so one long plan
+    # cannot keep a worker from the others' runs. 20 no-op steps take about 60 ms.
+    chain_max_steps: int = Field(
+        default=20, ge=1, le=1000, description="Steps one execute-step task runs in a row."
+    )
     phase_stale_s: float = Field(default=120.0, gt=0, description="Re-send plan/synthesize after.")
     reconcile_interval_s: float = Field(default=10.0, gt=0)
 

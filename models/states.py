@@ -64,6 +64,8 @@ STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued"})  # what a ca
 STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {
         ("pending", "ready"),
+        # the worker that ended its last dependency runs it next, in-process (models.decisions)
+        ("pending", "running"),
         ("ready", "queued"),  # dispatched: a slot of its user is free
         ("queued", "running"),
         ("running", "succeeded"),

@@ -101,10 +101,13 @@ class PinnedFact(SQLModel, table=True):
 
 
 class PlanVersion(SQLModel, table=True):
-    """One version of a run's plan: the ordered ids of its steps.
+    """One version of a run's plan: the ordered ids of its steps, and what each waits for.
 
+    `after` maps each step id (as text: a JSON key) to the ids of the steps it waits for
+    (`models.graph`; migration 0012 gave older versions the chain their order meant).
     `replaces_step_id` is the failed step this version answers (a replan, a reviewer's edit or
-    answer); the coordinator treats that failure as handled and moves on past it.
+    answer): its dependents wait for the steps put in its place instead, and the coordinator
+    treats that failure as handled.
     """
 
     __tablename__ = "plan_versions"
@@ -115,6 +118,11 @@ class PlanVersion(SQLModel, table=True):
     step_ids: list[int] = Field(
         default_factory=list,
         sa_type=MutableList.as_mutable(JSONB),
+    )
+    after: dict[str, list[int]] = Field(
+        default_factory=dict,
+        sa_type=MutableDict.as_mutable(JSONB),
+        sa_column_kwargs={"server_default": "{}"},
     )
     created_by: str = Field(max_length=20)  # submitter | planner | replanner | reviewer
     reason: str = ""

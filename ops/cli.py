@@ -166,6 +166,10 @@ def up(
         int | None,
         typer.Option(min=1, max=256, help="Worker processes (default AGENTQ_WORKER_CONCURRENCY)."),
     ] = None,
+    coordinators: Annotated[
+        int,
+        typer.Option(min=1, max=16, help="Coordinator processes on the coordinator queue."),
+    ] = 1,
 ) -> None:
     """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat.
 
@@ -177,7 +181,9 @@ def up(
     settings = get_settings()
     home = settings.home
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
-    stack = start_engine(home, worker_concurrency=workers or settings.worker_concurrency)
+    stack = start_engine(
+        home, worker_concurrency=workers or settings.worker_concurrency, coordinators=coordinators
+    )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
     except BaseException:

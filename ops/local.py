@@ -75,10 +75,13 @@ def start_engine(
     data_dir: Path,
     *,
     worker_concurrency: int = 2,
+    coordinators: int = 1,
     extra_env: dict[str, str] | None = None,
     loglevel: str = "INFO",
 ) -> LocalStack:
-    """Start Postgres, Redis, run migrations, then the worker and the scheduler (with beat).
+    """Start Postgres, Redis, run migrations, then the worker and the scheduler (with beat), and
+    `coordinators - 1` more coordinator processes (`coordinator-2`, ... without beat: one beat
+    per deployment) on the same queue.
 
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack. Raises
@@ -114,7 +117,17 @@ def start_engine(
             ),
             env,
         )
-        for name in ("worker", "scheduler"):
+        extra = [f"coordinator-{n}" for n in range(2, coordinators + 1)]
+        for name in extra:
+            argv = stack.celery_argv(
+                "scheduler.app",
+                QUEUE_COORDINATOR,
+                concurrency=1,
+                hostname=f"{name}@%h",
+                loglevel=loglevel,
+            )
+            stack.start_process(name, argv, env)
+        for name in ("worker", "scheduler", *extra):
             stack.wait_for_log(name, "ready.", CELERY_READY_TIMEOUT_S)
     except BaseException:
         stack.stop()

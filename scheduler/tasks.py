@@ -7,15 +7,15 @@ in between, the reconciler finds the row waiting and sends again (DESIGN.md, inv
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import structlog
 from sqlmodel import Session, col, select
 
-from models import dispatch, facts, queue, reviews, transitions
+from models import decisions, dispatch, facts, queue, reviews, transitions
+from models.coordinator import Decision, decide
 from models.db import session_scope
-from models.errors import AgentqError, BudgetExhausted, IllegalTransition
+from models.errors import AgentqError, IllegalTransition
 from models.plans import current_steps, handled_failures
 from models.queue import (
     TASK_COORDINATE,
@@ -26,88 +26,32 @@ from models.queue import (
 )
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
-from scheduler.coordinator import Decision, RunView, StepView, decide
 
 log = structlog.get_logger("agentq.scheduler")
 DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait for the next
 
 
-def run_view(session: Session, run: Run) -> RunView:
-    """The coordinator's view of `run`, read from its rows."""
-    steps = current_steps(session, run)
-    return RunView(
-        id=run.id or 0,
-        status=run.status,
-        replans_used=run.replans_used,
-        replans_limit=run.replans_limit,
-        steps=tuple(StepView(s.id or 0, s.name, s.status) for s in steps),
-        handled_failures=frozenset(handled_failures(session, run.id or 0)),
-        deadline_passed=run.deadline_at is not None and run.deadline_at <= utcnow(),
-        tokens_spent=run.tokens_used >= run.tokens_limit,
-    )
-
-
 def coordinate(run_id: int) -> Decision | None:
-    """Decide and apply the next action for run `run_id`, then dispatch its user's held work
-    (`models.dispatch`: this decision, or the task that asked for it, may have freed a slot);
-    returns the decision taken.
+    """Decide and apply the next action for run `run_id` (`models.decisions`), then dispatch its
+    user's held work (`models.dispatch`: this decision, or the task that asked for it, may have
+    freed a slot); returns the decision taken.
 
-    The run row is locked for the transaction, so two coordinators of one run take turns.
+    The run row is locked for the transaction, so two coordinators of one run take turns, and
+    several coordinator processes may consume the coordinator queue at once.
     """
-    after_commit: list[Callable[[], None]] = []
-    sends: list[dispatch.Send] = []
     with session_scope() as session:
-        run = transitions.lock_run(session, run_id)
-        if run is None:
+        locked = decisions.lock(session, run_id)
+        if locked is None:
             log.warning("coordinate.no_such_run", run_id=run_id)
             return None
-        decision = decide(run_view(session, run))
-        after_commit = _apply(session, run, decision)
-        cap = get_settings().user_max_running_steps
-        sends = dispatch.dispatch(session, run.user_id, cap=cap)
-    for send in after_commit:
-        send()
-    for task, args in sends:
+        decision = decide(locked.view())
+        applied = decisions.apply(
+            session, locked, decision, cap=get_settings().user_max_running_steps
+        )
+    for task, args in applied.sends:
         queue.send(task, *args)
     log.info("coordinate", run_id=run_id, action=decision.action, reason=decision.reason)
     return decision
-
-
-def _apply(session: Session, run: Run, decision: Decision) -> list[Callable[[], None]]:
-    """Apply `decision` to `run`; what to send after the commit. `plan` and `enqueue_step` send
-    nothing themselves: the run stays `queued` and the step becomes `ready`, and
-    `models.dispatch` sends them when the user has a free slot."""
-    run_id = run.id or 0
-    step_id = decision.step_id
-    if decision.action == "enqueue_step" and step_id is not None:
-        transitions.ready_step(session, step_id)
-        return []
-    if decision.action == "replan" and step_id is not None:
-        try:
-            transitions.start_replanning(session, run_id)
-        except BudgetExhausted:
-            _escalate(session, run_id, "replan_budget_spent", step_id, decision.detail)
-            return []
-        return [lambda: queue.send(TASK_REPLAN, run_id, step_id)]
-    if decision.action == "escalate":
-        _escalate(session, run_id, decision.reason, step_id, decision.detail)
-    elif decision.action == "synthesize":
-        transitions.start_synthesis(session, run_id)
-        return [lambda: queue.send(TASK_SYNTHESIZE, run_id)]
-    return []
-
-
-def _escalate(
-    session: Session, run_id: int, reason: str, step_id: int | None, detail: dict[str, str]
-) -> None:
-    step = session.get(Step, step_id) if step_id else None
-    full = dict(detail)
-    if step is not None:
-        full.update(step=step.name, error=step.error or "", tool=step.tool or "")
-    status = session.get(Run, run_id).status  # type: ignore[union-attr]
-    transitions.escalate(
-        session, run_id, expected=status, reason=reason, step_id=step_id, detail=full
-    )
 
 
 def reconcile() -> dict[str, int]:

@@ -70,24 +70,30 @@ def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> 
 
 @app.task(name=TASK_EXECUTE_STEP)  # type: ignore[untyped-decorator]
 def execute_step(step_id: int) -> None:
-    """Claim and run one step, then hand the run back to the coordinator."""
+    """Claim and run one step, record it and advance its run (`worker.steps.finish`); then run
+    the next step this process claimed, or the run's synthesis, within the chain's bounds."""
     claimed = steps.claim(step_id)
-    if claimed is None:
-        return
-    outcome = steps.perform(claimed)
-    if not steps.record(claimed.step, outcome):
-        return
-    if outcome.kind == "retry":
-        countdown = steps.retry_countdown_s(claimed.step.attempt)
-        queue.send(TASK_EXECUTE_STEP, step_id, countdown=countdown)
-    elif outcome.kind == "deferred":  # the worker is free now; the step is due after the wait
-        queue.send(TASK_EXECUTE_STEP, step_id, countdown=outcome.retry_after_s)
-    else:
-        queue.send(TASK_COORDINATE, claimed.step.run_id)
+    chain = steps.Chain.from_settings(settings)
+    while claimed is not None:
+        outcome = steps.perform(claimed)
+        done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
+        chain.done += 1
+        for task, args in done.sends:  # a broker that is down: the reconciler re-sends
+            queue.try_send(task, *args)
+        if done.again_in_s is not None:
+            queue.send(TASK_EXECUTE_STEP, claimed.step.id, countdown=done.again_in_s)
+        if done.synthesize:
+            synthesize_run(claimed.step.run_id)
+        claimed = done.next
 
 
 @app.task(name=TASK_SYNTHESIZE)  # type: ignore[untyped-decorator]
 def synthesize(run_id: int) -> None:
+    """Write the final answer of a run (`synthesize_run`)."""
+    synthesize_run(run_id)
+
+
+def synthesize_run(run_id: int) -> None:
     """Write the final answer of a run; rate-limited, the task is sent again later. A run that
     moved on (succeeded, or escalated) is handed back to the coordinator: the synthesis held a
     dispatch slot of its user (`models.dispatch`), and its coordinator decision fills it."""

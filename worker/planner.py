@@ -12,7 +12,8 @@ import structlog
 
 from models import transitions
 from models.db import session_scope
-from models.plans import PlanSpec, add_plan_version, current_steps, parse_plan
+from models.errors import InvalidPlan
+from models.plans import PlanSpec, Splice, add_plan_version, current_graph, parse_plan
 from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from models.tools import argument_problems, catalog
@@ -29,15 +30,16 @@ def reason(answer: Answer[PlanSpec]) -> str:
 
 
 def ask_for_plan(
-    run_id: int, prompt: Prompt, *, earlier: set[str], facts: set[str]
+    run_id: int, prompt: Prompt, *, splice: Splice, facts: set[str]
 ) -> Answer[PlanSpec]:
-    """Ask until the answer is a valid plan: registered tools with valid arguments, references
-    only to earlier steps and pinned facts, each step name once (`models.plans.parse_plan`)."""
+    """Ask until the answer is a valid plan where `splice` puts it: registered tools with valid
+    arguments, a graph whose references name only steps the referring step waits for, pinned
+    facts, each step name once (`models.plans.parse_plan`)."""
     tools = [t["name"] for t in catalog()]
 
     def parse(text: str) -> PlanSpec:
         return parse_plan(
-            text, tools=tools, earlier=earlier, facts=facts, check_args=argument_problems
+            text, tools=tools, splice=splice, facts=facts, check_args=argument_problems
         )
 
     return ask(run_id, prompt, parse)
@@ -51,7 +53,7 @@ def plan(run_id: int) -> bool:
             log.info("plan.skipped", run_id=run_id, status=run.status)
             return False
         facts = set(pinned_facts(session, run_id))
-    answer = ask_for_plan(run_id, plan_prompt(run.goal, catalog()), earlier=set(), facts=facts)
+    answer = ask_for_plan(run_id, plan_prompt(run.goal, catalog()), splice=Splice(), facts=facts)
     with session_scope() as session:
         locked = transitions.lock_run(session, run_id)
         if locked is None or locked.status != "planning":
@@ -68,9 +70,8 @@ def plan(run_id: int) -> bool:
         add_plan_version(
             session,
             locked,
-            before=[],
+            splice=Splice(),
             new=answer.value.steps,
-            after=[],
             created_by="planner",
             max_attempts=get_settings().step_max_attempts,
         )
@@ -79,47 +80,46 @@ def plan(run_id: int) -> bool:
 
 
 def replan(run_id: int, failed_step_id: int) -> bool:
-    """Splice new steps in after the failed step (a new plan version), or escalate."""
+    """Put new steps in the place of the failed step (a new plan version), or escalate."""
     with session_scope() as session:
         run = get_run(session, run_id)
-        steps = current_steps(session, run)
-        failed = next((s for s in steps if s.id == failed_step_id), None)
+        splice = current_graph(session, run, replaced=failed_step_id)
+        failed = next((s for s in splice.kept if s.id == failed_step_id), None)
         if run.status != "replanning" or failed is None:
             log.info("replan.skipped", run_id=run_id, status=run.status, step_id=failed_step_id)
             return False
-        index = steps.index(failed)
-        earlier = {s.name for s in steps[:index] if s.status == "succeeded"}
         facts = set(pinned_facts(session, run_id))
         prompt = replan_prompt(run.goal, catalog(), failed)
-    answer = ask_for_plan(run_id, prompt, earlier=earlier, facts=facts)
+    answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
     with session_scope() as session:
         locked = transitions.lock_run(session, run_id)
         if locked is None or locked.status != "replanning":
             return False
-        if answer.value is None:
-            transitions.escalate(
-                session,
-                run_id,
-                expected="replanning",
-                reason=reason(answer),
-                step_id=failed_step_id,
-                detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
-            )
-            return True
-        steps = current_steps(session, locked)
-        index = [s.id for s in steps].index(failed_step_id)
-        add_plan_version(
+        error, raw = answer.error, answer.raw
+        if answer.value is not None:
+            try:  # the graph is checked again: steps may have ended since the call
+                add_plan_version(
+                    session,
+                    locked,
+                    splice=current_graph(session, locked, replaced=failed_step_id),
+                    new=answer.value.steps,
+                    created_by="replanner",
+                    reason=f"step {failed.name!r} failed: {failed.error}",
+                    max_attempts=get_settings().step_max_attempts,
+                )
+            except InvalidPlan as exc:
+                error = str(exc)
+            else:
+                transitions.resume_run(
+                    session, run_id, expected="replanning", plan_version=locked.plan_version + 1
+                )
+                return True
+        transitions.escalate(
             session,
-            locked,
-            before=steps[: index + 1],
-            new=answer.value.steps,
-            after=steps[index + 1 :],
-            created_by="replanner",
-            reason=f"step {failed.name!r} failed: {failed.error}",
-            replaces_step_id=failed_step_id,
-            max_attempts=get_settings().step_max_attempts,
-        )
-        transitions.resume_run(
-            session, run_id, expected="replanning", plan_version=locked.plan_version + 1
+            run_id,
+            expected="replanning",
+            reason=reason(answer),
+            step_id=failed_step_id,
+            detail={"error": error, "raw_output": raw[:RAW_OUTPUT_MAX_CHARS]},
         )
     return True

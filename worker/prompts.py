@@ -27,16 +27,22 @@ PLAN_INSTRUCTIONS: Final = (
     "You are the planner of an agent. Break the user's goal into a short plan of steps. Each "
     "step is either a call of one of the listed tools (kind 'tool', with 'tool' and 'args') or a "
     "model instruction (kind 'model'). Steps pass data with references in args: "
-    "'${steps.NAME.KEY}' is KEY of the result of the earlier step NAME, '${facts.KEY}' is a "
-    "pinned fact. A model step may list in 'tools' the tools it can call itself, when their "
-    "arguments depend on what it finds. Pinned facts are the user's own statements: never "
-    "change them. Past runs "
+    "'${steps.NAME.KEY}' is KEY of the result of the step NAME, '${facts.KEY}' is a "
+    "pinned fact. A step may name in 'after' the steps it waits for: steps that wait for "
+    "nothing unfinished run at the same time; 'after': [] starts at once; left out, a step "
+    "waits for the step before it. A step may refer only to steps it waits for, directly or "
+    "through other steps. A model step may list in 'tools' the tools it can call itself, when "
+    "their arguments depend on what it finds. Pinned facts are the user's own statements: "
+    "never change them. Past runs "
     "recalled below tell you what failed before; avoid repeating a known failure. Answer with "
     "JSON only, matching the schema."
 )
 REPLAN_INSTRUCTIONS: Final = (
     PLAN_INSTRUCTIONS + " A step of the current plan failed. Answer with only the new steps to "
-    "insert right after the failed step; the remaining steps of the plan follow them unchanged."
+    "put in its place: the first waits for what the failed step waited for (unless it names "
+    "'after' itself), and the steps that waited for the failed step wait for the new steps no "
+    "other new step waits for. They refer to the failed step by its name, so give the new step "
+    "that produces its result the failed step's name."
 )
 STEP_INSTRUCTIONS: Final = (
     "You carry out one step of a plan. Use the pinned facts and the results of earlier steps. "
@@ -107,6 +113,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
     `tool_names` as `tool`, and `args`) or a model instruction (`kind` "model", optionally
     `tools` from `tool_names`). `parse_plan` still checks everything (references, arguments)."""
     name = {"type": "string", "pattern": STEP_NAME_PATTERN}
+    after = {"type": "array", "items": name, "maxItems": MAX_PLAN_STEPS}
     instruction = {"type": "string", "maxLength": MAX_INSTRUCTION_CHARS}
     known = {"type": "string", "enum": tool_names} if tool_names else {"type": "string"}
     tool_step = {
@@ -119,6 +126,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
             "kind": {"type": "string", "const": "tool"},
             "tool": known,
             "args": {"type": "object"},
+            "after": after,
         },
     }
     model_step = {
@@ -130,6 +138,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
             "instruction": instruction,
             "kind": {"type": "string", "const": "model"},
             "tools": {"type": "array", "items": known, "maxItems": MAX_STEP_TOOLS},
+            "after": after,
         },
     }
     steps = [tool_step, model_step] if tool_names else [model_step]
@@ -176,7 +185,7 @@ def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Promp
         + _json(tools)
         + "\n\nThis step failed:\n"
         + _json(failed_step)
-        + "\n\nWrite the steps to insert after it."
+        + "\n\nWrite the steps to put in its place."
     )
     payload = {"goal": goal, "tools": tools, "failed_step": failed_step}
     return Prompt(

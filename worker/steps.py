@@ -20,15 +20,18 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import transitions
+from models import decisions, leases, transitions
+from models.coordinator import decide
 from models.db import session_scope
+from models.erasures import lock_key
 from models.errors import (
     BudgetExhausted,
     IllegalTransition,
@@ -39,12 +42,12 @@ from models.errors import (
     RetryableToolError,
     ToolError,
 )
-from models.messages import add_message
-from models.references import resolve
-from models.runs import done_results, get_run, pinned_facts, tries_of_name
-from models.settings import get_settings
+from models.references import has_reference, resolve
+from models.runs import upstream_results
+from models.settings import Settings, get_settings
 from models.step_data import check_step_data
-from models.tables import Step
+from models.tables import Step, utcnow
+from models.tokens import count_tokens
 from models.tools import ToolContext, enabled_tool
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
@@ -79,31 +82,61 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A claimed step with what it needs from its run."""
+    """A claimed step with what it needs from its run: its pinned facts, the results of the
+    steps it waits for (by name; only for a model step or one whose arguments refer to steps),
+    how many attempts steps of its name have had, and the run's user."""
 
     step: Step
     facts: dict[str, str]
     results: dict[str, dict[str, Any]]
     tries: int
+    user_id: str = ""
 
 
 def claim(step_id: int) -> Claimed | None:
-    """Claim step `step_id` for this process; None when another delivery already has it."""
+    """Claim step `step_id`, sent through the broker, for this process; None when another
+    delivery already has it (`models.leases.claim`)."""
     with session_scope() as session:
         try:
-            step = transitions.claim_step(
-                session, step_id, worker=worker_name(), lease_s=get_settings().lease_s
+            claimed = leases.claim(
+                session, step_id, worker=worker_name(), lease_s=get_settings().lease_s, now=utcnow()
             )
         except IllegalTransition as exc:
             log.info("execute_step.skipped", step_id=step_id, reason=str(exc))
             return None
-        run = get_run(session, step.run_id)
-        return Claimed(
-            step=step,
-            facts=pinned_facts(session, step.run_id),
-            results=done_results(session, run),
-            tries=tries_of_name(session, step.run_id, step.name),
-        )
+        return _with_results(session, claimed)
+
+
+def _with_results(
+    session: Session, claimed: leases.Claim, after: dict[int, tuple[int, ...]] | None = None
+) -> Claimed:
+    step = claimed.step
+    needed = step.kind == "model" or has_reference(step.args)
+    results = upstream_results(session, step.run_id, step.id or 0, after=after) if needed else {}
+    return Claimed(step, claimed.facts, results, claimed.tries, claimed.user_id)
+
+
+@dataclass
+class Chain:
+    """The steps one `execute_step` task runs in a row: the first, then each next step it claims
+    itself, at most `max_steps` in all and only while more than one step time limit is left
+    before the soft time limit (issue 10), so the timeout ladder holds and one run cannot hold a
+    worker for ever; then the next step goes back to the queue."""
+
+    max_steps: int
+    room_s: float  # soft time limit less one step time limit
+    started: float = field(default_factory=time.monotonic)
+    done: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Chain:
+        """The bounds of `AGENTQ_CHAIN_MAX_STEPS` and the timeout ladder."""
+        room = settings.soft_time_limit_s - settings.step_time_limit_s
+        return cls(max_steps=settings.chain_max_steps, room_s=room)
+
+    def may_continue(self) -> bool:
+        """Whether the step being finished may be followed by another in this task."""
+        return self.done + 1 < self.max_steps and time.monotonic() - self.started < self.room_s
 
 
 def perform(claimed: Claimed) -> Outcome:
@@ -179,62 +212,121 @@ def _run(claimed: Claimed) -> dict[str, Any]:
     return tool.invoke(ctx, args)
 
 
-def record(step: Step, outcome: Outcome) -> bool:
-    """Write the outcome for the attempt that holds the step; False if it lost the lease."""
-    step_id, attempt = step.id or 0, step.attempt
+@dataclass(frozen=True)
+class Finished:
+    """What is left after a step's outcome was committed: the step to run next in this process
+    (`next`), whether to synthesize the run here (`synthesize`), messages to send (`sends`), and
+    for a retry or a deferral the countdown after which the step is sent again (`again_in_s`)."""
+
+    next: Claimed | None = None
+    synthesize: bool = False
+    sends: list[decisions.Send] = field(default_factory=list)
+    again_in_s: float | None = None
+
+
+def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
+    """Record `outcome` for the attempt that holds the step and advance its run, in one
+    transaction under the run's lock (`models.decisions`): the coordinator's decision is applied
+    here, and with `may_chain` one step that can start now is claimed for this process. A retry
+    or a deferral only puts the step back in the queue. A lost lease (another attempt holds the
+    step) changes nothing."""
+    step, settings = claimed.step, get_settings()
+    turn = _turn(step, outcome, settings)
     with session_scope() as session:
+        erasure_key = lock_key(claimed.user_id) if turn is not None else None
+        locked = decisions.lock(session, step.run_id, erasure_key=erasure_key)
+        if locked is None:
+            return Finished()
         try:
-            if outcome.kind not in ("retry", "deferred"):
-                add_message(
-                    session,
-                    run_id=step.run_id,
-                    user_id=get_run(session, step.run_id).user_id,
-                    step_id=step_id,
-                    role="assistant" if step.kind == "model" else "tool",
-                    content=turn_text(step, outcome),
-                )
-            if outcome.kind == "succeeded":
-                transitions.complete_step(
-                    session, step_id, attempt=attempt, result=outcome.result or {}
-                )
-            elif outcome.kind == "retry":
-                transitions.retry_step(session, step_id, attempt=attempt, error=outcome.error)
-            elif outcome.kind == "deferred":
-                transitions.defer_step(
-                    session,
-                    step_id,
-                    attempt=attempt,
-                    retry_after_s=outcome.retry_after_s,
-                    error=outcome.error,
-                )
-            else:
-                transitions.fail_step(session, step_id, attempt=attempt, error=outcome.error)
+            _record(session, step, outcome, turn, claimed.user_id)
         except IllegalTransition as exc:
-            log.warning("execute_step.lost_lease", step_id=step_id, reason=str(exc))
-            return False
+            log.warning("execute_step.lost_lease", step_id=step.id, reason=str(exc))
+            return Finished()
+        if outcome.kind == "retry":
+            return Finished(again_in_s=retry_countdown_s(step.attempt))
+        if outcome.kind == "deferred":  # the worker is free now; the step is due after the wait
+            return Finished(again_in_s=outcome.retry_after_s)
+        locked.set_status(step.id or 0, "succeeded" if outcome.kind == "succeeded" else "failed")
         if outcome.kind == "escalated":
-            _escalate(session, step, outcome)
-    return True
-
-
-def _escalate(session: Session, step: Step, outcome: Outcome) -> None:
-    """The run waits for a reviewer; a run no longer running (cancelled) is left as it is."""
-    try:
-        transitions.escalate(
+            _escalate(session, locked, step, outcome)
+        claim_next = _claim_next if may_chain else None
+        applied = decisions.apply(
             session,
-            step.run_id,
-            expected="running",
-            reason=outcome.reason,
-            step_id=step.id,
-            detail={
-                "step": step.name,
-                "error": outcome.error,
-                "tool": step.tool or "",
-                **({"raw_output": outcome.raw} if outcome.raw else {}),
-            },
+            locked,
+            decide(locked.view()),
+            cap=settings.user_max_running_steps,
+            claim_next=claim_next,
         )
-    except IllegalTransition as exc:
-        log.info("execute_step.not_escalated", step_id=step.id, reason=str(exc))
+        next_step = applied.claimed and _with_results(session, applied.claimed, locked.after())
+    return Finished(next_step or None, applied.synthesize, applied.sends)
+
+
+def _claim_next(session: Session, step_id: int) -> leases.Claim:
+    return leases.claim(
+        session,
+        step_id,
+        worker=worker_name(),
+        lease_s=get_settings().lease_s,
+        now=utcnow(),
+        expected="pending",
+    )
+
+
+def _turn(step: Step, outcome: Outcome, settings: Settings) -> leases.Turn | None:
+    """The step's conversation turn; none for a retry or a deferral (the step goes on)."""
+    if outcome.kind in ("retry", "deferred"):
+        return None
+    content = turn_text(step, outcome)
+    role = "assistant" if step.kind == "model" else "tool"
+    return leases.Turn(role, content, count_tokens(content, settings.model))
+
+
+def _record(
+    session: Session, step: Step, outcome: Outcome, turn: leases.Turn | None, user_id: str
+) -> None:
+    """Write `outcome` for the attempt that holds `step`; raises `IllegalTransition` if another
+    attempt holds it (its lease expired and it was claimed again)."""
+    step_id, attempt, now = step.id or 0, step.attempt, utcnow()
+    if outcome.kind == "retry":
+        transitions.retry_step(session, step_id, attempt=attempt, error=outcome.error)
+    elif outcome.kind == "deferred":
+        transitions.defer_step(
+            session,
+            step_id,
+            attempt=attempt,
+            retry_after_s=outcome.retry_after_s,
+            error=outcome.error,
+        )
+    elif outcome.kind == "succeeded":
+        result = outcome.result or {}
+        leases.end_attempt(
+            session, step, to="succeeded", now=now, result=result, turn=turn, user_id=user_id
+        )
+    else:
+        leases.end_attempt(
+            session, step, to="failed", now=now, error=outcome.error, turn=turn, user_id=user_id
+        )
+
+
+def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: Outcome) -> None:
+    """The run waits for a reviewer; a run no longer running (cancelled) is left as it is."""
+    if locked.status != "running":
+        log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
+        return
+    transitions.escalate(
+        session,
+        step.run_id,
+        expected="running",
+        reason=outcome.reason,
+        step_id=step.id,
+        detail={
+            "step": step.name,
+            "error": outcome.error,
+            "tool": step.tool or "",
+            **({"raw_output": outcome.raw} if outcome.raw else {}),
+        },
+    )
+    locked.status = "waiting_review"
 
 
 def turn_text(step: Step, outcome: Outcome) -> str:

@@ -69,7 +69,9 @@ def engine_dir() -> Iterator[Path]:
 
 
 @contextmanager
-def other_engine(extra_env: dict[str, str], *, worker_concurrency: int = 1) -> Iterator[LocalStack]:
+def other_engine(
+    extra_env: dict[str, str], *, worker_concurrency: int = 1, coordinators: int = 1
+) -> Iterator[LocalStack]:
     """A second engine whose worker and scheduler processes run with `extra_env` (over this
     process's environment); this process talks to it inside the block, then to whatever it
     talked to before (the session `engine`, if it was started)."""
@@ -77,7 +79,12 @@ def other_engine(extra_env: dict[str, str], *, worker_concurrency: int = 1) -> I
     saved = {key: os.environ.get(key) for key in switched}
     for data_dir in engine_dir():
         env = {**TESTS_IMPORTABLE, **extra_env}
-        stack = start_engine(data_dir, worker_concurrency=worker_concurrency, extra_env=env)
+        stack = start_engine(
+            data_dir,
+            worker_concurrency=worker_concurrency,
+            coordinators=coordinators,
+            extra_env=env,
+        )
         _talk_to_current_engine()
         try:
             yield stack

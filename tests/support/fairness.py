@@ -1,9 +1,11 @@
 """Reading dispatch from rows: when each of a user's tasks held a slot, and how many at once.
 
 A step holds a slot of its user from its `step.queued` event to its `step.succeeded` or
-`step.failed` event; a run's plan task from `run.planning` to the run's next status event
-(`models.dispatch`). Each event's time is taken in the transaction that makes it true, before
-its commit, and a dispatcher counts a slot free only after the commit that freed it, so an
+`step.failed` event; a step that the worker of its last dependency claimed itself (no
+`step.queued`: `models.decisions`) from its `step.running` event, the slot its dependency's end
+passed on in the same transaction; a run's plan task from `run.planning` to the run's next
+status event (`models.dispatch`). Each event's time is taken in the transaction that makes it
+true, before its commit, and a dispatcher counts a slot free only after the commit that freed it, so an
 interval that starts in a slot another freed starts after that one ended: counting overlaps of
 these intervals is what the dispatcher counted, whatever the wall-clock durations.
 """
@@ -57,7 +59,9 @@ def held_slots(events: list[RunEvent], *, plans: bool = True) -> list[Held]:
     opened: dict[tuple[int, int | None], datetime] = {}
     for event in events:
         key = (event.run_id, event.step_id if event.kind.startswith("step.") else None)
-        if event.kind == "step.queued" or (plans and event.kind == "run.planning"):
+        if event.kind in ("step.queued", "step.running") or (
+            plans and event.kind == "run.planning"
+        ):
             opened.setdefault(key, event.at)
         elif event.kind in (*STEP_ENDS, *PLAN_ENDS) and (start := opened.pop(key, None)):
             held.append(Held(key[0], key[1], start, event.at))

@@ -1,4 +1,4 @@
-"""The coordinator's decisions, table-driven over run states; no services."""
+"""The coordinator's decisions, table-driven over run states and plan graphs; no services."""
 
 from __future__ import annotations
 
@@ -6,24 +6,32 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from models.coordinator import Decision, RunView, StepView, decide
 from models.states import STEP_STATUSES
-from scheduler.coordinator import Decision, RunView, StepView, decide
+
+Step = tuple[int, str] | tuple[int, str, tuple[int, ...]]
 
 
 def view(
     status: str = "running",
-    *steps: tuple[int, str],
+    *steps: Step,
     used: int = 0,
     limit: int = 1,
     handled: frozenset[int] = frozenset(),
     **kw: bool,
 ) -> RunView:
+    """A run whose steps are `(id, status)` (a chain: each waits for the one before it) or
+    `(id, status, after)`."""
+    views = []
+    for i, step in enumerate(steps):
+        after = step[2] if len(step) == 3 else ((steps[i - 1][0],) if i else ())
+        views.append(StepView(step[0], f"s{step[0]}", step[1], after))
     return RunView(
         id=1,
         status=status,
         replans_used=used,
         replans_limit=limit,
-        steps=tuple(StepView(i, f"s{i}", st) for i, st in steps),
+        steps=tuple(views),
         handled_failures=handled,
         **kw,
     )
@@ -37,9 +45,9 @@ CASES = [
     ("waiting for a reviewer", view("waiting_review", (1, "failed")), "wait", None),
     ("succeeded is final", view("succeeded", (1, "succeeded")), "wait", None),
     ("failed is final", view("failed"), "wait", None),
-    ("cancelled is final", view("cancelled", (1, "pending")), "wait", None),
-    ("first pending step", view("running", (1, "pending"), (2, "pending")), "enqueue_step", 1),
-    ("next after done", view("running", (1, "succeeded"), (2, "pending")), "enqueue_step", 2),
+    ("cancelled is final", view("cancelled", (1, "pending"), (2, "pending", ())), "wait", None),
+    ("first pending step", view("running", (1, "pending"), (2, "pending")), "enqueue_steps", 1),
+    ("next after done", view("running", (1, "succeeded"), (2, "pending")), "enqueue_steps", 2),
     ("step queued", view("running", (1, "succeeded"), (2, "queued")), "wait", 2),
     ("step ready, waiting for a slot", view("running", (1, "ready"), (2, "pending")), "wait", 1),
     ("step running", view("running", (1, "running"), (2, "pending")), "wait", 1),
@@ -47,15 +55,45 @@ CASES = [
     ("failure, budget spent", view("running", (1, "failed"), used=1, limit=1), "escalate", 1),
     ("failure, zero budget", view("running", (1, "failed"), limit=0), "escalate", 1),
     (
-        "handled failure is passed",
-        view("running", (1, "failed"), (3, "succeeded"), (2, "pending"), handled=frozenset({1})),
-        "enqueue_step",
+        "handled failure: its replacement's dependents go on",
+        view(
+            "running",
+            (1, "failed", ()),
+            (3, "succeeded", ()),
+            (2, "pending", (3,)),
+            handled=frozenset({1}),
+        ),
+        "enqueue_steps",
         2,
     ),
     (
-        "cancelled steps are passed",
-        view("running", (1, "cancelled"), (2, "pending")),
-        "enqueue_step",
+        "join waits for both branches",
+        view("running", (1, "succeeded", ()), (2, "running", ()), (3, "pending", (1, 2))),
+        "wait",
+        2,
+    ),
+    (
+        "join starts once both succeeded",
+        view("running", (1, "succeeded", ()), (2, "succeeded", ()), (3, "pending", (1, 2))),
+        "enqueue_steps",
+        3,
+    ),
+    (
+        "a failure in one branch while another runs is replanned at once",
+        view("running", (1, "running", ()), (2, "failed", ()), (3, "pending", (1, 2))),
+        "replan",
+        2,
+    ),
+    (
+        "a failure in one branch, budget spent, escalates while the other runs",
+        view("running", (1, "running", ()), (2, "failed", ()), (3, "pending", (1, 2)), limit=0),
+        "escalate",
+        2,
+    ),
+    (
+        "a step waiting for a step with no result is blocked",
+        view("running", (1, "cancelled", ()), (2, "pending", (1,))),
+        "escalate",
         2,
     ),
     ("all done", view("running", (1, "succeeded"), (2, "succeeded")), "synthesize", None),
@@ -74,42 +112,69 @@ def test_decision(case: str, run: RunView, action: str, step_id: int | None) -> 
     assert (decision.action, decision.step_id) == (action, step_id), case
 
 
-def test_escalation_says_why() -> None:
+def test_fan_out_enqueues_every_step_that_can_start() -> None:
+    run = view(
+        "running",
+        (1, "succeeded", ()),
+        (2, "pending", (1,)),
+        (3, "pending", (1,)),
+        (4, "pending", ()),
+        (5, "pending", (2, 3)),
+    )
+    decision = decide(run)
+    assert (decision.action, decision.step_ids) == ("enqueue_steps", (2, 3, 4))
+
+
+def test_blocked_and_escalation_say_why() -> None:
     decision = decide(view("running", (1, "failed"), used=2, limit=2))
     assert decision == Decision(
         "escalate", "replan_budget_spent", 1, {"step": "s1", "replans": "2/2"}
     )
     assert decide(view("running", deadline_passed=True)).reason == "wall_time_budget_spent"
+    blocked = decide(view("running", (1, "cancelled", ()), (2, "pending", (1,))))
+    assert (blocked.reason, blocked.detail) == ("plan_blocked", {"step": "s2"})
 
 
 STATUSES = st.sampled_from(STEP_STATUSES)
 
 
+@st.composite
+def graphs(draw: st.DrawFn) -> list[tuple[int, str, tuple[int, ...]]]:
+    """Up to 8 steps, each waiting for a subset of the steps before it (a DAG)."""
+    statuses = draw(st.lists(STATUSES, max_size=8))
+    return [
+        (i, status, tuple(draw(st.sets(st.sampled_from(range(i)))) if i else ()))
+        for i, status in enumerate(statuses)
+    ]
+
+
 @given(
-    statuses=st.lists(STATUSES, max_size=8),
+    steps=graphs(),
     used=st.integers(0, 3),
     limit=st.integers(0, 3),
     handled_mask=st.lists(st.booleans(), min_size=8, max_size=8),
 )
-def test_decisions_are_deterministic_and_respect_plan_order(
-    statuses: list[str], used: int, limit: int, handled_mask: list[bool]
+def test_decisions_are_deterministic_and_follow_the_graph(
+    steps: list[tuple[int, str, tuple[int, ...]]], used: int, limit: int, handled_mask: list[bool]
 ) -> None:
     handled = frozenset(i for i, h in enumerate(handled_mask) if h)
-    steps = [(i, s) for i, s in enumerate(statuses)]
     run = view("running", *steps, used=used, limit=limit, handled=handled)
     twin = view("running", *steps, used=used, limit=limit, handled=frozenset(sorted(handled)))
     decision = decide(run)
     assert decision == decide(twin)
-    first_open = next(
-        (
+    status = {i: s for i, s, _ in steps}
+    unhandled = [i for i, s, _ in steps if s == "failed" and i not in handled]
+    if unhandled:
+        assert decision.action in ("replan", "escalate")
+        assert decision.step_id == unhandled[0]
+        assert (decision.action == "replan") == (used < limit)
+    elif decision.action == "enqueue_steps":
+        expected = [
             i
-            for i, s in steps
-            if s not in ("succeeded", "cancelled") and not (s == "failed" and i in handled)
-        ),
-        None,
-    )
-    assert decision.step_id == first_open
-    if decision.action == "replan":
-        assert used < limit
-    if decision.action == "escalate":
-        assert used >= limit
+            for i, s, after in steps
+            if s == "pending" and all(status[d] == "succeeded" for d in after)
+        ]
+        assert list(decision.step_ids) == expected
+        assert decision.step_id == expected[0]
+    elif decision.action == "synthesize":
+        assert all(s in ("succeeded", "cancelled", "failed") for s in status.values())

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from models.errors import ConfigurationError, InvalidPlan
-from models.plans import parse_plan
+from models.plans import Splice, parse_plan
 from models.reviews import answer_from_text
+from models.tables import Step
 from ops.cli import parse_facts
 
 TOOLS = ["noop", "convert"]
@@ -64,9 +65,16 @@ def test_invalid_plans_are_refused(data: object, message: str) -> None:
         parse_plan(data, tools=TOOLS)
 
 
-def test_replan_may_refer_to_earlier_results() -> None:
+def done(id: int, name: str, status: str = "succeeded") -> Step:
+    return Step(id=id, run_id=1, plan_version=1, position=0, name=name, kind="tool", status=status)
+
+
+def test_replan_may_refer_to_what_the_failed_step_waited_for() -> None:
     spec = {"steps": [{"name": "r", "kind": "tool", "tool": "noop", "args": {"x": "${steps.a.k}"}}]}
-    assert parse_plan(spec, tools=TOOLS, earlier={"a"}).steps[0].name == "r"
+    here = Splice([done(1, "a"), done(2, "f", "failed")], {1: (), 2: (1,)}, replaced=2)
+    assert parse_plan(spec, tools=TOOLS, splice=here).steps[0].name == "r"
+    with pytest.raises(InvalidPlan, match="refers to step 'a', which step 'r' does not wait for"):
+        parse_plan(spec, tools=TOOLS, splice=Splice([done(1, "a")], {1: ()}))
 
 
 def test_malformed_reference_is_refused_at_plan_time() -> None:
@@ -119,8 +127,9 @@ def test_plans_and_submissions_refuse_what_postgres_cannot_store() -> None:
 def test_a_new_step_never_takes_the_name_of_a_result() -> None:
     step = {"name": "a", "kind": "tool", "tool": "noop"}
     with pytest.raises(InvalidPlan, match="'a' is the name of a step that already succeeded"):
-        parse_plan({"steps": [step]}, tools=["noop"], earlier={"a"})
-    assert parse_plan({"steps": [step]}, tools=["noop"], earlier={"b"}).steps[0].name == "a"
+        parse_plan({"steps": [step]}, tools=["noop"], splice=Splice([done(1, "a")], {1: ()}))
+    kept_b = Splice([done(1, "b")], {1: ()})
+    assert parse_plan({"steps": [step]}, tools=["noop"], splice=kept_b).steps[0].name == "a"
 
 
 def test_plan_text_may_hold_raw_newlines_in_strings_but_must_be_json() -> None:

@@ -42,11 +42,12 @@ def request(purpose: Purpose, payload: dict[str, Any], **extra: Any) -> ModelReq
 
 
 def check_steps(text: str, *, earlier: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
-    """Parse a plan answer and check each step's shape, tool and references."""
+    """Parse a plan answer and check each step's shape, tool and references (`after`, when a
+    step names it, covers what it refers to: `parse_plan` checks the graph itself)."""
     steps: list[dict[str, Any]] = json.loads(text)["steps"]
     available = set(earlier)
     for step in steps:
-        assert set(step) == STEP_KEYS
+        assert set(step) - {"after"} == STEP_KEYS
         assert step["kind"] in ("tool", "model")
         assert (step["tool"] is None) == (step["kind"] == "model")
         if step["tool"] is not None:

@@ -380,11 +380,12 @@ def test_playbook_registration_is_checked() -> None:
 def test_expense_playbook_is_well_formed() -> None:
     seen: set[str] = set()
     for step in EXPENSE_PLAYBOOK:
-        assert set(step) == {"name", "instruction", "kind", "tool", "args"}
+        assert set(step) == {"name", "instruction", "kind", "tool", "args", "after"}
         assert step["kind"] == "tool"
         parameters = get_tool(step["tool"]).parameters_schema()
         assert set(step["args"]) == set(parameters.get("required", []))
-        assert references(step["args"]) <= seen
+        # a step waits for exactly the steps whose results it uses, so it runs as soon as it can
+        assert set(step["after"]) == references(step["args"]) <= seen
         seen.add(step["name"])
     assert [step["name"] for step in EXPENSE_PLAYBOOK] == [
         "receipts",

@@ -178,6 +178,7 @@ EXPENSE_PLAYBOOK: list[dict[str, Any]] = [
         "kind": "tool",
         "tool": "collect_receipts",
         "args": {"trip": "${facts.trip}"},
+        "after": [],
     },
     {
         "name": "rate",
@@ -185,6 +186,7 @@ EXPENSE_PLAYBOOK: list[dict[str, Any]] = [
         "kind": "tool",
         "tool": "live_rate",
         "args": {"base": "${steps.receipts.currency}", "quote": "${facts.currency}"},
+        "after": ["receipts"],
     },
     {
         "name": "convert",
@@ -196,6 +198,7 @@ EXPENSE_PLAYBOOK: list[dict[str, Any]] = [
             "rate": "${steps.rate.rate}",
             "currency": "${facts.currency}",
         },
+        "after": ["receipts", "rate"],
     },
     {
         "name": "attach",
@@ -203,6 +206,7 @@ EXPENSE_PLAYBOOK: list[dict[str, Any]] = [
         "kind": "tool",
         "tool": "attach_receipts",
         "args": {"receipts": "${steps.receipts.receipts}"},
+        "after": ["receipts"],
     },
     {
         "name": "submit",
@@ -215,10 +219,12 @@ EXPENSE_PLAYBOOK: list[dict[str, Any]] = [
             "cost_centre": "${facts.cost_centre}",
             "attachments": "${steps.attach.attachments}",
         },
+        "after": ["convert", "attach"],
     },
 ]
 """The offline planner's plan for goals mentioning "expense report" (facts: trip, currency,
-cost_centre)."""
+cost_centre). Each step waits only for the steps whose results it uses, so the rate lookup and
+attaching the receipts run side by side once the receipts are in."""
 
 playbook(("expense report",), EXPENSE_PLAYBOOK)
 

@@ -1,0 +1,114 @@
+"""The coordinator's decision: given a run's rows, what happens next.
+
+Pure and deterministic (DESIGN.md, invariant 5): `decide` reads a `RunView` built from rows and
+returns one `Decision`; it makes no model calls and touches no database. Two processes apply it:
+the worker that finishes a step, in the transaction that records the step's outcome
+(`models.advance`), and the scheduler's coordinator task for everything else (a new run, a
+decided escalation, recovery). Both build the view under the run's row lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from models.states import RUN_TERMINAL
+
+Action = Literal["wait", "plan", "enqueue_steps", "replan", "escalate", "synthesize"]
+
+
+@dataclass(frozen=True)
+class StepView:
+    """What the coordinator needs of one step of the current plan: `after` are the ids of the
+    steps it waits for (`plan_versions.after`)."""
+
+    id: int
+    name: str
+    status: str
+    after: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the coordinator needs of a run. `steps` are the current plan's, in order."""
+
+    id: int
+    status: str
+    replans_used: int
+    replans_limit: int
+    steps: tuple[StepView, ...] = ()
+    handled_failures: frozenset[int] = frozenset()
+    deadline_passed: bool = False
+    tokens_spent: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next action for a run; `step_id` names the step it concerns (for `enqueue_steps`,
+    `step_ids` all of them, in plan order), `reason` says why."""
+
+    action: Action
+    reason: str
+    step_id: int | None = None
+    detail: dict[str, str] = field(default_factory=dict)
+    step_ids: tuple[int, ...] = ()
+
+
+def decide(run: RunView) -> Decision:
+    """The next action for `run`.
+
+    - terminal, waiting for review, or a planning/replanning/synthesis task in flight: wait;
+    - queued: plan;
+    - running, planning, replanning or synthesizing past the wall-time deadline: escalate (a task
+      still in flight finds the run waiting for review and writes nothing);
+    - planning, replanning or synthesizing: wait for the task in flight;
+    - running: escalate when the token budget is spent; otherwise, over the plan graph:
+      - the first failed step (in plan order) not handled by a later version is replanned if a
+        replan is left, else escalated; branches still running go on and keep their results,
+        and the failed step's dependents wait for what the replan puts in its place;
+      - every pending step whose dependencies all succeeded is enqueued, all at once (each is
+        made ready; dispatch sends it when its user has a free slot: `models.dispatch`);
+      - a step ready, queued or running: wait for it;
+      - a pending step left that can never start (it waits for a step with no result, and
+        nothing is in flight): escalate `plan_blocked`, naming it;
+      - nothing left: synthesize.
+    """
+    if run.status in RUN_TERMINAL or run.status == "waiting_review":
+        return Decision("wait", f"run is {run.status}")
+    if run.status == "queued":
+        return Decision("plan", "run has no plan yet")
+    if run.deadline_passed:
+        return Decision("escalate", "wall_time_budget_spent")
+    if run.status != "running":
+        return Decision("wait", f"a {run.status} task is in flight")
+    if run.tokens_spent:
+        return Decision("escalate", "token_budget_spent")
+    return _next_in_graph(run)
+
+
+def _next_in_graph(run: RunView) -> Decision:
+    failed = [s for s in run.steps if s.status == "failed" and s.id not in run.handled_failures]
+    if failed:
+        step = failed[0]
+        if run.replans_used < run.replans_limit:
+            return Decision("replan", f"step {step.name!r} failed", step.id)
+        return Decision(
+            "escalate",
+            "replan_budget_spent",
+            step.id,
+            {"step": step.name, "replans": f"{run.replans_used}/{run.replans_limit}"},
+        )
+    succeeded = {s.id for s in run.steps if s.status == "succeeded"}
+    ready = [s for s in run.steps if s.status == "pending" and succeeded.issuperset(s.after)]
+    if ready:
+        names = ", ".join(repr(s.name) for s in ready)
+        return Decision(
+            "enqueue_steps", f"{names} can start", ready[0].id, step_ids=tuple(s.id for s in ready)
+        )
+    busy = next((s for s in run.steps if s.status in ("ready", "queued", "running")), None)
+    if busy is not None:
+        return Decision("wait", f"step {busy.name!r} is {busy.status}", busy.id)
+    blocked = next((s for s in run.steps if s.status == "pending"), None)
+    if blocked is not None:
+        return Decision("escalate", "plan_blocked", blocked.id, {"step": blocked.name})
+    return Decision("synthesize", "every step of the plan is done")

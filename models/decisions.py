@@ -1,0 +1,192 @@
+"""Applying the coordinator's decision to a run, under its row lock: one place for both appliers.
+
+The worker that ends a step advances its own run in the same transaction (issue 10): it locks
+the run (`lock`), records the outcome, reads the decision (`models.coordinator.decide`) and
+applies it (`apply`): one ready step it claims itself and runs next, in-process; several go to
+the broker; a finished plan starts its synthesis. The scheduler's coordinator task does the same
+for everything else (a new run, a reviewer's decision, recovery). Messages are sent only after
+the commit (`Applied.sends`), and a run's user is dispatched (`models.dispatch`) whenever the
+decision may have freed one of their slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from models import dispatch, leases, transitions
+from models.coordinator import Decision, RunView, StepView
+from models.errors import BudgetExhausted
+from models.queue import TASK_REPLAN, TASK_SYNTHESIZE
+from models.tables import Step, utcnow
+
+# lock_run: the run row, locked FOR UPDATE until the transaction ends; when :erasure_key is
+# given, the user's erasure lock is taken shared first (an InitPlan runs before the row lock),
+# for a step whose end writes a conversation turn (`models.erasures`).
+LOCK_RUN: Final = """
+SELECT r.id, r.status, r.user_id, r.plan_version, r.replans_used, r.replans_limit,
+    r.deadline_at, r.tokens_used >= r.tokens_limit AS tokens_spent
+FROM runs r
+WHERE r.id = :run_id AND (
+    SELECT true FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended(:erasure_key, 0))) l)
+FOR UPDATE OF r"""
+# run_graph: the current version's steps, in order, and what each waits for; the name and
+# status of every step of the run; the failed steps a version answered. A statement of its own,
+# after the lock, so that it sees what committed while the lock was awaited.
+RUN_GRAPH: Final = """
+SELECT
+    (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v
+     WHERE v.run_id = :run_id AND v.version = :plan_version) AS version,
+    (SELECT coalesce(jsonb_agg(jsonb_build_array(s.id, s.name, s.status)), '[]'::jsonb)
+     FROM steps s WHERE s.run_id = :run_id) AS steps,
+    (SELECT coalesce(jsonb_agg(p.replaces_step_id), '[]'::jsonb) FROM plan_versions p
+     WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled"""
+
+Send = tuple[str, tuple[int, ...]]
+
+
+@dataclass
+class Locked:
+    """A run locked for this transaction: its row's values and its current plan graph."""
+
+    run_id: int
+    status: str
+    user_id: str
+    replans_used: int
+    replans_limit: int
+    deadline_at: datetime | None
+    tokens_spent: bool
+    steps: list[StepView] = field(default_factory=list)
+    handled: frozenset[int] = frozenset()
+
+    def view(self) -> RunView:
+        """The coordinator's view of the run (`decide`'s input)."""
+        return RunView(
+            id=self.run_id,
+            status=self.status,
+            replans_used=self.replans_used,
+            replans_limit=self.replans_limit,
+            steps=tuple(self.steps),
+            handled_failures=self.handled,
+            deadline_passed=self.deadline_at is not None and self.deadline_at <= utcnow(),
+            tokens_spent=self.tokens_spent,
+        )
+
+    def set_status(self, step_id: int, status: str) -> None:
+        """Note a step's new status, written by this transaction."""
+        self.steps = [
+            StepView(s.id, s.name, status, s.after) if s.id == step_id else s for s in self.steps
+        ]
+
+    def after(self) -> dict[int, tuple[int, ...]]:
+        """What each step of the current version waits for, by id."""
+        return {s.id: s.after for s in self.steps}
+
+
+def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Locked | None:
+    """Lock run `run_id` and read its graph (two statements); None when there is no such run."""
+    row = session.execute(
+        sa.text(LOCK_RUN), {"run_id": run_id, "erasure_key": erasure_key}
+    ).one_or_none()
+    if row is None:
+        return None
+    locked = Locked(
+        run_id=row.id,
+        status=row.status,
+        user_id=row.user_id,
+        replans_used=row.replans_used,
+        replans_limit=row.replans_limit,
+        deadline_at=row.deadline_at,
+        tokens_spent=bool(row.tokens_spent),
+    )
+    graph = session.execute(
+        sa.text(RUN_GRAPH), {"run_id": run_id, "plan_version": row.plan_version}
+    ).one()
+    if graph.version is not None:
+        step_ids, after = graph.version
+        known = {s[0]: (s[1], s[2]) for s in graph.steps}
+        locked.steps = [
+            StepView(i, known[i][0], known[i][1], tuple(after.get(str(i), ()))) for i in step_ids
+        ]
+    locked.handled = frozenset(graph.handled)
+    return locked
+
+
+@dataclass
+class Applied:
+    """What applying a decision left to do after the commit: `sends` (task, args) to send, the
+    step this process claimed to run next (`claimed`), and whether it should synthesize the run
+    itself (`synthesize`)."""
+
+    sends: list[Send] = field(default_factory=list)
+    claimed: leases.Claim | None = None
+    synthesize: bool = False
+
+
+ClaimNext = Callable[[Session, int], leases.Claim]
+
+
+def apply(
+    session: Session,
+    locked: Locked,
+    decision: Decision,
+    *,
+    cap: int,
+    claim_next: ClaimNext | None = None,
+) -> Applied:
+    """Apply `decision` to the locked run (one guarded transition each), then dispatch its user
+    under `cap` (`AGENTQ_USER_MAX_RUNNING_STEPS`) unless the slot passed to a step claimed here.
+
+    With `claim_next` (a worker that may run one more step now), one step to start is claimed
+    with it (pending -> running) and returned, and a finished plan is left for this process to
+    synthesize; without, every step to start is made ready for dispatch, and a synthesis is sent.
+    Raises what the transitions raise.
+    """
+    applied = _apply(session, locked, decision, claim_next)
+    if applied.claimed is None:
+        applied.sends += dispatch.dispatch(session, locked.user_id, cap=cap)
+    return applied
+
+
+def _apply(
+    session: Session, locked: Locked, decision: Decision, claim_next: ClaimNext | None
+) -> Applied:
+    run_id, step_id = locked.run_id, decision.step_id
+    if decision.action == "enqueue_steps":
+        if claim_next is not None and len(decision.step_ids) == 1:
+            return Applied(claimed=claim_next(session, decision.step_ids[0]))
+        for ready in decision.step_ids:
+            transitions.ready_step(session, ready)
+    elif decision.action == "replan" and step_id is not None:
+        try:
+            transitions.start_replanning(session, run_id)
+        except BudgetExhausted:
+            escalate(session, locked, "replan_budget_spent", step_id, decision.detail)
+            return Applied()
+        return Applied(sends=[(TASK_REPLAN, (run_id, step_id))])
+    elif decision.action == "escalate":
+        escalate(session, locked, decision.reason, step_id, decision.detail)
+    elif decision.action == "synthesize":
+        transitions.start_synthesis(session, run_id)
+        if claim_next is not None:
+            return Applied(synthesize=True)
+        return Applied(sends=[(TASK_SYNTHESIZE, (run_id,))])
+    return Applied()
+
+
+def escalate(
+    session: Session, locked: Locked, reason: str, step_id: int | None, detail: dict[str, Any]
+) -> None:
+    """The run waits for a reviewer, with the failed step's name, error and tool in `detail`."""
+    step = session.get(Step, step_id) if step_id else None
+    full = dict(detail)
+    if step is not None:
+        full.update(step=step.name, error=step.error or "", tool=step.tool or "")
+    transitions.escalate(
+        session, locked.run_id, expected=locked.status, reason=reason, step_id=step_id, detail=full
+    )

@@ -1,0 +1,170 @@
+"""A step's lease: claim it, and end the attempt that holds it. The engine's hot transitions.
+
+Each is one named, guarded statement (DESIGN.md, invariants 1 and 2) that also writes what goes
+with the move in the same round trip: the `(step_id, attempt)` row, the timeline event and, when
+an attempt ends, the step's conversation turn. SQL rather than the ORM because these run once or
+twice per step and the ORM's per-statement overhead and extra round trips cost more than the
+commit (issue 10: a no-op step took 27 statements in 5.2 transactions). When the row is not in
+the expected state nothing changes and `IllegalTransition` names what was found.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from models.errors import IllegalTransition
+from models.tables import Step
+
+# claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
+# row and event; returns the step, its run's user, its run's pinned facts and how many attempts
+# steps of its name have had in the run, this one included.
+CLAIM_STEP: Final = """
+WITH claimed AS (
+    UPDATE steps SET status = 'running', attempt = attempt + 1, started_at = :now,
+        lease_expires_at = :lease_until, queued_at = coalesce(queued_at, :now)
+    WHERE id = :step_id AND status = :expected
+    RETURNING *
+), attempt_row AS (
+    INSERT INTO step_attempts (step_id, attempt, worker, started_at)
+    SELECT id, attempt, :worker, :now FROM claimed
+), event AS (
+    INSERT INTO run_events (run_id, step_id, at, kind, detail)
+    SELECT run_id, id, :now, 'step.running', jsonb_build_object('attempt', attempt) FROM claimed
+)
+SELECT claimed.*, r.user_id AS run_user_id,
+    (SELECT coalesce(jsonb_object_agg(f.key, f.value), '{}'::jsonb)
+     FROM pinned_facts f WHERE f.run_id = claimed.run_id) AS run_facts,
+    1 + (SELECT count(*) FROM step_attempts a JOIN steps s ON s.id = a.step_id
+         WHERE s.run_id = claimed.run_id AND s.name = claimed.name) AS run_tries
+FROM claimed JOIN runs r ON r.id = claimed.run_id"""
+
+# end_attempt: running -> :to (succeeded or failed) for attempt :attempt only, releasing the
+# lease; closes the attempt row and records the event.
+END_ATTEMPT: Final = """
+WITH done AS (
+    UPDATE steps SET status = :to, result = CAST(:result AS jsonb), error = :error,
+        finished_at = :now, lease_expires_at = NULL
+    WHERE id = :step_id AND status = 'running' AND attempt = :attempt
+    RETURNING id, run_id, attempt
+), attempt_row AS (
+    UPDATE step_attempts a SET outcome = :to, error = :error, finished_at = :now
+    FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+), event AS (
+    INSERT INTO run_events (run_id, step_id, at, kind, detail)
+    SELECT run_id, id, :now, 'step.' || :to, CAST(:detail AS jsonb) || jsonb_build_object(
+        'attempt', attempt) FROM done
+)"""
+# ... and the step's conversation turn, unless the run's user was forgotten after the run was
+# created (`models.erasures`: the caller holds the user's erasure lock shared, taken in an
+# earlier statement), when `memory.dropped` is recorded instead.
+WITH_TURN: Final = """, erased AS (
+    SELECT e.erased_at FROM memory_erasures e JOIN runs r ON r.id = :run_id
+    WHERE e.user_id = :user_id AND r.created_at <= e.erased_at
+), turn AS (
+    INSERT INTO messages (run_id, user_id, step_id, role, content, token_count, created_at)
+    SELECT run_id, :user_id, id, :role, :content, :token_count, :now
+    FROM done WHERE NOT EXISTS (SELECT 1 FROM erased)
+), dropped AS (
+    INSERT INTO run_events (run_id, at, kind, detail)
+    SELECT done.run_id, :now, 'memory.dropped',
+        jsonb_build_object('what', 'turn', 'erased_at', erased.erased_at)
+    FROM done, erased
+)"""
+RETURN_DONE: Final = "\nSELECT id FROM done"
+# step_status: what a refused transition found.
+STEP_STATUS: Final = "SELECT status FROM steps WHERE id = :step_id"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed step (a detached row), with what its claim statement read of its run."""
+
+    step: Step
+    user_id: str
+    facts: dict[str, str]
+    tries: int
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A step's conversation turn (`models.messages.Message`), its tokens counted by the caller."""
+
+    role: str
+    content: str
+    token_count: int
+
+
+def claim(
+    session: Session,
+    step_id: int,
+    *,
+    worker: str,
+    lease_s: float,
+    now: datetime,
+    expected: str = "queued",
+) -> Claim:
+    """`expected` -> running: take a lease of `lease_s` seconds and the next attempt number.
+
+    `expected` is `queued` for a step sent through the broker, `pending` for the next step that
+    the worker which finished its last dependency claims itself (`models.decisions`). Raises
+    `IllegalTransition` when the step is in another state (a duplicate delivery)."""
+    row = session.execute(
+        sa.text(CLAIM_STEP),
+        {
+            "step_id": step_id,
+            "expected": expected,
+            "worker": worker,
+            "now": now,
+            "lease_until": now + timedelta(seconds=lease_s),
+        },
+    ).mappings().one_or_none()
+    if row is None:
+        raise _refused(session, step_id, repr(expected))
+    fields = {k: v for k, v in row.items() if not k.startswith("run_")} | {"run_id": row["run_id"]}
+    return Claim(Step(**fields), row["run_user_id"], dict(row["run_facts"]), int(row["run_tries"]))
+
+
+def end_attempt(
+    session: Session,
+    step: Step,
+    *,
+    to: str,
+    now: datetime,
+    result: dict[str, Any] | None = None,
+    error: str | None = None,
+    turn: Turn | None = None,
+    user_id: str = "",
+    **detail: Any,
+) -> None:
+    """running -> `to` ("succeeded" with `result`, or "failed" with `error`) for the attempt
+    that holds `step` (`step.attempt`), with its `turn` of the conversation (written for
+    `user_id` unless they were forgotten after the run was created). `detail` goes to the event.
+    Raises `IllegalTransition` when another attempt holds the step, or it is not running."""
+    if to not in ("succeeded", "failed"):
+        raise ValueError(f"steps: running -> {to} is not an end of an attempt")
+    params: dict[str, Any] = {
+        "step_id": step.id,
+        "attempt": step.attempt,
+        "to": to,
+        "now": now,
+        "result": None if result is None else json.dumps(result),
+        "error": error,
+        "detail": json.dumps({**detail, **({"error": error} if error else {})}),
+    }
+    sql = END_ATTEMPT
+    if turn is not None:
+        sql += WITH_TURN
+        params |= {"run_id": step.run_id, "user_id": user_id, **turn.__dict__}
+    if session.execute(sa.text(sql + RETURN_DONE), params).first() is None:
+        raise _refused(session, step.id or 0, f"'running' at attempt {step.attempt}")
+
+
+def _refused(session: Session, step_id: int, expected: str) -> IllegalTransition:
+    found = session.execute(sa.text(STEP_STATUS), {"step_id": step_id}).scalar_one_or_none()
+    return IllegalTransition("steps", step_id, found, expected)
