@@ -155,7 +155,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-runs", type=int, default=20, help="one-at-a-time runs; 0: skip")
     p.add_argument("--embedder", default="hash", choices=["hash", "local"], help="embeddings")
     p.add_argument("--data-dir", type=Path, default=None, help="kept; default: a temp dir")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("plans", "steps", "rounds"):
+        if (value := getattr(args, name)) is not None and value < 1:
+            p.error(f"--{name} must be at least 1, not {value}")
+    if args.parallel and len(args.workers) > 1:
+        p.error(
+            "--parallel is for the comparison; the scaling table (several --workers) runs "
+            "sleep steps in order"
+        )
+    return args
 
 
 def main() -> None:

@@ -145,7 +145,7 @@ COMPARISON_HEAD = (
     "median s",
     "steps/s",
     "CPU ms/step, all processes",
-    "agentq steps/s over its",
+    "agentq / this, steps/s",
 )
 
 

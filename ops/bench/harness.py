@@ -76,6 +76,7 @@ def engine(
     """An engine on `root` (default: a temp dir, removed after) with `workers` worker
     processes and `extra_env` in their environment; stopped on leaving."""
     data_dir = root or Path(tempfile.mkdtemp(prefix="agentq-bench-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
     try:
         stack = start_engine(data_dir, worker_concurrency=workers, extra_env=extra_env)
         try:
