@@ -1,256 +1,181 @@
-"""Engine throughput: agentq `noop` steps per second against raw Celery tasks per second.
+"""Engine throughput: agentq steps per second against raw Celery and LangGraph, in one run.
 
-`python -m ops.bench.engine_throughput --plans 20 --steps 5 [--workers 2] [--data-dir DIR]`
+`python -m ops.bench.engine_throughput [--plans 20] [--steps 5 | --parallel K] [--workers 2]`
+`python -m ops.bench.engine_throughput --workers 1,2,4 [--plans 200 --steps 1 --sleep 0.1]`
 
-One embedded engine (`ops.local.start_engine`: Postgres, Redis, the `steps` worker with
-`--workers` processes, the coordinator with beat) serves every round. After an untimed warm-up,
-rounds alternate agentq, raw, agentq, raw (each once the broker is idle); medians are reported.
+Needs the `bench` extra (`pip install -e '.[bench]'`). One embedded engine (`ops.local.
+start_engine`: Postgres 18 with pgvector, Redis, the `steps` worker with `--workers` processes,
+the coordinator with beat) serves three systems, each measured on it in alternating rounds
+(`ops.bench.rounds`; medians reported):
+- agentq (`ops.bench.agentq_peer`): `--plans` runs of `--steps` `noop` tool steps in order, or
+  with `--parallel K` of K independent steps (`"after": []`), timed from the first submit to
+  the newest `runs.finished_at`;
+- raw Celery (`ops.bench.celery_peer`): as many chains of bare no-op tasks on the same broker
+  and worker processes (with `--parallel K`, K lone tasks per plan), no durability at all;
+- LangGraph (`ops.bench.langgraph_peer`): as many invocations of a graph of as many no-op nodes
+  (a chain, or a fan-out of K), checkpointed by `PostgresSaver` with `durability="sync"` into
+  the same Postgres, on as many OS processes as agentq has workers.
+For each: steps per second, and CPU milliseconds per step of every process of the stack
+(`ops.bench.cpu`); then agentq's rate over each peer's. Then agentq's dispatch latency at low
+load (`--latency-runs` runs one at a time): p50 and p99 of `steps.started_at - queued_at`.
 
-- agentq: N runs, each submitted with an explicit plan of S `noop` tool steps, then
-  `agentq.coordinate` is sent. A load test of one user: its submits are not limited
-  (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this process's
-  submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, keeps its default (4) in the
-  engine, so the figure is one user's throughput as deployed. Timed from the first submit to
-  the newest `runs.finished_at` of the N runs, found by polling Postgres every 0.2 s. Every run
-  also costs S + 1 coordinator tasks and a final synthesize task (an offline-provider model
-  call); they count as overhead, not as steps.
-- raw Celery: N chains of S immutable `agentq.raw_noop` signatures on the `steps` queue. Results
-  are disabled, so each chain ends in a link named `agentq.bench_done` routed to a queue no worker
-  consumes (Celery declares it on publish): the worker publishes it once the S-th task has
-  returned; this process pops the markers from Redis (BLPOP) and stops the clock at the N-th.
-  One extra publish per chain; no worker change. Timed from the first `apply_async` to the last
-  marker.
+With several `--workers` (`1,2,4`) it prints a scaling table instead (`ops.bench.scaling`):
+one engine per worker count, `sleep` steps, agentq and LangGraph on as many processes.
+
+Embeddings default to `hash` (`--embedder`): each run's synthesis records its episode and
+facts, and the `local` model's loading in every worker process would otherwise land in the
+rounds. The machine is shared: only the ratios between systems of one invocation carry over.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shutil
-import statistics
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
-import redis
-import sqlalchemy as sa
-from celery import chain
-from sqlmodel import col
+from models.plans import PlanSpec
+from ops.bench import figures as fig
+from ops.bench.agentq_peer import agentq_round, dispatch_latencies, one_at_a_time, plan_of
+from ops.bench.celery_peer import raw_round
+from ops.bench.cpu import CpuMeter
+from ops.bench.harness import Engine, engine, engine_env
+from ops.bench.langgraph_peer import GraphSpec, LangGraphPeer
+from ops.bench.rounds import System, alternate
+from ops.bench.scaling import scaling
 
-from models import queue
-from models.db import session_scope
-from models.plans import PlanSpec, parse_plan
-from models.runs import submit_run
-from models.settings import get_settings
-from models.tables import Run
-from ops.local import start_engine
-
-POLL_INTERVAL_S = 0.2
-TIMEOUT_S = 600.0
-IDLE_TIMEOUT_S = 30.0
-UNACKED_KEY = "unacked"  # kombu's Redis hash of delivered, not yet acknowledged messages
-ROUNDS = 2
-WARMUP_STEPS = 2
-DONE_QUEUE = "bench_done"
-DONE_TASK = "agentq.bench_done"  # registered nowhere: its messages are only counted
-BENCH_USER = "bench"
-BAD_RUN_STATUSES = frozenset({"failed", "cancelled", "waiting_review"})
+LANGGRAPH = "LangGraph"
+LANGGRAPH_POSTGRES = "langgraph-checkpoint-postgres"
 
 
-class BenchError(RuntimeError):
-    """The benchmark could not finish a round (a run failed, or the timeout passed)."""
+def comparison(args: argparse.Namespace, workers: int) -> None:
+    """agentq, raw Celery and LangGraph on one engine; print the figures."""
+    steps = args.parallel or args.steps
+    plan = plan_of(steps, parallel=bool(args.parallel))  # refused before anything starts
+    spec = GraphSpec("fanout" if args.parallel else "chain", steps)
+    with engine(args.data_dir, workers, engine_env(args.embedder, args.dispatch_cap)) as eng:
+        with LangGraphPeer(eng.database_url, processes=workers, spec=spec) as graphs:
+            systems = comparison_systems(args, eng, graphs, plan)
+            found = alternate(systems, args.rounds, CpuMeter(eng.pgdata), eng.settle)
+        latencies = low_load_latencies(eng, args.latency_runs, plan)
+    kind = "independent noop steps" if args.parallel else "noop steps in order"
+    report(args, workers, f"{args.plans} plans x {steps} {kind}", found, latencies)
 
 
-@dataclass(frozen=True)
-class Result:
-    """The median seconds of each side over the rounds, for `plans` x `steps` units of work."""
-
-    workers: int
-    plans: int
-    steps: int
-    agentq_s: float
-    raw_s: float
-
-
-def noop_plan(steps: int) -> PlanSpec:
-    """A plan of `steps` `noop` tool steps named s0, s1, …"""
-    data = {"steps": [{"name": f"s{i}", "kind": "tool", "tool": "noop"} for i in range(steps)]}
-    return parse_plan(data, tools=["noop"])
-
-
-def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan` (no submit quotas), commit, send `agentq.coordinate`; the
-    run id."""
-    unlimited = get_settings().model_copy(
-        update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
-    )
-    with session_scope() as session:
-        run = submit_run(
-            session, settings=unlimited, user_id=BENCH_USER, goal="benchmark", plan=plan
-        )
-        run_id = run.id or 0
-    queue.send(queue.TASK_COORDINATE, run_id)
-    return run_id
-
-
-def run_states(run_ids: list[int]) -> tuple[dict[str, int], float]:
-    """Counts of `run_ids` by status, and their newest `finished_at` (epoch seconds, 0 if none)."""
-    stmt = (
-        sa.select(col(Run.status), sa.func.count(), sa.func.max(col(Run.finished_at)))
-        .where(col(Run.id).in_(run_ids))
-        .group_by(col(Run.status))
-    )
-    with session_scope() as session:
-        rows = session.execute(stmt).all()
-    newest = max((r[2].timestamp() for r in rows if r[2] is not None), default=0.0)
-    return {r[0]: int(r[1]) for r in rows}, newest
-
-
-def wait_for_runs(run_ids: list[int]) -> float:
-    """Poll until every run succeeded; its newest `finished_at` (epoch s). Raises `BenchError`."""
-    deadline = time.monotonic() + TIMEOUT_S
-    counts: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        counts, newest = run_states(run_ids)
-        if BAD_RUN_STATUSES & counts.keys():
-            raise BenchError(f"agentq runs did not succeed: {counts} (runs {run_ids[0]}..)")
-        if counts.get("succeeded") == len(run_ids):
-            return newest
-        time.sleep(POLL_INTERVAL_S)
-    raise BenchError(f"agentq runs not done after {TIMEOUT_S:g} s: {counts}")
-
-
-def agentq_round(plans: int, steps: int) -> float:
-    """Seconds for `plans` runs of `steps` noop steps, first submit to last success."""
-    plan = noop_plan(steps)
-    start = time.time()
-    run_ids = [submit(plan) for _ in range(plans)]
-    return wait_for_runs(run_ids) - start
-
-
-def raw_chain(steps: int) -> chain:
-    """`steps` immutable `agentq.raw_noop` links, then the completion marker."""
-    app = queue.client()
-    noop = app.signature(queue.TASK_RAW_NOOP, immutable=True, queue=queue.QUEUE_STEPS)
-    links = [noop.clone() for _ in range(steps)]
-    return chain(*links, app.signature(DONE_TASK, immutable=True, queue=DONE_QUEUE))
-
-
-def wait_for_markers(broker: redis.Redis, count: int) -> float:
-    """Pop `count` completion markers; the time of the last (epoch s). Raises `BenchError`."""
-    deadline = time.monotonic() + TIMEOUT_S
-    for seen in range(count):
-        while broker.blpop([DONE_QUEUE], timeout=POLL_INTERVAL_S) is None:
-            if time.monotonic() > deadline:
-                raise BenchError(f"raw chains: {seen} of {count} done after {TIMEOUT_S:g} s")
-    return time.time()
-
-
-def raw_round(broker: redis.Redis, chains: int, steps: int) -> float:
-    """Seconds for `chains` chains of `steps` raw noop tasks, first send to last marker."""
-    broker.delete(DONE_QUEUE)
-    signatures = [raw_chain(steps) for _ in range(chains)]
-    start = time.time()
-    for signature in signatures:
-        signature.apply_async()
-    return wait_for_markers(broker, chains) - start
-
-
-def wait_until_idle(broker: redis.Redis) -> None:
-    """Wait until no message is queued or unacknowledged (the last link acks just after it
-    publishes its marker), so a round's tail never overlaps the next and the logs end complete."""
-    deadline = time.monotonic() + IDLE_TIMEOUT_S
-    queues = (queue.QUEUE_STEPS, queue.QUEUE_COORDINATOR)
-    while any(broker.llen(q) for q in queues) or broker.hlen(UNACKED_KEY):
-        if time.monotonic() > deadline:
-            raise BenchError(f"the broker was still busy after {IDLE_TIMEOUT_S:g} s")
-        time.sleep(POLL_INTERVAL_S / 10)
-
-
-def measure(broker: redis.Redis, workers: int, plans: int, steps: int) -> Result:
-    """Warm up, then alternate agentq and raw rounds; the median seconds of each."""
-    agentq_round(1, WARMUP_STEPS)
-    raw_round(broker, 1, WARMUP_STEPS)
-    seconds: dict[str, list[float]] = {"agentq": [], "raw": []}
-    for i in range(ROUNDS):
-        wait_until_idle(broker)
-        seconds["agentq"].append(agentq_round(plans, steps))
-        wait_until_idle(broker)
-        seconds["raw"].append(raw_round(broker, plans, steps))
-        print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in seconds.items()))
-    wait_until_idle(broker)
-    agentq_s, raw_s = (statistics.median(seconds[k]) for k in ("agentq", "raw"))
-    return Result(workers, plans, steps, agentq_s, raw_s)
-
-
-def report(r: Result) -> None:
-    """Print the table and the one-line summary."""
-    total = r.plans * r.steps
-    agentq_rate, raw_rate = total / r.agentq_s, total / r.raw_s
-    rows: list[tuple[str, str]] = [
-        ("machine", f"{os.cpu_count()} CPUs, Python {platform.python_version()}"),
-        ("workers (steps queue)", f"{r.workers} (+1 coordinator process with beat)"),
-        ("plans x steps per plan", f"{r.plans} x {r.steps} = {total} steps (raw: chains x tasks)"),
-        ("agentq seconds (median)", f"{r.agentq_s:.2f}"),
-        ("agentq steps/s", f"{agentq_rate:.1f}"),
-        ("raw Celery seconds (median)", f"{r.raw_s:.2f}"),
-        ("raw Celery tasks/s", f"{raw_rate:.1f}"),
-        ("ratio agentq / raw", f"{agentq_rate / raw_rate:.3f}"),
-        ("agentq overhead per run", f"{r.steps + 1} coordinate tasks + 1 synthesize (offline)"),
+def comparison_systems(
+    args: argparse.Namespace, eng: Engine, graphs: LangGraphPeer, plan: PlanSpec
+) -> list[System]:
+    """agentq, raw Celery, LangGraph: `args.plans` x the plan's steps per round each."""
+    plans, steps, parallel = args.plans, len(plan.steps), bool(args.parallel)
+    return [
+        System(
+            "agentq",
+            plans * steps,
+            run=lambda: agentq_round(plans, plan),
+            warm_up=lambda: agentq_round(1, plan),
+        ),
+        System(
+            "raw Celery",
+            plans * steps,
+            run=lambda: raw_round(eng.broker, plans, steps, parallel=parallel),
+            warm_up=lambda: raw_round(eng.broker, 1, steps, parallel=parallel),
+        ),
+        System(
+            LANGGRAPH,
+            plans * steps,
+            run=lambda: graphs.run(plans),
+            warm_up=lambda: graphs.run(graphs.processes),
+        ),
     ]
-    width = max(len(k) for k, _ in rows)
-    print(f"\nmedian of {ROUNDS} rounds each, alternating agentq and raw Celery")
-    for key, value in rows:
-        print(f"  {key:<{width}}  {value}")
-    print("\nsummary: " + summary(r, agentq_rate, raw_rate))
 
 
-def summary(r: Result, agentq_rate: float, raw_rate: float) -> str:
-    """One line for a README."""
-    return (
-        f"{r.plans} runs x {r.steps} noop steps, {r.workers} worker processes, "
-        f"{os.cpu_count()} CPUs: agentq {agentq_rate:.1f} steps/s vs raw Celery chains "
-        f"{raw_rate:.1f} tasks/s ({agentq_rate / raw_rate:.2f}x); each agentq step also costs a "
-        f"coordinator task and Postgres writes, and each run one offline synthesize call."
-    )
+def low_load_latencies(eng: Engine, runs: int, plan: PlanSpec) -> dict[str, list[float]]:
+    """Dispatch latencies of `runs` runs of `plan`, one at a time (none if `runs` is 0)."""
+    if runs <= 0:
+        return {}
+    eng.settle()
+    return dispatch_latencies(one_at_a_time(runs, plan))
 
 
-def with_engine(data_dir: Path | None, workers: int, body: Callable[[redis.Redis], None]) -> None:
-    """Run `body(broker)` against an engine on `data_dir` (default: a temp dir, removed after)."""
-    root = data_dir or Path(tempfile.mkdtemp(prefix="agentq-bench-"))
+def report(
+    args: argparse.Namespace,
+    workers: int,
+    shape: str,
+    found: list[fig.Figures],
+    latencies: dict[str, list[float]],
+) -> None:
+    """Print the setup, the comparison table, the ratios, the latencies and the summary."""
+    agentq, raw, graphs = found
+    print(f"\nmachine: {fig.machine()}")
+    for line in setup_lines(args, workers, shape):
+        print(line)
+    print("\n" + fig.markdown_table(fig.COMPARISON_HEAD, fig.comparison_rows(found)) + "\n")
+    print(fig.markdown_table(*fig.cpu_rows(found)) + "\n")
+    print(fig.ratio_line(agentq, graphs))
+    print(fig.ratio_line(agentq, raw))
+    for line in fig.latency_lines(latencies):
+        print(line)
+    print("\nsummary: " + fig.summary(shape, workers, found))
+
+
+def setup_lines(args: argparse.Namespace, workers: int, shape: str) -> list[str]:
+    """What ran: each system's processes and settings, the workload, the rounds."""
+    cap = "default" if args.dispatch_cap is None else str(args.dispatch_cap)
+    versions = ", ".join(f"{p} {version(p)}" for p in ("langgraph", LANGGRAPH_POSTGRES))
+    return [
+        f"agentq: {workers} worker processes (steps queue) + 1 coordinator process with beat; "
+        f"embeddings {args.embedder}; dispatch cap {cap}",
+        "raw Celery: the same broker and worker processes; no result backend, no rows",
+        f"LangGraph: {workers} processes, PostgresSaver, durability=sync, the same Postgres "
+        f"({versions})",
+        f"workload per round: {shape}; median of {args.rounds} rounds, order rotated",
+    ]
+
+
+def parse_workers(text: str) -> list[int]:
+    """`"1,2,4"` -> `[1, 2, 4]`; raises `argparse.ArgumentTypeError` unless all are >= 1."""
     try:
-        stack = start_engine(root, worker_concurrency=workers)
-        try:
-            with redis.Redis.from_url(queue.broker_url()) as broker:
-                body(broker)
-        finally:
-            stack.stop()
-    finally:
-        if data_dir is None:
-            shutil.rmtree(root, ignore_errors=True)
+        counts = [int(part) for part in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from exc
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"worker counts must be >= 1: {text!r}")
+    return counts
 
 
-def parse_args() -> argparse.Namespace:
-    """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--plans", type=int, default=20, help="runs (and raw chains) per round")
-    parser.add_argument("--steps", type=int, default=5, help="noop steps per plan (max 50)")
-    parser.add_argument("--workers", type=int, default=2, help="steps worker processes")
-    parser.add_argument("--data-dir", type=Path, default=None, help="kept; default: a temp dir")
-    return parser.parse_args()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; `--plans` and `--steps` default by mode (None here)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--plans", type=int, help="runs per round (default 20; scaling: 200)")
+    p.add_argument("--steps", type=int, help="steps per plan, max 50 (default 5; scaling: 1)")
+    p.add_argument("--parallel", type=int, default=0, metavar="K", help="K independent steps")
+    p.add_argument("--workers", type=parse_workers, default=[2], help="e.g. 2, or 1,2,4")
+    p.add_argument("--sleep", type=float, default=0.1, help="scaling: each sleep step's s")
+    p.add_argument("--dispatch-cap", type=int, default=None, help="AGENTQ_USER_MAX_RUNNING_STEPS")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per system")
+    p.add_argument("--latency-runs", type=int, default=20, help="one-at-a-time runs; 0: skip")
+    p.add_argument("--embedder", default="hash", choices=["hash", "local"], help="embeddings")
+    p.add_argument("--data-dir", type=Path, default=None, help="kept; default: a temp dir")
+    args = p.parse_args(argv)
+    for name in ("plans", "steps", "rounds"):
+        if (value := getattr(args, name)) is not None and value < 1:
+            p.error(f"--{name} must be at least 1, not {value}")
+    if args.parallel and len(args.workers) > 1:
+        p.error(
+            "--parallel is for the comparison; the scaling table (several --workers) runs "
+            "sleep steps in order"
+        )
+    return args
 
 
 def main() -> None:
-    """Start the engine, measure, print, stop."""
+    """Measure and print: the comparison, or with several worker counts the scaling table."""
     args = parse_args()
-    with_engine(
-        args.data_dir,
-        args.workers,
-        lambda broker: report(measure(broker, args.workers, args.plans, args.steps)),
-    )
+    if len(args.workers) > 1:
+        scaling(args, args.workers)
+        return
+    args.plans = args.plans or 20
+    args.steps = args.steps or 5
+    comparison(args, args.workers[0])
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from models.plans import PlanSpec, parse_plan
 from models.runs import submit_run
 from models.settings import Settings, get_settings
 from models.tables import Run, RunEvent, Step
-from ops.bench.engine_throughput import BenchError, wait_until_idle
+from ops.bench.harness import BenchError, wait_until_idle
 from ops.local import start_engine
 
 USER_A, USER_B = "bench-a", "bench-b"

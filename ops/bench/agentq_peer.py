@@ -1,0 +1,133 @@
+"""The agentq side of the engine benchmark: runs with explicit plans, submitted as users do.
+
+Each run is submitted with an explicit plan (`models.runs.submit_run`), committed, then
+`agentq.coordinate` is sent: the same path as `agentq submit --plan`. A load test of one user:
+its submits are not limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are
+0 for this process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's
+(default 4), so the figure is one user's throughput as deployed. Every run also costs one
+coordinator task per step plus one, and a final synthesize task (an offline-provider model
+call, which also records the run's episode and facts); they count as overhead, not as steps.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import col, select
+
+from models import queue
+from models.db import session_scope
+from models.errors import InvalidPlan
+from models.plans import MAX_PLAN_STEPS, PlanSpec, parse_plan
+from models.runs import submit_run
+from models.settings import get_settings
+from models.tables import Run, Step
+from ops.bench.harness import POLL_INTERVAL_S, BenchError
+
+TIMEOUT_S = 600.0
+LATENCY_POLL_S = 0.01  # one run at a time: poll often, so the next submit waits little
+BENCH_USER = "bench"
+BAD_RUN_STATUSES = frozenset({"failed", "cancelled", "waiting_review"})
+
+
+def plan_of(
+    steps: int, *, tool: str = "noop", parallel: bool = False, args: dict[str, Any] | None = None
+) -> PlanSpec:
+    """A plan of `steps` steps of `tool` with `args`, named s0, s1, ...; with `parallel`, each
+    step has `"after": []` (it waits for none: all may run at once, DESIGN.md invariant 12).
+    Raises `BenchError` if agentq refuses the plan (too many steps, or `after` unsupported)."""
+    if not 1 <= steps <= MAX_PLAN_STEPS:
+        raise BenchError(f"agentq plans have 1 to {MAX_PLAN_STEPS} steps, not {steps}")
+    data: list[dict[str, Any]] = [
+        {"name": f"s{i}", "kind": "tool", "tool": tool, "args": dict(args or {})}
+        for i in range(steps)
+    ]
+    if parallel:
+        data = [{**step, "after": []} for step in data]
+    try:
+        return parse_plan({"steps": data}, tools=[tool])
+    except InvalidPlan as exc:
+        hint = " (independent steps need plans with `after`, issue 10)" if parallel else ""
+        raise BenchError(f"agentq refused the benchmark plan{hint}: {exc}") from exc
+
+
+def submit(plan: PlanSpec) -> int:
+    """Submit one run with `plan` (no submit quotas), commit, send `agentq.coordinate`; the
+    run id."""
+    unlimited = get_settings().model_copy(
+        update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
+    )
+    with session_scope() as session:
+        run = submit_run(
+            session, settings=unlimited, user_id=BENCH_USER, goal="benchmark", plan=plan
+        )
+        run_id = run.id or 0
+    queue.send(queue.TASK_COORDINATE, run_id)
+    return run_id
+
+
+def run_states(run_ids: list[int]) -> tuple[dict[str, int], float]:
+    """Counts of `run_ids` by status, and their newest `finished_at` (epoch seconds, 0 if none)."""
+    stmt = (
+        sa.select(col(Run.status), sa.func.count(), sa.func.max(col(Run.finished_at)))
+        .where(col(Run.id).in_(run_ids))
+        .group_by(col(Run.status))
+    )
+    with session_scope() as session:
+        rows = session.execute(stmt).all()
+    newest = max((r[2].timestamp() for r in rows if r[2] is not None), default=0.0)
+    return {r[0]: int(r[1]) for r in rows}, newest
+
+
+def wait_for_runs(run_ids: list[int], poll_s: float = POLL_INTERVAL_S) -> float:
+    """Poll every `poll_s` until every run succeeded; the newest `finished_at` (epoch s).
+    Raises `BenchError` if one ends otherwise or `TIMEOUT_S` passes."""
+    deadline = time.monotonic() + TIMEOUT_S
+    counts: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        counts, newest = run_states(run_ids)
+        if BAD_RUN_STATUSES & counts.keys():
+            raise BenchError(f"agentq runs did not succeed: {counts} (runs {run_ids[0]}..)")
+        if counts.get("succeeded") == len(run_ids):
+            return newest
+        time.sleep(poll_s)
+    raise BenchError(f"agentq runs not done after {TIMEOUT_S:g} s: {counts}")
+
+
+def agentq_round(plans: int, plan: PlanSpec) -> float:
+    """Seconds for `plans` runs of `plan`, from the first submit to the newest
+    `runs.finished_at`, found by polling Postgres every `POLL_INTERVAL_S`."""
+    start = time.time()
+    run_ids = [submit(plan) for _ in range(plans)]
+    return wait_for_runs(run_ids) - start
+
+
+def one_at_a_time(runs: int, plan: PlanSpec) -> list[int]:
+    """Submit `runs` runs of `plan`, each after the one before has succeeded; their ids."""
+    run_ids = []
+    for _ in range(runs):
+        run_ids.append(submit(plan))
+        wait_for_runs(run_ids[-1:], poll_s=LATENCY_POLL_S)
+    return run_ids
+
+
+def dispatch_latencies(run_ids: list[int]) -> dict[str, list[float]]:
+    """`steps.started_at - steps.queued_at` (seconds) of the steps of `run_ids`, as `{"all":
+    [...], "first": [...] (each run's first step), "later": [...]}`. `queued_at` is when the
+    step became `queued` (its message is sent after that commit); `started_at` when a worker
+    claimed it."""
+    stmt = select(Step.position, Step.queued_at, Step.started_at).where(
+        col(Step.run_id).in_(run_ids)
+    )
+    with session_scope() as session:
+        rows = session.exec(stmt).all()
+    found: dict[str, list[float]] = {"all": [], "first": [], "later": []}
+    for position, queued, started in rows:
+        if isinstance(queued, datetime) and isinstance(started, datetime):
+            seconds = (started - queued).total_seconds()
+            found["all"].append(seconds)
+            found["first" if position == 0 else "later"].append(seconds)
+    return found
