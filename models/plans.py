@@ -279,17 +279,20 @@ def add_plan_version(
     `parse_plan` first). Returns the new `PlanVersion` row.
     """
     version = run.plan_version + 1
-    created = [s if isinstance(s, Step) else _new_step(run, version, s, max_attempts) for s in new]
-    session.add_all(created)
-    session.flush()
     built = splice.build(new)
     if built.problems:
         raise InvalidPlan("; ".join(built.problems))
+    position = {key: i for i, key in enumerate(built.order)}
+    created = [s if isinstance(s, Step) else _new_step(run, version, s, max_attempts) for s in new]
+    for i, step in enumerate(created):  # set before the insert: no UPDATE per step after it
+        step.position = position[-(i + 1)]
+    for step in splice.kept:  # only a splice moves kept steps (one UPDATE each that moved)
+        if step.position != position[step.id or 0]:
+            step.position = position[step.id or 0]
+    session.add_all(created)
+    session.flush()
     ids = {-(i + 1): s.id or 0 for i, s in enumerate(created)}
     ids.update({s.id or 0: s.id or 0 for s in splice.kept})
-    rows = {s.id or 0: s for s in [*splice.kept, *created]}
-    for position, key in enumerate(built.order):
-        rows[ids[key]].position = position
     row = PlanVersion(
         run_id=run.id or 0,
         version=version,
