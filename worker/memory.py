@@ -137,15 +137,15 @@ def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
             if _erased(session, run):
                 return
             found = _read(session, run, outcome=outcome, final_answer=final_answer)
-        counts, error = _remember(found)
+        _remember(found)
     except (AgentqError, ValidationError, ValueError) as exc:
-        counts, error = {}, str(exc)
-    with session_scope() as session:
-        if error is None:
-            transitions.record_event(session, run_id, "memory.remembered", **counts)
-            return
-        log.warning("memory.failed", run_id=run_id, error=error)
-        transitions.record_event(session, run_id, "memory.failed", error=error[:500])
+        with session_scope() as session:
+            _record_failure(session, run_id, str(exc))
+
+
+def _record_failure(session: Session, run_id: int, error: str) -> None:
+    log.warning("memory.failed", run_id=run_id, error=error)
+    transitions.record_event(session, run_id, "memory.failed", error=error[:500])
 
 
 def _read(session: Session, run: Run, *, outcome: str, final_answer: str) -> RunMemory:
@@ -164,17 +164,16 @@ def _read(session: Session, run: Run, *, outcome: str, final_answer: str) -> Run
     )  # fmt: skip
 
 
-def _remember(found: RunMemory) -> tuple[dict[str, Any], str | None]:
-    """Extract (unless skipped), embed once, write; the event's detail, and the extraction's
-    error (the episode and answers are written all the same)."""
+def _remember(found: RunMemory) -> None:
+    """Extract (unless skipped), embed once, write, and record how it went; raises what
+    embedding and writing raise (the caller records it)."""
+    run = found.run
     facts: list[FactSpec] = []
-    error = None
+    error: str | None = None
     if found.skipped is None:
         try:
-            facts = extraction.extract_facts(
-                found.run.id or 0, found.run.goal, found.failures, found.stated
-            )
-        except (AgentqError, ValueError) as exc:
+            facts = extraction.extract_facts(run.id or 0, run.goal, found.failures, found.stated)
+        except (AgentqError, ValueError) as exc:  # the episode and answers are written all the same
             error = f"fact extraction: {exc}"
     model = embedder()
     texts = [found.summary, *(a.text for a in found.answers), *(f.text for f in facts)]
@@ -186,13 +185,16 @@ def _remember(found: RunMemory) -> tuple[dict[str, Any], str | None]:
         _record_episode(session, found, vectors[0], model.model)
         _count(counts, _remember_answers(session, found, vectors[1:n], model.model))
     with session_scope() as session:
-        _count(counts, _remember_facts(session, found.run, facts, vectors[n:], model.model))
-    counts["withheld_failures"] = found.withheld
-    if found.skipped is None:
-        counts["extraction"] = "asked"
-    else:
-        counts |= {"extraction": "skipped", "extraction_skipped": found.skipped}
-    return counts, error
+        _count(counts, _remember_facts(session, run, facts, vectors[n:], model.model))
+        if error is not None:
+            _record_failure(session, run.id or 0, error)
+            return
+        counts["withheld_failures"] = found.withheld
+        if found.skipped is None:
+            counts["extraction"] = "asked"
+        else:
+            counts |= {"extraction": "skipped", "extraction_skipped": found.skipped}
+        transitions.record_event(session, run.id or 0, "memory.remembered", **counts)
 
 
 def _count(counts: dict[str, Any], outcomes: list[str]) -> None:
