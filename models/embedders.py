@@ -51,8 +51,9 @@ WARM_UP_TEXT = "warm-up"
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions) run by sentence-transformers, with no network.
 
-    The model loads on the first `embed` (about 5 s, mostly importing torch; 90 MB of weights)
-    and is shared by every `LocalEmbedder` in the process. Texts longer than 256 word pieces are
+    The model loads on the first `embed` (about 5 s, mostly importing torch; 90 MB of weights;
+    a worker's pool process does that when it starts, `warm_up`) and is shared by every
+    `LocalEmbedder` in the process. Texts longer than 256 word pieces are
     truncated by the model. `embed` raises `ConfigurationError` if the `local` extra is missing.
     """
 

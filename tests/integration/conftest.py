@@ -149,7 +149,8 @@ def wait_for_run(
 ) -> Run:
     """Poll until the run is in one of `statuses`; fails with the run's state on timeout. With
     `memory`, a run that has ended is returned once its memory task has ended too
-    (`wait_for_memory`): its episode and facts are written after it ends."""
+    (`wait_for_memory`): its episode and facts are written, and its extraction call charged,
+    after it ends."""
     deadline = time.monotonic() + timeout_s
     while True:
         with session_scope() as session:
@@ -162,6 +163,9 @@ def wait_for_run(
         time.sleep(0.2)
     if memory and run.status in RUN_TERMINAL:
         wait_for_memory(run_id)
+        with session_scope() as session:  # as the memory task left it (its spend charged)
+            run = session.get(Run, run_id)
+            assert run is not None
     return run
 
 
