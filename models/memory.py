@@ -168,6 +168,25 @@ def _stale(session: Session, table: Any, model: str) -> Iterator[list[Any]]:
         yield batch
 
 
+# The events that end a run's memory task: its episode and facts were written, or the writing
+# failed, or the run's user was forgotten (a `memory.dropped` of `what` "run"; the other
+# `memory.dropped` events are single writes refused: `models.erasures`).
+MEMORY_ENDED: Final = ("memory.remembered", "memory.failed")
+MEMORY_DROPPED_RUN: Final = sa.and_(
+    col(RunEvent.kind) == "memory.dropped", col(RunEvent.detail)["what"].astext == "run"
+)
+
+
+def memory_ended(session: Session, run_id: int) -> RunEvent | None:
+    """The event that ended the run's memory task (`worker.memory.remember_run`): its first
+    `memory.remembered`, `memory.failed`, or `memory.dropped` of the whole run; None while the
+    task has not ended (it runs on the `memory` queue after the run ends, so a `succeeded` run
+    may have none yet)."""
+    ended = sa.or_(col(RunEvent.kind).in_(MEMORY_ENDED), MEMORY_DROPPED_RUN)
+    stmt = select(RunEvent).where(RunEvent.run_id == run_id, ended)
+    return session.exec(stmt.order_by(col(RunEvent.id))).first()
+
+
 RECALLED: Final = "memory.recalled"  # quotes recalled facts (their text) and episodes (run ids)
 MEMORY_EVENT_KINDS: Final = frozenset({RECALLED})  # events whose detail quotes a user's memory
 HIDDEN_MEMORY: Final = (

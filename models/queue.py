@@ -4,6 +4,12 @@ Processes refer to each other's tasks by these registered names (`send_task`), n
 The broker is transport only (DESIGN.md, invariant 1): results are not stored, messages are
 acknowledged late and requeued when a worker process is lost, and the reconciler re-sends what the
 broker loses.
+
+Queues: `steps` (plan, replan, execute step, synthesize: a run's hot path), `memory` (a run's
+episode and facts, written by `agentq.remember_run` after the run has ended, off the hot path) and
+`coordinator`. A worker consumes `steps` and `memory` (`WORKER_QUEUES`, as the embedded stack and
+docker-compose.yml run it); a deployment may also run workers on `memory` alone, so memory writes
+(embeddings, fact extraction) never wait behind steps, nor steps behind them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from models.settings import Settings, get_settings
 from models.states import RUN_TERMINAL
 
 QUEUE_STEPS: Final = "steps"
+QUEUE_MEMORY: Final = "memory"
 QUEUE_COORDINATOR: Final = "coordinator"
+WORKER_QUEUES: Final = (QUEUE_STEPS, QUEUE_MEMORY)  # what `celery -A worker.app worker` consumes
 
 TASK_COORDINATE: Final = "agentq.coordinate"
 TASK_RECONCILE: Final = "agentq.reconcile"
@@ -39,7 +47,7 @@ ROUTES: Final = {
     TASK_REPLAN: {"queue": QUEUE_STEPS},
     TASK_EXECUTE_STEP: {"queue": QUEUE_STEPS},
     TASK_SYNTHESIZE: {"queue": QUEUE_STEPS},
-    TASK_REMEMBER_RUN: {"queue": QUEUE_STEPS},
+    TASK_REMEMBER_RUN: {"queue": QUEUE_MEMORY},
     TASK_EXPIRE_MEMORY: {"queue": QUEUE_COORDINATOR},
     TASK_ESCALATION_DEADLINES: {"queue": QUEUE_COORDINATOR},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
@@ -62,6 +70,14 @@ BROKER_SOCKET_TIMEOUT_S: Final = 5.0
 # Publishing is tried twice, 0.5 s apart, so a sender learns of a broker that is down or hung in
 # about 2 x BROKER_SOCKET_TIMEOUT_S at worst; the rows are committed and the reconciler re-sends.
 SEND_RETRY_POLICY: Final = {"max_retries": 1, "interval_start": 0.5, "interval_step": 0.5}
+# Seconds a pool process that replaces a lost one (killed at a hard time limit, out of memory)
+# may take to start, its `worker_process_init` handlers included, before the worker kills it
+# ("Timed out waiting for UP message"; the processes of the worker's start are not timed).
+# Celery's default, 4 s (a setting since celery/celery#1715), is shorter than loading the
+# embedding model there (`worker.memory.warm_up`: torch and sentence-transformers take 5-14 s
+# on a 2-core machine), so every replacement would be killed in turn and the pool would shrink
+# for good; measured, 12 kills a minute.
+WORKER_PROC_ALIVE_TIMEOUT_S: Final = 120.0
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -90,6 +106,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_serializer": "json",
         "accept_content": ["json"],
         "worker_send_task_events": False,
+        "worker_proc_alive_timeout": WORKER_PROC_ALIVE_TIMEOUT_S,
     }
 
 
@@ -132,7 +149,6 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
         raise BrokerUnavailable(f"could not send {task}: {exc}") from exc
 
 
-
 def try_send(task: str, *args: Any) -> bool:
     """`send`, after the commit it announces, where a broker that is down is not an error: the
     rows are committed and the reconciler re-sends what they say is waiting once the broker is
@@ -147,10 +163,11 @@ def try_send(task: str, *args: Any) -> bool:
 def follow_up(run_id: int, status: str) -> bool:
     """After a commit that decided for a run (a reviewer's decision, a cancel, a passed
     deadline), send what comes next for a run now in `status`: `agentq.remember_run` for a run
-    that has ended (its episode is written; a run that ends in synthesis is remembered there),
-    and `agentq.coordinate` in any case (an ended run's cancelled steps freed dispatch slots of
-    its user, which the coordinator fills: `models.dispatch`). Returns False when the broker
-    could not be reached (`try_send`; an ended run's episode is then not written)."""
+    that has ended (its episode and facts are written on the `memory` queue; a run that ends in
+    synthesis sends it there itself), and `agentq.coordinate` in any case (an ended run's
+    cancelled steps freed dispatch slots of its user, which the coordinator fills:
+    `models.dispatch`). Returns False when the broker could not be reached (`try_send`; an
+    ended run's episode is then not written)."""
     if status in RUN_TERMINAL and not try_send(TASK_REMEMBER_RUN, run_id):
         return False
     return try_send(TASK_COORDINATE, run_id)

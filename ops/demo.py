@@ -2,7 +2,8 @@
 
 The demo user's memory is forgotten first. Scenario 1: the live rate service times out; with a
 replan budget of 1 the run is replanned onto the cached monthly rate table and completes, and its
-episode and facts are remembered. Scenario 2: the planner recalls that episode and plans the
+episode and facts are remembered (by the memory task that follows the run's end: the demo waits
+for it before scenario 2). Scenario 2: the planner recalls that episode and plans the
 cached rate from the start, but November's cached table is missing, so the budget is spent, the
 run escalates, a reviewer answers with a rate (`agentq review respond ID --answer 0.95`, done here
 by the demo itself) and the run completes.
@@ -12,6 +13,7 @@ Both print the submitted total and cost centre, read from the submit step's row.
 from __future__ import annotations
 
 import os
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ DEMO_GOAL = "File my Lisbon trip expense report"
 DEMO_USER = "demo"
 DEMO_FACTS = {"currency": "EUR", "cost_centre": "CC-4410"}
 REVIEWER_RATE = "0.95"  # what the demo's reviewer answers in scenario 2
+MEMORY_TIMEOUT_S = 120.0  # how long a run's memory task may take before the demo gives up
+POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,9 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
         _respond(console, escalation_id)
         watch_until_settled(run_id)
     _show_recalled(console, run_id)
-    return _report(console, run_id)
+    reported = _report(console, run_id)
+    _wait_for_memory(console, run_id)  # the next scenario recalls what this run wrote
+    return reported
 
 
 def _forget_demo_user(console: Console) -> None:
@@ -99,6 +105,27 @@ def _forget_demo_user(console: Console) -> None:
         counts = memory.forget_user(session, user_id=DEMO_USER)
     forgot = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     console.print(Text(f"$ agentq memory forget --user {DEMO_USER} --yes   # forgot {forgot}"))
+
+
+def _wait_for_memory(console: Console, run_id: int) -> None:
+    """Wait until the run's memory task has ended (`models.memory.memory_ended`: it runs after
+    the run ends, on the `memory` queue), and say what it wrote; gives up after
+    `MEMORY_TIMEOUT_S` seconds, saying so."""
+    deadline = time.monotonic() + MEMORY_TIMEOUT_S
+    while True:
+        with session_scope() as session:
+            event = memory.memory_ended(session, run_id)
+        if event is not None or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    if event is None:
+        line = f"run {run_id}'s memory: not written within {MEMORY_TIMEOUT_S:g} s"
+        console.print(Text(line, style="yellow"))
+    elif event.kind == "memory.remembered":
+        added = sum(int(event.detail.get(k, 0)) for k in ("added", "superseded"))
+        console.print(Text(f"run {run_id}'s memory: its episode and {added} new facts"))
+    else:
+        console.print(Text(f"run {run_id}'s memory: {event.kind}", style="yellow"))
 
 
 def _show_recalled(console: Console, run_id: int) -> None:

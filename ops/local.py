@@ -1,14 +1,16 @@
 """The whole engine on this machine: the embedded services, migrations, worker and scheduler.
 
 Used by `agentq up`, `agentq demo`, the integration tests and the benchmark, so all of them run
-the same processes a deployment runs: `celery -A worker.app worker -Q steps` and
+the same processes a deployment runs: `celery -A worker.app worker -Q steps,memory` and
 `celery -A scheduler.app worker -Q coordinator -B`. They run in the data dir, never the caller's
 directory (ops/stack.py says why), so what `Settings` reads from the caller's `.env` is passed to
-them in their environment.
+them in their environment. The engine counts as started once every pool process of the worker
+has loaded its embedding model (`worker.warm`), so no run waits for that.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -20,11 +22,14 @@ from pydantic.fields import FieldInfo
 
 from models.errors import StackError
 from models.migrate import upgrade
-from models.queue import QUEUE_COORDINATOR, QUEUE_STEPS
+from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
 from models.settings import Settings, get_settings, setting_name
 from ops.stack import UVICORN_READY, LocalStack
 
 CELERY_READY_TIMEOUT_S = 90.0
+# How long the worker's pool processes may take to load the embedding model, together.
+WORKER_WARM_TIMEOUT_S = 180.0
+WORKER_WARM = "event='worker.warm'"  # what each pool process logs once its embedder is loaded
 API_READY_TIMEOUT_S = 60.0
 API_APP_FACTORY = "api.app:create_app"
 
@@ -79,9 +84,12 @@ def start_engine(
     extra_env: dict[str, str] | None = None,
     loglevel: str = "INFO",
 ) -> LocalStack:
-    """Start Postgres, Redis, run migrations, then the worker and the scheduler (with beat), and
-    `coordinators - 1` more coordinator processes (`coordinator-2`, ... without beat: one beat
-    per deployment) on the same queue.
+    """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
+    scheduler (with beat) and `coordinators - 1` more coordinator processes (`coordinator-2`,
+    ... without beat: one beat per deployment) on the same queue; return once all consume and
+    each of the worker's `worker_concurrency` pool processes has loaded its embedding model
+    (`worker.warm` in its log; not waited for with a `loglevel` above INFO, which hides that
+    line).
 
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack. Raises
@@ -98,7 +106,7 @@ def start_engine(
             "worker",
             stack.celery_argv(
                 "worker.app",
-                QUEUE_STEPS,
+                ",".join(WORKER_QUEUES),
                 concurrency=worker_concurrency,
                 hostname="steps@%h",
                 loglevel=loglevel,
@@ -129,6 +137,10 @@ def start_engine(
             stack.start_process(name, argv, env)
         for name in ("worker", "scheduler", *extra):
             stack.wait_for_log(name, "ready.", CELERY_READY_TIMEOUT_S)
+        if logging.getLevelNamesMapping().get(loglevel.upper(), logging.INFO) <= logging.INFO:
+            stack.wait_for_log(
+                "worker", WORKER_WARM, WORKER_WARM_TIMEOUT_S, count=worker_concurrency
+            )
     except BaseException:
         stack.stop()
         raise

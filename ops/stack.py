@@ -198,8 +198,9 @@ class LocalStack:
         self, app: str, queue: str, *, concurrency: int, hostname: str, beat: bool = False,
         loglevel: str = "INFO",
     ) -> list[str]:  # fmt: skip
-        """A prefork Celery worker on `queue` (it logs "ready." once consuming); with `beat`, it
-        also runs the beat scheduler, its schedule in `<data>/celerybeat-schedule`. Python runs
+        """A prefork Celery worker on `queue` (one name, or several joined by commas: `-Q`
+        takes a list; it logs "ready." once consuming); with `beat`, it also runs the beat
+        scheduler, its schedule in `<data>/celerybeat-schedule`. Python runs
         with `-P` (see the module docstring)."""
         argv = [sys.executable, "-P", "-m", "celery", "-A", app, "worker", "-Q", queue]
         argv += ["-c", str(concurrency), "-n", hostname, "--pool", "prefork", "-l", loglevel]
@@ -216,8 +217,9 @@ class LocalStack:
         argv = [sys.executable, "-P", "-m", "uvicorn", app_factory, "--factory", "--no-access-log"]
         return [*argv, "--host", host, "--port", str(port), "--log-level", "info"]
 
-    def wait_for_log(self, name: str, text: str, timeout_s: float) -> None:
-        """Wait until process `name` has logged `text` since it started (polls every 50 ms).
+    def wait_for_log(self, name: str, text: str, timeout_s: float, *, count: int = 1) -> None:
+        """Wait until process `name` has logged `text` at least `count` times since it started
+        (polls every 50 ms); `count` > 1 waits for a line of each of its pool processes.
 
         Raises `StackError` with the last 20 lines of its log if it exits first or `timeout_s`
         seconds pass, or if no process `name` was started.
@@ -225,12 +227,13 @@ class LocalStack:
         if name not in self._children:
             raise StackError(f"no process named {name!r} was started")
         deadline = time.monotonic() + timeout_s
-        while text not in self._read_log(name):
+        times = "" if count == 1 else f" {count} times"
+        while self._read_log(name).count(text) < count:
             if processes.has_exited(popen := self._children[name].popen):
                 code = processes.reap(popen)
-                raise self._failure(name, f"exited with code {code} before logging {text!r}")
+                raise self._failure(name, f"exited with code {code} before logging {text!r}{times}")
             if time.monotonic() > deadline:
-                raise self._failure(name, f"did not log {text!r} within {timeout_s} s")
+                raise self._failure(name, f"did not log {text!r}{times} within {timeout_s} s")
             time.sleep(POLL_INTERVAL_SECONDS)
 
     def log_path(self, name: str) -> Path:

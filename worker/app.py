@@ -1,7 +1,10 @@
-"""The worker's Celery app: `celery -A worker.app worker -Q steps`.
+"""The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
 Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`
-and then tells the coordinator, by name, that the run has moved.
+and then tells the coordinator, by name, that the run has moved. `agentq.remember_run` runs on
+the `memory` queue (`models.queue`): a worker started with `-Q memory` alone writes memory only.
+Each pool process loads the embedding model when it starts (`worker.memory.warm_up`, logged as
+`worker.warm`), so no run waits for it.
 """
 
 from __future__ import annotations
@@ -108,8 +111,8 @@ def synthesize_run(run_id: int) -> None:
 
 @app.task(name=TASK_REMEMBER_RUN)  # type: ignore[untyped-decorator]
 def remember_run(run_id: int) -> None:
-    """Write the episode and facts of a run that ended without synthesis (rejected, cancelled)."""
-    memory.remember_finished_run(run_id)
+    """Write the episode and facts of a run that has ended (succeeded, failed, cancelled)."""
+    memory.remember_ended_run(run_id)
 
 
 @app.task(name=TASK_RAW_NOOP)  # type: ignore[untyped-decorator]
@@ -121,5 +124,9 @@ def raw_noop(_previous: object = None) -> None:
 def _fresh_engine(**_: Any) -> None:
     dispose_engines()
     # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
-    # on first use, after this) would otherwise start a thread per core in every process.
+    # by the warm-up below) would otherwise start a thread per core in every process.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Loaded here, after the fork, not in the parent: torch's OpenMP pool does not survive a fork
+    # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
+    # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
+    memory.warm_up()

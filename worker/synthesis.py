@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from models import transitions
+from models import queue, transitions
 from models.db import session_scope
 from models.errors import (
     BudgetExhausted,
@@ -14,12 +14,12 @@ from models.errors import (
     RateLimited,
 )
 from models.plans import current_steps
+from models.queue import TASK_REMEMBER_RUN
 from models.runs import get_run, results_by_name
 from models.settings import get_settings
 from models.step_data import fit_outputs, json_bytes
 from worker.calls import call_model
 from worker.context import ContextOverflow
-from worker.memory import remember_run
 from worker.prompts import synthesize_prompt
 from worker.working_memory import request_for
 
@@ -32,10 +32,12 @@ def synthesize(run_id: int) -> bool:
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
     wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
-    replaced by their sizes, largest first (`models.step_data.fit_outputs`). Before the run is
-    marked succeeded, its episode and facts are remembered (`worker.memory.remember_run`; a
-    failure there is recorded, not raised). A spent token or
-    cost budget, an exhausted quota or a provider failure escalates the run instead (reason
+    replaced by their sizes, largest first (`models.step_data.fit_outputs`). The run is marked
+    succeeded as soon as its answer is written; after that commit `agentq.remember_run` is sent
+    to the `memory` queue, which writes its episode and facts off the hot path
+    (`worker.memory.remember_run`; a broker that is down loses that message, logged as
+    `memory.unsent`: the run has ended and nothing re-sends it). A spent token or cost budget,
+    an exhausted quota or a provider failure escalates the run instead (reason
     `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
     limit is raised as `RateLimited` for the task to send itself again later.
     """
@@ -69,11 +71,12 @@ def synthesize(run_id: int) -> bool:
         "offline": completion.offline,
         "outputs": fit_outputs(results_by_name(steps), max_bytes=room),
     }
-    remember_run(run_id, outcome="succeeded", final_answer=completion.text)
     with session_scope() as session:
         try:
             transitions.succeed_run(session, run_id, final_result=final)
         except IllegalTransition as exc:
             log.info("synthesize.skipped", run_id=run_id, reason=str(exc))
             return False
+    if not queue.try_send(TASK_REMEMBER_RUN, run_id):
+        log.warning("memory.unsent", run_id=run_id, reason="the broker could not be reached")
     return True

@@ -18,11 +18,13 @@ from sqlmodel import col, select
 
 from models import queue
 from models.db import session_scope
+from models.memory import memory_ended
 from models.plans import parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
-from models.tables import Run, Step
+from models.states import RUN_TERMINAL
+from models.tables import Run, RunEvent, Step
 from models.tools import DEFAULT_TOOL_MODULES
 from ops.local import start_engine
 from ops.stack import LocalStack
@@ -145,18 +147,49 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
     return make
 
 
-def wait_for_run(run_id: int, statuses: tuple[str, ...] = SETTLED, timeout_s: float = 120) -> Run:
-    """Poll until the run is in one of `statuses`; fails with the run's state on timeout."""
+def wait_for_run(
+    run_id: int,
+    statuses: tuple[str, ...] = SETTLED,
+    timeout_s: float = 120,
+    *,
+    memory: bool = False,
+) -> Run:
+    """Poll until the run is in one of `statuses`; fails with the run's state on timeout. With
+    `memory`, a run that has ended is returned once its memory task has ended too
+    (`wait_for_memory`): its episode and facts are written, and its extraction call charged,
+    after it ends."""
     deadline = time.monotonic() + timeout_s
     while True:
         with session_scope() as session:
             run = session.get(Run, run_id)
             assert run is not None
             if run.status in statuses:
-                return run
+                break
         if time.monotonic() > deadline:
             pytest.fail(f"run {run_id} still {run.status} after {timeout_s} s")
         time.sleep(0.2)
+    if memory and run.status in RUN_TERMINAL:
+        wait_for_memory(run_id)
+        with session_scope() as session:  # as the memory task left it (its spend charged)
+            run = session.get(Run, run_id)
+            assert run is not None
+    return run
+
+
+def wait_for_memory(run_id: int, timeout_s: float = 60) -> RunEvent:
+    """Poll until the run's memory task has ended (`models.memory.memory_ended`: its
+    `memory.remembered`, `memory.failed` or `memory.dropped` event, which it returns). A run is
+    `succeeded` before its episode and facts are written (on the `memory` queue), so a test that
+    reads them waits for this first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with session_scope() as session:
+            event = memory_ended(session, run_id)
+            if event is not None:
+                return event
+        if time.monotonic() > deadline:
+            pytest.fail(f"run {run_id}: its memory task did not end within {timeout_s} s")
+        time.sleep(0.1)
 
 
 def run_steps(run_id: int) -> list[Step]:

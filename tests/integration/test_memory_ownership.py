@@ -163,7 +163,7 @@ def test_forget_then_a_reviewers_answer_leaves_no_memory(make_run: MakeRun) -> N
     with session_scope() as session:
         reviews.respond(session, _escalation_of(run_id), reviewer="rita", answer={"x": 1})
     send(TASK_COORDINATE, run_id)
-    assert wait_for_run(run_id).status == "succeeded"
+    assert wait_for_run(run_id, memory=True).status == "succeeded"
     with session_scope() as session:
         assert facts_of(session, user_id=user, include_history=True) == []
         assert episodes_of(session, user_id=user) == []
@@ -263,9 +263,9 @@ def test_deleting_a_fact_or_an_episode_takes_it_out_of_the_recall_events(
     user = _user("epi")
     noop = [{"name": "a", "kind": "tool", "tool": "noop"}]
     run_id = make_run(noop, user=user, facts={"currency": "EUR"})
-    assert wait_for_run(run_id).status == "succeeded"
+    assert wait_for_run(run_id, memory=True).status == "succeeded"
     later = make_run(None, user=user, goal="integration test again: which currency?")
-    assert wait_for_run(later).status == "succeeded"
+    assert wait_for_run(later, memory=True).status == "succeeded"
     fact_text = "The user's currency is EUR"
     recalled = _events(later, "memory.recalled")
     assert any(run_id in e.detail["episodes"] for e in recalled)
@@ -295,7 +295,7 @@ def test_a_reviewers_pinned_answer_never_becomes_the_users_fact(make_run: MakeRu
             ("reviewer_answer", "reviewer:rita"),
         }
     send(TASK_COORDINATE, run_id)
-    assert wait_for_run(run_id).status == "succeeded"
+    assert wait_for_run(run_id, memory=True).status == "succeeded"
     assert _events(run_id, "memory.remembered")
     with session_scope() as session:
         facts = facts_of(session, user_id=user)
@@ -319,7 +319,7 @@ def test_a_remembered_answer_is_a_fact_from_its_reviewer(make_run: MakeRun) -> N
                 remember=remember_it,
             )
         send(TASK_COORDINATE, run_id)
-        assert wait_for_run(run_id).status == "succeeded"
+        assert wait_for_run(run_id, memory=True).status == "succeeded"
     with session_scope() as session:
         facts = facts_of(session, user_id=user)
     by_reviewer = [f for f in facts if f.source == "reviewer:rita"]

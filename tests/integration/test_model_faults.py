@@ -180,7 +180,7 @@ def test_rate_limited_step_is_deferred_and_the_worker_is_free(fake: FakeOpenAI, 
     limited = submit([model_step(f"{mark}: summarise the receipts")], goal="rate limited")
     deferred = wait_for_event(limited, "step.deferred")
     # The only worker process is free: another run's model step completes meanwhile.
-    other = wait_for_run(submit([model_step("say hello")], goal="meanwhile"))
+    other = wait_for_run(submit([model_step("say hello")], goal="meanwhile"), memory=True)
     assert other.status == "succeeded"
     (step,) = run_steps(limited)
     assert (step.status, step.attempt, step.deferrals) == ("queued", 1, 1)
@@ -203,7 +203,7 @@ def test_rate_limited_step_is_deferred_and_the_worker_is_free(fake: FakeOpenAI, 
 
 def test_rate_limited_step_runs_again_after_the_wait(fake: FakeOpenAI, mark: str) -> None:
     fake.script(rate_limited("1"), when=mark)
-    run = wait_for_run(submit([model_step(f"{mark}: count")], goal="short wait"))
+    run = wait_for_run(submit([model_step(f"{mark}: count")], goal="short wait"), memory=True)
     assert run.status == "succeeded"
     first, second = fake.received(mark)
     assert second.at - first.at >= 1.0
@@ -218,7 +218,7 @@ def test_rate_limited_step_runs_again_after_the_wait(fake: FakeOpenAI, mark: str
 
 def test_a_step_deferred_too_often_counts_a_failed_attempt(fake: FakeOpenAI, mark: str) -> None:
     fake.script(*[rate_limited("0.2")] * (MAX_DEFERRALS + 1), when=mark)
-    run = wait_for_run(submit([model_step(f"{mark}: persist")], goal="many waits"))
+    run = wait_for_run(submit([model_step(f"{mark}: persist")], goal="many waits"), memory=True)
     assert run.status == "succeeded"
     (step,) = run_steps(run.id or 0)
     outcomes = [a.outcome for a in attempts(step.id or 0)]
@@ -249,7 +249,7 @@ def test_rate_limited_planning_waits_in_its_phase(fake: FakeOpenAI, mark: str) -
 
 def test_rate_limited_planning_goes_on_after_the_wait(fake: FakeOpenAI, mark: str) -> None:
     fake.script(rate_limited("0.5"), when=mark)
-    run = wait_for_run(submit(None, goal=f"{mark}: plan and answer"))
+    run = wait_for_run(submit(None, goal=f"{mark}: plan and answer"), memory=True)
     assert run.status == "succeeded"
     (deferred,) = events(run.id or 0, "run.deferred")
     assert (deferred.detail["phase"], deferred.detail["retry_after_s"]) == ("planning", 0.5)
@@ -268,7 +268,7 @@ def test_rate_limited_planning_goes_on_after_the_wait(fake: FakeOpenAI, mark: st
 def test_rate_limited_replanning_is_sent_again(fake: FakeOpenAI, mark: str) -> None:
     fake.script(rate_limited("0.5"), when=mark)
     failing = {"name": "a", "kind": "tool", "tool": "always_fails"}
-    run = wait_for_run(submit([failing], goal=f"{mark}: replan me"))
+    run = wait_for_run(submit([failing], goal=f"{mark}: replan me"), memory=True)
     assert (run.status, run.replans_used) == ("succeeded", 1)
     (deferred,) = events(run.id or 0, "run.deferred")
     assert (deferred.detail["phase"], deferred.detail["retry_after_s"]) == ("replanning", 0.5)
@@ -280,7 +280,7 @@ def test_rate_limited_replanning_is_sent_again(fake: FakeOpenAI, mark: str) -> N
 def test_rate_limited_synthesis_is_sent_again(fake: FakeOpenAI, mark: str) -> None:
     fake.script(rate_limited("0.5"), when=mark)
     noop = {"name": "a", "kind": "tool", "tool": "noop"}
-    run = wait_for_run(submit([noop], goal=f"{mark}: tools only"))
+    run = wait_for_run(submit([noop], goal=f"{mark}: tools only"), memory=True)
     assert run.status == "succeeded"
     (deferred,) = events(run.id or 0, "run.deferred")
     assert (deferred.detail["phase"], deferred.detail["retry_after_s"]) == ("synthesizing", 0.5)
@@ -290,7 +290,7 @@ def test_rate_limited_synthesis_is_sent_again(fake: FakeOpenAI, mark: str) -> No
 
 def test_planning_deferred_too_often_escalates(fake: FakeOpenAI, mark: str) -> None:
     fake.script(*[rate_limited("0.2")] * (MAX_DEFERRALS + 1), when=mark)
-    run = wait_for_run(submit(None, goal=f"{mark}: never planned"))
+    run = wait_for_run(submit(None, goal=f"{mark}: never planned"), memory=True)
     assert run.status == "waiting_review"
     esc = escalation(run.id or 0)
     assert esc.reason == "rate_limited" and "rate_limit_exceeded" in esc.detail["error"]
@@ -304,7 +304,7 @@ def test_planning_deferred_too_often_escalates(fake: FakeOpenAI, mark: str) -> N
 
 def test_quota_in_a_step_escalates_after_one_call(fake: FakeOpenAI, mark: str) -> None:
     fake.script(quota_exhausted(), when=mark)
-    run = wait_for_run(submit([model_step(f"{mark}: spend")], goal="no credit"))
+    run = wait_for_run(submit([model_step(f"{mark}: spend")], goal="no credit"), memory=True)
     assert run.status == "waiting_review"
     esc = escalation(run.id or 0)
     assert esc.reason == "quota_exhausted"
@@ -322,7 +322,7 @@ def test_quota_in_a_step_escalates_after_one_call(fake: FakeOpenAI, mark: str) -
 
 def test_quota_in_planning_escalates_after_one_call(fake: FakeOpenAI, mark: str) -> None:
     fake.script(quota_exhausted(), when=mark)
-    run = wait_for_run(submit(None, goal=f"{mark}: plan without credit"))
+    run = wait_for_run(submit(None, goal=f"{mark}: plan without credit"), memory=True)
     assert (run.status, run.plan_version) == ("waiting_review", 0)
     esc = escalation(run.id or 0)
     assert esc.reason == "quota_exhausted" and "insufficient_quota" in esc.detail["error"]
@@ -335,7 +335,7 @@ def test_quota_in_planning_escalates_after_one_call(fake: FakeOpenAI, mark: str)
 
 def test_server_error_then_success_is_retried_in_the_call(fake: FakeOpenAI, mark: str) -> None:
     fake.script(server_error(), ok("recovered"), when=mark)
-    run = wait_for_run(submit([model_step(f"{mark}: try")], goal="flaky server"))
+    run = wait_for_run(submit([model_step(f"{mark}: try")], goal="flaky server"), memory=True)
     assert run.status == "succeeded"
     first, second = fake.received(mark)
     assert (first.reply, second.reply) == ("server_error", "ok")
@@ -354,7 +354,7 @@ def test_server_error_then_success_is_retried_in_the_call(fake: FakeOpenAI, mark
 
 def test_a_request_that_never_answers_times_out_and_is_retried(fake: FakeOpenAI, mark: str) -> None:
     fake.script(never_answers(), never_answers(), ok("late but fine"), when=mark)
-    run = wait_for_run(submit([model_step(f"{mark}: wait")], goal="silent server"))
+    run = wait_for_run(submit([model_step(f"{mark}: wait")], goal="silent server"), memory=True)
     assert run.status == "succeeded"
     first, second, third = fake.received(mark)
     # each request timed out after the request timeout, then waited the backoff
@@ -393,7 +393,7 @@ def _check_invalid_plan(run: Run, fake: FakeOpenAI, mark: str, raw: str) -> None
 
 def test_hostile_plans_are_reasked_then_escalated(fake: FakeOpenAI, mark: str) -> None:
     fake.script(whitespace_until_length(), truncated_json(), wrong_shape_plan(), when=mark)
-    run = wait_for_run(submit(None, goal=f"{mark}: plan badly"))
+    run = wait_for_run(submit(None, goal=f"{mark}: plan badly"), memory=True)
     requests = fake.received(mark)
     _check_invalid_plan(run, fake, mark, str(wrong_shape_plan().content))
     errors = [e.detail["error"] for e in events(run.id or 0, "plan.invalid")]
@@ -414,7 +414,7 @@ def test_the_same_hostile_plan_every_time_is_escalated(
     fake: FakeOpenAI, mark: str, reply: Reply
 ) -> None:
     fake.script(*[reply] * get_settings().plan_max_attempts, when=mark)
-    run = wait_for_run(submit(None, goal=f"{mark}: plan badly again"))
+    run = wait_for_run(submit(None, goal=f"{mark}: plan badly again"), memory=True)
     _check_invalid_plan(run, fake, mark, str(reply.content))
 
 
@@ -439,7 +439,7 @@ def test_tool_arguments_that_are_not_json_are_reasked_and_never_run(
         ok("filed"),
         when=mark,
     )
-    run = wait_for_run(submit([marker_step(mark)], goal="tool call"))
+    run = wait_for_run(submit([marker_step(mark)], goal="tool call"), memory=True)
     assert run.status == "succeeded"
     assert target.read_text() == "receipt\n"  # ran once, on the valid arguments only
     (invalid,) = events(run.id or 0, "step.tool_call.invalid")
@@ -472,7 +472,7 @@ def test_tool_calls_that_stay_invalid_escalate_with_the_raw_calls(
     wrong = json.dumps({"path": str(target), "marker": 5, "force": True})
     answers = get_settings().tool_call_max_invalid + 1
     fake.script(*[tool_calls(("append_marker", wrong))] * answers, when=mark)
-    run = wait_for_run(submit([marker_step(mark)], goal="bad tool calls"))
+    run = wait_for_run(submit([marker_step(mark)], goal="bad tool calls"), memory=True)
     assert run.status == "waiting_review"
     assert not target.exists()  # the tool never ran on guessed arguments
     esc = escalation(run.id or 0)
@@ -535,7 +535,7 @@ def test_a_call_the_cost_budget_cannot_pay_for_is_never_made(fake: FakeOpenAI, m
 
 
 def test_a_spent_budget_in_planning_escalates_with_its_reason(fake: FakeOpenAI, mark: str) -> None:
-    run = wait_for_run(submit(None, goal=f"{mark}: plan cheaply", tokens=300))
+    run = wait_for_run(submit(None, goal=f"{mark}: plan cheaply", tokens=300), memory=True)
     assert (run.status, escalation(run.id or 0).reason) == ("waiting_review", "token_budget_spent")
     assert fake.received(mark) == []
 

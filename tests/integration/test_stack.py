@@ -347,3 +347,12 @@ def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert default_data_dir() == tmp_path
     monkeypatch.delenv("AGENTQ_HOME")
     assert default_data_dir() == Path.home() / ".agentq"
+
+
+def test_wait_for_log_counts_lines(stack: LocalStack) -> None:
+    code = "print('warm 1\\nwarm 2', flush=True); import time; time.sleep(60)"
+    argv = [sys.executable, "-c", code]
+    stack.start_process("pool", argv, {})
+    stack.wait_for_log("pool", "warm", timeout_s=10, count=2)
+    with pytest.raises(StackError, match=r"did not log 'warm' 3 times within 0\.5 s"):
+        stack.wait_for_log("pool", "warm", timeout_s=0.5, count=3)

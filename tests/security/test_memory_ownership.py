@@ -30,6 +30,7 @@ from tests.support.console import (
     csrf_of,
     escalate_run,
     wait_for_event,
+    wait_for_memory,
     wait_for_status,
 )
 
@@ -72,11 +73,13 @@ def _reviewer(make_token: MakeToken, api: Api) -> tuple[str, httpx.Client]:
 
 
 def _submit(console: Console, client: httpx.Client, body: dict[str, Any]) -> int:
-    """Submit as the client's submitter token, and wait until the run ends."""
+    """Submit as the client's submitter token, and wait until the run ends and its memory is
+    written."""
     done = client.post("/runs", json=body)
     assert done.status_code == 201, done.text
     run_id = int(done.json()["run"]["id"])
     assert wait_for_status(console, run_id, ("succeeded", "failed")).status == "succeeded"
+    wait_for_memory(console, run_id)
     return run_id
 
 
@@ -105,12 +108,12 @@ def test_forget_then_a_reviewers_decision_leaves_no_memory(
     _, reviewer = _reviewer(make_token, api)
     answered = reviewer.post(f"/reviews/{esc_id}/respond", json={"answer": {"ok": True}})
     assert answered.status_code == 200, answered.text
-    # the run is remembered (or not) before it is marked succeeded
     assert wait_for_status(console, run_id, ("succeeded", "failed")).status == "succeeded"
+    ended = wait_for_memory(console, run_id)  # the run's memory task, after the run ended
+    assert (ended.kind, ended.detail["what"]) == ("memory.dropped", "run")
     assert _rows(console, Fact, user) == []
     assert _rows(console, Episode, user) == []
     assert _rows(console, Message, user) == []
-    wait_for_event(console, run_id, "memory.dropped")
 
 
 def test_a_reviewers_answer_is_run_state_not_the_users_memory(
@@ -177,6 +180,7 @@ def test_the_consoles_remember_box_makes_the_answer_a_fact_and_only_then(
         data = {"csrf_token": csrf_of(form.text), "answer": json.dumps({"ok": answer}), **box}
         assert reviewer.post(f"/ui/reviews/{esc_id}/respond", data=data).status_code == 303
         assert wait_for_status(console, run_id, ("succeeded", "failed")).status == "succeeded"
+        assert wait_for_memory(console, run_id).kind == "memory.remembered"
     texts = {f.text: f.source for f in _rows(console, Fact, user)}
     assert [s for t, s in texts.items() if "kept in memory" in t] == [f"reviewer:{name}"]
     assert not any("run state only" in t for t in texts)

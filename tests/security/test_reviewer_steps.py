@@ -24,7 +24,13 @@ from sqlmodel import col, select
 from models.episodes import Episode
 from models.facts import Fact
 from models.tables import Escalation, RunEvent
-from tests.support.console import Console, escalate_run, wait_for_event, wait_for_status
+from tests.support.console import (
+    Console,
+    escalate_run,
+    wait_for_event,
+    wait_for_memory,
+    wait_for_status,
+)
 
 pytestmark = pytest.mark.security
 MakeToken = Callable[..., tuple[int, str]]
@@ -94,6 +100,7 @@ def test_a_reviewers_model_step_gets_none_of_the_users_recalled_memory(
     assert first.status_code == 201, first.text
     first_id = int(first.json()["run"]["id"])
     assert wait_for_status(console, first_id, ("succeeded", "failed")).status == "succeeded"
+    wait_for_memory(console, first_id)  # written after the run ended
     facts, _ = _memory_of(console, user)
     assert any(secret in f.text for f in facts)  # alice has something to leak
     run_id, esc_id = escalate_run(console, user=user, goal="File my rent receipt")

@@ -26,6 +26,7 @@ from sqlmodel import Session, select
 
 from models import api_tokens
 from models.db import normalize_url, session_scope
+from models.memory import memory_ended
 from models.tables import Escalation, Run, RunEvent
 from tests.integration.conftest import TESTS_IMPORTABLE, engine_dir
 from tests.support.net import free_port
@@ -179,6 +180,19 @@ def wait_for_event(console: Console, run_id: int, kind: str, timeout_s: float = 
             if session.exec(stmt).first() is not None:
                 return
         assert time.monotonic() < deadline, f"run {run_id}: no {kind} event in {timeout_s} s"
+        time.sleep(0.3)
+
+
+def wait_for_memory(console: Console, run_id: int, timeout_s: float = 60) -> RunEvent:
+    """Poll until the run's memory task has ended (`models.memory.memory_ended`); its event. A
+    run is `succeeded` before its episode and facts are written (on the `memory` queue)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with console.db() as session:
+            event = memory_ended(session, run_id)
+        if event is not None:
+            return event
+        assert time.monotonic() < deadline, f"run {run_id}: memory not written in {timeout_s} s"
         time.sleep(0.3)
 
 

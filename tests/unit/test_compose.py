@@ -22,7 +22,7 @@ import yaml
 
 from models.db import normalize_url
 from models.errors import ConfigurationError
-from models.queue import QUEUE_COORDINATOR, QUEUE_STEPS
+from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
 from models.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,15 +237,15 @@ def check_one_beat(compose: Compose) -> None:
 
 
 def check_queues(compose: Compose) -> None:
-    for name, app, queue in (
-        ("worker", "worker.app", QUEUE_STEPS),
-        ("scheduler", "scheduler.app", QUEUE_COORDINATOR),
+    for name, app, wanted in (
+        ("worker", "worker.app", list(WORKER_QUEUES)),
+        ("scheduler", "scheduler.app", [QUEUE_COORDINATOR]),
     ):
         cmd = command(service(compose, name))
         assert cmd[:1] == ["celery"] and "worker" in cmd, f"{name} is not a celery worker: {cmd}"
         assert option(cmd, "-A", "--app") == app, f"{name} app {option(cmd, '-A', '--app')}"
         queues = option(cmd, "-Q", "--queues")
-        assert queues is not None and queues.split(",") == [queue], f"{name} queues {queues!r}"
+        assert queues is not None and queues.split(",") == wanted, f"{name} queues {queues!r}"
 
 
 def check_liveness_pings_own_node(compose: Compose) -> None:
@@ -439,9 +439,14 @@ BREAKAGES: list[tuple[Callable[[Compose], None], str, Callable[[Compose], None]]
         "worker-beat",
         _set("worker.command", ["celery", "-A", "worker.app", "worker", "-B"]),
     ),
-    (check_queues, "worker-queue", _replace_arg("worker", "steps", "celery")),
+    (check_queues, "worker-queue", _replace_arg("worker", "steps,memory", "celery")),
+    (check_queues, "worker-no-memory", _replace_arg("worker", "steps,memory", "steps")),
     (check_queues, "scheduler-queue", _replace_arg("scheduler", "coordinator", "steps")),
-    (check_queues, "worker-extra-queue", _replace_arg("worker", "steps", "steps,coordinator")),
+    (
+        check_queues,
+        "worker-extra-queue",
+        _replace_arg("worker", "steps,memory", "steps,memory,coordinator"),
+    ),
     (check_queues, "scheduler-app", _replace_arg("scheduler", "scheduler.app", "worker.app")),
     (check_liveness_pings_own_node, "other-node", _replace_arg("worker", "steps@%h", "w@%h")),
     (check_liveness_pings_own_node, "no-healthcheck", _set("scheduler.healthcheck", None)),
@@ -474,7 +479,8 @@ def test_every_compose_check_is_shown_to_fail() -> None:
         ("USER agentq\n", ""),
         ("PYTHONUNBUFFERED=1", "PYTHONUNBUFFERED=0"),
         ("RUN pip install /app", "RUN true"),
-        ('"-Q", "steps"', '"-Q", "coordinator"'),
+        ('"-Q", "steps,memory"', '"-Q", "coordinator"'),
+        ('"-Q", "steps,memory"', '"-Q", "steps"'),
     ],
 )
 def test_dockerfile_check_can_fail(old: str, new: str) -> None:

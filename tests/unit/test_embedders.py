@@ -288,3 +288,33 @@ def test_openai_server_error_is_a_provider_error(
     ):
         make_openai().embed([PREFERENCE])
     assert len(server.requests) == 1
+
+
+# -- warm_up ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CountingEmbedder:
+    """An in-process embedder that records what it is asked to embed."""
+
+    model: str = "counting"
+    dim: int = 2
+    calls: list[list[str]] = field(default_factory=list)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return [[1.0, 0.0] for _ in texts]
+
+
+def test_warm_up_embeds_one_short_text_in_process() -> None:
+    counting = CountingEmbedder()
+    assert embedders.warm_up(counting) is True
+    assert counting.calls == [[embedders.WARM_UP_TEXT]]
+    assert embedders.warm_up(HashEmbedder()) is True
+
+
+def test_warm_up_leaves_an_api_embedder_alone(
+    server: FakeServer, make_openai: Callable[..., OpenAIEmbedder]
+) -> None:
+    assert embedders.warm_up(make_openai()) is False
+    assert server.requests == []  # a worker's start never waits for the endpoint
