@@ -21,6 +21,7 @@ from sqlmodel import Session
 
 from models import dispatch, leases, transitions
 from models.coordinator import Decision, RunView, StepView
+from models.dispatch import Send
 from models.errors import BudgetExhausted
 from models.queue import TASK_REPLAN, TASK_SYNTHESIZE
 from models.tables import Step, utcnow
@@ -46,8 +47,6 @@ SELECT
      FROM steps s WHERE s.run_id = :run_id) AS steps,
     (SELECT coalesce(jsonb_agg(p.replaces_step_id), '[]'::jsonb) FROM plan_versions p
      WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled"""
-
-Send = tuple[str, tuple[int, ...]]
 
 
 @dataclass
@@ -121,11 +120,13 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
 class Applied:
     """What applying a decision left to do after the commit: `sends` (task, args) to send, the
     step this process claimed to run next (`claimed`), and whether it should synthesize the run
-    itself (`synthesize`)."""
+    itself (`synthesize`). `slot_passed`: the run's next task (a claimed step, its synthesis or
+    replan) holds the dispatch slot its last step held, so none was freed."""
 
     sends: list[Send] = field(default_factory=list)
     claimed: leases.Claim | None = None
     synthesize: bool = False
+    slot_passed: bool = False
 
 
 ClaimNext = Callable[[Session, int], leases.Claim]
@@ -140,7 +141,8 @@ def apply(
     claim_next: ClaimNext | None = None,
 ) -> Applied:
     """Apply `decision` to the locked run (one guarded transition each), then dispatch its user
-    under `cap` (`AGENTQ_USER_MAX_RUNNING_STEPS`) unless the slot passed to a step claimed here.
+    under `cap` (`AGENTQ_USER_MAX_RUNNING_STEPS`) unless the slot passed on: to a step claimed
+    here, or to the run's synthesis or replan, which hold it as its last step did.
 
     With `claim_next` (a worker that may run one more step now), one step to start is claimed
     with it (pending -> running) and returned, and a finished plan is left for this process to
@@ -148,7 +150,7 @@ def apply(
     Raises what the transitions raise.
     """
     applied = _apply(session, locked, decision, claim_next)
-    if applied.claimed is None:
+    if not applied.slot_passed:
         applied.sends += dispatch.dispatch(session, locked.user_id, cap=cap)
     return applied
 
@@ -159,7 +161,7 @@ def _apply(
     run_id, step_id = locked.run_id, decision.step_id
     if decision.action == "enqueue_steps":
         if claim_next is not None and len(decision.step_ids) == 1:
-            return Applied(claimed=claim_next(session, decision.step_ids[0]))
+            return Applied(claimed=claim_next(session, decision.step_ids[0]), slot_passed=True)
         for ready in decision.step_ids:
             transitions.ready_step(session, ready)
     elif decision.action == "replan" and step_id is not None:
@@ -168,14 +170,14 @@ def _apply(
         except BudgetExhausted:
             escalate(session, locked, "replan_budget_spent", step_id, decision.detail)
             return Applied()
-        return Applied(sends=[(TASK_REPLAN, (run_id, step_id))])
+        return Applied(sends=[(TASK_REPLAN, (run_id, step_id))], slot_passed=True)
     elif decision.action == "escalate":
         escalate(session, locked, decision.reason, step_id, decision.detail)
     elif decision.action == "synthesize":
         transitions.start_synthesis(session, run_id)
         if claim_next is not None:
-            return Applied(synthesize=True)
-        return Applied(sends=[(TASK_SYNTHESIZE, (run_id,))])
+            return Applied(synthesize=True, slot_passed=True)
+        return Applied(sends=[(TASK_SYNTHESIZE, (run_id,))], slot_passed=True)
     return Applied()
 
 

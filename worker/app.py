@@ -1,8 +1,10 @@
 """The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
-Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`
-and then tells the coordinator, by name, that the run has moved. `agentq.remember_run` runs on
-the `memory` queue (`models.queue`): a worker started with `-Q memory` alone writes memory only.
+Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`.
+A step's task advances its own run (`worker.steps.finish`) and may run the next steps and the
+synthesis in-process; a plan or replan tells the coordinator, by name, that the run has moved.
+`agentq.remember_run` runs on the `memory` queue (`models.queue`): a worker started with
+`-Q memory` alone writes memory only.
 Each pool process loads the embedding model when it starts (`worker.memory.warm_up`, logged as
 `worker.warm`), so no run waits for it.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import structlog
 from celery.signals import worker_process_init
 
 from models import queue
@@ -39,6 +42,7 @@ load_tool_modules(settings.tool_modules)
 check_tokenizer()  # token counting works offline, or the worker does not start
 memory.check_memory_model()
 app = make_celery("agentq-worker", settings)
+log = structlog.get_logger("agentq.worker")
 
 
 @app.task(name=TASK_PLAN)  # type: ignore[untyped-decorator]
@@ -97,16 +101,16 @@ def synthesize(run_id: int) -> None:
 
 
 def synthesize_run(run_id: int) -> None:
-    """Write the final answer of a run; rate-limited, the task is sent again later. A run that
-    moved on (succeeded, or escalated) is handed back to the coordinator: the synthesis held a
-    dispatch slot of its user (`models.dispatch`), and its coordinator decision fills it."""
+    """Write the final answer of a run, then send its memory task and what the dispatch of its
+    user released (`worker.synthesis.synthesize`); rate-limited, the task is sent again later."""
     try:
-        moved = synthesis.synthesize(run_id)
+        sends = synthesis.synthesize(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
         return
-    if moved:
-        queue.send(TASK_COORDINATE, run_id)
+    for task, args in sends:
+        if not queue.try_send(task, *args):
+            log.warning("synthesize.unsent", run_id=run_id, task=task)
 
 
 @app.task(name=TASK_REMEMBER_RUN)  # type: ignore[untyped-decorator]

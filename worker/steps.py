@@ -31,6 +31,7 @@ from sqlmodel import Session
 from models import decisions, leases, transitions
 from models.coordinator import decide
 from models.db import session_scope
+from models.dispatch import Send
 from models.erasures import lock_key
 from models.errors import (
     BudgetExhausted,
@@ -220,7 +221,7 @@ class Finished:
 
     next: Claimed | None = None
     synthesize: bool = False
-    sends: list[decisions.Send] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
     again_in_s: float | None = None
 
 

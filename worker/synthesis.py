@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import structlog
 
-from models import queue, transitions
+from models import dispatch, transitions
 from models.db import session_scope
+from models.dispatch import Send
 from models.errors import (
     BudgetExhausted,
     IllegalTransition,
@@ -26,8 +27,9 @@ from worker.working_memory import request_for
 log = structlog.get_logger("agentq.worker")
 
 
-def synthesize(run_id: int) -> bool:
-    """Write the final answer of a `synthesizing` run and mark it succeeded.
+def synthesize(run_id: int) -> list[Send]:
+    """Write the final answer of a `synthesizing` run and mark it succeeded; returns the
+    messages to send now that it has committed (empty when the run was not synthesizing).
 
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
@@ -36,7 +38,9 @@ def synthesize(run_id: int) -> bool:
     succeeded as soon as its answer is written; after that commit `agentq.remember_run` is sent
     to the `memory` queue, which writes its episode and facts off the hot path
     (`worker.memory.remember_run`; a broker that is down loses that message, logged as
-    `memory.unsent`: the run has ended and nothing re-sends it). A spent token or cost budget,
+    `synthesize.unsent` by the sender: the run has ended and nothing re-sends it). The transaction
+    that ends the synthesis (succeeded, or escalated) also dispatches the run's user, whose slot
+    the synthesis held (`models.dispatch`). A spent token or cost budget,
     an exhausted quota or a provider failure escalates the run instead (reason
     `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
     limit is raised as `RateLimited` for the task to send itself again later.
@@ -45,9 +49,10 @@ def synthesize(run_id: int) -> bool:
         run = get_run(session, run_id)
         if run.status != "synthesizing":
             log.info("synthesize.skipped", run_id=run_id, status=run.status)
-            return False
+            return []
         steps = current_steps(session, run)
-        goal = run.goal
+        goal, user_id = run.goal, run.user_id
+    cap = get_settings().user_max_running_steps
     try:
         completion = call_model(run_id, request_for(run_id, synthesize_prompt(goal, steps)))
     except RateLimited:
@@ -64,7 +69,7 @@ def synthesize(run_id: int) -> bool:
             transitions.escalate(
                 session, run_id, expected="synthesizing", reason=reason, detail={"error": str(exc)}
             )
-        return True
+            return dispatch.dispatch(session, user_id, cap=cap)
     room = get_settings().step_data_max_bytes - json_bytes(completion.text)
     final = {
         "answer": completion.text,
@@ -76,7 +81,5 @@ def synthesize(run_id: int) -> bool:
             transitions.succeed_run(session, run_id, final_result=final)
         except IllegalTransition as exc:
             log.info("synthesize.skipped", run_id=run_id, reason=str(exc))
-            return False
-    if not queue.try_send(TASK_REMEMBER_RUN, run_id):
-        log.warning("memory.unsent", run_id=run_id, reason="the broker could not be reached")
-    return True
+            return []
+        return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]

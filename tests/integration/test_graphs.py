@@ -14,7 +14,7 @@ from sqlmodel import col, select
 
 from models.db import session_scope
 from models.settings import get_settings
-from models.tables import PlanVersion, RunEvent, Step, StepAttempt
+from models.tables import PlanVersion, RunEvent, StepAttempt
 from tests.integration.conftest import run_steps, wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,8 @@ def test_parallel_steps_overlap_on_two_workers_and_the_join_sees_both(make_run: 
     assert left.started_at < right.finished_at and right.started_at < left.finished_at
     workers = {a.step_id: a.worker for a in attempts_of([left.id or 0, right.id or 0])}
     assert workers[left.id] != workers[right.id]  # two pool processes, at once
-    assert join.started_at is not None and join.started_at >= max(left.finished_at, right.finished_at)
+    assert join.started_at is not None
+    assert join.started_at >= max(left.finished_at, right.finished_at)
     assert join.result == {"value": [1.0, {"slept_s": 1.0}]}
 
 
@@ -79,7 +80,8 @@ def test_a_failed_branch_is_replanned_while_the_other_keeps_its_result(make_run:
     )
     assert wait_for_run(run_id).status == "succeeded"
     steps = {(s.name, s.status): s for s in run_steps(run_id)}
-    slow, failed, fixed = steps["slow", "succeeded"], steps["bad", "failed"], steps["bad", "succeeded"]
+    slow, failed = steps["slow", "succeeded"], steps["bad", "failed"]
+    fixed = steps["bad", "succeeded"]
     assert [a.outcome for a in attempts_of([slow.id or 0])] == ["succeeded"]  # ran once, kept
     assert failed.finished_at and slow.finished_at and failed.finished_at < slow.finished_at
     with session_scope() as session:
