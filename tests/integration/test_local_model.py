@@ -165,7 +165,7 @@ def submit(goal: str, steps: list[dict[str, Any]] | None = None) -> int:
 def check_settled_on_the_local_model(run_id: int) -> Run:
     """The run ended (or waits on an open escalation); every answered call carries the server's
     usage, within the answer's token limit, charged to the run; no schema answer was not JSON."""
-    run = wait_for_run(run_id, timeout_s=240)
+    run = wait_for_run(run_id, timeout_s=240, memory=True)  # its extraction call charged too
     assert run.status in ("succeeded", "failed", "waiting_review")
     if run.status == "waiting_review":
         with session_scope() as session:

@@ -9,12 +9,12 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import transitions
+from models import leases, transitions
 from models.db import session_scope
 from models.errors import BudgetExhausted, IllegalTransition
 from models.settings import get_settings
 from models.states import RUN_MOVES, RUN_STATUSES, STEP_MOVES, STEP_STATUSES
-from models.tables import Escalation, Run, RunEvent, Step
+from models.tables import Escalation, Run, RunEvent, Step, utcnow
 from tests.integration.conftest import run_steps
 
 pytestmark = pytest.mark.integration
@@ -41,9 +41,13 @@ def _event_count(run_id: int) -> int:
 STEP_CALLS: dict[str, Callable[[Any, int], Any]] = {
     "ready": lambda s, i: transitions.ready_step(s, i),
     "queued": lambda s, i: transitions.enqueue_step(s, i),
-    "running": lambda s, i: transitions.claim_step(s, i, worker="t", lease_s=5),
-    "succeeded": lambda s, i: transitions.complete_step(s, i, attempt=0, result={}),
-    "failed": lambda s, i: transitions.fail_step(s, i, attempt=0, error="x"),
+    "running": lambda s, i: leases.claim(s, i, worker="t", lease_s=5, now=utcnow()),
+    "succeeded": lambda s, i: leases.end_attempt(
+        s, s.get(Step, i), to="succeeded", now=utcnow(), result={}
+    ),
+    "failed": lambda s, i: leases.end_attempt(
+        s, s.get(Step, i), to="failed", now=utcnow(), error="x"
+    ),
     "cancelled": lambda s, i: transitions.cancel_step(s, i),
 }
 
@@ -107,10 +111,11 @@ def test_completion_by_a_stale_attempt_is_refused(make_run: Callable[..., int]) 
     with session_scope() as session:
         transitions.ready_step(session, step.id or 0)
         transitions.enqueue_step(session, step.id or 0)
-        claimed = transitions.claim_step(session, step.id or 0, worker="t", lease_s=5)
+        claimed = leases.claim(session, step.id or 0, worker="t", lease_s=5, now=utcnow()).step
     assert claimed.attempt == 1
+    stale = Step(**{**claimed.model_dump(), "attempt": 7})
     with session_scope() as session, pytest.raises(IllegalTransition, match="at attempt 7"):
-        transitions.complete_step(session, step.id or 0, attempt=7, result={"x": 1})
+        leases.end_attempt(session, stale, to="succeeded", now=utcnow(), result={"x": 1})
     assert _snapshot(Step, step.id or 0)["status"] == "running"
 
 
