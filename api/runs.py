@@ -36,7 +36,8 @@ from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from models import previews, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import NotFound
-from models.plans import parse_plan
+from models.layout import by_wave
+from models.plans import dependencies, parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
 from models.settings import get_settings
@@ -83,6 +84,12 @@ def escalation_out(esc: Escalation) -> EscalationOut:
     return out
 
 
+def plan_version_out(version: PlanVersion) -> PlanVersionOut:
+    """A plan version with its graph as stored and its steps by wave (`models.layout`)."""
+    waves = by_wave(version.step_ids, dependencies(version))
+    return PlanVersionOut.model_validate({**version.model_dump(), "waves": waves})
+
+
 def step_out(step: previews.StepShown) -> StepOut:
     """A step as the run detail shows it: args and result whole, or previews when large."""
     values = (("args", step.args), ("result", step.result))
@@ -122,7 +129,7 @@ def run_detail(
     escalations = session.exec(
         select(Escalation).where(Escalation.run_id == run_id).order_by(col(Escalation.id))
     )
-    plan_versions = [PlanVersionOut.model_validate(v) for v in versions]
+    plan_versions = [plan_version_out(v) for v in versions]
     current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
     return RunDetail(
         **run_out(run).model_dump(),
