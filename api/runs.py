@@ -163,8 +163,9 @@ def visible_run(session: Session, run_id: int, principal: Principal) -> Run:
 def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     """Submit a goal (status `queued`), or an explicit plan (status `running`, no planning call).
 
-    The plan is checked against the registered tools, their arguments and the pinned facts before
-    anything is written (400 naming the step and field). A user over a quota
+    The plan is checked against the registered tools, their arguments and the pinned facts, and
+    its steps' `after` must make a graph with no cycle whose references name steps waited for,
+    before anything is written (400 naming the step and field). A user over a quota
     (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`) gets 429 with
     `Retry-After`, and nothing is written. Submitter or admin; an explicit plan only from the
     roles in `AGENTQ_PLAN_SUBMIT_ROLES` (403 naming the setting), naming only enabled tools.
