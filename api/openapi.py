@@ -13,12 +13,15 @@ so that a request the spec allows is accepted and one it forbids is refused
 - **A plan's steps, exactly** (`models.plans.StepSpec`'s validators and the tool registry's
   argument checks): a step is a model step (an instruction that is not blank; optional `tools`,
   enabled ones, each once) or a call of one enabled tool with that tool's own arguments, where
-  any argument may instead be a string holding a `${steps...}` / `${facts...}` reference.
+  any argument may instead be a string holding a `${steps...}` / `${facts...}` reference; either
+  may name the steps it waits for (`after`: step names, each once).
 
-What JSON Schema cannot state is in the descriptions and refused with 400: rules across fields
-(step names unique in a plan; a reference names an earlier step or a pinned fact) and rules of
-the server's state (a tool that exists but is not enabled cannot appear, since the enum is the
-enabled set).
+What JSON Schema cannot state is in the descriptions and refused with 400 naming the step: rules
+across fields (step names unique in a plan; `after` names steps of the plan, not the step itself,
+and makes no cycle; a reference names a step the referring step waits for, or a pinned fact;
+`models.graph`) and rules of the server's state (a tool that exists but is not enabled cannot
+appear, since the enum is the enabled set; an edit's `after` may also name the run's steps that
+ran or still run).
 """
 
 from __future__ import annotations
@@ -99,9 +102,11 @@ def step_schema(tools: Sequence[Mapping[str, Any]], schemas: dict[str, Any]) -> 
     variants += [_tool_step(entry, schemas) for entry in sorted(tools, key=lambda e: e["name"])]
     return {
         "description": "One step of a plan: a model step, or a call of one enabled tool. Step "
-        f"names are unique within a plan (at most {MAX_PLAN_STEPS} steps); a `${{steps.NAME.KEY}}`"
-        " reference names an earlier step, a `${facts.KEY}` reference a pinned fact (400 "
-        "otherwise).",
+        f"names are unique within a plan (at most {MAX_PLAN_STEPS} steps). `after` names steps "
+        "of the plan (in a reviewer's edit, also the run's steps that ran or still run), never "
+        "the step itself, and the steps' `after` make no cycle; a `${steps.NAME.KEY}` reference "
+        "names a step the referring step waits for (directly or through other steps), a "
+        "`${facts.KEY}` reference a pinned fact. Otherwise 400, naming the step.",
         "oneOf": variants,
     }
 
@@ -129,6 +134,7 @@ def _model_step(tool_names: list[str]) -> dict[str, Any]:
             },
             "tool": {"type": "null"},
             "args": {"type": "object", "maxProperties": 0},
+            "after": _after(),
         },
     }
 
@@ -148,12 +154,29 @@ def _tool_step(entry: Mapping[str, Any], schemas: dict[str, Any]) -> dict[str, A
             "instruction": {"type": "string", "maxLength": MAX_INSTRUCTION_CHARS},
             "args": _arguments(name, entry["parameters"], schemas),
             "tools": {"type": "array", "maxItems": 0},
+            "after": _after(),
         },
     }
 
 
 def _name() -> dict[str, Any]:
     return {"type": "string", "pattern": STEP_NAME_PATTERN, "description": "Result name."}
+
+
+def _after() -> dict[str, Any]:
+    names = {
+        "type": "array",
+        "items": {"type": "string", "pattern": STEP_NAME_PATTERN},
+        "uniqueItems": True,
+        "maxItems": MAX_PLAN_STEPS,
+    }
+    return {
+        "description": "The names of the steps this one waits for: it starts once they all "
+        "succeeded, together with the other steps ready then. [] starts at once; left out (or "
+        "null), the step before it in the list; for the first step, at once (in a reviewer's "
+        "edit: what the failed step it replaces waited for).",
+        "anyOf": [names, {"type": "null"}],
+    }
 
 
 def _arguments(tool: str, parameters: Mapping[str, Any], schemas: dict[str, Any]) -> Any:

@@ -7,9 +7,9 @@ read the row's columns directly.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
 class ErrorOut(BaseModel):
@@ -113,12 +113,26 @@ class StepResultOut(BaseModel):
     result: dict[str, Any] | None
 
 
+StepIdKey = Annotated[str, StringConstraints(pattern=r"^[0-9]+$")]
+
+
 class PlanVersionOut(BaseModel):
-    """One version of the plan: its steps' ids in order, who wrote it and why."""
+    """One version of the plan: its steps' ids in order, the graph they make (`after`, and the
+    `waves` it gives), who wrote it and why. A step's dependencies belong to the version, not
+    the step: a replan or a reviewer's decision rewires what waited for the step it replaces."""
 
     model_config = ConfigDict(from_attributes=True)
     version: int
     step_ids: list[int]
+    after: dict[StepIdKey, list[int]] = Field(
+        description="What each step waits for, as stored: step id (as text) -> the ids of the "
+        "steps it waits for ([]: none). A step starts once all of them succeeded."
+    )
+    waves: list[list[int]] = Field(
+        description="The step ids by wave, in plan order within each: the first wave waits for "
+        "nothing, each step of a later wave for steps of earlier waves only; the steps of one "
+        "wave can run together.",
+    )
     created_by: str
     reason: str
     replaces_step_id: int | None

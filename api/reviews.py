@@ -206,9 +206,11 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
 
 @router.post("/{escalation_id}/edit", response_model=DecisionOut, summary="Edit the plan")
 def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> DecisionOut:
-    """Your steps replace every step that has not run yet (add, remove, reorder, rewrite). They
-    are checked first (tools, arguments, pinned facts, earlier results; 400 naming the step and
-    field). 409 when already decided."""
+    """Your steps replace every step that has not run yet (add, remove, reorder, rewrite), in
+    the failed step's place; their `after` may also name the steps that ran or still run. They
+    are checked first (tools, arguments, pinned facts, the graph they make with the kept steps,
+    references only to steps they wait for; 400 naming the step and field). 409 when already
+    decided."""
     return _decide(
         escalation_id,
         principal,

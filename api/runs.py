@@ -36,7 +36,8 @@ from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from models import previews, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import NotFound
-from models.plans import parse_plan
+from models.layout import by_wave
+from models.plans import dependencies, parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
 from models.settings import get_settings
@@ -83,6 +84,12 @@ def escalation_out(esc: Escalation) -> EscalationOut:
     return out
 
 
+def plan_version_out(version: PlanVersion) -> PlanVersionOut:
+    """A plan version with its graph as stored and its steps by wave (`models.layout`)."""
+    waves = by_wave(version.step_ids, dependencies(version))
+    return PlanVersionOut.model_validate({**version.model_dump(), "waves": waves})
+
+
 def step_out(step: previews.StepShown) -> StepOut:
     """A step as the run detail shows it: args and result whole, or previews when large."""
     values = (("args", step.args), ("result", step.result))
@@ -122,7 +129,7 @@ def run_detail(
     escalations = session.exec(
         select(Escalation).where(Escalation.run_id == run_id).order_by(col(Escalation.id))
     )
-    plan_versions = [PlanVersionOut.model_validate(v) for v in versions]
+    plan_versions = [plan_version_out(v) for v in versions]
     current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
     return RunDetail(
         **run_out(run).model_dump(),
@@ -156,8 +163,9 @@ def visible_run(session: Session, run_id: int, principal: Principal) -> Run:
 def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     """Submit a goal (status `queued`), or an explicit plan (status `running`, no planning call).
 
-    The plan is checked against the registered tools, their arguments and the pinned facts before
-    anything is written (400 naming the step and field). A user over a quota
+    The plan is checked against the registered tools, their arguments and the pinned facts, and
+    its steps' `after` must make a graph with no cycle whose references name steps waited for,
+    before anything is written (400 naming the step and field). A user over a quota
     (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`) gets 429 with
     `Retry-After`, and nothing is written. Submitter or admin; an explicit plan only from the
     roles in `AGENTQ_PLAN_SUBMIT_ROLES` (403 naming the setting), naming only enabled tools.

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.text import Text
 from sqlmodel import col, select
 
-from models import queue, reviews, transitions
+from models import drafts, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import AgentqError, BrokerUnavailable, ConfigurationError
 from models.migrate import upgrade
@@ -400,6 +400,19 @@ def review_show(escalation_id: EscalationId) -> None:
         )
 
 
+@review_app.command("plan")
+def review_plan(escalation_id: EscalationId) -> None:
+    """Print the plan an edit starts from, as the JSON `review edit --plan` takes: the failed
+    step and every step not yet run, each with the steps it waits for (`after`), or the
+    planner's output when there is no plan. Changes nothing; what it is goes to stderr, so
+    `agentq review plan 3 > plan.json` holds the JSON alone."""
+    connect()
+    with session_scope() as session:
+        start = drafts.draft(session, reviews.get_escalation(session, escalation_id))
+    typer.echo(start.text)  # not Rich: no wrapping or markup in a file that is parsed back
+    Console(stderr=True).print(Text(start.note, style="dim"))
+
+
 @review_app.command("claim")
 def review_claim() -> None:
     """Claim the oldest open escalation for yourself ($AGENTQ_REVIEWER, else your login name)."""
@@ -497,10 +510,16 @@ def review_respond(
 @review_app.command("edit")
 def review_edit(
     escalation_id: EscalationId,
-    plan: Annotated[Path, typer.Option(help="JSON file: the steps that replace those not run.")],
+    plan: Annotated[
+        Path,
+        typer.Option(
+            help="JSON file: the steps that replace those not run (start from `review plan`)."
+        ),
+    ],
     comment: Comment = None,
 ) -> None:
-    """Edit the plan: your steps replace every step that has not run yet. Recorded as
+    """Edit the plan: your steps replace every step that has not run yet; a step's `after`
+    names the steps it waits for, which may be steps that ran or still run. Recorded as
     $AGENTQ_REVIEWER, else your login name."""
     connect()
     with session_scope() as session:

@@ -13,6 +13,7 @@ need with the session first.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +24,9 @@ from rich.text import Text
 from sqlmodel import Session, col, select
 
 from models.display import visible
-from models.plans import current_steps
+from models.graph import linear
+from models.layout import after_text, places, runs_together
+from models.plans import current_graph
 from models.reviews import deadline_left_s, waiting_s
 from models.runs import pinned_facts
 from models.states import RUN_TERMINAL
@@ -133,16 +136,27 @@ def runs_table(runs: list[Run]) -> Table:
     return table
 
 
-def steps_table(steps: list[Step]) -> Table:
-    """The steps of a plan in order, with status, attempts and result or error."""
-    table = Table("#", "step", "kind", "tool", "status", "try", "result / error")
+def steps_table(steps: list[Step], after: Mapping[int, Iterable[int]] | None = None) -> Table:
+    """The steps of a plan in order, with their wave and what each waits for (`after`, by id:
+    `models.plans.dependencies`; None: a plain list, each step after the one before), status,
+    attempts and result or error. `tool` is the tool, or the kind of a step that calls none.
+    Steps of one wave can run together; the caption says so when two share one."""
+    ids = [s.id or 0 for s in steps]
+    names = {s.id or 0: s.name for s in steps}
+    found = places(ids, linear(ids) if after is None else after, names)
+    together = "steps of one wave can run together" if runs_together(found) else None
+    table = Table("#", Column("wave", justify="right"), "step", "after", caption=together)
+    for header in ("tool", "status", "try", "result / error"):
+        table.add_column(header)
     for i, s in enumerate(steps, start=1):
         outcome = s.error if s.status == "failed" else (s.result if s.result else "")
+        place = found[s.id or 0]
         table.add_row(
             str(i),
+            str(place.wave),
             literal(s.name),
-            s.kind,
-            literal(s.tool or ""),
+            literal(after_text(place.after)),
+            literal(s.tool or s.kind),
             styled(s.status),
             str(s.attempt),
             cell(outcome or ""),
@@ -167,9 +181,15 @@ def facts_text(facts: dict[str, str]) -> Text:
 
 
 def render_run(
-    run: Run, *, facts: dict[str, str], steps: list[Step], escalation: Escalation | None
+    run: Run,
+    *,
+    facts: dict[str, str],
+    steps: list[Step],
+    escalation: Escalation | None,
+    after: Mapping[int, Iterable[int]] | None = None,
 ) -> RenderableType:
-    """Everything about one run: budgets, pinned facts, the current plan, escalation, answer."""
+    """Everything about one run: budgets, pinned facts, the current plan (`steps` in order,
+    `after` what each waits for, as `steps_table` takes), escalation, answer."""
     head = Table.grid(padding=(0, 2))
     head.add_row("goal", literal(run.goal))
     head.add_row("user", literal(run.user_id))
@@ -184,7 +204,7 @@ def render_run(
         ),
     )
     head.add_row("wall time", wall_time(run))
-    parts: list[RenderableType] = [head, steps_table(steps)]
+    parts: list[RenderableType] = [head, steps_table(steps, after)]
     if escalation is not None:
         parts.append(
             literal(
@@ -201,12 +221,14 @@ def render_run(
 
 
 def run_panel(session: Session, run: Run) -> RenderableType:
-    """`render_run` for `run`, with its pinned facts, current steps and open escalation."""
+    """`render_run` for `run`, with its pinned facts, current plan and open escalation."""
+    graph = current_graph(session, run)
     return render_run(
         run,
         facts=pinned_facts(session, run.id or 0),
-        steps=current_steps(session, run),
+        steps=list(graph.kept),
         escalation=open_escalation(session, run.id or 0),
+        after=graph.after or {},
     )
 
 

@@ -6,7 +6,6 @@ Reads rows only. Waiting time and time left use `models.reviews.waiting_s` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -16,29 +15,15 @@ from sqlmodel import Session, col, select
 
 from api.ui import run_details
 from models import reviews
-from models.plans import current_steps
+from models.drafts import starting_plan
+from models.layout import places, runs_together
+from models.plans import current_graph
 from models.runs import pinned_facts
-from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, Run, Step, utcnow
 from ops.views import DETAIL_SHOWN_ELSEWHERE
 
 TABS: Final = ("open", "claimed", "mine", "decided")
 DECIDED_SHOWN: Final = 50  # the decided tab lists the newest decisions only
-EXAMPLE_INSTRUCTION_MAX_CHARS: Final = 4000  # StepSpec.instruction's limit (models.plans)
-PLAN_NOTE_REMAINING: Final = (
-    "The failed step and every step not yet run: these replace every step that has not run yet."
-)
-PLAN_NOTE_RAW: Final = (
-    "The planner's last output, which did not validate (see the error above): fix it and approve."
-)
-PLAN_NOTE_EXAMPLE_UNUSABLE: Final = (
-    "The planner's output (above) is not JSON with steps, so this is an example plan that "
-    "validates: one model step answering the goal. Replace it with the steps the run should take."
-)
-PLAN_NOTE_EXAMPLE: Final = (
-    "The run has no plan and the planner left no output, so this is an example plan that "
-    "validates: one model step answering the goal. Replace it with the steps the run should take."
-)
 
 # Why a run escalated, in a reviewer's words; an unlisted reason is shown as its code.
 REASON_TEXT: Final = {
@@ -102,82 +87,17 @@ def tab_counts(session: Session, *, me: int) -> dict[str, int]:
     return {tab: int(by_status.get(tab, 0)) for tab in TABS} | {"mine": int(mine or 0)}
 
 
-@dataclass(frozen=True)
-class StartingPlan:
-    """The edit form's starting text, and a line above the box saying what it is."""
-
-    text: str
-    note: str
-
-
-def starting_plan(
-    esc: Escalation, run: Run | None, steps: list[Step], failed: Step | None
-) -> StartingPlan:
-    """The failed step (to fix) and every step not yet run, as the plan JSON `agentq review
-    edit --plan` takes. With none (the planner's output never validated, so the run has no
-    plan): the planner's raw output when it is JSON, else a minimal plan that validates."""
-    todo = [s for s in steps if s.status in STEP_NOT_STARTED]
-    if failed is not None and failed.status == "failed":
-        todo = [failed, *todo]
-    if todo:
-        return StartingPlan(_dumps({"steps": [_spec(s) for s in todo]}), PLAN_NOTE_REMAINING)
-    raw = planner_json(esc.detail.get("raw_output"))
-    if raw and raw != {"steps": []}:
-        return StartingPlan(_dumps(raw), PLAN_NOTE_RAW)
-    note = PLAN_NOTE_EXAMPLE_UNUSABLE if esc.detail.get("raw_output") else PLAN_NOTE_EXAMPLE
-    return StartingPlan(_dumps(example_plan(run.goal if run else "")), note)
-
-
-def planner_json(raw: Any) -> dict[str, Any] | list[Any] | None:
-    """The planner's raw output as a JSON object or array: the whole text, else the part from
-    its first `{` or `[` to its last `}` or `]` (a ```json fence, a sentence around it); None
-    when there is none."""
-    if not isinstance(raw, str):
-        return None
-    found = _json_value(raw)
-    starts = [i for i in (raw.find("{"), raw.find("[")) if i >= 0]
-    if found is None and starts:
-        found = _json_value(raw[min(starts) : max(raw.rfind("}"), raw.rfind("]")) + 1])
-    return found
-
-
-def _json_value(text: str) -> dict[str, Any] | list[Any] | None:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict | list) else None
-
-
-def example_plan(goal: str) -> dict[str, Any]:
-    """The smallest plan that validates with any tools: one model step answering the goal."""
-    instruction = goal[:EXAMPLE_INSTRUCTION_MAX_CHARS] or "Answer the goal."
-    return {"steps": [{"name": "answer", "kind": "model", "instruction": instruction}]}
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def _spec(step: Step) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": step.name, "instruction": step.instruction}
-    spec["kind"] = "model" if step.kind == "model" else "tool"
-    if step.tool:
-        spec["tool"] = step.tool
-    spec["args"] = step.args
-    if step.tools:
-        spec["tools"] = step.tools
-    return spec
-
-
 def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     """Everything the review page shows: why, the failing step and its error, the budget used,
-    pinned facts, the current plan, the decision, and the edit form's starting plan. Raises
-    `NotFound`."""
+    pinned facts, the current plan with each step's wave and dependencies (`places`, by step
+    id), the decision, and the edit form's starting plan (`models.drafts`). Raises `NotFound`."""
     esc = reviews.get_escalation(session, escalation_id)
     run = session.get(Run, esc.run_id)
     failed = session.get(Step, esc.step_id) if esc.step_id else None
-    steps = current_steps(session, run) if run is not None else []
+    graph = current_graph(session, run) if run is not None else None
+    steps = list(graph.kept) if graph is not None else []
+    after = (graph.after if graph is not None else None) or {}
+    found = places([s.id or 0 for s in steps], after, {s.id or 0: s.name for s in steps})
     now = utcnow()
     return {
         "esc": esc,
@@ -192,8 +112,10 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         },
         "facts": pinned_facts(session, esc.run_id),
         "steps": steps,
+        "places": found,
+        "together": runs_together(found),
         "meters": run_details.spend(run, now) if run is not None else [],
         "waiting_s": reviews.waiting_s(esc, now),
         "left_s": reviews.deadline_left_s(esc, now),
-        "start": starting_plan(esc, run, steps, failed),
+        "start": starting_plan(esc, run, steps, failed, after),
     }

@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models import memory, previews
+from models.layout import Place, places, runs_together
+from models.plans import dependencies
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
 
@@ -65,11 +67,13 @@ def progress_of(session: Session, runs: list[Run]) -> dict[int, Progress]:
 @dataclass(frozen=True)
 class PlanCell:
     """One step as it stands in one plan version; `mark` is `answered` for the failed step this
-    version answers, `new` for a step this version spliced in, else empty."""
+    version answers, `new` for a step this version spliced in, else empty; `place` its wave and
+    what it waits for in this version (a replan rewires dependents: `models.graph.splice`)."""
 
     step: Step
     mark: str
     result: previews.Shown
+    place: Place = field(default_factory=lambda: Place(1))
 
 
 @dataclass(frozen=True)
@@ -80,27 +84,45 @@ class PlanColumn:
     cells: list[PlanCell]
     current: bool
 
+    @property
+    def waves(self) -> list[list[PlanCell]]:
+        """The steps grouped by wave (`models.layout`), waves in order, plan order in each."""
+        groups: dict[int, list[PlanCell]] = {}
+        for cell in self.cells:
+            groups.setdefault(cell.place.wave, []).append(cell)
+        return [groups[w] for w in sorted(groups)]
+
+    @property
+    def together(self) -> bool:
+        """Whether two steps of this version share a wave (it is more than a chain)."""
+        return runs_together({c.step.id or 0: c.place for c in self.cells})
+
 
 def plan_columns(session: Session, run: Run) -> list[PlanColumn]:
-    """Every plan version of the run, oldest first, each with its steps marked and their
-    results as shown (`models.previews`; the rows' args are not read)."""
+    """Every plan version of the run, oldest first, each with its steps marked, placed in its
+    graph, and their results as shown (`models.previews`; the rows' args are not read)."""
     versions = session.exec(
         select(PlanVersion).where(PlanVersion.run_id == run.id).order_by(col(PlanVersion.version))
     ).all()
     shown = {s.columns["id"]: s for s in previews.steps_shown(session, run.id or 0)}
     steps = {i: Step(**s.columns) for i, s in shown.items()}  # unsaved: never flushed
-    return [
-        PlanColumn(
-            version=v,
-            cells=[
-                PlanCell(steps[i], _mark(steps[i], v), shown[i].result)
-                for i in v.step_ids
-                if i in steps
-            ],
-            current=v.version == run.plan_version,
-        )
-        for v in versions
-    ]
+    names = {i: s.name for i, s in steps.items()}
+    current = run.plan_version
+    return [_column(v, steps, shown, names, current=v.version == current) for v in versions]
+
+
+def _column(
+    version: PlanVersion,
+    steps: dict[int, Step],
+    shown: dict[int, previews.StepShown],
+    names: dict[int, str],
+    *,
+    current: bool,
+) -> PlanColumn:
+    order = [i for i in version.step_ids if i in steps]
+    found = places(order, dependencies(version), names)
+    cells = [PlanCell(steps[i], _mark(steps[i], version), shown[i].result, found[i]) for i in order]
+    return PlanColumn(version=version, cells=cells, current=current)
 
 
 def current_cells(columns: list[PlanColumn]) -> list[PlanCell]:

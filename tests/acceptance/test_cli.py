@@ -153,8 +153,12 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     assert re.search(r"1 claimed by \S+ \(1\)", none_open.stdout), none_open.stdout
     released = agentq(home, "review", "release", esc_id.group(1))
     assert released.returncode == 0 and "released" in released.stdout, released.stdout
+    assert re.search(r"│ 2 │\s+2 │ x\s+│ a\s+│ flaky", submitted.stdout), submitted.stdout
     shown = agentq(home, "review", "show", esc_id.group(1))
     assert "flaky" in shown.stdout and "failing tries" in shown.stdout
+    drafted = agentq(home, "review", "plan", esc_id.group(1))  # JSON alone on stdout
+    assert drafted.returncode == 0 and '"after"' in drafted.stderr, drafted.stderr
+    assert [(s["name"], s["after"]) for s in json.loads(drafted.stdout)["steps"]] == [("x", ["a"])]
     approved = agentq(home, "review", "approve", esc_id.group(1), "--comment", "try again")
     assert approved.returncode == 0, approved.stdout + approved.stderr
     watched = agentq(home, "watch", "1")

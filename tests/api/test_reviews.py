@@ -3,12 +3,16 @@ a decided escalation is a 409 that changes nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from tests.api.conftest import Client, noop, snapshot, wait_for_event
+from models import drafts, reviews
+from models.db import session_scope
+from tests.api.conftest import Client, noop, open_escalation, snapshot, wait_for_event
 from tests.integration.conftest import run_steps, wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -146,6 +150,58 @@ def test_edit_replaces_the_steps_not_yet_run(client: Client, escalated: Escalate
     assert detail["plan_versions"][-1]["created_by"] == "reviewer"
     current = [s["name"] for s in detail["steps"] if s["id"] in detail["current_step_ids"]]
     assert current == ["a", "x", "first", "second"]
+
+
+def test_an_edit_sent_back_as_drafted_rebuilds_the_graph(client: Client) -> None:
+    """a, then b (fails) and c side by side, d joins them, e follows d. The edit's draft (what
+    `agentq review plan` prints and the console's edit box holds) names each remaining step's
+    `after`; with b's tool fixed and nothing else changed, the new version waits as the old
+    one did, with the new b in the failed one's place."""
+    steps = [
+        {**noop("a"), "after": []},
+        {"name": "b", "kind": "tool", "tool": "always_fails", "args": {}, "after": ["a"]},
+        {**noop("c"), "after": ["a"]},
+        {**noop("d"), "after": ["b", "c"]},
+        noop("e"),  # after left out: d, the step before it
+    ]
+    body = {"goal": "edit a graph", "user": "graph", "plan": {"steps": steps}}
+    created = client("admin").post("/api/v1/runs", json={**body, "budgets": {"replans": 0}})
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run"]["id"]
+    assert wait_for_run(run_id).status == "waiting_review"
+    esc_id = open_escalation(run_id)
+    with session_scope() as session:
+        start = drafts.draft(session, reviews.get_escalation(session, esc_id))
+    draft = json.loads(start.text)
+    assert [(s["name"], s["after"]) for s in draft["steps"]] == [
+        ("b", ["a"]),
+        ("d", ["b", "c"]),
+        ("e", ["d"]),
+    ]
+    draft["steps"][0]["tool"] = "noop"
+    decided = client("reviewer").post(f"/api/v1/reviews/{esc_id}/edit", json={"plan": draft})
+    assert decided.status_code == 200, decided.text
+    assert wait_for_run(run_id).status == "succeeded"
+    detail = client("admin").get(f"/api/v1/runs/{run_id}").json()
+    old, new = detail["plan_versions"]
+    rows = {s["id"]: s for s in detail["steps"]}
+    assert graph_by_name(old, rows) == graph_by_name(new, rows, skip=old["step_ids"][1])
+    new_b = next(i for i in new["step_ids"] if rows[i]["name"] == "b" and i not in old["step_ids"])
+    d = next(i for i in new["step_ids"] if rows[i]["name"] == "d")
+    assert new["after"][str(d)][0] == new_b  # the join waits for the fixed step, not the failed
+    waves = [[rows[i]["name"] for i in wave] for wave in new["waves"]]
+    assert waves == [["a"], ["b", "b", "c"], ["d"], ["e"]]  # the failed b stays, the new beside
+
+
+def graph_by_name(
+    version: dict[str, Any], rows: dict[int, dict[str, Any]], skip: int | None = None
+) -> dict[str, list[str]]:
+    """What each step of `version` waits for, by name (the step `skip` left out)."""
+    return {
+        rows[int(i)]["name"]: [rows[d]["name"] for d in deps]
+        for i, deps in version["after"].items()
+        if int(i) != skip
+    }
 
 
 @pytest.mark.parametrize("first", ["approve", "reject"])

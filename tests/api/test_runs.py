@@ -51,6 +51,48 @@ def test_a_submitter_submits_an_explicit_plan_and_reads_the_whole_run(client: Cl
     assert detail["final_result"] is not None and detail["escalations"] == []
 
 
+def after(step: dict[str, object], *names: str) -> dict[str, object]:
+    return {**step, "after": list(names)}
+
+
+def test_a_graph_plan_runs_and_its_detail_returns_the_graph(client: Client) -> None:
+    """Two steps that wait for nothing, and a join that waits for both and uses their results."""
+    join = {"name": "join", "kind": "tool", "tool": "echo",
+            "args": {"value": "${steps.right.value}"}, "after": ["left", "right"]}  # fmt: skip
+    right = {"name": "right", "kind": "tool", "tool": "echo", "args": {"value": 2}, "after": []}
+    body = {"goal": "fan out and join", "plan": {"steps": [after(noop("left")), right, join]}}
+    created = client("alice").post("/api/v1/runs", json=body)
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run"]["id"]
+    assert wait_for_run(run_id).status == "succeeded"
+    detail = client("alice").get(f"/api/v1/runs/{run_id}").json()
+    left_id, right_id, join_id = detail["current_step_ids"]
+    (version,) = detail["plan_versions"]
+    assert version["after"] == {
+        str(left_id): [],
+        str(right_id): [],
+        str(join_id): [left_id, right_id],
+    }
+    assert version["waves"] == [[left_id, right_id], [join_id]]
+    assert {s["name"]: s["result"] for s in detail["steps"]}["join"] == {"value": 2}
+
+
+def test_a_plan_whose_after_makes_a_cycle_is_a_400_naming_the_step(client: Client) -> None:
+    before = run_count()
+    admin = client("admin")
+    for steps, named in (
+        ([after(noop("a"), "c"), after(noop("b"), "a"), after(noop("c"), "b")], "a cycle"),
+        ([after(noop("a"), "a")], "steps.0.after: step 'a' cannot wait for itself"),
+        ([noop("a"), after(noop("b"), "zz")], "steps.1.after: no step named 'zz'"),
+        ([after(noop("a"), "b"), noop("b")], "a cycle: 'a' -> 'b' -> 'a'"),  # b: after a, implied
+    ):
+        body = {"goal": "g", "user": "u", "plan": {"steps": steps}}
+        response = admin.post("/api/v1/runs", json=body)
+        assert response.status_code == 400 and named in response.text, (steps, response.text)
+        assert response.json()["error"] == "InvalidPlan"
+    assert run_count() == before
+
+
 def test_a_goal_alone_is_planned(client: Client) -> None:
     created = client("bob").post("/api/v1/runs", json={"goal": "say hello"})
     assert created.status_code == 201, created.text

@@ -5,8 +5,9 @@ spec allows and refuses every request it forbids (`api.openapi` states the rules
 unsupported method with 405 and an `Allow` naming exactly the path's methods.
 
 Bodies that break the rules across fields that JSON Schema cannot state, and the spec's
-descriptions do, are not sent (`breaks_stated_rules`): a plan's step names are unique, and a
-reference names an earlier step or a pinned fact (so no body with a `${...}` is sent).
+descriptions do, are not sent (`breaks_stated_rules`): a plan's step names are unique; `after`
+names other steps of the plan and makes no cycle; and a reference names a step the referring
+step waits for, or a pinned fact (so no body with a `${...}` is sent).
 
 Runs last in tests/api (file order): it submits, claims and decides whatever it likes. The runs it
 submits are cancelled afterwards so the workers are free for what comes next.
@@ -93,15 +94,41 @@ def sent_as_described(case: Any) -> None:
 
 def breaks_stated_rules(body: Any) -> bool:
     """Whether `body` breaks a rule across fields that the spec states in words: a `${...}`
-    reference (whether it names an earlier step or a pinned fact depends on the rest of the
-    body), or a step name used twice in a plan. Such bodies are not sent."""
+    reference (whether it names a step it waits for or a pinned fact depends on the rest of the
+    body), a step name used twice in a plan, or an `after` that names a step the plan does not
+    have, the step itself, or closes a cycle. Such bodies are not sent."""
     if "${" in json.dumps(body, default=repr):
         return True
     plan = body.get("plan") if isinstance(body, dict) else None
     steps = plan.get("steps") if isinstance(plan, dict) else None
     if isinstance(steps, list):
-        names = [str(step.get("name")) for step in steps if isinstance(step, dict)]
-        return len(names) != len(set(names))
+        named = [step for step in steps if isinstance(step, dict)]
+        names = [str(step.get("name")) for step in named]
+        return len(names) != len(set(names)) or breaks_graph_rules(named, names)
+    return False
+
+
+def breaks_graph_rules(steps: list[dict[str, Any]], names: list[str]) -> bool:
+    """Whether the steps' `after` (a list of names; left out or null: the step before it) names
+    a step not among `names` (unique), the step itself, or makes a cycle. An `after` that is no
+    list of strings breaks the schema instead (refused for its shape), so it counts as none."""
+    waits: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
+        after = step.get("after")
+        if after is None:
+            waits[i] = [i - 1] if i else []
+        elif isinstance(after, list) and all(isinstance(name, str) for name in after):
+            if any(name not in names or name == names[i] for name in after):
+                return True
+            waits[i] = [names.index(name) for name in after]
+        else:
+            waits[i] = []
+    done: set[int] = set()
+    while len(done) < len(waits):  # take every step whose dependencies are taken; none: a cycle
+        free = {i for i, deps in waits.items() if i not in done and done.issuperset(deps)}
+        if not free:
+            return True
+        done |= free
     return False
 
 

@@ -4,6 +4,7 @@ fix the plan, approve, and watch the run complete. Saves the README's screenshot
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -81,9 +82,22 @@ def test_a_reviewer_fixes_the_plan_approves_and_the_run_completes(
     page.screenshot(path=str(SCREENSHOTS / "review.png"), full_page=True)
     _check_on_a_phone(page, tmp_path / "review-phone.png")
 
+    # The current plan in waves: the two rate lookups (the failed live one, and the cached one
+    # the replan put in its place) and attaching the receipts all wait only for the receipts.
+    wave_2 = page.locator("table.steps tr[data-wave='2']")
+    expect(wave_2).to_have_count(3)
+    expect(wave_2.filter(has_text="attach")).to_have_count(1)
+    submit_row = page.locator("table.steps tr[data-step='submit']")
+    expect(submit_row.locator("td.after-cell")).to_have_text("convert, attach")
+
     plan = page.locator("#plan")
     prefilled = json.loads(plan.input_value())
-    assert [s["name"] for s in prefilled["steps"]] == ["rate", "convert", "attach", "submit"]
+    # Every step not yet run (attach ran beside the rate lookup), each with its `after`.
+    assert [(s["name"], s["after"]) for s in prefilled["steps"]] == [
+        ("rate", ["receipts"]),
+        ("convert", ["receipts", "rate"]),
+        ("submit", ["convert", "attach"]),
+    ]
     assert prefilled["steps"][0]["tool"] == "cached_rate"
 
     broken = {"steps": [{**prefilled["steps"][0], "tool": "cached_rates"}]}
@@ -106,6 +120,12 @@ def test_a_reviewer_fixes_the_plan_approves_and_the_run_completes(
     expect(page.locator(".version")).to_have_count(3)  # planner, replanner, reviewer
     expect(page.locator(".version").nth(1).locator(".mark-new")).to_contain_text("cached_rate")
     expect(page.locator(".version").nth(2)).to_contain_text("reviewer")
+    # A graph: in the reviewer's version the new rate lookup runs in one wave with attach.
+    together = page.locator(".version.current .wave-shared[data-wave='2']")
+    expect(together.locator(".plan-step[data-step='attach']")).to_have_count(1)
+    expect(together.locator(".plan-step.mark-new[data-step='rate']")).to_have_count(1)
+    expect(together.locator(".wave-no")).to_have_attribute("title", re.compile("run together"))
+    expect(page.locator("tr[data-step='convert'] td.after-cell")).to_have_text("receipts, rate")
     expect(page.locator(".timeline")).to_contain_text("escalation.decided")
     page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
     assert wait_for_status(console, run_id, ("succeeded",)).final_result

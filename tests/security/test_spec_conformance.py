@@ -83,6 +83,7 @@ def one_step(**step: Any) -> dict[str, Any]:
     return {"steps": [{"name": "a", **step}]}
 
 
+NOOP_A = {"name": "a", "kind": "tool", "tool": "noop", "after": []}
 FORBIDDEN_SUBMITS = {
     "a false cost": submit(budgets={"cost_usd": False}),
     "NUL in the goal": submit(goal="a\u0000b"),
@@ -93,6 +94,10 @@ FORBIDDEN_SUBMITS = {
     ),
     "a tool that is not enabled": submit(plan=one_step(kind="tool", tool="append_marker")),
     "a budget over the operator's ceiling": submit(budgets={"replans": 2**31 - 1}),
+    "an after naming a step twice": submit(
+        plan={"steps": [NOOP_A, {"name": "b", "kind": "tool", "tool": "noop", "after": ["a", "a"]}]}
+    ),
+    "an after naming no step": submit(plan=one_step(kind="tool", tool="noop", after=["No Step"])),
 }
 
 
@@ -133,6 +138,28 @@ def test_what_the_spec_allows_is_not_refused_for_its_shape(
     response = api("admin").post("/api/v1/runs", json=body)
     assert response.status_code == 201, response.text
     assert response.json()["run"]["spend"]["tokens_limit"] == 1000
+
+
+def test_a_graph_the_spec_allows_is_accepted_and_a_cycle_is_a_400_naming_the_step(
+    spec: dict[str, Any], api: Callable[[str], httpx.Client], console: Console
+) -> None:
+    """`after` was no property of either step shape (`additionalProperties: false`), so the
+    spec forbade every graph plan the server takes. A cycle is a rule across steps: the shape
+    allows it, the server refuses it (400, as the spec's description says)."""
+    b = {"name": "b", "kind": "tool", "tool": "noop", "after": []}
+    join = {"name": "j", "kind": "model", "instruction": "join", "after": ["a", "b"]}
+    graph = submit(plan={"steps": [NOOP_A, b, join]})
+    assert allows(spec, "RunSubmit", graph)
+    accepted = api("admin").post("/api/v1/runs", json=graph)
+    assert accepted.status_code == 201, accepted.text
+    waves = accepted.json()["run"]["plan_versions"][0]["waves"]
+    assert [len(wave) for wave in waves] == [2, 1]
+    cycle = submit(plan={"steps": [{**NOOP_A, "after": ["b"]}, {**b, "after": ["a"]}]})
+    assert allows(spec, "RunSubmit", cycle)
+    before = runs_written(console)
+    refused = api("admin").post("/api/v1/runs", json=cycle)
+    assert refused.status_code == 400 and "steps.0.after: a cycle" in refused.text, refused.text
+    assert runs_written(console) == before
 
 
 def test_whose_run_it_is_depends_on_the_token_and_says_so_with_403(

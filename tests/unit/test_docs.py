@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
+from models.layout import by_wave
+from models.plans import Splice, parse_plan
 from models.settings import Settings
+from models.tools import configured_tool_names
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 
@@ -25,6 +30,14 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_no_placeholder_is_left_in_the_readme() -> None:
-    import re
-
     assert not re.findall(r"^[A-Z][A-Z_]{6,}$", README, flags=re.MULTILINE)
+
+
+def test_the_readmes_graph_plan_validates_and_runs_two_steps_together() -> None:
+    block = re.search(r"```json\n(\{\"steps\".*?)```", README, flags=re.S)
+    assert block, "the CLI section's example plan"
+    plan = parse_plan(block.group(1), tools=configured_tool_names())
+    version = Splice().build(plan.steps)
+    names = [[version.names[k] for k in wave] for wave in by_wave(version.order, version.after)]
+    assert names == [["left", "right"], ["join"]]
+    assert json.loads(block.group(1))["steps"][2]["after"] == ["left", "right"]

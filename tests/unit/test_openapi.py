@@ -74,3 +74,18 @@ def test_budgets_are_capped_by_the_operators_ceilings(spec: dict[str, Any]) -> N
 def test_the_no_nul_pattern_means_what_it_says() -> None:
     assert re.search(NO_NUL_PATTERN, "any text, ünïcode too")
     assert not re.search(NO_NUL_PATTERN, "a\x00b")
+
+
+def test_either_step_shape_may_name_the_steps_it_waits_for(spec: dict[str, Any]) -> None:
+    model = {"name": "j", "kind": "model", "instruction": "join"}
+    tool = {"name": "a", "kind": "tool", "tool": "sleep", "args": {"seconds": 0}}
+    for after in ([], ["a", "b"], None):
+        assert valid(spec, "PlanSpec", {"steps": [{**tool, "after": after}]}), after
+        assert valid(spec, "PlanSpec", {"steps": [{**model, "after": after}]}), after
+    for wrong in (["a", "a"], ["Not A Name"], "a", [1], [f"s{i}" for i in range(51)]):
+        assert not valid(spec, "PlanSpec", {"steps": [{**tool, "after": wrong}]}), wrong
+        assert not valid(spec, "PlanSpec", {"steps": [{**model, "after": wrong}]}), wrong
+    described = spec["components"]["schemas"]["StepSpec"]["description"]
+    assert "no cycle" in described and "waits for" in described and "400" in described
+    versions = spec["components"]["schemas"]["PlanVersionOut"]
+    assert {"after", "waves"} <= set(versions["required"])

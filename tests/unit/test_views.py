@@ -148,3 +148,27 @@ def test_compact_and_span() -> None:
         "3.4M",
     ]
     assert [views.span(s) for s in (5, 61, 7200, 90_000)] == ["5s", "1m", "2h", "1d"]
+
+
+def test_the_plan_shows_each_steps_wave_and_what_it_waits_for_at_80_columns() -> None:
+    """a and b wait for nothing (wave 1, together), join waits for both (wave 2)."""
+    steps = [
+        make_step(id=1, name="a", status="succeeded", error=None, result={"n": 1}),
+        make_step(id=2, name="b", status="running", error=None),
+        make_step(id=3, name="join", kind="model", tool=None, status="pending", error=None),
+    ]
+    out = render(views.steps_table(steps, {1: (), 2: (), 3: (1, 2)}), width=80)
+    lines = {line.split("│")[3].strip(): line for line in out.splitlines() if line.count("│") > 8}
+    assert [lines[n].split("│")[2].strip() for n in ("a", "b", "join")] == ["1", "1", "2"], out
+    assert lines["join"].split("│")[4].strip() == "a, b" and "│ model " in lines["join"], out
+    assert lines["a"].split("│")[4].strip() == "-"
+    assert "steps of one wave can run together" in out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+
+
+def test_a_plain_list_reads_as_before_one_step_per_wave() -> None:
+    steps = [make_step(id=1, name="a", status="succeeded", error=None), make_step(id=2, name="b")]
+    out = render(views.steps_table(steps))  # no graph given: each step after the one before
+    assert "can run together" not in out
+    row_b = next(line for line in out.splitlines() if "│ b " in line)
+    assert [c.strip() for c in row_b.split("│")[1:5]] == ["2", "2", "b", "a"], out
