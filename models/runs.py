@@ -15,7 +15,7 @@ from models.graph import ancestors
 from models.plans import PlanSpec, Splice, add_plan_version
 from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem
-from models.tables import PinnedFact, Run, Step, StepAttempt, utcnow
+from models.tables import PinnedFact, Run, Step, utcnow
 
 FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
 USER_ID_MAX_CHARS = 200
@@ -162,14 +162,3 @@ def upstream_results(
         return {}
     rows = session.execute(sa.text(STEP_RESULTS), {"ids": upstream}).all()
     return {name: result or {} for name, result in rows}
-
-
-def tries_of_name(session: Session, run_id: int, name: str) -> int:
-    """How many attempts steps named `name` have had in the run, all plan versions together."""
-    stmt = (
-        sa.select(sa.func.count())
-        .select_from(StepAttempt)
-        .join(Step, col(Step.id) == col(StepAttempt.step_id))
-        .where(col(Step.run_id) == run_id, col(Step.name) == name)
-    )
-    return int(session.scalar(stmt) or 0)

@@ -4,7 +4,9 @@ A transition is `UPDATE ... SET status = :to WHERE id = :id AND status IN (:expe
 (DESIGN.md, invariant 1). When the row is in another state nothing changes and `IllegalTransition`
 says which row, the state it found and the state it expected; callers that may see a message twice
 catch it and move on. Each transition appends to the run's timeline in the same transaction. The
-caller owns the transaction (these functions never commit).
+caller owns the transaction (these functions never commit). The two hot transitions of a step,
+its claim and the end of an attempt (succeeded or failed), are hand-written SQL beside these, in
+`models.leases`.
 """
 
 from __future__ import annotations
@@ -289,27 +291,6 @@ def enqueue_step(session: Session, step_id: int) -> Step:
     return step
 
 
-def claim_step(session: Session, step_id: int, *, worker: str, lease_s: float) -> Step:
-    """queued -> running: take a lease of `lease_s` seconds and the next attempt number.
-
-    Inserts the `(step_id, attempt)` row, unique per DESIGN.md invariant 2.
-    """
-    now = utcnow()
-    step = _guarded(
-        session,
-        Step,
-        step_id,
-        to="running",
-        expected=["queued"],
-        attempt=Step.attempt + 1,
-        started_at=now,
-        lease_expires_at=now + timedelta(seconds=lease_s),
-    )
-    session.add(StepAttempt(step_id=step_id, attempt=step.attempt, worker=worker, started_at=now))
-    record_event(session, step.run_id, "step.running", step_id=step_id, attempt=step.attempt)
-    return step
-
-
 def _end_attempt(
     session: Session,
     step: Step,
@@ -362,32 +343,6 @@ def _end_held_attempt(
     )
     _end_attempt(session, step, attempt, outcome, error, **(detail(step) if detail else {}))
     return step
-
-
-def complete_step(session: Session, step_id: int, *, attempt: int, result: dict[str, Any]) -> Step:
-    """running -> succeeded, only for the attempt that holds the step."""
-    return _end_held_attempt(
-        session,
-        step_id,
-        attempt,
-        to="succeeded",
-        outcome="succeeded",
-        result=result,
-        finished_at=utcnow(),
-    )
-
-
-def fail_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:
-    """running -> failed, only for the attempt that holds the step."""
-    return _end_held_attempt(
-        session,
-        step_id,
-        attempt,
-        to="failed",
-        outcome="failed",
-        error=error,
-        finished_at=utcnow(),
-    )
 
 
 def retry_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:

@@ -189,7 +189,8 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
         json.dumps(
             {
                 "steps": [
-                    {"name": "wait", "kind": "tool", "tool": "sleep", "args": {"seconds": 3}},
+                    # long enough to outlast the start-up of the CLI that cancels it
+                    {"name": "wait", "kind": "tool", "tool": "sleep", "args": {"seconds": 8}},
                     {"name": "after", "kind": "tool", "tool": "noop"},
                 ]
             }
