@@ -37,8 +37,9 @@ WHERE r.id = :run_id AND (
     SELECT true FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended(:erasure_key, 0))) l)
 FOR UPDATE OF r"""
 # run_graph: the current version's steps, in order, and what each waits for; the name and
-# status of every step of the run; the failed steps a version answered. A statement of its own,
-# after the lock, so that it sees what committed while the lock was awaited.
+# status of every step of the run; the failed steps a version answered; whether a step of another
+# user is due in the broker (queued, not deferred to later), waiting for a worker. A statement of
+# its own, after the lock, so that it sees what committed while the lock was awaited.
 RUN_GRAPH: Final = """
 SELECT
     (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v
@@ -46,12 +47,18 @@ SELECT
     (SELECT coalesce(jsonb_agg(jsonb_build_array(s.id, s.name, s.status)), '[]'::jsonb)
      FROM steps s WHERE s.run_id = :run_id) AS steps,
     (SELECT coalesce(jsonb_agg(p.replaces_step_id), '[]'::jsonb) FROM plan_versions p
-     WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled"""
+     WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled,
+    EXISTS (SELECT 1 FROM steps s JOIN runs o ON o.id = s.run_id
+            WHERE s.status = 'queued' AND s.queued_at <= :now AND o.user_id <> :user_id)
+        AS others_waiting"""
 
 
 @dataclass
 class Locked:
-    """A run locked for this transaction: its row's values and its current plan graph."""
+    """A run locked for this transaction: its row's values and its current plan graph.
+    `others_waiting`: another user's step waits in the broker for a worker, so a worker that
+    ends a step of this run hands the next one to the queue rather than run it itself (it would
+    hold the worker for one more step: fair dispatch, `models.dispatch`)."""
 
     run_id: int
     status: str
@@ -62,6 +69,7 @@ class Locked:
     tokens_spent: bool
     steps: list[StepView] = field(default_factory=list)
     handled: frozenset[int] = frozenset()
+    others_waiting: bool = False
 
     def view(self) -> RunView:
         """The coordinator's view of the run (`decide`'s input)."""
@@ -103,9 +111,8 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
         deadline_at=row.deadline_at,
         tokens_spent=bool(row.tokens_spent),
     )
-    graph = session.execute(
-        sa.text(RUN_GRAPH), {"run_id": run_id, "plan_version": row.plan_version}
-    ).one()
+    params = {"run_id": run_id, "plan_version": row.plan_version, "user_id": row.user_id}
+    graph = session.execute(sa.text(RUN_GRAPH), {**params, "now": utcnow()}).one()
     if graph.version is not None:
         step_ids, after = graph.version
         known = {s[0]: (s[1], s[2]) for s in graph.steps}
@@ -113,6 +120,7 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
             StepView(i, known[i][0], known[i][1], tuple(after.get(str(i), ()))) for i in step_ids
         ]
     locked.handled = frozenset(graph.handled)
+    locked.others_waiting = bool(graph.others_waiting)
     return locked
 
 

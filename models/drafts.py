@@ -11,13 +11,13 @@ planner's raw output when that is JSON, else the smallest plan that validates. R
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.plans import MAX_INSTRUCTION_CHARS, current_graph
+from models.plans import MAX_INSTRUCTION_CHARS, current_graph, handled_failures
 from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, Run, Step
 
@@ -53,7 +53,8 @@ def draft(session: Session, esc: Escalation) -> StartingPlan:
     graph = current_graph(session, run) if run is not None else None
     steps = list(graph.kept) if graph is not None else []
     after = (graph.after if graph is not None else None) or {}
-    return starting_plan(esc, run, steps, failed, after)
+    answered = handled_failures(session, esc.run_id)
+    return starting_plan(esc, run, steps, failed, after, answered=answered)
 
 
 def starting_plan(
@@ -62,11 +63,20 @@ def starting_plan(
     steps: Sequence[Step],
     failed: Step | None,
     after: Mapping[int, Iterable[int]],
+    *,
+    answered: Collection[int] = (),
 ) -> StartingPlan:
-    """The failed step and every step of `steps` (the current version's, in order) not yet run,
+    """The failed step, the other failures not `answered` yet (other branches': an edit
+    replaces them too) and every step of `steps` (the current version's, in order) not yet run,
     with `after` (what each waits for, by id: `models.plans.dependencies`) by name. With none:
     the planner's raw output when it is JSON, else `example_plan`."""
     todo = [s for s in steps if s.status in STEP_NOT_STARTED]
+    others = [
+        s
+        for s in steps
+        if s.status == "failed" and s.id not in answered and (failed is None or s.id != failed.id)
+    ]
+    todo = [*others, *todo]
     if failed is not None and failed.status == "failed":
         todo = [failed, *todo]
     if todo:

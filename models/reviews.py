@@ -7,8 +7,9 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
 - approve: retry the failed step once more (a new plan version with a fresh copy in its place,
   waiting for what it waited for), or re-plan when there was no plan yet, or carry on when no
   step failed; approving a spent wall-time or token budget grants the run that budget again, once;
-- edit: the reviewer's steps replace every step that has not run yet (they may wait for the
-  steps that ran, or still run, by naming them in `after`);
+- edit: the reviewer's steps replace every step that has not run yet, and the failures of other
+  branches not answered yet (they may wait for the steps that succeeded, or still run, by
+  naming them in `after`);
 - respond: the answer becomes the result of the failed step's name (a `human` step), so the steps
   that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`,
   set by the reviewer (`PinnedFact.set_by`), never taken for the user's statement. It is run
@@ -47,6 +48,7 @@ from models.plans import (
     add_plan_version,
     current_graph,
     current_steps,
+    handled_failures,
     parse_plan,
 )
 from models.runs import pinned_facts
@@ -293,7 +295,8 @@ def edit(
     run = _locked_run(session, esc_row.run_id)
     current = current_graph(session, run)
     steps = list(current.kept)
-    kept = [s for s in steps if s.status not in STEP_NOT_STARTED]
+    answered = handled_failures(session, run.id or 0) | {esc_row.step_id}
+    kept = [s for s in steps if _kept_by_edit(s, answered)]
     replaced = esc_row.step_id if esc_row.step_id in {s.id for s in kept} else None
     splice = Splice(kept, current.after, replaced)
     spec = parse_plan(
@@ -325,6 +328,16 @@ def edit(
     )
     _resume(session, run, run.plan_version + 1)
     return run
+
+
+def _kept_by_edit(step: Step, answered: set[int | None]) -> bool:
+    """What an edit keeps of the current plan: the steps that succeeded or still run, and the
+    failures already answered (this escalation's among them). Another branch's unanswered
+    failure goes with the steps not yet run: the reviewer's plan replaces it too, so it does not
+    escalate again."""
+    if step.status == "failed":
+        return step.id in answered
+    return step.status not in STEP_NOT_STARTED
 
 
 def respond(

@@ -228,7 +228,8 @@ class Finished:
 def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     """Record `outcome` for the attempt that holds the step and advance its run, in one
     transaction under the run's lock (`models.decisions`): the coordinator's decision is applied
-    here, and with `may_chain` one step that can start now is claimed for this process. A retry
+    here, and with `may_chain` one step that can start now is claimed for this process, unless
+    another user's step waits for a worker (`Locked.others_waiting`). A retry
     or a deferral only puts the step back in the queue. A lost lease (another attempt holds the
     step) changes nothing."""
     step, settings = claimed.step, get_settings()
@@ -250,7 +251,7 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         locked.set_status(step.id or 0, "succeeded" if outcome.kind == "succeeded" else "failed")
         if outcome.kind == "escalated":
             _escalate(session, locked, step, outcome)
-        claim_next = _claim_next if may_chain else None
+        claim_next = _claim_next if may_chain and not locked.others_waiting else None
         applied = decisions.apply(
             session,
             locked,

@@ -17,7 +17,7 @@ from api.ui import run_details
 from models import reviews
 from models.drafts import starting_plan
 from models.layout import places, runs_together
-from models.plans import current_graph
+from models.plans import current_graph, handled_failures
 from models.runs import pinned_facts
 from models.tables import Escalation, Run, Step, utcnow
 from ops.views import DETAIL_SHOWN_ELSEWHERE
@@ -117,5 +117,7 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         "meters": run_details.spend(run, now) if run is not None else [],
         "waiting_s": reviews.waiting_s(esc, now),
         "left_s": reviews.deadline_left_s(esc, now),
-        "start": starting_plan(esc, run, steps, failed, after),
+        "start": starting_plan(
+            esc, run, steps, failed, after, answered=handled_failures(session, esc.run_id)
+        ),
     }

@@ -96,7 +96,7 @@ def wait_until_idle(broker: redis.Redis) -> None:
     publishes its marker), so a round's tail never overlaps the next and the logs end complete.
     Raises `BenchError` after `IDLE_TIMEOUT_S`."""
     deadline = time.monotonic() + IDLE_TIMEOUT_S
-    queues = (queue.QUEUE_STEPS, queue.QUEUE_COORDINATOR)
+    queues = (*queue.WORKER_QUEUES, queue.QUEUE_COORDINATOR)
     while any(broker.llen(q) for q in queues) or broker.hlen(UNACKED_KEY):
         if time.monotonic() > deadline:
             raise BenchError(f"the broker was still busy after {IDLE_TIMEOUT_S:g} s")

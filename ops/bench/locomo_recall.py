@@ -39,6 +39,7 @@ from models.embedders import LocalEmbedder
 from models.migrate import upgrade
 from models.recall import MIN_SIMILARITY
 from models.tokens import count_tokens
+from ops.bench.figures import percentile
 from ops.stack import LocalStack
 
 DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
@@ -101,16 +102,6 @@ def recall_at(ranked: Sequence[Collection[str]], evidence: Collection[str], n: i
     if not evidence:
         raise ValueError("evidence: must not be empty")
     return len(set().union(*ranked[:n]) & set(evidence)) / len(set(evidence))
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The `q`-th percentile (0..100), interpolating linearly between closest ranks (numpy's
-    default method). Raises `ValueError` for no values or `q` outside 0..100."""
-    if not values or not 0 <= q <= 100:
-        raise ValueError(f"percentile: need values and 0 <= q <= 100, got {len(values)}, {q}")
-    ordered, pos = sorted(values), (len(values) - 1) * q / 100
-    low, high = int(pos), min(int(pos) + 1, len(values) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def load_conversation(item: dict[str, Any], skips: Counter[str]) -> Conversation:

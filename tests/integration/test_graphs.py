@@ -192,3 +192,37 @@ def test_two_coordinators_share_the_coordinator_queue() -> None:
         for name in ("scheduler", "coordinator-2"):
             log = stack.log_path(name).read_text()
             assert "coordinate" in log and "action=" in log, f"{name} decided nothing"
+
+
+def test_an_edit_replaces_every_failed_branch_at_once(make_run: Any) -> None:
+    from models import queue, reviews
+    from models.queue import TASK_COORDINATE
+    from models.tables import Escalation
+    from models.tools import configured_tool_names
+
+    fails = [{"name": f"f{i}", "kind": "tool", "tool": "always_fails", "after": []} for i in (0, 1)]
+    run_id = make_run([*fails, echo("j", 1, after=["f0", "f1"])], replans=0)
+    assert wait_for_run(run_id).status == "waiting_review"
+    deadline = time.monotonic() + 30
+    while sum(s.status == "failed" for s in run_steps(run_id)) < 2:  # the other branch ends too
+        assert time.monotonic() < deadline, "the second branch never failed"
+        time.sleep(0.05)
+    with session_scope() as session:
+        (esc,) = session.exec(select(Escalation).where(Escalation.run_id == run_id)).all()
+        fixed = {"name": "g", "kind": "tool", "tool": "noop", "after": []}
+        plan = {"steps": [fixed, echo("j", "${steps.g.ok}", after=["g"])]}
+        reviews.edit(
+            session,
+            esc.id or 0,
+            reviewer="rita",
+            plan=plan,
+            tools=configured_tool_names(),
+            max_attempts=3,
+        )
+    queue.send(TASK_COORDINATE, run_id)
+    assert wait_for_run(run_id).status == "succeeded"
+    with session_scope() as session:
+        escalations = session.exec(select(Escalation).where(Escalation.run_id == run_id)).all()
+    assert len(escalations) == 1  # the other failed branch did not escalate again
+    done = {(s.name, s.status) for s in run_steps(run_id)}
+    assert {("g", "succeeded"), ("j", "succeeded")} <= done
