@@ -108,7 +108,7 @@ def _new_dependencies(
             if name == step.name:
                 problems.append(f"steps.{i}.after: step {step.name!r} cannot wait for itself")
             elif name not in names:
-                known = ", ".join(sorted(names)) or "none"
+                known = ", ".join(sorted(set(names) - {step.name})) or "none"
                 problems.append(f"steps.{i}.after: no step named {name!r} (steps: {known})")
         if len(set(step.after)) != len(step.after):
             problems.append(f"steps.{i}.after: names a step twice")
