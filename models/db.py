@@ -7,13 +7,15 @@ therefore created lazily and keyed by process id, so each forked child builds it
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 import sqlalchemy as sa
+import structlog
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
@@ -23,6 +25,9 @@ from models.errors import ConfigurationError, DatabaseError
 from models.settings import get_settings
 
 _engines: dict[tuple[int, str], Engine] = {}
+log = structlog.get_logger("agentq.db")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # A pooled connection idle for longer than this is pinged before it is used again (a server
 # restart or a proxy's idle timeout drops such connections); busy connections are not, as a
@@ -100,7 +105,29 @@ def session_scope(url: str | None = None) -> Iterator[Session]:
             session.commit()
         except DBAPIError as exc:  # translated once, here, at the database boundary
             session.rollback()
-            raise DatabaseError(f"database error: {exc.orig or exc}") from exc
+            message = f"database error: {exc.orig or exc}"
+            raise DatabaseError(message, dropped=exc.connection_invalidated) from exc
         except BaseException:
             session.rollback()
             raise
+
+
+def retry_dropped(unit: Callable[P, T]) -> Callable[P, T]:
+    """`unit` (a function whose database work is whole transactions, its messages sent after
+    their commits) run once more when its connection turned out to be dropped
+    (`DatabaseError.dropped`): its transaction rolled back, and SQLAlchemy has invalidated the
+    pool's other connections of the same age, so the second run checks out a new one. Pooled
+    connections are not pinged on every checkout (`IDLE_PING_S`), so this is where a server
+    restart is absorbed; any other error, or a second drop, is raised."""
+
+    @functools.wraps(unit)
+    def again(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return unit(*args, **kwargs)
+        except DatabaseError as exc:
+            if not exc.dropped:
+                raise
+            log.warning("db.connection_dropped", unit=unit.__qualname__, error=str(exc)[:200])
+            return unit(*args, **kwargs)
+
+    return again

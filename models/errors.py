@@ -68,7 +68,15 @@ class BrokerUnavailable(AgentqError):
 
 
 class DatabaseError(AgentqError):
-    """The database refused or failed a statement."""
+    """The database refused or failed a statement.
+
+    `dropped`: the connection itself was lost (a server restart, a proxy's idle timeout), so
+    the transaction rolled back and the same unit of work may be run again
+    (`models.db.retry_dropped`)."""
+
+    def __init__(self, message: str | None = None, *, dropped: bool = False) -> None:
+        super().__init__(message)
+        self.dropped = dropped
 
 
 class BudgetExhausted(AgentqError):

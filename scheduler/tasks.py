@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 
 from models import decisions, dispatch, facts, queue, reviews, transitions
 from models.coordinator import Decision, decide
-from models.db import session_scope
+from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
 from models.plans import current_steps, handled_failures
 from models.queue import (
@@ -31,6 +31,7 @@ log = structlog.get_logger("agentq.scheduler")
 DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait for the next
 
 
+@retry_dropped
 def coordinate(run_id: int) -> Decision | None:
     """Decide and apply the next action for run `run_id` (`models.decisions`), then dispatch its
     user's held work (`models.dispatch`: this decision, or the task that asked for it, may have

@@ -30,7 +30,7 @@ from sqlmodel import Session
 
 from models import decisions, leases, transitions
 from models.coordinator import decide
-from models.db import session_scope
+from models.db import retry_dropped, session_scope
 from models.dispatch import Send
 from models.erasures import lock_key
 from models.errors import (
@@ -94,6 +94,7 @@ class Claimed:
     user_id: str = ""
 
 
+@retry_dropped
 def claim(step_id: int) -> Claimed | None:
     """Claim step `step_id`, sent through the broker, for this process; None when another
     delivery already has it (`models.leases.claim`)."""
@@ -225,6 +226,7 @@ class Finished:
     again_in_s: float | None = None
 
 
+@retry_dropped
 def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     """Record `outcome` for the attempt that holds the step and advance its run, in one
     transaction under the run's lock (`models.decisions`): the coordinator's decision is applied

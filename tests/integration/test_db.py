@@ -1,0 +1,54 @@
+"""The database boundary on real Postgres: a pooled connection that was dropped is not pinged on
+every checkout, so the unit of work that meets it runs again on a new one (issue 10)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from models.db import database_url, dispose_engines, retry_dropped, session_scope
+from models.errors import DatabaseError
+from ops.stack import LocalStack
+
+pytestmark = pytest.mark.integration
+
+
+def _terminate(pid: int) -> None:
+    """End backend `pid` from a connection outside the pool, as a server restart would."""
+    other = sa.create_engine(database_url(), poolclass=NullPool)
+    with other.connect() as connection:
+        ended = connection.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        assert ended.scalar()
+    other.dispose()
+
+
+def test_a_dropped_connection_is_met_once_and_the_unit_runs_again(engine: LocalStack) -> None:
+    dispose_engines()  # a pool of this test's own: one connection, the one ended below
+    calls: list[int] = []
+
+    @retry_dropped
+    def backend_pid() -> int:
+        calls.append(1)
+        with session_scope() as session:
+            return int(session.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+
+    first = backend_pid()
+    _terminate(first)
+    second = backend_pid()
+    assert second != first
+    assert len(calls) == 3  # the first run, the one that met the dropped connection, the retry
+
+
+def test_other_database_errors_are_not_run_again(engine: LocalStack) -> None:
+    calls: list[int] = []
+
+    @retry_dropped
+    def broken() -> None:
+        calls.append(1)
+        with session_scope() as session:
+            session.execute(sa.text("SELECT * FROM no_such_table"))
+
+    with pytest.raises(DatabaseError, match="no_such_table") as info:
+        broken()
+    assert not info.value.dropped and len(calls) == 1
