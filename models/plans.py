@@ -21,6 +21,7 @@ from sqlmodel import Session, select
 from models import graph
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
 from models.references import referenced_facts, references
+from models.states import STEP_NOT_STARTED
 from models.storable import parse_json, storable_problem
 from models.tables import PlanVersion, Run, Step, utcnow
 
@@ -241,6 +242,22 @@ def current_graph(session: Session, run: Run, *, replaced: int | None = None) ->
     }
     steps = [by_id[i] for i in version.step_ids]
     return Splice(steps, dependencies(version), replaced)
+
+
+def edit_splice(session: Session, run: Run, *, replaced: int | None) -> Splice:
+    """Where a reviewer's edit puts its steps: after the steps of the current version that
+    succeeded or still run, and the failures already answered, in the place of `replaced` (the
+    escalation's failed step). Another branch's unanswered failure goes with the steps not yet
+    run: the reviewer's plan replaces it too, so it does not escalate again."""
+    current = current_graph(session, run)
+    answered = handled_failures(session, run.id or 0) | {replaced}
+    kept = [
+        s
+        for s in current.kept
+        if (s.id in answered if s.status == "failed" else s.status not in STEP_NOT_STARTED)
+    ]
+    at = replaced if replaced in {s.id for s in kept} else None
+    return Splice(kept, current.after, at)
 
 
 def dependencies(version: PlanVersion) -> dict[int, tuple[int, ...]]:

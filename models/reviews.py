@@ -42,13 +42,12 @@ from models.errors import InvalidInput, NotFound
 from models.messages import add_message
 from models.plans import (
     ArgsCheck,
-    Splice,
     StepSpec,
     add_answer_step,
     add_plan_version,
     current_graph,
     current_steps,
-    handled_failures,
+    edit_splice,
     parse_plan,
 )
 from models.runs import pinned_facts
@@ -293,12 +292,8 @@ def edit(
     `InvalidPlan` changes nothing."""
     esc_row = get_escalation(session, escalation_id)
     run = _locked_run(session, esc_row.run_id)
-    current = current_graph(session, run)
-    steps = list(current.kept)
-    answered = handled_failures(session, run.id or 0) | {esc_row.step_id}
-    kept = [s for s in steps if _kept_by_edit(s, answered)]
-    replaced = esc_row.step_id if esc_row.step_id in {s.id for s in kept} else None
-    splice = Splice(kept, current.after, replaced)
+    steps = current_steps(session, run)
+    splice = edit_splice(session, run, replaced=esc_row.step_id)
     spec = parse_plan(
         plan,
         tools=tools,
@@ -328,16 +323,6 @@ def edit(
     )
     _resume(session, run, run.plan_version + 1)
     return run
-
-
-def _kept_by_edit(step: Step, answered: set[int | None]) -> bool:
-    """What an edit keeps of the current plan: the steps that succeeded or still run, and the
-    failures already answered (this escalation's among them). Another branch's unanswered
-    failure goes with the steps not yet run: the reviewer's plan replaces it too, so it does not
-    escalate again."""
-    if step.status == "failed":
-        return step.id in answered
-    return step.status not in STEP_NOT_STARTED
 
 
 def respond(
