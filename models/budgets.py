@@ -14,21 +14,37 @@ side of spending less, never more.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-import sqlalchemy as sa
-from sqlmodel import Session, col
+from sqlmodel import Session
 
+from models import sql
 from models.errors import BudgetExhausted, CostBudgetSpent, NotFound, TokenBudgetSpent
 from models.settings import ModelPrice
-from models.tables import Run, Step
+from models.tables import Run
 
 MTOK = 1_000_000
+# reserve: charge :tokens and :cost to run :run_id if both fit, the rule of `fits` in SQL.
+RESERVE: Final = """
+UPDATE runs SET tokens_used = tokens_used + :tokens, cost_used_usd = cost_used_usd + :cost
+WHERE id = :run_id AND tokens_used + :tokens <= tokens_limit
+    AND cost_used_usd + :cost <= cost_limit_usd
+RETURNING id"""
+# settle: replace what a call held with what it spent; :provider (NULL: unchanged) answered.
+SETTLE: Final = """
+UPDATE runs SET tokens_used = tokens_used - :held_tokens + :tokens,
+    cost_used_usd = greatest(cost_used_usd - :held_cost + :cost, 0.0),
+    provider = coalesce(:provider, provider)
+WHERE id = :run_id"""
+# charge_step: add a call's spend to the step it was made for.
+CHARGE_STEP: Final = """
+UPDATE steps SET tokens_used = tokens_used + :tokens, cost_used_usd = cost_used_usd + :cost
+WHERE id = :step_id"""
 
 
 def fits(used: Any, charge: Any, limit: Any) -> Any:
-    """The budget rule, `used + charge <= limit`: a bool for numbers, and the very same
-    expression as the guard of `reserve`'s UPDATE for columns (so tests of the rule test it)."""
+    """The budget rule, `used + charge <= limit`, for numbers; `RESERVE` is the same rule in
+    SQL, the guard of its UPDATE (tests/integration/test_budgets.py holds the two together)."""
     return used + charge <= limit
 
 
@@ -52,17 +68,8 @@ def reserve(session: Session, run_id: int, *, tokens: int, cost: float) -> Reser
     Raises `TokenBudgetSpent` or `CostBudgetSpent` (saying what is used, asked and allowed) and
     changes nothing when one does not fit; `NotFound` for an unknown run.
     """
-    stmt = (
-        sa.update(Run)
-        .where(
-            col(Run.id) == run_id,
-            fits(col(Run.tokens_used), tokens, col(Run.tokens_limit)),
-            fits(col(Run.cost_used_usd), cost, col(Run.cost_limit_usd)),
-        )
-        .values(tokens_used=Run.tokens_used + tokens, cost_used_usd=Run.cost_used_usd + cost)
-        .returning(col(Run.id))
-    )
-    if session.scalar(stmt) is None:
+    found = sql.one(session, RESERVE, {"run_id": run_id, "tokens": tokens, "cost": cost})
+    if found is None:
         raise _refusal(session, run_id, tokens=tokens, cost=cost)
     return Reservation(run_id, tokens, cost)
 
@@ -97,16 +104,8 @@ def settle(
     The spend is also added to step `step_id` when the call was made for a step; `provider`
     labels the run with the provider that answered (the workers', not the submitter's setting).
     """
-    values: dict[str, object] = {
-        "tokens_used": Run.tokens_used - reservation.tokens + tokens,
-        "cost_used_usd": sa.func.greatest(Run.cost_used_usd - reservation.cost_usd + cost, 0.0),
-    }
-    if provider is not None:
-        values["provider"] = provider
-    session.execute(sa.update(Run).where(col(Run.id) == reservation.run_id).values(**values))
+    params = {"run_id": reservation.run_id, "provider": provider, "tokens": tokens, "cost": cost}
+    params |= {"held_tokens": reservation.tokens, "held_cost": reservation.cost_usd}
+    sql.execute(session, SETTLE, params)
     if step_id is not None and (tokens or cost):
-        session.execute(
-            sa.update(Step)
-            .where(col(Step.id) == step_id)
-            .values(tokens_used=Step.tokens_used + tokens, cost_used_usd=Step.cost_used_usd + cost)
-        )
+        sql.execute(session, CHARGE_STEP, {"step_id": step_id, "tokens": tokens, "cost": cost})

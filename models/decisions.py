@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import dispatch, leases, transitions
+from models import dispatch, leases, sql, transitions
 from models.coordinator import Decision, RunView, StepView
 from models.dispatch import Send
 from models.errors import BudgetExhausted
@@ -97,9 +96,7 @@ class Locked:
 
 def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Locked | None:
     """Lock run `run_id` and read its graph (two statements); None when there is no such run."""
-    row = session.execute(
-        sa.text(LOCK_RUN), {"run_id": run_id, "erasure_key": erasure_key}
-    ).one_or_none()
+    row = sql.one(session, LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key})
     if row is None:
         return None
     locked = Locked(
@@ -112,7 +109,7 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
         tokens_spent=bool(row.tokens_spent),
     )
     params = {"run_id": run_id, "plan_version": row.plan_version, "user_id": row.user_id}
-    graph = session.execute(sa.text(RUN_GRAPH), {**params, "now": utcnow()}).one()
+    graph = sql.one(session, RUN_GRAPH, {**params, "now": utcnow()})
     if graph.version is not None:
         step_ids, after = graph.version
         known = {s[0]: (s[1], s[2]) for s in graph.steps}

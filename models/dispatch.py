@@ -33,10 +33,9 @@ import json
 from datetime import datetime
 from typing import Final
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import transitions
+from models import sql, transitions
 from models.errors import IllegalTransition
 from models.queue import TASK_EXECUTE_STEP, TASK_PLAN
 
@@ -87,8 +86,8 @@ def dispatch(session: Session, user_id: str, *, cap: int) -> list[Send]:
     """Move the user's held work into its free slots (see the module docstring); returns the
     messages to send once the caller has committed: `agentq.execute_step` per step now
     `queued`, `agentq.plan` per run now `planning`. Never commits; never waits for a row."""
-    session.execute(sa.text(DISPATCH_LOCK), {"key": json.dumps(["dispatch", user_id])})
-    in_flight = int(session.scalar(sa.text(IN_FLIGHT), {"user_id": user_id}) or 0)
+    sql.execute(session, DISPATCH_LOCK, {"key": json.dumps(["dispatch", user_id])})
+    in_flight = int(sql.scalar(session, IN_FLIGHT, {"user_id": user_id}) or 0)
     free = free_slots(cap, in_flight)
     if free == 0:
         return []
@@ -100,7 +99,7 @@ def dispatch(session: Session, user_id: str, *, cap: int) -> list[Send]:
 
 def _enqueue_ready(session: Session, user_id: str, n: int | None) -> list[Send]:
     sends: list[Send] = []
-    for step_id in session.scalars(sa.text(READY_STEPS), {"user_id": user_id, "n": n}).all():
+    for (step_id,) in sql.execute(session, READY_STEPS, {"user_id": user_id, "n": n}).fetchall():
         try:
             transitions.enqueue_step(session, step_id)
         except IllegalTransition:  # not expected: the row is locked; never send it
@@ -111,7 +110,7 @@ def _enqueue_ready(session: Session, user_id: str, n: int | None) -> list[Send]:
 
 def _start_planning(session: Session, user_id: str, n: int | None) -> list[Send]:
     sends: list[Send] = []
-    for run_id in session.scalars(sa.text(QUEUED_RUNS), {"user_id": user_id, "n": n}).all():
+    for (run_id,) in sql.execute(session, QUEUED_RUNS, {"user_id": user_id, "n": n}).fetchall():
         try:
             transitions.start_planning(session, run_id)
         except IllegalTransition:
@@ -123,4 +122,4 @@ def _start_planning(session: Session, user_id: str, n: int | None) -> list[Send]
 def stale_ready_users(session: Session, *, stale: datetime) -> list[str]:
     """Users with a step `ready` since before `stale` in a running run: a slot may have come
     free with no coordinator decision to fill it (a lost message); the reconciler dispatches."""
-    return list(session.scalars(sa.text(STALE_READY_USERS), {"stale": stale}).all())
+    return [user for (user,) in sql.execute(session, STALE_READY_USERS, {"stale": stale})]

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
+from models import sql
 from models.errors import IllegalTransition
 from models.tables import Step
 
@@ -114,20 +114,19 @@ def claim(
     `expected` is `queued` for a step sent through the broker, `pending` for the next step that
     the worker which finished its last dependency claims itself (`models.decisions`). Raises
     `IllegalTransition` when the step is in another state (a duplicate delivery)."""
-    row = session.execute(
-        sa.text(CLAIM_STEP),
-        {
-            "step_id": step_id,
-            "expected": expected,
-            "worker": worker,
-            "now": now,
-            "lease_until": now + timedelta(seconds=lease_s),
-        },
-    ).mappings().one_or_none()
+    params = {
+        "step_id": step_id,
+        "expected": expected,
+        "worker": worker,
+        "now": now,
+        "lease_until": now + timedelta(seconds=lease_s),
+    }
+    row = sql.one(session, CLAIM_STEP, params)
     if row is None:
         raise _refused(session, step_id, repr(expected))
-    fields = {k: v for k, v in row.items() if not k.startswith("run_")} | {"run_id": row["run_id"]}
-    return Claim(Step(**fields), row["run_user_id"], dict(row["run_facts"]), int(row["run_tries"]))
+    found = row._asdict()
+    fields = {k: v for k, v in found.items() if not k.startswith("run_")} | {"run_id": row.run_id}
+    return Claim(Step(**fields), row.run_user_id, dict(row.run_facts), int(row.run_tries))
 
 
 def end_attempt(
@@ -157,14 +156,14 @@ def end_attempt(
         "error": error,
         "detail": json.dumps({**detail, **({"error": error} if error else {})}),
     }
-    sql = END_ATTEMPT
+    statement = END_ATTEMPT
     if turn is not None:
-        sql += WITH_TURN
+        statement += WITH_TURN
         params |= {"run_id": step.run_id, "user_id": user_id, **turn.__dict__}
-    if session.execute(sa.text(sql + RETURN_DONE), params).first() is None:
+    if sql.one(session, statement + RETURN_DONE, params) is None:
         raise _refused(session, step.id or 0, f"'running' at attempt {step.attempt}")
 
 
 def _refused(session: Session, step_id: int, expected: str) -> IllegalTransition:
-    found = session.execute(sa.text(STEP_STATUS), {"step_id": step_id}).scalar_one_or_none()
+    found = sql.scalar(session, STEP_STATUS, {"step_id": step_id})
     return IllegalTransition("steps", step_id, found, expected)

@@ -131,6 +131,18 @@ def pinned_facts(session: Session, run_id: int, *, by_user: bool | None = None) 
     return {f.key: f.value for f in session.exec(stmt)}
 
 
+def pinned_by_author(session: Session, run_id: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The run's pinned facts in one read, key -> value: the user's own statements, and those a
+    reviewer set (`PinnedFact.set_by`), each in the order they were pinned."""
+    mine: dict[str, str] = {}
+    theirs: dict[str, str] = {}
+    for fact in session.exec(
+        select(PinnedFact).where(PinnedFact.run_id == run_id).order_by(col(PinnedFact.id))
+    ):
+        (mine if fact.set_by == "user" else theirs)[fact.key] = fact.value
+    return mine, theirs
+
+
 def results_by_name(steps: list[Step]) -> dict[str, dict[str, Any]]:
     """Results of the succeeded steps, by step name; a later step of the same name wins."""
     return {s.name: s.result or {} for s in steps if s.status == "succeeded"}

@@ -13,6 +13,7 @@ settled to the usage the provider reported, or released when no answer came.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -50,52 +51,96 @@ def priced_model(chat: ChatProvider) -> str:
     return OFFLINE_MODEL if chat.name == OFFLINE_MODEL else get_settings().model
 
 
+@dataclass(frozen=True)
+class Call:
+    """A model call under way: its request, the run (and step) it is charged to, the provider,
+    the prompt estimate it reserved for, and the reservation it holds until it settles."""
+
+    run_id: int
+    request: ModelRequest
+    step_id: int | None
+    chat: ChatProvider
+    price: ModelPrice
+    prompt_tokens: int
+    held: budgets.Reservation
+
+
 def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None) -> Completion:
-    """Make one model call for run `run_id` (and step `step_id`), charged to its budgets.
+    """Make one model call for run `run_id` (and step `step_id`), charged to its budgets: reserve
+    (one transaction), send, settle (another).
 
     Raises, before anything is sent, `TokenBudgetSpent` or `CostBudgetSpent` when the run cannot
     pay for the call's largest possible spend, and `NotFound` for an unknown run; after sending,
     `RateLimited` (the caller defers), `QuotaExhausted`, `ProviderUnavailable` (every attempt
     failed) or `ProviderError` (a failure retrying will not fix).
     """
+    with session_scope() as session:
+        call = reserve(session, run_id, request, step_id=step_id)
+    completion, attempt = send(call)
+    with session_scope() as session:
+        settle(session, call, completion, attempt)
+    return completion
+
+
+def reserve(
+    session: Session, run_id: int, request: ModelRequest, *, step_id: int | None = None
+) -> Call:
+    """Hold the call's largest spend in the caller's transaction: the prompt estimate plus every
+    output token allowed, at the configured provider's price. Raises `TokenBudgetSpent`,
+    `CostBudgetSpent` or `NotFound` (`models.budgets.reserve`), holding nothing."""
     chat = provider()
     price = get_settings().price_of(priced_model(chat))
     prompt = request.estimated_prompt_tokens
     if prompt is None:
         prompt = estimate_prompt_tokens(request)
-    held = _reserve(run_id, price, prompt_tokens=prompt, output_tokens=request.max_output_tokens)
+    output = request.max_output_tokens
+    cost = budgets.cost_usd(price, prompt_tokens=prompt, completion_tokens=output)
+    held = budgets.reserve(session, run_id, tokens=prompt + output, cost=cost)
+    return Call(run_id, request, step_id, chat, price, prompt, held)
+
+
+def send(call: Call) -> tuple[Completion, int]:
+    """Send a reserved call (no transaction is open): the completion and the attempt that got it.
+    When no answer comes (what `call_model` raises after sending, or a soft time limit), the
+    reservation is released in a transaction of its own before the exception goes up."""
     try:
-        completion, attempt = _send(chat, run_id, request, step_id)
+        return _send(call.chat, call.run_id, call.request, call.step_id)
     except BaseException:  # a soft time limit too: give the reservation back
         with session_scope() as session:
-            budgets.settle(session, held, tokens=0, cost=0.0)
+            budgets.settle(session, call.held, tokens=0, cost=0.0)
         raise
+
+
+def settle(session: Session, call: Call, completion: Completion, attempt: int) -> None:
+    """In the caller's transaction: replace the call's reservation with the usage the provider
+    reported, and record its `model.call` event (outcome `ok`)."""
     tokens = completion.prompt_tokens + completion.completion_tokens
     cost = budgets.cost_usd(
-        price,
+        call.price,
         prompt_tokens=completion.prompt_tokens,
         completion_tokens=completion.completion_tokens,
     )
-    with session_scope() as session:
-        budgets.settle(session, held, tokens=tokens, cost=cost, provider=chat.name, step_id=step_id)
-        _record(
-            session,
-            run_id,
-            request,
-            step_id,
-            attempt=attempt,
-            outcome="ok",
-            model=completion.model,
-            offline=completion.offline,
-            prompt_tokens=completion.prompt_tokens,
-            estimated_prompt_tokens=prompt,
-            completion_tokens=completion.completion_tokens,
-            finish_reason=completion.finish_reason,
-            reserved_tokens=held.tokens,
-            cost_usd=cost,
-        )
-    log.info("model.call", run_id=run_id, purpose=request.purpose, tokens=tokens, cost_usd=cost)
-    return completion
+    budgets.settle(
+        session, call.held, tokens=tokens, cost=cost, provider=call.chat.name, step_id=call.step_id
+    )
+    _record(
+        session,
+        call.run_id,
+        call.request,
+        call.step_id,
+        attempt=attempt,
+        outcome="ok",
+        model=completion.model,
+        offline=completion.offline,
+        prompt_tokens=completion.prompt_tokens,
+        estimated_prompt_tokens=call.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        finish_reason=completion.finish_reason,
+        reserved_tokens=call.held.tokens,
+        cost_usd=cost,
+    )
+    purpose = call.request.purpose
+    log.info("model.call", run_id=call.run_id, purpose=purpose, tokens=tokens, cost_usd=cost)
 
 
 def estimate_prompt_tokens(request: ModelRequest) -> int:
@@ -105,15 +150,6 @@ def estimate_prompt_tokens(request: ModelRequest) -> int:
     schemas = [request.json_schema] if request.json_schema else []
     extra = count_tool_schema_tokens([*schemas, *request.tools]) if schemas or request.tools else 0
     return count_message_tokens(request.messages, model) + extra
-
-
-def _reserve(
-    run_id: int, price: ModelPrice, *, prompt_tokens: int, output_tokens: int
-) -> budgets.Reservation:
-    """Hold the call's largest spend: the prompt estimate plus every output token allowed."""
-    cost = budgets.cost_usd(price, prompt_tokens=prompt_tokens, completion_tokens=output_tokens)
-    with session_scope() as session:
-        return budgets.reserve(session, run_id, tokens=prompt_tokens + output_tokens, cost=cost)
 
 
 def _send(

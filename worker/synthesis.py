@@ -19,10 +19,11 @@ from models.queue import TASK_REMEMBER_RUN
 from models.runs import get_run, results_by_name
 from models.settings import get_settings
 from models.step_data import fit_outputs, json_bytes
-from worker.calls import call_model
+from models.tables import Step
+from worker import calls
 from worker.context import ContextOverflow
 from worker.prompts import synthesize_prompt
-from worker.working_memory import request_for
+from worker.working_memory import request_for, request_in
 
 log = structlog.get_logger("agentq.worker")
 
@@ -44,32 +45,29 @@ def synthesize(run_id: int) -> list[Send]:
     an exhausted quota or a provider failure escalates the run instead (reason
     `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
     limit is raised as `RateLimited` for the task to send itself again later.
+
+    Two transactions when the context needs no summary folded: one reads the run and reserves
+    the call's budget (`_start`), one settles it, writes the answer and dispatches.
     """
-    with session_scope() as session:
-        run = get_run(session, run_id)
-        if run.status != "synthesizing":
-            log.info("synthesize.skipped", run_id=run_id, status=run.status)
-            return []
-        steps = current_steps(session, run)
-        goal, user_id = run.goal, run.user_id
     cap = get_settings().user_max_running_steps
     try:
-        completion = call_model(run_id, request_for(run_id, synthesize_prompt(goal, steps)))
+        started = _start(run_id)
+        if started is None:
+            return []
+        call, steps, user_id = started
+        completion, attempt = calls.send(call)
     except RateLimited:
         raise
     except (ProviderError, BudgetExhausted, ContextOverflow) as exc:
-        reason = (
-            exc.reason
-            if isinstance(exc, BudgetExhausted | QuotaExhausted)
-            else "context_overflow"
-            if isinstance(exc, ContextOverflow)
-            else "synthesis_failed"
-        )
         with session_scope() as session:
             transitions.escalate(
-                session, run_id, expected="synthesizing", reason=reason, detail={"error": str(exc)}
+                session,
+                run_id,
+                expected="synthesizing",
+                reason=_escalation_reason(exc),
+                detail={"error": str(exc)},
             )
-            return dispatch.dispatch(session, user_id, cap=cap)
+            return dispatch.dispatch(session, get_run(session, run_id).user_id, cap=cap)
     room = get_settings().step_data_max_bytes - json_bytes(completion.text)
     final = {
         "answer": completion.text,
@@ -77,9 +75,35 @@ def synthesize(run_id: int) -> list[Send]:
         "outputs": fit_outputs(results_by_name(steps), max_bytes=room),
     }
     with session_scope() as session:
+        calls.settle(session, call, completion, attempt)
         try:
             transitions.succeed_run(session, run_id, final_result=final)
         except IllegalTransition as exc:
             log.info("synthesize.skipped", run_id=run_id, reason=str(exc))
             return []
         return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
+
+
+def _start(run_id: int) -> tuple[calls.Call, list[Step], str] | None:
+    """Read the run, build the synthesis request and reserve its budget, in one transaction
+    when the context needs no summary folded first (else the fold's calls come between); None
+    when the run is not synthesizing. Raises what `request_in` and `calls.reserve` raise."""
+    with session_scope() as session:
+        run = get_run(session, run_id)
+        if run.status != "synthesizing":
+            log.info("synthesize.skipped", run_id=run_id, status=run.status)
+            return None
+        steps = current_steps(session, run)
+        prompt = synthesize_prompt(run.goal, steps)
+        request = request_in(session, run, prompt, steps=steps)
+        if request is not None:
+            return calls.reserve(session, run_id, request), steps, run.user_id
+    request = request_for(run_id, prompt)
+    with session_scope() as session:
+        return calls.reserve(session, run_id, request), steps, run.user_id
+
+
+def _escalation_reason(exc: Exception) -> str:
+    if isinstance(exc, BudgetExhausted | QuotaExhausted):
+        return exc.reason
+    return "context_overflow" if isinstance(exc, ContextOverflow) else "synthesis_failed"

@@ -12,6 +12,7 @@ the request is returned, so trimming never loses what the summary should hold.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import Session
@@ -23,7 +24,7 @@ from models.erasures import may_write
 from models.memory import Recalled, recall_for
 from models.messages import latest_summary, save_summary, turns
 from models.plans import current_steps
-from models.runs import get_run, pinned_facts
+from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
@@ -92,7 +93,9 @@ def recalled_pieces(recalled: Recalled) -> list[Piece]:
     return pieces
 
 
-def _layers(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> Layers:
+def _layers(
+    session: Session, run: Run, prompt: Prompt, recalled: Recalled, read: RunRead
+) -> Layers:
     s = get_settings()
     cap = s.tool_result_max_tokens
     history = [
@@ -107,15 +110,8 @@ def _layers(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> L
     summary = latest_summary(session, run.id or 0)
     return Layers(
         instructions=_piece("system", prompt.instructions),
-        state=_piece(
-            "user",
-            state_text(
-                run,
-                pinned_facts(session, run.id or 0, by_user=True),
-                pinned_facts(session, run.id or 0, by_user=False),
-            ),
-        ),
-        ledger=_piece("user", ledger_text(current_steps(session, run))),
+        state=_piece("user", state_text(run, read.by_user, read.by_reviewers)),
+        ledger=_piece("user", ledger_text(read.steps)),
         task=_piece("user", prompt.task),
         recalled=recalled_pieces(recalled),
         summary=_piece("user", f"Summary of earlier turns:\n{summary.content}")
@@ -124,6 +120,28 @@ def _layers(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> L
         summary_covers_through=summary.covers_through_id if summary else 0,
         turns=history,
     )
+
+
+@dataclass(frozen=True)
+class RunRead:
+    """What every call's context reads of its run besides turns and recall, read once: the
+    pinned facts, the user's (`by_user`) and those reviewers set (`by_reviewers`), key -> value,
+    and the current plan version's steps, in order."""
+
+    by_user: dict[str, str]
+    by_reviewers: dict[str, str]
+    steps: list[Step]
+
+    @property
+    def facts(self) -> dict[str, str]:
+        """Every pinned fact, key -> value (keys are unique per run)."""
+        return {**self.by_user, **self.by_reviewers}
+
+    @classmethod
+    def of(cls, session: Session, run: Run, steps: list[Step] | None = None) -> RunRead:
+        """Read run `run`'s pinned facts (one statement) and, unless given, its current steps."""
+        by_user, by_reviewers = pinned_by_author(session, run.id or 0)
+        return cls(by_user, by_reviewers, current_steps(session, run) if steps is None else steps)
 
 
 def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
@@ -153,12 +171,15 @@ def schema_tokens(prompt: Prompt) -> int:
     return count_tool_schema_tokens([*schemas, *prompt.tools]) if schemas or prompt.tools else 0
 
 
-def recall_or_withhold(session: Session, run: Run, prompt: Prompt) -> Recalled:
+def recall_or_withhold(
+    session: Session, run: Run, prompt: Prompt, pinned: dict[str, str]
+) -> Recalled:
     """What the user's memory offers this call: nothing for a call that asks for nothing
     (`prompt.query` None); nothing, recorded as a `memory.withheld` event, once a reviewer's
     words are in the run (`models.authorship.reviewer_words`: they are in this call's context,
     and a call holding them beside the user's memory acts with the reviewer's rights, who may not
-    read it); else the recalled facts and episodes, less those about what the run pins."""
+    read it); else the recalled facts and episodes, less those about what the run pins
+    (`pinned`, key -> value)."""
     if not prompt.query:
         return Recalled()
     words = reviewer_words(session, run.id or 0)
@@ -176,45 +197,61 @@ def recall_or_withhold(session: Session, run: Run, prompt: Prompt) -> Recalled:
         )
         return Recalled()
     recalled = recall_for(session, user_id=run.user_id, query=prompt.query)
-    return without_pinned(recalled, pinned_facts(session, run.id or 0))
+    return without_pinned(recalled, pinned)
 
 
-def build(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
-    """Assemble the context once; returns it and the payload (with what memory recalled)."""
-    with session_scope() as session:
-        run = get_run(session, run_id)
-        recalled = recall_or_withhold(session, run, prompt)
-        context = assemble(
-            _layers(session, run, prompt, recalled),
-            budget=budget(prompt),
-            recall_share=get_settings().recall_share,
+def build(
+    session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None
+) -> tuple[Context, dict[str, Any]]:
+    """Assemble the context of `prompt` in run `run` once, in the caller's transaction (`steps`:
+    the current version's steps when the caller has read them already); returns it and the
+    payload (with what memory recalled). Raises `ContextOverflow`."""
+    read = RunRead.of(session, run, steps)
+    recalled = recall_or_withhold(session, run, prompt, read.facts)
+    context = assemble(
+        _layers(session, run, prompt, recalled, read),
+        budget=budget(prompt),
+        recall_share=get_settings().recall_share,
+    )
+    # the event quotes the user's memory: a forget racing this call must not leave it behind
+    quoted = recalled.facts or recalled.episodes
+    run_id = run.id or 0
+    if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
+        transitions.record_event(
+            session,
+            run_id,
+            "memory.recalled",
+            purpose=prompt.purpose,
+            facts=[f.item.text for f in recalled.facts],
+            episodes=[e.item.run_id for e in recalled.episodes],
         )
-        # the event quotes the user's memory: a forget racing this call must not leave it behind
-        quoted = recalled.facts or recalled.episodes
-        if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
-            transitions.record_event(
-                session,
-                run_id,
-                "memory.recalled",
-                purpose=prompt.purpose,
-                facts=[f.item.text for f in recalled.facts],
-                episodes=[e.item.run_id for e in recalled.episodes],
-            )
-        payload = {
-            **prompt.payload,
-            "facts": pinned_facts(session, run_id),
-            "recalled_facts": [f.item.text for f in recalled.facts],
-            "episodes": [
-                {
-                    "run_id": e.item.run_id,
-                    "goal": e.item.goal,
-                    "outcome": e.item.outcome,
-                    "failures": e.item.failures,
-                }
-                for e in recalled.episodes
-            ],
-        }
+    payload = {
+        **prompt.payload,
+        "facts": read.facts,
+        "recalled_facts": [f.item.text for f in recalled.facts],
+        "episodes": [
+            {
+                "run_id": e.item.run_id,
+                "goal": e.item.goal,
+                "outcome": e.item.outcome,
+                "failures": e.item.failures,
+            }
+            for e in recalled.episodes
+        ],
+    }
     return context, payload
+
+
+def request_in(
+    session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None
+) -> ModelRequest | None:
+    """The request for `prompt`, assembled in the caller's transaction; None when turns dropped
+    from the window must first be folded into the summary (model calls: `request_for` does it
+    outside any transaction). Raises `ContextOverflow`."""
+    context, payload = build(session, run, prompt, steps=steps)
+    if context.uncovered and prompt.purpose != "summarize":
+        return None
+    return _request(prompt, context, payload)
 
 
 def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
@@ -222,12 +259,21 @@ def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
 
     Raises `worker.context.ContextOverflow` when the never-trimmed layers alone exceed the budget.
     """
-    context, payload = build(run_id, prompt)
+    context, payload = _built(run_id, prompt)
     for _ in range(MAX_SUMMARY_ROUNDS):
         if not context.uncovered or prompt.purpose == "summarize":
             break
         fold_into_summary(run_id, context.uncovered, half_budget=context.budget // 2)
-        context, payload = build(run_id, prompt)
+        context, payload = _built(run_id, prompt)
+    return _request(prompt, context, payload)
+
+
+def _built(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
+    with session_scope() as session:
+        return build(session, get_run(session, run_id), prompt)
+
+
+def _request(prompt: Prompt, context: Context, payload: dict[str, Any]) -> ModelRequest:
     return ModelRequest(
         purpose=prompt.purpose,
         messages=context.messages,

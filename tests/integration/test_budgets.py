@@ -1,0 +1,86 @@
+"""The budget statements on the real Postgres: `RESERVE` guards with the rule `fits` states, and
+`SETTLE` replaces what a call held with what it spent (DESIGN.md invariant 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+
+from models import budgets
+from models.db import session_scope
+from models.errors import CostBudgetSpent, NotFound, TokenBudgetSpent
+from models.tables import Run
+
+LIMIT_TOKENS, LIMIT_COST = 1000, 0.5
+
+
+def _run_with(make_run: Callable[..., int], *, tokens_used: int, cost_used: float) -> int:
+    run_id = make_run(None, start=False)
+    with session_scope() as session:
+        session.execute(
+            sa.update(Run)
+            .where(Run.id == run_id)  # type: ignore[arg-type]
+            .values(
+                tokens_used=tokens_used,
+                tokens_limit=LIMIT_TOKENS,
+                cost_used_usd=cost_used,
+                cost_limit_usd=LIMIT_COST,
+            )
+        )
+    return run_id
+
+
+def _spent(run_id: int) -> tuple[int, float]:
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        return run.tokens_used, run.cost_used_usd
+
+
+@pytest.mark.parametrize(
+    ("used", "tokens", "cost_used", "cost"),
+    [
+        (900, 100, 0.0, 0.0),  # exactly the token limit: fits
+        (900, 101, 0.0, 0.0),  # one token over
+        (0, 0, 0.25, 0.25),  # exactly the cost limit
+        (0, 0, 0.25, 0.2500001),  # just over it
+        (1000, 0, 0.5, 0.0),  # nothing asked of a spent run
+    ],
+)
+def test_reserve_takes_what_fits_and_refuses_the_rest_as_fits_says(
+    make_run: Callable[..., int], used: int, tokens: int, cost_used: float, cost: float
+) -> None:
+    run_id = _run_with(make_run, tokens_used=used, cost_used=cost_used)
+    allowed = budgets.fits(used, tokens, LIMIT_TOKENS) and budgets.fits(cost_used, cost, LIMIT_COST)
+    try:
+        with session_scope() as session:
+            budgets.reserve(session, run_id, tokens=tokens, cost=cost)
+    except (TokenBudgetSpent, CostBudgetSpent) as exc:
+        assert not allowed, exc
+        assert _spent(run_id) == (used, pytest.approx(cost_used))
+    else:
+        assert allowed
+        assert _spent(run_id) == (used + tokens, pytest.approx(cost_used + cost))
+
+
+def test_settle_replaces_the_hold_with_the_spend_and_never_goes_below_zero(
+    make_run: Callable[..., int],
+) -> None:
+    run_id = _run_with(make_run, tokens_used=0, cost_used=0.0)
+    with session_scope() as session:
+        held = budgets.reserve(session, run_id, tokens=700, cost=0.3)
+    with session_scope() as session:
+        budgets.settle(session, held, tokens=250, cost=0.1, provider="openai")
+    assert _spent(run_id) == (250, pytest.approx(0.1))
+    with session_scope() as session:  # a stale hold larger than what is left: cost stays >= 0
+        budgets.settle(session, budgets.Reservation(run_id, 0, 5.0), tokens=0, cost=0.0)
+        provider = session.get(Run, run_id).provider  # type: ignore[union-attr]
+    assert _spent(run_id)[1] == 0.0
+    assert provider == "openai"  # settle without a provider leaves it as it was
+
+
+def test_reserve_for_an_unknown_run_is_not_found(make_run: Callable[..., int]) -> None:
+    with pytest.raises(NotFound), session_scope() as session:
+        budgets.reserve(session, 10**9, tokens=1, cost=0.0)
