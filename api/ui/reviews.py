@@ -48,9 +48,10 @@ def inbox_page(request: Request, tab: str = "open") -> HTMLResponse:
     principal = reviewer(request)
     shown = tab if tab in review_details.TABS else "open"
     with session_scope() as session:
+        # first, before the rows it versions (`last_event_id`)
+        version = last_event_id(session, kind_prefix="escalation.")
         items = review_details.inbox(session, tab=shown, me=principal.token_id)
         counts = review_details.tab_counts(session, me=principal.token_id)
-        version = last_event_id(session, kind_prefix="escalation.")
     return render(
         request,
         "inbox.html",

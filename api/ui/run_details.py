@@ -243,7 +243,13 @@ def run_escalations(session: Session, run_id: int) -> list[Escalation]:
 
 def last_event_id(session: Session, *, run_ids: Any = None, kind_prefix: str = "") -> int:
     """The newest event id (of `run_ids`, a list or a subquery; of kinds starting with
-    `kind_prefix`): a page's version, which changes whenever anything it shows may have."""
+    `kind_prefix`): a page's version, which changes whenever anything it shows may have.
+
+    A page reads it first, before any row it shows: each statement of a READ COMMITTED
+    transaction sees what had committed when it began, so a version read after the rows can
+    already count a change the page missed (a run page showing `running` with the version of the
+    run's `run.succeeded`), and the page's poll (`static/console.js`) then sees nothing new and
+    never reloads. Read first, it can only be older than the rows: the next poll reloads."""
     stmt = sa.select(sa.func.max(col(RunEvent.id)))
     if run_ids is not None:
         stmt = stmt.where(col(RunEvent.run_id).in_(run_ids))

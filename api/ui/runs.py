@@ -61,6 +61,7 @@ def runs_page(request: Request, status: str | None = None, before: Before = None
     if status is not None and status not in RUN_STATUSES:
         return _unknown_status(request, principal, status)
     with session_scope() as session:
+        version = run_details.last_event_id(session, run_ids=_visible(principal))  # first
         stmt = select(Run).where(col(Run.id).in_(_visible(principal)))
         if status:
             stmt = stmt.where(Run.status == status)
@@ -69,7 +70,6 @@ def runs_page(request: Request, status: str | None = None, before: Before = None
         found = list(session.exec(stmt.order_by(col(Run.id).desc()).limit(RUNS_PAGE_SIZE + 1)))
         runs = found[:RUNS_PAGE_SIZE]
         progress = run_details.progress_of(session, runs)
-        version = run_details.last_event_id(session, run_ids=_visible(principal))
     older = runs[-1].id if len(found) > RUNS_PAGE_SIZE else None
     return render(
         request,
@@ -119,6 +119,7 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
     newest page of its timeline (below `events_before`)."""
     principal = current_principal(request)
     with session_scope() as session:
+        version = run_details.last_event_id(session, run_ids=[run_id])  # first: see its doc
         run = visible_run(session, run_id, principal)
         columns = run_details.plan_columns(session, run)
         page = run_details.timeline(
@@ -137,7 +138,7 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "paged_back": events_before is not None,
             "escalations": run_details.run_escalations(session, run_id),
             "meters": run_details.spend(run),
-            "poll_version": run_details.last_event_id(session, run_ids=[run_id]),
+            "poll_version": version,
             "may_cancel": may_cancel(principal, run),
         }
     live = run.status not in RUN_TERMINAL
