@@ -32,6 +32,9 @@ def _waiting_run(make_run: MakeRun) -> tuple[str, int, int]:
     user = f"rita-{uuid.uuid4().hex[:8]}"
     text = "The user pays the rent from the iban DE00123"
     model = memory.embedder()
+    # embedded before the submit: a first embedding can take longer than AGENTQ_PHASE_STALE_S,
+    # and the reconciler would then nudge the quiet running run on to its end before it waits
+    vector = model.embed([text])[0]
     run_id = make_run([{"name": "a", "kind": "tool", "tool": "noop"}], user=user, start=False)
     with session_scope() as session:
         remember(
@@ -41,7 +44,7 @@ def _waiting_run(make_run: MakeRun) -> tuple[str, int, int]:
             attribute="iban",
             category="profile",
             text=text,
-            embedding=model.embed([text])[0],
+            embedding=vector,
             embedding_model=model.model,
             source_run_id=None,
         )
