@@ -14,14 +14,17 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlmodel import Field, Session, SQLModel, col, select
+from sqlmodel import Field, Session, SQLModel, col
 
+from models import sql
 from models.erasures import may_write
 from models.settings import get_settings
 from models.tables import created_field
 from models.tokens import count_tokens
 
 ROLES = ("user", "assistant", "tool")
+TURNS = "SELECT * FROM messages WHERE run_id = :run_id ORDER BY id"
+LATEST_SUMMARY = "SELECT * FROM run_summaries WHERE run_id = :run_id ORDER BY id DESC LIMIT 1"
 
 
 class Message(SQLModel, table=True):
@@ -83,16 +86,14 @@ def add_message(
 
 
 def turns(session: Session, run_id: int) -> list[Message]:
-    """The run's turns, oldest first."""
-    return list(
-        session.exec(select(Message).where(Message.run_id == run_id).order_by(col(Message.id)))
-    )
+    """The run's turns, oldest first (read for every model call's context: named SQL)."""
+    return sql.rows_of(session, Message, TURNS, {"run_id": run_id})
 
 
 def latest_summary(session: Session, run_id: int) -> RunSummary | None:
     """The run's current rolling summary, if one was written."""
-    stmt = select(RunSummary).where(RunSummary.run_id == run_id).order_by(col(RunSummary.id).desc())
-    return session.exec(stmt.limit(1)).first()
+    found = sql.rows_of(session, RunSummary, LATEST_SUMMARY, {"run_id": run_id})
+    return found[0] if found else None
 
 
 def save_summary(

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, select
 
-from models import graph
+from models import graph, sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
 from models.references import referenced_facts, references
 from models.states import STEP_NOT_STARTED
@@ -32,6 +32,13 @@ MAX_STEP_TOOLS: Final = 20  # tools offered to one model step; each costs prompt
 # pass to each other travels by `${steps...}` reference); a bigger one is almost surely a mistake,
 # and every prompt, event and page that shows the plan would carry it.
 MAX_ARGS_CHARS: Final = 64_000
+# current_steps: the steps of version :version of run :run_id, in the version's order.
+CURRENT_STEPS: Final = """
+SELECT s.* FROM plan_versions v
+CROSS JOIN LATERAL jsonb_array_elements_text(v.step_ids) WITH ORDINALITY AS e(step_id, n)
+JOIN steps s ON s.id = e.step_id::int
+WHERE v.run_id = :run_id AND v.version = :version
+ORDER BY e.n"""
 STEP_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
 
 
@@ -222,8 +229,10 @@ def _facts_of(step: StepSpec) -> set[str]:
 
 
 def current_steps(session: Session, run: Run) -> list[Step]:
-    """The steps of the run's current plan version, in order."""
-    return list(current_graph(session, run).kept)
+    """The steps of the run's current plan version, in order (one statement: every model call's
+    context and every synthesis reads them)."""
+    params = {"run_id": run.id, "version": run.plan_version}
+    return sql.rows_of(session, Step, CURRENT_STEPS, params)
 
 
 def current_graph(session: Session, run: Run, *, replaced: int | None = None) -> Splice:

@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import quotas, transitions
+from models import quotas, sql, transitions
 from models.errors import InvalidInput, NotFound
 from models.graph import ancestors
 from models.plans import PlanSpec, Splice, add_plan_version
@@ -136,10 +136,8 @@ def pinned_by_author(session: Session, run_id: int) -> tuple[dict[str, str], dic
     reviewer set (`PinnedFact.set_by`), each in the order they were pinned."""
     mine: dict[str, str] = {}
     theirs: dict[str, str] = {}
-    for fact in session.exec(
-        select(PinnedFact).where(PinnedFact.run_id == run_id).order_by(col(PinnedFact.id))
-    ):
-        (mine if fact.set_by == "user" else theirs)[fact.key] = fact.value
+    for key, value, set_by in sql.execute(session, PINNED_BY_AUTHOR, {"run_id": run_id}):
+        (mine if set_by == "user" else theirs)[key] = value
     return mine, theirs
 
 
@@ -148,6 +146,10 @@ def results_by_name(steps: list[Step]) -> dict[str, dict[str, Any]]:
     return {s.name: s.result or {} for s in steps if s.status == "succeeded"}
 
 
+# pinned_by_author: the run's pinned facts, oldest first, with who set each.
+PINNED_BY_AUTHOR: Final = (
+    "SELECT key, value, set_by FROM pinned_facts WHERE run_id = :run_id ORDER BY id"
+)
 # current_after: what each step of the run's current plan version waits for.
 CURRENT_AFTER: Final = """
 SELECT v.after FROM plan_versions v JOIN runs r ON r.id = v.run_id AND v.version = r.plan_version

@@ -91,6 +91,13 @@ def update_status(
     return None if row is None else loaded(session, model, row._asdict())
 
 
+def rows_of(
+    session: Session, model: type[M], sql: str, params: Mapping[str, Any] | None = None
+) -> list[M]:
+    """The rows `sql` returns (every column of `model`'s table), as instances (`loaded`)."""
+    return [loaded(session, model, row._asdict()) for row in execute(session, sql, params)]
+
+
 def loaded(session: Session, model: type[M], found: dict[str, Any]) -> M:
     """The instance of `model` for the row `found` (column -> value): the session's own, updated
     to `found`, when it holds one; else a new instance, not added to the session."""
