@@ -3,11 +3,13 @@
 A run's memory task (`worker.memory`, issue 10) writes its episode from the run row, its steps
 with the plan versions that created them (`models.authorship.reviewers_steps` needs both), its
 pinned facts and the reviewer answers asked to be remembered. `read` gets all of it, for the
-task's own run and for up to `more` other runs of the same user that wait for memory and need no
-model call (`BATCHABLE`), in one statement: each list is a JSON aggregate of its table, so the
-task costs one round trip however many runs it remembers. SQL rather than the ORM: the memory
-task runs once per run, and its ORM reads were about a quarter of a worker's CPU in the engine
-benchmark (`ops/bench/engine_throughput.py`).
+task's own run and, when memory is behind (the task started a while after its run ended), for up
+to `more` other runs of the same user that wait for memory and need no model call (`BATCHABLE`),
+in one statement: each list is a JSON aggregate of its table, so the task costs one round trip
+however many runs it remembers. When memory keeps up, the search for other runs is not made: it
+probes each recent run of the user, which costs more than a batch that is seldom found saves.
+SQL rather than the ORM: the memory task runs once per run, and its ORM reads were about a
+quarter of a worker's CPU in the engine benchmark (`ops/bench/engine_throughput.py`).
 
 What it reads of memory's end and of erasures is a hint, read without a lock: the write takes the
 user's erasure lock and checks again (`models.episodes.remember_episodes`), and an episode is
@@ -44,23 +46,30 @@ BATCHABLE: Final = f"""r.status IN ('succeeded', 'failed', 'cancelled')
                     AND (s.kind = 'model' OR s.status = 'failed'))
     AND NOT EXISTS (SELECT 1 FROM pinned_facts f WHERE f.run_id = r.id AND f.set_by = 'user')
     AND NOT EXISTS (SELECT 1 FROM escalations x WHERE x.run_id = r.id AND x.remember_answer)"""
-# runs_to_remember: run :run_id, then up to :more runs of its user created since :since that are
-# `BATCHABLE`, oldest first; for each, the run's fields, whether its memory task ended, its
-# erasure point, its steps (id order, each with its creating version's author and the step that
-# version replaced), its current version's step ids, its pinned facts and its answers to remember.
+# runs_to_remember: run :run_id; then, if it ended before :ended_before and its memory task has
+# not ended (its message waited: memory is behind, and runs that ended since wait too), up to
+# :more runs of its user created since :since that are `BATCHABLE`, oldest first (else LIMIT 0,
+# and that part is never executed). For each: the run's fields, whether its memory task ended,
+# its erasure point, its steps (id order, each with its creating version's author and the step
+# that version replaced), its current version's step ids, its pinned facts and its answers to
+# remember.
 RUNS_TO_REMEMBER: Final = f"""
-WITH own AS (SELECT id, user_id FROM runs WHERE id = :run_id),
-batch AS (
-    SELECT id, 0 AS place FROM own
+WITH own AS (
+    SELECT r.id, r.user_id, r.finished_at, {MEMORY_ENDED_OF} AS memory_ended
+    FROM runs r WHERE r.id = :run_id
+), batch AS (
+    SELECT id, 0 AS place, memory_ended FROM own
     UNION ALL (
-        SELECT r.id, 1 FROM runs r JOIN own ON r.user_id = own.user_id
+        SELECT r.id, 1, false FROM runs r JOIN own ON r.user_id = own.user_id
         WHERE r.created_at >= :since AND r.id <> own.id AND {BATCHABLE}
-        ORDER BY r.id LIMIT :more)
+        ORDER BY r.id
+        LIMIT (SELECT CASE WHEN finished_at < :ended_before AND NOT memory_ended
+                      THEN :more ELSE 0 END FROM own))
 )
 SELECT r.id, r.user_id, r.goal, r.status, r.created_at,
     CASE WHEN r.status = 'succeeded' THEN coalesce(r.final_result ->> 'answer', '')
          ELSE coalesce(r.error, '') END AS final_answer,
-    {MEMORY_ENDED_OF} AS memory_ended,
+    b.memory_ended,
     {ERASED_AT_OF} AS erased_at,
     (SELECT coalesce(jsonb_agg(jsonb_build_object(
             'id', s.id, 'plan_version', s.plan_version, 'name', s.name,
@@ -144,14 +153,16 @@ class EndedRun:
     answers: list[Escalation]
 
 
-def read(session: Session, run_id: int, *, more: int, since: datetime) -> list[EndedRun]:
-    """Run `run_id` (first) and up to `more` (>= 0) other runs of its user created at or after
-    `since` (timezone-aware) that can be remembered with it (`BATCHABLE`), oldest first; one
-    statement. Empty when run `run_id` does not exist. Raises `ValueError` for a negative
-    `more`."""
+def read(
+    session: Session, run_id: int, *, more: int, since: datetime, ended_before: datetime
+) -> list[EndedRun]:
+    """Run `run_id` (first) and, when it ended before `ended_before` and its memory task has not
+    ended, up to `more` (>= 0) other runs of its user created at or after `since` that can be
+    remembered with it (`BATCHABLE`), oldest first; one statement. Times are timezone-aware.
+    Empty when run `run_id` does not exist. Raises `ValueError` for a negative `more`."""
     if more < 0:
         raise ValueError(f"more {more!r}: must be >= 0")
-    params = {"run_id": run_id, "more": more, "since": since}
+    params = {"run_id": run_id, "more": more, "since": since, "ended_before": ended_before}
     return [_ended_run(row) for row in session.execute(_RUNS_TO_REMEMBER, params)]
 
 

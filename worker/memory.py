@@ -10,12 +10,13 @@ never delays a run's end and a deployment may give it workers of its own. A run 
 forgotten after it was created remembers nothing (`models.erasures`). Memory never decides a
 run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
 
-Embeddings are batched: one task remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1
-other ended runs of the same user that wait for memory and need no model call
-(`models.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and one
-write transaction. Each of those runs still has its own message; the episode is written once per
-run (`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and
-a task that finds its run already remembered does nothing.
+Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after its run ended
+(memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other ended runs
+of the same user that wait for memory and need no model call (`models.ended_runs.BATCHABLE`),
+with one `embed` call for all their texts, in one read and one write transaction. Each of those
+runs still has its own message; the episode is written once per run
+(`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
+task that finds its run already remembered does nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ from worker.run_memory import RunMemory, run_memory
 log = structlog.get_logger("agentq.worker")
 FACT_OUTCOMES = ("added", "duplicate", "superseded", "dropped")
 MEMORY_BATCH_MAX_RUNS: Final = 16  # runs one memory task remembers at most, with one embed call
+# A task that starts this long after its run ended batches: memory is behind, so runs that ended
+# since are waiting too. One that starts sooner remembers its run alone, and searches for none.
+MEMORY_BATCH_AFTER_S: Final = 1.0
 # Only runs created this recently are batched: it bounds the read's scan of the user's runs
 # (`ix_runs_user_created`); an older run is remembered by its own message.
 MEMORY_BATCH_WINDOW_S: Final = 3600.0
@@ -86,9 +90,15 @@ def remember_ended_run(run_id: int) -> None:
 
 def _read(run_id: int) -> list[EndedRun]:
     """The run and the runs batched with it; empty when the run is to be left alone."""
-    since = utcnow() - timedelta(seconds=MEMORY_BATCH_WINDOW_S)
+    now = utcnow()
     with session_scope() as session:
-        runs = ended_runs.read(session, run_id, more=MEMORY_BATCH_MAX_RUNS - 1, since=since)
+        runs = ended_runs.read(
+            session,
+            run_id,
+            more=MEMORY_BATCH_MAX_RUNS - 1,
+            since=now - timedelta(seconds=MEMORY_BATCH_WINDOW_S),
+            ended_before=now - timedelta(seconds=MEMORY_BATCH_AFTER_S),
+        )
         if not runs:
             raise NotFound(f"run {run_id} does not exist")
         run = runs[0]

@@ -39,16 +39,24 @@ SELECT (SELECT xmin::text FROM episodes WHERE run_id = :run_id) AS episode,
      WHERE run_id = :run_id AND kind = 'memory.remembered') AS events"""
 
 
+# backdate: the run ended :s seconds earlier than it did.
+BACKDATE = "UPDATE runs SET finished_at = finished_at - make_interval(secs => :s) WHERE id = :id"
+WAITED_S = 5.0  # how long the runs of a batch have waited for memory: over MEMORY_BATCH_AFTER_S
+
+
 def _user(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def _ended_run(make_run: MakeRun, user: str, **overrides: Any) -> int:
-    """A run of `user` that has succeeded and whose memory task was never sent."""
+def _ended_run(make_run: MakeRun, user: str, *, ended_s_ago: float = 0, **overrides: Any) -> int:
+    """A run of `user` that succeeded `ended_s_ago` seconds ago and whose memory task was never
+    sent (as if its message were still waiting in the queue)."""
     run_id = make_run(NOOP, user=user, start=False, **overrides)
     with session_scope() as session:
         transitions.start_synthesis(session, run_id)
         transitions.succeed_run(session, run_id, final_result={"answer": f"done {run_id}"})
+    with session_scope() as session:
+        session.execute(sa.text(BACKDATE), {"id": run_id, "s": ended_s_ago})
     return run_id
 
 
@@ -84,7 +92,7 @@ def test_one_task_remembers_the_users_waiting_runs_with_one_embed_call(
     make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = _user("batch")
-    first, second, third = (_ended_run(make_run, user) for _ in range(3))
+    first, second, third = (_ended_run(make_run, user, ended_s_ago=WAITED_S) for _ in range(3))
     pinned = _ended_run(make_run, user, facts={"currency": "EUR"})  # needs a model call
     calls = _counting_embeds(monkeypatch)
     worker_memory.remember_ended_run(second)
@@ -111,7 +119,7 @@ def test_a_run_remembered_in_another_tasks_batch_is_left_alone_by_its_own(
     make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = _user("dup")
-    first, second = _ended_run(make_run, user), _ended_run(make_run, user)
+    first, second = (_ended_run(make_run, user, ended_s_ago=WAITED_S) for _ in range(2))
     worker_memory.remember_ended_run(first)
     (remembered,) = _events(second, "memory.remembered")
     assert remembered.detail["batched_with"] == first
@@ -125,19 +133,41 @@ def test_a_run_remembered_in_another_tasks_batch_is_left_alone_by_its_own(
         assert sorted(e.run_id for e in episodes_of(session, user_id=user)) == [first, second]
 
 
-def test_only_recent_waiting_runs_of_the_same_user_are_batched(make_run: MakeRun) -> None:
+def test_a_task_that_starts_soon_after_its_run_ended_remembers_it_alone(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = _user("prompt")
+    waiting, own = _ended_run(make_run, user, ended_s_ago=WAITED_S), _ended_run(make_run, user)
+    calls = _counting_embeds(monkeypatch)
+    worker_memory.remember_ended_run(own)  # memory keeps up: no search for other runs
+    assert len(calls) == 1 and len(calls[0]) == 1
+    assert _events(waiting, "memory.remembered") == []
+    (remembered,) = _events(own, "memory.remembered")
+    assert "batched_with" not in remembered.detail
+
+
+def test_only_waiting_runs_of_the_same_user_created_recently_are_batched(
+    make_run: MakeRun,
+) -> None:
     user = _user("scope")
-    older, own = _ended_run(make_run, user), _ended_run(make_run, user)
-    other_users = _ended_run(make_run, _user("other"))
-    long_ago, later = utcnow() - timedelta(hours=1), utcnow() + timedelta(hours=1)
-    with session_scope() as session:
-        assert [r.id for r in ended_runs.read(session, own, more=5, since=long_ago)] == [own, older]
-        assert [r.id for r in ended_runs.read(session, own, more=0, since=long_ago)] == [own]
-        assert [r.id for r in ended_runs.read(session, own, more=5, since=later)] == [own]
-        assert ended_runs.read(session, other_users, more=5, since=long_ago)[1:] == []
+    older, own = (_ended_run(make_run, user, ended_s_ago=WAITED_S) for _ in range(2))
+    other_users = _ended_run(make_run, _user("other"), ended_s_ago=WAITED_S)
+    now = utcnow()
+    long_ago, later, behind = now - timedelta(hours=1), now + timedelta(hours=1), now
+
+    def read(run_id: int, **overrides: Any) -> list[int]:
+        args = {"more": 5, "since": long_ago, "ended_before": behind, **overrides}
+        with session_scope() as session:
+            return [r.id for r in ended_runs.read(session, run_id, **args)]
+
+    assert read(own) == [own, older]
+    assert read(own, more=0) == read(own, since=later) == [own]
+    assert read(own, ended_before=now - timedelta(seconds=2 * WAITED_S)) == [own]  # not behind
+    assert read(other_users) == [other_users]
     worker_memory.remember_ended_run(older)  # remembers `own` too
+    assert read(own) == [own]  # its memory ended: it searches for no other run
     with session_scope() as session:
-        (found,) = ended_runs.read(session, own, more=5, since=long_ago)
+        (found,) = ended_runs.read(session, own, more=5, since=long_ago, ended_before=behind)
     assert found.memory_ended and found.outcome == "succeeded"
 
 
