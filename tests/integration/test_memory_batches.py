@@ -171,6 +171,22 @@ def test_only_waiting_runs_of_the_same_user_created_recently_are_batched(
     assert found.memory_ended and found.outcome == "succeeded"
 
 
+def test_a_forgotten_users_run_records_its_drop_once(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = _user("gone")
+    run_id = _ended_run(make_run, user, ended_s_ago=WAITED_S)
+    memory.forget(user)
+    calls = _counting_embeds(monkeypatch)
+    worker_memory.remember_ended_run(run_id)
+    worker_memory.remember_ended_run(run_id)  # delivered twice
+    (dropped,) = _events(run_id, "memory.dropped")
+    assert dropped.detail["what"] == "run" and calls == []  # nothing embedded for it
+    with session_scope() as session:
+        assert memory.memory_ended(session, run_id) == dropped
+        assert episodes_of(session, user_id=user) == []
+
+
 def _extracting(monkeypatch: pytest.MonkeyPatch, *facts: FactSpec) -> None:
     """The model "extracts" `facts`, or fails to when there are none."""
 
