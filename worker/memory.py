@@ -71,18 +71,17 @@ def remember_ended_run(run_id: int) -> None:
 
     Failures are recorded as `memory.failed` (`{"error"}`) on the run, never raised; a failed
     extraction, or a fact that cannot be written, still writes the episode and the answers (an
-    answer that cannot be written, the episode and the facts). A run
-    whose user was forgotten after it was created records `memory.dropped` instead and calls no
-    model; a run whose memory task has already ended (a message delivered twice, or the run was
-    batched with another's) is left alone. Raises `NotFound` when the run does not exist.
+    answer that cannot be written, the episode and the facts). A run whose user was forgotten
+    after it was created records `memory.dropped` instead and calls no model; a run whose memory
+    task has already ended (a message delivered twice, or the run was batched with another's) is
+    left alone. Raises `NotFound` when the run does not exist.
     """
     runs = _read(run_id)
     if not runs:
         return
-    own, *others = (run_memory(run) for run in runs)
-    batched = [other for other in others if not other.writes_facts]  # as BATCHABLE says
     try:
-        _remember(own, batched)
+        own, *others = (run_memory(run) for run in runs)
+        _remember(own, [other for other in others if not other.writes_facts])  # as BATCHABLE
     except (AgentqError, ValidationError, ValueError) as exc:
         with session_scope() as session:
             _record_failure(session, run_id, str(exc))
