@@ -11,7 +11,7 @@ reviewer's rights, never the user's:
   nothing for such a call and records `memory.withheld`. A plain approval adds no words.
 - `reviewers_steps`: the steps a reviewer wrote, and those built from what a reviewer wrote.
   Nothing they produce (arguments, errors, results) becomes the user's memory
-  (`worker.memory.failures_of`).
+  (`worker.run_memory.run_memory`).
 
 Both read rows only; the caller's session is never committed.
 """
@@ -19,7 +19,7 @@ Both read rows only; the caller's session is never committed.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Final
+from typing import Any, Final, Protocol
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
@@ -30,6 +30,40 @@ from models.tables import Escalation, PlanVersion, Step
 
 USER_AUTHORS: Final = frozenset({"submitter", "planner"})  # `PlanVersion.created_by` values
 WORDS_DECISIONS: Final = ("edit", "respond")  # decisions that always carry a reviewer's words
+
+
+class StepFields(Protocol):
+    """What the rules of a run's memory read of a step: a `Step` row, or a detached
+    `models.ended_runs.StepRow`."""
+
+    @property
+    def id(self) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def instruction(self) -> str: ...
+    @property
+    def tool(self) -> str | None: ...
+    @property
+    def args(self) -> dict[str, Any]: ...
+    @property
+    def tools(self) -> list[str]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class VersionFields(Protocol):
+    """What `reviewers_steps` reads of a plan version: a `PlanVersion` row, or a detached
+    `models.ended_runs.VersionRow`."""
+
+    @property
+    def created_by(self) -> str: ...
+    @property
+    def replaces_step_id(self) -> int | None: ...
 
 
 def reviewer_words(session: Session, run_id: int) -> Escalation | None:
@@ -66,7 +100,9 @@ def steps_with_versions(session: Session, run_id: int) -> list[tuple[Step, PlanV
 
 
 def reviewers_steps(
-    rows: Sequence[tuple[Step, PlanVersion | None]], *, reviewer_facts: Collection[str] = ()
+    rows: Sequence[tuple[StepFields, VersionFields | None]],
+    *,
+    reviewer_facts: Collection[str] = (),
 ) -> set[int]:
     """Ids of the steps of `rows` (`steps_with_versions`) that act for a reviewer:
 
@@ -101,7 +137,10 @@ def reviewers_steps(
 
 
 def _written_by_reviewer(
-    step: Step, version: PlanVersion | None, by_id: dict[int | None, Step], theirs: set[int]
+    step: StepFields,
+    version: VersionFields | None,
+    by_id: dict[int | None, StepFields],
+    theirs: set[int],
 ) -> bool:
     if version is not None and version.created_by in USER_AUTHORS:
         return False
@@ -113,7 +152,7 @@ def _written_by_reviewer(
     return True
 
 
-def _same_step(a: Step, b: Step) -> bool:
+def _same_step(a: StepFields, b: StepFields) -> bool:
     """Whether `a` is a verbatim copy of `b` (what an approval's retry is)."""
     return (a.name, a.kind, a.instruction, a.tool, a.args, a.tools) == (
         b.name,
@@ -125,7 +164,7 @@ def _same_step(a: Step, b: Step) -> bool:
     )
 
 
-def _refers_to(step: Step, names: Collection[str], facts: Collection[str]) -> bool:
+def _refers_to(step: StepFields, names: Collection[str], facts: Collection[str]) -> bool:
     try:
         return bool(references(step.args) & set(names) or referenced_facts(step.args) & set(facts))
     except ToolArgumentsError:

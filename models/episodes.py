@@ -3,13 +3,16 @@
 An episode is written once per run (`run_id` is unique; `record_episode` is idempotent) and
 recalled by the same hybrid retrieval as facts (`models.recall`) over its `summary`. Every read
 and delete is scoped to one tenant (DESIGN.md, invariant 7); the episode of a run whose user was
-forgotten after the run was created is never written (`models.erasures.may_write`). Functions
-take the session and never commit.
+forgotten after the run was created is never written (`models.erasures`). The memory task
+writes a batch of one user's episodes, each with its run's event, in one statement
+(`remember_episodes`). Functions take the session and never commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias, TypedDict
 
@@ -20,11 +23,52 @@ from sqlalchemy.ext.mutable import MutableList
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models import recall as retrieval
-from models.erasures import may_write
+from models.erasures import hold_shared, may_write
 from models.tables import utcnow
 
 EPISODE_TSV = "to_tsvector('english', summary)"
 EPISODES = retrieval.Source("episodes", born="created_at")
+
+# remember_episodes: insert the episodes of :episodes (a JSON array, `NewEpisode`s) of runs of
+# :user_id, in run id order (writers of overlapping batches wait for each other in one order),
+# each unless its run already has one or its user was forgotten after the run was created (the
+# caller holds the user's erasure lock shared, taken in an earlier statement: then
+# `memory.dropped`); with each episode written or dropped, its event, if it has one. Returns the
+# runs written (erased_at NULL) or dropped (their erasure point).
+REMEMBER_EPISODES = """
+WITH batch AS (
+    SELECT b.*, r.created_at AS run_created_at
+    FROM jsonb_to_recordset(CAST(:episodes AS jsonb)) AS b(
+        run_id integer, goal text, plan jsonb, failures jsonb, outcome text, final_answer text,
+        summary text, embedding vector, event_kind text, event_detail jsonb)
+    JOIN runs r ON r.id = b.run_id AND r.user_id = :user_id
+), erased AS (
+    SELECT b.run_id, e.erased_at FROM batch b
+    JOIN memory_erasures e ON e.user_id = :user_id AND b.run_created_at <= e.erased_at
+), stored AS (
+    INSERT INTO episodes (user_id, run_id, goal, plan, failures, outcome, final_answer, summary,
+        embedding, embedding_model, embedding_dim, created_at)
+    SELECT :user_id, b.run_id, b.goal, b.plan, b.failures, b.outcome, b.final_answer, b.summary,
+        b.embedding, :embedding_model, vector_dims(b.embedding), :now
+    FROM batch b WHERE NOT EXISTS (SELECT 1 FROM erased WHERE erased.run_id = b.run_id)
+    ORDER BY b.run_id
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id
+), ended AS (
+    SELECT run_id, NULL::timestamptz AS erased_at FROM stored
+    UNION ALL SELECT run_id, erased_at FROM erased
+), events AS (
+    INSERT INTO run_events (run_id, at, kind, detail)
+    SELECT run_id, :now, kind, detail FROM (
+        SELECT run_id, 0 AS place, 'memory.dropped' AS kind,
+            jsonb_build_object('what', 'episode', 'erased_at', erased_at) AS detail
+        FROM erased
+        UNION ALL
+        SELECT b.run_id, 1, b.event_kind, b.event_detail FROM batch b JOIN ended USING (run_id)
+        WHERE b.event_kind IS NOT NULL
+    ) AS e ORDER BY run_id, place
+)
+SELECT run_id, erased_at FROM ended"""
 
 
 class PlanItem(TypedDict):
@@ -81,6 +125,23 @@ class Episode(SQLModel, table=True):
 ScoredEpisode: TypeAlias = retrieval.Scored[Episode]
 
 
+@dataclass(frozen=True)
+class NewEpisode:
+    """The episode of run `run_id` for `remember_episodes` (the fields of `Episode`), and the run
+    event written with it, written or dropped (`event_kind`, `event_detail`; None: none)."""
+
+    run_id: int
+    goal: str
+    plan: Sequence[PlanItem]
+    failures: Sequence[Mapping[str, Any]]  # `Failure`s
+    outcome: str
+    final_answer: str
+    summary: str
+    embedding: list[float]
+    event_kind: str | None = None
+    event_detail: dict[str, Any] | None = None
+
+
 def record_episode(
     session: Session,
     *,
@@ -124,6 +185,40 @@ def record_episode(
     if stored.user_id != user_id:
         raise ValueError(f"run_id {run_id}: its episode belongs to another user")
     return stored
+
+
+def remember_episodes(
+    session: Session,
+    *,
+    user_id: str,
+    episodes: Sequence[NewEpisode],
+    embedding_model: str,
+    now: datetime | None = None,
+) -> dict[int, datetime | None]:
+    """Write the episodes of runs of `user_id`, each with its event, in two statements: the
+    user's erasure lock, held shared until the transaction ends (`models.erasures`), then
+    `REMEMBER_EPISODES`.
+
+    Returns, by run id, the episodes written (None) and those dropped because the user was
+    forgotten after the run was created (the erasure point; `memory.dropped` is recorded, of
+    `what` "episode"). A run left out of it wrote nothing: its episode was already stored (by
+    another task: `INSERT ... ON CONFLICT (run_id) DO NOTHING`, which waits for a concurrent
+    writer of the same run), or it is not a run of `user_id`. Raises `ValueError` for an empty
+    summary or a bad embedding and `ConfigurationError` for an unsafe model name, before
+    writing anything.
+    """
+    retrieval.check_model(embedding_model)
+    for episode in episodes:
+        if not episode.summary.strip():
+            raise ValueError(f"run {episode.run_id}: summary: must not be empty")
+        retrieval.check_embedding(episode.embedding)
+    if not episodes:
+        return {}
+    hold_shared(session, user_id=user_id)
+    rows = json.dumps([episode.__dict__ for episode in episodes])
+    params = {"episodes": rows, "user_id": user_id, "embedding_model": embedding_model}
+    written = session.execute(sa.text(REMEMBER_EPISODES), {**params, "now": now or utcnow()})
+    return {int(run_id): erased_at for run_id, erased_at in written}
 
 
 def recall_episodes(

@@ -82,12 +82,18 @@ def erased_at(session: Session, *, run_id: int, user_id: str) -> datetime | None
     return found
 
 
+def hold_shared(session: Session, *, user_id: str) -> None:
+    """Take `user_id`'s erasure lock shared until the transaction ends: a memory write that
+    reads the erasure point itself, in a later statement (see the module docstring)."""
+    session.execute(sa.text(ERASURE_LOCK_SHARED), {"key": lock_key(user_id)})
+
+
 def may_write(session: Session, *, run_id: int, user_id: str, what: str) -> bool:
     """Whether run `run_id` may write `what` (a fact, episode, turn, summary) to `user_id`'s
     memory: False when the user was forgotten after the run was created, and then the event
     `memory.dropped` (`{"what", "erased_at"}`) is recorded. Holds the user's erasure lock
     shared until the transaction ends, so a forget waits for the write to commit."""
-    session.execute(sa.text(ERASURE_LOCK_SHARED), {"key": lock_key(user_id)})
+    hold_shared(session, user_id=user_id)
     point = erased_at(session, run_id=run_id, user_id=user_id)
     if point is None:
         return True

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from models.authorship import StepFields
 from models.storable import parse_json
-from models.tables import Step
 from worker.prompts import FactSpec, FactsSpec, extract_prompt
 from worker.structured import InvalidOutput, ask
 
@@ -24,7 +24,7 @@ def skip_reason(*, model_steps: int, failures: int, stated_facts: int) -> str | 
 
     Skipped only when the run had no model steps (`model_steps`: steps of kind `model`, in any
     plan version), no failures its user's memory keeps (`failures`, as
-    `worker.memory.failures_of` counts them) and no facts pinned by its user (`stated_facts`):
+    `worker.run_memory.run_memory` counts them) and no facts pinned by its user (`stated_facts`):
     then the extraction could only restate the goal, which the run's episode already keeps
     (embedded and recalled like a fact). So an explicit plan of tool steps with no facts, such as
     the benchmark's no-op runs, makes no call, while a tool-only run that pins facts or learns
@@ -35,7 +35,7 @@ def skip_reason(*, model_steps: int, failures: int, stated_facts: int) -> str | 
     return NOTHING_TO_LEARN
 
 
-def model_steps(steps: Sequence[Step]) -> int:
+def model_steps(steps: Sequence[StepFields]) -> int:
     """How many of `steps` are model steps (kind `model`)."""
     return sum(1 for s in steps if s.kind == "model")
 

@@ -1,146 +1,117 @@
 """Long-term memory in the engine: remember a run once it has ended, and warm the embedder up.
 
 Remembering writes one episode per run (goal, plan, what failed and what fixed it, outcome,
-answer), the reviewers' answers their reviewers asked to remember (source `reviewer:<name>`),
-and the facts a model extracts from the run (source `run:<id>`, `worker.extraction`),
-reconciled by `models.facts.remember` (add, duplicate, or supersede). It runs off the run's hot
-path: a run is `succeeded` (or `failed`, `cancelled`) first, then the `agentq.remember_run` task
-on the `memory` queue writes its memory (issue 10), so a memory write never delays a run's end
-and a deployment may give it workers of its own. Steps that act for a reviewer
-(`models.authorship.reviewers_steps`: a reviewer wrote them, or they were built from what a
-reviewer wrote) act with the reviewer's rights: their failures are left out of the episode and
-of extraction, and a fix they made counts as `reviewer`, so nothing they produce becomes the
-user's memory (issue 9). A run whose user was forgotten after it was created remembers nothing
-(`models.erasures`). Memory never decides a run's outcome: a failure to remember is recorded as
-an event and the run stays as it ended.
+answer: `worker.run_memory`), the reviewers' answers their reviewers asked to remember (source
+`reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`,
+`worker.extraction`), reconciled by `models.facts.remember` (add, duplicate, or supersede). It
+runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first, then the
+`agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory write
+never delays a run's end and a deployment may give it workers of its own. A run whose user was
+forgotten after it was created remembers nothing (`models.erasures`). Memory never decides a
+run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
+
+Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after its run ended
+(memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other ended runs
+of the same user that wait for memory and need no model call (`models.ended_runs.BATCHABLE`),
+with one `embed` call for all their texts, in one read and one write transaction. Each of those
+runs still has its own message; the episode is written once per run
+(`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
+task that finds its run already remembered does nothing.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, Final
 
 import structlog
 from pydantic import ValidationError
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from models import embedders, erasures, transitions
-from models.authorship import reviewers_steps, steps_with_versions
+from models import embedders, ended_runs, transitions
 from models.db import session_scope
-from models.episodes import record_episode
-from models.errors import AgentqError
+from models.ended_runs import EndedRun
+from models.episodes import NewEpisode, remember_episodes
+from models.errors import AgentqError, NotFound
 from models.facts import remember
-from models.memory import check_embedding_model, embedder, memory_ended
-from models.plans import current_steps
-from models.runs import get_run, pinned_facts
+from models.memory import check_embedding_model, embedder
 from models.settings import get_settings
-from models.tables import Escalation, Run, Step
+from models.states import RUN_TERMINAL
+from models.tables import utcnow
 from worker import extraction
 from worker.prompts import FactSpec
+from worker.run_memory import RunMemory, run_memory
 
 log = structlog.get_logger("agentq.worker")
-ANSWER_FACT_MAX_CHARS = 1_000  # a remembered answer is a sentence of memory, not a document
 FACT_OUTCOMES = ("added", "duplicate", "superseded", "dropped")
+MEMORY_BATCH_MAX_RUNS: Final = 16  # runs one memory task remembers at most, with one embed call
+# A task that starts this long after its run ended batches: memory is behind, so runs that ended
+# since are waiting too. One that starts sooner remembers its run alone, and searches for none.
+MEMORY_BATCH_AFTER_S: Final = 1.0
+# Only runs created this recently are batched: it bounds the read's scan of the user's runs
+# (`ix_runs_user_created`); an older run is remembered by its own message.
+MEMORY_BATCH_WINDOW_S: Final = 3600.0
 
 
-def failures_of(session: Session, run: Run) -> tuple[list[dict[str, Any]], int, list[Step]]:
-    """The run's failures the user's memory may keep (`failures`), how many failed steps were
-    left out because they act for a reviewer, and every step of the run (all plan versions)."""
-    rows = steps_with_versions(session, run.id or 0)
-    theirs = reviewers_steps(rows, reviewer_facts=pinned_facts(session, run.id or 0, by_user=False))
-    steps = [step for step, _ in rows]
-    left_out = sum(1 for s in steps if s.status == "failed" and s.id in theirs)
-    return remembered_failures(steps, theirs), left_out, steps
+def remember_ended_run(run_id: int) -> None:
+    """Write the memory of run `run_id`, which has ended (`agentq.remember_run`, on the `memory`
+    queue), and of the runs batched with it; a run in any other state is left alone.
 
+    In order: read the runs (one transaction, `models.ended_runs.read`); ask the model for the
+    run's facts unless `extraction.skip_reason` says there is nothing to learn; embed every
+    episode's summary, the answers and the facts in one `embed` call; write the episodes, each
+    with its `memory.remembered` event, then the run's answers and facts (one transaction): no
+    model or embedding call inside a transaction (DESIGN.md, invariant 11). The event's detail:
+    `outcome`, `answers`, counts by fact outcome (`added`, `duplicate`, `superseded`,
+    `dropped`), `withheld_failures`, and `extraction`: `asked`, or `skipped` with the reason in
+    `extraction_skipped`; a run batched with another's has `batched_with`, that run's id.
 
-def remembered_failures(steps: list[Step], reviewers: Collection[int]) -> list[dict[str, Any]]:
-    """Each failed step of `steps` (a run's, in id order) but those acting for a reviewer (ids
-    in `reviewers`), with what later succeeded under the same name (`fixed_by`: a tool name,
-    `reviewer` for an answer or a reviewer's step, None when nothing did)."""
-    out = []
-    for failed in (s for s in steps if s.status == "failed" and s.id not in reviewers):
-        fix = next(
-            (
-                s
-                for s in steps
-                if s.name == failed.name
-                and s.status == "succeeded"
-                and (s.id or 0) > (failed.id or 0)
-            ),
-            None,
-        )
-        fixed_by = None
-        if fix is not None:
-            fixed_by = "reviewer" if fix.kind == "human" or fix.id in reviewers else fix.tool
-        out.append(
-            {"step": failed.name, "tool": failed.tool, "error": failed.error, "fixed_by": fixed_by}
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class AnswerFact:
-    """The fact a remembered reviewer answer becomes."""
-
-    subject: str
-    attribute: str
-    text: str
-    source: str
-
-
-@dataclass(frozen=True)
-class RunMemory:
-    """What a run's memory is written from, read in one transaction: the episode's `plan` and
-    `summary` (the text embedded), the failures the user's memory may keep and how many were
-    `withheld`, the facts the user pinned (`stated`), the remembered reviewer `answers`, and
-    `skipped`: why no facts are extracted (`extraction.skip_reason`), None to extract them."""
-
-    run: Run
-    outcome: str
-    final_answer: str
-    plan: list[dict[str, Any]]
-    summary: str
-    failures: list[dict[str, Any]]
-    withheld: int
-    stated: dict[str, str]
-    answers: list[AnswerFact]
-    skipped: str | None
-
-
-def remember_run(run_id: int, *, outcome: str, final_answer: str) -> None:
-    """Write the run's episode, the answers reviewers asked to remember and the extracted facts.
-
-    Called after the run has ended (`agentq.remember_run`, on the `memory` queue). In order:
-    read the run (one transaction); ask the model for facts unless `extraction.skip_reason`
-    says there is nothing to learn; embed the episode's summary, the answers and the facts in
-    one `embed` call; write the episode and the answers (one transaction), then the facts and
-    the `memory.remembered` event (another): no model or embedding call inside a transaction
-    (DESIGN.md, invariant 11). The event's detail: `outcome`, `answers`, counts by fact outcome
-    (`added`, `duplicate`, `superseded`, `dropped`), `withheld_failures`, and `extraction`:
-    `asked`, or `skipped` with the reason in `extraction_skipped`.
-
-    Failures are recorded as `memory.failed` (`{"error"}`), never raised; a failed extraction
-    still writes the episode and the answers. A run whose user was forgotten after it was
-    created records `memory.dropped` instead and calls no model; a run whose memory task has
-    already ended (a message delivered twice) is left alone.
+    Failures are recorded as `memory.failed` (`{"error"}`) on the run, never raised; a failed
+    extraction, or a fact that cannot be written, still writes the episode and the answers (an
+    answer that cannot be written, the episode and the facts). A run whose user was forgotten
+    after it was created records `memory.dropped` instead and calls no model; a run whose memory
+    task has already ended (a message delivered twice, or the run was batched with another's) is
+    left alone. Raises `NotFound` when the run does not exist.
     """
+    runs = _read(run_id)
+    if not runs:
+        return
     try:
-        with session_scope() as session:
-            run = get_run(session, run_id)
-            if memory_ended(session, run_id) is not None:
-                log.info("memory.skipped", run_id=run_id, reason="already remembered")
-                return
-            if _erased(session, run):
-                return
-            found = _read(session, run, outcome=outcome, final_answer=final_answer)
-        _remember(found)
+        own, *others = (run_memory(run) for run in runs)
+        _remember(own, [other for other in others if not other.writes_facts])  # as BATCHABLE
     except (AgentqError, ValidationError, ValueError) as exc:
         with session_scope() as session:
             _record_failure(session, run_id, str(exc))
+
+
+def _read(run_id: int) -> list[EndedRun]:
+    """The run and the runs batched with it; empty when the run is to be left alone."""
+    now = utcnow()
+    with session_scope() as session:
+        runs = ended_runs.read(
+            session,
+            run_id,
+            more=MEMORY_BATCH_MAX_RUNS - 1,
+            since=now - timedelta(seconds=MEMORY_BATCH_WINDOW_S),
+            ended_before=now - timedelta(seconds=MEMORY_BATCH_AFTER_S),
+        )
+        if not runs:
+            raise NotFound(f"run {run_id} does not exist")
+        run = runs[0]
+        if run.outcome not in RUN_TERMINAL:
+            log.info("memory.skipped", run_id=run_id, reason=f"run is {run.outcome}")
+            return []
+        if run.memory_ended:
+            log.info("memory.skipped", run_id=run_id, reason="already remembered")
+            return []
+        if run.erased_at is not None:  # its memory would be dropped write by write: ask nothing
+            point = run.erased_at.isoformat()
+            transitions.record_event(session, run_id, "memory.dropped", what="run", erased_at=point)
+            return []
+    return runs
 
 
 def _record_failure(session: Session, run_id: int, error: str) -> None:
@@ -148,118 +119,105 @@ def _record_failure(session: Session, run_id: int, error: str) -> None:
     transitions.record_event(session, run_id, "memory.failed", error=error[:500])
 
 
-def _read(session: Session, run: Run, *, outcome: str, final_answer: str) -> RunMemory:
-    failures, withheld, steps = failures_of(session, run)
-    current = current_steps(session, run)
-    plan = [{"name": s.name, "tool": s.tool, "status": s.status} for s in current]
-    lines = [f"Goal: {run.goal}", f"Outcome: {outcome}"]
-    lines += [f"{f['tool']} failed ({f['error']}); fixed by {f['fixed_by']}" for f in failures]
-    stated = pinned_facts(session, run.id or 0, by_user=True)
-    skipped = extraction.skip_reason(
-        model_steps=extraction.model_steps(steps), failures=len(failures), stated_facts=len(stated)
-    )
-    return RunMemory(
-        run, outcome, final_answer, plan, "\n".join(lines), failures, withheld, stated,
-        remembered_answers(session, run.id or 0), skipped,
-    )  # fmt: skip
-
-
-def _remember(found: RunMemory) -> None:
+def _remember(own: RunMemory, others: list[RunMemory]) -> None:
     """Extract (unless skipped), embed once, write, and record how it went; raises what
     embedding and writing raise (the caller records it)."""
-    run = found.run
-    facts: list[FactSpec] = []
-    error: str | None = None
-    if found.skipped is None:
-        try:
-            facts = extraction.extract_facts(run.id or 0, run.goal, found.failures, found.stated)
-        except (AgentqError, ValueError) as exc:  # the episode and answers are written all the same
-            error = f"fact extraction: {exc}"
+    facts, error = _extract(own)
     model = embedder()
-    texts = [found.summary, *(a.text for a in found.answers), *(f.text for f in facts)]
-    vectors = model.embed(texts)  # one call for everything this run writes
-    n = 1 + len(found.answers)
-    counts: dict[str, Any] = {"outcome": found.outcome, "answers": len(found.answers)}
-    counts |= dict.fromkeys(FACT_OUTCOMES, 0)
+    texts = [own.summary, *(a.text for a in own.answers), *(f.text for f in facts)]
+    vectors = model.embed([*texts, *(other.summary for other in others)])  # one call for all
+    episodes = [_episode(own, vectors[0], with_event=not own.writes_facts)]
+    episodes += [
+        _episode(other, vector, batched_with=own.run.id)
+        for other, vector in zip(others, vectors[len(texts) :], strict=True)
+    ]
     with session_scope() as session:
-        _record_episode(session, found, vectors[0], model.model)
-        _count(counts, _remember_answers(session, found, vectors[1:n], model.model))
-    with session_scope() as session:
-        _count(counts, _remember_facts(session, run, facts, vectors[n:], model.model))
-        if error is not None:
-            _record_failure(session, run.id or 0, error)
-            return
-        counts["withheld_failures"] = found.withheld
-        if found.skipped is None:
-            counts["extraction"] = "asked"
-        else:
-            counts |= {"extraction": "skipped", "extraction_skipped": found.skipped}
-        transitions.record_event(session, run.id or 0, "memory.remembered", **counts)
-
-
-def _count(counts: dict[str, Any], outcomes: list[str]) -> None:
-    for outcome in outcomes:
-        counts[outcome] = counts.get(outcome, 0) + 1
-
-
-def _erased(session: Session, run: Run) -> bool:
-    """Whether the run's user was forgotten after the run was created (then `memory.dropped`
-    is recorded): its memory would be dropped write by write, so no model is asked for it."""
-    point = erasures.erased_at(session, run_id=run.id or 0, user_id=run.user_id)
-    if point is not None:
-        transitions.record_event(
-            session, run.id or 0, "memory.dropped", what="run", erased_at=point.isoformat()
+        written = remember_episodes(
+            session, user_id=own.run.user_id, episodes=episodes, embedding_model=model.model
         )
-    return point is not None
+        if own.run.id not in written:
+            log.info("memory.skipped", run_id=own.run.id, reason="already remembered")
+        elif own.writes_facts:
+            _write_facts(session, own, facts, vectors[1 : len(texts)], model.model, error)
+    if len(episodes) > 1:
+        log.info("memory.batched", run_id=own.run.id, written=sorted(written))
 
 
-def remembered_answers(session: Session, run_id: int) -> list[AnswerFact]:
-    """The run's reviewer answers whose reviewers asked to remember them, oldest first, as the
-    facts they become."""
-    rows = session.exec(
-        select(Escalation)
-        .where(Escalation.run_id == run_id, Escalation.decision == "respond")
-        .where(col(Escalation.remember_answer), col(Escalation.answer).is_not(None))
-        .order_by(col(Escalation.id))
-    )
-    return [answer_fact(esc) for esc in rows]
-
-
-def answer_fact(esc: Escalation) -> AnswerFact:
-    """The fact a remembered reviewer answer becomes: about the step it answered (subject
-    `review`, attribute `answer:<step>`, so a newer answer for that step replaces it), saying
-    who answered; its source is `reviewer:<name>`."""
-    step = str(esc.detail.get("step") or "")
-    tool = str(esc.detail.get("tool") or "")
-    answer = json.dumps(esc.answer, ensure_ascii=False)
-    if len(answer) > ANSWER_FACT_MAX_CHARS:
-        answer = answer[: ANSWER_FACT_MAX_CHARS - 3] + "..."
-    what = f"step {step}" + (f" ({tool})" if tool else "") if step else f"a run ({esc.reason})"
-    return AnswerFact(
-        subject="review",
-        attribute=f"answer:{step}" if step else "answer",
-        text=f"Reviewer {esc.decided_by} answered for {what}: {answer}",
-        source=f"reviewer:{esc.decided_by}",
-    )
-
-
-def _record_episode(
-    session: Session, found: RunMemory, vector: list[float], embedding_model: str
-) -> None:
+def _extract(found: RunMemory) -> tuple[list[FactSpec], str | None]:
+    """The run's extracted facts (none when skipped), and why extraction failed (None if not):
+    the episode and the answers are written all the same."""
+    if found.skipped is not None:
+        return [], None
     run = found.run
-    record_episode(
-        session,
-        user_id=run.user_id,
-        run_id=run.id or 0,
+    try:
+        return extraction.extract_facts(run.id, run.goal, found.failures, found.stated), None
+    except (AgentqError, ValueError) as exc:
+        return [], f"fact extraction: {exc}"
+
+
+def _episode(
+    found: RunMemory, vector: list[float], *, with_event: bool = True, batched_with: int = 0
+) -> NewEpisode:
+    """The run's episode, with its `memory.remembered` event unless `with_event` is False (its
+    facts are written after the episode, and their outcomes counted in the event)."""
+    run = found.run
+    detail = _counts(found) | ({"batched_with": batched_with} if batched_with else {})
+    return NewEpisode(
+        run_id=run.id,
         goal=run.goal,
-        plan=found.plan,  # type: ignore[arg-type]
-        failures=found.failures,  # type: ignore[arg-type]
-        outcome=found.outcome,
-        final_answer=found.final_answer,
+        plan=found.plan,
+        failures=found.failures,
+        outcome=run.outcome,
+        final_answer=run.final_answer,
         summary=found.summary,
         embedding=vector,
-        embedding_model=embedding_model,
+        event_kind="memory.remembered" if with_event else None,
+        event_detail=detail if with_event else None,
     )
+
+
+def _counts(found: RunMemory, outcomes: Sequence[str] = ()) -> dict[str, Any]:
+    """The detail of the run's `memory.remembered` event, with its facts' `outcomes`."""
+    counts: dict[str, Any] = {"outcome": found.run.outcome, "answers": len(found.answers)}
+    counts |= dict.fromkeys(FACT_OUTCOMES, 0)
+    for outcome in outcomes:
+        counts[outcome] += 1
+    counts["withheld_failures"] = found.withheld
+    if found.skipped is None:
+        return counts | {"extraction": "asked"}
+    return counts | {"extraction": "skipped", "extraction_skipped": found.skipped}
+
+
+def _write_facts(
+    session: Session,
+    found: RunMemory,
+    facts: list[FactSpec],
+    vectors: Sequence[list[float]],
+    embedding_model: str,
+    error: str | None,
+) -> None:
+    """Write the run's answers, then its facts (embedded in `vectors`, in that order), after its
+    episode, each kind in a savepoint: one that cannot be written (`ValueError`) leaves the
+    episode and the other kind written. Then the run's event: `memory.failed` when a write or
+    the extraction failed (`error`), else `memory.remembered` with their outcomes."""
+    answer_vectors, fact_vectors = vectors[: len(found.answers)], vectors[len(found.answers) :]
+    writes: list[Callable[[], list[str]]] = [
+        lambda: _remember_answers(session, found, answer_vectors, embedding_model),
+        lambda: _remember_facts(session, found, facts, fact_vectors, embedding_model),
+    ]
+    errors = [] if error is None else [error]
+    outcomes: list[str] = []
+    for write in writes:
+        try:
+            with session.begin_nested():
+                outcomes += write()
+        except ValueError as exc:
+            errors.append(str(exc))
+    if errors:
+        _record_failure(session, found.run.id, "; ".join(errors))
+    else:
+        counts = _counts(found, outcomes)
+        transitions.record_event(session, found.run.id, "memory.remembered", **counts)
 
 
 def _remember_answers(
@@ -286,7 +244,7 @@ def _remember_answers(
 
 def _remember_facts(
     session: Session,
-    run: Run,
+    found: RunMemory,
     facts: list[FactSpec],
     vectors: Sequence[list[float]],
     embedding_model: str,
@@ -297,33 +255,18 @@ def _remember_facts(
     return [
         remember(
             session,
-            user_id=run.user_id,
+            user_id=found.run.user_id,
             subject=fact.subject,
             attribute=fact.attribute,
             category=fact.category,
             text=fact.text,
             embedding=vector,
             embedding_model=embedding_model,
-            source_run_id=run.id,
+            source_run_id=found.run.id,
             ttl_s=ttl_s.get(fact.category),
         ).outcome
         for fact, vector in zip(facts, vectors, strict=True)
     ]
-
-
-def remember_ended_run(run_id: int) -> None:
-    """`remember_run` for a run that has ended: `succeeded` (its answer is its final result's),
-    `failed` or `cancelled` (its error); a run in any other state is left alone."""
-    with session_scope() as session:
-        run = get_run(session, run_id)
-        outcome = run.status
-        answer = (
-            str((run.final_result or {}).get("answer", ""))
-            if outcome == "succeeded"
-            else run.error or ""
-        )
-    if outcome in ("succeeded", "failed", "cancelled"):
-        remember_run(run_id, outcome=outcome, final_answer=answer)
 
 
 def check_memory_model() -> None:

@@ -246,8 +246,8 @@ def extract_prompt(
     """Ask for the durable facts of a finished run: `stated` are the facts the user pinned
     (`PinnedFact.set_by == "user"`), the only pinned facts that may become the user's memory;
     those a reviewer set are run state (issue 9, finding 5). `failures` are the user's own
-    steps' (`worker.memory.failures_of`): a reviewer's steps act with the reviewer's rights, and
-    their errors never reach this prompt (issue 9)."""
+    steps' (`worker.run_memory.run_memory`): a reviewer's steps act with the reviewer's rights,
+    and their errors never reach this prompt (issue 9)."""
     task = (
         "Facts the user stated for this run:\n"
         + _json(stated or {})

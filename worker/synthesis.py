@@ -38,7 +38,7 @@ def synthesize(run_id: int) -> list[Send]:
     replaced by their sizes, largest first (`models.step_data.fit_outputs`). The run is marked
     succeeded as soon as its answer is written; after that commit `agentq.remember_run` is sent
     to the `memory` queue, which writes its episode and facts off the hot path
-    (`worker.memory.remember_run`; a broker that is down loses that message, logged as
+    (`worker.memory.remember_ended_run`; a broker that is down loses that message, logged as
     `synthesize.unsent` by the sender: the run has ended and nothing re-sends it). The transaction
     that ends the synthesis (succeeded, or escalated) also dispatches the run's user, whose slot
     the synthesis held (`models.dispatch`). A spent token or cost budget,
