@@ -1,12 +1,14 @@
 """The agentq side of the engine benchmark: runs with explicit plans, submitted as users do.
 
-Each run is submitted with an explicit plan (`models.runs.submit_run`), committed, then
-`agentq.coordinate` is sent: the same path as `agentq submit --plan`. A load test of one user:
-its submits are not limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are
-0 for this process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's
-(default 4), so the figure is one user's throughput as deployed. Every run also costs one
-coordinator task per step plus one, and a final synthesize task (an offline-provider model
-call, which also records the run's episode and facts); they count as overhead, not as steps.
+Each run is submitted with an explicit plan by `models.submissions.submit`, the path of `agentq
+submit --plan` and the HTTP API: its first steps are queued in the submit transaction and sent
+after the commit, with no coordinator task. A load test of one user: its submits are not
+limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this
+process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's (default
+4), so the figure is one user's throughput as deployed. A worker that ends a step runs the next
+one in-process (`worker.steps.finish`) or hands it to the queue, and a run ends with its
+synthesis (an offline-provider model call) and a memory task: they count as overhead, not as
+steps.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import queue
+from models import submissions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.plans import MAX_PLAN_STEPS, PlanSpec, parse_plan
-from models.runs import submit_run
 from models.settings import get_settings
+from models.submissions import RunRequest
 from models.tables import Run, Step
 from ops.bench.harness import POLL_INTERVAL_S, BenchError
 
@@ -55,18 +57,16 @@ def plan_of(
 
 
 def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan` (no submit quotas), commit, send `agentq.coordinate`; the
-    run id."""
+    """Submit one run with `plan` (no submit quotas; `models.submissions.submit`); the run id.
+    Raises `BenchError` if its first messages could not be sent."""
     unlimited = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )
-    with session_scope() as session:
-        run = submit_run(
-            session, settings=unlimited, user_id=BENCH_USER, goal="benchmark", plan=plan
-        )
-        run_id = run.id or 0
-    queue.send(queue.TASK_COORDINATE, run_id)
-    return run_id
+    request = RunRequest(user_id=BENCH_USER, goal="benchmark", plan=plan)
+    submitted = submissions.submit(request, settings=unlimited)
+    if not submitted.notified:
+        raise BenchError(f"run {submitted.run_id}: the broker did not take its first messages")
+    return submitted.run_id
 
 
 def run_states(run_ids: list[int]) -> tuple[dict[str, int], float]:

@@ -39,11 +39,11 @@ from pathlib import Path
 import redis
 from sqlmodel import col, select
 
-from models import queue
+from models import queue, submissions
 from models.db import session_scope
 from models.plans import PlanSpec, parse_plan
-from models.runs import submit_run
 from models.settings import Settings, get_settings
+from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
 from ops.bench.harness import BenchError, wait_until_idle
 from ops.local import start_engine
@@ -58,7 +58,7 @@ CAPS = (("on (4)", "4"), ("off", "0"))
 
 # Where B's time goes, between consecutive events of its run (README: which queue waits).
 PHASES = (
-    ("run.submitted", "step.queued", "to dispatch"),  # the coordinator queue, then dispatch
+    ("run.submitted", "step.queued", "to dispatch"),  # held in Postgres until the user has a slot
     ("step.queued", "step.running", "steps queue"),  # behind other users' tasks in the broker
     ("step.running", "run.synthesizing", "step+coord"),  # the step, then the coordinator again
     ("run.synthesizing", "run.succeeded", "synthesis"),  # the steps queue again, and synthesis
@@ -89,12 +89,13 @@ def plan_of(tool: str, steps: int, **args: float) -> PlanSpec:
 
 
 def submit(user: str, plan: PlanSpec, settings: Settings) -> int:
-    """Submit a run, commit, send `agentq.coordinate`; its id."""
-    with session_scope() as session:
-        run = submit_run(session, settings=settings, user_id=user, goal="fairness", plan=plan)
-        run_id = run.id or 0
-    queue.send(queue.TASK_COORDINATE, run_id)
-    return run_id
+    """Submit a run (`models.submissions.submit`: its first steps are dispatched in the submit
+    transaction); its id. Raises `BenchError` if its first messages could not be sent."""
+    request = RunRequest(user_id=user, goal="fairness", plan=plan)
+    submitted = submissions.submit(request, settings=settings)
+    if not submitted.notified:
+        raise BenchError(f"run {submitted.run_id}: the broker did not take its first messages")
+    return submitted.run_id
 
 
 def phases(run_ids: list[int]) -> tuple[float, ...]:
