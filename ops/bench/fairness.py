@@ -45,7 +45,7 @@ from models.plans import PlanSpec, parse_plan
 from models.settings import Settings, get_settings
 from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
-from ops.bench.harness import BenchError, wait_until_idle
+from ops.bench.harness import BenchError, settings_here, wait_until_idle
 from ops.local import start_engine
 
 USER_A, USER_B = "bench-a", "bench-b"
@@ -173,6 +173,13 @@ def measure_engine(
 ) -> list[Figures]:
     """One engine with the cap `cap`: idle, then each backlog shape."""
     env = {"AGENTQ_USER_MAX_RUNNING_STEPS": cap[1], "AGENTQ_EMBEDDING_PROVIDER": "hash"}
+    with settings_here(env):  # this process's submits dispatch under the engine's cap
+        return _measure(root, workers, env, cap[0], samples, interval_s)
+
+
+def _measure(
+    root: Path, workers: int, env: dict[str, str], cap: str, samples: int, interval_s: float
+) -> list[Figures]:
     stack = start_engine(root, worker_concurrency=workers, extra_env=env)
     get_settings.cache_clear()  # this process now talks to this engine (its URLs are new)
     queue._client.clear()  # the Celery client keeps the broker URL it was made with
@@ -180,13 +187,13 @@ def measure_engine(
         with redis.Redis.from_url(queue.broker_url()) as broker:
             latencies([submit(USER_B, plan_of("noop", 1), get_settings())])  # warm-up
             wait_until_idle(broker)
-            found = [figures_of(cap[0], "idle", idle(samples))]
+            found = [figures_of(cap, "idle", idle(samples))]
             for runs, steps in SHAPES:
                 wait_until_idle(broker)
                 backlog = f"{runs} runs x {steps} steps"
                 seen = behind_backlog(runs, steps, samples, interval_s)
-                found.append(figures_of(cap[0], backlog, seen))
-                print(f"cap {cap[0]}, {backlog}: {len(seen)} samples", flush=True)
+                found.append(figures_of(cap, backlog, seen))
+                print(f"cap {cap}, {backlog}: {len(seen)} samples", flush=True)
     finally:
         stack.stop()
     return found
