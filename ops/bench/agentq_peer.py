@@ -118,16 +118,19 @@ def dispatch_latencies(run_ids: list[int]) -> dict[str, list[float]]:
     """`steps.started_at - steps.queued_at` (seconds) of the steps of `run_ids`, as `{"all":
     [...], "first": [...] (each run's first step), "later": [...]}`. `queued_at` is when the
     step became `queued` (its message is sent after that commit); `started_at` when a worker
-    claimed it."""
-    stmt = select(Step.position, Step.queued_at, Step.started_at).where(
-        col(Step.run_id).in_(run_ids)
+    claimed it. And `"submitted"`: each run's first step's `started_at - runs.created_at`, the
+    whole wait from the submit (its first decision and dispatch included) to the first start."""
+    stmt = select(Step.position, Step.queued_at, Step.started_at, Run.created_at).where(
+        col(Step.run_id).in_(run_ids), col(Step.run_id) == col(Run.id)
     )
     with session_scope() as session:
         rows = session.exec(stmt).all()
-    found: dict[str, list[float]] = {"all": [], "first": [], "later": []}
-    for position, queued, started in rows:
+    found: dict[str, list[float]] = {"all": [], "first": [], "later": [], "submitted": []}
+    for position, queued, started, created in rows:
         if isinstance(queued, datetime) and isinstance(started, datetime):
             seconds = (started - queued).total_seconds()
             found["all"].append(seconds)
             found["first" if position == 0 else "later"].append(seconds)
+            if position == 0:
+                found["submitted"].append((started - created).total_seconds())
     return found
