@@ -197,8 +197,9 @@ class RunDetail(RunOut):
 
 
 class SubmittedOut(BaseModel):
-    """A submitted run; `notified` is False when the broker was down (the reconciler sends the
-    coordinator its message once the broker is back: the run is safe in Postgres)."""
+    """A submitted run, as its submit left it; `notified` is False when the broker was down (the
+    reconciler sends its first messages once the broker is back: the run is safe in Postgres),
+    and True once they were sent, or when there were none (the user's slots were full)."""
 
     run: RunDetail
     notified: bool

@@ -6,7 +6,7 @@ as a preview; `/runs/{id}/steps/{step_id}/result` returns one step's whole resul
 
 A submitter token sees and acts on its own user's runs only: another user's run is a 404, as if
 it did not exist. Reviewers read every run; admins do everything. Each write is one transaction
-(`session_scope`); the coordinator's message is sent after the commit.
+(`session_scope`); its messages are sent after the commit.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from api.responses import (
     SubmittedOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
-from models import previews, queue, reviews, transitions
+from models import previews, queue, reviews, submissions, transitions
 from models.db import session_scope
 from models.errors import NotFound
 from models.layout import by_wave
 from models.plans import dependencies, parse_plan
-from models.queue import TASK_COORDINATE
-from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts, submit_run
+from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.settings import get_settings
+from models.submissions import RunRequest
 from models.tables import Escalation, PlanVersion, Run, utcnow
 from models.tools import argument_problems, configured_tool_names
 
@@ -161,7 +161,10 @@ def visible_run(session: Session, run_id: int, principal: Principal) -> Run:
     responses={429: {"model": ErrorOut, **QUOTA_REFUSAL}},
 )
 def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
-    """Submit a goal (status `queued`), or an explicit plan (status `running`, no planning call).
+    """Submit a goal, or an explicit plan (status `running`, no planning call), and start it
+    in the same transaction (`models.submissions`): the plan's first steps are `queued`, or a
+    goal's run is `planning`, as far as the user's dispatch cap allows (else they wait, `ready`
+    or `queued`); `notified` says whether their messages were sent after the commit.
 
     The plan is checked against the registered tools, their arguments and the pinned facts, and
     its steps' `after` must make a graph with no cycle whose references name steps waited for,
@@ -179,14 +182,18 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
             check_args=argument_problems,
         )  # fmt: skip
     budgets = body.budgets
-    with session_scope() as session:
-        run = submit_run(
-            session, settings=get_settings(), user_id=user_id, goal=body.goal, facts=body.facts,
-            plan=plan, replans=budgets.replans, tokens=budgets.tokens, cost_usd=budgets.cost_usd,
-            wall_time_s=budgets.wall_time_s,
-        )  # fmt: skip
-        detail = run_detail(session, run)
-    return SubmittedOut(run=detail, notified=queue.try_send(TASK_COORDINATE, detail.id))
+    request = RunRequest(
+        user_id=user_id,
+        goal=body.goal,
+        facts=body.facts,
+        plan=plan,
+        replans=budgets.replans,
+        tokens=budgets.tokens,
+        cost_usd=budgets.cost_usd,
+        wall_time_s=budgets.wall_time_s,
+    )
+    submitted = submissions.submit(request, settings=get_settings(), describe=run_detail)
+    return SubmittedOut(run=submitted.seen, notified=submitted.notified)
 
 
 def check_plan_role(principal: Principal) -> None:

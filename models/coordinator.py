@@ -1,10 +1,11 @@
 """The coordinator's decision: given a run's rows, what happens next.
 
 Pure and deterministic (DESIGN.md, invariant 5): `decide` reads a `RunView` built from rows and
-returns one `Decision`; it makes no model calls and touches no database. Two processes apply it:
-the worker that finishes a step, in the transaction that records the step's outcome
-(`models.advance`), and the scheduler's coordinator task for everything else (a new run, a
-decided escalation, recovery). Both build the view under the run's row lock.
+returns one `Decision`; it makes no model calls and touches no database. It is applied
+(`models.decisions`) by the worker that finishes a step, in the transaction that records the
+step's outcome; by a submit, in the transaction that inserts the run (`models.submissions`);
+and by the scheduler's coordinator task for everything else (a decided escalation, a plan's or
+replan's result, recovery). Each builds the view under the run's row lock.
 """
 
 from __future__ import annotations

@@ -3,10 +3,12 @@
 The worker that ends a step advances its own run in the same transaction (issue 10): it locks
 the run (`lock`), records the outcome, reads the decision (`models.coordinator.decide`) and
 applies it (`apply`): one ready step it claims itself and runs next, in-process; several go to
-the broker; a finished plan starts its synthesis. The scheduler's coordinator task does the same
-for everything else (a new run, a reviewer's decision, recovery). Messages are sent only after
-the commit (`Applied.sends`), and a run's user is dispatched (`models.dispatch`) whenever the
-decision may have freed one of their slots.
+the broker; a finished plan starts its synthesis. A submit makes a new run's first decision in
+the transaction that inserts it (`advance`, from `models.submissions`), and the scheduler's
+coordinator task the same for everything else (a reviewer's decision, a plan's or replan's
+result, recovery). Messages are sent only after the commit (`Applied.sends`), and a run's user
+is dispatched (`models.dispatch`) whenever the decision may have freed one of their slots.
+Every applier takes the run's lock before the user's dispatch lock, so none deadlocks another.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import dispatch, leases, sql, transitions
-from models.coordinator import Decision, RunView, StepView
+from models.coordinator import Decision, RunView, StepView, decide
 from models.dispatch import Send
 from models.errors import BudgetExhausted
 from models.queue import TASK_REPLAN, TASK_SYNTHESIZE
@@ -158,6 +160,18 @@ def apply(
     if not applied.slot_passed:
         applied.sends += dispatch.dispatch(session, locked.user_id, cap=cap)
     return applied
+
+
+def advance(session: Session, run_id: int, *, cap: int) -> tuple[Decision, Applied] | None:
+    """Lock run `run_id` (`lock`), decide (`decide`, pure) and apply the decision (`apply`, no
+    step claimed here: every step to start is made ready and dispatched under `cap`), in the
+    caller's transaction; the decision and what is left to send after the commit, or None when
+    there is no such run. Raises what the transitions raise."""
+    locked = lock(session, run_id)
+    if locked is None:
+        return None
+    decision = decide(locked.view())
+    return decision, apply(session, locked, decision, cap=cap)
 
 
 def _apply(

@@ -19,12 +19,13 @@ then queued runs (planning starts), each oldest first by id, so the user's earli
 first. Replanning and synthesis are not held: each follows a run's own last step and takes over
 its slot (above), and the active-run limit bounds them.
 
-It runs after every coordinator decision (a task that ends frees a slot and sends a coordinate)
-and from the reconciler, for users whose ready steps waited longer than `AGENTQ_QUEUED_STALE_S`
-(a lost coordinate message). One user's dispatches take turns under a transaction-level advisory
-lock, so two never fill the same slot. Rows are taken `FOR UPDATE SKIP LOCKED`: a dispatch never
-waits for a row lock (a coordinator holding its run's lock may itself be waiting for the user's
-lock), and a row another transaction holds is left to that transaction's own dispatch.
+It runs after every coordinator decision (`models.decisions.apply`: a worker's at a step's end,
+a submit's first one, the coordinator task's) and from the reconciler, for users whose ready
+steps waited longer than `AGENTQ_QUEUED_STALE_S` (a lost message). One user's dispatches take
+turns under a transaction-level advisory lock, so two never fill the same slot. Rows are taken
+`FOR UPDATE SKIP LOCKED`: a dispatch never waits for a row lock (a coordinator holding its run's
+lock may itself be waiting for the user's lock), and a row another transaction holds is left to
+that transaction's own dispatch.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ docker-compose.yml run it); a deployment may also run workers on `memory` alone,
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any, Final
 
 from celery import Celery
@@ -158,6 +159,14 @@ def try_send(task: str, *args: Any) -> bool:
     except BrokerUnavailable:
         return False
     return True
+
+
+def send_all(sends: Iterable[tuple[str, tuple[Any, ...]]]) -> bool:
+    """Send each `(task, args)` in order, after the commit they announce (`try_send`); after the
+    first the broker refuses the rest are not tried either, so a sender waits out a broker that
+    is down once, not once per message: the reconciler re-sends what the rows say is waiting.
+    Returns whether every one was sent (True when there was none)."""
+    return all(try_send(task, *args) for task, args in sends)  # all() stops at the first False
 
 
 def follow_up(run_id: int, status: str) -> bool:

@@ -41,7 +41,8 @@ def submit_run(
     """Insert a run (status `queued`) with its pinned facts; budgets default from `settings`.
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
-    skips the planning call. The caller commits, then sends `agentq.coordinate`. Raises
+    skips the planning call. Nothing starts it: submitters use `models.submissions.submit`,
+    which makes its first decision in the same transaction and sends after the commit. Raises
     `InvalidInput` naming the field, or `UserQuotaExceeded` when the user's quotas
     (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`; `models.quotas`) refuse
     it; either way nothing is written.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import re
 import signal
 import sys
 import time
@@ -22,15 +21,15 @@ from rich.live import Live
 from rich.text import Text
 from sqlmodel import col, select
 
-from models import drafts, queue, reviews, transitions
+from models import drafts, queue, reviews, submissions, transitions
 from models.db import session_scope
-from models.errors import AgentqError, BrokerUnavailable, ConfigurationError
+from models.errors import AgentqError, ConfigurationError
 from models.migrate import upgrade
-from models.plans import PlanSpec, parse_plan
 from models.queue import TASK_COORDINATE
-from models.runs import FACT_KEY_PATTERN, get_run, submit_run
+from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_STATUSES, RUN_TERMINAL
+from models.submissions import RunRequest
 from models.tables import Run
 from models.tools import (
     argument_problems,
@@ -39,6 +38,7 @@ from models.tools import (
     describe_parameters,
 )
 from ops import views
+from ops.inputs import parse_facts, read_plan, read_plan_text
 from ops.memory_commands import memory_app
 from ops.stack import LocalStack, read_stack_file
 from ops.token_commands import token_app
@@ -101,63 +101,24 @@ def connect() -> None:
     os.environ["AGENTQ_BROKER_URL"] = state["broker_url"]
 
 
-def parse_facts(pairs: list[str]) -> dict[str, str]:
-    """`["currency=EUR", ...]` as a dict; raises `ConfigurationError` naming the bad entry."""
-    facts: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not re.match(FACT_KEY_PATTERN, key):
-            raise ConfigurationError(
-                f"--fact {pair!r}: expected KEY=VALUE with KEY matching {FACT_KEY_PATTERN}"
-            )
-        if not value:
-            raise ConfigurationError(f"--fact {pair!r}: the value is empty")
-        if key in facts and facts[key] != value:
-            raise ConfigurationError(
-                f"--fact {key}: given twice ({facts[key]!r} and {value!r}); pin one value"
-            )
-        facts[key] = value
-    return facts
-
-
-def read_plan_text(path: Path) -> str:
-    """The text of a plan file; raises `ConfigurationError` naming the file if it cannot be read
-    or is not UTF-8."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"--plan {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(
-            f"--plan {path}: not UTF-8 text (byte {exc.start}); save the plan as UTF-8 JSON"
-        ) from exc
-
-
-def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
-    """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools,
-    their arguments and the pinned `facts`; raises `ConfigurationError` or `InvalidPlan`."""
-    text = read_plan_text(path)
-    return parse_plan(
-        text, tools=configured_tool_names(), facts=set(facts), check_args=argument_problems
-    )
-
-
 def announce(run_id: int, done: str) -> None:
-    """Print `done` once `agentq.coordinate` is sent for the run. Call after the commit: when
-    the broker is down, the run is safe in Postgres and the reconciler sends the message once the
-    broker is back, so that is said, and is not an error."""
-    try:
-        queue.send(TASK_COORDINATE, run_id)
-    except BrokerUnavailable:
-        console.print(
-            Text(
-                f"{done}; the broker could not be reached — the reconciler will send it when it "
-                "is back",
-                style="yellow",
-            )
-        )
+    """Send `agentq.coordinate` for the run, after the commit, and say so (`said`)."""
+    said(queue.try_send(TASK_COORDINATE, run_id), done)
+
+
+def said(notified: bool, done: str) -> None:
+    """Print `done`; when its messages were not `notified` the broker is down, the rows are safe
+    in Postgres and the reconciler sends them once the broker is back: said, not an error."""
+    if notified:
+        console.print(done)
         return
-    console.print(done)
+    console.print(
+        Text(
+            f"{done}; the broker could not be reached — the reconciler will send it when it "
+            "is back",
+            style="yellow",
+        )
+    )
 
 
 @app.command()
@@ -261,20 +222,18 @@ def submit(
     connect()
     facts = parse_facts(fact)
     spec = read_plan(plan, facts) if plan else None
-    with session_scope() as session:
-        run = submit_run(
-            session,
-            settings=get_settings(),
-            user_id=user,
-            goal=goal,
-            facts=facts,
-            plan=spec,
-            replans=replans,
-            tokens=tokens,
-            wall_time_s=wall_time,
-        )
-        run_id = run.id or 0
-    announce(run_id, f"run {run_id} submitted")
+    request = RunRequest(
+        user_id=user,
+        goal=goal,
+        facts=facts,
+        plan=spec,
+        replans=replans,
+        tokens=tokens,
+        wall_time_s=wall_time,
+    )
+    submitted = submissions.submit(request, settings=get_settings())
+    run_id = submitted.run_id
+    said(submitted.notified, f"run {run_id} submitted")
     if watch_run:
         raise typer.Exit(watch_until_settled(run_id))
 

@@ -23,11 +23,12 @@ from rich.rule import Rule
 from rich.text import Text
 from sqlmodel import col, select
 
-from models import memory, queue, reviews
+from models import memory, queue, reviews, submissions
 from models.db import session_scope
 from models.queue import TASK_COORDINATE
-from models.runs import get_run, submit_run
+from models.runs import get_run
 from models.settings import get_settings
+from models.submissions import RunRequest
 from models.tables import RunEvent
 from ops import views
 
@@ -76,7 +77,7 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
     from ops.cli import watch_until_settled
 
     console.print(Rule(scenario.title))
-    run_id = _submit(scenario.trip)
+    run_id = _submit(console, scenario.trip)
     console.print(
         Text(
             f"$ agentq submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
@@ -144,19 +145,15 @@ def _show_recalled(console: Console, run_id: int) -> None:
     console.print(Text("memory recalled for planning:\n" + "\n".join(lines), style="cyan"))
 
 
-def _submit(trip: str) -> int:
-    with session_scope() as session:
-        run = submit_run(
-            session,
-            settings=get_settings(),
-            user_id=DEMO_USER,
-            goal=DEMO_GOAL,
-            facts={**DEMO_FACTS, "trip": trip},
-            replans=1,
-        )
-        run_id = run.id or 0
-    queue.send(TASK_COORDINATE, run_id)
-    return run_id
+def _submit(console: Console, trip: str) -> int:
+    request = RunRequest(
+        user_id=DEMO_USER, goal=DEMO_GOAL, facts={**DEMO_FACTS, "trip": trip}, replans=1
+    )
+    submitted = submissions.submit(request, settings=get_settings())
+    if not submitted.notified:
+        line = "the broker could not be reached; the reconciler sends the run's first task later"
+        console.print(Text(line, style="yellow"))
+    return submitted.run_id
 
 
 def _respond(console: Console, escalation_id: int) -> None:

@@ -13,7 +13,7 @@ import structlog
 from sqlmodel import Session, col, select
 
 from models import decisions, dispatch, facts, queue, reviews, transitions
-from models.coordinator import Decision, decide
+from models.coordinator import Decision
 from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
 from models.plans import current_steps, handled_failures
@@ -41,14 +41,11 @@ def coordinate(run_id: int) -> Decision | None:
     several coordinator processes may consume the coordinator queue at once.
     """
     with session_scope() as session:
-        locked = decisions.lock(session, run_id)
-        if locked is None:
-            log.warning("coordinate.no_such_run", run_id=run_id)
-            return None
-        decision = decide(locked.view())
-        applied = decisions.apply(
-            session, locked, decision, cap=get_settings().user_max_running_steps
-        )
+        advanced = decisions.advance(session, run_id, cap=get_settings().user_max_running_steps)
+    if advanced is None:
+        log.warning("coordinate.no_such_run", run_id=run_id)
+        return None
+    decision, applied = advanced
     for task, args in applied.sends:
         queue.send(task, *args)
     log.info("coordinate", run_id=run_id, action=decision.action, reason=decision.reason)

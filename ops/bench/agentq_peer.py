@@ -1,12 +1,14 @@
 """The agentq side of the engine benchmark: runs with explicit plans, submitted as users do.
 
-Each run is submitted with an explicit plan (`models.runs.submit_run`), committed, then
-`agentq.coordinate` is sent: the same path as `agentq submit --plan`. A load test of one user:
-its submits are not limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are
-0 for this process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's
-(default 4), so the figure is one user's throughput as deployed. Every run also costs one
-coordinator task per step plus one, and a final synthesize task (an offline-provider model
-call, which also records the run's episode and facts); they count as overhead, not as steps.
+Each run is submitted with an explicit plan by `models.submissions.submit`, the path of `agentq
+submit --plan` and the HTTP API: its first steps are queued in the submit transaction and sent
+after the commit, with no coordinator task. A load test of one user: its submits are not
+limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this
+process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's (default
+4), so the figure is one user's throughput as deployed. A worker that ends a step runs the next
+one in-process (`worker.steps.finish`) or hands it to the queue, and a run ends with its
+synthesis (an offline-provider model call) and a memory task: they count as overhead, not as
+steps.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import queue
+from models import submissions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.plans import MAX_PLAN_STEPS, PlanSpec, parse_plan
-from models.runs import submit_run
 from models.settings import get_settings
+from models.submissions import RunRequest
 from models.tables import Run, Step
 from ops.bench.harness import POLL_INTERVAL_S, BenchError
 
@@ -55,18 +57,16 @@ def plan_of(
 
 
 def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan` (no submit quotas), commit, send `agentq.coordinate`; the
-    run id."""
+    """Submit one run with `plan` (no submit quotas; `models.submissions.submit`); the run id.
+    Raises `BenchError` if its first messages could not be sent."""
     unlimited = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )
-    with session_scope() as session:
-        run = submit_run(
-            session, settings=unlimited, user_id=BENCH_USER, goal="benchmark", plan=plan
-        )
-        run_id = run.id or 0
-    queue.send(queue.TASK_COORDINATE, run_id)
-    return run_id
+    request = RunRequest(user_id=BENCH_USER, goal="benchmark", plan=plan)
+    submitted = submissions.submit(request, settings=unlimited)
+    if not submitted.notified:
+        raise BenchError(f"run {submitted.run_id}: the broker did not take its first messages")
+    return submitted.run_id
 
 
 def run_states(run_ids: list[int]) -> tuple[dict[str, int], float]:
@@ -118,16 +118,19 @@ def dispatch_latencies(run_ids: list[int]) -> dict[str, list[float]]:
     """`steps.started_at - steps.queued_at` (seconds) of the steps of `run_ids`, as `{"all":
     [...], "first": [...] (each run's first step), "later": [...]}`. `queued_at` is when the
     step became `queued` (its message is sent after that commit); `started_at` when a worker
-    claimed it."""
-    stmt = select(Step.position, Step.queued_at, Step.started_at).where(
-        col(Step.run_id).in_(run_ids)
+    claimed it. And `"submitted"`: each run's first step's `started_at - runs.created_at`, the
+    whole wait from the submit (its first decision and dispatch included) to the first start."""
+    stmt = select(Step.position, Step.queued_at, Step.started_at, Run.created_at).where(
+        col(Step.run_id).in_(run_ids), col(Step.run_id) == col(Run.id)
     )
     with session_scope() as session:
         rows = session.exec(stmt).all()
-    found: dict[str, list[float]] = {"all": [], "first": [], "later": []}
-    for position, queued, started in rows:
+    found: dict[str, list[float]] = {"all": [], "first": [], "later": [], "submitted": []}
+    for position, queued, started, created in rows:
         if isinstance(queued, datetime) and isinstance(started, datetime):
             seconds = (started - queued).total_seconds()
             found["all"].append(seconds)
             found["first" if position == 0 else "later"].append(seconds)
+            if position == 0:
+                found["submitted"].append((started - created).total_seconds())
     return found

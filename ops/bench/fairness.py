@@ -39,13 +39,13 @@ from pathlib import Path
 import redis
 from sqlmodel import col, select
 
-from models import queue
+from models import queue, submissions
 from models.db import session_scope
 from models.plans import PlanSpec, parse_plan
-from models.runs import submit_run
 from models.settings import Settings, get_settings
+from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
-from ops.bench.harness import BenchError, wait_until_idle
+from ops.bench.harness import BenchError, settings_here, wait_until_idle
 from ops.local import start_engine
 
 USER_A, USER_B = "bench-a", "bench-b"
@@ -58,7 +58,7 @@ CAPS = (("on (4)", "4"), ("off", "0"))
 
 # Where B's time goes, between consecutive events of its run (README: which queue waits).
 PHASES = (
-    ("run.submitted", "step.queued", "to dispatch"),  # the coordinator queue, then dispatch
+    ("run.submitted", "step.queued", "to dispatch"),  # held in Postgres until the user has a slot
     ("step.queued", "step.running", "steps queue"),  # behind other users' tasks in the broker
     ("step.running", "run.synthesizing", "step+coord"),  # the step, then the coordinator again
     ("run.synthesizing", "run.succeeded", "synthesis"),  # the steps queue again, and synthesis
@@ -89,12 +89,13 @@ def plan_of(tool: str, steps: int, **args: float) -> PlanSpec:
 
 
 def submit(user: str, plan: PlanSpec, settings: Settings) -> int:
-    """Submit a run, commit, send `agentq.coordinate`; its id."""
-    with session_scope() as session:
-        run = submit_run(session, settings=settings, user_id=user, goal="fairness", plan=plan)
-        run_id = run.id or 0
-    queue.send(queue.TASK_COORDINATE, run_id)
-    return run_id
+    """Submit a run (`models.submissions.submit`: its first steps are dispatched in the submit
+    transaction); its id. Raises `BenchError` if its first messages could not be sent."""
+    request = RunRequest(user_id=user, goal="fairness", plan=plan)
+    submitted = submissions.submit(request, settings=settings)
+    if not submitted.notified:
+        raise BenchError(f"run {submitted.run_id}: the broker did not take its first messages")
+    return submitted.run_id
 
 
 def phases(run_ids: list[int]) -> tuple[float, ...]:
@@ -172,6 +173,13 @@ def measure_engine(
 ) -> list[Figures]:
     """One engine with the cap `cap`: idle, then each backlog shape."""
     env = {"AGENTQ_USER_MAX_RUNNING_STEPS": cap[1], "AGENTQ_EMBEDDING_PROVIDER": "hash"}
+    with settings_here(env):  # this process's submits dispatch under the engine's cap
+        return _measure(root, workers, env, cap[0], samples, interval_s)
+
+
+def _measure(
+    root: Path, workers: int, env: dict[str, str], cap: str, samples: int, interval_s: float
+) -> list[Figures]:
     stack = start_engine(root, worker_concurrency=workers, extra_env=env)
     get_settings.cache_clear()  # this process now talks to this engine (its URLs are new)
     queue._client.clear()  # the Celery client keeps the broker URL it was made with
@@ -179,13 +187,13 @@ def measure_engine(
         with redis.Redis.from_url(queue.broker_url()) as broker:
             latencies([submit(USER_B, plan_of("noop", 1), get_settings())])  # warm-up
             wait_until_idle(broker)
-            found = [figures_of(cap[0], "idle", idle(samples))]
+            found = [figures_of(cap, "idle", idle(samples))]
             for runs, steps in SHAPES:
                 wait_until_idle(broker)
                 backlog = f"{runs} runs x {steps} steps"
                 seen = behind_backlog(runs, steps, samples, interval_s)
-                found.append(figures_of(cap[0], backlog, seen))
-                print(f"cap {cap[0]}, {backlog}: {len(seen)} samples", flush=True)
+                found.append(figures_of(cap, backlog, seen))
+                print(f"cap {cap}, {backlog}: {len(seen)} samples", flush=True)
     finally:
         stack.stop()
     return found

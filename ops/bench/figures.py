@@ -156,6 +156,10 @@ def ratio_line(first: Figures, other: Figures) -> str:
     return f"{first.name} / {other.name}: {rates}x steps/s, {cpu}x CPU per step"
 
 
+# How `latency_lines` names a group that is not "<group> steps".
+LATENCY_GROUPS = {"submitted": "first steps from their run's submit (started_at - runs.created_at)"}
+
+
 def latency_lines(latencies: Mapping[str, Sequence[float]]) -> list[str]:
     """p50 and p99 in milliseconds of each group of latencies (seconds); none if empty."""
     if not latencies:
@@ -164,7 +168,8 @@ def latency_lines(latencies: Mapping[str, Sequence[float]]) -> list[str]:
     for group, values in latencies.items():
         if values:
             p50, p99 = (1000 * percentile(values, q) for q in (50, 99))
-            lines.append(f"  {group} steps (n={len(values)}): p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+            what = LATENCY_GROUPS.get(group, f"{group} steps")
+            lines.append(f"  {what} (n={len(values)}): p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     return lines
 
 

@@ -7,6 +7,7 @@ processes a deployment runs. The peers (raw Celery, LangGraph) use the same Post
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -70,25 +71,50 @@ def libpq_conninfo(database_url: str, *, schema: str | None = None) -> str:
 
 
 @contextmanager
+def settings_here(env: dict[str, str]) -> Iterator[None]:
+    """`env` in this process's environment too, for the block, then as before. The benchmarks
+    submit from this process, and a submit dispatches its run's first steps under this
+    process's AGENTQ_USER_MAX_RUNNING_STEPS (`models.submissions`): it must be the engine's."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        get_settings.cache_clear()
+
+
+@contextmanager
 def engine(
     root: Path | None, workers: int, extra_env: dict[str, str] | None = None
 ) -> Iterator[Engine]:
     """An engine on `root` (default: a temp dir, removed after) with `workers` worker
-    processes and `extra_env` in their environment; stopped on leaving."""
+    processes and `extra_env` in their environment and this process's (`settings_here`);
+    stopped on leaving."""
     data_dir = root or Path(tempfile.mkdtemp(prefix="agentq-bench-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
-        stack = start_engine(data_dir, worker_concurrency=workers, extra_env=extra_env)
-        try:
-            get_settings.cache_clear()  # this process now talks to this engine (new URLs)
-            queue._client.clear()  # the Celery client keeps the broker URL it was made with
-            with redis.Redis.from_url(queue.broker_url()) as broker:
-                yield Engine(stack, broker, stack.data_dir / "pgdata", database_url())
-        finally:
-            stack.stop()
+        with settings_here(extra_env or {}):
+            yield from _running(data_dir, workers, extra_env)
     finally:
         if root is None:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _running(data_dir: Path, workers: int, extra_env: dict[str, str] | None) -> Iterator[Engine]:
+    stack = start_engine(data_dir, worker_concurrency=workers, extra_env=extra_env)
+    try:
+        get_settings.cache_clear()  # this process now talks to this engine (new URLs)
+        queue._client.clear()  # the Celery client keeps the broker URL it was made with
+        with redis.Redis.from_url(queue.broker_url()) as broker:
+            yield Engine(stack, broker, stack.data_dir / "pgdata", database_url())
+    finally:
+        stack.stop()
 
 
 def wait_until_idle(broker: redis.Redis) -> None:

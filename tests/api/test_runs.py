@@ -96,7 +96,9 @@ def test_a_plan_whose_after_makes_a_cycle_is_a_400_naming_the_step(client: Clien
 def test_a_goal_alone_is_planned(client: Client) -> None:
     created = client("bob").post("/api/v1/runs", json={"goal": "say hello"})
     assert created.status_code == 201, created.text
-    assert created.json()["run"]["status"] == "queued"
+    # planning starts in the submit transaction, or the run waits `queued` for one of bob's
+    # dispatch slots (his other tests' runs may hold them)
+    assert created.json()["run"]["status"] in ("planning", "queued")
     run = wait_for_run(created.json()["run"]["id"])
     assert run.status in ("succeeded", "waiting_review") and run.plan_version >= 1
 

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue
+from models import queue, submissions
 from models.db import session_scope
 from models.memory import memory_ended
 from models.plans import parse_plan
-from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
+from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
 from models.tools import DEFAULT_TOOL_MODULES
 from ops.local import start_engine
@@ -112,7 +112,9 @@ def _talk_to_current_engine() -> None:
 @pytest.fixture
 def make_run(engine: LocalStack) -> Callable[..., int]:
     """Submit a run with an explicit plan (or `None`: the planner writes one); returns its id.
-    The coordinator is told unless `start=False`."""
+    It starts as users' runs do (`models.submissions.submit`: its first decision is made in the
+    submit transaction) unless `start=False`: then it is only inserted (`submit_run`), and
+    nothing is sent."""
 
     def make(
         steps: list[dict[str, Any]] | None,
@@ -128,21 +130,20 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
 
         tools = configured_tool_names()
         plan = None if steps is None else parse_plan({"steps": steps}, tools=tools)
-        with session_scope() as session:
-            run = submit_run(
-                session,
-                settings=get_settings(),
-                user_id=user,
-                goal=goal,
-                facts=facts,
-                plan=plan,
-                replans=replans,
-                wall_time_s=wall_time_s,
-            )
-            run_id = run.id or 0
+        fields: dict[str, Any] = {
+            "user_id": user,
+            "goal": goal,
+            "facts": facts or {},
+            "plan": plan,
+            "replans": replans,
+            "wall_time_s": wall_time_s,
+        }
         if start:
-            queue.send(TASK_COORDINATE, run_id)
-        return run_id
+            submitted = submissions.submit(RunRequest(**fields), settings=get_settings())
+            assert submitted.notified, f"run {submitted.run_id}: its first messages were not sent"
+            return submitted.run_id
+        with session_scope() as session:
+            return submit_run(session, settings=get_settings(), **fields).id or 0
 
     return make
 

@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue, transitions
+from models import queue, submissions, transitions
 from models.db import session_scope
 from models.plans import parse_plan
-from models.queue import TASK_COORDINATE
+from models.queue import TASK_EXECUTE_STEP
 from models.runs import submit_run
 from models.settings import get_settings
+from models.submissions import RunRequest, insert_and_decide
 from models.tables import Run, Step, StepAttempt
 from ops.stack import LocalStack
 from scheduler import tasks
@@ -55,8 +56,9 @@ def fair_engine() -> Iterator[LocalStack]:
 
 @pytest.fixture
 def submit(fair_engine: LocalStack) -> Submit:
-    """`submit(steps | None, user=..., start=True)`: a run's id; the coordinator is told unless
-    `start=False`. Submit quotas are off here (tested in tests/api/test_quotas.py)."""
+    """`submit(steps | None, user=..., start=True)`: a run's id, submitted as users' runs are
+    (`models.submissions.submit`), or with `start=False` only inserted (`submit_run`), nothing
+    decided or sent. Submit quotas are off here (tested in tests/api/test_quotas.py)."""
     settings = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )
@@ -65,13 +67,12 @@ def submit(fair_engine: LocalStack) -> Submit:
         steps: list[dict[str, Any]] | None, *, user: str, goal: str = "fair", start: bool = True
     ) -> int:
         plan = None if steps is None else parse_plan({"steps": steps}, tools=["sleep"])
-        with session_scope() as session:
-            run_id = (
-                submit_run(session, settings=settings, user_id=user, goal=goal, plan=plan).id or 0
-            )
         if start:
-            queue.send(TASK_COORDINATE, run_id)
-        return run_id
+            request = RunRequest(user_id=user, goal=goal, plan=plan)
+            return submissions.submit(request, settings=settings).run_id
+        with session_scope() as session:
+            run = submit_run(session, settings=settings, user_id=user, goal=goal, plan=plan)
+            return run.id or 0
 
     return make
 
@@ -203,3 +204,41 @@ def test_the_reconciler_dispatches_after_a_lost_coordinate(submit: Submit) -> No
     _wait_until(lambda: _count(user, "ready") == 0, "the ready step was dispatched", 5)
     assert wait_for_run(run_id).status == "succeeded"
     assert [s.status for s in run_steps(run_id)] == ["succeeded"]
+
+
+def test_the_cap_holds_at_submit(fair_engine: LocalStack) -> None:
+    """A submit dispatches under the cap as the coordinator did: a plan of six independent
+    steps gets four slots and waits with two `ready`; the user's next runs, with no slot left,
+    stay held (`ready`, `queued`) and send nothing; every one runs once its turn comes."""
+    user = _user("at-submit")
+    settings = get_settings().model_copy(
+        update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
+    )
+    wide = parse_plan(
+        {"steps": [{**s, "after": []} for s in _sleeps(CAP + 2, 1.5)]}, tools=["sleep"]
+    )
+    one = parse_plan({"steps": _sleeps(1, 0.0)}, tools=["sleep"])
+    requests = [
+        RunRequest(user_id=user, goal="wide", plan=wide),
+        RunRequest(user_id=user, goal="one", plan=one),
+        RunRequest(user_id=user, goal="answer question 1"),
+    ]
+    found: list[tuple[list[str], list[str]]] = []
+    for request in requests:  # each its own submit; the first's steps run 1.5 s: no slot frees
+        with session_scope() as session:
+            run, sends = insert_and_decide(session, request, settings=settings)
+            steps = session.exec(select(Step).where(Step.run_id == run.id)).all()
+            found.append(([run.status, *sorted(s.status for s in steps)], [t for t, _ in sends]))
+        assert queue.send_all(sends)
+    assert found == [
+        (["running", *["queued"] * CAP, "ready", "ready"], [TASK_EXECUTE_STEP] * CAP),
+        (["running", "ready"], []),
+        (["queued"], []),
+    ]
+    with session_scope() as session:
+        run_ids = session.exec(select(Run.id).where(Run.user_id == user)).all()
+    for run_id in run_ids:
+        assert wait_for_run(run_id or 0).status in ("succeeded", "waiting_review")
+    with session_scope() as session:
+        held = held_slots(user_events(session, user))
+    assert most_at_once(held) == CAP  # reached at submit, never passed

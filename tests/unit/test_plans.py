@@ -10,7 +10,7 @@ from models.errors import ConfigurationError, InvalidPlan
 from models.plans import Splice, parse_plan
 from models.reviews import answer_from_text
 from models.tables import Step
-from ops.cli import parse_facts
+from ops.inputs import parse_facts
 
 TOOLS = ["noop", "convert"]
 

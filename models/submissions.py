@@ -1,0 +1,116 @@
+"""Submitting a run: insert it and make its first decision in one transaction, then send.
+
+A new run's first decision used to wait for the coordinator: the submit committed and sent
+`agentq.coordinate`, and the scheduler locked the run, decided and dispatched in a transaction of
+its own, one Celery hop and one transaction more per run before its first step could start
+(issue 10: about 6.5 ms of coordinator CPU per run in the engine benchmark). `submit` decides in
+the transaction that inserts the run instead, with what every other decision uses
+(`models.decisions.advance`: the pure `models.coordinator.decide`, then `apply` and the user's
+dispatch, `models.dispatch`):
+
+- an explicit plan: the steps that can start are made `ready`, and as many as the user's
+  dispatch cap (`AGENTQ_USER_MAX_RUNNING_STEPS`) has room for are `queued`, each with its
+  `agentq.execute_step` to send;
+- a goal alone: the run is made `planning`, with its `agentq.plan` to send, when the user has a
+  free slot; otherwise it stays `queued` until a later dispatch of the user starts it.
+Either way the user's older held work goes first, as it would at the coordinator.
+
+Locks are taken in the order of every other transaction that dispatches: the user's submit lock
+(`models.quotas`, when quotas are on), the run's row (a new row nobody else sees yet), then the
+user's dispatch lock; dispatch takes other rows `SKIP LOCKED`. The messages are sent after the
+commit. One the broker does not take is recovered by the reconciler (`scheduler.tasks.reconcile`):
+a step queued for longer than `AGENTQ_QUEUED_STALE_S` is sent again, a run planning or queued
+with no news for `AGENTQ_PHASE_STALE_S` gets its task again, a user whose steps stayed ready is
+dispatched. The CLI, the HTTP API, the demo and the benchmarks all submit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, overload
+
+from sqlmodel import Session
+
+from models import decisions, queue
+from models.db import session_scope
+from models.dispatch import Send
+from models.plans import PlanSpec
+from models.runs import submit_run
+from models.settings import Settings
+from models.tables import Run
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run as its submitter asks for it: the arguments of `models.runs.submit_run`, which
+    validates them; a budget left None takes its default (`AGENTQ_DEFAULT_*`)."""
+
+    user_id: str
+    goal: str
+    facts: dict[str, str] = field(default_factory=dict)
+    plan: PlanSpec | None = None
+    replans: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    wall_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Submitted(Generic[T]):
+    """A committed run. `notified`: every message its first decision left was sent (False: the
+    broker could not be reached, and the reconciler sends them once it is back; True too when
+    there was none, the user's dispatch slots being full). `seen`: what the caller's `describe`
+    read of the run in the submit transaction, after the decision (None without one)."""
+
+    run_id: int
+    notified: bool
+    seen: T
+
+
+def insert_and_decide(
+    session: Session, request: RunRequest, *, settings: Settings
+) -> tuple[Run, list[Send]]:
+    """Insert the run (`models.runs.submit_run`) and apply its first decision
+    (`models.decisions.advance`, under `settings.user_max_running_steps`), in the caller's
+    transaction; the run and the `(task, args)` to send once the caller has committed. Raises
+    what `submit_run` raises (`InvalidInput`, `InvalidPlan`, `UserQuotaExceeded`), and then
+    nothing is written."""
+    run = submit_run(
+        session,
+        settings=settings,
+        user_id=request.user_id,
+        goal=request.goal,
+        facts=request.facts,
+        plan=request.plan,
+        replans=request.replans,
+        tokens=request.tokens,
+        cost_usd=request.cost_usd,
+        wall_time_s=request.wall_time_s,
+    )
+    advanced = decisions.advance(session, run.id or 0, cap=settings.user_max_running_steps)
+    return run, advanced[1].sends if advanced is not None else []
+
+
+@overload
+def submit(request: RunRequest, *, settings: Settings) -> Submitted[None]: ...
+@overload
+def submit(
+    request: RunRequest, *, settings: Settings, describe: Callable[[Session, Run], T]
+) -> Submitted[T]: ...
+def submit(
+    request: RunRequest,
+    *,
+    settings: Settings,
+    describe: Callable[[Session, Run], T] | None = None,
+) -> Submitted[Any]:
+    """Submit `request` in one transaction (`insert_and_decide`), commit, then send its messages
+    (`models.queue.send_all`: a broker that is down is not an error). `describe(session, run)`,
+    if given, reads what the caller shows of the run, in that transaction after the decision.
+    Raises what `insert_and_decide` raises, or `DatabaseError`; nothing is sent then."""
+    with session_scope() as session:
+        run, sends = insert_and_decide(session, request, settings=settings)
+        seen = describe(session, run) if describe is not None else None
+    return Submitted(run.id or 0, queue.send_all(sends), seen)

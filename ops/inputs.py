@@ -1,0 +1,53 @@
+"""What a user names on the command line: pinned facts (`--fact KEY=VALUE`) and plan files
+(`--plan`, `agentq review edit --plan`), read and checked before anything is written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from models.errors import ConfigurationError
+from models.plans import PlanSpec, parse_plan
+from models.runs import FACT_KEY_PATTERN
+from models.tools import argument_problems, configured_tool_names
+
+
+def parse_facts(pairs: list[str]) -> dict[str, str]:
+    """`["currency=EUR", ...]` as a dict; raises `ConfigurationError` naming the bad entry."""
+    facts: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.match(FACT_KEY_PATTERN, key):
+            raise ConfigurationError(
+                f"--fact {pair!r}: expected KEY=VALUE with KEY matching {FACT_KEY_PATTERN}"
+            )
+        if not value:
+            raise ConfigurationError(f"--fact {pair!r}: the value is empty")
+        if key in facts and facts[key] != value:
+            raise ConfigurationError(
+                f"--fact {key}: given twice ({facts[key]!r} and {value!r}); pin one value"
+            )
+        facts[key] = value
+    return facts
+
+
+def read_plan_text(path: Path) -> str:
+    """The text of a plan file; raises `ConfigurationError` naming the file if it cannot be read
+    or is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"--plan {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"--plan {path}: not UTF-8 text (byte {exc.start}); save the plan as UTF-8 JSON"
+        ) from exc
+
+
+def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
+    """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools,
+    their arguments and the pinned `facts`; raises `ConfigurationError` or `InvalidPlan`."""
+    text = read_plan_text(path)
+    return parse_plan(
+        text, tools=configured_tool_names(), facts=set(facts), check_args=argument_problems
+    )

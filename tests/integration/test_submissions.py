@@ -1,0 +1,128 @@
+"""A submit makes its run's first decision itself (`models.submissions`), and what a broker
+that was down lost of its messages is recovered by the engine's own reconciler (its beat runs
+every second here: TEST_ENV)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlmodel import Session, col, select
+
+from models import queue, submissions
+from models.db import session_scope
+from models.plans import parse_plan
+from models.queue import TASK_EXECUTE_STEP, TASK_PLAN
+from models.settings import get_settings
+from models.submissions import RunRequest
+from models.tables import Run, RunEvent, Step
+from ops.stack import LocalStack
+from tests.integration.conftest import TEST_ENV, run_steps, wait_for_run
+
+pytestmark = pytest.mark.integration
+MakeRun = Callable[..., int]
+Sent = list[tuple[str, tuple[int, ...]]]
+QUEUED_STALE_S = float(TEST_ENV["AGENTQ_QUEUED_STALE_S"])
+PHASE_STALE_S = float(TEST_ENV["AGENTQ_PHASE_STALE_S"])
+DOWN_BROKER = "redis://127.0.0.1:1/0"  # nothing listens on port 1: refused at once
+
+
+def _user(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _noop(name: str, *after: str) -> dict[str, object]:
+    return {"name": name, "kind": "tool", "tool": "noop", "after": list(after)}
+
+
+def _statuses(session: Session, run: Run) -> dict[str, str]:
+    """What the submit transaction left: the run's status and each step's, by name."""
+    steps = session.exec(select(Step).where(Step.run_id == run.id)).all()
+    return {"run": run.status, **{s.name: s.status for s in steps}}
+
+
+def _event_at(run_id: int, kind: str, nth: int = 0) -> float:
+    with session_scope() as session:
+        stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == kind)
+        events = session.exec(stmt.order_by(col(RunEvent.id))).all()
+    assert len(events) > nth, f"run {run_id}: no {kind} event #{nth}"
+    return events[nth].at.timestamp()
+
+
+@pytest.fixture
+def sent(engine: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Sent:
+    """Every message this process sends (still sent), in order."""
+    log: Sent = []
+    send = queue.try_send
+
+    def spy(task: str, *args: int) -> bool:
+        log.append((task, args))
+        return send(task, *args)
+
+    monkeypatch.setattr(queue, "try_send", spy)
+    return log
+
+
+@pytest.fixture
+def broker_down(engine: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's broker cannot be reached (the engine's processes still reach theirs)."""
+    monkeypatch.setenv("AGENTQ_BROKER_URL", DOWN_BROKER)
+    monkeypatch.setitem(queue._client, os.getpid(), queue.make_celery("down"))
+    yield
+
+
+def test_an_explicit_plans_first_steps_are_queued_by_its_submit(sent: Sent) -> None:
+    plan = parse_plan({"steps": [_noop("a"), _noop("b"), _noop("join", "a", "b")]}, tools=["noop"])
+    request = RunRequest(user_id=_user("plan"), goal="submit dispatches", plan=plan)
+    submitted = submissions.submit(request, settings=get_settings(), describe=_statuses)
+    assert submitted.notified
+    assert submitted.seen == {"run": "running", "a": "queued", "b": "queued", "join": "pending"}
+    a, b, _ = run_steps(submitted.run_id)
+    assert sent == [(TASK_EXECUTE_STEP, (a.id,)), (TASK_EXECUTE_STEP, (b.id,))]  # no coordinate
+    assert wait_for_run(submitted.run_id).status == "succeeded"
+
+
+def test_a_goal_alone_is_sent_to_planning_by_its_submit(sent: Sent) -> None:
+    request = RunRequest(user_id=_user("goal"), goal="say hello")
+    submitted = submissions.submit(request, settings=get_settings(), describe=_statuses)
+    assert submitted.notified and submitted.seen == {"run": "planning"}
+    assert sent == [(TASK_PLAN, (submitted.run_id,))]
+    run = wait_for_run(submitted.run_id)
+    assert run.status in ("succeeded", "waiting_review") and run.plan_version >= 1
+
+
+def test_a_first_step_whose_message_was_lost_is_sent_by_the_reconciler(broker_down: None) -> None:
+    plan = parse_plan({"steps": [_noop("only")]}, tools=["noop"])
+    request = RunRequest(user_id=_user("lost-step"), goal="broker down", plan=plan)
+    submitted = submissions.submit(request, settings=get_settings(), describe=_statuses)
+    assert not submitted.notified  # said, not raised: the rows are committed
+    assert submitted.seen == {"run": "running", "only": "queued"}
+    run_id = submitted.run_id
+    assert wait_for_run(run_id, timeout_s=60).status == "succeeded"
+    (step,) = run_steps(run_id)
+    waited = _event_at(run_id, "step.running") - _event_at(run_id, "step.queued")
+    assert waited >= QUEUED_STALE_S  # nobody sent it until it was stale
+    assert step.attempt == 1
+
+
+def test_a_plan_task_whose_message_was_lost_is_sent_by_the_reconciler(broker_down: None) -> None:
+    request = RunRequest(user_id=_user("lost-plan"), goal="say hello")
+    submitted = submissions.submit(request, settings=get_settings(), describe=_statuses)
+    assert not submitted.notified and submitted.seen == {"run": "planning"}
+    run_id = submitted.run_id
+    run = wait_for_run(run_id, timeout_s=90)
+    assert run.status in ("succeeded", "waiting_review") and run.plan_version >= 1
+    waited = _event_at(run_id, "run.running") - _event_at(run_id, "run.planning")
+    assert waited >= PHASE_STALE_S  # quiet in `planning` until the reconciler sent `agentq.plan`
+
+
+def test_a_queued_run_nobody_dispatched_is_planned_by_the_reconciler(make_run: MakeRun) -> None:
+    """A run left `queued` with no message out (inserted only, as a run held at a full cap whose
+    freeing dispatch was lost): the reconciler coordinates it, and its dispatch plans it."""
+    run_id = make_run(None, user=_user("held"), goal="say hello", start=False)
+    run = wait_for_run(run_id, timeout_s=90)
+    assert run.status in ("succeeded", "waiting_review") and run.plan_version >= 1
+    waited = _event_at(run_id, "run.planning") - _event_at(run_id, "run.submitted")
+    assert waited >= PHASE_STALE_S
