@@ -5,8 +5,8 @@
 Starts the embedded services only (Postgres 18 + Redis, migrated, in a temp dir), then runs
 `--runs` runs of `--steps` `noop` tool steps in this process, calling the very functions the
 engine's processes call, in their order, with every message collected instead of sent:
-`submit` (`models.runs.submit_run`, committed), `coordinate` (the scheduler's first decision),
-`claim` (the first step, sent through the broker), `finish` (each step's outcome, chained:
+`submit` (`models.submissions.submit`: the run and its first decision, committed), `claim`
+(each first step, sent through the broker), `finish` (each step's outcome, chained:
 the next step is claimed in the same transaction), `synthesize` and `remember` (the memory task).
 For each phase it prints the client CPU per run (`time.process_time` of this process, ms), and
 the SQL statements and transactions per run (counted by SQLAlchemy events); Postgres' own CPU is
@@ -31,15 +31,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from models import queue, sql
-from models.db import get_engine, session_scope
+from models.db import get_engine
 from models.migrate import upgrade
 from models.plans import PlanSpec
-from models.runs import submit_run
 from models.settings import get_settings
+from models.submissions import RunRequest, submit
 from ops.bench.agentq_peer import BENCH_USER, plan_of
 from ops.stack import LocalStack
+from worker import memory, steps, synthesis
 
-PHASES = ("submit", "coordinate", "claim", "finish", "synthesize", "remember")
+PHASES = ("submit", "claim", "finish", "synthesize", "remember")
 
 
 @dataclass
@@ -101,19 +102,12 @@ class Collected:
 
 def one_run(plan: PlanSpec, tally: Tally, messages: Collected) -> None:
     """Drive one run through every phase, as the engine's processes would."""
-    from scheduler.tasks import coordinate
-    from worker import memory, steps, synthesis
-
     settings = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )
-    with tally.timing("submit"), session_scope() as session:
-        run = submit_run(session, settings=settings, user_id=BENCH_USER, goal="phases", plan=plan)
-        run_id = run.id or 0
-    messages.send(queue.TASK_COORDINATE, run_id)
-    for (coordinated,) in messages.take(queue.TASK_COORDINATE):
-        with tally.timing("coordinate"):
-            coordinate(coordinated)
+    request = RunRequest(user_id=BENCH_USER, goal="phases", plan=plan)
+    with tally.timing("submit"):
+        run_id = submit(request, settings=settings).run_id
     for (step_id,) in messages.take(queue.TASK_EXECUTE_STEP):
         with tally.timing("claim"):
             claimed = steps.claim(step_id)
