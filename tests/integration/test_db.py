@@ -7,6 +7,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from models import sql
 from models.db import database_url, dispose_engines, retry_dropped, session_scope
 from models.errors import DatabaseError
 from ops.stack import LocalStack
@@ -52,3 +53,30 @@ def test_other_database_errors_are_not_run_again(engine: LocalStack) -> None:
     with pytest.raises(DatabaseError, match="no_such_table") as info:
         broken()
     assert not info.value.dropped and len(calls) == 1
+
+
+def test_a_connection_dropped_under_named_sql_is_retried_the_same_way(engine: LocalStack) -> None:
+    """`models.sql` runs the hot statements on the driver, past SQLAlchemy: a dropped connection
+    must still be invalidated and reported as `dropped`, so `retry_dropped` takes a new one."""
+    dispose_engines()
+    calls: list[int] = []
+
+    @retry_dropped
+    def backend_pid() -> int:
+        calls.append(1)
+        with session_scope() as session:
+            return int(sql.scalar(session, "SELECT pg_backend_pid() WHERE :yes", {"yes": True}))
+
+    first = backend_pid()
+    _terminate(first)
+    second = backend_pid()
+    assert second != first
+    assert len(calls) == 3
+
+
+def test_named_sql_errors_name_the_server_s_message_and_change_nothing(engine: LocalStack) -> None:
+    with pytest.raises(DatabaseError, match="no_such_table") as info, session_scope() as session:
+        sql.execute(session, "SELECT * FROM no_such_table WHERE id = :id", {"id": 1})
+    assert not info.value.dropped
+    with session_scope() as session:  # the pool's connection is still good after the rollback
+        assert sql.scalar(session, "SELECT :n::int + 1", {"n": 1}) == 2
