@@ -91,10 +91,16 @@ def run_budgets(settings: Settings, asked: dict[str, float | None]) -> dict[str,
         most = getattr(settings, ceiling)
         if value is not None and value > most:
             raise InvalidInput(
-                f"budgets.{name}: at most {most:g} ({setting_name(ceiling)}); got {value:g}"
+                f"budgets.{name}: at most {_plain(most)} ({setting_name(ceiling)}); "
+                f"got {_plain(value)}"
             )
         budgets[name] = getattr(settings, default) if value is None else value
     return budgets
+
+
+def _plain(number: float) -> str:
+    """`number` as a person writes it: 1000000, not 1e+06; 0.25 as 0.25."""
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
 def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None:

@@ -54,6 +54,7 @@ WATCH_INTERVAL_S = 0.5
 SUPERVISE_INTERVAL_S = 1.0
 PG_INT_MAX = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
+WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 days by default)."
 
 
 def not_blank(value: str | None) -> str | None:
@@ -214,7 +215,7 @@ def submit(
     tokens: Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")] = None,
     wall_time: Annotated[
         float | None,
-        typer.Option(min=1, max=WALL_TIME_MAX_S, help="Wall-time budget, s (at most 30 days)."),
+        typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP),
     ] = None,
     watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
 ) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.errors import ProviderError
+from models.plans import MAX_INSTRUCTION_CHARS
 from models.tools import find_playbook
 from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
 
@@ -24,7 +25,7 @@ class OfflineProvider:
     """A deterministic stand-in for a model, reading `request.purpose` and `request.payload`.
 
     - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>}` if one matches the goal, else one
-      model step `answer` whose instruction is the goal;
+      model step `answer` whose instruction is the goal (its first `MAX_INSTRUCTION_CHARS`);
     - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "tools", "error",
       "instruction"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as one step
       with the failed step's name, else the failed step once more (the engine bounds replans);
@@ -67,7 +68,9 @@ def _offline_plan(payload: Mapping[str, Any]) -> str:
     goal: str = payload["goal"]
     steps = find_playbook(goal)
     if steps is None:
-        steps = [{"name": "answer", "instruction": goal, "kind": "model", "tool": None, "args": {}}]
+        # the goal itself is in every call's run state; the instruction holds what fits of it
+        answer = {"name": "answer", "instruction": goal[:MAX_INSTRUCTION_CHARS], "kind": "model"}
+        steps = [{**answer, "tool": None, "args": {}}]
     learned = _fixes_from_episodes(payload)
     return json.dumps({"steps": [_with_fix(step, learned) for step in steps]})
 

@@ -179,6 +179,7 @@ def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> Non
     assert other.status_code == 403 and "acts only for its own user" in other.text
     over = admin.post("/api/v1/runs", json={"goal": "g", "user": "u", "budgets": {"tokens": 10**7}})
     assert over.status_code == 400 and "AGENTQ_MAX_TOKEN_BUDGET" in over.text
+    assert "got 10000000" in over.text and "e+" not in over.text  # numbers as people write them
     for body, field in (
         ({"goal": "g", "user": "u", "facts": {"Bad Key": "x"}}, "facts"),
         ({"goal": "g", "user": "u", "budgets": {"tokens": 0}}, "tokens"),

@@ -15,7 +15,9 @@ import openai
 import pytest
 
 from models.errors import ProviderError
+from models.plans import MAX_INSTRUCTION_CHARS, parse_plan
 from models.references import references
+from models.runs import GOAL_MAX_CHARS
 from models.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from worker.offline import OfflineProvider
 from worker.providers import (
@@ -77,6 +79,14 @@ def test_offline_plan_without_playbook_is_one_model_step() -> None:
     assert steps == [
         {"name": "answer", "instruction": goal, "kind": "model", "tool": None, "args": {}}
     ]
+
+
+def test_offline_plan_of_a_goal_longer_than_an_instruction_is_still_a_valid_plan() -> None:
+    goal = "x" * (GOAL_MAX_CHARS // 2)  # a goal may be longer than a step's instruction
+    payload = {"goal": goal, "facts": FACTS, "tools": catalog()}
+    text = OfflineProvider().complete(request("plan", payload)).text
+    plan = parse_plan(json.loads(text), tools=[t["name"] for t in catalog()])  # raises if invalid
+    assert plan.steps[0].instruction == goal[:MAX_INSTRUCTION_CHARS]
 
 
 def replan_payload(failed: dict[str, Any]) -> dict[str, Any]:
