@@ -104,14 +104,15 @@ def _new_dependencies(
         if step.after is None:
             after[step.key] = default_first if i == 0 else (new[i - 1].key,)
             continue
-        for name in step.after:
+        for name in dict.fromkeys(step.after):  # each name once: a repeat is its own problem
             if name == step.name:
                 problems.append(f"steps.{i}.after: step {step.name!r} cannot wait for itself")
             elif name not in names:
                 known = ", ".join(sorted(set(names) - {step.name})) or "none"
                 problems.append(f"steps.{i}.after: no step named {name!r} (steps: {known})")
-        if len(set(step.after)) != len(step.after):
-            problems.append(f"steps.{i}.after: names a step twice")
+        twice = sorted({n for n in step.after if step.after.count(n) > 1})
+        if twice:
+            problems.append(f"steps.{i}.after: names {', '.join(map(repr, twice))} more than once")
         after[step.key] = _unique(names[n] for n in step.after if n in names and n != step.name)
     return after, problems
 
@@ -182,13 +183,20 @@ def reference_problems(version: Version, kept: Sequence[Node], new: Sequence[New
     """References of new steps, and of kept steps that have not run, to steps they do not wait
     for (a step with no result in this version does not count)."""
     status = {n.id: n.status for n in kept}
+    named = {s.name for s in new} | {n.name for n in kept if n.status not in NO_RESULT}
     problems = []
     for i, s in enumerate(new):
         for missing in sorted(s.refs - _upstream_names(version, s.key, status)):
-            problems.append(
-                f"steps.{i}.args: refers to step {missing!r}, which step {s.name!r} does not wait "
-                "for (directly or through other steps); name it in 'after'"
-            )
+            if missing == s.name:
+                why = "its own result; a step can use only the results of steps it waits for"
+            elif missing not in named:
+                why = f"step {missing!r}, and the plan has no step of that name"
+            else:
+                why = (
+                    f"step {missing!r}, which step {s.name!r} does not wait for (directly or "
+                    "through other steps); name it in 'after'"
+                )
+            problems.append(f"steps.{i}.args: refers to {why}")
     for n in kept:
         if n.status != "pending":
             continue

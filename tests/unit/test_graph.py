@@ -53,7 +53,15 @@ def test_after_may_name_a_later_step() -> None:
     [
         ([step("a", after=["zz"])], r"steps\.0\.after: no step named 'zz'"),
         ([step("a", after=["a"])], r"steps\.0\.after: step 'a' cannot wait for itself"),
-        ([step("a", after=[]), step("b", after=["a", "a"])], r"steps\.1\.after: names a step"),
+        (
+            [step("a", after=[]), step("b", after=["a", "a"])],
+            r"steps\.1\.after: names 'a' more than once",
+        ),
+        (  # a reference to a step the plan lacks is not advice to wait for it
+            [step("a", x="${steps.zz.k}")],
+            r"steps\.0\.args: refers to step 'zz', and the plan has no step of that name",
+        ),
+        ([step("a", x="${steps.a.k}")], r"steps\.0\.args: refers to its own result"),
         (
             [step("a", after=["c"]), step("b", after=["a"]), step("c", after=["b"])],
             r"after: a cycle: .*'a'.*'b'.*'c'|after: a cycle",
@@ -161,3 +169,11 @@ def test_helpers() -> None:
     assert linear([7, 8, 9]) == {7: (), 8: (7,), 9: (8,)}
     assert ancestors(AFTER, 5) == {1, 2, 3, 4}
     assert waves([1, 2, 3, 4, 5], AFTER) == {1: 1, 2: 2, 3: 2, 4: 3, 5: 4}
+
+
+def test_a_step_waiting_for_itself_twice_is_told_once_and_the_repeat_named() -> None:
+    with pytest.raises(InvalidPlan) as info:
+        parse_plan({"steps": [step("a", after=["a", "a"])]}, tools=TOOLS)
+    message = str(info.value)
+    assert message.count("cannot wait for itself") == 1
+    assert "names 'a' more than once" in message
