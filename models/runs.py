@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from models import quotas, sql, transitions
 from models.errors import InvalidInput, NotFound
@@ -131,11 +131,8 @@ def get_run(session: Session, run_id: int) -> Run:
 def pinned_facts(session: Session, run_id: int, *, by_user: bool | None = None) -> dict[str, str]:
     """The run's pinned facts, key -> value: all of them, or with `by_user` only the user's own
     statements (True) or only those a reviewer set (False; `PinnedFact.set_by`)."""
-    stmt = select(PinnedFact).where(PinnedFact.run_id == run_id)
-    if by_user is not None:
-        mine = col(PinnedFact.set_by) == "user"
-        stmt = stmt.where(mine if by_user else ~mine)
-    return {f.key: f.value for f in session.exec(stmt)}
+    rows = sql.execute(session, PINNED_BY_AUTHOR, {"run_id": run_id})
+    return {k: v for k, v, set_by in rows if by_user is None or (set_by == "user") == by_user}
 
 
 def pinned_by_author(session: Session, run_id: int) -> tuple[dict[str, str], dict[str, str]]:

@@ -2,9 +2,8 @@
 
 The engine's hot statements (`models.leases`, `models.decisions`, `models.dispatch`,
 `models.budgets`, the hot transitions) run once or more per step. Through `Session.execute`
-each pays for a `TextClause`, its cache key, the compiled-cache lookup and the result proxy:
-measured on the embedded Postgres, five one-row statements in a transaction took 1.06 ms of
-client CPU with prebuilt `sa.text`, 0.57 ms on the psycopg cursor (issue 10). So these run on
+each pays for a `TextClause`, its cache key, the compiled-cache lookup and the result proxy
+(issue 10; `ops/bench/phases.py` shows each phase's client CPU per run). So these run on
 the session's psycopg connection, inside the session's transaction: `execute` first flushes
 what the session holds (so a row added through the ORM is visible to the statement, as
 autoflush would), and translates a driver error into SQLAlchemy's `DBAPIError` as
