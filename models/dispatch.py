@@ -44,34 +44,47 @@ Send = tuple[str, tuple[int, ...]]  # a task name and its arguments, sent after 
 
 # dispatch_lock: one user's dispatches take turns until the transaction ends.
 DISPATCH_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
-# in_flight: the user's steps queued or running (few at any time: found by status), runs whose
-# plan, replan or synthesis task is out, and running runs with no step left to run (their
-# synthesis or replan comes next).
-IN_FLIGHT: Final = """
-SELECT (SELECT count(*) FROM steps s JOIN runs r ON r.id = s.run_id
-        WHERE r.user_id = :user_id AND s.status IN ('queued', 'running'))
+# user_slots: `in_flight`, the user's steps queued or running, runs whose plan, replan or
+# synthesis task is out, and running runs with no step left to run (their synthesis or replan
+# comes next); `steps_held` and `runs_held`, whether a ready step or a queued run of the user
+# waits for a slot (when neither does, the dispatch reads nothing more). The
+# steps are found by status (few at any time) and each one's run by its key: a join on the
+# user's runs let a planner without statistics walk every run the user ever had (1 ms with 600
+# runs of history, issue 10). A user's runs not yet ended are found by the partial index, and
+# each running one's unfinished steps counted by `ix_steps_unfinished` (as an anti-join, the
+# same planner scanned all steps once per run). Each clause is written so that no statistics
+# are needed to plan it well: a new database fills fast, long before autovacuum analyzes it.
+USER_SLOTS: Final = sql.Replanned("""
+SELECT (SELECT count(*) FROM steps s
+        WHERE s.status IN ('queued', 'running')
+          AND (SELECT r.user_id FROM runs r WHERE r.id = s.run_id) = :user_id)
      + (SELECT count(*) FROM runs
         WHERE user_id = :user_id AND status IN ('planning', 'replanning', 'synthesizing'))
      + (SELECT count(*) FROM runs r
-        WHERE r.user_id = :user_id AND r.status = 'running' AND NOT EXISTS (
-            SELECT 1 FROM steps s
-            WHERE s.run_id = r.id AND s.status IN ('pending', 'ready', 'queued', 'running')))"""
+        WHERE r.user_id = :user_id AND r.status = 'running' AND (
+            SELECT count(*) FROM steps s
+            WHERE s.run_id = r.id AND s.status IN ('pending', 'ready', 'queued', 'running')) = 0)
+        AS in_flight,
+    EXISTS (SELECT 1 FROM runs r JOIN steps s ON s.run_id = r.id
+            WHERE r.user_id = :user_id AND r.status = 'running' AND s.status = 'ready')
+        AS steps_held,
+    EXISTS (SELECT 1 FROM runs WHERE user_id = :user_id AND status = 'queued') AS runs_held""")
 # ready_steps: the user's oldest ready steps of running runs, up to :n (NULL: all), locked; a
 # step or run another transaction holds is skipped (its run's key-share lock covers the event
 # row that the transition inserts, which references the run).
-READY_STEPS: Final = """
+READY_STEPS: Final = sql.Replanned("""
 SELECT s.id FROM steps s JOIN runs r ON r.id = s.run_id
 WHERE r.user_id = :user_id AND r.status = 'running' AND s.status = 'ready'
 ORDER BY s.id LIMIT :n
-FOR UPDATE OF s SKIP LOCKED FOR KEY SHARE OF r SKIP LOCKED"""
+FOR UPDATE OF s SKIP LOCKED FOR KEY SHARE OF r SKIP LOCKED""")
 # queued_runs: the user's oldest runs waiting to be planned, up to :n (NULL: all), locked.
-QUEUED_RUNS: Final = """
+QUEUED_RUNS: Final = sql.Replanned("""
 SELECT id FROM runs WHERE user_id = :user_id AND status = 'queued'
-ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED"""
+ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED""")
 # stale_ready_users: users with a step ready since before :stale in a running run.
-STALE_READY_USERS: Final = """
+STALE_READY_USERS: Final = sql.Replanned("""
 SELECT DISTINCT r.user_id FROM steps s JOIN runs r ON r.id = s.run_id
-WHERE s.status = 'ready' AND s.queued_at < :stale AND r.status = 'running'"""
+WHERE s.status = 'ready' AND s.queued_at < :stale AND r.status = 'running'""")
 
 
 def free_slots(cap: int, in_flight: int) -> int | None:
@@ -88,12 +101,12 @@ def dispatch(session: Session, user_id: str, *, cap: int) -> list[Send]:
     messages to send once the caller has committed: `agentq.execute_step` per step now
     `queued`, `agentq.plan` per run now `planning`. Never commits; never waits for a row."""
     sql.execute(session, DISPATCH_LOCK, {"key": json.dumps(["dispatch", user_id])})
-    in_flight = int(sql.scalar(session, IN_FLIGHT, {"user_id": user_id}) or 0)
-    free = free_slots(cap, in_flight)
+    slots = sql.one(session, USER_SLOTS, {"user_id": user_id})
+    free = free_slots(cap, int(slots.in_flight))
     if free == 0:
         return []
-    sends = _enqueue_ready(session, user_id, free)
-    if free is None or len(sends) < free:
+    sends = _enqueue_ready(session, user_id, free) if slots.steps_held else []
+    if slots.runs_held and (free is None or len(sends) < free):
         sends += _start_planning(session, user_id, None if free is None else free - len(sends))
     return sends
 

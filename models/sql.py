@@ -9,7 +9,8 @@ what the session holds (so a row added through the ORM is visible to the stateme
 autoflush would), and translates a driver error into SQLAlchemy's `DBAPIError` as
 `Session.execute` would: a dropped connection is invalidated, and `models.db.session_scope`
 raises `DatabaseError(dropped=True)` for `retry_dropped`. psycopg prepares a statement on the
-server once it ran five times on a connection (psycopg's `prepare_threshold`).
+server once it ran five times on a connection (psycopg's `prepare_threshold`), except a
+`Replanned` statement.
 
 Statements are written as for `sa.text`: `:name` parameters (`::type` casts are left alone),
 converted once per statement to psycopg's `%(name)s`; lists bind as arrays, dicts are not
@@ -36,6 +37,17 @@ M = TypeVar("M", bound=SQLModel)
 _DRIVER: Final = "agentq.sql.driver"  # Session.info key: (transaction, connection, driver)
 
 
+class Replanned(str):
+    """A statement Postgres plans afresh at each execution, for its parameters and the rows
+    there are now: it is never prepared on the server. For a statement whose best plan depends
+    on how many rows of a kind there are (a user's backlog, steps by status): a prepared one
+    keeps the generic plan Postgres made while the tables were small until the next ANALYZE.
+    Measured (issue 10): in a new database, the dispatch's in-flight count kept a plan that took
+    20-40 ms once 600 runs were in it, against 0.2 ms planned afresh; forcing a fresh plan on
+    every statement instead cost the step's hot statements 0.2-0.3 ms each. (PostgreSQL docs,
+    PREPARE, "plan_cache_mode"; psycopg docs, "Prepared statements".)"""
+
+
 @functools.lru_cache(maxsize=256)
 def driver_sql(sql: str) -> str:
     """`sql` with `:name` parameters in psycopg's `%(name)s` style (and `%` doubled)."""
@@ -51,7 +63,8 @@ def execute(session: Session, sql: str, params: Mapping[str, Any] | None = None)
     connection, driver = _connections(session)
     cursor = driver.cursor(row_factory=namedtuple_row)
     try:
-        return cursor.execute(driver_sql(sql), params or {})
+        prepare = False if isinstance(sql, Replanned) else None
+        return cursor.execute(driver_sql(sql), params or {}, prepare=prepare)
     except psycopg.Error as error:
         dialect = connection.dialect
         dropped = dialect.is_disconnect(error, driver, cursor)  # type: ignore[arg-type]

@@ -142,6 +142,20 @@ class Step(SQLModel, table=True):
     """
 
     __tablename__ = "steps"
+    __table_args__ = (
+        # Steps by status, oldest first: the dispatch's ready steps (`models.dispatch`) read in
+        # id order and stop at the free slots, however long a user's backlog; every lookup by
+        # status alone uses it too. It replaces an index on `status` alone, with which a planner
+        # that had no statistics yet (a new database filling fast) joined every ready step to
+        # every run of the user (migration 0013).
+        sa.Index("ix_steps_status_id", "status", "id"),
+        # A run's steps not yet ended: the dispatch counts running runs with none (0013).
+        sa.Index(
+            "ix_steps_unfinished",
+            "run_id",
+            postgresql_where=sa.text("status IN ('pending', 'ready', 'queued', 'running')"),
+        ),
+    )
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
     plan_version: int
@@ -156,7 +170,7 @@ class Step(SQLModel, table=True):
         default_factory=list,
         sa_type=MutableList.as_mutable(JSONB),
     )
-    status: str = Field(default="pending", index=True, max_length=20)
+    status: str = Field(default="pending", max_length=20)
     attempt: int = 0
     max_attempts: int = 3
     deferrals: int = 0
@@ -259,6 +273,15 @@ class ApiToken(SQLModel, table=True):
     """
 
     __tablename__ = "api_tokens"
+    __table_args__ = (
+        # Live token names are unique whatever their case (`models.api_tokens`; migration 0010).
+        sa.Index(
+            "ux_api_tokens_live_lower_name",
+            sa.text("lower(name)"),
+            unique=True,
+            postgresql_where=sa.text("revoked_at IS NULL"),
+        ),
+    )
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(max_length=200)
     role: str = Field(max_length=20)  # submitter | reviewer | admin
