@@ -183,3 +183,12 @@ class QuotaExhausted(ProviderError):
 
 class StackError(AgentqError):
     """The embedded local stack (Postgres, Redis, Celery workers) could not start."""
+
+
+class PhaseNotDue(AgentqError):
+    """A deferred phase's task arrived before the phase is due again (`models.phases`): the
+    broker redelivered it early, or clocks differ. Send it again after `due_in_s` seconds."""
+
+    def __init__(self, run_id: int, *, due_in_s: float) -> None:
+        super().__init__(f"run {run_id}: its phase is due in {due_in_s:.1f} s")
+        self.due_in_s = due_in_s

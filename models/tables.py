@@ -78,6 +78,11 @@ class Run(SQLModel, table=True):
     cost_used_usd: float = 0.0
     wall_time_limit_s: float = 3600.0
     deferrals: int = 0
+    # The claim of the phase whose task is out (`models.phases`): the attempts so far, the live
+    # attempt's lease (None: no attempt holds the phase) and its worker.
+    phase_attempt: int = 0
+    phase_lease_expires_at: datetime | None = timestamp_field()
+    phase_worker: str | None = Field(default=None, max_length=200)
     deadline_at: datetime | None = timestamp_field()
     final_result: dict[str, Any] | None = _json_dict(nullable=True)
     error: str | None = None

@@ -66,7 +66,18 @@ def _guarded(
 
 
 def _run(session: Session, run_id: int, *, to: str, expected: Iterable[str], **values: Any) -> Run:
-    run = _guarded(session, Run, run_id, to=to, expected=expected, updated_at=utcnow(), **values)
+    """A run's move to another status; the phase it was in ends with it, so whatever attempt held
+    that phase holds nothing now (`models.phases`)."""
+    run = _guarded(
+        session,
+        Run,
+        run_id,
+        to=to,
+        expected=expected,
+        updated_at=utcnow(),
+        phase_lease_expires_at=None,
+        **values,
+    )
     record_event(session, run_id, f"run.{to}", **{k: v for k, v in values.items() if k == "error"})
     return run
 
@@ -107,6 +118,7 @@ def start_replanning(session: Session, run_id: int) -> Run:
             replans_used=Run.replans_used + 1,
             deferrals=0,
             updated_at=utcnow(),
+            phase_lease_expires_at=None,
         )
     except IllegalTransition as exc:
         if exc.found == "running":
@@ -133,7 +145,8 @@ def defer_run(
     """A rate-limited `phase` task (planning, replanning, synthesizing) waits `retry_after_s`.
 
     The run stays in its phase; `deferrals` grows by one and `updated_at` becomes the time the
-    task is due again, so the reconciler's quiet-run clock starts then, not now. Raises
+    task is due again, so the reconciler's quiet-run clock starts then, not now, and no claim of
+    the phase succeeds before then; the phase is released (`models.phases`). Raises
     `IllegalTransition` when the run left the phase, or (found == `phase`) when the phase has
     been deferred `max_deferrals` times already.
     """
@@ -148,6 +161,7 @@ def defer_run(
         why=f"with fewer than {max_deferrals} deferrals",
         deferrals=Run.deferrals + 1,
         updated_at=due,
+        phase_lease_expires_at=None,
     )
     record_event(
         session,

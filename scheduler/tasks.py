@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import sqlalchemy as sa
 import structlog
 from sqlmodel import Session, col, select
 
@@ -28,6 +29,7 @@ from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 
 log = structlog.get_logger("agentq.scheduler")
+PHASES = ("planning", "replanning", "synthesizing")  # the run statuses whose task claims them
 DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait for the next
 
 
@@ -59,8 +61,10 @@ def reconcile() -> dict[str, int]:
       spent) and is sent again;
     - a step queued for longer than `queued_stale_s` is sent again (the claim is guarded, so a
       duplicate is harmless);
-    - a run whose planning, replanning or synthesis has been quiet for `phase_stale_s`, or that is
-      running with nothing in flight, gets its task (or a coordinate) sent again;
+    - a run whose planning, replanning or synthesis no task holds and has been quiet for
+      `phase_stale_s`, or whose holder's lease expired (`models.phases`), or that is running
+      with nothing in flight, gets its task (or a coordinate) sent again; a phase held under a
+      live lease is never re-sent, however long its model call takes;
     - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
       a slot may have come free with no coordinator decision to fill it), one transaction each.
     """
@@ -88,7 +92,7 @@ def reconcile() -> dict[str, int]:
             step.queued_at = now  # the next re-send waits another full period
             counts["steps_resent"] += 1
             sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
-        nudges = _stale_runs(session, now - timedelta(seconds=settings.phase_stale_s))
+        nudges = _stale_runs(session, now - timedelta(seconds=settings.phase_stale_s), now)
         counts["runs_nudged"] = len(nudges)
         sends.extend(nudges)
         waiting = dispatch.stale_ready_users(session, stale=stale)
@@ -181,11 +185,24 @@ def _pass_next_deadline(now: datetime, action: str, tried: list[int]) -> Escalat
 _PHASE_TASKS = {"planning": TASK_PLAN, "synthesizing": TASK_SYNTHESIZE}
 
 
-def _stale_runs(session: Session, stale: datetime) -> list[tuple[str, tuple[int, ...]]]:
+def _stale_runs(
+    session: Session, stale: datetime, now: datetime
+) -> list[tuple[str, tuple[int, ...]]]:
+    """What to send for runs quiet since `stale`: a phase no attempt holds (its message may be
+    lost), or one whose holder's lease expired (it was killed) whenever it started; never a phase
+    whose holder's lease is live (`models.phases`: the model call may still be under way)."""
     sends: list[tuple[str, tuple[int, ...]]] = []
+    unheld = col(Run.phase_lease_expires_at).is_(None)
+    expired = col(Run.phase_lease_expires_at) < now
     quiet = select(Run).where(
-        col(Run.status).in_(["queued", "planning", "running", "replanning", "synthesizing"]),
-        col(Run.updated_at) < stale,
+        sa.or_(
+            sa.and_(
+                col(Run.status).in_(["queued", "running", *PHASES]),
+                col(Run.updated_at) < stale,
+                sa.or_(unheld, expired),
+            ),
+            sa.and_(col(Run.status).in_(list(PHASES)), expired),
+        )
     )
     for run in session.exec(quiet).all():
         run.updated_at = utcnow()

@@ -19,7 +19,7 @@ from celery.signals import worker_process_init
 
 from models import queue
 from models.db import dispose_engines
-from models.errors import RateLimited
+from models.errors import PhaseNotDue, RateLimited
 from models.logs import configure_logging
 from models.queue import (
     TASK_COORDINATE,
@@ -53,6 +53,9 @@ def plan(run_id: int) -> None:
     except RateLimited as exc:
         _defer(exc, TASK_PLAN, "planning", run_id)
         return
+    except PhaseNotDue as early:
+        queue.send(TASK_PLAN, run_id, countdown=early.due_in_s)
+        return
     if moved:
         queue.send(TASK_COORDINATE, run_id)
 
@@ -64,6 +67,9 @@ def replan(run_id: int, step_id: int) -> None:
         moved = planner.replan(run_id, step_id)
     except RateLimited as exc:
         _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
+        return
+    except PhaseNotDue as early:
+        queue.send(TASK_REPLAN, run_id, step_id, countdown=early.due_in_s)
         return
     if moved:
         queue.send(TASK_COORDINATE, run_id)
@@ -107,6 +113,9 @@ def synthesize_run(run_id: int) -> None:
         sends = synthesis.synthesize(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
+        return
+    except PhaseNotDue as early:
+        queue.send(TASK_SYNTHESIZE, run_id, countdown=early.due_in_s)
         return
     for task, args in sends:
         if not queue.try_send(task, *args):

@@ -10,14 +10,15 @@ never delays a run's end and a deployment may give it workers of its own. A run 
 forgotten after it was created remembers nothing (`models.erasures`). Memory never decides a
 run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
 
-Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after its run ended
-(memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other ended runs
-of the same user that wait for memory and need no model call (`models.ended_runs.BATCHABLE`),
-with one `embed` call for all their texts, in one read and one write transaction. Each of those
-runs still has its own message; the episode is written once per run
-(`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
-task that finds its run already remembered does nothing.
-"""
+The fact extraction is a paid phase: the task claims it (`models.phases`, the run's status being
+its end) before the model call and writes only while it holds it, so a message delivered twice asks
+the model once. Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after its
+run ended (memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other
+ended runs of the same user that wait for memory and need no model call
+(`models.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and one
+write transaction. Each of those runs still has its own message; the episode is written once per
+run (`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
+task that finds its run already remembered does nothing."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import structlog
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from models import embedders, ended_runs, transitions
+from models import embedders, ended_runs, phases, transitions
 from models.db import session_scope
 from models.ended_runs import EndedRun
 from models.episodes import NewEpisode, remember_episodes
@@ -42,6 +43,7 @@ from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
 from worker import extraction
+from worker.claims import claim_phase
 from worker.prompts import FactSpec
 from worker.run_memory import RunMemory, run_memory
 
@@ -81,7 +83,13 @@ def remember_ended_run(run_id: int) -> None:
         return
     try:
         own, *others = (run_memory(run) for run in runs)
-        _remember(own, [other for other in others if not other.writes_facts])  # as BATCHABLE
+        holder = None
+        if own.skipped is None:  # a paid phase: the extraction's model call, once (issue 11)
+            claimed = claim_phase(run_id, tuple(RUN_TERMINAL))
+            if claimed is None:
+                return
+            holder = claimed.attempt
+        _remember(own, [other for other in others if not other.writes_facts], holder)
     except (AgentqError, ValidationError, ValueError) as exc:
         with session_scope() as session:
             _record_failure(session, run_id, str(exc))
@@ -119,9 +127,10 @@ def _record_failure(session: Session, run_id: int, error: str) -> None:
     transitions.record_event(session, run_id, "memory.failed", error=error[:500])
 
 
-def _remember(own: RunMemory, others: list[RunMemory]) -> None:
+def _remember(own: RunMemory, others: list[RunMemory], holder: int | None) -> None:
     """Extract (unless skipped), embed once, write, and record how it went; raises what
-    embedding and writing raise (the caller records it)."""
+    embedding and writing raise (the caller records it). With `holder`, the phase attempt that
+    extracted: nothing is written if another attempt took the phase over since."""
     facts, error = _extract(own)
     model = embedder()
     texts = [own.summary, *(a.text for a in own.answers), *(f.text for f in facts)]
@@ -132,6 +141,11 @@ def _remember(own: RunMemory, others: list[RunMemory]) -> None:
         for other, vector in zip(others, vectors[len(texts) :], strict=True)
     ]
     with session_scope() as session:
+        if holder is not None and not phases.end(
+            session, own.run.id, holder, statuses=tuple(RUN_TERMINAL)
+        ):
+            log.info("memory.skipped", run_id=own.run.id, reason="the phase was taken over")
+            return
         written = remember_episodes(
             session, user_id=own.run.user_id, episodes=episodes, embedding_model=model.model
         )

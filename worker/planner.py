@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import structlog
 
-from models import transitions
+from models import phases, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.plans import PlanSpec, Splice, add_plan_version, current_graph, parse_plan
-from models.runs import get_run, pinned_facts
+from models.runs import pinned_facts
 from models.settings import get_settings
 from models.tools import argument_problems, catalog
+from worker.claims import claim_phase, claim_phase_in
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
 
@@ -46,17 +47,21 @@ def ask_for_plan(
 
 
 def plan(run_id: int) -> bool:
-    """Write plan version 1 for a `planning` run, or escalate; True when the run moved on."""
+    """Write plan version 1 for a `planning` run, or escalate; True when the run moved on, False
+    when there was nothing to do (another delivery holds the phase, or the run left it). Raises
+    `PhaseNotDue` for a deferred phase whose time has not come."""
+    claimed = claim_phase(run_id, ("planning",))
+    if claimed is None:
+        return False
+    run = claimed.run
     with session_scope() as session:
-        run = get_run(session, run_id)
-        if run.status != "planning":
-            log.info("plan.skipped", run_id=run_id, status=run.status)
-            return False
         facts = set(pinned_facts(session, run_id))
     answer = ask_for_plan(run_id, plan_prompt(run.goal, catalog()), splice=Splice(), facts=facts)
     with session_scope() as session:
+        if not phases.end(session, run_id, claimed.attempt, statuses=("planning",)):
+            return False
         locked = transitions.lock_run(session, run_id)
-        if locked is None or locked.status != "planning":
+        if locked is None:
             return False
         if answer.value is None:
             transitions.escalate(
@@ -80,20 +85,27 @@ def plan(run_id: int) -> bool:
 
 
 def replan(run_id: int, failed_step_id: int) -> bool:
-    """Put new steps in the place of the failed step (a new plan version), or escalate."""
+    """Put new steps in the place of the failed step (a new plan version), or escalate; returns
+    and raises as `plan` does."""
     with session_scope() as session:
-        run = get_run(session, run_id)
+        claimed = claim_phase_in(session, run_id, ("replanning",))
+        if claimed is None:
+            return False
+        run = claimed.run
         splice = current_graph(session, run, replaced=failed_step_id)
         failed = next((s for s in splice.kept if s.id == failed_step_id), None)
-        if run.status != "replanning" or failed is None:
-            log.info("replan.skipped", run_id=run_id, status=run.status, step_id=failed_step_id)
+        if failed is None:  # not this run's failed step: a message from before the claim's time
+            log.info("replan.skipped", run_id=run_id, step_id=failed_step_id)
+            phases.end(session, run_id, claimed.attempt, statuses=("replanning",))
             return False
         facts = set(pinned_facts(session, run_id))
         prompt = replan_prompt(run.goal, catalog(), failed)
     answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
     with session_scope() as session:
+        if not phases.end(session, run_id, claimed.attempt, statuses=("replanning",)):
+            return False
         locked = transitions.lock_run(session, run_id)
-        if locked is None or locked.status != "replanning":
+        if locked is None:
             return False
         error, raw = answer.error, answer.raw
         if answer.value is not None:

@@ -18,8 +18,6 @@ its text, which may hold host paths, goes to this worker's log only.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -50,15 +48,11 @@ from models.step_data import check_step_data
 from models.tables import Step, utcnow
 from models.tokens import count_tokens
 from models.tools import ToolContext, enabled_tool
+from worker.claims import worker_name
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
 
 log = structlog.get_logger("agentq.worker")
-
-
-def worker_name() -> str:
-    """`host:pid` of this process (a pool child after the fork), recorded on each attempt."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.

@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import structlog
 
-from models import dispatch, transitions
+from models import dispatch, phases, transitions
 from models.db import session_scope
 from models.dispatch import Send
-from models.errors import (
-    BudgetExhausted,
-    IllegalTransition,
-    ProviderError,
-    QuotaExhausted,
-    RateLimited,
-)
+from models.errors import BudgetExhausted, ProviderError, QuotaExhausted, RateLimited
 from models.plans import current_steps
 from models.queue import TASK_REMEMBER_RUN
-from models.runs import get_run, results_by_name
+from models.runs import results_by_name
 from models.settings import get_settings
 from models.step_data import fit_outputs, json_bytes
 from models.tables import Step
 from worker import calls
+from worker.claims import claim_phase_in
 from worker.context import ContextOverflow
 from worker.prompts import synthesize_prompt
 from worker.working_memory import request_for, request_in
 
 log = structlog.get_logger("agentq.worker")
+SYNTHESIZING = ("synthesizing",)
 
 
 def synthesize(run_id: int) -> list[Send]:
@@ -46,20 +42,26 @@ def synthesize(run_id: int) -> list[Send]:
     `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
     limit is raised as `RateLimited` for the task to send itself again later.
 
-    Two transactions when the context needs no summary folded: one reads the run and reserves
-    the call's budget (`_start`), one settles it, writes the answer and dispatches.
+    A second delivery of the task while this one holds the run's phase does nothing (`models.
+    phases`), so the model is called once per synthesis; an attempt whose phase was taken over
+    (its lease expired: it outlived the hard time limit) writes nothing but the call's charge.
+    Two transactions when the context needs no summary folded: one claims the phase, reads the
+    run and reserves the call's budget (`_start`), one settles it, ends the phase, writes the
+    answer and dispatches. Raises `PhaseNotDue` when a deferred synthesis is not due yet.
     """
     cap = get_settings().user_max_running_steps
     try:
         started = _start(run_id)
         if started is None:
             return []
-        call, steps, user_id = started
+        claimed, call, steps = started
         completion, attempt = calls.send(call)
     except RateLimited:
         raise
     except (ProviderError, BudgetExhausted, ContextOverflow) as exc:
         with session_scope() as session:
+            if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+                return []  # another delivery took the phase over: it escalates, or not
             transitions.escalate(
                 session,
                 run_id,
@@ -67,7 +69,7 @@ def synthesize(run_id: int) -> list[Send]:
                 reason=_escalation_reason(exc),
                 detail={"error": str(exc)},
             )
-            return dispatch.dispatch(session, get_run(session, run_id).user_id, cap=cap)
+            return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
     room = get_settings().step_data_max_bytes - json_bytes(completion.text)
     final = {
         "answer": completion.text,
@@ -75,32 +77,33 @@ def synthesize(run_id: int) -> list[Send]:
         "outputs": fit_outputs(results_by_name(steps), max_bytes=room),
     }
     with session_scope() as session:
-        calls.settle(session, call, completion, attempt)
-        try:
-            transitions.succeed_run(session, run_id, final_result=final)
-        except IllegalTransition as exc:
-            log.info("synthesize.skipped", run_id=run_id, reason=str(exc))
+        calls.settle(session, call, completion, attempt)  # the call was made: it is charged
+        if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+            log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
             return []
+        transitions.succeed_run(session, run_id, final_result=final)
+        user_id = claimed.run.user_id
         return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
 
 
-def _start(run_id: int) -> tuple[calls.Call, list[Step], str] | None:
-    """Read the run, build the synthesis request and reserve its budget, in one transaction
-    when the context needs no summary folded first (else the fold's calls come between); None
-    when the run is not synthesizing. Raises what `request_in` and `calls.reserve` raise."""
+def _start(run_id: int) -> tuple[phases.Claimed, calls.Call, list[Step]] | None:
+    """Claim the run's synthesis (`models.phases`), build its request and reserve its budget,
+    in one transaction when the context needs no summary folded first (else the fold's calls
+    come between); None when another delivery holds the phase or the run is not synthesizing.
+    Raises `PhaseNotDue`, and what `request_in` and `calls.reserve` raise."""
     with session_scope() as session:
-        run = get_run(session, run_id)
-        if run.status != "synthesizing":
-            log.info("synthesize.skipped", run_id=run_id, status=run.status)
+        claimed = claim_phase_in(session, run_id, SYNTHESIZING)
+        if claimed is None:
             return None
+        run = claimed.run
         steps = current_steps(session, run)
         prompt = synthesize_prompt(run.goal, steps)
         request = request_in(session, run, prompt, steps=steps)
         if request is not None:
-            return calls.reserve(session, run_id, request), steps, run.user_id
+            return claimed, calls.reserve(session, run_id, request), steps
     request = request_for(run_id, prompt)
     with session_scope() as session:
-        return calls.reserve(session, run_id, request), steps, run.user_id
+        return claimed, calls.reserve(session, run_id, request), steps
 
 
 def _escalation_reason(exc: Exception) -> str:

@@ -38,7 +38,11 @@ def silent_broker() -> Iterator[str]:
         conn.close()
 
 
-def test_a_silent_broker_fails_the_send_within_its_timeouts(silent_broker: str) -> None:
+def test_a_silent_broker_fails_the_send_within_its_timeouts(
+    silent_broker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the URL an engine started earlier in this process left behind would win over the settings
+    monkeypatch.delenv("AGENTQ_BROKER_URL", raising=False)
     pid = os.getpid()
     saved = queue._client.get(pid)
     queue._client[pid] = queue.make_celery("silent", Settings(broker_url=silent_broker))

@@ -1,0 +1,54 @@
+"""Who holds what: this process's name on a claim, and the claim of a run's paid phase.
+
+A step is claimed by `models.leases`; a phase (plan, replan, synthesis, fact extraction) by
+`models.phases`, before its model call, so a task delivered twice calls the model once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import structlog
+from sqlmodel import Session
+
+from models import phases
+from models.db import session_scope
+from models.errors import PhaseNotDue
+from models.settings import get_settings
+from models.tables import utcnow
+
+log = structlog.get_logger("agentq.worker")
+
+
+def worker_name() -> str:
+    """`host:pid` of this process (a pool child after the fork), recorded on each claim."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def claim_phase_in(
+    session: Session, run_id: int, statuses: tuple[str, ...]
+) -> phases.Claimed | None:
+    """Claim run `run_id`'s phase (its status one of `statuses`) in the caller's transaction, for
+    `AGENTQ_LEASE_S`; None, logged as `phase.skipped`, when another delivery holds it or the run
+    is in none of `statuses`. Raises `PhaseNotDue` for a deferred phase not due yet."""
+    claimed = phases.claim(
+        session,
+        run_id,
+        statuses=statuses,
+        worker=worker_name(),
+        lease_s=get_settings().lease_s,
+        now=utcnow(),
+    )
+    if isinstance(claimed, phases.Claimed):
+        return claimed
+    if claimed.due_in_s is not None:
+        raise PhaseNotDue(run_id, due_in_s=claimed.due_in_s)
+    log.info("phase.skipped", run_id=run_id, phase="/".join(statuses), status=claimed.status)
+    return None
+
+
+def claim_phase(run_id: int, statuses: tuple[str, ...]) -> phases.Claimed | None:
+    """`claim_phase_in`, in a transaction of its own."""
+    with session_scope() as session:
+        return claim_phase_in(session, run_id, statuses)
