@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, ParamSpec, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 import structlog
 from sqlalchemy import event, exc
@@ -21,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from models.errors import ConfigurationError, DatabaseError
+from models.errors import ConfigurationError, DatabaseError, DatabaseUnavailable
 from models.settings import get_settings
 
 _engines: dict[tuple[int, str], Engine] = {}
@@ -35,6 +36,11 @@ T = TypeVar("T")
 # are also replaced after POOL_RECYCLE_S whatever their use.
 IDLE_PING_S: Final = 10.0
 POOL_RECYCLE_S: Final = 1800
+# SQLSTATEs with which the server refuses every statement for now, whatever it is (PostgreSQL
+# docs, Appendix A, "PostgreSQL Error Codes"): besides class 08 (connection exception),
+# admin_shutdown, crash_shutdown, cannot_connect_now (starting up, shutting down, recovering)
+# and too_many_connections.
+UNAVAILABLE_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
 def database_url() -> str:
@@ -97,7 +103,8 @@ def dispose_engines() -> None:
 def session_scope(url: str | None = None) -> Iterator[Session]:
     """A session that commits on success and rolls back on error.
 
-    Driver errors become `DatabaseError` (its message is the server's, without the statement).
+    Driver errors become `DatabaseError` (its message is the server's, without the statement),
+    or its subclass `DatabaseUnavailable` when the database itself is away (`unavailable`).
     """
     with Session(get_engine(url), expire_on_commit=False) as session:
         try:
@@ -106,10 +113,26 @@ def session_scope(url: str | None = None) -> Iterator[Session]:
         except DBAPIError as exc:  # translated once, here, at the database boundary
             session.rollback()
             message = f"database error: {exc.orig or exc}"
-            raise DatabaseError(message, dropped=exc.connection_invalidated) from exc
+            error = DatabaseUnavailable if unavailable(exc) else DatabaseError
+            raise error(message, dropped=exc.connection_invalidated) from exc
         except BaseException:
             session.rollback()
             raise
+
+
+def unavailable(exc: DBAPIError) -> bool:
+    """Whether `exc` says the database is away rather than that a statement failed: the
+    connection was dropped (`connection_invalidated`), could not be made (a psycopg
+    `OperationalError` with no SQLSTATE: refused, no socket, timed out), or the server refused
+    it with a connection-exception or shutdown SQLSTATE (`UNAVAILABLE_SQLSTATES`). A constraint
+    violation, a deadlock, a statement timeout or a bad statement is not: the server is there,
+    and it answered this statement."""
+    if exc.connection_invalidated:
+        return True
+    if not isinstance(exc.orig, psycopg.OperationalError):
+        return False
+    state = exc.orig.sqlstate
+    return state is None or state.startswith("08") or state in UNAVAILABLE_SQLSTATES
 
 
 def retry_dropped(unit: Callable[P, T]) -> Callable[P, T]:
@@ -118,7 +141,8 @@ def retry_dropped(unit: Callable[P, T]) -> Callable[P, T]:
     (`DatabaseError.dropped`): its transaction rolled back, and SQLAlchemy has invalidated the
     pool's other connections of the same age, so the second run checks out a new one. Pooled
     connections are not pinged on every checkout (`IDLE_PING_S`), so this is where a server
-    restart is absorbed; any other error, or a second drop, is raised."""
+    restart is absorbed; any other error, or a second drop, is raised (a database still away
+    raises `DatabaseUnavailable`: a task then sends itself again, `models.queue.OUTAGE_RETRIES`)."""
 
     @functools.wraps(unit)
     def again(*args: P.args, **kwargs: P.kwargs) -> T:

@@ -79,6 +79,13 @@ class DatabaseError(AgentqError):
         self.dropped = dropped
 
 
+class DatabaseUnavailable(DatabaseError):
+    """The database could not be used at all for now: the connection was refused, dropped, or
+    the server is starting up or shutting down (`models.db.unavailable`). Nothing of the unit of
+    work that met it was committed, unless the connection dropped during its COMMIT; a task
+    sends itself again rather than be acknowledged as done (`models.queue.OUTAGE_RETRIES`)."""
+
+
 class BudgetExhausted(AgentqError):
     """A run's budget has no room left for this charge."""
 

@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from celery import Celery
+from celery.utils.time import get_exponential_backoff_interval
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from models.errors import BrokerUnavailable, ConfigurationError
+from models.errors import BrokerUnavailable, ConfigurationError, DatabaseUnavailable
 from models.settings import Settings, get_settings
 from models.states import RUN_TERMINAL
 
@@ -79,6 +80,32 @@ SEND_RETRY_POLICY: Final = {"max_retries": 1, "interval_start": 0.5, "interval_s
 # on a 2-core machine), so every replacement would be killed in turn and the pool would shrink
 # for good; measured, 12 kills a minute.
 WORKER_PROC_ALIVE_TIMEOUT_S: Final = 120.0
+
+# A task that finds the database unavailable (`models.errors.DatabaseUnavailable`) is sent again
+# after 1, 2, 4, 4, ... seconds for as long as the outage lasts, never acknowledged as done
+# (issue 11: a 5.5 s outage drained 90 steps as failed, left for the reconciler). Celery's
+# automatic retry publishes the retry, then acknowledges the message it replaces ("Automatic
+# retry for known exceptions", Celery docs, Tasks); when it cannot publish (the broker is down
+# too) the message is dropped and the reconciler re-sends what the rows say is waiting. So a
+# task runs within OUTAGE_RETRY_MAX_S of Postgres coming back; far below any visibility timeout
+# (DESIGN.md, invariant 10).
+OUTAGE_RETRY_FIRST_S: Final = 1  # whole seconds: Celery's `retry_backoff` takes an int
+OUTAGE_RETRY_MAX_S: Final = 4
+OUTAGE_RETRIES: Final[dict[str, Any]] = {
+    "autoretry_for": (DatabaseUnavailable,),
+    "retry_backoff": OUTAGE_RETRY_FIRST_S,
+    "retry_backoff_max": OUTAGE_RETRY_MAX_S,
+    "retry_jitter": False,
+    "max_retries": None,
+}
+
+
+def outage_countdown_s(retries: int) -> float:
+    """Seconds before a task that found the database unavailable runs again after `retries`
+    retries: 1, 2, 4, 4, ... as `OUTAGE_RETRIES` waits (Celery's own formula)."""
+    return float(
+        get_exponential_backoff_interval(OUTAGE_RETRY_FIRST_S, retries, OUTAGE_RETRY_MAX_S)
+    )
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

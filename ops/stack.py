@@ -255,6 +255,28 @@ class LocalStack:
         finally:
             self._stop_services(grace_s)
 
+    def stop_postgres(self) -> None:
+        """Stop Postgres alone (`pg_ctl stop -w`, fast mode: open sessions are ended), the rest
+        of the stack left running: a database outage. Raises `StackError` if this stack did not
+        start Postgres."""
+        self._started_postgres().stop()
+
+    def start_postgres(self) -> None:
+        """Start again the Postgres `stop_postgres` stopped, on the same data dir and socket, so
+        the database URL is unchanged; returns once it accepts connections. Raises
+        `StackError` if it does not start, or if this stack did not start it."""
+        server = self._started_postgres()
+        try:
+            server.start()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            raise StackError(f"Postgres did not start again: {exc}") from exc
+        self._lock_down(server.get_postmaster_info().pid)
+
+    def _started_postgres(self) -> PostgresServer:
+        if self._postgres is None:
+            raise StackError("this stack has not started Postgres")
+        return self._postgres
+
     def _stop_services(self, grace_s: float) -> None:
         processes.terminate(self._popens(redis=True), grace_s)
         self._children.clear()

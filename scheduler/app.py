@@ -3,6 +3,11 @@
 It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` and
 `agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds, and
 `agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`.
+
+A coordinate task that finds the database unavailable sends itself again after a backoff
+(`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
+under the run's lock, so running it again is harmless. The periodic tasks are not retried: the
+next beat does their work.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from celery.signals import worker_process_init
 from models.db import dispose_engines
 from models.logs import configure_logging
 from models.queue import (
+    OUTAGE_RETRIES,
     QUEUE_COORDINATOR,
     TASK_COORDINATE,
     TASK_ESCALATION_DEADLINES,
@@ -40,7 +46,7 @@ app.conf.beat_schedule = {
 }
 
 
-@app.task(name=TASK_COORDINATE)  # type: ignore[untyped-decorator]
+@app.task(name=TASK_COORDINATE, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def coordinate(run_id: int) -> None:
     """Decide and apply the next action for one run."""
     tasks.coordinate(run_id)

@@ -7,6 +7,13 @@ synthesis in-process; a plan or replan tells the coordinator, by name, that the 
 `-Q memory` alone writes memory only.
 Each pool process loads the embedding model when it starts (`worker.memory.warm_up`, logged as
 `worker.warm`), so no run waits for it.
+
+A task that finds the database unavailable sends itself again after a backoff
+(`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries the
+attempt it holds and its outcome, if it had one (`worker.outages`). A plan, replan, synthesis or
+memory task is run again whole: each reads its run's state first and does nothing if the run
+has moved on, so the rows are changed once; a model call it made before the outage is made
+again (issue 11's claims for paid phases are not here yet).
 """
 
 from __future__ import annotations
@@ -15,13 +22,15 @@ import os
 from typing import Any
 
 import structlog
+from celery import Task
 from celery.signals import worker_process_init
 
 from models import queue
 from models.db import dispose_engines
-from models.errors import PhaseNotDue, RateLimited
+from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import configure_logging
 from models.queue import (
+    OUTAGE_RETRIES,
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
     TASK_PLAN,
@@ -34,7 +43,7 @@ from models.queue import (
 from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
-from worker import deferrals, memory, planner, steps, synthesis
+from worker import deferrals, memory, outages, planner, steps, synthesis
 
 configure_logging()
 settings = get_settings()
@@ -45,7 +54,7 @@ app = make_celery("agentq-worker", settings)
 log = structlog.get_logger("agentq.worker")
 
 
-@app.task(name=TASK_PLAN)  # type: ignore[untyped-decorator]
+@app.task(name=TASK_PLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def plan(run_id: int) -> None:
     """Write the first plan of a run; rate-limited, the task is sent again later."""
     try:
@@ -60,7 +69,7 @@ def plan(run_id: int) -> None:
         queue.send(TASK_COORDINATE, run_id)
 
 
-@app.task(name=TASK_REPLAN)  # type: ignore[untyped-decorator]
+@app.task(name=TASK_REPLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def replan(run_id: int, step_id: int) -> None:
     """Splice new steps in after a failed step; rate-limited, the task is sent again later."""
     try:
@@ -81,26 +90,64 @@ def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> 
         queue.send(task, run_id, *args, countdown=exc.retry_after_s)
 
 
-@app.task(name=TASK_EXECUTE_STEP)  # type: ignore[untyped-decorator]
-def execute_step(step_id: int) -> None:
+@app.task(name=TASK_EXECUTE_STEP, bind=True, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
+def execute_step(task: Task, step_id: int, held: dict[str, Any] | None = None) -> None:
     """Claim and run one step, record it and advance its run (`worker.steps.finish`); then run
-    the next step this process claimed, or the run's synthesis, within the chain's bounds."""
-    claimed = steps.claim(step_id)
+    the next step this process claimed, or the run's synthesis, within the chain's bounds.
+
+    `held` is what this task carries when it sent itself again because the database was away
+    (`worker.outages`): the attempt it holds, whose outcome is recorded instead of a claim."""
+    claimed, outcome = _start(step_id, held)
     chain = steps.Chain.from_settings(settings)
     while claimed is not None:
-        outcome = steps.perform(claimed)
-        done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
+        try:
+            outcome = outcome or steps.perform(claimed)
+            done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
+        except DatabaseUnavailable as exc:
+            countdown = queue.outage_countdown_s(task.request.retries)
+            carried = {"held": outages.carry(claimed, outcome, exc)}
+            log.warning(
+                "execute_step.database_unavailable",
+                step_id=claimed.step.id,
+                attempt=claimed.step.attempt,
+                outcome=carried["held"]["outcome"]["kind"],
+                retry_in_s=countdown,
+            )
+            raise task.retry(
+                exc=exc, args=[claimed.step.id], kwargs=carried, countdown=countdown
+            ) from exc
+        outcome = None
         chain.done += 1
-        for task, args in done.sends:  # a broker that is down: the reconciler re-sends
-            queue.try_send(task, *args)
+        for send, args in done.sends:  # a broker that is down: the reconciler re-sends
+            queue.try_send(send, *args)
         if done.again_in_s is not None:
             queue.send(TASK_EXECUTE_STEP, claimed.step.id, countdown=done.again_in_s)
         if done.synthesize:
-            synthesize_run(claimed.step.run_id)
+            _synthesize_after_step(claimed.step.run_id)
         claimed = done.next
 
 
-@app.task(name=TASK_SYNTHESIZE)  # type: ignore[untyped-decorator]
+def _start(
+    step_id: int, held: dict[str, Any] | None
+) -> tuple[steps.Claimed | None, steps.Outcome | None]:
+    """The claimed step and, for a retry that holds its attempt, the outcome it carries."""
+    if held is None:
+        return steps.claim(step_id), None
+    return outages.resume(step_id, held) or (None, None)
+
+
+def _synthesize_after_step(run_id: int) -> None:
+    """`synthesize_run` in the task of the run's last step; if the database goes away meanwhile,
+    the synthesis is sent as a task of its own, which waits out the outage (the step's outcome
+    is committed: its own task must not run again)."""
+    try:
+        synthesize_run(run_id)
+    except DatabaseUnavailable:
+        log.warning("synthesize.database_unavailable", run_id=run_id)
+        queue.send(TASK_SYNTHESIZE, run_id, countdown=queue.outage_countdown_s(0))
+
+
+@app.task(name=TASK_SYNTHESIZE, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def synthesize(run_id: int) -> None:
     """Write the final answer of a run (`synthesize_run`)."""
     synthesize_run(run_id)
@@ -122,7 +169,7 @@ def synthesize_run(run_id: int) -> None:
             log.warning("synthesize.unsent", run_id=run_id, task=task)
 
 
-@app.task(name=TASK_REMEMBER_RUN)  # type: ignore[untyped-decorator]
+@app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def remember_run(run_id: int) -> None:
     """Write the episode and facts of a run that has ended (succeeded, failed, cancelled)."""
     memory.remember_ended_run(run_id)

@@ -36,7 +36,7 @@ from models import embedders, ended_runs, phases, transitions
 from models.db import session_scope
 from models.ended_runs import EndedRun
 from models.episodes import NewEpisode, remember_episodes
-from models.errors import AgentqError, NotFound
+from models.errors import AgentqError, DatabaseUnavailable, NotFound
 from models.facts import remember
 from models.memory import check_embedding_model, embedder
 from models.settings import get_settings
@@ -76,7 +76,8 @@ def remember_ended_run(run_id: int) -> None:
     answer that cannot be written, the episode and the facts). A run whose user was forgotten
     after it was created records `memory.dropped` instead and calls no model; a run whose memory
     task has already ended (a message delivered twice, or the run was batched with another's) is
-    left alone. Raises `NotFound` when the run does not exist.
+    left alone. Raises `NotFound` when the run does not exist, and `DatabaseUnavailable`, which
+    is no failure of the memory: the task waits out the outage and writes it all then.
     """
     runs = _read(run_id)
     if not runs:
@@ -90,6 +91,8 @@ def remember_ended_run(run_id: int) -> None:
                 return
             holder = claimed.attempt
         _remember(own, [other for other in others if not other.writes_facts], holder)
+    except DatabaseUnavailable:  # not the memory's failure: the task waits out the outage
+        raise
     except (AgentqError, ValidationError, ValueError) as exc:
         with session_scope() as session:
             _record_failure(session, run_id, str(exc))
@@ -165,6 +168,8 @@ def _extract(found: RunMemory) -> tuple[list[FactSpec], str | None]:
     run = found.run
     try:
         return extraction.extract_facts(run.id, run.goal, found.failures, found.stated), None
+    except DatabaseUnavailable:
+        raise
     except (AgentqError, ValueError) as exc:
         return [], f"fact extraction: {exc}"
 

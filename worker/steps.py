@@ -33,6 +33,7 @@ from models.dispatch import Send
 from models.erasures import lock_key
 from models.errors import (
     BudgetExhausted,
+    DatabaseUnavailable,
     IllegalTransition,
     InvalidToolCalls,
     ProviderError,
@@ -136,12 +137,16 @@ class Chain:
 
 
 def perform(claimed: Claimed) -> Outcome:
-    """Run the step's tool or model call; every failure becomes an `Outcome`, never a crash."""
+    """Run the step's tool or model call; every failure becomes an `Outcome`, never a crash.
+    Raises `DatabaseUnavailable` (a model step's budget or journal write met an outage), which
+    is no failure of the step (`worker.outages`)."""
     step = claimed.step
     try:
         return Outcome("succeeded", _run(claimed))
     except STEP_FAILURES as exc:
         return failure_outcome(exc, step, max_deferrals=get_settings().model_max_deferrals)
+    except DatabaseUnavailable:  # no failure of the step: its task waits out the outage
+        raise
     except Exception as exc:  # a bug must fail its step, not the worker
         log.exception("execute_step.unexpected", step_id=step.id)
         return Outcome("failed", error=internal_error(step, exc))

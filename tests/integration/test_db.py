@@ -1,5 +1,6 @@
 """The database boundary on real Postgres: a pooled connection that was dropped is not pinged on
-every checkout, so the unit of work that meets it runs again on a new one (issue 10)."""
+every checkout, so the unit of work that meets it runs again on a new one (issue 10); a dropped
+connection is the database being away, a failed statement is not (issue 11)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from sqlalchemy.pool import NullPool
 
 from models import sql
 from models.db import database_url, dispose_engines, retry_dropped, session_scope
-from models.errors import DatabaseError
+from models.errors import DatabaseError, DatabaseUnavailable
 from ops.stack import LocalStack
 
 pytestmark = pytest.mark.integration
@@ -53,6 +54,17 @@ def test_other_database_errors_are_not_run_again(engine: LocalStack) -> None:
     with pytest.raises(DatabaseError, match="no_such_table") as info:
         broken()
     assert not info.value.dropped and len(calls) == 1
+    assert not isinstance(info.value, DatabaseUnavailable)  # a task fails, it does not wait
+
+
+def test_a_dropped_connection_is_raised_as_the_database_unavailable(engine: LocalStack) -> None:
+    dispose_engines()
+    with session_scope() as session:
+        pid = int(session.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+    _terminate(pid)
+    with pytest.raises(DatabaseUnavailable) as info, session_scope() as session:
+        session.execute(sa.text("SELECT 1"))
+    assert info.value.dropped
 
 
 def test_a_connection_dropped_under_named_sql_is_retried_the_same_way(engine: LocalStack) -> None:
