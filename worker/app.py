@@ -12,7 +12,7 @@ Each pool process loads the embedding model when it starts (`worker.memory.warm_
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from celery.signals import worker_process_init
@@ -21,6 +21,7 @@ from models import queue
 from models.db import dispose_engines
 from models.errors import RateLimited
 from models.logs import configure_logging
+from models.orphans import die_with_parent
 from models.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
@@ -36,6 +37,7 @@ from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
 from worker import deferrals, memory, planner, steps, synthesis
 
+MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
@@ -126,6 +128,7 @@ def raw_noop(_previous: object = None) -> None:
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_engine(**_: Any) -> None:
+    die_with_parent(MAIN_PID)  # no pool process outlives a killed worker
     dispose_engines()
     # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
     # by the warm-up below) would otherwise start a thread per core in every process.
