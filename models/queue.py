@@ -56,6 +56,22 @@ ROUTES: Final = {
 }
 
 
+CELERY_BROKER_VARIABLES: Final = (
+    "CELERY_BROKER_URL",
+    "CELERY_BROKER_READ_URL",
+    "CELERY_BROKER_WRITE_URL",
+    "CELERY_RESULT_BACKEND",
+    "BROKER_URL",
+    "CELERY_BROKER",
+    "RESULT_BACKEND",
+)
+"""Environment variables that pick a Celery process's broker or result backend over its app's
+configuration: Celery reads the first four at every connection (`Settings.broker_url` and
+friends, celery/app/utils.py), and the `celery` command line sets `CELERY_BROKER_URL` and
+`CELERY_RESULT_BACKEND` from the last three (`-b`'s and `--result-backend`'s envvars,
+celery/bin/celery.py). The engine processes of `agentq up` get them empty (`ops.local`)."""
+
+
 def broker_url(settings: Settings | None = None) -> str:
     """The configured broker URL, or `ConfigurationError` if none is set."""
     url = os.environ.get("AGENTQ_BROKER_URL") or (settings or get_settings()).broker_url
@@ -109,9 +125,17 @@ def outage_countdown_s(retries: int) -> float:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Celery settings (https://docs.celeryq.dev/en/stable/userguide/configuration.html)."""
+    """Celery settings (https://docs.celeryq.dev/en/stable/userguide/configuration.html).
+
+    The broker is `broker_url(settings)` for consuming and for sending alike, whatever
+    `CELERY_BROKER_URL` says: Celery takes that variable over `broker_url`, but not over
+    `broker_read_url` and `broker_write_url`, which every connection uses (celery/app/utils.py).
+    """
+    url = broker_url(settings)
     return {
-        "broker_url": broker_url(settings),
+        "broker_url": url,
+        "broker_read_url": url,
+        "broker_write_url": url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
             # Redis: an unacknowledged message returns to the queue after this long.
@@ -160,7 +184,8 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
     """Send `task` by its registered name to its queue. Call only after the commit it announces.
 
     Raises `BrokerUnavailable` when the broker cannot be reached (the reconciler re-sends what the
-    rows say is waiting, so a caller may report it and carry on).
+    rows say is waiting, so a caller may report it and carry on). No result is ever asked for,
+    so a result backend named by `CELERY_RESULT_BACKEND` is never contacted either.
     """
     if task not in ROUTES:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(ROUTES)}")
@@ -171,6 +196,7 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
             countdown=countdown,
             retry=True,
             retry_policy=SEND_RETRY_POLICY,
+            ignore_result=True,  # else send_task subscribes to the result backend first
             **ROUTES[task],
         )
     except (KombuOperationalError, OSError) as exc:

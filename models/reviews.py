@@ -54,6 +54,7 @@ from models.runs import pinned_facts
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.step_data import json_bytes, over_cap
+from models.storable import storable_problem
 from models.tables import Escalation, PinnedFact, Run, Step
 
 DEADLINE_REVIEWER: Final = "deadline"  # who decides an escalation its deadline rejected
@@ -444,8 +445,8 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
 
     A JSON object is taken as it is. Any other value (`0.95`, `"yes"`) becomes `{key: value}` when
     the failed tool declares exactly one result key, else `{"answer": value}`. Raises
-    `InvalidInput` when it is empty, or over `AGENTQ_STEP_DATA_MAX_BYTES` as JSON (it becomes a
-    step's result, capped as every result is: `models.step_data`).
+    `InvalidInput` when it is empty, holds what JSON cannot (`NaN`: `models.storable`), or is
+    over `AGENTQ_STEP_DATA_MAX_BYTES` as JSON (a step's result, capped: `models.step_data`).
     """
     if not text.strip():
         raise InvalidInput("respond: --answer must not be empty")
@@ -456,6 +457,8 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
     answer = (
         value if isinstance(value, dict) else {returns[0] if len(returns) == 1 else "answer": value}
     )
+    if problem := storable_problem(answer, "answer"):
+        raise InvalidInput(f"respond: {problem}")
     cap = get_settings().step_data_max_bytes
     if (size := json_bytes(answer)) > cap:
         raise InvalidInput(str(over_cap("answer", size, cap)))

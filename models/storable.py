@@ -21,8 +21,10 @@ server's JSON encoders (pydantic's stops at 255 levels) and recursive walks fail
 
 def storable_problem(value: Any, path: str = "body") -> str | None:
     """Where in `value` (decoded JSON: str, number, dict, list, ...) something is that Postgres
-    cannot store, as `"<path>: <why>"`, or None when all of it can be stored. Nesting deeper
-    than `MAX_JSON_DEPTH` is refused first (and so never walked recursively)."""
+    cannot store, as `"<path>: <why>"` (`body.args.rate: numbers must be finite, not nan ...`),
+    or None when all of it can be stored. Under the empty `path` the places are the keys and
+    indexes alone (`rate`). Nesting deeper than `MAX_JSON_DEPTH` is refused first (and so never
+    walked recursively)."""
     if too_deep(value):
         return f"{path}: arrays and objects nest deeper than {MAX_JSON_DEPTH} levels"
     return _unstorable(value, path)
@@ -53,17 +55,23 @@ def _unstorable(value: Any, path: str) -> str | None:
         except UnicodeEncodeError:
             return f"{path}: unpaired surrogates are not valid Unicode text"
     elif isinstance(value, float) and not math.isfinite(value):
-        return f"{path}: numbers must be finite"
+        return f"{path}: numbers must be finite, not {value!r} (JSON has no NaN or Infinity)"
     elif isinstance(value, dict):
         for key, item in value.items():
-            found = _unstorable(key, f"{path} key") or _unstorable(item, f"{path}.{key}")
+            found = _unstorable(key, f"{path} key".lstrip()) or _unstorable(item, _child(path, key))
             if found:
                 return found
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            if found := _unstorable(item, f"{path}.{i}"):
+            if found := _unstorable(item, _child(path, i)):
                 return found
     return None
+
+
+def _child(path: str, key: object) -> str:
+    """`path.key`, or `key` alone under the empty path (a tool's arguments name their fields
+    as pydantic's errors do: `rate`, `items.0`)."""
+    return f"{path}.{key}" if path else str(key)
 
 
 def json_integer(value: Any) -> Any:

@@ -2,8 +2,9 @@
 
 A tool is a plain function `f(ctx: ToolContext, **args) -> dict[str, Any]` registered with the
 `@tool(...)` decorator when its module is imported (`load_tool_modules`). Its arguments are
-checked against its signature with pydantic before it runs, so a model that invents an argument
-gets a `ToolArgumentsError` that names the field and what is allowed, and the function never runs.
+checked against its signature with pydantic before it runs, and refused when they hold what JSON
+cannot (`NaN`, `Infinity`: `unstorable_argument`), so a model that invents an argument gets a
+`ToolArgumentsError` that names the field and what is allowed, and the function never runs.
 
 The tools a process offers are those of the modules in `AGENTQ_TOOL_MODULES` (`enabled_tool`,
 `configured_tool_names`, `catalog`), whatever else happens to be imported: a plan naming any
@@ -42,7 +43,7 @@ from models.errors import (
 from models.references import has_reference
 from models.settings import get_settings
 from models.step_data import check_step_data
-from models.storable import json_integer
+from models.storable import json_integer, storable_problem
 
 ToolFunction = Callable[..., dict[str, Any]]
 
@@ -107,11 +108,12 @@ class Tool:
         """Validate `args`, call the function and check its result.
 
         Raises `ToolArgumentsError` (the function is not called) when the arguments do not fit
-        the signature, `StepDataTooLarge` when the arguments or the result are over
-        `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError` when the result is not a JSON-serialisable
-        dict holding every key in `returns`, what the function raises of the `ToolError` family
-        (`RetryableToolError` included) and billiard's `SoftTimeLimitExceeded`; anything else
-        the function raises is logged with its traceback and raised as `ToolCrashed`.
+        the signature or hold a non-finite number (`unstorable_argument`), `StepDataTooLarge`
+        when the arguments or the result are over `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError`
+        when the result is not a JSON-serialisable dict holding every key in `returns`, what
+        the function raises of the `ToolError` family (`RetryableToolError` included) and
+        billiard's `SoftTimeLimitExceeded`; anything else the function raises is logged with
+        its traceback and raised as `ToolCrashed`.
         """
         max_bytes = get_settings().step_data_max_bytes
         check_step_data(args, what=f"the arguments of tool {self.name!r}", max_bytes=max_bytes)
@@ -131,6 +133,8 @@ class Tool:
         model = _arguments_model(self.func)
         if not isinstance(args, dict):
             raise ToolArgumentsError(f"tool {self.name!r}: arguments must be an object: {args!r}")
+        if problem := unstorable_argument(args):
+            raise ToolArgumentsError(_rejected(self, [problem]))
         try:
             parsed = model.model_validate(args)
         except ValidationError as exc:
@@ -160,6 +164,8 @@ def argument_problems(name: str, args: dict[str, Any]) -> list[str]:
         found = get_tool(name)
     except ToolError as exc:
         return [str(exc)]
+    if problem := unstorable_argument(args):
+        return [f"tool {name!r}: {problem}"]
     try:
         _arguments_model(found.func).model_validate(args)
     except ValidationError as exc:
@@ -167,6 +173,15 @@ def argument_problems(name: str, args: dict[str, Any]) -> list[str]:
         errors = [e for e in exc.errors() if not (e["loc"] and e["loc"][0] in deferred)]
         return [f"tool {name!r}: {_describe_error(e)}" for e in errors]
     return []
+
+
+def unstorable_argument(args: Mapping[str, Any]) -> str | None:
+    """The first argument in `args` (decoded JSON) holding what JSON and Postgres cannot: a
+    non-finite number (`NaN`, `Infinity`, `-Infinity`, which Python's `json` reads), a NUL
+    character or a lone surrogate; as `"<field>: <why>"` (`rate: numbers must be finite, not
+    nan ...`, `items.0: ...`), or None. Pydantic would pass such a value to a `float` or `Any`
+    parameter, and the call's event could not be written (issue 11)."""
+    return storable_problem(dict(args), "")
 
 
 _TOOLS: dict[str, Tool] = {}
@@ -322,6 +337,10 @@ def _describe_errors(tool_: Tool, exc: ValidationError) -> str:
     problems = [_describe_error(error) for error in exc.errors()[:_ARG_ERRORS_SHOWN]]
     if exc.error_count() > _ARG_ERRORS_SHOWN:
         problems.append(f"and {exc.error_count() - _ARG_ERRORS_SHOWN} more")
+    return _rejected(tool_, problems)
+
+
+def _rejected(tool_: Tool, problems: list[str]) -> str:
     allowed = describe_parameters(tool_.parameters_schema())
     return f"tool {tool_.name!r} rejected its arguments: {'; '.join(problems)}. Takes: {allowed}"
 

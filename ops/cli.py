@@ -138,7 +138,7 @@ def up(
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
     """
-    from ops.local import start_api, start_engine
+    from ops.local import ignored_broker_variables, start_api, start_engine
 
     settings = get_settings()
     home = settings.home
@@ -154,11 +154,13 @@ def up(
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     # `agentq up &` from a script starts with SIGINT ignored; kill -INT must still stop it
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    ignored = ", ".join(ignored_broker_variables(os.environ))
+    every = f" (every process; {ignored} ignored)" if ignored else " (every process)"
     console.print(Text("agentq is up", style="green"))
     console.print(
         Text(
             f"  database  {os.environ['AGENTQ_DATABASE_URL']}\n"
-            f"  broker    {maybe_sanitize_url(os.environ['AGENTQ_BROKER_URL'])}\n"  # no password
+            f"  broker    {maybe_sanitize_url(os.environ['AGENTQ_BROKER_URL'])}{every}\n"
             f"  logs      {home / 'logs'}\n"
             f"  provider  {views.provider_label(get_settings().provider)}\n"
             f"  api       {api_url}/api/v1 (spec {api_url}/openapi.json, web UI {api_url}/ui)\n"

@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 
 from models.errors import StackError
 from models.migrate import upgrade
-from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
+from models.queue import CELERY_BROKER_VARIABLES, QUEUE_COORDINATOR, WORKER_QUEUES
 from models.settings import Settings, get_settings, setting_name
 from ops.stack import UVICORN_READY, LocalStack
 
@@ -39,15 +39,25 @@ def engine_env(
 ) -> dict[str, str]:
     """The environment of a child process that connects to this stack: this process's, over
     the settings of the `.env` here (`dotenv_settings`: the child runs in the data dir), with
-    AGENTQ_HOME absolute, the stack's URLs, then `extra`."""
+    AGENTQ_HOME absolute, the stack's URLs, then `extra`. Celery's own broker and backend
+    variables (`models.queue.CELERY_BROKER_VARIABLES`: `BROKER_URL`, `CELERY_BROKER_URL`, ...)
+    are set empty, which Celery and its command line take as unset: a child uses the stack's
+    broker alone, as this process does (issue 11: the workers had joined another)."""
     return {
         **dotenv_settings(os.environ),
         **os.environ,
+        **dict.fromkeys(CELERY_BROKER_VARIABLES, ""),
         "AGENTQ_HOME": str(get_settings().home.expanduser().resolve()),
         "AGENTQ_DATABASE_URL": database_url,
         "AGENTQ_BROKER_URL": broker_url,
         **(extra or {}),
     }
+
+
+def ignored_broker_variables(environ: Mapping[str, str]) -> list[str]:
+    """Which of `models.queue.CELERY_BROKER_VARIABLES` `environ` sets: `agentq up` uses its own
+    Redis in every process all the same, and says so."""
+    return [name for name in CELERY_BROKER_VARIABLES if environ.get(name)]
 
 
 def dotenv_settings(environ: Mapping[str, str]) -> dict[str, str]:

@@ -9,28 +9,23 @@ group was signalled, since until then its pid, and so its group id, cannot be re
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Final
 
+from models.orphans import signal_at_parent_death
 from ops.data_dir import CHILD_UMASK
 
 POLL_INTERVAL_SECONDS: Final = 0.05
-_PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
-# Looked up now: dlopen in a child forked from a threaded process may deadlock.
-_PRCTL = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def prepare_child() -> None:
     """Run in the child before exec: umask 077 (what it creates is private), and ask Linux for
     SIGTERM when the parent thread dies."""
     os.umask(CHILD_UMASK)
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal_at_parent_death(signal.SIGTERM)
 
 
 def terminate(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:

@@ -2,7 +2,9 @@
 
 It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` and
 `agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds, and
-`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`.
+`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`: one beat per database, the one
+that holds the beat lock (`scheduler.beat`). The beat and the pool process die with the main
+process (`models.orphans`), so a killed scheduler leaves no beat sending.
 
 A coordinate task that finds the database unavailable sends itself again after a backoff
 (`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
@@ -12,12 +14,14 @@ next beat does their work.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Final
 
-from celery.signals import worker_process_init
+from celery.signals import beat_embedded_init, worker_process_init
 
 from models.db import dispose_engines
 from models.logs import configure_logging
+from models.orphans import die_with_parent
 from models.queue import (
     OUTAGE_RETRIES,
     QUEUE_COORDINATOR,
@@ -30,10 +34,12 @@ from models.queue import (
 from models.settings import get_settings
 from scheduler import tasks
 
+MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
 settings = get_settings()
 app = make_celery("agentq-scheduler", settings)
 app.conf.task_default_queue = QUEUE_COORDINATOR
+app.conf.beat_scheduler = "scheduler.beat:LockedScheduler"
 app.conf.beat_schedule = {
     "reconcile": {"task": TASK_RECONCILE, "schedule": settings.reconcile_interval_s},
     "expire-memory": {"task": TASK_EXPIRE_MEMORY, "schedule": settings.memory_expiry_interval_s},
@@ -72,4 +78,10 @@ def escalation_deadlines() -> None:
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_engine(**_: Any) -> None:
+    die_with_parent(MAIN_PID)
     dispose_engines()
+
+
+@beat_embedded_init.connect  # type: ignore[untyped-decorator]
+def _beat_dies_with_the_scheduler(**_: Any) -> None:
+    die_with_parent(MAIN_PID)

@@ -19,7 +19,7 @@ again (issue 11's claims for paid phases are not here yet).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from celery import Task
@@ -29,6 +29,7 @@ from models import queue
 from models.db import dispose_engines
 from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import configure_logging
+from models.orphans import die_with_parent
 from models.queue import (
     OUTAGE_RETRIES,
     TASK_COORDINATE,
@@ -45,6 +46,7 @@ from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
 from worker import deferrals, memory, outages, planner, steps, synthesis
 
+MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
@@ -182,6 +184,7 @@ def raw_noop(_previous: object = None) -> None:
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _fresh_engine(**_: Any) -> None:
+    die_with_parent(MAIN_PID)  # no pool process outlives a killed worker
     dispose_engines()
     # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
     # by the warm-up below) would otherwise start a thread per core in every process.

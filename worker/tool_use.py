@@ -2,8 +2,9 @@
 
 A model step whose plan lists `tools` offers them to the model as OpenAI function tools. When the
 model answers with tool calls, each call's arguments are checked before anything runs: they must
-be JSON (the model writes them as text, and may write anything), a JSON object, and fit the tool's
-schema (`Tool.invoke` validates with pydantic before calling). A call that fails a check is
+be JSON (the model writes them as text, and may write anything), a JSON object with finite numbers
+only (Python's `json` reads `NaN` and `Infinity`, which JSON has not), and fit the tool's schema
+(`Tool.invoke` checks both before calling). A call that fails a check is
 recorded as a `step.tool_call.invalid` event with the raw text, the tool does not run, and the
 model gets the error as the call's answer and is asked again. Valid calls run and their results
 (shortened to `AGENTQ_TOOL_RESULT_MAX_TOKENS`) go back to the model, until it answers in text.

@@ -27,12 +27,14 @@ def home() -> Iterator[Path]:
     yield from engine_dir()
 
 
-def start_up(home: Path, port: int) -> tuple[subprocess.Popen[str], str]:
-    """`agentq up` on `port`; returns the process and what it printed until it was up (or
-    until it exited)."""
+def start_up(
+    home: Path, port: int, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """`agentq up` on `port`, `env` added to its environment; returns the process and what it
+    printed until it was up (or until it exited)."""
     proc = subprocess.Popen(
         [AGENTQ, "up"],
-        env={**_env(home), "AGENTQ_API_PORT": str(port)},
+        env={**_env(home), "AGENTQ_API_PORT": str(port), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -465,6 +465,33 @@ def test_tool_arguments_that_are_not_json_are_reasked_and_never_run(
     check_charges(run)
 
 
+def test_non_finite_numbers_in_tool_arguments_are_reasked_and_never_run(
+    fake: FakeOpenAI, mark: str
+) -> None:
+    """Issue 11: `{"value": NaN}` parsed, the tool ran, and Postgres then refused the JSON."""
+    fake.script(
+        tool_calls(("echo", '{"value": NaN}')),
+        tool_calls(("echo", '{"value": -Infinity}')),
+        tool_calls(("echo", '{"value": 1.5}')),
+        ok("echoed"),
+        when=mark,
+    )
+    step = {"name": "think", "kind": "model", "instruction": f"{mark}: echo", "tools": ["echo"]}
+    run = wait_for_run(submit([step], goal="non-finite arguments"), memory=True)
+    assert run.status == "succeeded"
+    invalid = events(run.id or 0, "step.tool_call.invalid")
+    assert [e.detail["raw_arguments"] for e in invalid] == [
+        '{"value": NaN}',
+        '{"value": -Infinity}',
+    ]
+    assert all("value: numbers must be finite" in e.detail["error"] for e in invalid)
+    (called,) = events(run.id or 0, "step.tool_call")  # the echo ran on 1.5 only
+    assert called.detail["arguments"] == {"value": 1.5}
+    (row,) = run_steps(run.id or 0)
+    assert row.result is not None and row.result["text"] == "echoed"
+    assert len(fake.received(mark)) == 4
+
+
 def test_tool_calls_that_stay_invalid_escalate_with_the_raw_calls(
     fake: FakeOpenAI, mark: str
 ) -> None:

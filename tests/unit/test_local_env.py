@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from models.settings import get_settings
-from ops.local import dotenv_settings, engine_env
+from models.queue import CELERY_BROKER_VARIABLES
+from models.settings import Settings, get_settings
+from ops.local import dotenv_settings, engine_env, ignored_broker_variables
 
 DOTENV = """\
 AGENTQ_PROVIDER=openai
@@ -62,3 +63,23 @@ def test_engine_env_puts_dotenv_under_the_environment_and_the_stack_on_top(
     assert env["AGENTQ_MODEL"] == "x"
     assert env["AGENTQ_HOME"] == str(Path("relative/home").resolve())  # the child runs elsewhere
     assert "UNRELATED" not in env and env.get("PYTHONPATH") != "/somewhere/else"
+
+
+def test_engine_env_empties_the_variables_celery_would_take_a_broker_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 11: Celery's command line took `BROKER_URL` (and Celery `CELERY_BROKER_URL`) over
+    the app's broker, so the workers joined another broker than the CLI and the API."""
+    elsewhere = "redis://elsewhere:6379/0"
+    for name in ("BROKER_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"):
+        monkeypatch.setenv(name, elsewhere)
+    env = engine_env("postgresql+psycopg://db", "redis://stack:1/0")
+    assert {name: env[name] for name in CELERY_BROKER_VARIABLES} == dict.fromkeys(
+        CELERY_BROKER_VARIABLES, ""
+    )  # empty is unset to Celery (`or`) and to click (an empty envvar is ignored)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert Settings(_env_file=None).broker_url == "redis://stack:1/0"  # as the child reads it
+    assert ignored_broker_variables({"BROKER_URL": elsewhere, "CELERY_BROKER_URL": ""}) == [
+        "BROKER_URL"
+    ]

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from models.errors import ConfigurationError, InvalidPlan
+from models.errors import ConfigurationError, InvalidInput, InvalidPlan
 from models.plans import Splice, parse_plan
 from models.reviews import answer_from_text
 from models.tables import Step
+from models.tools import argument_problems
 from ops.inputs import parse_facts
 
 TOOLS = ["noop", "convert"]
@@ -96,6 +97,13 @@ def test_reviewer_answer_shapes(text: str, returns: tuple[str, ...], expected: o
     assert answer_from_text(text, returns=returns) == expected
 
 
+@pytest.mark.parametrize("text", ["NaN", "-Infinity", '{"rate": Infinity}'])
+def test_a_reviewer_answer_with_a_non_finite_number_is_refused(text: str) -> None:
+    """Issue 11: the answer becomes a step's result, which later steps pass as tool arguments."""
+    with pytest.raises(InvalidInput, match=r"respond: answer\.rate: numbers must be finite"):
+        answer_from_text(text, returns=("rate",))
+
+
 def test_pinned_facts_parse_and_refuse() -> None:
     assert parse_facts(["currency=EUR", "cost_centre=CC-4410"]) == {
         "currency": "EUR",
@@ -118,6 +126,11 @@ def test_plans_and_submissions_refuse_what_postgres_cannot_store() -> None:
     lone = {"steps": [{"name": "a", "kind": "model", "instruction": "bad \udcff"}]}
     with pytest.raises(InvalidPlan, match="unpaired surrogates"):
         parse_plan(lone, tools=[])
+    for number in ("NaN", "Infinity", "-Infinity"):  # Python's json reads them; JSON has none
+        step = f'{{"name": "a", "kind": "tool", "tool": "echo", "args": {{"value": {number}}}}}'
+        text = f'{{"steps": [{step}]}}'
+        with pytest.raises(InvalidPlan, match=r"plan\.steps\.0\.args\.value: numbers must be fin"):
+            parse_plan(text, tools=["echo"], check_args=argument_problems)
     big = {"value": "x" * 70_000}
     huge = {"steps": [{"name": "a", "kind": "tool", "tool": "echo", "args": big}]}
     with pytest.raises(InvalidPlan, match=r"steps\.0\.args: .*at most 64000 characters"):

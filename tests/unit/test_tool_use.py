@@ -62,6 +62,24 @@ def test_invalid_arguments_are_refused_and_the_tool_never_runs(
     assert not target.exists()
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_in_arguments_are_refused_and_the_tool_never_runs(
+    tmp_path: Path, number: str
+) -> None:
+    """Issue 11: `json.loads` reads these, JSON has none; the tool must not run on them."""
+    target = tmp_path / "markers.txt"
+    echo = ToolCall(id="c", name="echo", arguments=f'{{"value": {{"x": [1, {number}]}}}}')
+    answered = answer_call(ctx(), tools("echo"), echo)
+    assert answered.invalid is not None
+    assert "value.x.1: numbers must be finite" in answered.invalid
+    assert answered.content.startswith("invalid call, the tool did not run")
+    assert answered.result is None and answered.arguments is None
+    arguments = f'{{"path": "{target}", "marker": "a", "force": {number}}}'
+    marker = answer_call(ctx(), tools("append_marker"), marker_call(arguments))
+    assert marker.invalid is not None and "force: numbers must be finite" in marker.invalid
+    assert not target.exists()
+
+
 def test_a_tool_not_offered_to_the_step_is_refused(tmp_path: Path) -> None:
     call = ToolCall(id="c", name="append_marker", arguments="{}")
     answered = answer_call(ctx(), tools("noop", "echo"), call)

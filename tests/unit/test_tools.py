@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from models.tools import (
     DEFAULT_TOOL_MODULES,
     Fallback,
     ToolContext,
+    argument_problems,
     catalog,
     find_playbook,
     get_tool,
@@ -36,6 +38,12 @@ CALLS: list[dict[str, Any]] = []
 def _recorder(ctx: ToolContext, n: Annotated[int, Field(ge=1)], label: str = "x") -> dict[str, Any]:
     CALLS.append({"n": n, "label": label})
     return {"n": n}
+
+
+@tool("t_scaled", description="Record a float.", returns=("rate",))
+def _scaled(ctx: ToolContext, rate: float, extra: Any = None) -> dict[str, Any]:
+    CALLS.append({"rate": rate})
+    return {"rate": rate}
 
 
 @tool("t_returns_list", description="Return a list, which is not a result.")
@@ -113,6 +121,31 @@ def test_bad_arguments_name_tool_and_field_and_never_run(
     assert allowed in message
     assert "Takes: n: integer, label: string (optional)" in message
     assert CALLS == []
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"rate": math.nan}, "rate"),
+        ({"rate": math.inf}, "rate"),
+        ({"rate": -math.inf}, "rate"),
+        ({"rate": 1.0, "extra": {"items": [1, -math.inf]}}, "extra.items.1"),
+    ],
+)
+def test_non_finite_numbers_are_invalid_arguments_and_never_run(
+    make_ctx: Callable[..., ToolContext], args: dict[str, Any], field: str
+) -> None:
+    """Issue 11: Python's `json` reads `NaN` and `Infinity`, and pydantic passes them to a
+    `float` (or `Any`) parameter; JSON has no such numbers, so they are invalid arguments."""
+    CALLS.clear()
+    with pytest.raises(ToolArgumentsError) as caught:
+        get_tool("t_scaled").invoke(make_ctx(), args)
+    message = str(caught.value)
+    assert message.startswith(f"tool 't_scaled' rejected its arguments: {field}: ")
+    assert "numbers must be finite" in message
+    assert CALLS == []
+    problems = argument_problems("t_scaled", args)  # the same check when a plan is written
+    assert len(problems) == 1 and problems[0].startswith(f"tool 't_scaled': {field}: numbers")
 
 
 def test_arguments_must_be_a_dict(make_ctx: Callable[..., ToolContext]) -> None:
