@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from celery import Celery
 from celery.utils.time import get_exponential_backoff_interval
+from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from models.errors import BrokerUnavailable, ConfigurationError, DatabaseUnavailable
@@ -212,6 +213,21 @@ def try_send(task: str, *args: Any) -> bool:
     except BrokerUnavailable:
         return False
     return True
+
+
+def depth(name: str) -> int | None:
+    """Messages waiting in queue `name` of the broker, not yet delivered to a worker (kombu's
+    passive `queue_declare`: for Redis the lengths of the queue's lists, for AMQP its ready
+    count); 0 for a queue never declared; None when the broker cannot be asked."""
+    try:
+        with client().connection_for_write() as connection:
+            channel = connection.default_channel
+            try:
+                return int(channel.queue_declare(queue=name, passive=True).message_count)
+            except ChannelError:  # no such queue: nothing was ever sent to it
+                return 0
+    except (KombuOperationalError, OSError):
+        return None
 
 
 def send_all(sends: Iterable[tuple[str, tuple[Any, ...]]]) -> bool:

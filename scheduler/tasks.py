@@ -19,6 +19,7 @@ from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
 from models.plans import current_steps, handled_failures
 from models.queue import (
+    QUEUE_STEPS,
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
     TASK_PLAN,
@@ -59,7 +60,8 @@ def reconcile() -> dict[str, int]:
 
     - a running step whose lease expired goes back to queued (or to failed when its attempts are
       spent) and is sent again;
-    - a step queued for longer than `queued_stale_s` is sent again (the claim is guarded, so a
+    - a step queued for longer than `queued_stale_s` whose message may be lost (`lost_at_most`:
+      not one of the messages still waiting in the broker) is sent again (the claim is guarded, so a
       duplicate is harmless);
     - a run whose planning, replanning or synthesis no task holds and has been quiet for
       `phase_stale_s`, or whose holder's lease expired (`models.phases`), or that is running
@@ -71,6 +73,7 @@ def reconcile() -> dict[str, int]:
     settings = get_settings()
     counts = {"leases_expired": 0, "steps_resent": 0, "runs_nudged": 0, "dispatched": 0}
     sends: list[tuple[str, tuple[int, ...]]] = []
+    waiting = queue.depth(QUEUE_STEPS)  # asked before the transaction: no network call in one
     with session_scope() as session:
         now = utcnow()
         for step in session.exec(
@@ -86,23 +89,53 @@ def reconcile() -> dict[str, int]:
             else:
                 sends.append((TASK_COORDINATE, (expired.run_id,)))
         stale = now - timedelta(seconds=settings.queued_stale_s)
-        for step in session.exec(
-            select(Step).where(Step.status == "queued", col(Step.queued_at) < stale)
-        ).all():
+        for step in _lost_steps(session, stale, now, waiting):
             step.queued_at = now  # the next re-send waits another full period
             counts["steps_resent"] += 1
             sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
         nudges = _stale_runs(session, now - timedelta(seconds=settings.phase_stale_s), now)
         counts["runs_nudged"] = len(nudges)
         sends.extend(nudges)
-        waiting = dispatch.stale_ready_users(session, stale=stale)
+        held_users = dispatch.stale_ready_users(session, stale=stale)
     for task, args in sends:
         queue.send(task, *args)
-    for user_id in waiting:
+    for user_id in held_users:
         counts["dispatched"] += _dispatch_user(user_id, settings.user_max_running_steps)
     if any(counts.values()):
         log.info("reconcile", **counts)
     return counts
+
+
+def lost_at_most(due: int, waiting: int | None) -> int | None:
+    """How many of the `due` queued steps (status `queued`, due by now) may have lost their
+    message, when the broker's `steps` queue holds `waiting` messages (None: unknown, so any).
+
+    The queue is FIFO and every due queued step was sent once at least, so the `waiting`
+    messages are the newest steps' (or other tasks' of that queue: an over-count, which only
+    delays a re-send until the queue drains); the `due - waiting` oldest steps' messages were
+    taken, or lost. A long queue is thereby told from a lost message (issue 11, item 5: re-sending
+    every step queued longer than `AGENTQ_QUEUED_STALE_S` sent 1,657 duplicates for 1,000 steps
+    behind a backlog). The oldest include the ones a worker has taken and not yet claimed (its
+    prefetch): one duplicate each per period at most, which the claim ignores."""
+    return None if waiting is None else max(0, due - waiting)
+
+
+def _lost_steps(
+    session: Session, stale: datetime, now: datetime, waiting: int | None
+) -> list[Step]:
+    """The queued steps to send again: stale (queued before `stale`) and among the oldest
+    `lost_at_most` of those due, oldest first, `waiting` messages being in the broker."""
+    oldest = select(Step).where(Step.status == "queued", col(Step.queued_at) < stale)
+    oldest = oldest.order_by(col(Step.queued_at), col(Step.id))
+    limit = lost_at_most(_due_queued(session, now), waiting)
+    if limit is not None:
+        oldest = oldest.limit(limit)
+    return list(session.exec(oldest).all())
+
+
+def _due_queued(session: Session, now: datetime) -> int:
+    due = select(sa.func.count()).where(Step.status == "queued", col(Step.queued_at) <= now)
+    return int(session.exec(due).one())
 
 
 def _dispatch_user(user_id: str, cap: int) -> int:
