@@ -77,6 +77,11 @@ WITH_TURN: Final = """, erased AS (
     FROM done, erased
 )"""
 RETURN_DONE: Final = "\nSELECT id FROM done"
+# renew_lease: a heartbeat of the attempt that holds a running step.
+RENEW_LEASE: Final = """
+UPDATE steps SET lease_expires_at = :lease_until
+WHERE id = :step_id AND status = 'running' AND attempt = :attempt
+RETURNING id"""
 # step_status: what a refused transition found.
 STEP_STATUS: Final = "SELECT status FROM steps WHERE id = :step_id"
 
@@ -167,3 +172,14 @@ def end_attempt(
 def _refused(session: Session, step_id: int, expected: str) -> IllegalTransition:
     found = sql.scalar(session, STEP_STATUS, {"step_id": step_id})
     return IllegalTransition("steps", step_id, found, expected)
+
+
+def renew(session: Session, step_id: int, attempt: int, *, lease_s: float, now: datetime) -> bool:
+    """Extend the lease of `attempt` on running step `step_id` to `lease_s` seconds from `now`
+    (a heartbeat, `worker.heartbeats`); False when the attempt no longer holds the step."""
+    params = {
+        "step_id": step_id,
+        "attempt": attempt,
+        "lease_until": now + timedelta(seconds=lease_s),
+    }
+    return sql.one(session, RENEW_LEASE, params) is not None

@@ -12,10 +12,10 @@ row, `phase_attempt` unchanged), which also releases the lease; a new phase (`st
 `start_replanning`, `start_synthesis`) starts unheld, as does a deferred one (`defer_run`), whose
 next claim waits until it is due (`runs.updated_at`, the time the deferral set).
 
-The lease outlives the task: a phase task runs under the Celery hard time limit, which the
-timeout ladder puts below `AGENTQ_LEASE_S` (`models.settings.check_timeout_ladder`), so a live
-attempt never loses its phase; a killed one's lease expires and the reconciler sends the task
-again (`scheduler.tasks.reconcile`).
+The lease outlives the task: a phase task runs under the Celery hard time limit and renews
+nothing, so its lease is that limit plus a step's lease (`models.settings.phase_lease_s`, below
+the visibility timeout on the timeout ladder); a live attempt never loses its phase, and a
+killed one's lease expires and the reconciler sends the task again (`scheduler.tasks.reconcile`).
 """
 
 from __future__ import annotations

@@ -93,7 +93,12 @@ class Settings(BaseSettings):
     soft_time_limit_s: float = Field(default=120.0, gt=0)
     hard_time_limit_s: float = Field(default=150.0, gt=0)
     visibility_timeout_s: float = Field(default=3600.0, gt=0)
-    lease_s: float = Field(default=180.0, gt=0, description="Step lease; > hard time limit.")
+    lease_s: float = Field(
+        default=10.0, gt=0, description="A running step's lease, renewed every heartbeat."
+    )
+    heartbeat_s: float = Field(
+        default=3.0, gt=0, description="How often a worker renews its running step's lease."
+    )
 
     step_max_attempts: int = Field(default=3, ge=1, le=20)
     retry_backoff_s: float = Field(default=1.0, ge=0)
@@ -309,13 +314,23 @@ def model_call_max_s(s: Settings) -> float:
     return s.model_request_timeout_s * s.model_max_attempts + waits
 
 
+def phase_lease_s(s: Settings) -> float:
+    """The lease of a run's phase claim (`models.phases`), s: the hard time limit plus a step's
+    lease. A phase task renews nothing, so its claim outlives the longest the task can run."""
+    return s.hard_time_limit_s + s.lease_s
+
+
 def check_timeout_ladder(s: Settings) -> None:
     """Refuse settings that break DESIGN.md invariant 8.
 
     model request timeout x attempts + retry waits < step time limit < soft time limit < hard
-    time limit < lease < broker visibility timeout. The lease sits above the hard limit so a live
-    attempt never loses its step, and below the visibility timeout so the reconciler acts before
-    the broker redelivers. Raises `ConfigurationError` naming the first pair out of order.
+    time limit < broker visibility timeout, and 2 x heartbeat < lease < visibility timeout. A
+    running step's worker renews its lease every `AGENTQ_HEARTBEAT_S` (`worker.heartbeats`), so
+    a live attempt keeps its step through two missed renewals, and a killed one's step is taken
+    back within a lease (issue 11, item 6: with a lease above the hard time limit that took
+    minutes); a phase's claim lasts the hard limit plus a lease (`phase_lease_s`), below the
+    visibility timeout too, so the reconciler acts before the broker redelivers. Raises
+    `ConfigurationError` naming the first pair out of order.
     """
     rungs = [
         (
@@ -325,16 +340,21 @@ def check_timeout_ladder(s: Settings) -> None:
         ),
         ("AGENTQ_STEP_TIME_LIMIT_S", s.step_time_limit_s),
         ("AGENTQ_SOFT_TIME_LIMIT_S", s.soft_time_limit_s),
-        ("AGENTQ_HARD_TIME_LIMIT_S", s.hard_time_limit_s),
+        ("AGENTQ_HARD_TIME_LIMIT_S + AGENTQ_LEASE_S (a phase's claim)", phase_lease_s(s)),
+        ("AGENTQ_VISIBILITY_TIMEOUT_S", s.visibility_timeout_s),
+    ]
+    leases = [
+        ("2 x AGENTQ_HEARTBEAT_S", 2 * s.heartbeat_s),
         ("AGENTQ_LEASE_S", s.lease_s),
         ("AGENTQ_VISIBILITY_TIMEOUT_S", s.visibility_timeout_s),
     ]
-    for (low_name, low), (high_name, high) in itertools.pairwise(rungs):
-        if not low < high:
-            raise ConfigurationError(
-                f"timeout ladder broken: {low_name} ({low:g} s) must be less than "
-                f"{high_name} ({high:g} s)"
-            )
+    for ladder in (rungs, leases):
+        for (low_name, low), (high_name, high) in itertools.pairwise(ladder):
+            if not low < high:
+                raise ConfigurationError(
+                    f"timeout ladder broken: {low_name} ({low:g} s) must be less than "
+                    f"{high_name} ({high:g} s)"
+                )
 
 
 @lru_cache(maxsize=1)

@@ -44,7 +44,8 @@ from models.queue import (
 from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
-from worker import deferrals, memory, outages, planner, steps, synthesis
+from worker import deferrals, memory, outages, planner, recovery, steps, synthesis
+from worker.heartbeats import heartbeat
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
@@ -93,17 +94,25 @@ def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> 
 
 
 @app.task(name=TASK_EXECUTE_STEP, bind=True, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
-def execute_step(task: Task, step_id: int, held: dict[str, Any] | None = None) -> None:
+def execute_step(
+    task: Task, step_id: int, held: dict[str, Any] | None = None, after_lost: bool = False
+) -> None:
     """Claim and run one step, record it and advance its run (`worker.steps.finish`); then run
     the next step this process claimed, or the run's synthesis, within the chain's bounds.
 
     `held` is what this task carries when it sent itself again because the database was away
-    (`worker.outages`): the attempt it holds, whose outcome is recorded instead of a claim."""
+    (`worker.outages`): the attempt it holds, whose outcome is recorded instead of a claim.
+    `after_lost`: sent for when the lease of a lost worker's attempt ends (`worker.recovery`),
+    the step is taken back first."""
+    if after_lost and not recovery.take_back(step_id):
+        return
     claimed, outcome = _start(step_id, held)
+    if claimed is None and held is None and (task.request.delivery_info or {}).get("redelivered"):
+        recovery.check_later(step_id)  # its worker was lost mid-step: back when its lease ends
     chain = steps.Chain.from_settings(settings)
     while claimed is not None:
         try:
-            outcome = outcome or steps.perform(claimed)
+            outcome = outcome or _perform(claimed)
             done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
         except DatabaseUnavailable as exc:
             countdown = queue.outage_countdown_s(task.request.retries)
@@ -127,6 +136,15 @@ def execute_step(task: Task, step_id: int, held: dict[str, Any] | None = None) -
         if done.synthesize:
             _synthesize_after_step(claimed.step.run_id)
         claimed = done.next
+
+
+def _perform(claimed: steps.Claimed) -> steps.Outcome:
+    """Run the claimed step with its lease renewed every heartbeat (`worker.heartbeats`)."""
+    heartbeat.holding(claimed.step.id or 0, claimed.step.attempt)
+    try:
+        return steps.perform(claimed)
+    finally:
+        heartbeat.release()
 
 
 def _start(

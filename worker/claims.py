@@ -15,7 +15,7 @@ from sqlmodel import Session
 from models import phases
 from models.db import session_scope
 from models.errors import PhaseNotDue
-from models.settings import get_settings
+from models.settings import get_settings, phase_lease_s
 from models.tables import utcnow
 
 log = structlog.get_logger("agentq.worker")
@@ -30,14 +30,15 @@ def claim_phase_in(
     session: Session, run_id: int, statuses: tuple[str, ...]
 ) -> phases.Claimed | None:
     """Claim run `run_id`'s phase (its status one of `statuses`) in the caller's transaction, for
-    `AGENTQ_LEASE_S`; None, logged as `phase.skipped`, when another delivery holds it or the run
+    the hard time limit plus a lease (`models.settings.phase_lease_s`); None, logged as
+    `phase.skipped`, when another delivery holds it or the run
     is in none of `statuses`. Raises `PhaseNotDue` for a deferred phase not due yet."""
     claimed = phases.claim(
         session,
         run_id,
         statuses=statuses,
         worker=worker_name(),
-        lease_s=get_settings().lease_s,
+        lease_s=phase_lease_s(get_settings()),
         now=utcnow(),
     )
     if isinstance(claimed, phases.Claimed):

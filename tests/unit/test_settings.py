@@ -22,7 +22,8 @@ def test_defaults_hold_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings()
     assert s.model_request_timeout_s * s.model_max_attempts < s.step_time_limit_s
     assert s.step_time_limit_s < s.soft_time_limit_s < s.hard_time_limit_s
-    assert s.hard_time_limit_s < s.lease_s < s.visibility_timeout_s
+    assert s.hard_time_limit_s + s.lease_s < s.visibility_timeout_s  # a phase's claim
+    assert 2 * s.heartbeat_s < s.lease_s < s.visibility_timeout_s
 
 
 @pytest.mark.parametrize(
@@ -31,7 +32,8 @@ def test_defaults_hold_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"AGENTQ_MODEL_REQUEST_TIMEOUT_S": "60"}, "AGENTQ_STEP_TIME_LIMIT_S"),
         ({"AGENTQ_SOFT_TIME_LIMIT_S": "200"}, "AGENTQ_HARD_TIME_LIMIT_S"),
         ({"AGENTQ_VISIBILITY_TIMEOUT_S": "100"}, "AGENTQ_VISIBILITY_TIMEOUT_S"),
-        ({"AGENTQ_LEASE_S": "150"}, "AGENTQ_LEASE_S"),
+        ({"AGENTQ_LEASE_S": "5"}, "AGENTQ_LEASE_S"),  # under two heartbeats
+        ({"AGENTQ_HEARTBEAT_S": "6"}, "AGENTQ_HEARTBEAT_S"),
     ],
 )
 def test_broken_ladder_is_refused_naming_the_setting(
