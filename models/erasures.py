@@ -123,6 +123,10 @@ ERASE_RUN_CONTENT: Final = {
     # step attempts: the error text goes
     "step attempts": "UPDATE step_attempts SET error = CAST(:erased AS text) "
     f"WHERE error IS NOT NULL AND step_id IN (SELECT id FROM steps WHERE run_id IN ({ENDED_RUNS}))",
+    # tool journal: every row goes (a model step's tool calls, arguments and results; an ended
+    # run's steps never replay them)
+    "tool journal": "DELETE FROM tool_journal "
+    f"WHERE step_id IN (SELECT id FROM steps WHERE run_id IN ({ENDED_RUNS}))",
     # plan versions: the reason (it quotes step names and errors) goes
     "plan versions": f"UPDATE plan_versions SET reason = '' WHERE run_id IN ({ENDED_RUNS})",
     # events: every detail goes, but the numbers of `model.call` events (tokens, cost: spend)
@@ -138,10 +142,11 @@ ERASE_RUN_CONTENT: Final = {
 
 def erase_runs(session: Session, *, user_id: str) -> dict[str, int]:
     """Erase the content of every ended run of `user_id` (goals, pinned facts, step names,
-    instructions, arguments, results and errors, plan reasons, event details, escalation
-    details, comments and answers), keeping ids, statuses, timings and spend (budgets, tokens,
-    cost, `model.call` numbers). Returns the rows touched per table. Runs still active are left
-    alone (the caller cancels them first); running it again erases what ended since."""
+    instructions, arguments, results and errors, journaled tool calls, plan reasons, event
+    details, escalation details, comments and answers), keeping ids, statuses, timings and
+    spend (budgets, tokens, cost, `model.call` numbers). Returns the rows touched per table.
+    Runs still active are left alone (the caller cancels them first); running it again erases
+    what ended since."""
     params = {"user_id": user_id, "erased": ERASED}
     return {
         table: int(getattr(session.execute(sa.text(sql), params), "rowcount", 0))

@@ -1,4 +1,5 @@
-"""The tables: runs, plan versions, steps, step attempts, pinned facts, escalations, run events.
+"""The tables: runs, plan versions, steps, step attempts, the tool journal, pinned facts,
+escalations, run events.
 
 Statuses are plain text columns; the allowed moves between them are in `models.states`, and the
 only code that changes them is `models.transitions`. All timestamps are timezone-aware (UTC).
@@ -203,6 +204,29 @@ class StepAttempt(SQLModel, table=True):
     # succeeded | failed | retry | deferred | lease_expired
     outcome: str | None = Field(default=None, max_length=20)
     error: str | None = None
+
+
+class ToolJournalEntry(SQLModel, table=True):
+    """One tool call a model step made, journaled once its tool returned (`models.tool_journal`;
+    DESIGN.md, invariant 9): a replayed loop of the step (after a deferral, a retry, a lost
+    lease) reuses `result` or `error` instead of running the tool again.
+
+    `call_key` is `<tool>#<occurrence>:<sha256 of the canonical arguments>`: what stays the same
+    when the model is asked again (the provider's call id does not); `attempt` is the step's
+    attempt that ran the tool.
+    """
+
+    __tablename__ = "tool_journal"
+    __table_args__ = (sa.UniqueConstraint("step_id", "call_key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    step_id: int = Field(foreign_key="steps.id", ondelete="CASCADE")
+    call_key: str = Field(max_length=200)
+    tool: str = Field(max_length=100)
+    arguments: dict[str, Any] = _json_dict()
+    result: dict[str, Any] | None = _json_dict(nullable=True)
+    error: str | None = None
+    attempt: int
+    created_at: datetime = created_field()
 
 
 class Escalation(SQLModel, table=True):

@@ -13,6 +13,13 @@ and the exception's type, a result over `AGENTQ_STEP_DATA_MAX_BYTES` says the ca
 host path nor an oversized value reaches the model, the events or the step's result. Only tools
 that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
 
+Every call whose tool ran is journaled (`models.tool_journal`) right after it returns, in a
+transaction of its own. A step that runs its loop again (deferred by a 429, retried, claimed
+again after a lost lease) asks the model from the start; when the model asks for a call the
+journal holds (same tool, same arguments, same occurrence), the recorded result or error is
+answered instead of running the tool again, and a `step.tool_call.replayed` event says so
+(DESIGN.md, invariant 9; issue 11, item 3).
+
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
@@ -28,8 +35,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models import transitions
-from models.db import session_scope
+from models import tool_journal, transitions
+from models.db import retry_dropped, session_scope
 from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsError, ToolError
 from models.runs import get_run
 from models.settings import get_settings
@@ -52,7 +59,8 @@ class Answered:
     """What became of one tool call: `content` is the `tool` message the model gets back.
 
     `invalid` is why the call was refused before its tool ran (None: the call was valid, and
-    `result` or `error` says how the tool did).
+    `result` or `error` says how the tool did); `replayed_from` is the step's attempt whose
+    journaled run of the call this answer reuses (None: the tool ran now, or did not run).
     """
 
     call: ToolCall
@@ -61,6 +69,7 @@ class Answered:
     arguments: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     error: str | None = None
+    replayed_from: int | None = None
 
 
 def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext) -> dict[str, Any]:
@@ -70,7 +79,8 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     | "error"}]` when tools ran. Raises `InvalidToolCalls` (the model's calls stayed invalid),
     `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls), `ToolNotEnabled`
     (a listed tool is not enabled here), `RetryableToolError` from a tool, `ContextOverflow`,
-    and what `call_model` raises.
+    `DatabaseUnavailable` (the journal could not be read or written), and what `call_model`
+    raises. A call the tool journal holds for this step is answered from it (`journaled_call`).
     """
     tools = {name: enabled_tool(name) for name in step.tools}
     prompt = step_prompt(step.instruction, results, [t.describe() for t in tools.values()])
@@ -78,6 +88,7 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     settings = get_settings()
     messages, invalid_answers = list(request.messages), 0
     ran: list[dict[str, Any]] = []
+    keys = tool_journal.CallKeys()
     for number in range(1, settings.model_step_max_calls + 1):
         if number > 1:  # after a round of tool calls: is the run still on, does it still fit?
             _check_run_goes_on(step)
@@ -96,7 +107,7 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
             answer = {"text": completion.text, "model": completion.model}
             return {**answer, "offline": completion.offline, **({"tool_calls": ran} if ran else {})}
         answered = [
-            answer_call(replace(ctx, call_number=len(ran) + i + 1), tools, call)
+            journaled_call(replace(ctx, call_number=len(ran) + i + 1), tools, call, keys)
             for i, call in enumerate(completion.tool_calls)
         ]
         _record(step, number, answered)
@@ -121,10 +132,41 @@ def _check_run_goes_on(step: Step) -> None:
         raise ToolError(f"step {step.name!r} stopped: its run is {status}")
 
 
+def journaled_call(
+    ctx: ToolContext, tools: dict[str, Tool], call: ToolCall, keys: tool_journal.CallKeys
+) -> Answered:
+    """`answer_call`, journaled: a valid call that step `ctx.step_id` already ran (its key from
+    `keys`) is answered with the recorded result or error and its tool does not run; else the
+    tool runs and, once it returned, the call is journaled in its own transaction. Raises what
+    `answer_call` does, and `DatabaseUnavailable` when the journal is out of reach."""
+    checked = _checked(tools, call)
+    if isinstance(checked, Answered):
+        return checked
+    tool, arguments = checked
+    key = keys.next(call.name, arguments)
+    recorded = _find(ctx.step_id, key)
+    if recorded is not None:
+        return _replayed(call, arguments, recorded)
+    answered = _invoked(ctx, tool, call, arguments)
+    if answered.invalid is None:
+        _journal(ctx, key, answered)
+    return answered
+
+
 def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Answered:
     """Check `call` and, when it is valid, run its tool; never runs a tool on arguments that are
     not a JSON object fitting its schema. Raises only `RetryableToolError` and the soft time
     limit; every other tool error (a crash, a result over the cap) is answered to the model."""
+    checked = _checked(tools, call)
+    if isinstance(checked, Answered):
+        return checked
+    tool, arguments = checked
+    return _invoked(ctx, tool, call, arguments)
+
+
+def _checked(tools: dict[str, Tool], call: ToolCall) -> tuple[Tool, dict[str, Any]] | Answered:
+    """The call's tool and its arguments as a JSON object, or the refusal of a call that has
+    neither (the schema is checked by `Tool.invoke`)."""
     tool = tools.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(tools)) or "none"
@@ -136,6 +178,10 @@ def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Ans
     if not isinstance(arguments, dict):
         kind = type(arguments).__name__
         return _refused(call, f"arguments of {call.name!r} must be a JSON object, not {kind}")
+    return tool, arguments
+
+
+def _invoked(ctx: ToolContext, tool: Tool, call: ToolCall, arguments: dict[str, Any]) -> Answered:
     try:
         result = tool.invoke(ctx, arguments)
     except ToolArgumentsError as exc:
@@ -146,6 +192,44 @@ def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Ans
         return Answered(call, f"error: {exc}", arguments=arguments, error=str(exc))
     content = json.dumps(result, ensure_ascii=False)
     return Answered(call, content, arguments=arguments, result=result)
+
+
+def _replayed(
+    call: ToolCall, arguments: dict[str, Any], recorded: tool_journal.Recorded
+) -> Answered:
+    """The answer the journaled run of `call` gave, word for word."""
+    if recorded.error is not None:
+        content = f"error: {recorded.error}"
+    else:
+        content = json.dumps(recorded.result, ensure_ascii=False)
+    return Answered(
+        call,
+        content,
+        arguments=arguments,
+        result=recorded.result,
+        error=recorded.error,
+        replayed_from=recorded.attempt,
+    )
+
+
+@retry_dropped
+def _find(step_id: int, key: str) -> tool_journal.Recorded | None:
+    with session_scope() as session:
+        return tool_journal.find(session, step_id=step_id, key=key)
+
+
+@retry_dropped
+def _journal(ctx: ToolContext, key: str, answered: Answered) -> None:
+    recorded = tool_journal.Recorded(answered.result, answered.error, ctx.attempt)
+    with session_scope() as session:
+        tool_journal.record(
+            session,
+            step_id=ctx.step_id,
+            key=key,
+            tool=answered.call.name,
+            arguments=answered.arguments or {},
+            recorded=recorded,
+        )
 
 
 def _refused(call: ToolCall, why: str) -> Answered:
@@ -194,13 +278,15 @@ def _record(step: Step, number: int, answered: list[Answered]) -> None:
                     raw_arguments=a.call.arguments[:RAW_ARGUMENTS_MAX_CHARS],
                     error=a.invalid,
                 )
-            else:
+            else:  # a replayed call was answered from the journal: its tool did not run now
+                replayed = {} if a.replayed_from is None else {"ran_in_attempt": a.replayed_from}
                 transitions.record_event(
                     session,
                     step.run_id,
-                    "step.tool_call",
+                    "step.tool_call.replayed" if replayed else "step.tool_call",
                     step_id=step.id,
                     model_call=number,
+                    **replayed,
                     **_within_cap(_ran(a)),
                 )
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory, reviews, transitions
+from models import memory, reviews, tool_journal, transitions
 from models.db import session_scope
 from models.episodes import episodes_of, record_episode
 from models.erasures import ERASED
@@ -21,7 +21,16 @@ from models.facts import facts_of, remember
 from models.messages import add_message, save_summary, turns
 from models.queue import TASK_COORDINATE, send
 from models.runs import pinned_facts
-from models.tables import Escalation, PinnedFact, PlanVersion, Run, RunEvent, Step, StepAttempt
+from models.tables import (
+    Escalation,
+    PinnedFact,
+    PlanVersion,
+    Run,
+    RunEvent,
+    Step,
+    StepAttempt,
+    ToolJournalEntry,
+)
 from tests.integration.conftest import wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -213,8 +222,20 @@ def test_forget_runs_erases_the_content_and_keeps_ids_statuses_timings_and_spend
         assert before is not None
         kept = (before.status, before.created_at, before.finished_at, before.tokens_used)
         step_ids = [s.id for s in session.exec(select(Step).where(Step.run_id == run_id))]
+        # a model step's journaled tool call quotes its arguments and result (`tool_journal`)
+        quoted = tool_journal.Recorded({"value": "s3cr3t"}, None, attempt=1)
+        key = tool_journal.call_key("echo", "0" * 64, occurrence=1)
+        tool_journal.record(
+            session,
+            step_id=step_ids[0] or 0,
+            key=key,
+            tool="echo",
+            arguments={"value": "s3cr3t"},
+            recorded=quoted,
+        )
     done = memory.forget(user, runs=True)
     assert done.erased_runs["runs"] == 1 and done.erased_runs["pinned facts"] == 1
+    assert done.erased_runs["tool journal"] == 1
     with session_scope() as session:
         run = session.get(Run, run_id)
         assert run is not None and run.goal == ERASED and run.error == ERASED
@@ -233,6 +254,8 @@ def test_forget_runs_erases_the_content_and_keeps_ids_statuses_timings_and_spend
         assert (esc.detail, esc.comment, esc.answer) == ({}, None, None)
         versions = session.exec(select(PlanVersion).where(PlanVersion.run_id == run_id))
         assert all(v.reason == "" for v in versions)
+        journal = select(ToolJournalEntry).where(col(ToolJournalEntry.step_id).in_(step_ids))
+        assert session.exec(journal).all() == []
         everything = str(run.model_dump()) + str([s.model_dump() for s in steps])
         everything += str([e.detail for e in events]) + str(esc.model_dump())
     assert "s3cr3t" not in everything and "DE00SECRET" not in everything

@@ -30,7 +30,7 @@ from models.plans import parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
-from models.tables import Escalation, Run, RunEvent, StepAttempt
+from models.tables import Escalation, Run, RunEvent, StepAttempt, ToolJournalEntry
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
 from tests.support.fake_openai import (
@@ -512,6 +512,44 @@ def test_tool_calls_that_stay_invalid_escalate_with_the_raw_calls(
     (step,) = run_steps(run.id or 0)
     assert (step.status, step.attempt, esc.step_id) == ("failed", 1, step.id)
     assert step.tokens_used == answers * ANSWER_TOKENS
+    check_charges(run)
+
+
+def test_a_tool_that_ran_before_a_deferral_is_not_run_again(fake: FakeOpenAI, mark: str) -> None:
+    """Issue 11, item 3: the step deferred after its tool call ran asked the model again from
+    the start, the model asked for the same call (with a new id), and the tool ran twice."""
+    target = Path(tempfile.mkdtemp()) / "markers.txt"
+    arguments = json.dumps({"path": str(target), "marker": "receipt"})
+    fake.script(
+        tool_calls(("append_marker", arguments)),
+        rate_limited("1"),  # the step defers after its tool ran
+        tool_calls(("append_marker", arguments)),  # the replayed loop: the same call again
+        ok("filed"),
+        when=mark,
+    )
+    run = wait_for_run(submit([marker_step(mark)], goal="tool call, then a wait"), memory=True)
+    assert run.status == "succeeded"
+    assert target.read_text() == "receipt\n"  # the tool ran once
+    (step,) = run_steps(run.id or 0)
+    assert [a.outcome for a in attempts(step.id or 0)] == ["deferred", "succeeded"]
+    replies = fake.received(mark)
+    assert [r.reply for r in replies] == ["tool_calls", "rate_limited", "tool_calls", "ok"]
+    # the replayed loop answered the model with the result the first attempt recorded
+    assert json.loads(replies[-1].body["messages"][-1]["content"]) == {"lines": 1}
+    assert step.result is not None and step.result["text"] == "filed"
+    assert step.result["tool_calls"] == [
+        {"tool": "append_marker", "arguments": json.loads(arguments), "result": {"lines": 1}}
+    ]
+    (called,) = events(run.id or 0, "step.tool_call")
+    (replayed,) = events(run.id or 0, "step.tool_call.replayed")
+    assert (replayed.detail["tool"], replayed.detail["ran_in_attempt"]) == ("append_marker", 1)
+    assert replayed.detail["result"] == called.detail["result"] == {"lines": 1}
+    with session_scope() as session:
+        journal = select(ToolJournalEntry).where(ToolJournalEntry.step_id == step.id)
+        (entry,) = session.exec(journal).all()
+    assert (entry.tool, entry.attempt, entry.result) == ("append_marker", 1, {"lines": 1})
+    assert entry.arguments == json.loads(arguments) and entry.error is None
+    assert entry.call_key.startswith("append_marker#1:")
     check_charges(run)
 
 

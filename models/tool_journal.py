@@ -1,0 +1,107 @@
+"""The tool journal: each tool call a model step made, and what its tool returned.
+
+DESIGN.md, invariant 9: a tool call inside a model step is journaled, and a replayed step reuses
+its recorded result. A model step that is deferred (a 429), retried, or claimed again after a
+lost lease asks the model again from the start; the model may ask for the same calls again, each
+with a new provider id. So a call is known by what stays the same (`call_key`): its tool, its
+arguments as canonical JSON, and how many times the loop has asked for that tool with those
+arguments (`CallKeys`: the same call asked twice on purpose is two calls). `worker.tool_use`
+looks a call up before its tool runs (`find`) and records it right after, in a transaction of
+its own (`record`), never holding one open across the tool (invariant 11).
+
+Only calls whose tool ran are journaled: a result, or an error the model was told (a crash, a
+result over the cap). A call refused before its tool ran, or a `RetryableToolError` (which fails
+the attempt so the tool runs again), is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlmodel import Session
+
+from models import sql
+
+# find_call: the journaled call `:call_key` of step `:step_id`, if its tool ran.
+FIND_CALL: Final = """
+SELECT result, error, attempt FROM tool_journal WHERE step_id = :step_id AND call_key = :call_key"""
+
+# record_call: journal a call whose tool returned; a call already journaled (by an attempt that
+# ran alongside after its lease expired) keeps its first row.
+RECORD_CALL: Final = """
+INSERT INTO tool_journal (step_id, call_key, tool, arguments, result, error, attempt)
+VALUES (:step_id, :call_key, :tool, CAST(:arguments AS jsonb), CAST(:result AS jsonb), :error,
+    :attempt)
+ON CONFLICT (step_id, call_key) DO NOTHING"""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a journaled call's tool returned: `result`, or `error` (the text the model got),
+    in the step's attempt `attempt`."""
+
+    result: dict[str, Any] | None
+    error: str | None
+    attempt: int
+
+
+class CallKeys:
+    """The keys of one run of a model step's loop, call by call: `next` counts the calls for
+    each tool and arguments, so the n-th identical call gets occurrence n."""
+
+    def __init__(self) -> None:
+        self._seen: Counter[str] = Counter()
+
+    def next(self, tool: str, arguments: Mapping[str, Any]) -> str:
+        """The key of this call (`call_key`), counting it."""
+        digest = arguments_digest(arguments)
+        self._seen[f"{tool}:{digest}"] += 1
+        return call_key(tool, digest, occurrence=self._seen[f"{tool}:{digest}"])
+
+
+def call_key(tool: str, digest: str, *, occurrence: int) -> str:
+    """`<tool>#<occurrence>:<digest>`: at most 100 + 12 + 64 characters, the same for the same
+    call on every attempt of the step."""
+    return f"{tool}#{occurrence}:{digest}"
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str:
+    """The sha256 (hex) of `arguments` as canonical JSON: sorted keys, no spaces, UTF-8."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def find(session: Session, *, step_id: int, key: str) -> Recorded | None:
+    """The journaled call `key` of step `step_id`, or None when no attempt has run it."""
+    row = sql.one(session, FIND_CALL, {"step_id": step_id, "call_key": key})
+    if row is None:
+        return None
+    return Recorded(row.result, row.error, int(row.attempt))
+
+
+def record(
+    session: Session,
+    *,
+    step_id: int,
+    key: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    recorded: Recorded,
+) -> None:
+    """Journal call `key` of step `step_id` (`tool` on `arguments`, JSON objects within
+    `AGENTQ_STEP_DATA_MAX_BYTES`) as `recorded`; a call already journaled is left as it is."""
+    params = {
+        "step_id": step_id,
+        "call_key": key,
+        "tool": tool,
+        "arguments": json.dumps(dict(arguments), ensure_ascii=False),
+        "result": None if recorded.result is None else json.dumps(recorded.result),
+        "error": recorded.error,
+        "attempt": recorded.attempt,
+    }
+    sql.execute(session, RECORD_CALL, params)
