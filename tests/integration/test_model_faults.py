@@ -11,6 +11,7 @@ tests check the run's final state, the number of model calls (the server's log a
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import threading
 import time
@@ -31,6 +32,7 @@ from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
 from models.tables import Escalation, Run, RunEvent, StepAttempt, ToolJournalEntry
+from models.tools import load_tool_modules
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
 from tests.support.fake_openai import (
@@ -78,8 +80,19 @@ def faulty_engine(fake: FakeOpenAI) -> Iterator[LocalStack]:
         "AGENTQ_MODEL_MAX_DEFERRALS": str(MAX_DEFERRALS),
         "NO_PROXY": "127.0.0.1,localhost",
     }
-    with other_engine(env) as stack:
-        yield stack
+    # This process parses plans with the test-only tools as well, whether or not the session's
+    # engine (which puts TEST_ENV here) was started before this module.
+    saved = os.environ.get("AGENTQ_TOOL_MODULES")
+    os.environ["AGENTQ_TOOL_MODULES"] = TEST_ENV["AGENTQ_TOOL_MODULES"]
+    try:
+        with other_engine(env) as stack:
+            load_tool_modules(get_settings().tool_modules)
+            yield stack
+    finally:
+        if saved is None:
+            os.environ.pop("AGENTQ_TOOL_MODULES", None)
+        else:
+            os.environ["AGENTQ_TOOL_MODULES"] = saved
 
 
 @pytest.fixture
