@@ -36,6 +36,16 @@ class IllegalTransition(AgentqError):
 _ROW_NOUNS = {"runs": "run", "steps": "step", "escalations": "escalation", "api_tokens": "token"}
 
 
+class StepNotDue(IllegalTransition):
+    """A queued step's message arrived before the step is due (`steps.queued_at`, set by a retry's
+    backoff or a rate limit's retry-after): the broker redelivered it early (kombu#337), or the
+    clocks differ. Nothing changed; send it again after `due_in_s` seconds."""
+
+    def __init__(self, step_id: int, *, due_in_s: float) -> None:
+        super().__init__("steps", step_id, "queued", f"due for {due_in_s:.1f} s more")
+        self.due_in_s = due_in_s
+
+
 class ClaimedByAnother(AgentqError):
     """Another reviewer has claimed this escalation."""
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import sql
-from models.errors import IllegalTransition
+from models.errors import IllegalTransition, StepNotDue
 from models.tables import Step
 
 # claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
@@ -28,7 +28,7 @@ CLAIM_STEP: Final = """
 WITH claimed AS (
     UPDATE steps SET status = 'running', attempt = attempt + 1, started_at = :now,
         lease_expires_at = :lease_until, queued_at = coalesce(queued_at, :now)
-    WHERE id = :step_id AND status = :expected
+    WHERE id = :step_id AND status = :expected AND (queued_at IS NULL OR queued_at <= :now)
     RETURNING *
 ), attempt_row AS (
     INSERT INTO step_attempts (step_id, attempt, worker, started_at)
@@ -82,8 +82,8 @@ RENEW_LEASE: Final = """
 UPDATE steps SET lease_expires_at = :lease_until
 WHERE id = :step_id AND status = 'running' AND attempt = :attempt
 RETURNING id"""
-# step_status: what a refused transition found.
-STEP_STATUS: Final = "SELECT status FROM steps WHERE id = :step_id"
+# step_state: what a refused claim found: the status, and when a queued step is due.
+STEP_STATE: Final = "SELECT status, queued_at FROM steps WHERE id = :step_id"
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def claim(
     }
     row = sql.one(session, CLAIM_STEP, params)
     if row is None:
-        raise _refused(session, step_id, repr(expected))
+        raise _refused(session, step_id, expected, now)
     found = row._asdict()
     fields = {k: v for k, v in found.items() if not k.startswith("run_")} | {"run_id": row.run_id}
     return Claim(Step(**fields), row.run_user_id, dict(row.run_facts), int(row.run_tries))
@@ -169,9 +169,16 @@ def end_attempt(
         raise _refused(session, step.id or 0, f"'running' at attempt {step.attempt}")
 
 
-def _refused(session: Session, step_id: int, expected: str) -> IllegalTransition:
-    found = sql.scalar(session, STEP_STATUS, {"step_id": step_id})
-    return IllegalTransition("steps", step_id, found, expected)
+def _refused(
+    session: Session, step_id: int, expected: str, now: datetime | None = None
+) -> IllegalTransition:
+    """Why a guarded statement on step `step_id` changed nothing; with `now`, a claim of a step
+    in the `expected` state that is not due yet is `StepNotDue`."""
+    found = sql.one(session, STEP_STATE, {"step_id": step_id})
+    status = None if found is None else found.status
+    if now is not None and status == expected and found.queued_at and found.queued_at > now:
+        return StepNotDue(step_id, due_in_s=(found.queued_at - now).total_seconds())
+    return IllegalTransition("steps", step_id, status, repr(expected) if now else expected)
 
 
 def renew(session: Session, step_id: int, attempt: int, *, lease_s: float, now: datetime) -> bool:

@@ -356,10 +356,15 @@ def _end_held_attempt(
     return step
 
 
-def retry_step(session: Session, step_id: int, *, attempt: int, error: str) -> Step:
-    """running -> queued after a retryable failure, only for the attempt that holds the step."""
+def retry_step(
+    session: Session, step_id: int, *, attempt: int, error: str, backoff_s: float = 0.0
+) -> Step:
+    """running -> queued after a retryable failure, only for the attempt that holds the step;
+    `queued_at` becomes the time it is due, `backoff_s` from now (a claim before it does nothing,
+    and the reconciler counts its staleness from then)."""
+    due = utcnow() + timedelta(seconds=backoff_s)
     return _end_held_attempt(
-        session, step_id, attempt, to="queued", outcome="retry", error=error, queued_at=utcnow()
+        session, step_id, attempt, to="queued", outcome="retry", error=error, queued_at=due
     )
 
 

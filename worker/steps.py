@@ -26,7 +26,7 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import decisions, leases, transitions
+from models import decisions, leases, queue, transitions
 from models.coordinator import decide
 from models.db import retry_dropped, session_scope
 from models.dispatch import Send
@@ -40,8 +40,10 @@ from models.errors import (
     QuotaExhausted,
     RateLimited,
     RetryableToolError,
+    StepNotDue,
     ToolError,
 )
+from models.queue import TASK_EXECUTE_STEP
 from models.references import has_reference, resolve
 from models.runs import upstream_results
 from models.settings import Settings, get_settings
@@ -92,16 +94,24 @@ class Claimed:
 @retry_dropped
 def claim(step_id: int) -> Claimed | None:
     """Claim step `step_id`, sent through the broker, for this process; None when another
-    delivery already has it (`models.leases.claim`)."""
+    delivery already has it (`models.leases.claim`), or when the step is not due yet (a retry's
+    backoff or a rate limit's retry-after, in `steps.queued_at`): then the message is sent again
+    for the time left, so an early redelivery (kombu#337) never runs a step before its time."""
     with session_scope() as session:
         try:
             claimed = leases.claim(
                 session, step_id, worker=worker_name(), lease_s=get_settings().lease_s, now=utcnow()
             )
+        except StepNotDue as early:  # delivered before its due time: send it for the time left
+            due_in_s = early.due_in_s
         except IllegalTransition as exc:
             log.info("execute_step.skipped", step_id=step_id, reason=str(exc))
             return None
-        return _with_results(session, claimed)
+        else:
+            return _with_results(session, claimed)
+    log.info("execute_step.early", step_id=step_id, due_in_s=round(due_in_s, 3))
+    queue.send(TASK_EXECUTE_STEP, step_id, countdown=due_in_s)
+    return None
 
 
 def _with_results(
@@ -291,7 +301,13 @@ def _record(
     attempt holds it (its lease expired and it was claimed again)."""
     step_id, attempt, now = step.id or 0, step.attempt, utcnow()
     if outcome.kind == "retry":
-        transitions.retry_step(session, step_id, attempt=attempt, error=outcome.error)
+        transitions.retry_step(
+            session,
+            step_id,
+            attempt=attempt,
+            error=outcome.error,
+            backoff_s=retry_countdown_s(attempt),
+        )
     elif outcome.kind == "deferred":
         transitions.defer_step(
             session,
