@@ -18,6 +18,7 @@ from api.auth import Principal, Submitter
 from api.responses import (
     DeletedOut,
     EpisodeOut,
+    ErrorOut,
     FactOut,
     ForgetOut,
     RunDetail,
@@ -45,6 +46,11 @@ UserQuery = Annotated[
 
 
 RowId = Annotated[int, Path(ge=1, le=PG_INT_MAX)]
+STALE_MEMORY = (
+    "the user's memory was embedded by another embedding model or dimension than the server's "
+    "(`ConfigurationError`, naming AGENTQ_EMBEDDING_MODEL / AGENTQ_EMBEDDING_DIM): an operator "
+    "runs `agentq memory reembed`, or sets them back"
+)
 
 
 def without_memory(detail: RunDetail, principal: Principal) -> RunDetail:
@@ -108,34 +114,40 @@ def facts(
         return [FactOut.model_validate(f) for f in rows]
 
 
-@router.get("/search", response_model=SearchOut, summary="Search a user's memory")
+@router.get(
+    "/search",
+    response_model=SearchOut,
+    summary="Search a user's memory",
+    responses={503: {"model": ErrorOut, "description": STALE_MEMORY}},
+)
 def search(
     principal: Submitter,
     q: Annotated[str, Query(min_length=1, max_length=QUERY_MAX_CHARS, pattern=NO_NUL_PATTERN)],
     user: UserQuery = None,
 ) -> SearchOut:
     """Hybrid recall (pgvector cosine + full text, fused) over the user's facts and episodes,
-    best first, as the planner recalls them."""
+    best first, as the planner recalls them. 503 (`ConfigurationError`, naming the settings)
+    when the user's memory was embedded by another embedding model or dimension than the
+    server's, until `agentq memory reembed` has rewritten it."""
     user_id = memory_user(user, principal)
-    with session_scope() as session:
-        found = memory.recall_for(session, user_id=user_id, query=q)
-        return SearchOut(
-            facts=[
-                ScoredFactOut(
-                    fact=FactOut.model_validate(f.item), similarity=f.similarity,
-                    text_match=f.text_match, score=f.score,
-                )
-                for f in found.facts
-            ],
-            episodes=[
-                ScoredEpisodeOut(
-                    episode=EpisodeOut.model_validate(e.item), similarity=e.similarity,
-                    text_match=e.text_match, score=e.score,
-                )
-                for e in found.episodes
-            ],
-            embedding_model=memory.embedder().model,
-        )  # fmt: skip
+    found = memory.search(user_id=user_id, query=q)
+    return SearchOut(
+        facts=[
+            ScoredFactOut(
+                fact=FactOut.model_validate(f.item), similarity=f.similarity,
+                text_match=f.text_match, score=f.score,
+            )
+            for f in found.facts
+        ],
+        episodes=[
+            ScoredEpisodeOut(
+                episode=EpisodeOut.model_validate(e.item), similarity=e.similarity,
+                text_match=e.text_match, score=e.score,
+            )
+            for e in found.episodes
+        ],
+        embedding_model=memory.embedder().model,
+    )  # fmt: skip
 
 
 @router.post("/forget", response_model=ForgetOut, summary="Forget a user")

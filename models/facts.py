@@ -333,7 +333,20 @@ def forget_facts(session: Session, *, user_id: str) -> int:
 
 
 def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
-    """Create `model`'s HNSW cosine index on `facts` and on `episodes` unless they exist; see
+    """Create `model`'s HNSW cosine index of `dim` on `facts` and on `episodes` unless they
+    exist, after dropping the model's indexes of other dimensions (`drop_vector_indexes`); see
     `models.recall.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
+    drop_vector_indexes(session, model=model, keep_dim=dim)
     for table in ("facts", "episodes"):
         retrieval.ensure_vector_index(session, table=table, model=model, dim=dim)
+
+
+def drop_vector_indexes(session: Session, *, model: str, keep_dim: int) -> list[str]:
+    """Drop `model`'s HNSW indexes on `facts` and `episodes` of a dimension other than
+    `keep_dim`, which would refuse its rows of `keep_dim` (`models.recall.drop_other_dims`);
+    returns their names."""
+    return [
+        name
+        for table in ("facts", "episodes")
+        for name in retrieval.drop_other_dims(session, table=table, model=model, dim=keep_dim)
+    ]

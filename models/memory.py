@@ -1,8 +1,9 @@
-"""Memory administration: the embedding model in use, re-embedding, forgetting, who reads it.
+"""Memory administration: the embedder in use, searching, forgetting, who reads it.
 
-Rows of two embedding models are never compared (DESIGN.md, invariant 7): each row stores its
-model, and `check_embedding_model` refuses to start with a configured model that differs from the
-one the stored rows use, until `reembed` has rewritten them. Forgetting a user (`forget`) deletes
+Rows of two embedding models, or of one model at two dimensions, are never compared (DESIGN.md,
+invariant 7): `search` refuses a user's memory embedded otherwise than configured, as a worker's
+start-up does any memory (`models.reembedding`), until `agentq memory reembed` has rewritten it.
+Forgetting a user (`forget`) deletes
 every fact (history included), episode, turn and summary of that user, embeddings with them, and
 is final: it records an erasure point that drops the memory writes of the user's runs created
 before it (`models.erasures`); it can cancel the user's active runs and erase their runs'
@@ -13,7 +14,7 @@ that quote recalled memory are left out for readers who may not read the user's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -33,22 +34,19 @@ from models.episodes import (
     forget_episodes,
     recall_episodes,
 )
-from models.errors import ConfigurationError, Conflict, IllegalTransition, NotFound
+from models.errors import Conflict, IllegalTransition, NotFound
 from models.facts import (
     Fact,
     ScoredFact,
     delete_fact,
-    ensure_vector_indexes,
     forget_facts,
     recall,
 )
 from models.messages import forget_messages
+from models.reembedding import check_user_memory
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run, RunEvent
-
-REEMBED_BATCH = 256
-
 
 HASH_MIN_SIMILARITY = 0.0  # hashed words: low cosines are normal, rely on the fused rank
 MODEL_MIN_SIMILARITY = 0.2  # all-MiniLM-L6-v2 on LoCoMo dev: keeps 96% of evidence pairs
@@ -85,6 +83,18 @@ class Recalled:
     episodes: list[ScoredEpisode] = field(default_factory=list)
 
 
+def search(*, user_id: str, query: str) -> Recalled:
+    """What `agentq memory search` and `GET /api/v1/memory/search` answer: `recall_for`, after
+    refusing (`ConfigurationError`, naming the settings and `agentq memory reembed`) a user
+    whose stored rows another embedding model or dimension made: their vectors are never
+    compared, so the search would silently find nothing (`models.reembedding`). Commits: the
+    check is one transaction, the recall another, and the query is embedded between them."""
+    with session_scope() as session:
+        check_user_memory(session, embedder(), user_id=user_id)
+    with session_scope() as session:  # recall_for embeds before its first statement
+        return recall_for(session, user_id=user_id, query=query)
+
+
 def recall_for(session: Session, *, user_id: str, query: str) -> Recalled:
     """The user's facts and past episodes relevant to `query` (hybrid search, one embedding)."""
     s, model = get_settings(), embedder()
@@ -104,68 +114,6 @@ def recall_for(session: Session, *, user_id: str, query: str) -> Recalled:
         if s.recall_episodes_k
         else [],
     )
-
-
-def models_in_use(session: Session) -> dict[str, int]:
-    """Embedding model name -> number of stored rows (facts and episodes) that use it."""
-    counts: dict[str, int] = {}
-    for table in (Fact, Episode):
-        column = col(table.embedding_model)
-        stmt = sa.select(column, sa.func.count()).group_by(column)
-        for model, n in session.execute(stmt):
-            counts[model] = counts.get(model, 0) + int(n)
-    return counts
-
-
-def check_embedding_model(session: Session, embedder: Embedder) -> None:
-    """Refuse a configured embedding model that differs from the stored rows' model.
-
-    Raises `ConfigurationError` naming both and the command that fixes it; also makes sure the
-    configured model's HNSW indexes exist.
-    """
-    others = {m: n for m, n in models_in_use(session).items() if m != embedder.model}
-    if others:
-        stored = ", ".join(f"{m} ({n} rows)" for m, n in sorted(others.items()))
-        raise ConfigurationError(
-            f"memory holds embeddings of {stored}, but AGENTQ_EMBEDDING_PROVIDER/"
-            f"AGENTQ_EMBEDDING_MODEL give {embedder.model}: stop agentq and run "
-            "`agentq memory reembed` with the new setting first"
-        )
-    ensure_vector_indexes(session, model=embedder.model, dim=embedder.dim)
-
-
-def reembed(session: Session, embedder: Embedder) -> dict[str, int]:
-    """Re-embed every fact and episode whose model is not `embedder.model`; returns counts.
-
-    The configured model's indexes are created first; the caller commits (one transaction, so a
-    failure leaves the old embeddings in place).
-    """
-    ensure_vector_indexes(session, model=embedder.model, dim=embedder.dim)
-    counts = {"facts": 0, "episodes": 0}
-    for name, table, text_field in (("facts", Fact, "text"), ("episodes", Episode, "summary")):
-        for batch in _stale(session, table, embedder.model):
-            vectors = embedder.embed([getattr(row, text_field) for row in batch])
-            for row, vector in zip(batch, vectors, strict=True):
-                row.embedding, row.embedding_model, row.embedding_dim = (
-                    vector,
-                    embedder.model,
-                    embedder.dim,
-                )
-            session.flush()
-            counts[name] += len(batch)
-    return counts
-
-
-def _stale(session: Session, table: Any, model: str) -> Iterator[list[Any]]:
-    while True:
-        batch = list(
-            session.exec(
-                select(table).where(col(table.embedding_model) != model).limit(REEMBED_BATCH)
-            )
-        )
-        if not batch:
-            return
-        yield batch
 
 
 # The events that end a run's memory task: its episode and facts were written, or the writing

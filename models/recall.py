@@ -71,6 +71,12 @@ VECTOR_INDEX = (
 )
 # index_lock: one builder per index name at a time (two concurrent IF NOT EXISTS both create).
 INDEX_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:name, 0))"
+# vector_indexes: the names of the HNSW indexes on one memory table (`VECTOR_INDEX` builds them).
+VECTOR_INDEXES = """SELECT c.relname FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+WHERE i.indrelid = CAST(:table AS regclass) AND a.amname = 'hnsw'"""
+# drop_index: drop one of those, by a name `vector_index_name` made (checked before it gets here).
+DROP_INDEX = "DROP INDEX IF EXISTS {name}"
 # search_settings: this transaction's iterative-scan settings (a savepoint undoes them afterwards).
 SEARCH_SETTINGS = f"""
 SELECT set_config('hnsw.iterative_scan', :iterative_scan, true),
@@ -175,6 +181,13 @@ def check_model(model: str) -> str:
     return model
 
 
+def check_table(table: str) -> str:
+    """`table` if it is a memory table (`facts`, `episodes`), else `ConfigurationError`."""
+    if table not in ("facts", "episodes"):
+        raise ConfigurationError(f"table {table!r}: must be facts or episodes")
+    return table
+
+
 def check_dim(dim: int, *, limit: int = HNSW_MAX_DIM) -> int:
     """`dim` if it is an int in 1..`limit`, else `ConfigurationError`."""
     if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= limit:
@@ -193,8 +206,38 @@ def check_embedding(embedding: Sequence[float]) -> int:
 def vector_index_name(table: str, model: str, dim: int) -> str:
     """`<table>_embedding_<slug>_<dim>_<hash8>`: under 63 characters (NAMEDATALEN), and the hash
     keeps models that slug alike ("a-b", "a_b") apart."""
+    start, end = _name_around_dim(table, model)
+    return f"{start}{dim}{end}"
+
+
+def _name_around_dim(table: str, model: str) -> tuple[str, str]:
     slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")[:24]
-    return f"{table}_embedding_{slug}_{dim}_{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+    return f"{table}_embedding_{slug}_", f"_{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+
+
+def drop_other_dims(session: Session, *, table: str, model: str, dim: int) -> list[str]:
+    """Drop `model`'s HNSW indexes on `table` of any dimension but `dim`; returns their names.
+
+    An index's predicate names its model only, and its expression casts each of the model's rows
+    to its dimension, so an index of another dimension refuses every row of `dim` (a bare
+    "expected 384 dimensions, not 256"). Call it when no row of `model` at another dimension is
+    left, or before rewriting them (`models.reembedding.reembed`). Takes an ACCESS EXCLUSIVE
+    lock on `table` until the caller commits, only when there is one to drop. Raises
+    `ConfigurationError` for another table or an unsafe model name.
+    """
+    start, end = _name_around_dim(check_table(table), check_model(model))
+    found = session.scalars(sa.text(VECTOR_INDEXES), {"table": table})
+    stale = [
+        name
+        for name in found
+        if name.startswith(start)
+        and name.endswith(end)
+        and name[len(start) : -len(end)].isdigit()
+        and name != vector_index_name(table, model, dim)
+    ]
+    for name in stale:
+        session.execute(sa.text(DROP_INDEX.format(name=name)))
+    return stale
 
 
 def ensure_vector_index(session: Session, *, table: str, model: str, dim: int) -> None:
@@ -204,9 +247,7 @@ def ensure_vector_index(session: Session, *, table: str, model: str, dim: int) -
     1..2000. The build holds a SHARE lock on the table (writes wait) until the caller commits;
     for a large table build it with `CREATE INDEX CONCURRENTLY` outside a transaction instead.
     """
-    if table not in ("facts", "episodes"):
-        raise ConfigurationError(f"table {table!r}: must be facts or episodes")
-    name = vector_index_name(table, check_model(model), check_dim(dim))
+    name = vector_index_name(check_table(table), check_model(model), check_dim(dim))
     session.execute(sa.text(INDEX_LOCK), {"name": name})
     session.execute(sa.text(VECTOR_INDEX.format(name=name, table=table, dim=dim, model=model)))
 

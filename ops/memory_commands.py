@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from models import memory
+from models import memory, reembedding
 from models.db import session_scope
 from models.errors import ConfigurationError
 from models.facts import facts_of
@@ -83,10 +83,7 @@ def search(
     if not text.strip():
         raise typer.BadParameter("must not be empty", param_hint="'TEXT'")
     _connect()
-    with session_scope() as session:
-        # stored rows of another embedding model would silently match nothing: refuse instead
-        memory.check_embedding_model(session, memory.embedder())
-        found = memory.recall_for(session, user_id=user, query=text)
+    found = memory.search(user_id=user, query=text)
     table = Table("kind", "id", "text", "source", "similarity", "text match", "score")
     for f in found.facts:
         table.add_row(
@@ -188,14 +185,14 @@ def delete(
 
 @memory_app.command("reembed")
 def reembed() -> None:
-    """Re-embed every stored fact and episode with the configured embedding model.
+    """Re-embed every stored fact and episode with the configured embedding model and dimension.
 
     Run it with the workers stopped (they embed with the model they started with). On the embedded
     default it refuses while `agentq up` runs, and starts the database itself otherwise.
     """
     model = memory.embedder()
     with _database_only(), session_scope() as session:
-        counts = memory.reembed(session, model)
+        counts = reembedding.reembed(session, model)
     console.print(
         Text(
             f"re-embedded {counts['facts']} facts and {counts['episodes']} episodes "

@@ -7,7 +7,16 @@ connections, 5xx) are tried again after a short wait, `AGENTQ_MODEL_MAX_ATTEMPTS
 the ladder (`models.settings.model_call_max_s`) keeps that under the step time limit. A rate
 limit is never waited out here: `RateLimited` goes up to the task, which frees the worker and is
 sent again with a countdown. Every attempt records a `model.call` event; the reservation is then
-settled to the usage the provider reported, or released when no answer came.
+settled to the usage the provider reported, or released when the provider refused or failed.
+
+A call interrupted while its request may be out (the soft time limit, any other exception raised
+inside `ChatProvider.complete`) may still be answered and billed by the provider, so it keeps
+its whole reservation, charged to the run and its step, and records a `model.call` event with
+outcome `cut_off` in a transaction of its own before the exception goes up (issue 11).
+
+The outcomes of `model.call` events: `ok` (charged the reported usage), `rate_limited`,
+`quota_exhausted`, `unavailable` and `error` (charged nothing), `cut_off` (charged its
+reservation: `reserved_tokens` and `cost_usd`).
 """
 
 from __future__ import annotations
@@ -72,13 +81,20 @@ def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None
     Raises, before anything is sent, `TokenBudgetSpent` or `CostBudgetSpent` when the run cannot
     pay for the call's largest possible spend, and `NotFound` for an unknown run; after sending,
     `RateLimited` (the caller defers), `QuotaExhausted`, `ProviderUnavailable` (every attempt
-    failed) or `ProviderError` (a failure retrying will not fix).
+    failed) or `ProviderError` (a failure retrying will not fix). Whatever interrupts the call
+    once its request may be out (the soft time limit) goes up after the call is recorded
+    `cut_off`, its reservation kept (`cut_off`); that holds for an answer whose settlement did
+    not commit too.
     """
     with session_scope() as session:
         call = reserve(session, run_id, request, step_id=step_id)
     completion, attempt = send(call)
-    with session_scope() as session:
-        settle(session, call, completion, attempt)
+    try:
+        with session_scope() as session:
+            settle(session, call, completion, attempt)
+    except BaseException as exc:  # answered, but not settled: rolled back, still reserved
+        cut_off(call, attempt, exc)
+        raise
     return completion
 
 
@@ -99,16 +115,67 @@ def reserve(
     return Call(run_id, request, step_id, chat, price, prompt, held)
 
 
+@dataclass
+class Attempt:
+    """The attempt whose request may be out and is not recorded yet (None: none is)."""
+
+    number: int | None = None
+
+
 def send(call: Call) -> tuple[Completion, int]:
     """Send a reserved call (no transaction is open): the completion and the attempt that got it.
-    When no answer comes (what `call_model` raises after sending, or a soft time limit), the
-    reservation is released in a transaction of its own before the exception goes up."""
+
+    When no answer comes, what goes up is settled first, in a transaction of its own: after a
+    provider's refusal or failure (each attempt already recorded) the reservation is released;
+    when the call was interrupted with a request out (the soft time limit, say), it is kept and
+    the attempt is recorded as `cut_off` (see `cut_off`)."""
+    out = Attempt()
     try:
-        return _send(call.chat, call.run_id, call.request, call.step_id)
-    except BaseException:  # a soft time limit too: give the reservation back
-        with session_scope() as session:
-            budgets.settle(session, call.held, tokens=0, cost=0.0)
+        return _send(call, out)
+    except BaseException as exc:  # a soft time limit too: settle before it goes up
+        if out.number is None:
+            _release(call)
+        else:
+            cut_off(call, out.number, exc)
         raise
+
+
+def _release(call: Call) -> None:
+    with session_scope() as session:
+        budgets.settle(session, call.held, tokens=0, cost=0.0)
+
+
+def cut_off(call: Call, attempt: int, exc: BaseException) -> None:
+    """Record attempt `attempt` of `call`, interrupted by `exc` with its request perhaps out (or
+    its answer not yet settled), in a transaction of its own: its reservation stays charged to
+    the run and is added to its step, and its `model.call` event (outcome `cut_off`) says what
+    was held (`reserved_tokens`, `cost_usd`). Only `exc`'s type is recorded (its text may hold
+    host paths; the worker log has it). A failure to record is logged, not raised, so `exc` is
+    what goes up; the reservation then stays charged anyway."""
+    held, error = call.held, f"interrupted by {type(exc).__name__}"
+    try:
+        with session_scope() as session:
+            budgets.settle(
+                session, held, tokens=held.tokens, cost=held.cost_usd, step_id=call.step_id
+            )
+            _record(
+                session,
+                call.run_id,
+                call.request,
+                call.step_id,
+                attempt=attempt,
+                outcome="cut_off",
+                error=error,
+                prompt_tokens=0,
+                estimated_prompt_tokens=call.prompt_tokens,
+                completion_tokens=0,
+                reserved_tokens=held.tokens,
+                cost_usd=held.cost_usd,
+            )
+    except Exception:
+        log.exception("model.call.unrecorded", run_id=call.run_id, attempt=attempt, error=error)
+        return
+    log.warning("model.call.cut_off", run_id=call.run_id, attempt=attempt, error=repr(exc))
 
 
 def settle(session: Session, call: Call, completion: Completion, attempt: int) -> None:
@@ -152,17 +219,18 @@ def estimate_prompt_tokens(request: ModelRequest) -> int:
     return count_message_tokens(request.messages, model) + extra
 
 
-def _send(
-    chat: ChatProvider, run_id: int, request: ModelRequest, step_id: int | None
-) -> tuple[Completion, int]:
+def _send(call: Call, out: Attempt) -> tuple[Completion, int]:
     """The completion and the attempt that got it; transient failures are tried again after
-    `models.settings.model_retry_delay_s`, the last one is raised."""
+    `models.settings.model_retry_delay_s`, the last one is raised. `out` names the attempt
+    whose request may be out and is not recorded yet."""
     attempts = get_settings().model_max_attempts
     for attempt in range(1, attempts + 1):
+        out.number = attempt
         try:
-            return chat.complete(request), attempt
+            return call.chat.complete(call.request), attempt
         except ProviderError as exc:
-            _record_failure(run_id, request, step_id, attempt, exc)
+            _record_failure(call.run_id, call.request, call.step_id, attempt, exc)
+            out.number = None
             if not isinstance(exc, ProviderUnavailable) or attempt == attempts:
                 raise
         time.sleep(model_retry_delay_s(get_settings(), attempt))

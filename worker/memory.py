@@ -38,7 +38,8 @@ from models.ended_runs import EndedRun
 from models.episodes import NewEpisode, remember_episodes
 from models.errors import AgentqError, DatabaseUnavailable, NotFound
 from models.facts import remember
-from models.memory import check_embedding_model, embedder
+from models.memory import embedder
+from models.reembedding import check_embedding_model
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
@@ -289,8 +290,8 @@ def _remember_facts(
 
 
 def check_memory_model() -> None:
-    """At start-up: refuse an embedding model other than the stored rows' (see
-    `models.memory.check_embedding_model`), and make sure its indexes exist."""
+    """At start-up: refuse an embedding model or dimension other than the stored rows' (see
+    `models.reembedding.check_embedding_model`), and make sure its indexes exist."""
     with session_scope() as session:
         check_embedding_model(session, embedder())
 

@@ -9,6 +9,7 @@ import pytest
 
 from models import memory
 from models.db import session_scope
+from models.embeddings import HashEmbedder
 from models.facts import remember
 from tests.api.conftest import Client, MakeToken
 
@@ -59,6 +60,36 @@ def test_search_finds_the_users_facts_only(client: Client, carol: tuple[str, str
     assert body["facts"][0]["text_match"] is True and body["embedding_model"]
     others = client("alice").get("/api/v1/memory/search", params={"q": "CHF"}).json()
     assert all(f["fact"]["user_id"] != user for f in others["facts"])
+
+
+def test_search_of_memory_another_model_embedded_is_refused(
+    client: Client, make_token: MakeToken
+) -> None:
+    """Issue 11: a user whose memory another embedding model wrote (before a model switch) got
+    200 and no results; now a 503 naming the settings and the command that fixes it."""
+    user, other = f"dora-{uuid.uuid4().hex[:8]}", HashEmbedder(64)
+    text = "Dora's reports are in EUR"
+    with session_scope() as session:
+        remember(
+            session, user_id=user, subject="user", attribute="currency", category="preference",
+            text=text, embedding=other.embed([text])[0], embedding_model=other.model,
+        )  # fmt: skip
+    refused = client(make_token("submitter", user=user)).get(
+        "/api/v1/memory/search", params={"q": "which currency, EUR?"}
+    )
+    assert refused.status_code == 503, refused.text
+    body = refused.json()
+    assert body["error"] == "ConfigurationError"
+    assert (
+        f"the memory of user '{user}' holds embeddings of hash-64 of 64 dimensions (1 row)"
+        in body["detail"]
+    )
+    configured = memory.embedder()
+    assert (
+        f"AGENTQ_EMBEDDING_MODEL/AGENTQ_EMBEDDING_DIM give {configured.model} of "
+        f"{configured.dim} dimensions" in body["detail"]
+    )
+    assert "`agentq memory reembed`" in body["detail"]
 
 
 def test_a_submitter_reads_only_its_own_memory(client: Client, carol: tuple[str, str]) -> None:

@@ -149,6 +149,7 @@ class FakeOpenAI:
         self._scripts: list[tuple[str | None, deque[Reply]]] = []
         self._stopping = threading.Event()
         self.requests: list[Received] = []
+        self.embedding_dim = EMBEDDING_DIM  # of an embedding request that names no `dimensions`
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
@@ -249,11 +250,12 @@ def _default_content(request: dict[str, Any]) -> str:
     return "fake answer"
 
 
-def embeddings_body(request: dict[str, Any]) -> dict[str, Any]:
-    """Deterministic unit vectors (from a hash of each text) of `dimensions` or 384 floats."""
+def embeddings_body(request: dict[str, Any], default_dim: int = EMBEDDING_DIM) -> dict[str, Any]:
+    """Deterministic unit vectors (from a hash of each text) of `dimensions` or `default_dim`
+    floats."""
     texts = request.get("input", [])
     texts = [texts] if isinstance(texts, str) else texts
-    dim = int(request.get("dimensions") or EMBEDDING_DIM)
+    dim = int(request.get("dimensions") or default_dim)
     data = [
         {"object": "embedding", "index": i, "embedding": _vector(t, dim)}
         for i, t in enumerate(texts)
@@ -285,7 +287,7 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 server._sleep(reply.delay_s)
                 return  # hang up without an answer: the client has long given up
             if self.path.endswith("/embeddings"):
-                self._send(200, embeddings_body(body), {})
+                self._send(200, embeddings_body(body, server.embedding_dim), {})
             elif reply.body is not None:
                 self._send(reply.status, reply.body, reply.headers)
             else:
