@@ -10,13 +10,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlmodel import col, select
 
-from models import queue, submissions
+from models import queue, submissions, transitions
 from models.db import session_scope
 from models.memory import memory_ended
 from models.plans import parse_plan
@@ -197,6 +198,21 @@ def run_steps(run_id: int) -> list[Step]:
     """Every step row of the run, in id order (all plan versions)."""
     with session_scope() as session:
         return list(session.exec(select(Step).where(Step.run_id == run_id).order_by(col(Step.id))))
+
+
+def queued_without_a_message(make_run: Callable[..., int], user: str, queued_at: datetime) -> int:
+    """A run of `user` whose one `noop` step is `queued` with `queued_at` (in the past: its
+    message lost or still waiting; in the future: due then, as a deferral leaves it) and no
+    message sent; the step's id."""
+    run_id = make_run([{"name": "only", "kind": "tool", "tool": "noop"}], user=user, start=False)
+    (step,) = run_steps(run_id)
+    with session_scope() as session:
+        transitions.ready_step(session, step.id or 0)
+        transitions.enqueue_step(session, step.id or 0)
+        row = session.get(Step, step.id)
+        assert row is not None
+        row.queued_at = queued_at
+    return step.id or 0
 
 
 @pytest.fixture

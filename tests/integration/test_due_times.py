@@ -17,31 +17,16 @@ from models.db import session_scope
 from models.queue import TASK_EXECUTE_STEP
 from models.tables import Step, StepAttempt, utcnow
 from scheduler import tasks
-from tests.integration.conftest import run_steps
+from tests.integration.conftest import queued_without_a_message
 from worker import steps
 
 pytestmark = pytest.mark.integration
-
-NOOP = [{"name": "only", "kind": "tool", "tool": "noop", "args": {}}]
-
-
-def _queued_due_in(make_run: Callable[..., int], due_in_s: float) -> int:
-    """A queued step (no message sent) due `due_in_s` from now, as a deferral leaves it."""
-    run_id = make_run(NOOP, user="due", start=False)
-    (step,) = run_steps(run_id)
-    with session_scope() as session:
-        transitions.ready_step(session, step.id or 0)
-        transitions.enqueue_step(session, step.id or 0)
-        row = session.get(Step, step.id)
-        assert row is not None
-        row.queued_at = utcnow() + timedelta(seconds=due_in_s)
-    return step.id or 0
 
 
 def test_a_message_before_the_due_time_claims_nothing_and_comes_back_then(
     engine: object, make_run: Callable[..., int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    step_id = _queued_due_in(make_run, 170)
+    step_id = queued_without_a_message(make_run, "due", utcnow() + timedelta(seconds=170))
     sent: list[tuple[str, tuple[Any, ...], float | None]] = []
     monkeypatch.setattr(
         queue, "send", lambda task, *args, countdown=None: sent.append((task, args, countdown))
@@ -59,16 +44,12 @@ def test_a_message_before_the_due_time_claims_nothing_and_comes_back_then(
 def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
     engine: object, make_run: Callable[..., int]
 ) -> None:
-    run_id = make_run(NOOP, user="due", start=False)
-    (step,) = run_steps(run_id)
-    with session_scope() as session:
-        transitions.ready_step(session, step.id or 0)
-        transitions.enqueue_step(session, step.id or 0)
-    claimed = steps.claim(step.id or 0)
+    step_id = queued_without_a_message(make_run, "due", utcnow())
+    claimed = steps.claim(step_id)
     assert claimed is not None
     with session_scope() as session:
         retried = transitions.retry_step(
-            session, step.id or 0, attempt=claimed.step.attempt, error="flaky", backoff_s=300
+            session, step_id, attempt=claimed.step.attempt, error="flaky", backoff_s=300
         )
         assert retried.queued_at is not None
         due_in = (retried.queued_at - utcnow()).total_seconds()
@@ -76,5 +57,5 @@ def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
     now = utcnow()
     with session_scope() as session:  # stale by the clock it was queued, not by its due time
         lost = tasks._lost_steps(session, now - timedelta(seconds=60), now, waiting=None)
-        assert step.id not in [s.id for s in lost]
+        assert step_id not in [s.id for s in lost]
         session.rollback()

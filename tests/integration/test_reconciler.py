@@ -10,31 +10,21 @@ from datetime import timedelta
 
 import pytest
 
-from models import queue, transitions
+from models import queue
 from models.db import session_scope
 from models.settings import get_settings
 from models.tables import Step, utcnow
 from ops.stack import LocalStack
 from scheduler import tasks
-from tests.integration.conftest import run_steps, wait_for_run
+from tests.integration.conftest import queued_without_a_message, wait_for_run
 
 pytestmark = pytest.mark.integration
 
-NOOP = [{"name": "only", "kind": "tool", "tool": "noop", "args": {}}]
-
 
 def _queued_without_a_message(make_run: Callable[..., int], behind_s: float) -> int:
-    """A run whose one step is `queued`, queued `behind_s` seconds ago, with no message sent
-    (as if the broker lost it); its step id."""
-    run_id = make_run(NOOP, user=f"lost-{uuid.uuid4().hex[:8]}", start=False)
-    (step,) = run_steps(run_id)
-    with session_scope() as session:
-        transitions.ready_step(session, step.id or 0)
-        transitions.enqueue_step(session, step.id or 0)
-        row = session.get(Step, step.id)
-        assert row is not None
-        row.queued_at = utcnow() - timedelta(seconds=behind_s)
-    return step.id or 0
+    """A queued step, queued `behind_s` seconds ago, whose message was lost; its id."""
+    user = f"lost-{uuid.uuid4().hex[:8]}"
+    return queued_without_a_message(make_run, user, utcnow() - timedelta(seconds=behind_s))
 
 
 def test_the_queue_depth_is_what_waits_in_the_broker(engine: LocalStack) -> None:
