@@ -25,8 +25,8 @@ from sqlmodel import Session, col, select
 
 from models import erasures, queue, transitions
 from models.db import session_scope
-from models.embedders import make_embedder
-from models.embeddings import Embedder
+from models.embedders import LocalEmbedder, make_embedder
+from models.embeddings import Embedder, HashEmbedder
 from models.episodes import (
     Episode,
     ScoredEpisode,
@@ -95,12 +95,34 @@ def search(*, user_id: str, query: str) -> Recalled:
         return recall_for(session, user_id=user_id, query=query)
 
 
-def recall_for(session: Session, *, user_id: str, query: str) -> Recalled:
-    """The user's facts and past episodes relevant to `query` (hybrid search, one embedding)."""
+def recalls() -> bool:
+    """Whether model calls recall memory at all (`AGENTQ_RECALL_FACTS_K`, `..._EPISODES_K`)."""
+    s = get_settings()
+    return bool(s.recall_facts_k or s.recall_episodes_k)
+
+
+def embeds_remotely() -> bool:
+    """Whether the configured embedder calls a server (anything but the in-process `hash` and
+    `local` ones): its calls must then be made outside any transaction (DESIGN.md, invariant 11),
+    so a recall query is embedded first (`query_vector`) and passed to `recall_for`."""
+    return not isinstance(embedder(), HashEmbedder | LocalEmbedder)
+
+
+def query_vector(query: str) -> list[float]:
+    """`query` embedded by the configured embedder, for `recall_for`; raises what it raises."""
+    return embedder().embed([query])[0]
+
+
+def recall_for(
+    session: Session, *, user_id: str, query: str, vector: list[float] | None = None
+) -> Recalled:
+    """The user's facts and past episodes relevant to `query` (hybrid search, one embedding:
+    `vector`, computed before the transaction, or else here, which only an in-process embedder
+    may do: `embeds_remotely`)."""
     s, model = get_settings(), embedder()
-    if s.recall_facts_k == 0 and s.recall_episodes_k == 0:
+    if not recalls():
         return Recalled()
-    vector = model.embed([query])[0]
+    vector = vector if vector is not None else model.embed([query])[0]
     common: dict[str, Any] = {
         "user_id": user_id,
         "query_text": query,

@@ -91,7 +91,9 @@ class FactsSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One call's own part: `query` is the text memory is recalled with (None: no recall)."""
+    """One call's own part: `query` is the text memory is recalled with (None: no recall), and
+    `query_vector` its embedding when it was computed before any transaction (a remote
+    embedder: `worker.working_memory.with_query_vector`)."""
 
     purpose: Purpose
     instructions: str
@@ -100,6 +102,7 @@ class Prompt:
     json_schema: dict[str, Any] | None = None
     query: str | None = None
     tools: tuple[dict[str, Any], ...] = ()  # OpenAI function tools the model may call
+    query_vector: tuple[float, ...] | None = None
 
 
 def _json(value: Any) -> str:

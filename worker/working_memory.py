@@ -12,7 +12,7 @@ the request is returned, so trimming never loses what the summary should hold.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlmodel import Session
@@ -21,7 +21,7 @@ from models import transitions
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
-from models.memory import Recalled, recall_for
+from models.memory import Recalled, embeds_remotely, query_vector, recall_for, recalls
 from models.messages import latest_summary, save_summary, turns
 from models.plans import current_steps
 from models.runs import get_run, pinned_by_author
@@ -196,8 +196,24 @@ def recall_or_withhold(
             "recalled beside them",
         )
         return Recalled()
-    recalled = recall_for(session, user_id=run.user_id, query=prompt.query)
+    vector = list(prompt.query_vector) if prompt.query_vector is not None else None
+    recalled = recall_for(session, user_id=run.user_id, query=prompt.query, vector=vector)
     return without_pinned(recalled, pinned)
+
+
+def recalls_remotely(prompt: Prompt) -> bool:
+    """Whether assembling `prompt`'s context would call a remote embedder: then it must not be
+    assembled inside a transaction (DESIGN.md, invariant 11) until `with_query_vector`."""
+    return bool(prompt.query) and prompt.query_vector is None and recalls() and embeds_remotely()
+
+
+def with_query_vector(prompt: Prompt) -> Prompt:
+    """`prompt` with its recall query embedded, when the embedder is remote (`recalls_remotely`):
+    called before any transaction, so no transaction waits on the embedding server (issue 11,
+    item 8: with a 5 s endpoint, transactions sat idle for 5.5 s). Else `prompt` unchanged."""
+    if not recalls_remotely(prompt) or prompt.query is None:
+        return prompt
+    return replace(prompt, query_vector=tuple(query_vector(prompt.query)))
 
 
 def build(
@@ -259,6 +275,7 @@ def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
 
     Raises `worker.context.ContextOverflow` when the never-trimmed layers alone exceed the budget.
     """
+    prompt = with_query_vector(prompt)
     context, payload = _built(run_id, prompt)
     for _ in range(MAX_SUMMARY_ROUNDS):
         if not context.uncovered or prompt.purpose == "summarize":
