@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, Final
 
+import structlog
 from celery import Celery
 from celery.utils.time import get_exponential_backoff_interval
 from kombu.exceptions import ChannelError
@@ -26,6 +27,8 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from models.errors import BrokerUnavailable, ConfigurationError, DatabaseUnavailable
 from models.settings import Settings, get_settings
 from models.states import RUN_TERMINAL
+
+log = structlog.get_logger("agentq.queue")
 
 QUEUE_STEPS: Final = "steps"
 QUEUE_MEMORY: Final = "memory"
@@ -181,15 +184,31 @@ def client() -> Celery:
     return _client[pid]
 
 
+def held_back(countdown: float | None, settings: Settings | None = None) -> bool:
+    """Whether a message due `countdown` seconds from now is too far off for the broker: over
+    half the visibility timeout. A worker holds a countdown message unacknowledged until it is
+    due, and Redis hands an unacknowledged message to another worker after the visibility
+    timeout, early (kombu#337); so such a delay waits in Postgres (DESIGN.md, invariant 10)."""
+    visibility = (settings or get_settings()).visibility_timeout_s
+    return countdown is not None and countdown > visibility / 2
+
+
 def send(task: str, *args: Any, countdown: float | None = None) -> None:
     """Send `task` by its registered name to its queue. Call only after the commit it announces.
 
-    Raises `BrokerUnavailable` when the broker cannot be reached (the reconciler re-sends what the
-    rows say is waiting, so a caller may report it and carry on). No result is ever asked for,
-    so a result backend named by `CELERY_RESULT_BACKEND` is never contacted either.
+    A `countdown` too long for the broker (`held_back`) is not sent: every caller's row already
+    holds the time it is due (a step's `queued_at`, a deferred phase's `updated_at`), and the
+    reconciler sends it once that time has passed and it has waited `AGENTQ_QUEUED_STALE_S`
+    (a step) or `AGENTQ_PHASE_STALE_S` (a phase), as for a lost message. Raises
+    `BrokerUnavailable` when the broker cannot be reached (the reconciler re-sends what the rows
+    say is waiting, so a caller may report it and carry on). No result is ever asked for, so a
+    result backend named by `CELERY_RESULT_BACKEND` is never contacted either.
     """
     if task not in ROUTES:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(ROUTES)}")
+    if held_back(countdown):
+        log.info("queue.held_in_postgres", task=task, args=list(args), due_in_s=countdown)
+        return
     try:
         client().send_task(
             task,
