@@ -68,16 +68,8 @@ def _guarded(
 def _run(session: Session, run_id: int, *, to: str, expected: Iterable[str], **values: Any) -> Run:
     """A run's move to another status; the phase it was in ends with it, so whatever attempt held
     that phase holds nothing now (`models.phases`)."""
-    run = _guarded(
-        session,
-        Run,
-        run_id,
-        to=to,
-        expected=expected,
-        updated_at=utcnow(),
-        phase_lease_expires_at=None,
-        **values,
-    )
+    values = {"updated_at": utcnow(), "phase_lease_expires_at": None, **values}
+    run = _guarded(session, Run, run_id, to=to, expected=expected, **values)
     record_event(session, run_id, f"run.{to}", **{k: v for k, v in values.items() if k == "error"})
     return run
 
