@@ -17,7 +17,7 @@ from models.plans import PlanSpec, Splice, add_plan_version, current_graph, pars
 from models.runs import pinned_facts
 from models.settings import get_settings
 from models.tools import argument_problems, catalog
-from worker.claims import claim_phase, claim_phase_in
+from worker.claims import claim_phase_in
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
 
@@ -50,12 +50,12 @@ def plan(run_id: int) -> bool:
     """Write plan version 1 for a `planning` run, or escalate; True when the run moved on, False
     when there was nothing to do (another delivery holds the phase, or the run left it). Raises
     `PhaseNotDue` for a deferred phase whose time has not come."""
-    claimed = claim_phase(run_id, ("planning",))
-    if claimed is None:
-        return False
-    run = claimed.run
     with session_scope() as session:
+        claimed = claim_phase_in(session, run_id, ("planning",))
+        if claimed is None:
+            return False
         facts = set(pinned_facts(session, run_id))
+    run = claimed.run
     answer = ask_for_plan(run_id, plan_prompt(run.goal, catalog()), splice=Splice(), facts=facts)
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("planning",)):
