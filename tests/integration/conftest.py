@@ -101,6 +101,21 @@ def other_engine(
             _talk_to_current_engine()
 
 
+def fake_model_env(base_url: str, **more: str) -> dict[str, str]:
+    """TEST_ENV for an engine whose workers call the OpenAI-compatible server at `base_url`
+    (`tests.support.fake_openai`) with hash embeddings, plus `more` settings."""
+    return {
+        **TEST_ENV,
+        "AGENTQ_PROVIDER": "openai",
+        "AGENTQ_MODEL": "gpt-4o-mini",
+        "AGENTQ_OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "test",
+        "AGENTQ_EMBEDDING_PROVIDER": "hash",
+        "NO_PROXY": "127.0.0.1,localhost",
+        **more,
+    }
+
+
 def _talk_to_current_engine() -> None:
     get_settings.cache_clear()
     queue._client.clear()  # the Celery client caches its broker URL

@@ -17,7 +17,13 @@ from models.db import session_scope
 from models.settings import get_settings
 from models.tables import Run
 from ops.stack import LocalStack
-from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
+from tests.integration.conftest import (
+    TEST_ENV,
+    fake_model_env,
+    other_engine,
+    run_steps,
+    wait_for_run,
+)
 from tests.integration.test_model_faults import attempts, events, seconds, submit
 from tests.support.fake_openai import FakeOpenAI, never_answers, tool_calls
 
@@ -36,17 +42,11 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture(scope="module")
 def slow_engine(fake: FakeOpenAI) -> Iterator[LocalStack]:
-    env = {
-        **TEST_ENV,
-        "AGENTQ_PROVIDER": "openai",
-        "AGENTQ_MODEL": "gpt-4o-mini",
-        "AGENTQ_OPENAI_BASE_URL": fake.url,
-        "OPENAI_API_KEY": "test",
-        "AGENTQ_EMBEDDING_PROVIDER": "hash",
-        "AGENTQ_MODEL_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
-        "AGENTQ_MODEL_MAX_ATTEMPTS": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
+    env = fake_model_env(
+        fake.url,
+        AGENTQ_MODEL_REQUEST_TIMEOUT_S=str(REQUEST_TIMEOUT_S),
+        AGENTQ_MODEL_MAX_ATTEMPTS="1",
+    )
     with other_engine(env) as stack:
         yield stack
 

@@ -34,7 +34,13 @@ from models.settings import ModelPrice, get_settings
 from models.tables import Escalation, Run, RunEvent, StepAttempt, ToolJournalEntry
 from models.tools import load_tool_modules
 from ops.stack import LocalStack
-from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
+from tests.integration.conftest import (
+    TEST_ENV,
+    fake_model_env,
+    other_engine,
+    run_steps,
+    wait_for_run,
+)
 from tests.support.fake_openai import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -70,16 +76,7 @@ def fake() -> Iterator[FakeOpenAI]:
 def faulty_engine(fake: FakeOpenAI) -> Iterator[LocalStack]:
     """An engine whose one worker process calls `fake`; this process talks to it until the
     module ends, then to whatever it talked to before."""
-    env = {
-        **TEST_ENV,
-        "AGENTQ_PROVIDER": "openai",
-        "AGENTQ_MODEL": "gpt-4o-mini",
-        "AGENTQ_OPENAI_BASE_URL": fake.url,
-        "OPENAI_API_KEY": "test",
-        "AGENTQ_EMBEDDING_PROVIDER": "hash",
-        "AGENTQ_MODEL_MAX_DEFERRALS": str(MAX_DEFERRALS),
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
+    env = fake_model_env(fake.url, AGENTQ_MODEL_MAX_DEFERRALS=str(MAX_DEFERRALS))
     # This process parses plans with the test-only tools as well, whether or not the session's
     # engine (which puts TEST_ENV here) was started before this module.
     saved = os.environ.get("AGENTQ_TOOL_MODULES")
