@@ -11,7 +11,7 @@ from models.settings import get_settings
 from ops.local import start_engine
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, engine_dir
-from tests.support.fake_openai import FakeOpenAI
+from ops.fake_provider import FakeOpenAI
 
 
 @pytest.fixture(scope="session")

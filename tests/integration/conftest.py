@@ -103,7 +103,7 @@ def other_engine(
 
 def fake_model_env(base_url: str, **more: str) -> dict[str, str]:
     """TEST_ENV for an engine whose workers call the OpenAI-compatible server at `base_url`
-    (`tests.support.fake_openai`) with hash embeddings, plus `more` settings."""
+    (`ops.fake_provider`) with hash embeddings, plus `more` settings."""
     return {
         **TEST_ENV,
         "AGENTQ_PROVIDER": "openai",

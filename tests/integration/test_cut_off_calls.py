@@ -1,7 +1,7 @@
 """A model call cut off by the soft time limit is recorded and charged (issue 11, item 7).
 
 An engine of its own whose one worker process calls a fake OpenAI-compatible server
-(`tests.support.fake_openai`) with a request timeout long enough for Celery's soft time limit
+(`ops.fake_provider`) with a request timeout long enough for Celery's soft time limit
 to strike while a request is out: the ladder stays valid (6 s x 1 attempt < step 8 s < soft
 10 s), but a model step that first runs a 6 s tool has only 4 s left for its next request.
 """
@@ -25,7 +25,7 @@ from tests.integration.conftest import (
     wait_for_run,
 )
 from tests.integration.test_model_faults import attempts, events, seconds, submit
-from tests.support.fake_openai import FakeOpenAI, never_answers, tool_calls
+from ops.fake_provider import FakeOpenAI, never_answers, tool_calls
 
 pytestmark = pytest.mark.integration
 

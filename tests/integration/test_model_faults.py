@@ -1,5 +1,5 @@
 """Hostile model servers against the real engine: a second embedded stack whose workers talk to a
-misbehaving OpenAI-compatible server (`tests.support.fake_openai`) through the `openai` provider.
+misbehaving OpenAI-compatible server (`ops.fake_provider`) through the `openai` provider.
 
 The workers run one pool process (`worker_concurrency=1`), so another run completing while a
 rate-limited step waits proves the worker was free. Each test marks its prompts with its own
@@ -41,7 +41,7 @@ from tests.integration.conftest import (
     run_steps,
     wait_for_run,
 )
-from tests.support.fake_openai import (
+from ops.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
     FakeOpenAI,

@@ -3,7 +3,7 @@ stored rows.
 
 Runs in a database of its own (created on the test's Postgres), so the rows of other tests,
 stored with other models, do not take part. A dimension changed under the same model name is an
-OpenAI-compatible server (`tests.support.fake_openai`) that now serves the model at another
+OpenAI-compatible server (`ops.fake_provider`) that now serves the model at another
 size; the worker's start-up and the CLI run as processes of their own against that database."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from models.migrate import upgrade
 from models.recall import vector_index_name
 from models.reembedding import check_embedding_model, reembed
 from tests.integration.conftest import REPO_ROOT
-from tests.support.fake_openai import FakeOpenAI
+from ops.fake_provider import FakeOpenAI
 
 pytestmark = pytest.mark.integration
 AGENTQ = shutil.which("agentq") or "agentq"

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
-from tests.support.fake_openai import (
+from ops.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
     FakeOpenAI,

@@ -12,7 +12,7 @@ import pytest
 from models.errors import InvalidPlan, RetryableToolError
 from models.plans import parse_plan
 from models.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
-from tests.support.fake_openai import FakeOpenAI, ok, tool_calls
+from ops.fake_provider import FakeOpenAI, ok, tool_calls
 from worker.prompts import function_tool, step_prompt
 from worker.providers import Completion, ModelRequest, OpenAIProvider, ToolCall
 from worker.tool_use import answer_call, assistant_message
