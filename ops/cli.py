@@ -40,7 +40,8 @@ from models.tools import (
 from ops import views
 from ops.inputs import parse_facts, read_plan, read_plan_text
 from ops.memory_commands import memory_app
-from ops.stack import LocalStack, read_stack_file
+from ops.stack import LocalStack
+from ops.stack_file import read_stack_file
 from ops.token_commands import token_app
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."

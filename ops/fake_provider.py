@@ -4,8 +4,9 @@ A threaded stdlib HTTP server on 127.0.0.1 at a free port that plays a script of
 request, and records every request it receives with its arrival time. Scripts are keyed by a
 marker (`when`): a request whose message text contains it takes the next reply of that script,
 so concurrent runs of an engine test each meet only their own misbehaviour. A request no script
-matches gets a normal answer for its purpose (a one-step plan, `{"facts": []}`, or text), with
-usage `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
+matches gets a normal answer for its purpose (a plan: `DEFAULT_PLAN`, or what the server's
+`plans` function makes of the request's text; `{"facts": []}`; or text), with usage
+`PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
 `insufficient_quota`), `server_error` (500), `never_answers` (sleeps past any client timeout),
@@ -21,6 +22,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -142,9 +144,12 @@ class Received:
 
 class FakeOpenAI:
     """The server; `url` is its base URL (`http://127.0.0.1:<port>/v1`). Use it as a context
-    manager, or `start()` and `stop()`."""
+    manager, or `start()` and `stop()`. `plans`, if given, answers a plan or replan request no
+    script matches: it gets the request's message text (the goal is in it) and returns the plan
+    (`{"steps": [...]}`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plans: Callable[[str], dict[str, Any]] | None = None) -> None:
+        self.plans = plans
         self._lock = threading.Lock()
         self._scripts: list[tuple[str | None, deque[Reply]]] = []
         self._stopping = threading.Event()
@@ -194,7 +199,7 @@ class FakeOpenAI:
         return [r for r in found if when is None or when in r.text]
 
     def _take(self, path: str, body: dict[str, Any]) -> Reply:
-        text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        text = message_text(body)
         with self._lock:
             reply = ok()
             for when, queue in self._scripts:
@@ -208,9 +213,14 @@ class FakeOpenAI:
         self._stopping.wait(seconds)
 
 
-def completion_body(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
-    """The `chat.completion` object for an `ok`-like reply to `request`."""
-    content = reply.content if reply.content is not None else _default_content(request)
+def completion_body(
+    reply: Reply, request: dict[str, Any], plans: Callable[[str], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The `chat.completion` object for an `ok`-like reply to `request` (`plans`: see
+    `FakeOpenAI`)."""
+    content = reply.content
+    if content is None:
+        content = _default_content(request, plans)
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reply.tool_calls:
         calls = [
@@ -241,13 +251,18 @@ def completion_body(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _default_content(request: dict[str, Any]) -> str:
+def _default_content(request: dict[str, Any], plans: Callable[[str], dict[str, Any]] | None) -> str:
     schema = (request.get("response_format") or {}).get("json_schema") or {}
     if schema.get("name") in ("plan", "replan"):
-        return json.dumps(DEFAULT_PLAN)
+        return json.dumps(plans(message_text(request)) if plans else DEFAULT_PLAN)
     if schema.get("name") == "extract_facts":
         return json.dumps({"facts": []})
     return "fake answer"
+
+
+def message_text(request: dict[str, Any]) -> str:
+    """The text of a chat request's messages, one per line."""
+    return "\n".join(str(m.get("content", "")) for m in request.get("messages", []))
 
 
 def embeddings_body(request: dict[str, Any], default_dim: int = EMBEDDING_DIM) -> dict[str, Any]:
@@ -291,7 +306,7 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             elif reply.body is not None:
                 self._send(reply.status, reply.body, reply.headers)
             else:
-                self._send(200, completion_body(reply, body), reply.headers)
+                self._send(200, completion_body(reply, body, server.plans), reply.headers)
 
         def _send(self, status: int, data: dict[str, Any], headers: dict[str, str]) -> None:
             payload = json.dumps(data).encode()

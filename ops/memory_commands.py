@@ -23,7 +23,8 @@ from models.errors import ConfigurationError
 from models.facts import facts_of
 from models.migrate import upgrade
 from models.settings import get_settings
-from ops.stack import LocalStack, read_stack_file
+from ops.stack import LocalStack
+from ops.stack_file import read_stack_file
 from ops.views import cell, utc
 
 memory_app = typer.Typer(

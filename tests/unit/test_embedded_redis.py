@@ -11,7 +11,7 @@ import redis
 from kombu.utils.url import url_to_parts
 
 from ops.embedded_redis import RENAMED_COMMANDS, broker_url_for, redis_config
-from ops.stack import STACK_FILE_NAME, read_stack_file, write_stack_file
+from ops.stack_file import STACK_FILE_NAME, read_stack_file, write_stack_file
 
 # The commands issue 9 (finding 6) names, and the ones like them.
 MUST_BE_GONE = {"CONFIG", "MODULE", "DEBUG", "SAVE", "BGSAVE", "BGREWRITEAOF", "SHUTDOWN"}
