@@ -31,7 +31,7 @@ from typing import Any, Self
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 10
 EMBEDDING_DIM = 384
-DEFAULT_PLAN = {
+DEFAULT_PLAN: dict[str, Any] = {
     "steps": [
         {"name": "answer", "kind": "model", "instruction": "Answer.", "tool": None, "args": {}}
     ]
@@ -155,6 +155,7 @@ class FakeOpenAI:
         self._stopping = threading.Event()
         self.requests: list[Received] = []
         self.embedding_dim = EMBEDDING_DIM  # of an embedding request that names no `dimensions`
+        self.latency_s = 0.0  # how long each chat answer takes, as a model's would
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
@@ -301,6 +302,8 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if reply.delay_s:
                 server._sleep(reply.delay_s)
                 return  # hang up without an answer: the client has long given up
+            if not self.path.endswith("/embeddings") and server.latency_s:
+                server._sleep(server.latency_s)
             if self.path.endswith("/embeddings"):
                 self._send(200, embeddings_body(body, server.embedding_dim), {})
             elif reply.body is not None:

@@ -152,6 +152,12 @@ class LocalStack:
             self.start_process(name, child.argv, child.env)
         return dead
 
+    def pid(self, name: str) -> int | None:
+        """The pid of the main process of child `name` (a Celery worker's, not its pool's);
+        None if no such child was started."""
+        child = self._children.get(name)
+        return None if child is None else child.popen.pid
+
     def last_exit_code(self, name: str) -> int | None:
         """The exit code of the process `name` that `restart_dead` last replaced (negative: the
         signal that killed it); None if it was never restarted."""

@@ -28,6 +28,8 @@ from ops.stack import LocalStack
 
 POLL_INTERVAL_S = 0.2
 IDLE_TIMEOUT_S = 30.0
+# Set by `start_engine` in this process; restored on leaving `engine`.
+STACK_URLS = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL")
 UNACKED_KEY = "unacked"  # kombu's Redis hash of delivered, not yet acknowledged messages
 
 
@@ -107,14 +109,24 @@ def engine(
 
 
 def _running(data_dir: Path, workers: int, extra_env: dict[str, str] | None) -> Iterator[Engine]:
-    stack = start_engine(data_dir, worker_concurrency=workers, extra_env=extra_env)
+    saved = {key: os.environ.get(key) for key in STACK_URLS}
     try:
-        get_settings.cache_clear()  # this process now talks to this engine (new URLs)
-        queue._client.clear()  # the Celery client keeps the broker URL it was made with
-        with redis.Redis.from_url(queue.broker_url()) as broker:
-            yield Engine(stack, broker, stack.data_dir / "pgdata", database_url())
+        stack = start_engine(data_dir, worker_concurrency=workers, extra_env=extra_env)
+        try:
+            get_settings.cache_clear()  # this process now talks to this engine (new URLs)
+            queue._client.clear()  # the Celery client keeps the broker URL it was made with
+            with redis.Redis.from_url(queue.broker_url()) as broker:
+                yield Engine(stack, broker, stack.data_dir / "pgdata", database_url())
+        finally:
+            stack.stop()
     finally:
-        stack.stop()
+        for key, value in saved.items():  # back to whatever this process talked to before
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        get_settings.cache_clear()
+        queue._client.clear()
 
 
 def wait_until_idle(broker: redis.Redis) -> None:

@@ -1,0 +1,55 @@
+"""Work held in Postgres until it is due, and sent by the first reconcile after (issue 11).
+
+A step whose retry back-off or 429 retry-after is over half the visibility timeout is not parked
+in the broker (`models.queue.held_back`, kombu#337): its row holds the due time (`queued_at`) and
+no message exists. It is told from the rows alone: its delay, from the end of its last attempt
+(`step_attempts.finished_at`, written with the outcome `retry` or `deferred`) to its due time,
+is over half the visibility timeout. The reconciler sends each such step once it has come due
+in the window since its previous tick (`due_held_steps`), rather than waiting a further
+`AGENTQ_QUEUED_STALE_S` as for a lost message (which took 60 s past the due time). A deferred
+phase (`runs.deferrals` > 0, due at `runs.updated_at`) is sent the same way; one whose delay
+was short has its countdown message as well, and the phase claim turns the second away.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from sqlmodel import Session
+
+from models import sql
+
+# due_held_steps: queued steps that came due in (:since, :now] and whose delay from the end of
+# their last attempt was over :held_over_s seconds (no message of theirs is in the broker).
+DUE_HELD_STEPS: Final = sql.Replanned("""
+SELECT s.id FROM steps s
+JOIN step_attempts a ON a.step_id = s.id AND a.attempt = s.attempt
+WHERE s.status = 'queued' AND s.queued_at > :since AND s.queued_at <= :now
+    AND s.queued_at - a.finished_at > make_interval(secs => :held_over_s)
+ORDER BY s.queued_at, s.id""")
+# due_deferred_runs: runs in a phase whose deferral came due in (:since, :now], unheld.
+DUE_DEFERRED_RUNS: Final = sql.Replanned("""
+SELECT id, status FROM runs
+WHERE status = ANY(:statuses) AND deferrals > 0 AND phase_lease_expires_at IS NULL
+    AND updated_at > :since AND updated_at <= :now
+ORDER BY id""")
+
+
+def due_held_steps(
+    session: Session, *, since: datetime, now: datetime, visibility_s: float
+) -> list[int]:
+    """Ids of the queued steps held in Postgres (delay over `visibility_s / 2`) that came due
+    after `since` and by `now`, oldest due first."""
+    params = {"since": since, "now": now, "held_over_s": visibility_s / 2}
+    return [int(row.id) for row in sql.execute(session, DUE_HELD_STEPS, params).fetchall()]
+
+
+def due_deferred_runs(
+    session: Session, *, statuses: tuple[str, ...], since: datetime, now: datetime
+) -> list[tuple[int, str]]:
+    """`(run id, status)` of each unheld run in one of `statuses` whose deferral came due after
+    `since` and by `now`."""
+    params = {"statuses": list(statuses), "since": since, "now": now}
+    rows = sql.execute(session, DUE_DEFERRED_RUNS, params).fetchall()
+    return [(int(row.id), str(row.status)) for row in rows]
