@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
@@ -245,6 +246,31 @@ def depth(name: str) -> int | None:
                 return int(channel.queue_declare(queue=name, passive=True).message_count)
             except ChannelError:  # no such queue: nothing was ever sent to it
                 return 0
+    except (KombuOperationalError, OSError):
+        return None
+
+
+BROKER_EPOCH_KEY: Final = "agentq:broker-epoch"
+"""A Redis key agentq sets once and never deletes: its absence means the broker is new or came
+back empty (the embedded Redis keeps nothing on disk), so every message it held is gone."""
+
+
+def broker_restarted(key: str = BROKER_EPOCH_KEY) -> bool | None:
+    """Whether the broker lost its memory since the last call from any process: for a Redis
+    broker, `SET key <now> NX` through the Celery client's connection, True when `key` was absent
+    (set now, so the next call answers False). None when it cannot be told: a broker other than
+    Redis (AMQP keeps its queues on disk; the reconciler keeps its stale times there) or one that
+    cannot be reached. The first call after `agentq up` answers True too, which is right: the
+    embedded Redis starts empty. A network call: ask it before, never inside, a transaction."""
+    try:
+        with client().connection_for_write() as connection:
+            if connection.transport.driver_type != "redis":
+                return None
+            redis = connection.default_channel.client  # kombu's redis-py client for publishing
+            try:
+                return bool(redis.set(key, datetime.now(UTC).isoformat(), nx=True))
+            except connection.connection_errors:
+                return None
     except (KombuOperationalError, OSError):
         return None
 

@@ -69,11 +69,24 @@ def reconcile() -> dict[str, int]:
       live lease is never re-sent, however long its model call takes;
     - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
       a slot may have come free with no coordinator decision to fill it), one transaction each.
+
+    When the broker lost its memory (`models.queue.broker_restarted`: a Redis broker that came
+    back empty, or the first reconcile after `agentq up`), every message it held is gone, so
+    nothing waiting is waited for (issue 11: steps sat 60-130 s after Redis restarted empty):
+    every due queued step is sent again, however recently queued and with no `lost_at_most` limit,
+    and every quiet run is nudged, whenever it was last updated. A phase under a live lease and a
+    running step under a live lease are still left alone: a worker holds them, not the broker.
+    Counted as `broker_restarted` (1 or 0).
     """
     settings = get_settings()
     counts = {"leases_expired": 0, "steps_resent": 0, "runs_nudged": 0, "dispatched": 0}
     sends: list[tuple[str, tuple[int, ...]]] = []
-    waiting = queue.depth(QUEUE_STEPS)  # asked before the transaction: no network call in one
+    # Both asked before the transaction: no network call in one (DESIGN.md, invariant 11).
+    waiting = queue.depth(QUEUE_STEPS)
+    restarted = queue.broker_restarted() is True
+    counts["broker_restarted"] = int(restarted)
+    if restarted:
+        log.warning("reconcile.broker_restarted", queued_steps_waiting_in_broker=waiting)
     with session_scope() as session:
         now = utcnow()
         for step in session.exec(
@@ -89,11 +102,14 @@ def reconcile() -> dict[str, int]:
             else:
                 sends.append((TASK_COORDINATE, (expired.run_id,)))
         stale = now - timedelta(seconds=settings.queued_stale_s)
-        for step in _lost_steps(session, stale, now, waiting):
+        lost_since, phase_since = stale, now - timedelta(seconds=settings.phase_stale_s)
+        if restarted:  # every message the broker held is gone: none is waited for
+            lost_since, phase_since, waiting = now, now, None
+        for step in _lost_steps(session, lost_since, now, waiting):
             step.queued_at = now  # the next re-send waits another full period
             counts["steps_resent"] += 1
             sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
-        nudges = _stale_runs(session, now - timedelta(seconds=settings.phase_stale_s), now)
+        nudges = _stale_runs(session, phase_since, now)
         counts["runs_nudged"] = len(nudges)
         sends.extend(nudges)
         held_users = dispatch.stale_ready_users(session, stale=stale)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from models import queue
 from models.db import session_scope
 from models.settings import get_settings
-from models.tables import Step, utcnow
+from models.tables import Run, Step, utcnow
 from ops.stack import LocalStack
 from scheduler import tasks
 from tests.integration.conftest import queued_without_a_message, wait_for_run
@@ -76,3 +76,71 @@ def test_a_queued_step_whose_message_was_lost_is_sent_again(
         assert step is not None
         run_id = step.run_id
     assert wait_for_run(run_id).status == "succeeded"
+
+
+def test_the_broker_epoch_is_new_once(engine: LocalStack) -> None:
+    """`SET NX` on Redis: the first asker learns the key was absent, every later one that it
+    was not (until the broker comes back empty: tests/integration/test_broker_restart.py)."""
+    key = f"agentq:test-epoch-{uuid.uuid4().hex[:8]}"
+    assert [queue.broker_restarted(key) for _ in range(3)] == [True, False, False]
+
+
+def _quiet_since(run_id: int, step_id: int) -> tuple[datetime, datetime]:
+    """The run's `updated_at` and the step's `queued_at`: what a nudge and a re-send move."""
+    with session_scope() as session:
+        run, step = session.get(Run, run_id), session.get(Step, step_id)
+        assert run is not None and step is not None and step.queued_at is not None
+        return run.updated_at, step.queued_at
+
+
+def _held_phase(make_run: Callable[..., int]) -> int:
+    """A run planning under a live phase lease, quiet for an hour: its planner is at work."""
+    run_id = make_run(None, start=False)
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.status, run.phase_attempt = "planning", 1
+        run.phase_lease_expires_at = utcnow() + timedelta(hours=1)
+        run.updated_at = utcnow() - timedelta(hours=1)
+    return run_id
+
+
+def _end(run_id: int) -> None:
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.status, run.phase_lease_expires_at = "cancelled", None
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+def test_after_the_broker_came_back_empty_nothing_waiting_is_waited_for(
+    engine: LocalStack,
+    make_run: Callable[..., int],
+    monkeypatch: pytest.MonkeyPatch,
+    restarted: bool,
+) -> None:
+    """Issue 11: a broker restarted empty lost every message, so a step queued a moment ago is
+    sent again, and its quiet run nudged, by the next reconcile, not `queued_stale_s` and
+    `phase_stale_s` later; with the broker's memory intact both cut-offs hold. A phase under a
+    live lease is left alone either way."""
+    monkeypatch.setattr(queue, "broker_restarted", lambda: restarted)
+    step_id = _queued_without_a_message(make_run, behind_s=0.5)
+    with session_scope() as session:
+        step = session.get(Step, step_id)
+        assert step is not None
+        run_id = step.run_id
+    held = _held_phase(make_run)
+    try:
+        run_before, step_before = _quiet_since(run_id, step_id)
+        held_before, _ = _quiet_since(held, step_id)
+        counts = tasks.reconcile()
+        run_after, step_after = _quiet_since(run_id, step_id)
+        held_after, _ = _quiet_since(held, step_id)
+    finally:
+        _end(held)
+    assert counts["broker_restarted"] == int(restarted)
+    assert (step_after > step_before) is restarted  # re-sent: its next re-send waits a period
+    assert (run_after > run_before) is restarted
+    assert held_after == held_before
+    if restarted:
+        assert wait_for_run(run_id, timeout_s=30).status == "succeeded"
