@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from models.settings import get_settings
+from ops.fake_provider import FakeOpenAI
 from ops.local import start_engine
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, engine_dir
-from ops.fake_provider import FakeOpenAI
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from models import budgets
 from models.db import session_scope
 from models.settings import get_settings
 from models.tables import Run
+from ops.fake_provider import FakeOpenAI, never_answers, tool_calls
 from ops.stack import LocalStack
 from tests.integration.conftest import (
     TEST_ENV,
@@ -25,7 +26,6 @@ from tests.integration.conftest import (
     wait_for_run,
 )
 from tests.integration.test_model_faults import attempts, events, seconds, submit
-from ops.fake_provider import FakeOpenAI, never_answers, tool_calls
 
 pytestmark = pytest.mark.integration
 

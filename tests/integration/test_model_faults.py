@@ -33,14 +33,6 @@ from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
 from models.tables import Escalation, Run, RunEvent, StepAttempt, ToolJournalEntry
 from models.tools import load_tool_modules
-from ops.stack import LocalStack
-from tests.integration.conftest import (
-    TEST_ENV,
-    fake_model_env,
-    other_engine,
-    run_steps,
-    wait_for_run,
-)
 from ops.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -55,6 +47,14 @@ from ops.fake_provider import (
     truncated_json,
     whitespace_until_length,
     wrong_shape_plan,
+)
+from ops.stack import LocalStack
+from tests.integration.conftest import (
+    TEST_ENV,
+    fake_model_env,
+    other_engine,
+    run_steps,
+    wait_for_run,
 )
 
 pytestmark = pytest.mark.integration

@@ -27,8 +27,8 @@ from models.facts import facts_of, recall, remember
 from models.migrate import upgrade
 from models.recall import vector_index_name
 from models.reembedding import check_embedding_model, reembed
-from tests.integration.conftest import REPO_ROOT
 from ops.fake_provider import FakeOpenAI
+from tests.integration.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 AGENTQ = shutil.which("agentq") or "agentq"
