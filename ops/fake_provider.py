@@ -10,7 +10,7 @@ usage `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
 `insufficient_quota`), `server_error` (500), `never_answers` (sleeps past any client timeout),
 `whitespace_until_length` (`finish_reason: "length"`), `truncated_json`, `wrong_shape_plan`,
-`tool_calls` (calls with arguments as given, JSON or not).
+`tool_calls` (calls with arguments as given, JSON or not), `slow` (a normal answer, late).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Self
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 10
 EMBEDDING_DIM = 384
-DEFAULT_PLAN = {
+DEFAULT_PLAN: dict[str, Any] = {
     "steps": [
         {"name": "answer", "kind": "model", "instruction": "Answer.", "tool": None, "args": {}}
     ]
@@ -47,7 +47,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     content: str | None = None
     finish_reason: str = "stop"
-    delay_s: float = 0.0
+    delay_s: float = 0.0  # then hang up, unanswered
+    answer_after_s: float = 0.0  # then answer
     prompt_tokens: int = PROMPT_TOKENS
     completion_tokens: int | None = COMPLETION_TOKENS  # None: the request's max tokens
     tool_calls: tuple[tuple[str, str], ...] = ()  # (tool name, raw arguments text)
@@ -94,6 +95,12 @@ def server_error(status: int = 500) -> Reply:
 def never_answers(seconds: float = 30.0) -> Reply:
     """Sleeps `seconds` (longer than any client timeout of a test), then hangs up."""
     return Reply("never_answers", delay_s=seconds)
+
+
+def slow(seconds: float, content: str | None = None) -> Reply:
+    """A normal answer (`content` None: the default for the purpose) after `seconds`, within
+    the client's timeout: a model call that takes long and succeeds."""
+    return Reply("slow", content=content, answer_after_s=seconds)
 
 
 def whitespace_until_length() -> Reply:
@@ -286,6 +293,8 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if reply.delay_s:
                 server._sleep(reply.delay_s)
                 return  # hang up without an answer: the client has long given up
+            if reply.answer_after_s:
+                server._sleep(reply.answer_after_s)
             if self.path.endswith("/embeddings"):
                 self._send(200, embeddings_body(body, server.embedding_dim), {})
             elif reply.body is not None:
