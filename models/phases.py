@@ -12,10 +12,11 @@ row, `phase_attempt` unchanged), which also releases the lease; a new phase (`st
 `start_replanning`, `start_synthesis`) starts unheld, as does a deferred one (`defer_run`), whose
 next claim waits until it is due (`runs.updated_at`, the time the deferral set).
 
-The lease outlives the task: a phase task runs under the Celery hard time limit and renews
-nothing, so its lease is that limit plus a step's lease (`models.settings.phase_lease_s`, below
-the visibility timeout on the timeout ladder); a live attempt never loses its phase, and a
-killed one's lease expires and the reconciler sends the task again (`scheduler.tasks.reconcile`).
+The lease is a step's (`AGENTQ_LEASE_S`, 10 s by default), renewed while the task runs: its
+worker process's heartbeat renews the phase every `AGENTQ_HEARTBEAT_S` (`renew`,
+`worker.heartbeats`), as it renews a running step's lease. A live attempt keeps its phase however
+long its model call takes; a killed one's lease expires about a lease after its last beat, and
+the reconciler sends the task again (`scheduler.tasks.reconcile`) within its next pass.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ SELECT status, deferrals, updated_at, phase_lease_expires_at FROM runs WHERE id 
 END_PHASE: Final = """
 UPDATE runs SET phase_lease_expires_at = NULL
 WHERE id = :run_id AND phase_attempt = :attempt AND status = ANY(:statuses)
+RETURNING id"""
+# renew_phase: a heartbeat of attempt :attempt while it holds the phase (not released, not
+# taken over by a later attempt, and the run has not left the phase, which releases it too).
+RENEW_PHASE: Final = """
+UPDATE runs SET phase_lease_expires_at = :lease_until
+WHERE id = :run_id AND phase_attempt = :attempt AND phase_lease_expires_at IS NOT NULL
 RETURNING id"""
 
 
@@ -103,3 +110,14 @@ def end(session: Session, run_id: int, attempt: int, *, statuses: tuple[str, ...
     False when another attempt took the phase over or the run left `statuses` (write nothing)."""
     params = {"run_id": run_id, "attempt": attempt, "statuses": list(statuses)}
     return sql.one(session, END_PHASE, params) is not None
+
+
+def renew(session: Session, run_id: int, attempt: int, *, lease_s: float, now: datetime) -> bool:
+    """Extend the lease of `attempt` on run `run_id`'s phase to `lease_s` seconds from `now` (a
+    heartbeat, `worker.heartbeats`); False when the attempt no longer holds the phase."""
+    params = {
+        "run_id": run_id,
+        "attempt": attempt,
+        "lease_until": now + timedelta(seconds=lease_s),
+    }
+    return sql.one(session, RENEW_PHASE, params) is not None

@@ -94,10 +94,10 @@ class Settings(BaseSettings):
     hard_time_limit_s: float = Field(default=150.0, gt=0)
     visibility_timeout_s: float = Field(default=3600.0, gt=0)
     lease_s: float = Field(
-        default=10.0, gt=0, description="A running step's lease, renewed every heartbeat."
+        default=10.0, gt=0, description="A running step's or phase's lease, renewed every beat."
     )
     heartbeat_s: float = Field(
-        default=3.0, gt=0, description="How often a worker renews its running step's lease."
+        default=3.0, gt=0, description="How often a worker renews its step's or phase's lease."
     )
 
     step_max_attempts: int = Field(default=3, ge=1, le=20)
@@ -314,23 +314,18 @@ def model_call_max_s(s: Settings) -> float:
     return s.model_request_timeout_s * s.model_max_attempts + waits
 
 
-def phase_lease_s(s: Settings) -> float:
-    """The lease of a run's phase claim (`models.phases`), s: the hard time limit plus a step's
-    lease. A phase task renews nothing, so its claim outlives the longest the task can run."""
-    return s.hard_time_limit_s + s.lease_s
-
-
 def check_timeout_ladder(s: Settings) -> None:
     """Refuse settings that break DESIGN.md invariant 8.
 
     model request timeout x attempts + retry waits < step time limit < soft time limit < hard
-    time limit < broker visibility timeout, and 2 x heartbeat < lease < visibility timeout. A
-    running step's worker renews its lease every `AGENTQ_HEARTBEAT_S` (`worker.heartbeats`), so
-    a live attempt keeps its step through two missed renewals, and a killed one's step is taken
-    back within a lease (issue 11, item 6: with a lease above the hard time limit that took
-    minutes); a phase's claim lasts the hard limit plus a lease (`phase_lease_s`), below the
-    visibility timeout too, so the reconciler acts before the broker redelivers. Raises
-    `ConfigurationError` naming the first pair out of order.
+    time limit < broker visibility timeout, and 2 x heartbeat < lease < visibility timeout. The
+    lease is a running step's and a paid phase's (plan, replan, synthesis, fact extraction:
+    `models.phases`) alike; the worker renews it every `AGENTQ_HEARTBEAT_S`
+    (`worker.heartbeats`), so a live attempt keeps its step or phase through two missed
+    renewals, and a killed one's is taken back within about a lease (issue 11, item 6: with a
+    lease above the hard time limit that took minutes, and a phase's took the hard limit plus a
+    lease, 160 s). The lease has no rung against the time limits: it is renewed, not outlived.
+    Raises `ConfigurationError` naming the first pair out of order.
     """
     rungs = [
         (
@@ -340,7 +335,7 @@ def check_timeout_ladder(s: Settings) -> None:
         ),
         ("AGENTQ_STEP_TIME_LIMIT_S", s.step_time_limit_s),
         ("AGENTQ_SOFT_TIME_LIMIT_S", s.soft_time_limit_s),
-        ("AGENTQ_HARD_TIME_LIMIT_S + AGENTQ_LEASE_S (a phase's claim)", phase_lease_s(s)),
+        ("AGENTQ_HARD_TIME_LIMIT_S", s.hard_time_limit_s),
         ("AGENTQ_VISIBILITY_TIMEOUT_S", s.visibility_timeout_s),
     ]
     leases = [

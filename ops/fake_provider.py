@@ -11,7 +11,7 @@ matches gets a normal answer for its purpose (a plan: `DEFAULT_PLAN`, or what th
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
 `insufficient_quota`), `server_error` (500), `never_answers` (sleeps past any client timeout),
 `whitespace_until_length` (`finish_reason: "length"`), `truncated_json`, `wrong_shape_plan`,
-`tool_calls` (calls with arguments as given, JSON or not).
+`tool_calls` (calls with arguments as given, JSON or not), `slow` (a normal answer, late).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     content: str | None = None
     finish_reason: str = "stop"
-    delay_s: float = 0.0
+    delay_s: float = 0.0  # then hang up, unanswered
+    answer_after_s: float = 0.0  # then answer
     prompt_tokens: int = PROMPT_TOKENS
     completion_tokens: int | None = COMPLETION_TOKENS  # None: the request's max tokens
     tool_calls: tuple[tuple[str, str], ...] = ()  # (tool name, raw arguments text)
@@ -96,6 +97,12 @@ def server_error(status: int = 500) -> Reply:
 def never_answers(seconds: float = 30.0) -> Reply:
     """Sleeps `seconds` (longer than any client timeout of a test), then hangs up."""
     return Reply("never_answers", delay_s=seconds)
+
+
+def slow(seconds: float, content: str | None = None) -> Reply:
+    """A normal answer (`content` None: the default for the purpose) after `seconds`, within
+    the client's timeout: a model call that takes long and succeeds."""
+    return Reply("slow", content=content, answer_after_s=seconds)
 
 
 def whitespace_until_length() -> Reply:
@@ -304,6 +311,8 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return  # hang up without an answer: the client has long given up
             if not self.path.endswith("/embeddings") and server.latency_s:
                 server._sleep(server.latency_s)
+            if reply.answer_after_s:
+                server._sleep(reply.answer_after_s)
             if self.path.endswith("/embeddings"):
                 self._send(200, embeddings_body(body, server.embedding_dim), {})
             elif reply.body is not None:

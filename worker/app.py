@@ -11,9 +11,12 @@ Each pool process loads the embedding model when it starts (`worker.memory.warm_
 A task that finds the database unavailable sends itself again after a backoff
 (`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries the
 attempt it holds and its outcome, if it had one (`worker.outages`). A plan, replan, synthesis or
-memory task is run again whole: each reads its run's state first and does nothing if the run
-has moved on, so the rows are changed once; a model call it made before the outage is made
-again (issue 11's claims for paid phases are not here yet).
+memory task is run again whole: each claims its run's phase first (`worker.claims`) and does
+nothing if the run has moved on, so the rows are changed once. Its earlier try's claim is no
+longer renewed once the outage ended that try (`worker.heartbeats`), so the retry claims the
+phase once that lease (`AGENTQ_LEASE_S`) has run out, or, finding it still held, leaves it to
+the reconciler, which re-sends it then: the phase goes on within about a lease and a reconcile
+interval of the database's return, and a model call made before the outage is made again.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
 from worker import deferrals, memory, outages, planner, recovery, steps, synthesis
-from worker.heartbeats import heartbeat
+from worker.heartbeats import StepHeld, heartbeat
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
@@ -140,11 +143,8 @@ def execute_step(
 
 def _perform(claimed: steps.Claimed) -> steps.Outcome:
     """Run the claimed step with its lease renewed every heartbeat (`worker.heartbeats`)."""
-    heartbeat.holding(claimed.step.id or 0, claimed.step.attempt)
-    try:
+    with heartbeat.renewing(StepHeld(claimed.step.id or 0, claimed.step.attempt)):
         return steps.perform(claimed)
-    finally:
-        heartbeat.release()
 
 
 def _start(

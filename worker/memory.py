@@ -44,7 +44,7 @@ from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
 from worker import extraction
-from worker.claims import claim_phase
+from worker.claims import claim_phase, renewed
 from worker.prompts import FactSpec
 from worker.run_memory import RunMemory, run_memory
 
@@ -87,10 +87,9 @@ def remember_ended_run(run_id: int) -> None:
         own, *others = (run_memory(run) for run in runs)
         holder = None
         if own.skipped is None:  # a paid phase: the extraction's model call, once (issue 11)
-            claimed = claim_phase(run_id, tuple(RUN_TERMINAL))
-            if claimed is None:
+            holder = claim_phase(run_id, tuple(RUN_TERMINAL))
+            if holder is None:
                 return
-            holder = claimed.attempt
         _remember(own, [other for other in others if not other.writes_facts], holder)
     except DatabaseUnavailable:  # not the memory's failure: the task waits out the outage
         raise
@@ -131,14 +130,16 @@ def _record_failure(session: Session, run_id: int, error: str) -> None:
     transitions.record_event(session, run_id, "memory.failed", error=error[:500])
 
 
-def _remember(own: RunMemory, others: list[RunMemory], holder: int | None) -> None:
+def _remember(own: RunMemory, others: list[RunMemory], holder: phases.Claimed | None) -> None:
     """Extract (unless skipped), embed once, write, and record how it went; raises what
-    embedding and writing raise (the caller records it). With `holder`, the phase attempt that
-    extracted: nothing is written if another attempt took the phase over since."""
-    facts, error = _extract(own)
-    model = embedder()
-    texts = [own.summary, *(a.text for a in own.answers), *(f.text for f in facts)]
-    vectors = model.embed([*texts, *(other.summary for other in others)])  # one call for all
+    embedding and writing raise (the caller records it). With `holder`, the phase claim of the
+    extraction, renewed while the model and the embedder are called: nothing is written if
+    another attempt took the phase over since."""
+    with renewed(holder):
+        facts, error = _extract(own)
+        model = embedder()
+        texts = [own.summary, *(a.text for a in own.answers), *(f.text for f in facts)]
+        vectors = model.embed([*texts, *(other.summary for other in others)])  # one call for all
     episodes = [_episode(own, vectors[0], with_event=not own.writes_facts)]
     episodes += [
         _episode(other, vector, batched_with=own.run.id)
@@ -146,7 +147,7 @@ def _remember(own: RunMemory, others: list[RunMemory], holder: int | None) -> No
     ]
     with session_scope() as session:
         if holder is not None and not phases.end(
-            session, own.run.id, holder, statuses=tuple(RUN_TERMINAL)
+            session, own.run.id, holder.attempt, statuses=tuple(RUN_TERMINAL)
         ):
             log.info("memory.skipped", run_id=own.run.id, reason="the phase was taken over")
             return

@@ -17,7 +17,7 @@ from models.plans import PlanSpec, Splice, add_plan_version, current_graph, pars
 from models.runs import pinned_facts
 from models.settings import get_settings
 from models.tools import argument_problems, catalog
-from worker.claims import claim_phase_in
+from worker.claims import claim_phase_in, renewed
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
 
@@ -56,7 +56,10 @@ def plan(run_id: int) -> bool:
             return False
         facts = set(pinned_facts(session, run_id))
     run = claimed.run
-    answer = ask_for_plan(run_id, plan_prompt(run.goal, catalog()), splice=Splice(), facts=facts)
+    with renewed(claimed):
+        answer = ask_for_plan(
+            run_id, plan_prompt(run.goal, catalog()), splice=Splice(), facts=facts
+        )
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("planning",)):
             return False
@@ -100,7 +103,8 @@ def replan(run_id: int, failed_step_id: int) -> bool:
             return False
         facts = set(pinned_facts(session, run_id))
         prompt = replan_prompt(run.goal, catalog(), failed)
-    answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
+    with renewed(claimed):
+        answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("replanning",)):
             return False

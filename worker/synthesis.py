@@ -15,7 +15,7 @@ from models.settings import get_settings
 from models.step_data import fit_outputs, json_bytes
 from models.tables import Step
 from worker import calls
-from worker.claims import claim_phase_in
+from worker.claims import claim_phase_in, renewed
 from worker.context import ContextOverflow
 from worker.prompts import synthesize_prompt
 from worker.working_memory import request_for, request_in
@@ -44,7 +44,7 @@ def synthesize(run_id: int) -> list[Send]:
 
     A second delivery of the task while this one holds the run's phase does nothing (`models.
     phases`), so the model is called once per synthesis; an attempt whose phase was taken over
-    (its lease expired: it outlived the hard time limit) writes nothing but the call's charge.
+    (its lease expired: its worker stopped renewing it) writes nothing but the call's charge.
     Two transactions when the context needs no summary folded: one claims the phase, reads the
     run and reserves the call's budget (`_start`), one settles it, ends the phase, writes the
     answer and dispatches. Raises `PhaseNotDue` when a deferred synthesis is not due yet.
@@ -55,7 +55,8 @@ def synthesize(run_id: int) -> list[Send]:
         if started is None:
             return []
         claimed, call, steps = started
-        completion, attempt = calls.send(call)
+        with renewed(claimed):
+            completion, attempt = calls.send(call)
     except RateLimited:
         raise
     except (ProviderError, BudgetExhausted, ContextOverflow) as exc:
@@ -101,7 +102,8 @@ def _start(run_id: int) -> tuple[phases.Claimed, calls.Call, list[Step]] | None:
         request = request_in(session, run, prompt, steps=steps)
         if request is not None:
             return claimed, calls.reserve(session, run_id, request), steps
-    request = request_for(run_id, prompt)
+    with renewed(claimed):  # the fold's model calls
+        request = request_for(run_id, prompt)
     with session_scope() as session:
         return claimed, calls.reserve(session, run_id, request), steps
 

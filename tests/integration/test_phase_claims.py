@@ -224,3 +224,31 @@ def test_a_fact_extraction_delivered_twice_at_once_calls_the_model_once(
     _twice_at_once(lambda: memory.remember_ended_run(run_id))
     assert len(fake.requests) == 1
     assert len(_events(run_id, "memory.remembered")) == 1
+
+
+def test_only_the_holder_of_a_phase_renews_it(engine: object, make_run: Callable[..., int]) -> None:
+    """A heartbeat's renewal (`phases.renew`) extends the lease of the attempt that holds the
+    phase, and of no other: not an attempt whose phase was taken over, nor one that ended it."""
+    run_id = _run_in("synthesizing", make_run)
+    now = utcnow()
+    claim = {"statuses": ("synthesizing",), "worker": "w", "lease_s": 10.0}
+    with session_scope() as session:
+        first = phases.claim(session, run_id, now=now, **claim)
+    assert isinstance(first, phases.Claimed)
+    later = now + timedelta(seconds=8)  # a beat before the lease ends keeps the phase
+    with session_scope() as session:
+        assert phases.renew(session, run_id, 1, lease_s=10.0, now=later)
+    with session_scope() as session:
+        held = phases.claim(session, run_id, now=now + timedelta(seconds=12), **claim)
+    assert held == phases.Refused("synthesizing")
+    expired = later + timedelta(seconds=11)
+    with session_scope() as session:
+        second = phases.claim(session, run_id, now=expired, **claim)
+    assert isinstance(second, phases.Claimed) and second.attempt == 2
+    with session_scope() as session:  # the first holder's late beat takes nothing back
+        assert not phases.renew(session, run_id, 1, lease_s=10.0, now=expired)
+        assert phases.end(session, run_id, 2, statuses=("synthesizing",))
+    with session_scope() as session:  # ended: released, and no beat holds it again
+        assert not phases.renew(session, run_id, 2, lease_s=10.0, now=expired)
+        run = session.get(Run, run_id)
+        assert run is not None and run.phase_lease_expires_at is None

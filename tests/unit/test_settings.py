@@ -22,7 +22,7 @@ def test_defaults_hold_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings()
     assert s.model_request_timeout_s * s.model_max_attempts < s.step_time_limit_s
     assert s.step_time_limit_s < s.soft_time_limit_s < s.hard_time_limit_s
-    assert s.hard_time_limit_s + s.lease_s < s.visibility_timeout_s  # a phase's claim
+    assert s.hard_time_limit_s < s.visibility_timeout_s
     assert 2 * s.heartbeat_s < s.lease_s < s.visibility_timeout_s
 
 
@@ -42,6 +42,40 @@ def test_broken_ladder_is_refused_naming_the_setting(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(ConfigurationError, match=named):
+        Settings()
+
+
+def test_a_phase_lease_is_not_a_rung_above_the_hard_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A phase's claim has a step's lease, renewed by the worker's heartbeat (`models.phases`):
+    a visibility timeout just above the hard time limit holds the ladder, though it is below
+    the hard limit plus a lease (the phase's claim before it was renewed, 160 s)."""
+    monkeypatch.setenv("AGENTQ_VISIBILITY_TIMEOUT_S", "155")  # hard 150 < 155 < 150 + lease 10
+    s = Settings()
+    assert s.hard_time_limit_s < s.visibility_timeout_s < s.hard_time_limit_s + s.lease_s
+
+
+def test_a_visibility_timeout_under_the_hard_time_limit_names_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AGENTQ_VISIBILITY_TIMEOUT_S", "140")
+    with pytest.raises(ConfigurationError) as refused:
+        Settings()
+    assert str(refused.value) == (
+        "timeout ladder broken: AGENTQ_HARD_TIME_LIMIT_S (150 s) must be less than "
+        "AGENTQ_VISIBILITY_TIMEOUT_S (140 s)"
+    )
+
+
+def test_a_lease_longer_than_the_hard_time_limit_is_not_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lease ladder alone bounds the lease: 2 x heartbeat < lease < visibility timeout."""
+    monkeypatch.setenv("AGENTQ_LEASE_S", "3590")  # hard 150 + 3590 > visibility 3600
+    assert Settings().lease_s == 3590
+    monkeypatch.setenv("AGENTQ_LEASE_S", "3600")
+    with pytest.raises(ConfigurationError, match=r"AGENTQ_LEASE_S .* AGENTQ_VISIBILITY_TIMEOUT_S"):
         Settings()
 
 
