@@ -199,8 +199,7 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
 
     A `countdown` too long for the broker (`held_back`) is not sent: every caller's row already
     holds the time it is due (a step's `queued_at`, a deferred phase's `updated_at`), and the
-    reconciler sends it once that time has passed and it has waited `AGENTQ_QUEUED_STALE_S`
-    (a step) or `AGENTQ_PHASE_STALE_S` (a phase), as for a lost message. Raises
+    reconciler sends it at its first tick after that time (`models.held`). Raises
     `BrokerUnavailable` when the broker cannot be reached (the reconciler re-sends what the rows
     say is waiting, so a caller may report it and carry on). No result is ever asked for, so a
     result backend named by `CELERY_RESULT_BACKEND` is never contacted either.

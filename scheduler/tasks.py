@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import structlog
 from sqlmodel import Session, col, select
 
-from models import decisions, dispatch, facts, queue, reviews, transitions
+from models import decisions, dispatch, facts, held, queue, reviews, transitions
 from models.coordinator import Decision
 from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
@@ -31,6 +31,7 @@ from models.tables import Escalation, Run, Step, utcnow
 
 log = structlog.get_logger("agentq.scheduler")
 PHASES = ("planning", "replanning", "synthesizing")  # the run statuses whose task claims them
+HELD_SLACK_S = 2.0  # beat's ticks drift; a held step due between two of them is sent by one
 DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait for the next
 
 
@@ -67,6 +68,8 @@ def reconcile() -> dict[str, int]:
       `phase_stale_s`, or whose holder's lease expired (`models.phases`), or that is running
       with nothing in flight, gets its task (or a coordinate) sent again; a phase held under a
       live lease is never re-sent, however long its model call takes;
+    - a step or a deferred phase held in Postgres (a delay too long for the broker:
+      `models.held`) that came due since the previous tick is sent, once;
     - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
       a slot may have come free with no coordinator decision to fill it), one transaction each.
 
@@ -112,6 +115,9 @@ def reconcile() -> dict[str, int]:
         nudges = _stale_runs(session, phase_since, now)
         counts["runs_nudged"] = len(nudges)
         sends.extend(nudges)
+        due = [send for send in _due_held(session, now) if send not in sends]
+        counts["held_sent"] = len(due)
+        sends.extend(due)
         held_users = dispatch.stale_ready_users(session, stale=stale)
     for task, args in sends:
         queue.send(task, *args)
@@ -255,15 +261,35 @@ def _stale_runs(
     )
     for run in session.exec(quiet).all():
         run.updated_at = utcnow()
-        run_id = run.id or 0
-        if run.status in _PHASE_TASKS:
-            sends.append((_PHASE_TASKS[run.status], (run_id,)))
-        elif run.status == "replanning":
-            failed = _last_failed_step(session, run)
-            if failed is not None:
-                sends.append((TASK_REPLAN, (run_id, failed)))
-        else:
-            sends.append((TASK_COORDINATE, (run_id,)))
+        sends.extend(_task_for(session, run))
+    return sends
+
+
+def _task_for(session: Session, run: Run) -> list[tuple[str, tuple[int, ...]]]:
+    """The task that moves `run` on from its status: its phase's, or a coordinate."""
+    run_id = run.id or 0
+    if run.status in _PHASE_TASKS:
+        return [(_PHASE_TASKS[run.status], (run_id,))]
+    if run.status == "replanning":
+        failed = _last_failed_step(session, run)
+        return [] if failed is None else [(TASK_REPLAN, (run_id, failed))]
+    return [(TASK_COORDINATE, (run_id,))]
+
+
+def _due_held(session: Session, now: datetime) -> list[tuple[str, tuple[int, ...]]]:
+    """The work held in Postgres that came due since the previous tick (`models.held`): each
+    step, and each deferred phase, sent once; the window has `HELD_SLACK_S` to spare, as beat
+    is not exact (a second send is turned away by the claim)."""
+    settings = get_settings()
+    since = now - timedelta(seconds=settings.reconcile_interval_s + HELD_SLACK_S)
+    steps = held.due_held_steps(
+        session, since=since, now=now, visibility_s=settings.visibility_timeout_s
+    )
+    sends: list[tuple[str, tuple[int, ...]]] = [(TASK_EXECUTE_STEP, (s,)) for s in steps]
+    for run_id, _ in held.due_deferred_runs(session, statuses=PHASES, since=since, now=now):
+        run = session.get(Run, run_id)
+        if run is not None:
+            sends.extend(_task_for(session, run))
     return sends
 
 

@@ -59,3 +59,42 @@ def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
         lost = tasks._lost_steps(session, now - timedelta(seconds=60), now, waiting=None)
         assert step_id not in [s.id for s in lost]
         session.rollback()
+
+
+def backdated_retry(make_run: Callable[..., int], backoff_s: float) -> int:
+    """A step retried `backoff_s` ago with that backoff: due now, its attempt ended then."""
+    step_id = queued_without_a_message(make_run, "held", utcnow())
+    claimed = steps.claim(step_id)
+    assert claimed is not None
+    with session_scope() as session:
+        transitions.retry_step(
+            session, step_id, attempt=claimed.step.attempt, error="flaky", backoff_s=backoff_s
+        )
+    with session_scope() as session:
+        step = session.get(Step, step_id)
+        attempt = session.exec(select(StepAttempt).where(StepAttempt.step_id == step_id)).one()
+        assert step is not None and step.queued_at is not None and attempt.finished_at is not None
+        step.queued_at = utcnow() - timedelta(seconds=0.5)
+        attempt.finished_at = step.queued_at - timedelta(seconds=backoff_s)
+    return step_id
+
+
+@pytest.mark.parametrize(("backoff_s", "sent_when_due"), [(300.0, True), (5.0, False)])
+def test_a_delay_held_in_postgres_is_sent_by_the_first_reconcile_after_it_is_due(
+    engine: object,
+    make_run: Callable[..., int],
+    monkeypatch: pytest.MonkeyPatch,
+    backoff_s: float,
+    sent_when_due: bool,
+) -> None:
+    """300 s is over half the visibility timeout (120 s here): no message was parked in the
+    broker (`queue.held_back`), so the reconciler sends it once due, not AGENTQ_QUEUED_STALE_S
+    later (issue 11: the suite's 429 steps waited 60 s past their retry-after). A 5 s backoff had
+    its countdown message, which arrives by itself: not sent again."""
+    step_id = backdated_retry(make_run, backoff_s)
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    monkeypatch.setattr(
+        queue, "send", lambda task, *args, countdown=None: sent.append((task, args))
+    )
+    tasks.reconcile()
+    assert ((TASK_EXECUTE_STEP, (step_id,)) in sent) is sent_when_due
