@@ -22,7 +22,7 @@ from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, Run, Step
 
 PLAN_NOTE_REMAINING: Final = (
-    "The failed step and every step not yet run, each with \"after\", the steps it waits for: "
+    'The failed step and every step not yet run, each with "after", the steps it waits for: '
     "these replace every step that has not run yet."
 )
 PLAN_NOTE_RAW: Final = (

@@ -1,4 +1,4 @@
-"""Work held in Postgres until it is due, and sent by the first reconcile after (issue 11).
+"""Work that waits in Postgres for the reconciler to send it (issue 11): held until due, or lost.
 
 A step whose retry back-off or 429 retry-after is over half the visibility timeout is not parked
 in the broker (`models.queue.held_back`, kombu#337): its row holds the due time (`queued_at`) and
@@ -9,6 +9,10 @@ in the window since its previous tick (`due_held_steps`), rather than waiting a 
 `AGENTQ_QUEUED_STALE_S` as for a lost message (which took 60 s past the due time). A deferred
 phase (`runs.deferrals` > 0, due at `runs.updated_at`) is sent the same way; one whose delay
 was short has its countdown message as well, and the phase claim turns the second away.
+
+An ended run's memory task is asked for by one message (`agentq.remember_run`); if the broker
+lost it, the run never had its episode and facts. `unremembered_runs` finds the ended runs whose
+memory task has not ended, for the reconciler to ask once more.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Final
 from sqlmodel import Session
 
 from models import sql
+from models.ended_runs import MEMORY_ENDED_OF
 
 # due_held_steps: queued steps that came due in (:since, :now] and whose delay from the end of
 # their last attempt was over :held_over_s seconds (no message of theirs is in the broker).
@@ -53,3 +58,30 @@ def due_deferred_runs(
     params = {"statuses": list(statuses), "since": since, "now": now}
     rows = sql.execute(session, DUE_DEFERRED_RUNS, params).fetchall()
     return [(int(row.id), str(row.status)) for row in rows]
+
+
+# unremembered_runs: runs that ended in (:since, :before] whose memory task has not ended
+# (`models.ended_runs.MEMORY_ENDED_OF`) and whose extraction no attempt holds: the message that
+# asks for it (`agentq.remember_run`, sent after the run ended) may be lost.
+UNREMEMBERED_RUNS: Final = sql.Replanned(f"""
+SELECT r.id FROM runs r
+WHERE r.status = ANY(:statuses) AND r.finished_at > :since AND r.finished_at <= :before
+    AND (r.phase_lease_expires_at IS NULL OR r.phase_lease_expires_at < :now)
+    AND NOT {MEMORY_ENDED_OF}
+ORDER BY r.id LIMIT :limit""")
+
+
+def unremembered_runs(
+    session: Session,
+    *,
+    statuses: tuple[str, ...],
+    since: datetime,
+    before: datetime,
+    now: datetime,
+    limit: int,
+) -> list[int]:
+    """Ids of up to `limit` runs in `statuses` (the ended ones) that ended after `since` and by
+    `before` and still wait for their memory task, none holding it."""
+    params = {"statuses": list(statuses), "since": since, "before": before, "now": now}
+    rows = sql.execute(session, UNREMEMBERED_RUNS, {**params, "limit": limit}).fetchall()
+    return [int(row.id) for row in rows]

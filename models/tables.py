@@ -64,6 +64,10 @@ class Run(SQLModel, table=True):
             postgresql_where=sa.text("status NOT IN ('succeeded', 'failed', 'cancelled')"),
         ),
         sa.Index("ix_runs_user_created", "user_id", "created_at"),
+        # The reconciler's ended runs that still wait for memory (`models.held`).
+        sa.Index(
+            "ix_runs_finished", "finished_at", postgresql_where=sa.text("finished_at IS NOT NULL")
+        ),
     )
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(index=True, max_length=200)

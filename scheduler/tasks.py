@@ -23,15 +23,19 @@ from models.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
     TASK_PLAN,
+    TASK_REMEMBER_RUN,
     TASK_REPLAN,
     TASK_SYNTHESIZE,
 )
 from models.settings import get_settings
+from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
 
 log = structlog.get_logger("agentq.scheduler")
 PHASES = ("planning", "replanning", "synthesizing")  # the run statuses whose task claims them
 HELD_SLACK_S = 2.0  # beat's ticks drift; a held step due between two of them is sent by one
+MEMORY_RESEND_WITHIN_S = 86400.0  # after a broker restart, ended runs this recent get memory
+MEMORY_RESENDS = 1000  # memory tasks one tick asks for again at most
 DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait for the next
 
 
@@ -70,6 +74,8 @@ def reconcile() -> dict[str, int]:
       live lease is never re-sent, however long its model call takes;
     - a step or a deferred phase held in Postgres (a delay too long for the broker:
       `models.held`) that came due since the previous tick is sent, once;
+    - an ended run whose memory task has not ended `phase_stale_s` after it ended (its
+      `agentq.remember_run` may be lost) is asked for it again, once;
     - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
       a slot may have come free with no coordinator decision to fill it), one transaction each.
 
@@ -118,6 +124,9 @@ def reconcile() -> dict[str, int]:
         due = [send for send in _due_held(session, now) if send not in sends]
         counts["held_sent"] = len(due)
         sends.extend(due)
+        unremembered = _unremembered(session, phase_since, now, everything=restarted)
+        counts["memory_resent"] = len(unremembered)
+        sends.extend((TASK_REMEMBER_RUN, (run_id,)) for run_id in unremembered)
         held_users = dispatch.stale_ready_users(session, stale=stale)
     for task, args in sends:
         queue.send(task, *args)
@@ -263,6 +272,26 @@ def _stale_runs(
         run.updated_at = utcnow()
         sends.extend(_task_for(session, run))
     return sends
+
+
+def _unremembered(
+    session: Session, stale: datetime, now: datetime, *, everything: bool
+) -> list[int]:
+    """Ended runs whose memory task has not ended, to ask for it again (`models.held`): each
+    once, at the tick after it has been ended for `phase_stale_s` (a memory queue that is
+    merely behind is not sent more); after the broker restarted empty, every such run of the
+    last `MEMORY_RESEND_WITHIN_S`."""
+    since = now - timedelta(seconds=MEMORY_RESEND_WITHIN_S)
+    if not everything:
+        since = stale - timedelta(seconds=get_settings().reconcile_interval_s + HELD_SLACK_S)
+    return held.unremembered_runs(
+        session,
+        statuses=tuple(RUN_TERMINAL),
+        since=since,
+        before=stale,
+        now=now,
+        limit=MEMORY_RESENDS,
+    )
 
 
 def _task_for(session: Session, run: Run) -> list[tuple[str, tuple[int, ...]]]:

@@ -50,14 +50,41 @@ def test_redis_killed_and_restarted_empty() -> None:
     assert verdict.recovery_s, "no step was in flight when Redis went down"
 
 
-def test_postgres_stopped_and_started_again() -> None:
-    verdict = small("postgres-restart")
+@pytest.fixture(scope="module")
+def postgres_restarted() -> Verdict:
+    verdict, _ = run(
+        SCENARIOS["postgres-restart"],
+        runs=RUNS,
+        workers=WORKERS,
+        timeout_s=TIMEOUT_S,
+        latency_s=LATENCY_S,
+        fault_after_s=2.0,
+    )
+    return verdict
+
+
+def test_postgres_stopped_and_started_again(postgres_restarted: Verdict) -> None:
+    verdict = postgres_restarted
+    assert not (verdict.lost_runs or verdict.committed_twice or verdict.effects_again), (
+        verdict.summary()
+    )
     assert verdict.recovery_s, "no step was in flight when Postgres went down"
+
+
+@pytest.mark.xfail(
+    reason="issue 11, open: a model step's call answered while Postgres is down cannot be "
+    "settled; the step is interrupted and its next attempt asks the model again",
+    strict=False,
+)
+def test_no_model_call_is_paid_twice_across_a_postgres_restart(
+    postgres_restarted: Verdict,
+) -> None:
+    assert postgres_restarted.paid_twice == []
 
 
 def test_every_message_published_twice() -> None:
     verdict = small("duplicates")
-    assert verdict.refused >= RUNS * 5, verdict.summary()  # the duplicates came, and went away
+    assert verdict.refused >= RUNS, verdict.summary()  # the duplicates came, and went away
 
 
 def test_scheduler_killed_then_two_beats() -> None:

@@ -144,3 +144,36 @@ def test_after_the_broker_came_back_empty_nothing_waiting_is_waited_for(
     assert held_after == held_before
     if restarted:
         assert wait_for_run(run_id, timeout_s=30).status == "succeeded"
+
+
+def ended_without_memory(make_run: Callable[..., int], ended_s_ago: float) -> int:
+    """A run that ended (`succeeded`) `ended_s_ago` seconds ago whose memory task never ran:
+    the `agentq.remember_run` its end sent was lost. Its id."""
+    run_id = make_run([{"name": "only", "kind": "tool", "tool": "noop"}], start=False)
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.status, run.finished_at = "succeeded", utcnow() - timedelta(seconds=ended_s_ago)
+    return run_id
+
+
+@pytest.mark.parametrize(("ended_s_ago", "asked_again"), [(0.5, False), (11.0, True), (60, False)])
+def test_an_ended_run_whose_memory_task_never_came_is_asked_for_it_once(
+    engine: LocalStack,
+    make_run: Callable[..., int],
+    monkeypatch: pytest.MonkeyPatch,
+    ended_s_ago: float,
+    asked_again: bool,
+) -> None:
+    """AGENTQ_PHASE_STALE_S is 10 s here, the reconcile interval 1 s: a run ended 11 s ago is in
+    the tick's window and gets its memory task again; one ended just now may still get its
+    own message (the memory queue may be behind), one ended a minute ago was asked already
+    (issue 11: runs whose message Redis lost when it restarted empty never had their memory)."""
+    run_id = ended_without_memory(make_run, ended_s_ago)
+    sent: list[tuple[str, tuple[object, ...]]] = []
+    monkeypatch.setattr(
+        queue, "send", lambda task, *args, countdown=None: sent.append((task, args))
+    )
+    monkeypatch.setattr(queue, "broker_restarted", lambda: False)
+    tasks.reconcile()
+    assert ((queue.TASK_REMEMBER_RUN, (run_id,)) in sent) is asked_again
