@@ -1,6 +1,6 @@
 """What a scenario did to the workload, from traces outside agentq's own bookkeeping.
 
-- runs lost: runs that did not succeed;
+- runs lost: runs that did not succeed, or whose memory task never ended;
 - steps committed twice: steps with more than one succeeded attempt (`step_attempts`);
 - effects run again: a tool step whose marker is in the effects log more often than once plus
   the number of its attempts that were killed (`ops.chaos.faults.Kill`); a succeeded tool step
@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlmodel import col, select
 
 from models.db import session_scope
+from models.memory import memory_ended
 from models.tables import Run, Step, StepAttempt
 from ops.chaos.faults import Record
 from ops.chaos.workload import STEP_MARKER, count_calls, count_effects
@@ -103,8 +104,11 @@ def judge(runs: dict[str, int], provider: FakeOpenAI, effects: Path, record: Rec
     killed_steps = Counter(s for k in record.kills for s in k.steps)
     killed_units = Counter(u for k in record.kills for u in k.phases)
     verdict = Verdict(runs=len(runs), steps=len(steps))
+    remembered = _remembered(list(runs.values()))
     verdict.lost_runs = [
-        f"{m} ({statuses.get(r)})" for m, r in runs.items() if statuses.get(r) != "succeeded"
+        f"{m} ({statuses.get(r)}{'' if r in remembered else ', not remembered'})"
+        for m, r in runs.items()
+        if statuses.get(r) != "succeeded" or r not in remembered
     ]
     verdict.committed_twice = sorted(s for s, done in committed.items() if len(done) > 1)
     ran = count_effects(effects)
@@ -139,3 +143,9 @@ def judge(runs: dict[str, int], provider: FakeOpenAI, effects: Path, record: Rec
             if done:
                 verdict.recovery_s.append(max(0.0, min(done) - back))
     return verdict
+
+
+def _remembered(run_ids: list[int]) -> set[int]:
+    """Those of `run_ids` whose memory task has ended (`models.memory.memory_ended`)."""
+    with session_scope() as session:
+        return {r for r in run_ids if memory_ended(session, r) is not None}
