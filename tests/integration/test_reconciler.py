@@ -49,11 +49,18 @@ def test_a_stale_step_is_left_alone_while_its_message_may_still_wait(
     engine: LocalStack, make_run: Callable[..., int]
 ) -> None:
     stale_s = get_settings().queued_stale_s
-    older = _queued_without_a_message(make_run, behind_s=stale_s + 20)
-    newer = _queued_without_a_message(make_run, behind_s=stale_s + 10)
+    # Queued an hour ahead, then made stale in this transaction alone: the engine's own beat
+    # (every second here) never sees them stale, so it cannot re-send them meanwhile.
+    older = _queued_without_a_message(make_run, behind_s=-3600)
+    newer = _queued_without_a_message(make_run, behind_s=-3600)
     now = utcnow()
     stale = now - timedelta(seconds=stale_s)
     with session_scope() as session:
+        for step_id, behind_s in ((older, stale_s + 20), (newer, stale_s + 10)):
+            step = session.get(Step, step_id)
+            assert step is not None
+            step.queued_at = now - timedelta(seconds=behind_s)
+        session.flush()
         due = tasks._due_queued(session, now)
 
         def lost(waiting: int | None) -> list[int | None]:
