@@ -4,7 +4,8 @@ A driver gets the `Context` (the running stack, the provider, the run ids) and r
 did in `ctx.record` (`Record`): which attempts it killed (so the verdict allows exactly those
 to run again) and when each service went down and came back (so recovery can be timed).
 
-- `kill_workers`: every `kill_every_s`, one of the steps worker's pool processes is stopped
+- `kill_workers`: every `kill_every_s`, one of the steps worker's pool processes (one running a
+  step no kill has hit, if any: `running_fresh`) is stopped
   (SIGSTOP, so what it holds cannot change), what it holds is read from the rows (a running
   step's attempt, a run's phase: `runs.phase_worker`), then it is killed (SIGKILL). Celery's pool
   starts a new process.
@@ -92,13 +93,33 @@ def kill_workers(ctx: Context) -> None:
         pool = psutil.Process(main).children() if main else []
         if not pool:
             continue
-        victim = rng.choice(pool).pid
+        pids = sorted(process.pid for process in pool)
+        busy = running_fresh(ctx, pids)
+        victim = rng.choice(busy or pids)
         os.kill(victim, signal.SIGSTOP)
         try:
             steps, held = holdings(f"{socket.gethostname()}:{victim}", ctx.runs)
         finally:
             os.kill(victim, signal.SIGKILL)
         ctx.record.kills.append(Kill(time.time(), victim, steps, held))
+
+
+def running_fresh(ctx: Context, pids: list[int]) -> list[int]:
+    """Those of `pids` running a step of the workload that no kill has hit yet: the victims
+    that test recovery (an idle process's kill tests nothing), each step at most once so that
+    no step's attempts are spent by the suite alone."""
+    killed = {s for kill in ctx.record.kills for s in kill.steps}
+    with session_scope() as session:
+        rows = session.execute(
+            sa.text(
+                "SELECT s.id, a.worker FROM steps s JOIN step_attempts a"
+                " ON a.step_id = s.id AND a.attempt = s.attempt"
+                " WHERE s.status = 'running' AND s.run_id = ANY(:runs)"
+            ),
+            {"runs": list(ctx.runs.values())},
+        ).all()
+    names = {f"{socket.gethostname()}:{pid}": pid for pid in pids}
+    return sorted({names[w] for step_id, w in rows if w in names and step_id not in killed})
 
 
 def holdings(worker: str, runs: dict[str, int]) -> tuple[frozenset[int], frozenset[str]]:
