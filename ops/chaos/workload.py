@@ -14,6 +14,7 @@ the suite runs from a checkout, with the repository on the engine processes' `PY
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -64,11 +65,18 @@ def engine_env(provider: FakeOpenAI, extra: dict[str, str] | None = None) -> dic
 
 def plan_for(effects: Path, steps: int = STEPS) -> Any:
     """The fake provider's `plans` function: for a planning request, the run's plan of `steps`
-    steps, even ones `append_marker` to `effects`, odd ones a model call; each names its marker."""
+    steps, even ones `append_marker` to `effects`, odd ones a model call; each names its marker.
+    A replan (a step's attempts were all killed) gets one `noop` step of a name of its own."""
+
+    replacements = itertools.count()
 
     def plan(text: str) -> dict[str, Any]:
         found = MARKER.search(text)
         run = found.group(0) if found else "chaos-unknown"
+        if prompts.REPLAN_INSTRUCTIONS in text:  # a step failed (its attempts killed): stand in
+            name = f"replacement_{next(replacements)}"
+            stand_in = {"name": name, "kind": "tool", "tool": "noop", "args": {}}
+            return {"steps": [{**stand_in, "instruction": f"Stand in for a step of {run}."}]}
         planned: list[dict[str, Any]] = []
         for i in range(steps):
             marker = f"{run}/step-{i}"
