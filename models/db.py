@@ -155,3 +155,26 @@ def retry_dropped(unit: Callable[P, T]) -> Callable[P, T]:
             return unit(*args, **kwargs)
 
     return again
+
+
+OUTAGE_WAIT_FIRST_S: Final = 0.5  # the first wait of `wait_out_outage`; doubles up to the next
+OUTAGE_WAIT_MAX_S: Final = 2.0
+
+
+def wait_out_outage(unit: Callable[[], T], *, within_s: float, what: str) -> T:
+    """`unit()` (whole transactions) run again while it raises `DatabaseUnavailable`, waiting
+    0.5 s, 1 s, 2 s, 2 s ... between tries, until `within_s` seconds have passed; then its last
+    `DatabaseUnavailable` is raised. For work that holds something only this process has and
+    a retry of its task would pay for again (a model call's answer, issue 11: settled once
+    Postgres is back rather than asked again); `what` names it in the `db.outage_waited` log."""
+    deadline = time.monotonic() + within_s
+    wait = OUTAGE_WAIT_FIRST_S
+    while True:
+        try:
+            return unit()
+        except DatabaseUnavailable as exc:
+            if time.monotonic() + wait > deadline:
+                raise
+            log.warning("db.outage_waited", what=what, retry_in_s=wait, error=str(exc)[:200])
+            time.sleep(wait)
+            wait = min(wait * 2, OUTAGE_WAIT_MAX_S)

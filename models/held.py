@@ -12,7 +12,8 @@ was short has its countdown message as well, and the phase claim turns the secon
 
 An ended run's memory task is asked for by one message (`agentq.remember_run`); if the broker
 lost it, the run never had its episode and facts. `unremembered_runs` finds the ended runs whose
-memory task has not ended, for the reconciler to ask once more.
+memory task has not ended, for the reconciler to ask once more; and those whose memory task was
+killed holding its extraction's claim, as soon as that claim's lease has run out.
 """
 
 from __future__ import annotations
@@ -60,14 +61,17 @@ def due_deferred_runs(
     return [(int(row.id), str(row.status)) for row in rows]
 
 
-# unremembered_runs: runs that ended in (:since, :before] whose memory task has not ended
-# (`models.ended_runs.MEMORY_ENDED_OF`) and whose extraction no attempt holds: the message that
-# asks for it (`agentq.remember_run`, sent after the run ended) may be lost.
+# unremembered_runs: ended runs whose memory task has not ended
+# (`models.ended_runs.MEMORY_ENDED_OF`): those that ended in (:since, :before] and whose extraction
+# no attempt holds (the message that asks for it, `agentq.remember_run`, sent after the run ended,
+# may be lost), and those whose extraction's holder let its lease expire in (:expired_since, :now]
+# (it was killed: the redelivery of its message found the lease still live and did nothing).
 UNREMEMBERED_RUNS: Final = sql.Replanned(f"""
 SELECT r.id FROM runs r
-WHERE r.status = ANY(:statuses) AND r.finished_at > :since AND r.finished_at <= :before
-    AND (r.phase_lease_expires_at IS NULL OR r.phase_lease_expires_at < :now)
-    AND NOT {MEMORY_ENDED_OF}
+WHERE r.status = ANY(:statuses) AND NOT {MEMORY_ENDED_OF} AND (
+    (r.finished_at > :since AND r.finished_at <= :before
+        AND (r.phase_lease_expires_at IS NULL OR r.phase_lease_expires_at < :now))
+    OR (r.phase_lease_expires_at > :expired_since AND r.phase_lease_expires_at <= :now))
 ORDER BY r.id LIMIT :limit""")
 
 
@@ -77,11 +81,14 @@ def unremembered_runs(
     statuses: tuple[str, ...],
     since: datetime,
     before: datetime,
+    expired_since: datetime,
     now: datetime,
     limit: int,
 ) -> list[int]:
-    """Ids of up to `limit` runs in `statuses` (the ended ones) that ended after `since` and by
-    `before` and still wait for their memory task, none holding it."""
+    """Ids of up to `limit` runs in `statuses` (the ended ones) still waiting for their memory
+    task: those that ended after `since` and by `before`, none holding it, and those whose
+    holder's lease ran out after `expired_since` and by `now`."""
     params = {"statuses": list(statuses), "since": since, "before": before, "now": now}
+    params["expired_since"] = expired_since
     rows = sql.execute(session, UNREMEMBERED_RUNS, {**params, "limit": limit}).fetchall()
     return [int(row.id) for row in rows]

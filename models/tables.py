@@ -68,6 +68,13 @@ class Run(SQLModel, table=True):
         sa.Index(
             "ix_runs_finished", "finished_at", postgresql_where=sa.text("finished_at IS NOT NULL")
         ),
+        # Runs whose phase (or memory task) a worker claimed: the reconciler looks for expired
+        # leases (`scheduler.tasks`, `models.held`).
+        sa.Index(
+            "ix_runs_phase_lease",
+            "phase_lease_expires_at",
+            postgresql_where=sa.text("phase_lease_expires_at IS NOT NULL"),
+        ),
     )
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(index=True, max_length=200)

@@ -75,7 +75,8 @@ def reconcile() -> dict[str, int]:
     - a step or a deferred phase held in Postgres (a delay too long for the broker:
       `models.held`) that came due since the previous tick is sent, once;
     - an ended run whose memory task has not ended `phase_stale_s` after it ended (its
-      `agentq.remember_run` may be lost) is asked for it again, once;
+      `agentq.remember_run` may be lost) is asked for it again, once, and one whose memory task
+      died holding its extraction's claim, once that claim's lease has run out;
     - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
       a slot may have come free with no coordinator decision to fill it), one transaction each.
 
@@ -279,16 +280,19 @@ def _unremembered(
 ) -> list[int]:
     """Ended runs whose memory task has not ended, to ask for it again (`models.held`): each
     once, at the tick after it has been ended for `phase_stale_s` (a memory queue that is
-    merely behind is not sent more); after the broker restarted empty, every such run of the
-    last `MEMORY_RESEND_WITHIN_S`."""
+    merely behind is not sent more), or after its extraction's holder let the lease run out (it
+    was killed); after the broker restarted empty, every such run of the last
+    `MEMORY_RESEND_WITHIN_S`."""
+    tick = timedelta(seconds=get_settings().reconcile_interval_s + HELD_SLACK_S)
     since = now - timedelta(seconds=MEMORY_RESEND_WITHIN_S)
     if not everything:
-        since = stale - timedelta(seconds=get_settings().reconcile_interval_s + HELD_SLACK_S)
+        since = stale - tick
     return held.unremembered_runs(
         session,
         statuses=tuple(RUN_TERMINAL),
         since=since,
         before=stale,
+        expired_since=now - tick,
         now=now,
         limit=MEMORY_RESENDS,
     )

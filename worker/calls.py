@@ -21,25 +21,33 @@ reservation: `reserved_tokens` and `cost_usd`).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 from sqlmodel import Session
 
 from models import budgets, transitions
-from models.db import session_scope
+from models.db import session_scope, wait_out_outage
 from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
 from models.tokens import count_message_tokens, count_tool_schema_tokens
 from worker.providers import ChatProvider, Completion, ModelRequest, make_provider
 
 log = structlog.get_logger("agentq.worker")
+# How long an answered call waits for Postgres to settle it before giving up (then `cut_off`,
+# and the task's outage retry asks the model again). A restart of the postmaster took 2-6 s in
+# the fault suite (`python -m ops.chaos --scenario postgres-restart`); the step's soft time limit
+# still cuts a longer wait short.
+SETTLE_OUTAGE_WAIT_S = 30.0
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def provider() -> ChatProvider:
     """The configured provider (`AGENTQ_PROVIDER`), built once per process."""
     s = get_settings()
@@ -78,24 +86,51 @@ def call_model(run_id: int, request: ModelRequest, *, step_id: int | None = None
     """Make one model call for run `run_id` (and step `step_id`), charged to its budgets: reserve
     (one transaction), send, settle (another).
 
-    Raises, before anything is sent, `TokenBudgetSpent` or `CostBudgetSpent` when the run cannot
-    pay for the call's largest possible spend, and `NotFound` for an unknown run; after sending,
+    Raises, before anything is sent, `TokenBudgetSpent` or `CostBudgetSpent` when the run cannot pay
+    for the call's largest possible spend, and `NotFound` for an unknown run; after sending,
     `RateLimited` (the caller defers), `QuotaExhausted`, `ProviderUnavailable` (every attempt
-    failed) or `ProviderError` (a failure retrying will not fix). Whatever interrupts the call
-    once its request may be out (the soft time limit) goes up after the call is recorded
-    `cut_off`, its reservation kept (`cut_off`); that holds for an answer whose settlement did
-    not commit too.
+    failed) or `ProviderError` (a failure retrying will not fix). Whatever interrupts the call once
+    its request may be out (the soft time limit) goes up after the call is recorded `cut_off`, its
+    reservation kept (`cut_off`). An answer whose settlement meets a database outage waits for
+    Postgres (`waits_out_outages`) rather than going up, so the task's retry does not ask the model
+    again (issue 11); past that wait it goes up as `DatabaseUnavailable`, recorded `cut_off` like
+    any other unsettled answer.
     """
     with session_scope() as session:
         call = reserve(session, run_id, request, step_id=step_id)
     completion, attempt = send(call)
     try:
-        with session_scope() as session:
-            settle(session, call, completion, attempt)
+        _settle_alone(call, completion, attempt)
     except BaseException as exc:  # answered, but not settled: rolled back, still reserved
         cut_off(call, attempt, exc)
         raise
     return completion
+
+
+def waits_out_outages(unit: Callable[P, T]) -> Callable[P, T]:
+    """`unit` (whole transactions) waiting out a database outage for up to
+    `SETTLE_OUTAGE_WAIT_S` (`models.db.wait_out_outage`) rather than raising it: for the work
+    that keeps what a paid model call answered (its settlement, the plan, answer, facts or tool
+    journal written from it). Only this process has the answer, and the task's outage retry
+    would find the phase still claimed, or ask the model again (issue 11). A commit whose
+    acknowledgement was lost runs again: writes guarded by the claim `unit` holds change nothing
+    the second time, but a settlement (`settle`) is counted twice, the run charged more than it
+    spent, never less. Raises what `unit` raises, and `DatabaseUnavailable` once the wait is
+    spent."""
+
+    @functools.wraps(unit)
+    def waiting(*args: P.args, **kwargs: P.kwargs) -> T:
+        return wait_out_outage(
+            lambda: unit(*args, **kwargs), within_s=SETTLE_OUTAGE_WAIT_S, what=unit.__qualname__
+        )
+
+    return waiting
+
+
+@waits_out_outages
+def _settle_alone(call: Call, completion: Completion, attempt: int) -> None:
+    with session_scope() as session:
+        settle(session, call, completion, attempt)
 
 
 def reserve(

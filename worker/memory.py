@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
@@ -43,7 +43,7 @@ from models.reembedding import check_embedding_model
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
-from worker import extraction
+from worker import calls, extraction
 from worker.claims import claim_phase, renewed
 from worker.prompts import FactSpec
 from worker.run_memory import RunMemory, run_memory
@@ -145,21 +145,38 @@ def _remember(own: RunMemory, others: list[RunMemory], holder: phases.Claimed | 
         _episode(other, vector, batched_with=own.run.id)
         for other, vector in zip(others, vectors[len(texts) :], strict=True)
     ]
+    written = _write(own, episodes, holder, facts, vectors[1 : len(texts)], model.model, error)
+    if len(episodes) > 1:
+        log.info("memory.batched", run_id=own.run.id, written=sorted(written))
+
+
+@calls.waits_out_outages  # paid for (the extraction, the embeddings): kept across an outage
+def _write(
+    own: RunMemory,
+    episodes: list[NewEpisode],
+    holder: phases.Claimed | None,
+    facts: list[FactSpec],
+    vectors: list[list[float]],
+    embedding_model: str,
+    error: str | None,
+) -> Collection[int]:
+    """Unless another attempt took the extraction over since `holder` claimed it, write the
+    episodes and then the run's facts, in one transaction; the ids of the runs whose episode
+    this wrote."""
     with session_scope() as session:
         if holder is not None and not phases.end(
             session, own.run.id, holder.attempt, statuses=tuple(RUN_TERMINAL)
         ):
             log.info("memory.skipped", run_id=own.run.id, reason="the phase was taken over")
-            return
+            return ()
         written = remember_episodes(
-            session, user_id=own.run.user_id, episodes=episodes, embedding_model=model.model
+            session, user_id=own.run.user_id, episodes=episodes, embedding_model=embedding_model
         )
         if own.run.id not in written:
             log.info("memory.skipped", run_id=own.run.id, reason="already remembered")
         elif own.writes_facts:
-            _write_facts(session, own, facts, vectors[1 : len(texts)], model.model, error)
-    if len(episodes) > 1:
-        log.info("memory.batched", run_id=own.run.id, written=sorted(written))
+            _write_facts(session, own, facts, vectors, embedding_model, error)
+    return written
 
 
 def _extract(found: RunMemory) -> tuple[list[FactSpec], str | None]:

@@ -3,7 +3,8 @@
 Model output is bad input until it validates (`models.plans.parse_plan`); `worker.structured.ask`
 re-asks with the validation error a bounded number of times, each call charged to the run; after
 that the run escalates with the raw output attached. Invalid output is never taken as an empty
-plan.
+plan. The transaction that writes the plan waits out a database outage (`worker.calls.
+waits_out_outages`): the answer is paid for, and a retry of the task would find the phase claimed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from models.errors import InvalidPlan
 from models.plans import PlanSpec, Splice, add_plan_version, current_graph, parse_plan
 from models.runs import pinned_facts
 from models.settings import get_settings
+from models.tables import Step
 from models.tools import argument_problems, catalog
+from worker import calls
 from worker.claims import claim_phase_in, renewed
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
@@ -60,6 +63,33 @@ def plan(run_id: int) -> bool:
         answer = ask_for_plan(
             run_id, plan_prompt(run.goal, catalog()), splice=Splice(), facts=facts
         )
+    return _write_plan(run_id, claimed, answer)
+
+
+def replan(run_id: int, failed_step_id: int) -> bool:
+    """Put new steps in the place of the failed step (a new plan version), or escalate; returns
+    and raises as `plan` does."""
+    with session_scope() as session:
+        claimed = claim_phase_in(session, run_id, ("replanning",))
+        if claimed is None:
+            return False
+        run = claimed.run
+        splice = current_graph(session, run, replaced=failed_step_id)
+        failed = next((s for s in splice.kept if s.id == failed_step_id), None)
+        if failed is None:  # not this run's failed step: a message from before the claim's time
+            log.info("replan.skipped", run_id=run_id, step_id=failed_step_id)
+            phases.end(session, run_id, claimed.attempt, statuses=("replanning",))
+            return False
+        facts = set(pinned_facts(session, run_id))
+        prompt = replan_prompt(run.goal, catalog(), failed)
+    with renewed(claimed):
+        answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
+    return _write_replan(run_id, claimed, answer, failed)
+
+
+@calls.waits_out_outages
+def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) -> bool:
+    """End the planning `claimed` holds with `answer`'s plan, or escalate (one transaction)."""
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("planning",)):
             return False
@@ -87,24 +117,12 @@ def plan(run_id: int) -> bool:
     return True
 
 
-def replan(run_id: int, failed_step_id: int) -> bool:
-    """Put new steps in the place of the failed step (a new plan version), or escalate; returns
-    and raises as `plan` does."""
-    with session_scope() as session:
-        claimed = claim_phase_in(session, run_id, ("replanning",))
-        if claimed is None:
-            return False
-        run = claimed.run
-        splice = current_graph(session, run, replaced=failed_step_id)
-        failed = next((s for s in splice.kept if s.id == failed_step_id), None)
-        if failed is None:  # not this run's failed step: a message from before the claim's time
-            log.info("replan.skipped", run_id=run_id, step_id=failed_step_id)
-            phases.end(session, run_id, claimed.attempt, statuses=("replanning",))
-            return False
-        facts = set(pinned_facts(session, run_id))
-        prompt = replan_prompt(run.goal, catalog(), failed)
-    with renewed(claimed):
-        answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
+@calls.waits_out_outages
+def _write_replan(
+    run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec], failed: Step
+) -> bool:
+    """End the replanning `claimed` holds by splicing `answer`'s steps in for step `failed`, or
+    escalate when there are none or they no longer fit the graph (one transaction)."""
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("replanning",)):
             return False
@@ -117,7 +135,7 @@ def replan(run_id: int, failed_step_id: int) -> bool:
                 add_plan_version(
                     session,
                     locked,
-                    splice=current_graph(session, locked, replaced=failed_step_id),
+                    splice=current_graph(session, locked, replaced=failed.id),
                     new=answer.value.steps,
                     created_by="replanner",
                     reason=f"step {failed.name!r} failed: {failed.error}",
@@ -135,7 +153,7 @@ def replan(run_id: int, failed_step_id: int) -> bool:
             run_id,
             expected="replanning",
             reason=reason(answer),
-            step_id=failed_step_id,
+            step_id=failed.id,
             detail={"error": error, "raw_output": raw[:RAW_OUTPUT_MAX_CHARS]},
         )
     return True

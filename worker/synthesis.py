@@ -21,6 +21,8 @@ from worker.prompts import synthesize_prompt
 from worker.working_memory import request_for, request_in
 
 log = structlog.get_logger("agentq.worker")
+# What escalates a synthesis (a rate limit, a `ProviderError` too, defers it instead).
+ESCALATING = (ProviderError, BudgetExhausted, ContextOverflow)
 SYNTHESIZING = ("synthesizing",)
 
 
@@ -47,51 +49,51 @@ def synthesize(run_id: int) -> list[Send]:
     (its lease expired: its worker stopped renewing it) writes nothing but the call's charge.
     Two transactions when the context needs no summary folded: one claims the phase, reads the
     run and reserves the call's budget (`_start`), one settles it, ends the phase, writes the
-    answer and dispatches. Raises `PhaseNotDue` when a deferred synthesis is not due yet.
+    answer and dispatches; that one waits out a database outage (`worker.calls.waits_out_outages`),
+    the answer being paid for. Raises `PhaseNotDue` when a deferred synthesis is not due yet.
     """
     cap = get_settings().user_max_running_steps
+    started = _start(run_id)
+    if started is None:
+        return []
+    claimed, call, steps = started
+    if isinstance(call, Exception):
+        return _escalate(run_id, claimed, call, cap=cap)
     try:
-        started = _start(run_id)
-        if started is None:
-            return []
-        claimed, call, steps = started
         with renewed(claimed):
             completion, attempt = calls.send(call)
     except RateLimited:
         raise
-    except (ProviderError, BudgetExhausted, ContextOverflow) as exc:
-        with session_scope() as session:
-            if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
-                return []  # another delivery took the phase over: it escalates, or not
-            transitions.escalate(
-                session,
-                run_id,
-                expected="synthesizing",
-                reason=_escalation_reason(exc),
-                detail={"error": str(exc)},
-            )
-            return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
+    except ESCALATING as exc:
+        return _escalate(run_id, claimed, exc, cap=cap)
     room = get_settings().step_data_max_bytes - json_bytes(completion.text)
     final = {
         "answer": completion.text,
         "offline": completion.offline,
         "outputs": fit_outputs(results_by_name(steps), max_bytes=room),
     }
-    with session_scope() as session:
-        calls.settle(session, call, completion, attempt)  # the call was made: it is charged
-        if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
-            log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
-            return []
-        transitions.succeed_run(session, run_id, final_result=final)
-        user_id = claimed.run.user_id
-        return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
+
+    @calls.waits_out_outages
+    def finish() -> list[Send]:
+        with session_scope() as session:
+            calls.settle(session, call, completion, attempt)  # the call was made: it is charged
+            if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+                log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
+                return []
+            transitions.succeed_run(session, run_id, final_result=final)
+            user_id = claimed.run.user_id
+            return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
+
+    return finish()
 
 
-def _start(run_id: int) -> tuple[phases.Claimed, calls.Call, list[Step]] | None:
+def _start(run_id: int) -> tuple[phases.Claimed, calls.Call | Exception, list[Step]] | None:
     """Claim the run's synthesis (`models.phases`), build its request and reserve its budget,
     in one transaction when the context needs no summary folded first (else the fold's calls
     come between); None when another delivery holds the phase or the run is not synthesizing.
-    Raises `PhaseNotDue`, and what `request_in` and `calls.reserve` raise."""
+    A failure that escalates (`ESCALATING`: the budget spent, the context overflowing, the
+    fold's call failing) comes back in the call's place, with the claim kept for the escalation
+    to end. Raises `PhaseNotDue`, and `RateLimited` from the fold's calls."""
     with session_scope() as session:
         claimed = claim_phase_in(session, run_id, SYNTHESIZING)
         if claimed is None:
@@ -99,13 +101,37 @@ def _start(run_id: int) -> tuple[phases.Claimed, calls.Call, list[Step]] | None:
         run = claimed.run
         steps = current_steps(session, run)
         prompt = synthesize_prompt(run.goal, steps)
-        request = request_in(session, run, prompt, steps=steps)
-        if request is not None:
+        try:
+            request = request_in(session, run, prompt, steps=steps)
+            if request is not None:
+                return claimed, calls.reserve(session, run_id, request), steps
+        except ESCALATING as exc:  # no model call here; nothing written but the claim, kept
+            return claimed, exc, steps
+    try:
+        with renewed(claimed):  # the fold's model calls
+            request = request_for(run_id, prompt)
+        with session_scope() as session:
             return claimed, calls.reserve(session, run_id, request), steps
-    with renewed(claimed):  # the fold's model calls
-        request = request_for(run_id, prompt)
+    except RateLimited:
+        raise
+    except ESCALATING as exc:
+        return claimed, exc, steps
+
+
+def _escalate(run_id: int, claimed: phases.Claimed, exc: Exception, *, cap: int) -> list[Send]:
+    """End the synthesis `claimed` holds by escalating the run for `exc` (one transaction);
+    returns what the dispatch of its user released, nothing when the phase was taken over."""
     with session_scope() as session:
-        return claimed, calls.reserve(session, run_id, request), steps
+        if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+            return []  # another delivery took the phase over: it escalates, or not
+        transitions.escalate(
+            session,
+            run_id,
+            expected="synthesizing",
+            reason=_escalation_reason(exc),
+            detail={"error": str(exc)},
+        )
+        return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
 
 
 def _escalation_reason(exc: Exception) -> str:

@@ -14,11 +14,13 @@ host path nor an oversized value reaches the model, the events or the step's res
 that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
 
 Every call whose tool ran is journaled (`models.tool_journal`) right after it returns, in a
-transaction of its own. A step that runs its loop again (deferred by a 429, retried, claimed
-again after a lost lease) asks the model from the start; when the model asks for a call the
-journal holds (same tool, same arguments, same occurrence), the recorded result or error is
-answered instead of running the tool again, and a `step.tool_call.replayed` event says so
-(DESIGN.md, invariant 9; issue 11, item 3).
+transaction of its own. The loop's reads and writes wait out a database outage
+(`worker.calls.waits_out_outages`) rather than interrupt the step: the answers so far are paid for,
+and a tool that ran is journaled once Postgres is back, not run again. A step that runs its loop
+again (deferred by a 429, retried, claimed again after a lost lease) asks the model from the start;
+when the model asks for a call the journal holds (same tool, same arguments, same occurrence), the
+recorded result or error is answered instead of running the tool again, and a
+`step.tool_call.replayed` event says so (DESIGN.md, invariant 9; issue 11, item 3).
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
@@ -36,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from models import tool_journal, transitions
-from models.db import retry_dropped, session_scope
+from models.db import session_scope
 from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsError, ToolError
 from models.runs import get_run
 from models.settings import get_settings
@@ -45,7 +47,7 @@ from models.step_data import json_bytes
 from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
 from models.tools import Tool, ToolContext, enabled_tool
-from worker.calls import call_model
+from worker.calls import call_model, waits_out_outages
 from worker.context import ContextOverflow, Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
@@ -123,6 +125,7 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     )
 
 
+@waits_out_outages
 def _check_run_goes_on(step: Step) -> None:
     """Raise `ToolError` when the step's run has ended meanwhile (cancelled, failed): no more model
     or tool calls are made for it, so a cancel stops a tool-calling loop at its next turn."""
@@ -212,13 +215,13 @@ def _replayed(
     )
 
 
-@retry_dropped
+@waits_out_outages
 def _find(step_id: int, key: str) -> tool_journal.Recorded | None:
     with session_scope() as session:
         return tool_journal.find(session, step_id=step_id, key=key)
 
 
-@retry_dropped
+@waits_out_outages  # the tool ran: its run is journaled once Postgres is back
 def _journal(ctx: ToolContext, key: str, answered: Answered) -> None:
     recorded = tool_journal.Recorded(answered.result, answered.error, ctx.attempt)
     with session_scope() as session:
@@ -264,6 +267,7 @@ def _ran(answered: Answered) -> dict[str, Any]:
     return {"tool": answered.call.name, "arguments": answered.arguments, **outcome}
 
 
+@waits_out_outages
 def _record(step: Step, number: int, answered: list[Answered]) -> None:
     with session_scope() as session:
         for a in answered:

@@ -4,9 +4,9 @@ A driver gets the `Context` (the running stack, the provider, the run ids) and r
 did in `ctx.record` (`Record`): which attempts it killed (so the verdict allows exactly those
 to run again) and when each service went down and came back (so recovery can be timed).
 
-- `kill_workers`: every `kill_every_s`, one of the steps worker's pool processes (one running a
-  step no kill has hit, if any: `running_fresh`) is stopped
-  (SIGSTOP, so what it holds cannot change), what it holds is read from the rows (a running
+- `kill_workers`: every `kill_every_s`, one of the steps worker's pool processes (the first seen
+  running a step no kill has hit within the next `kill_every_s`, `running_fresh`; else any) is
+  stopped (SIGSTOP, so what it holds cannot change), what it holds is read from the rows (a running
   step's attempt, a run's phase: `runs.phase_worker`), then it is killed (SIGKILL). Celery's pool
   starts a new process.
 - `restart_redis`: Redis is killed (SIGKILL) and started again empty (`LocalStack.kill_redis`).
@@ -84,17 +84,24 @@ class Context:
 
 
 Driver = Callable[[Context], None]
+BUSY_POLL_S = 0.1  # kill_workers: how often it looks for a process running a step
 
 
 def kill_workers(ctx: Context) -> None:
+    """Every `kill_every_s`, kill -9 a pool process: one running a step no kill has hit, as
+    soon as there is one within the next `kill_every_s` (steps are short: a kill at a random
+    moment mostly finds an idle pool), else any."""
     rng = random.Random(11)
     while not ctx.done.wait(ctx.kill_every_s):
-        main = ctx.stack.pid("worker")
-        pool = psutil.Process(main).children() if main else []
-        if not pool:
+        looked_until = time.monotonic() + ctx.kill_every_s
+        while True:
+            main = ctx.stack.pid("worker")
+            pids = sorted(p.pid for p in psutil.Process(main).children()) if main else []
+            busy = running_fresh(ctx, pids) if pids else []
+            if busy or time.monotonic() > looked_until or ctx.done.wait(BUSY_POLL_S):
+                break
+        if not pids:
             continue
-        pids = sorted(process.pid for process in pool)
-        busy = running_fresh(ctx, pids)
         victim = rng.choice(busy or pids)
         os.kill(victim, signal.SIGSTOP)
         try:

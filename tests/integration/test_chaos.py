@@ -71,11 +71,6 @@ def test_postgres_stopped_and_started_again(postgres_restarted: Verdict) -> None
     assert verdict.recovery_s, "no step was in flight when Postgres went down"
 
 
-@pytest.mark.xfail(
-    reason="issue 11, open: a model step's call answered while Postgres is down cannot be "
-    "settled; the step is interrupted and its next attempt asks the model again",
-    strict=False,
-)
 def test_no_model_call_is_paid_twice_across_a_postgres_restart(
     postgres_restarted: Verdict,
 ) -> None:

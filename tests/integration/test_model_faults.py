@@ -615,6 +615,21 @@ def test_a_spent_budget_in_planning_escalates_with_its_reason(fake: FakeOpenAI, 
     assert fake.received(mark) == []
 
 
+def test_a_spent_budget_at_synthesis_escalates_with_its_reason(fake: FakeOpenAI, mark: str) -> None:
+    """A tool step spends nothing; the synthesis's call cannot be paid for, which its first
+    transaction finds with the claim in it (that path once raised `UnboundLocalError`)."""
+    noop = {"name": "only", "kind": "tool", "tool": "noop"}
+    run = wait_for_run(submit([noop], goal=f"{mark}: answer cheaply", tokens=300))
+    assert run.status == "waiting_review"
+    esc = escalation(run.id or 0)
+    assert esc.reason == "token_budget_spent" and "token budget spent" in esc.detail["error"]
+    assert fake.received(mark) == []
+    assert [step.status for step in run_steps(run.id or 0)] == ["succeeded"]
+    with session_scope() as session:  # the escalation ended the phase: no claim is left
+        ended = session.get(Run, run.id)
+        assert ended is not None and ended.phase_lease_expires_at is None
+
+
 def _race(run_id: int, tokens: int) -> list[str]:
     """Two threads reserve `tokens` of run `run_id` at the same moment; what each got."""
     barrier = threading.Barrier(2)

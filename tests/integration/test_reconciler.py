@@ -184,3 +184,33 @@ def test_an_ended_run_whose_memory_task_never_came_is_asked_for_it_once(
     monkeypatch.setattr(queue, "broker_restarted", lambda: False)
     tasks.reconcile()
     assert ((queue.TASK_REMEMBER_RUN, (run_id,)) in sent) is asked_again
+
+
+@pytest.mark.parametrize(
+    ("lease_ended_s_ago", "asked_again"), [(-5.0, False), (0.5, True), (30.0, False)]
+)
+def test_a_run_whose_memory_task_died_holding_its_claim_is_asked_for_it_once(
+    engine: LocalStack,
+    make_run: Callable[..., int],
+    monkeypatch: pytest.MonkeyPatch,
+    lease_ended_s_ago: float,
+    asked_again: bool,
+) -> None:
+    """A memory task killed while it held the run's extraction claim: the redelivery of its
+    message finds the lease live and does nothing, and the run ended a minute ago, past the
+    reconciler's first ask (issue 11: two runs of the kill-workers scenario were never
+    remembered). Once the lease has run out, in the tick's window, the run is asked for again;
+    while it is live the holder may still be writing, and one that ran out long ago was asked."""
+    run_id = ended_without_memory(make_run, 60.0)
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.phase_attempt += 1
+        run.phase_lease_expires_at = utcnow() - timedelta(seconds=lease_ended_s_ago)
+    sent: list[tuple[str, tuple[object, ...]]] = []
+    monkeypatch.setattr(
+        queue, "send", lambda task, *args, countdown=None: sent.append((task, args))
+    )
+    monkeypatch.setattr(queue, "broker_restarted", lambda: False)
+    tasks.reconcile()
+    assert ((queue.TASK_REMEMBER_RUN, (run_id,)) in sent) is asked_again

@@ -11,8 +11,8 @@ import pytest
 from psycopg import errors
 from sqlalchemy.exc import DBAPIError
 
-from models.db import dispose_engines, session_scope, unavailable
-from models.errors import DatabaseUnavailable
+from models.db import dispose_engines, session_scope, unavailable, wait_out_outage
+from models.errors import DatabaseError, DatabaseUnavailable
 from models.queue import OUTAGE_RETRY_MAX_S, outage_countdown_s
 from models.tables import Step
 from tests.support.net import free_port
@@ -100,3 +100,40 @@ def test_an_attempt_cut_short_goes_back_to_the_queue_at_once() -> None:
     assert Outcome(**held["outcome"]) == interrupted(exc)
     assert interrupted(exc).kind == "deferred" and interrupted(exc).retry_after_s == 0.0
     assert "shutting down" in interrupted(exc).error
+
+
+def test_an_outage_is_waited_out_while_it_lasts_and_no_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`wait_out_outage` runs its unit again while the database is away, and gives up with the
+    outage once its time is spent; a statement the server answered is raised at once."""
+    slept: list[float] = []
+    monkeypatch.setattr("models.db.time.sleep", slept.append)
+    tries = iter([DatabaseUnavailable("away"), DatabaseUnavailable("away"), None])
+
+    def settle_when_back() -> str:
+        failure = next(tries)
+        if failure is not None:
+            raise failure
+        return "settled"
+
+    assert wait_out_outage(settle_when_back, within_s=10.0, what="test") == "settled"
+    assert slept == [0.5, 1.0]
+
+    def away() -> None:
+        raise DatabaseUnavailable("still away")
+
+    clock = iter(float(second) for second in range(100))
+    monkeypatch.setattr("models.db.time.monotonic", lambda: next(clock))
+    slept.clear()
+    with pytest.raises(DatabaseUnavailable, match="still away"):
+        wait_out_outage(away, within_s=6.0, what="test")
+    assert 0 < sum(slept) <= 6.0
+
+    def refused() -> None:
+        raise DatabaseError("duplicate key")
+
+    slept.clear()
+    with pytest.raises(DatabaseError, match="duplicate key"):
+        wait_out_outage(refused, within_s=6.0, what="test")
+    assert slept == []
