@@ -2,8 +2,9 @@
 
 When a pool process dies in the middle of a step (kill -9, out of memory, the hard time limit),
 Celery requeues its message (`task_reject_on_worker_lost`) and the broker marks it redelivered.
-That delivery finds the step still `running` under the dead attempt's lease, so its claim is
-refused; instead of dropping it, the task sends itself again for the moment the lease expires
+That delivery finds the step still `running` under the dead attempt's lease (or, when the worker
+had gone on to a later step of the run in the same task, that step), so its claim is refused;
+instead of dropping it, the task sends itself again for the moment the lease expires
 (`check_later`), and then takes the step back (`take_back`: the reconciler's own transition,
 `models.transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
 killed worker's step runs again about a lease (`AGENTQ_LEASE_S`) after its last heartbeat,
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Final
 
 import structlog
+from sqlmodel import select
 
 from models import queue, transitions
 from models.db import session_scope
@@ -29,16 +31,32 @@ MARGIN_S: Final = 0.5  # after the lease's end, so the check meets it expired
 
 
 def check_later(step_id: int) -> bool:
-    """Send `agentq.execute_step` for `step_id` again, marked `after_lost`, for when its running
-    attempt's lease ends; False (nothing sent) when the step is not running."""
+    """Send `agentq.execute_step` again, marked `after_lost`, for when the lease of the running
+    attempt the lost worker may have held ends: step `step_id`'s, or, when that step has ended,
+    each running step of its run (the worker went on to run them in the same task, `worker.
+    steps.Chain`, so the message that came back names the chain's first step). False when
+    nothing is running: nothing sent."""
     with session_scope() as session:
         step = session.get(Step, step_id)
-        if step is None or step.status != "running" or step.lease_expires_at is None:
+        if step is None:
             return False
-        left = max(0.0, (step.lease_expires_at - utcnow()).total_seconds())
-    log.info("execute_step.lost_worker", step_id=step_id, check_in_s=round(left + MARGIN_S, 2))
-    queue.send(TASK_EXECUTE_STEP, step_id, None, True, countdown=left + MARGIN_S)
-    return True
+        running = [step]
+        if step.status != "running":
+            running = list(
+                session.exec(
+                    select(Step).where(Step.run_id == step.run_id, Step.status == "running")
+                )
+            )
+        now = utcnow()
+        checks = [
+            (held.id or 0, max(0.0, (held.lease_expires_at - now).total_seconds()))
+            for held in running
+            if held.lease_expires_at is not None
+        ]
+    for held_id, left in checks:
+        log.info("execute_step.lost_worker", step_id=held_id, check_in_s=round(left + MARGIN_S, 2))
+        queue.send(TASK_EXECUTE_STEP, held_id, None, True, countdown=left + MARGIN_S)
+    return bool(checks)
 
 
 def take_back(step_id: int) -> bool:
