@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import structlog
 
-from models import dispatch, phases, transitions
+from models import dispatch, goal_checks, phases, transitions
 from models.db import session_scope
 from models.dispatch import Send
-from models.errors import BudgetExhausted, ProviderError, QuotaExhausted, RateLimited
+from models.errors import (
+    BudgetExhausted,
+    GoalNotMet,
+    ProviderError,
+    QuotaExhausted,
+    RateLimited,
+)
 from models.plans import current_steps
 from models.queue import TASK_REMEMBER_RUN
 from models.runs import results_by_name
@@ -37,12 +43,14 @@ def synthesize(run_id: int) -> list[Send]:
     succeeded as soon as its answer is written; after that commit `agentq.remember_run` is sent
     to the `memory` queue, which writes its episode and facts off the hot path
     (`worker.memory.remember_ended_run`; a broker that is down loses that message, logged as
-    `synthesize.unsent` by the sender: the run has ended and nothing re-sends it). The transaction
-    that ends the synthesis (succeeded, or escalated) also dispatches the run's user, whose slot
-    the synthesis held (`models.dispatch`). A spent token or cost budget,
-    an exhausted quota or a provider failure escalates the run instead (reason
-    `token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate
-    limit is raised as `RateLimited` for the task to send itself again later.
+    `synthesize.unsent` by the sender, and the reconciler asks for it again later). The
+    transaction that ends the synthesis (succeeded, or escalated) also dispatches the run's user,
+    whose slot the synthesis held (`models.dispatch`). A run whose deliverables disagree with its
+    pinned facts escalates `goal_not_met` before any call (`models.goal_checks`, detail
+    `missing`: one line per conflict); a spent token or cost budget, an exhausted quota or a
+    provider failure escalates the run instead of succeeding (reason `token_budget_spent`,
+    `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate limit is raised as
+    `RateLimited` for the task to send itself again later.
 
     A second delivery of the task while this one holds the run's phase does nothing (`models.
     phases`), so the model is called once per synthesis; an attempt whose phase was taken over
@@ -88,7 +96,9 @@ def synthesize(run_id: int) -> list[Send]:
 
 
 def _start(run_id: int) -> tuple[phases.Claimed, calls.Call | Exception, list[Step]] | None:
-    """Claim the run's synthesis (`models.phases`), build its request and reserve its budget,
+    """Claim the run's synthesis (`models.phases`), check what its steps delivered against its
+    pinned facts (`models.goal_checks`: a conflict comes back as `GoalNotMet` in the call's
+    place, and no answer is asked for), build its request and reserve its budget,
     in one transaction when the context needs no summary folded first (else the fold's calls
     come between); None when another delivery holds the phase or the run is not synthesizing.
     A failure that escalates (`ESCALATING`: the budget spent, the context overflowing, the
@@ -100,6 +110,10 @@ def _start(run_id: int) -> tuple[phases.Claimed, calls.Call | Exception, list[St
             return None
         run = claimed.run
         steps = current_steps(session, run)
+        conflicts = goal_checks.conflicts_of(session, run, steps)
+        if conflicts:  # no answer to pay for: what it delivered fails the goal already
+            missing = [c.describe() for c in conflicts]
+            return claimed, GoalNotMet("; ".join(missing), missing=missing), steps
         prompt = synthesize_prompt(run.goal, steps)
         try:
             request = request_in(session, run, prompt, steps=steps)
@@ -129,12 +143,15 @@ def _escalate(run_id: int, claimed: phases.Claimed, exc: Exception, *, cap: int)
             run_id,
             expected="synthesizing",
             reason=_escalation_reason(exc),
-            detail={"error": str(exc)},
+            detail={
+                "error": str(exc),
+                **({"missing": exc.missing} if isinstance(exc, GoalNotMet) else {}),
+            },
         )
         return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
 
 
 def _escalation_reason(exc: Exception) -> str:
-    if isinstance(exc, BudgetExhausted | QuotaExhausted):
+    if isinstance(exc, BudgetExhausted | QuotaExhausted | GoalNotMet):
         return exc.reason
     return "context_overflow" if isinstance(exc, ContextOverflow) else "synthesis_failed"

@@ -37,6 +37,7 @@ REASON_TEXT: Final = {
     "context_overflow": "The step's context does not fit the model's context window.",
     "invalid_plan": "The planner did not produce a valid plan.",
     "synthesis_failed": "The final answer could not be written.",
+    "goal_not_met": "The steps finished, but what the run delivered fails its goal check.",
 }
 
 

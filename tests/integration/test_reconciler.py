@@ -164,6 +164,17 @@ def ended_without_memory(make_run: Callable[..., int], ended_s_ago: float) -> in
     return run_id
 
 
+def _memory_asked_for(run_id: int, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether one reconcile pass (the broker not restarted) sends run `run_id`'s memory task."""
+    sent: list[tuple[str, tuple[object, ...]]] = []
+    monkeypatch.setattr(
+        queue, "send", lambda task, *args, countdown=None: sent.append((task, args))
+    )
+    monkeypatch.setattr(queue, "broker_restarted", lambda: False)
+    tasks.reconcile()
+    return (queue.TASK_REMEMBER_RUN, (run_id,)) in sent
+
+
 @pytest.mark.parametrize(("ended_s_ago", "asked_again"), [(0.5, False), (11.0, True), (60, False)])
 def test_an_ended_run_whose_memory_task_never_came_is_asked_for_it_once(
     engine: LocalStack,
@@ -177,13 +188,7 @@ def test_an_ended_run_whose_memory_task_never_came_is_asked_for_it_once(
     own message (the memory queue may be behind), one ended a minute ago was asked already
     (issue 11: runs whose message Redis lost when it restarted empty never had their memory)."""
     run_id = ended_without_memory(make_run, ended_s_ago)
-    sent: list[tuple[str, tuple[object, ...]]] = []
-    monkeypatch.setattr(
-        queue, "send", lambda task, *args, countdown=None: sent.append((task, args))
-    )
-    monkeypatch.setattr(queue, "broker_restarted", lambda: False)
-    tasks.reconcile()
-    assert ((queue.TASK_REMEMBER_RUN, (run_id,)) in sent) is asked_again
+    assert _memory_asked_for(run_id, monkeypatch) is asked_again
 
 
 @pytest.mark.parametrize(
@@ -207,10 +212,4 @@ def test_a_run_whose_memory_task_died_holding_its_claim_is_asked_for_it_once(
         assert run is not None
         run.phase_attempt += 1
         run.phase_lease_expires_at = utcnow() - timedelta(seconds=lease_ended_s_ago)
-    sent: list[tuple[str, tuple[object, ...]]] = []
-    monkeypatch.setattr(
-        queue, "send", lambda task, *args, countdown=None: sent.append((task, args))
-    )
-    monkeypatch.setattr(queue, "broker_restarted", lambda: False)
-    tasks.reconcile()
-    assert ((queue.TASK_REMEMBER_RUN, (run_id,)) in sent) is asked_again
+    assert _memory_asked_for(run_id, monkeypatch) is asked_again
