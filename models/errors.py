@@ -209,6 +209,29 @@ class QuotaExhausted(ProviderError):
     reason = "quota_exhausted"
 
 
+class ContextTooLong(ProviderError):
+    """The model server refused the request as longer than its context window (an HTTP 400, sent
+    before anything was generated, so nothing is charged).
+
+    `server_message` is the server's own words; `context_tokens` (the window) and `prompt_tokens`
+    (the prompt, in the server's tokens) are what it said of them, None when it did not. Never
+    retried as it was: the request is rebuilt smaller once, and a second refusal is a context
+    overflow (`worker.refits`)."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        server_message: str = "",
+        context_tokens: int | None = None,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.server_message = server_message
+        self.context_tokens = context_tokens
+        self.prompt_tokens = prompt_tokens
+
+
 class StackError(AgentqError):
     """The embedded local stack (Postgres, Redis, Celery workers) could not start."""
 

@@ -9,7 +9,9 @@ matches gets a normal answer for its purpose (a plan: `DEFAULT_PLAN`, or what th
 `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
-`insufficient_quota`), `server_error` (500), `never_answers` (sleeps past any client timeout),
+`insufficient_quota`), `context_too_long` (400: the prompt is longer than the context window, as
+OpenAI, llama.cpp's server, vLLM or llama-cpp-python's server say it), `server_error` (500),
+`never_answers` (sleeps past any client timeout),
 `whitespace_until_length` (`finish_reason: "length"`), `truncated_json`, `wrong_shape_plan`,
 `tool_calls` (calls with arguments as given, JSON or not), `slow` (a normal answer, late).
 """
@@ -87,6 +89,63 @@ def rate_limited(retry_after: str = "90", *, header: str = "retry-after") -> Rep
 def quota_exhausted() -> Reply:
     """429 `insufficient_quota`: the account has no credit left."""
     return _error("quota_exhausted", 429, "insufficient_quota", "You exceeded your current quota.")
+
+
+# Each server's refusal of a prompt longer than its window: (message, error type, code), with
+# `{window}`, `{prompt}` and `{total}` (the prompt and a 1,024-token answer) filled in; the
+# sources are cited in `worker.providers`. `unsized` is a server that names no numbers.
+CONTEXT_TOO_LONG: dict[str, tuple[str, str, str | int]] = {
+    "openai": (
+        "This model's maximum context length is {window} tokens. However, your messages "
+        "resulted in {prompt} tokens. Please reduce the length of the messages.",
+        "invalid_request_error",
+        "context_length_exceeded",
+    ),
+    "llama.cpp": (
+        "request ({prompt} tokens) exceeds the available context size ({window} tokens), try "
+        "increasing it",
+        "exceed_context_size_error",
+        400,
+    ),
+    "vllm": (
+        "This model's maximum context length is {window} tokens. However, your request has "
+        "{prompt} input tokens. Please reduce the length of the input messages.",
+        "BadRequestError",
+        400,
+    ),
+    "vllm-output": (
+        "This model's maximum context length is {window} tokens. However, you requested 1024 "
+        "output tokens and your prompt contains at least {prompt} input tokens, for a total of "
+        "at least {total} tokens. Please reduce the length of the input prompt or the number of "
+        "requested output tokens.",
+        "BadRequestError",
+        400,
+    ),
+    "llama-cpp-python": (
+        "This model's maximum context length is {window} tokens. However, you requested {total} "
+        "tokens ({prompt} in the messages, 1024 in the completion). Please reduce the length of "
+        "the messages or completion.",
+        "invalid_request_error",
+        "context_length_exceeded",
+    ),
+    "unsized": ("The prompt is too long.", "invalid_request_error", "context_length_exceeded"),
+}
+
+
+def context_too_long(
+    server: str = "llama.cpp", *, context_tokens: int = 8192, prompt_tokens: int = 9000
+) -> Reply:
+    """400: the prompt (`prompt_tokens` long) does not fit the window of `context_tokens`, as
+    `server` (a key of `CONTEXT_TOO_LONG`) says it; llama.cpp's adds `n_prompt_tokens` and
+    `n_ctx`, and vLLM's come without the `error` wrapper, as its `ErrorResponse` used to."""
+    template, error_type, code = CONTEXT_TOO_LONG[server]
+    total = prompt_tokens + 1024
+    message = template.format(window=context_tokens, prompt=prompt_tokens, total=total)
+    error: dict[str, Any] = {"message": message, "type": error_type, "param": None, "code": code}
+    if server == "llama.cpp":
+        error |= {"n_prompt_tokens": prompt_tokens, "n_ctx": context_tokens}
+    body = {"object": "error", **error} if server.startswith("vllm") else {"error": error}
+    return Reply("context_too_long", status=400, body=body)
 
 
 def server_error(status: int = 500) -> Reply:

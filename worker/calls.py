@@ -15,8 +15,9 @@ its whole reservation, charged to the run and its step, and records a `model.cal
 outcome `cut_off` in a transaction of its own before the exception goes up (issue 11).
 
 The outcomes of `model.call` events: `ok` (charged the reported usage), `rate_limited`,
-`quota_exhausted`, `unavailable` and `error` (charged nothing), `cut_off` (charged its
-reservation: `reserved_tokens` and `cost_usd`).
+`quota_exhausted`, `context_too_long` (refused before generating: `worker.refits`),
+`unavailable` and `error` (charged nothing), `cut_off` (charged its reservation:
+`reserved_tokens` and `cost_usd`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ from sqlmodel import Session
 
 from models import budgets, transitions
 from models.db import session_scope, wait_out_outage
-from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
+from models.errors import (
+    ContextTooLong,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExhausted,
+    RateLimited,
+)
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
 from models.tokens import count_message_tokens, count_tool_schema_tokens
 from worker.providers import ChatProvider, Completion, ModelRequest, make_provider
@@ -278,6 +285,8 @@ def failure_outcome(exc: ProviderError) -> str:
         return "rate_limited"
     if isinstance(exc, QuotaExhausted):
         return "quota_exhausted"
+    if isinstance(exc, ContextTooLong):
+        return "context_too_long"
     return "unavailable" if isinstance(exc, ProviderUnavailable) else "error"
 
 

@@ -33,6 +33,12 @@ SHORTENED_MARK: Final = (
     "\n… [shortened: {dropped} of {total} tokens left out; full text in {where}] …\n"
 )
 
+# What a rebuilt prompt keeps of the trimmable part of a prompt a server refused as too long, when
+# the server did not say by how much: o200k counted 24% fewer tokens than SmolLM2's own tokenizer
+# for agentq's prompts (issue 12), so a context filled to the budget is ~1.24 times as long to the
+# server; 1 / 1.24 is 0.81, and a quarter less also covers a tokenizer somewhat further off.
+REFIT_SHARE: Final = 0.75
+
 
 class ContextOverflow(AgentqError):
     """The never-trimmed layers (instructions, run state, ledger, task) exceed the budget."""
@@ -99,6 +105,41 @@ def usable_budget(
         raise ContextOverflow(
             f"no room for a prompt: window {context_window}, reserved output {reserved_output}, "
             f"tool schemas {tool_schema_tokens}, margin {safety_margin:.0%}"
+        )
+    return room
+
+
+def refit_budget(
+    *,
+    sent_tokens: int,
+    fixed_tokens: int,
+    output_tokens: int,
+    safety_margin: float,
+    context_tokens: int | None = None,
+    prompt_tokens: int | None = None,
+) -> int:
+    """The prompt budget to rebuild a request with after the server refused it as too long.
+
+    `sent_tokens` is our count of the refused prompt, `fixed_tokens` the part of it a rebuild
+    cannot shrink (schemas, the later messages of an exchange), `output_tokens` the answer's
+    limit; `context_tokens` and `prompt_tokens` are what the server said of its window and of
+    the prompt in its own tokens (None: it did not say). When it said both, the budget is the
+    window less the answer, turned into our tokens by the ratio the two counts measured
+    (`sent_tokens / prompt_tokens`), less the fixed part and `safety_margin`; when it said less,
+    or that would not shrink the trimmable part, it is `REFIT_SHARE` of the trimmable part.
+    Raises `ContextOverflow` when no room is left.
+    """
+    trimmable = sent_tokens - fixed_tokens
+    room = int(trimmable * REFIT_SHARE)
+    if context_tokens and prompt_tokens:
+        ours = (context_tokens - output_tokens) * sent_tokens / prompt_tokens
+        measured = int((ours - fixed_tokens) * (1 - safety_margin))
+        room = measured if measured < trimmable else room
+    if room <= 0:
+        raise ContextOverflow(
+            f"no room for a prompt the server accepts: window {context_tokens}, its count of the "
+            f"refused prompt {prompt_tokens} (ours {sent_tokens}, {fixed_tokens} never trimmed), "
+            f"answer {output_tokens}"
         )
     return room
 

@@ -93,7 +93,9 @@ class FactsSpec(BaseModel):
 class Prompt:
     """One call's own part: `query` is the text memory is recalled with (None: no recall), and
     `query_vector` its embedding when it was computed before any transaction (a remote
-    embedder: `worker.working_memory.with_query_vector`)."""
+    embedder: `worker.working_memory.with_query_vector`). `budget_tokens` holds the call's
+    context to a smaller budget than the configured one (`worker.working_memory.budget`) once a
+    server refused it as too long (`worker.refits`)."""
 
     purpose: Purpose
     instructions: str
@@ -103,6 +105,7 @@ class Prompt:
     query: str | None = None
     tools: tuple[dict[str, Any], ...] = ()  # OpenAI function tools the model may call
     query_vector: tuple[float, ...] | None = None
+    budget_tokens: int | None = None
 
 
 def _json(value: Any) -> str:

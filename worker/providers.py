@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,13 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
+from models.errors import (
+    ContextTooLong,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExhausted,
+    RateLimited,
+)
 
 Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_facts"]
 PROVIDER_NAMES = ("offline", "openai")
@@ -42,6 +49,35 @@ CHARS_PER_TOKEN_ESTIMATE = 4
 DEFAULT_RETRY_AFTER_S = 20.0
 QUOTA_CODE = "insufficient_quota"  # OpenAI's 429 for an account with no credit left
 RETRYABLE_STATUSES = frozenset({408, 409})  # and every 5xx: the statuses the SDK itself retries
+# A 400 that refuses a prompt longer than the server's context window, as each server says it:
+# - OpenAI: `error.code` "context_length_exceeded", "This model's maximum context length is
+#   128000 tokens. However, your messages resulted in 130001 tokens. ..."; llama-cpp-python's
+#   server answers in the same form (llama_cpp/server/errors.py, `context_length_exceeded`:
+#   "... However, you requested 9224 tokens (8200 in the messages, 1024 in the completion).").
+# - llama.cpp's server: `error.type` "exceed_context_size_error", with `n_prompt_tokens` and
+#   `n_ctx` beside "request (9000 tokens) exceeds the available context size (8192 tokens), try
+#   increasing it" (tools/server/server-context.cpp, ERROR_TYPE_EXCEED_CONTEXT_SIZE; the fields
+#   from server-task.cpp, `server_task_result_error::to_json`); older builds said "input (9000
+#   tokens) is larger than the max context size (8192 tokens)".
+# - vLLM: type "BadRequestError", code 400, "This model's maximum context length is 8192 tokens.
+#   However, your request has 9000 input tokens. ..." (vllm/entrypoints/openai/serving_engine.py,
+#   `_validate_input`), or "'max_tokens' ... is too large: 2000. This model's maximum context
+#   length is 8192 tokens and your request has 7000 input tokens (...)"; later releases say "...
+#   you requested 1024 output tokens and your prompt contains at least 8193 input tokens, ...",
+#   and releases before 0.5 "... you requested 9224 tokens (8200 in the messages, ...)".
+CONTEXT_TOO_LONG_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+CONTEXT_TOO_LONG_WORDS = re.compile(
+    r"maximum context length is|exceeds the available context size|larger than the max context",
+    re.IGNORECASE,
+)
+WINDOW_PATTERNS = (r"maximum context length is (\d+)", r"context size \((\d+) tokens\)")
+PROMPT_PATTERNS = (  # the prompt alone, never prompt and answer together ("you requested 9224")
+    r"\((\d+) in the messages",
+    r"resulted in (\d+) tokens",
+    r"request has (\d+) input tokens",
+    r"prompt contains (?:at least )?(\d+) input tokens",
+    r"(?:request|input) \((\d+) tokens\)",
+)
 
 
 @dataclass(frozen=True)
@@ -214,6 +250,8 @@ def classify(exc: openai.OpenAIError, where: str) -> ProviderError:
     - 429 with code or type `insufficient_quota`: `QuotaExhausted` (never retried);
     - any other 429: `RateLimited`, waiting what `retry_after_s` reads from the response;
     - a timeout, a connection error, 408, 409 or 5xx: `ProviderUnavailable` (retried);
+    - a 400 refusing the prompt as longer than the context window: `ContextTooLong` (see
+      `context_too_long`);
     - anything else (400, 401, 404, a malformed response): `ProviderError`.
     """
     code = getattr(exc, "code", None)
@@ -228,7 +266,38 @@ def classify(exc: openai.OpenAIError, where: str) -> ProviderError:
         exc.status_code >= 500 or exc.status_code in RETRYABLE_STATUSES
     ):
         return ProviderUnavailable(message)
+    if isinstance(exc, openai.BadRequestError):
+        return context_too_long(exc, message) or ProviderError(message)
     return ProviderError(message)
+
+
+def context_too_long(exc: openai.BadRequestError, message: str) -> ContextTooLong | None:
+    """`ContextTooLong` (with `message`) when the 400 `exc` refuses a prompt longer than the
+    server's context window, in any of the servers' forms (`CONTEXT_TOO_LONG_CODES`,
+    `CONTEXT_TOO_LONG_WORDS`), with the window and the prompt's tokens when it says them
+    (llama.cpp's `n_ctx` and `n_prompt_tokens`, else read from its words); else None."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    said = str(body.get("message") or exc.message)
+    codes = {str(exc.code), str(exc.type)}
+    if not codes & CONTEXT_TOO_LONG_CODES and not CONTEXT_TOO_LONG_WORDS.search(said):
+        return None
+    return ContextTooLong(
+        message,
+        server_message=said,
+        context_tokens=_count(body.get("n_ctx")) or _first_number(WINDOW_PATTERNS, said),
+        prompt_tokens=_count(body.get("n_prompt_tokens")) or _first_number(PROMPT_PATTERNS, said),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _first_number(patterns: tuple[str, ...], text: str) -> int | None:
+    for pattern in patterns:
+        if found := re.search(pattern, text, re.IGNORECASE):
+            return _count(int(found.group(1)))
+    return None
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: datetime | None = None) -> float:

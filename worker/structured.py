@@ -12,7 +12,7 @@ to defer itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -22,10 +22,9 @@ from models import transitions
 from models.db import session_scope
 from models.errors import BudgetExhausted, InvalidPlan, ProviderError, QuotaExhausted, RateLimited
 from models.settings import get_settings
-from worker.calls import call_model
 from worker.context import ContextOverflow
 from worker.prompts import Prompt
-from worker.working_memory import request_for
+from worker.refits import Fitted
 
 T = TypeVar("T")
 RAW_OUTPUT_MAX_CHARS = 4000
@@ -56,23 +55,21 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
     """Call the model for `prompt` until `parse` accepts its text, at most `plan_max_attempts`.
 
     `parse` raises `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
-    A spent budget, an exhausted quota, a provider failure that outlasted its retries, or the
-    task's soft time limit ends the asking at once. Raises `RateLimited` (the caller defers).
+    A spent budget, an exhausted quota, a provider failure that outlasted its retries, a context
+    that overflows (ours, or the server's window after one smaller rebuild: `worker.refits`), or
+    the task's soft time limit ends the asking at once. Raises `RateLimited` (the caller defers).
     """
     try:
-        request = request_for(run_id, prompt)  # may fold old turns into a summary: a call
+        fitted = Fitted.build(run_id, prompt)  # may fold old turns into a summary: a call
     except RateLimited:
         raise
     except CALL_FAILURES as exc:
         return _unanswered(exc, "")
-    messages, raw, error = list(request.messages), "", ""
+    reasks: list[dict[str, Any]] = []
+    raw, error = "", ""
     for attempt in range(1, get_settings().plan_max_attempts + 1):
-        # A re-ask carries more messages than were counted: call_model counts them again.
-        counted = request.estimated_prompt_tokens if attempt == 1 else None
-        try:
-            completion = call_model(
-                run_id, replace(request, messages=list(messages), estimated_prompt_tokens=counted)
-            )
+        try:  # a re-ask carries the refused answers after the request's own messages
+            completion = fitted.call(reasks)
         except RateLimited:
             raise
         except CALL_FAILURES as exc:
@@ -85,7 +82,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
         except (InvalidPlan, InvalidOutput, ValidationError) as exc:
             error = _describe(exc)
         _record_invalid(run_id, prompt, attempt, error, raw)
-        messages += [
+        reasks += [
             {"role": "assistant", "content": raw},
             {
                 "role": "user",

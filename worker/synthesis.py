@@ -9,6 +9,7 @@ from models.db import session_scope
 from models.dispatch import Send
 from models.errors import (
     BudgetExhausted,
+    ContextTooLong,
     GoalNotMet,
     ProviderError,
     QuotaExhausted,
@@ -23,7 +24,9 @@ from models.tables import Step
 from worker import calls
 from worker.claims import claim_phase_in, renewed
 from worker.context import ContextOverflow
-from worker.prompts import synthesize_prompt
+from worker.prompts import Prompt, synthesize_prompt
+from worker.providers import Completion
+from worker.refits import Fitted
 from worker.working_memory import request_for, request_in
 
 log = structlog.get_logger("agentq.worker")
@@ -49,8 +52,10 @@ def synthesize(run_id: int) -> list[Send]:
     pinned facts escalates `goal_not_met` before any call (`models.goal_checks`, detail
     `missing`: one line per conflict); a spent token or cost budget, an exhausted quota or a
     provider failure escalates the run instead of succeeding (reason `token_budget_spent`,
-    `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`); a rate limit is raised as
-    `RateLimited` for the task to send itself again later.
+    `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`), as does a context that
+    overflows (`context_overflow`: ours, or the server's window after one smaller rebuild,
+    `worker.refits`); a rate limit is raised as `RateLimited` for the task to send itself again
+    later.
 
     A second delivery of the task while this one holds the run's phase does nothing (`models.
     phases`), so the model is called once per synthesis; an attempt whose phase was taken over
@@ -69,7 +74,7 @@ def synthesize(run_id: int) -> list[Send]:
         return _escalate(run_id, claimed, call, cap=cap)
     try:
         with renewed(claimed):
-            completion, attempt = calls.send(call)
+            call, completion, attempt = _answered(call, synthesize_prompt(claimed.run.goal, steps))
     except RateLimited:
         raise
     except ESCALATING as exc:
@@ -93,6 +98,23 @@ def synthesize(run_id: int) -> list[Send]:
             return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
 
     return finish()
+
+
+def _answered(call: calls.Call, prompt: Prompt) -> tuple[calls.Call, Completion, int]:
+    """Send the reserved `call` (no transaction open): the call that was answered, its answer
+    and attempt. Refused as too long, the request is rebuilt smaller from `prompt`
+    (`worker.refits`), reserved again and sent; raises `ContextOverflow` when that is refused
+    too, and what `calls.send` and `calls.reserve` raise."""
+    fitted = Fitted(call.run_id, prompt, call.request)
+    while True:
+        try:
+            completion, attempt = calls.send(call)
+        except ContextTooLong as refused:  # released, recorded: nothing to settle
+            fitted.refit(refused)
+        else:
+            return call, completion, attempt
+        with session_scope() as session:
+            call = calls.reserve(session, call.run_id, fitted.request)
 
 
 def _start(run_id: int) -> tuple[phases.Claimed, calls.Call | Exception, list[Step]] | None:

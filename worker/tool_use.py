@@ -28,7 +28,9 @@ Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each char
 budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
 invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw
 calls attached. The conversation grows with each exchange; when it no longer fits the prompt
-budget the step raises `ContextOverflow` rather than send a request the server would refuse.
+budget the step raises `ContextOverflow` rather than send a request the server would refuse. A
+request the server refuses as too long all the same is rebuilt smaller once, the exchange kept
+after it (`worker.refits`); a second refusal raises `ContextOverflow` too.
 """
 
 from __future__ import annotations
@@ -47,11 +49,11 @@ from models.step_data import json_bytes
 from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
 from models.tools import Tool, ToolContext, enabled_tool
-from worker.calls import call_model, waits_out_outages
+from worker.calls import waits_out_outages
 from worker.context import ContextOverflow, Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
-from worker.working_memory import budget, request_for
+from worker.refits import Fitted
 
 RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation
 
@@ -86,25 +88,21 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     """
     tools = {name: enabled_tool(name) for name in step.tools}
     prompt = step_prompt(step.instruction, results, [t.describe() for t in tools.values()])
-    request = request_for(step.run_id, prompt)
+    fitted = Fitted.build(step.run_id, prompt)
     settings = get_settings()
-    messages, invalid_answers = list(request.messages), 0
+    exchange: list[dict[str, Any]] = []  # the tool calls and their answers, after the request
     ran: list[dict[str, Any]] = []
-    keys = tool_journal.CallKeys()
+    keys, invalid_answers = tool_journal.CallKeys(), 0
     for number in range(1, settings.model_step_max_calls + 1):
         if number > 1:  # after a round of tool calls: is the run still on, does it still fit?
             _check_run_goes_on(step)
-            if count_message_tokens(messages, settings.model) > budget(prompt):
+            messages = fitted.with_tail(exchange).messages
+            if count_message_tokens(messages, settings.model) > fitted.budget():
                 raise ContextOverflow(
                     f"step {step.name!r}: the tool-calling exchange outgrew the prompt budget "
                     f"after {number - 1} model calls"
                 )
-        counted = request.estimated_prompt_tokens if number == 1 else None
-        completion = call_model(
-            step.run_id,
-            replace(request, messages=list(messages), estimated_prompt_tokens=counted),
-            step_id=step.id,
-        )
+        completion = fitted.call(exchange, step_id=step.id)
         if not completion.tool_calls:
             answer = {"text": completion.text, "model": completion.model}
             return {**answer, "offline": completion.offline, **({"tool_calls": ran} if ran else {})}
@@ -113,7 +111,7 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
             for i, call in enumerate(completion.tool_calls)
         ]
         _record(step, number, answered)
-        messages += [assistant_message(completion), *(tool_message(a) for a in answered)]
+        exchange += [assistant_message(completion), *(tool_message(a) for a in answered)]
         ran += [_ran(a) for a in answered if a.invalid is None]
         if any(a.invalid for a in answered):
             invalid_answers += 1

@@ -21,6 +21,7 @@ from models import transitions
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
+from models.errors import ContextTooLong
 from models.memory import Recalled, embeds_remotely, query_vector, recall_for, recalls
 from models.messages import latest_summary, save_summary, turns
 from models.plans import current_steps
@@ -28,7 +29,15 @@ from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
-from worker.context import Context, Layers, Piece, assemble, shorten, usable_budget
+from worker.context import (
+    Context,
+    ContextOverflow,
+    Layers,
+    Piece,
+    assemble,
+    shorten,
+    usable_budget,
+)
 from worker.prompts import Prompt, summarize_prompt
 from worker.providers import MAX_OUTPUT_TOKENS, ModelRequest
 
@@ -154,7 +163,10 @@ def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
 
 
 def budget(prompt: Prompt) -> int:
-    """The prompt budget of this call, in tokens."""
+    """The prompt budget of this call, in tokens: `prompt.budget_tokens` when a refusal set it
+    (`worker.refits`), else the window less the reserved output and schemas, less the margin."""
+    if prompt.budget_tokens is not None:
+        return prompt.budget_tokens
     s = get_settings()
     return usable_budget(
         context_window=s.context_window_tokens,
@@ -305,7 +317,8 @@ def _request(prompt: Prompt, context: Context, payload: dict[str, Any]) -> Model
 
 def fold_into_summary(run_id: int, uncovered: list[Piece], *, half_budget: int) -> None:
     """Write a new rolling summary: the current one extended with the oldest uncovered turns
-    that fit in `half_budget` tokens (the rest wait for the next round)."""
+    that fit in `half_budget` tokens (the rest wait for the next round). Raises
+    `ContextOverflow` when the server refuses the summary's request as too long."""
     from worker.calls import call_model
 
     batch: list[Piece] = []
@@ -322,7 +335,10 @@ def fold_into_summary(run_id: int, uncovered: list[Piece], *, half_budget: int) 
     prompt = summarize_prompt(
         current.content if current else None, [p.text for p in batch], max_chars
     )
-    completion = call_model(run_id, _summary_request(prompt))
+    try:
+        completion = call_model(run_id, _summary_request(prompt))
+    except ContextTooLong as exc:  # the batch fits our budget, not the server's window
+        raise ContextOverflow(f"the summary of earlier turns was refused: {exc}") from exc
     with session_scope() as session:
         save_summary(
             session,

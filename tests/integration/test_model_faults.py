@@ -38,6 +38,7 @@ from ops.fake_provider import (
     PROMPT_TOKENS,
     FakeOpenAI,
     Reply,
+    context_too_long,
     never_answers,
     ok,
     quota_exhausted,
@@ -104,6 +105,7 @@ def submit(
     goal: str,
     tokens: int | None = None,
     cost_usd: float | None = None,
+    user_id: str = "faults",
 ) -> int:
     from models.tools import configured_tool_names
 
@@ -112,7 +114,7 @@ def submit(
         run = submit_run(
             session,
             settings=get_settings(),
-            user_id="faults",
+            user_id=user_id,
             goal=goal,
             plan=plan,
             tokens=tokens,
@@ -338,6 +340,67 @@ def test_quota_in_planning_escalates_after_one_call(fake: FakeOpenAI, mark: str)
     assert esc.reason == "quota_exhausted" and "insufficient_quota" in esc.detail["error"]
     assert len(fake.received(mark)) == 1
     assert [c.detail["outcome"] for c in check_charges(run)] == ["quota_exhausted"]
+
+
+# -- context too long -----------------------------------------------------------------------------
+
+
+def long_turn_then(mark: str) -> list[dict[str, Any]]:
+    """A tool step whose ~450-token result becomes a conversation turn of twice that (its
+    arguments and its result), then a model step carrying `mark`. The ledger keeps the result
+    (never trimmed); a smaller budget drops the turn, which is folded into the summary."""
+    lines = " ".join(f"receipt {i}: taxi fare {i}.40 EUR, Lyon to the airport;" for i in range(30))
+    echo = {"name": "fetch", "kind": "tool", "tool": "echo", "args": {"value": lines}}
+    return [echo, model_step(f"{mark}: total the receipts")]
+
+
+def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
+    fake: FakeOpenAI, mark: str
+) -> None:
+    """Issue 12: a context filled to agentq's budget was refused by llama.cpp's server as longer
+    than its window, and the step failed as on a provider error."""
+    fake.script(context_too_long("llama.cpp", context_tokens=8192, prompt_tokens=9000), when=mark)
+    run_id = submit(long_turn_then(mark), goal="total my receipts", user_id=f"ctx-{mark}")
+    run = wait_for_run(run_id, memory=True)
+    assert run.status == "succeeded"
+    refused, answered = fake.received(mark)[:2]
+    assert (refused.reply, answered.reply) == ("context_too_long", "ok")
+    assert len(answered.text) < len(refused.text)  # a smaller prompt, not the same one again
+    assert "Summary of earlier turns" in answered.text  # the dropped turn, folded
+    assert "Summary of earlier turns" not in refused.text
+    # the ledger keeps the step's result; the turn that repeated it was dropped
+    assert answered.text.count("receipt 0:") == 1 < refused.text.count("receipt 0:")
+    fetch, total = run_steps(run_id)
+    assert (fetch.status, total.status) == ("succeeded", "succeeded")
+    assert [a.outcome for a in attempts(total.id or 0)] == ["succeeded"]  # retried in the call
+    step_calls = events(run_id, "model.call", total.id)
+    assert [c.detail["outcome"] for c in step_calls] == ["context_too_long", "ok"]
+    assert (step_calls[0].detail["cost_usd"], step_calls[0].detail["prompt_tokens"]) == (0, 0)
+    assert "exceeds the available context size" in step_calls[0].detail["error"]
+    assert total.tokens_used == ANSWER_TOKENS  # the refused attempt charged nothing
+    purposes = [c.detail["purpose"] for c in check_charges(run)]
+    assert "summarize" in purposes
+
+
+def test_a_context_refused_twice_escalates_as_context_overflow(fake: FakeOpenAI, mark: str) -> None:
+    refusal = context_too_long("vllm", context_tokens=8192, prompt_tokens=9000)
+    fake.script(refusal, refusal, when=mark)
+    run_id = submit(long_turn_then(mark), goal="total my receipts", user_id=f"ctx-{mark}")
+    run = wait_for_run(run_id)
+    assert run.status == "waiting_review"
+    esc = escalation(run_id)
+    assert esc.reason == "context_overflow"  # not a provider failure, and not retried
+    assert "refused the request as too long again" in esc.detail["error"]
+    assert "maximum context length is 8192" in esc.detail["error"]
+    refused = fake.received(mark)
+    assert [r.reply for r in refused] == ["context_too_long", "context_too_long"]
+    assert len(refused[1].text) < len(refused[0].text)
+    _, total = run_steps(run_id)
+    assert (total.status, total.attempt, esc.step_id) == ("failed", 1, total.id)
+    step_calls = events(run_id, "model.call", total.id)
+    assert [c.detail["outcome"] for c in step_calls] == ["context_too_long"] * 2
+    assert total.tokens_used == 0
+    check_charges(run)
 
 
 # -- transient failures ---------------------------------------------------------------------------

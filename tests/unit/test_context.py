@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from models.tokens import count_message_tokens, count_tokens
-from worker.context import ContextOverflow, Layers, Piece, assemble, shorten, usable_budget
+from worker.context import (
+    REFIT_SHARE,
+    ContextOverflow,
+    Layers,
+    Piece,
+    assemble,
+    refit_budget,
+    shorten,
+    usable_budget,
+)
 
 
 def piece(role: str, text: str, ref: int | None = None) -> Piece:
@@ -114,3 +123,50 @@ def test_recalled_facts_about_pinned_keys_are_left_out() -> None:
         ("user", "city"),
         ("tool:x", "currency"),
     ]
+
+
+def refit(
+    *, sent: int = 2000, fixed: int = 0, window: int | None = None, prompt: int | None = None
+) -> int:
+    return refit_budget(
+        sent_tokens=sent,
+        fixed_tokens=fixed,
+        output_tokens=1024,
+        safety_margin=0.05,
+        context_tokens=window,
+        prompt_tokens=prompt,
+    )
+
+
+def test_a_refusal_the_server_sized_scales_by_the_two_counts() -> None:
+    """Issue 12: o200k counted 24% low for SmolLM2, so a context filled to the budget of an
+    8,192-token window was refused; the rebuilt one, counted by the server, fits with its answer."""
+    budget = usable_budget(
+        context_window=8192, reserved_output=1024, tool_schema_tokens=0, safety_margin=0.05
+    )
+    server_count = int(budget * 1.24)
+    smaller = refit(sent=budget, window=8192, prompt=server_count)
+    assert smaller * 1.24 + 1024 <= 8192
+    assert smaller == int((8192 - 1024) * budget / server_count * 0.95)
+
+
+def test_a_refusal_that_names_no_sizes_keeps_the_refit_share() -> None:
+    assert refit() == int(2000 * REFIT_SHARE)
+    assert refit(window=8192) == int(2000 * REFIT_SHARE)  # the prompt's size unsaid
+
+
+def test_what_a_rebuild_cannot_shrink_is_left_out_of_the_budget() -> None:
+    assert refit(fixed=400) == int(1600 * REFIT_SHARE)
+    sized = refit(fixed=400, window=2048, prompt=2500)
+    assert sized == int(((2048 - 1024) * 2000 / 2500 - 400) * 0.95)
+
+
+def test_sizes_that_would_not_shrink_the_prompt_keep_the_refit_share() -> None:
+    """A window far larger than the prompt (a vLLM refusal of the answer's length, say) does not
+    explain the refusal: the prompt still shrinks."""
+    assert refit(window=128_000, prompt=2100) == int(2000 * REFIT_SHARE)
+
+
+def test_a_window_with_no_room_for_the_answer_overflows() -> None:
+    with pytest.raises(ContextOverflow, match="no room for a prompt the server accepts"):
+        refit(window=1000, prompt=2100)

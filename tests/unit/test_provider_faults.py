@@ -13,11 +13,20 @@ from typing import Any
 import openai
 import pytest
 
-from models.errors import ProviderError, ProviderUnavailable, QuotaExhausted, RateLimited
+from models.errors import (
+    ContextTooLong,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExhausted,
+    RateLimited,
+)
 from ops.fake_provider import (
     COMPLETION_TOKENS,
+    CONTEXT_TOO_LONG,
     PROMPT_TOKENS,
     FakeOpenAI,
+    Reply,
+    context_too_long,
     never_answers,
     ok,
     quota_exhausted,
@@ -104,6 +113,50 @@ def test_client_errors_are_not_transient(
     fake_openai: FakeOpenAI, make_openai: Callable[..., OpenAIProvider], status: int
 ) -> None:
     fake_openai.script(server_error(status))
+    with pytest.raises(ProviderError) as caught:
+        make_openai().complete(request())
+    assert type(caught.value) is ProviderError
+
+
+SIZED_REFUSALS = sorted(set(CONTEXT_TOO_LONG) - {"unsized"})
+
+
+@pytest.mark.parametrize("server", SIZED_REFUSALS)
+def test_each_servers_context_too_long_is_recognised_with_its_sizes(
+    fake_openai: FakeOpenAI, make_openai: Callable[..., OpenAIProvider], server: str
+) -> None:
+    fake_openai.script(context_too_long(server, context_tokens=8192, prompt_tokens=9000))
+    with pytest.raises(ContextTooLong) as caught:
+        make_openai().complete(request())
+    refused = caught.value
+    assert (refused.context_tokens, refused.prompt_tokens) == (8192, 9000)
+    assert "8192" in refused.server_message and "Error code" not in refused.server_message
+    assert "Error code: 400" in str(refused)  # the SDK's message, with the call it was
+    assert len(fake_openai.requests) == 1  # never retried by the SDK
+
+
+def test_a_context_too_long_that_names_no_sizes_is_recognised_by_its_code(
+    fake_openai: FakeOpenAI, make_openai: Callable[..., OpenAIProvider]
+) -> None:
+    fake_openai.script(context_too_long("unsized"))
+    with pytest.raises(ContextTooLong) as caught:
+        make_openai().complete(request())
+    assert (caught.value.context_tokens, caught.value.prompt_tokens) == (None, None)
+    assert caught.value.server_message == "The prompt is too long."
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"message": "'messages' is too short; give the model context", "code": "invalid_value"},
+        {"message": "Invalid 'max_tokens': maximum is 4096.", "type": "invalid_request_error"},
+        {"message": "model 'gpt-9' not found", "code": 400, "type": "not_found_error"},
+    ],
+)
+def test_an_unrelated_400_stays_a_provider_error(
+    fake_openai: FakeOpenAI, make_openai: Callable[..., OpenAIProvider], error: dict[str, Any]
+) -> None:
+    fake_openai.script(Reply("bad_request", status=400, body={"error": error}))
     with pytest.raises(ProviderError) as caught:
         make_openai().complete(request())
     assert type(caught.value) is ProviderError

@@ -1,0 +1,112 @@
+"""A server's "context too long" refusal: rebuild the request smaller once, then context overflow.
+
+Our token counts are estimates (tiktoken's o200k: for agentq's prompts SmolLM2's own tokenizer
+counted 24% more, issue 12), so a context filled to the budget can still be refused by the
+server as longer than its window (`ContextTooLong`). The server refuses before generating, so
+the refused attempt is recorded as a `model.call` event with outcome `context_too_long` and
+charged nothing (`worker.calls`). The request is then rebuilt from rows once, under a smaller
+budget (`worker.context.refit_budget`: scaled by what the server said of its window and of the
+prompt, else `REFIT_SHARE`), which trims recalled memory and older turns (folded into the
+summary) as any smaller budget does, and sent again. A second refusal, or a rebuild whose
+never-trimmed layers no longer fit, raises `ContextOverflow`: the step, plan or synthesis
+escalates `context_overflow`, as when our own count finds the context too long. Never a
+provider error, and never retried as it was.
+
+`Fitted` is the one place this happens, for every call built from working memory: model steps
+and their tool-calling exchange (`worker.tool_use`), structured answers (plans, replans, fact
+extraction: `worker.structured`) and the synthesis (`worker.synthesis`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+
+from models.errors import ContextTooLong
+from models.settings import get_settings
+from worker.calls import call_model, estimate_prompt_tokens
+from worker.context import ContextOverflow, refit_budget
+from worker.prompts import Prompt
+from worker.providers import Completion, ModelRequest
+from worker.working_memory import budget, request_for, schema_tokens
+
+log = structlog.get_logger("agentq.worker")
+
+
+@dataclass
+class Fitted:
+    """The request for `prompt` in run `run_id`, built from working memory, and rebuilt smaller
+    at most once (`refitted`) after a server refused it as too long."""
+
+    run_id: int
+    prompt: Prompt
+    request: ModelRequest
+    refitted: bool = False
+
+    @classmethod
+    def build(cls, run_id: int, prompt: Prompt) -> Fitted:
+        """The request for `prompt` (`worker.working_memory.request_for`); raises what it does."""
+        return cls(run_id, prompt, request_for(run_id, prompt))
+
+    def budget(self) -> int:
+        """The prompt budget the request is held to now, in tokens."""
+        return budget(self.prompt)
+
+    def with_tail(self, tail: Sequence[dict[str, Any]] = ()) -> ModelRequest:
+        """The request with `tail` (the later messages of an exchange: tool calls and their
+        answers, a re-ask) after its own messages; those are counted again when it is sent."""
+        if not tail:
+            return self.request
+        messages = [*self.request.messages, *tail]
+        return replace(self.request, messages=messages, estimated_prompt_tokens=None)
+
+    def call(
+        self, tail: Sequence[dict[str, Any]] = (), *, step_id: int | None = None
+    ) -> Completion:
+        """`worker.calls.call_model` for `with_tail(tail)`, charged to the run (and step
+        `step_id`); refused as too long, the request is rebuilt (`refit`) and sent again with
+        the same tail. Raises `ContextOverflow` for a second refusal, and what `call_model` and
+        `refit` raise."""
+        while True:
+            try:
+                return call_model(self.run_id, self.with_tail(tail), step_id=step_id)
+            except ContextTooLong as refused:
+                self.refit(refused, tail)
+
+    def refit(self, refused: ContextTooLong, tail: Sequence[dict[str, Any]] = ()) -> None:
+        """Rebuild the request under the smaller budget `refused` calls for (the refused request
+        carried `tail` after it). Raises `ContextOverflow` when it was rebuilt already, when no
+        room is left, or when its never-trimmed layers do not fit the smaller budget; and what
+        `request_for` raises (its summary fold makes model calls)."""
+        if self.refitted:
+            raise ContextOverflow(
+                f"{self.prompt.purpose}: the server refused the request as too long again, "
+                f"after it was rebuilt under a budget of {self.budget()} tokens: "
+                f"{refused.server_message}"
+            ) from refused
+        sent = self.with_tail(tail)
+        sent_tokens = sent.estimated_prompt_tokens or estimate_prompt_tokens(sent)
+        own = (self.request.estimated_prompt_tokens or sent_tokens) - schema_tokens(self.prompt)
+        smaller = refit_budget(
+            sent_tokens=sent_tokens,
+            fixed_tokens=sent_tokens - own,
+            output_tokens=self.request.max_output_tokens,
+            safety_margin=get_settings().context_safety_margin,
+            context_tokens=refused.context_tokens,
+            prompt_tokens=refused.prompt_tokens,
+        )
+        log.info(
+            "model.call.refit",
+            run_id=self.run_id,
+            purpose=self.prompt.purpose,
+            sent_tokens=sent_tokens,
+            budget=smaller,
+            server_context_tokens=refused.context_tokens,
+            server_prompt_tokens=refused.prompt_tokens,
+        )
+        self.prompt = replace(self.prompt, budget_tokens=smaller)
+        self.request = request_for(self.run_id, self.prompt)
+        self.refitted = True
