@@ -16,7 +16,10 @@ nothing if the run has moved on, so the rows are changed once. Its earlier try's
 longer renewed once the outage ended that try (`worker.heartbeats`), so the retry claims the
 phase once that lease (`AGENTQ_LEASE_S`) has run out, or, finding it still held, leaves it to
 the reconciler, which re-sends it then: the phase goes on within about a lease and a reconcile
-interval of the database's return, and a model call made before the outage is made again.
+interval of the database's return. A model call answered before or during the outage is not
+made again: what keeps its answer waits for Postgres in the task (`worker.calls.
+waits_out_outages`). A bug in a plan, replan or synthesis escalates its run (`internal_error`,
+`worker.crashes`) rather than failing the task, which the reconciler would re-send for ever.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
 from worker import deferrals, memory, outages, planner, recovery, steps, synthesis
+from worker.crashes import escalated_on_crash
 from worker.heartbeats import StepHeld, heartbeat
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
@@ -63,8 +67,10 @@ log = structlog.get_logger("agentq.worker")
 @app.task(name=TASK_PLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def plan(run_id: int) -> None:
     """Write the first plan of a run; rate-limited, the task is sent again later."""
+    moved = False  # a crash escalated: nothing to tell the coordinator
     try:
-        moved = planner.plan(run_id)
+        with escalated_on_crash(run_id, "planning"):
+            moved = planner.plan(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_PLAN, "planning", run_id)
         return
@@ -78,8 +84,10 @@ def plan(run_id: int) -> None:
 @app.task(name=TASK_REPLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def replan(run_id: int, step_id: int) -> None:
     """Splice new steps in after a failed step; rate-limited, the task is sent again later."""
+    moved = False  # a crash escalated: nothing to tell the coordinator
     try:
-        moved = planner.replan(run_id, step_id)
+        with escalated_on_crash(run_id, "replanning"):
+            moved = planner.replan(run_id, step_id)
     except RateLimited as exc:
         _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
         return
@@ -176,8 +184,10 @@ def synthesize(run_id: int) -> None:
 def synthesize_run(run_id: int) -> None:
     """Write the final answer of a run, then send its memory task and what the dispatch of its
     user released (`worker.synthesis.synthesize`); rate-limited, the task is sent again later."""
+    sends: list[tuple[str, tuple[int, ...]]] = []  # a crash escalated: nothing to send
     try:
-        sends = synthesis.synthesize(run_id)
+        with escalated_on_crash(run_id, "synthesizing"):
+            sends = synthesis.synthesize(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
         return

@@ -38,6 +38,7 @@ REASON_TEXT: Final = {
     "invalid_plan": "The planner did not produce a valid plan.",
     "synthesis_failed": "The final answer could not be written.",
     "goal_not_met": "The steps finished, but what the run delivered fails its goal check.",
+    "internal_error": "agentq itself failed while planning or answering; see the worker log.",
 }
 
 

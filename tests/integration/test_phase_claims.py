@@ -20,7 +20,7 @@ from models.db import session_scope
 from models.errors import PhaseNotDue
 from models.queue import TASK_SYNTHESIZE
 from models.settings import get_settings
-from models.tables import Run, RunEvent, utcnow
+from models.tables import Escalation, Run, RunEvent, utcnow
 from models.tools import load_tool_modules
 from scheduler import tasks
 from worker import calls, memory, planner, synthesis
@@ -252,3 +252,28 @@ def test_only_the_holder_of_a_phase_renews_it(engine: object, make_run: Callable
         assert not phases.renew(session, run_id, 2, lease_s=10.0, now=expired)
         run = session.get(Run, run_id)
         assert run is not None and run.phase_lease_expires_at is None
+
+
+@pytest.mark.parametrize("status", ["planning", "synthesizing"])
+def test_a_bug_in_a_phase_escalates_its_run_once(make_run: Callable[..., int], status: str) -> None:
+    """A phase's task that raised an unexpected error left its run in the phase, re-sent by the
+    reconciler and crashing again for ever; now the run escalates `internal_error` with the
+    exception's type only, and a second crash of the same phase (the run moved on) changes
+    nothing."""
+    from worker.crashes import escalated_on_crash
+
+    run_id = _run_in(status, make_run)
+    for _ in range(2):
+        with escalated_on_crash(run_id, status):
+            raise KeyError("/srv/agentq/secret-path")
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        escalations = session.exec(select(Escalation).where(Escalation.run_id == run_id)).all()
+    assert run is not None and run.status == "waiting_review"
+    (esc,) = escalations
+    assert esc.reason == "internal_error"
+    assert esc.detail["error"] == (
+        f"{status} failed with an internal error (KeyError); see the worker log"
+    )
+    with pytest.raises(PhaseNotDue), escalated_on_crash(run_id, status):  # not a crash
+        raise PhaseNotDue(run_id, due_in_s=1.0)
