@@ -9,8 +9,10 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
+from api.openapi import walk
 from models.errors import InvalidPlan
 from models.expectations import (
+    KEY_PATH_PATTERN,
     MAX_STEP_EXPECTATIONS,
     SHOWN_VALUE_MAX_CHARS,
     Expectation,
@@ -193,6 +195,14 @@ def test_the_planners_schema_offers_expect_on_either_kind_of_step() -> None:
     for step in (tool_step(), model):
         assert validator.is_valid({"steps": [{**step, "expect": [{"key": "text", "min": 0}]}]})
         assert not validator.is_valid({"steps": [{**step, "expect": [{"key": "text"}]}]})
+
+
+def test_the_planners_schema_has_no_pattern_escape_a_local_models_grammar_cannot_read() -> None:
+    """llama-cpp-python's server (`AGENTQ_STRUCTURED_OUTPUT=json_object`) turns the schema into
+    a grammar; a `\\.` in a pattern made one it could not parse, and the server crashed."""
+    patterns = [node["pattern"] for node in walk(plan_schema(["echo"])) if "pattern" in node]
+    assert KEY_PATH_PATTERN in patterns
+    assert all("\\" not in pattern for pattern in patterns), patterns
 
 
 def step_row(expect: list[dict[str, Any]]) -> Step:
