@@ -166,7 +166,7 @@ def expect_schema() -> dict[str, Any]:
         "values).",
         "type": "array",
         "maxItems": MAX_STEP_EXPECTATIONS,
-        "items": {"oneOf": variants},
+        "items": {"anyOf": variants},  # disjoint; anyOf is what more servers read
     }
 
 
