@@ -14,14 +14,16 @@ so that a request the spec allows is accepted and one it forbids is refused
   argument checks): a step is a model step (an instruction that is not blank; optional `tools`,
   enabled ones, each once) or a call of one enabled tool with that tool's own arguments, where
   any argument may instead be a string holding a `${steps...}` / `${facts...}` reference; either
-  may name the steps it waits for (`after`: step names, each once).
+  may name the steps it waits for (`after`: step names, each once) and declare checks of its
+  result (`expect`, `models.expectations.expect_schema`).
 
 What JSON Schema cannot state is in the descriptions and refused with 400 naming the step: rules
 across fields (step names unique in a plan; `after` names steps of the plan, not the step itself,
 and makes no cycle; a reference names a step the referring step waits for, or a pinned fact;
 `models.graph`) and rules of the server's state (a tool that exists but is not enabled cannot
 appear, since the enum is the enabled set; an edit's `after` may also name the run's steps that
-ran or still run).
+ran or still run). One more rule across fields, an expectation's `min` at most its `max`, is
+refused with 422, as the step validators' rules are.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from api.schemas import NO_NUL_PATTERN, NOT_BLANK_PATTERN
+from models.expectations import expect_schema
 from models.plans import (
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
@@ -58,6 +61,7 @@ def state_rules(
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     if "StepSpec" in schemas:
         schemas["StepSpec"] = step_schema(tools, schemas)
+        schemas.pop("Expectation", None)  # pydantic's, which only StepSpec used; now inlined
     _cap_budgets(schemas.get("Budgets", {}), ceilings)
     for schema in _all_schemas(spec):
         _no_nul(schema)
@@ -106,7 +110,8 @@ def step_schema(tools: Sequence[Mapping[str, Any]], schemas: dict[str, Any]) -> 
         "of the plan (in a reviewer's edit, also the run's steps that ran or still run), never "
         "the step itself, and the steps' `after` make no cycle; a `${steps.NAME.KEY}` reference "
         "names a step the referring step waits for (directly or through other steps), a "
-        "`${facts.KEY}` reference a pinned fact. Otherwise 400, naming the step.",
+        "`${facts.KEY}` reference a pinned fact. Otherwise 400, naming the step. An "
+        "expectation's `min` is at most its `max` (otherwise 422).",
         "oneOf": variants,
     }
 
@@ -135,6 +140,7 @@ def _model_step(tool_names: list[str]) -> dict[str, Any]:
             "tool": {"type": "null"},
             "args": {"type": "object", "maxProperties": 0},
             "after": _after(),
+            "expect": expect_schema(),
         },
     }
 
@@ -155,6 +161,7 @@ def _tool_step(entry: Mapping[str, Any], schemas: dict[str, Any]) -> dict[str, A
             "args": _arguments(name, entry["parameters"], schemas),
             "tools": {"type": "array", "maxItems": 0},
             "after": _after(),
+            "expect": expect_schema(),
         },
     }
 

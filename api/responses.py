@@ -86,6 +86,9 @@ class StepOut(BaseModel):
     kind: str
     tool: str | None
     tools: list[str] = []
+    expect: list[dict[str, Any]] = Field(
+        default=[], description="Checks of the step's result, as the plan declared them."
+    )
     args: Shortenable
     status: str
     attempt: int

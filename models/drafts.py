@@ -101,6 +101,8 @@ def spec_of(step: Step, after: Sequence[str]) -> dict[str, Any]:
     spec["args"] = step.args
     if step.tools:
         spec["tools"] = step.tools
+    if step.expect:
+        spec["expect"] = step.expect
     spec["after"] = list(after)
     return spec
 

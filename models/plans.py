@@ -6,6 +6,7 @@ reviewer's edit and an explicit plan given at submit all pass through `parse_pla
 is written, so malformed input is refused whole and nothing is half-written. Steps pass data with
 references in their tool args: `"${steps.NAME.KEY}"` (a key of the result of a step it waits for,
 directly or not) and `"${facts.KEY}"` (a pinned fact). The graph rules are `models.graph`'s.
+A step may declare checks of its result (`expect`, `models.expectations`) that fail it when unmet.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlmodel import Session, select
 
 from models import graph, sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
+from models.expectations import MAX_STEP_EXPECTATIONS, Expectation, stored
 from models.references import referenced_facts, references
 from models.states import STEP_NOT_STARTED
 from models.storable import parse_json, storable_problem
@@ -61,6 +63,11 @@ class StepSpec(BaseModel):
         max_length=MAX_PLAN_STEPS,
         description="Names of the steps this one waits for; [] starts at once; left out, the "
         "step before it.",
+    )
+    expect: list[Expectation] = Field(
+        default_factory=list,
+        max_length=MAX_STEP_EXPECTATIONS,
+        description="Checks of the step's result (`models.expectations`); one unmet fails it.",
     )
 
     @field_validator("args")
@@ -344,6 +351,7 @@ def _new_step(run: Run, version: int, spec: StepSpec, max_attempts: int) -> Step
         tool=spec.tool,
         args=spec.args,
         tools=spec.tools,
+        expect=stored(spec.expect),
         max_attempts=max_attempts,
     )
 

@@ -39,6 +39,7 @@ from sqlmodel import Session, col, select
 
 from models import transitions
 from models.errors import InvalidInput, NotFound
+from models.expectations import loaded
 from models.messages import add_message
 from models.plans import (
     ArgsCheck,
@@ -260,6 +261,7 @@ def approve(
         tool=failed.tool,
         args=failed.args,
         tools=failed.tools,
+        expect=loaded(failed.expect),
     )
     add_plan_version(
         session,

@@ -187,6 +187,11 @@ class Step(SQLModel, table=True):
         default_factory=list,
         sa_type=MutableList.as_mutable(JSONB),
     )
+    # Checks of the step's result, as `models.expectations.stored` writes them (issue 12).
+    expect: list[dict[str, Any]] = Field(
+        default_factory=list,
+        sa_type=MutableList.as_mutable(JSONB),
+    )
     status: str = Field(default="pending", max_length=20)
     attempt: int = 0
     max_attempts: int = 3

@@ -27,8 +27,9 @@ class OfflineProvider:
     - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>}` if one matches the goal, else one
       model step `answer` whose instruction is the goal (its first `MAX_INSTRUCTION_CHARS`);
     - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "tools", "error",
-      "instruction"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as one step
-      with the failed step's name, else the failed step once more (the engine bounds replans);
+      "instruction", "expect"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as
+      one step with the failed step's name, else the failed step once more (the engine bounds
+      replans); either keeps the failed step's expectations;
     - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`;
     - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
       one line `name: <compact JSON, at most 200 chars>` per succeeded step;
@@ -118,6 +119,8 @@ def _offline_replan(payload: Mapping[str, Any]) -> str:
             "args": failed.get("args", {}),
             **({"tools": failed["tools"]} if failed.get("tools") else {}),
         }
+    if failed.get("expect"):  # what the step's result must hold, whichever tool makes it
+        step["expect"] = failed["expect"]
     return json.dumps({"steps": [step]})
 
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.expectations import expect_schema
 from models.plans import (
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
@@ -122,6 +123,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
     after = {"type": "array", "items": name, "maxItems": MAX_PLAN_STEPS}
     instruction = {"type": "string", "maxLength": MAX_INSTRUCTION_CHARS}
     known = {"type": "string", "enum": tool_names} if tool_names else {"type": "string"}
+    expect = expect_schema()
     tool_step = {
         "type": "object",
         "additionalProperties": False,
@@ -133,6 +135,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
             "tool": known,
             "args": {"type": "object"},
             "after": after,
+            "expect": expect,
         },
     }
     model_step = {
@@ -145,6 +148,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
             "kind": {"type": "string", "const": "model"},
             "tools": {"type": "array", "items": known, "maxItems": MAX_STEP_TOOLS},
             "after": after,
+            "expect": expect,
         },
     }
     steps = [tool_step, model_step] if tool_names else [model_step]
@@ -185,6 +189,7 @@ def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Promp
         "error": failed.error,
         "instruction": failed.instruction,
         "tools": failed.tools,
+        "expect": failed.expect,
     }
     task = (
         "Tools you can use:\n"

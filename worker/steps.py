@@ -6,7 +6,8 @@ done and does nothing. The outcome is written only by the attempt that holds the
 
 A rate-limited model call defers the step (back to queued, not counted as a failed attempt) and
 the task is sent again with the server's `retry-after` as countdown, so no worker sleeps it out;
-an exhausted quota or a spent token or cost budget fails the step and escalates the run.
+an exhausted quota or a spent token or cost budget fails the step and escalates the run. A
+result that leaves one of the step's expectations unmet (`expect`) fails the step for good.
 
 Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
@@ -43,6 +44,7 @@ from models.errors import (
     StepNotDue,
     ToolError,
 )
+from models.expectations import loaded, unmet
 from models.queue import TASK_EXECUTE_STEP
 from models.references import has_reference, resolve
 from models.runs import upstream_results
@@ -152,7 +154,7 @@ def perform(claimed: Claimed) -> Outcome:
     is no failure of the step (`worker.outages`)."""
     step = claimed.step
     try:
-        return Outcome("succeeded", _run(claimed))
+        return checked_outcome(step, _run(claimed))
     except STEP_FAILURES as exc:
         return failure_outcome(exc, step, max_deferrals=get_settings().model_max_deferrals)
     except DatabaseUnavailable:  # no failure of the step: its task waits out the outage
@@ -160,6 +162,19 @@ def perform(claimed: Claimed) -> Outcome:
     except Exception as exc:  # a bug must fail its step, not the worker
         log.exception("execute_step.unexpected", step_id=step.id)
         return Outcome("failed", error=internal_error(step, exc))
+
+
+def checked_outcome(step: Step, result: dict[str, Any]) -> Outcome:
+    """What a step's `result` comes to (the rule alone: no effects, and no model call):
+    succeeded, or failed when it leaves an expectation of the step unmet
+    (`models.expectations`), with an error naming each unmet one and the value seen. Not a
+    retry: the same call would return the same result; the coordinator replans or escalates.
+    Raises pydantic's `ValidationError` if `steps.expect` holds no expectations (a row written by
+    hand), which `perform` records as an internal error."""
+    reasons = unmet(loaded(step.expect), result)
+    if not reasons:
+        return Outcome("succeeded", result)
+    return Outcome("failed", error=f"step {step.name!r}: unmet expectation: " + "; ".join(reasons))
 
 
 def internal_error(step: Step, exc: BaseException) -> str:

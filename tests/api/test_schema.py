@@ -6,8 +6,9 @@ unsupported method with 405 and an `Allow` naming exactly the path's methods.
 
 Bodies that break the rules across fields that JSON Schema cannot state, and the spec's
 descriptions do, are not sent (`breaks_stated_rules`): a plan's step names are unique; `after`
-names other steps of the plan and makes no cycle; and a reference names a step the referring
-step waits for, or a pinned fact (so no body with a `${...}` is sent).
+names other steps of the plan and makes no cycle; a reference names a step the referring
+step waits for, or a pinned fact (so no body with a `${...}` is sent); and an expectation's `min`
+is at most its `max`.
 
 Runs last in tests/api (file order): it submits, claims and decides whatever it likes. The runs it
 submits are cancelled afterwards so the workers are free for what comes next.
@@ -95,8 +96,9 @@ def sent_as_described(case: Any) -> None:
 def breaks_stated_rules(body: Any) -> bool:
     """Whether `body` breaks a rule across fields that the spec states in words: a `${...}`
     reference (whether it names a step it waits for or a pinned fact depends on the rest of the
-    body), a step name used twice in a plan, or an `after` that names a step the plan does not
-    have, the step itself, or closes a cycle. Such bodies are not sent."""
+    body), a step name used twice in a plan, an `after` that names a step the plan does not
+    have, the step itself, or closes a cycle, or an expectation whose `min` is more than its
+    `max`. Such bodies are not sent."""
     if "${" in json.dumps(body, default=repr):
         return True
     plan = body.get("plan") if isinstance(body, dict) else None
@@ -104,8 +106,22 @@ def breaks_stated_rules(body: Any) -> bool:
     if isinstance(steps, list):
         named = [step for step in steps if isinstance(step, dict)]
         names = [str(step.get("name")) for step in named]
-        return len(names) != len(set(names)) or breaks_graph_rules(named, names)
+        crossed = any(crossed_bounds(step.get("expect")) for step in named)
+        return crossed or len(names) != len(set(names)) or breaks_graph_rules(named, names)
     return False
+
+
+def crossed_bounds(expect: Any) -> bool:
+    """Whether `expect` holds an expectation whose numbers `min` and `max` are the wrong way
+    round (anything else wrong in it breaks the schema instead)."""
+    expectations = expect if isinstance(expect, list) else []
+    return any(_crossed(e) for e in expectations if isinstance(e, dict))
+
+
+def _crossed(expectation: dict[str, Any]) -> bool:
+    low, high = expectation.get("min"), expectation.get("max")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
+    return bool(numbers and low > high)
 
 
 def breaks_graph_rules(steps: list[dict[str, Any]], names: list[str]) -> bool:

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+from models.expectations import unmet
 from models.layout import by_wave
 from models.plans import Splice, parse_plan
 from models.settings import Settings
@@ -41,3 +42,15 @@ def test_the_readmes_graph_plan_validates_and_runs_two_steps_together() -> None:
     names = [[version.names[k] for k in wave] for wave in by_wave(version.order, version.after)]
     assert names == [["left", "right"], ["join"]]
     assert json.loads(block.group(1))["steps"][2]["after"] == ["left", "right"]
+
+
+def test_the_readmes_expectations_validate_and_fail_as_it_says() -> None:
+    block = re.search(r"```json\n(\{\"name\": \"receipts\".*?)```", README, flags=re.S)
+    assert block, "the CLI section's example of `expect`"
+    (step,) = parse_plan(
+        {"steps": [json.loads(block.group(1))]}, tools=configured_tool_names()
+    ).steps
+    result = {"receipts": [{"amount": 6120.5}], "currency": "USD", "month": "2026-10"}
+    (reason,) = unmet(step.expect, result)
+    assert f"`step 'receipts': unmet\nexpectation: {reason}`" in README
+    assert unmet(step.expect, {**result, "receipts": [{"amount": 412.5}]}) == []

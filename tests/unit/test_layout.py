@@ -90,3 +90,12 @@ def test_the_edit_draft_names_each_steps_after_and_rebuilds_the_same_graph() -> 
 def test_a_step_that_waits_for_nothing_says_so_with_an_empty_after() -> None:
     spec = spec_of(row(1, "a", kind="model", tool=None, instruction="think"), [])
     assert spec == {"name": "a", "instruction": "think", "kind": "model", "args": {}, "after": []}
+
+
+def test_the_edit_draft_keeps_a_steps_expectations_and_parses_again() -> None:
+    expect = [{"key": "ok", "in": [True]}, {"key": "n", "min": 0, "max": 3}]
+    spec = spec_of(row(1, "a", expect=expect), [])
+    assert spec["expect"] == expect
+    (parsed,) = parse_plan({"steps": [spec]}, tools=TOOLS).steps
+    assert [e.model_dump() for e in parsed.expect] == expect
+    assert "expect" not in spec_of(row(2, "b"), [])  # none declared: the draft shows none

@@ -89,3 +89,23 @@ def test_either_step_shape_may_name_the_steps_it_waits_for(spec: dict[str, Any])
     assert "no cycle" in described and "waits for" in described and "400" in described
     versions = spec["components"]["schemas"]["PlanVersionOut"]
     assert {"after", "waves"} <= set(versions["required"])
+
+
+def test_either_step_shape_may_declare_expectations_as_the_server_checks_them(
+    spec: dict[str, Any],
+) -> None:
+    model = {"name": "j", "kind": "model", "instruction": "join"}
+    tool = {"name": "a", "kind": "tool", "tool": "sleep", "args": {"seconds": 0}}
+    good = [{"key": "slept_s", "min": 0, "max": 1}, {"key": "text", "present": True}]
+    good.append({"key": "x.0.y", "in": ["a", 1, True, None]})
+    for step in (model, tool):
+        assert valid(spec, "PlanSpec", {"steps": [{**step, "expect": good}]})
+        for wrong in ([{"key": "t"}], [{"key": "t", "min": "1"}], [{"key": "t", "max": None}]):
+            assert not valid(spec, "PlanSpec", {"steps": [{**step, "expect": wrong}]}), wrong
+        nul = [{"key": "t", "in": ["a\x00b"]}]
+        assert not valid(spec, "PlanSpec", {"steps": [{**step, "expect": nul}]})
+    assert "Expectation" not in spec["components"]["schemas"]  # pydantic's, which allows null
+    described = spec["components"]["schemas"]["StepSpec"]["description"]
+    assert "`min` is at most its `max`" in described
+    step_out = spec["components"]["schemas"]["StepOut"]["properties"]
+    assert step_out["expect"]["type"] == "array"

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from models.errors import ProviderError
+from models.expectations import loaded
 from models.plans import MAX_INSTRUCTION_CHARS, parse_plan
 from models.references import references
 from models.runs import GOAL_MAX_CHARS
@@ -45,11 +46,13 @@ def request(purpose: Purpose, payload: dict[str, Any], **extra: Any) -> ModelReq
 
 def check_steps(text: str, *, earlier: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Parse a plan answer and check each step's shape, tool and references (`after`, when a
-    step names it, covers what it refers to: `parse_plan` checks the graph itself)."""
+    step names it, covers what it refers to: `parse_plan` checks the graph itself); its
+    `expect`, when it has one, holds expectations."""
     steps: list[dict[str, Any]] = json.loads(text)["steps"]
     available = set(earlier)
     for step in steps:
-        assert set(step) - {"after"} == STEP_KEYS
+        assert set(step) - {"after", "expect"} == STEP_KEYS
+        loaded(step.get("expect", []))  # raises if it holds no expectations
         assert step["kind"] in ("tool", "model")
         assert (step["tool"] is None) == (step["kind"] == "model")
         if step["tool"] is not None:
@@ -138,6 +141,22 @@ def test_offline_replan_without_fallback_retries_the_step(
     text = OfflineProvider().complete(request("replan", replan_payload(failed))).text
     expected = {"name": "rate", "instruction": "Rate", "kind": kind, "tool": tool, "args": args}
     assert check_steps(text) == [expected]
+
+
+def test_offline_replan_keeps_the_failed_steps_expectations() -> None:
+    """The step put in the failed one's place is held to what its result must hold, whether it
+    is the failed tool again or its fallback; a step without any gets none."""
+    expect = [{"key": "rate", "min": 0}]
+    again = {"name": "rate", "tool": "cached_rate", "args": {}, "instruction": "Rate"}
+    fallback = {**EXPENSE_PLAYBOOK[1], "error": "timed out"}
+    for failed in (again, fallback):
+        (step,) = json.loads(
+            OfflineProvider().complete(request("replan", replan_payload(failed))).text
+        )["steps"]
+        assert step["tool"] == "cached_rate" and "expect" not in step  # none declared, none added
+        failed = {**failed, "expect": expect, "error": "rate: expected a number >= 0"}
+        text = OfflineProvider().complete(request("replan", replan_payload(failed))).text
+        assert check_steps(text, earlier=frozenset({"receipts"}))[0]["expect"] == expect
 
 
 def test_offline_step_and_synthesize_are_plain_text() -> None:
