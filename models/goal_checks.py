@@ -1,11 +1,13 @@
 """Deterministic goal checks: what a run delivers must agree with the facts its user pinned.
 
 A run that finished its steps is not done until its outcome is checked (issue 12, item 1). This
-module holds the checks that need no model. A run's deliverables are the results of its sink
-steps: the succeeded steps of its current plan version that no other step waits for (what the
-run hands over, such as a submitted report). Intermediate values feed later steps and may
-rightly differ from a pinned fact (the receipts' own currency before they are converted), so
-they are not checked.
+module holds the checks that need no model. A run's deliverables are the results it hands over:
+those of the succeeded steps of its current plan version whose results no step of the plan
+refers to (`${steps.NAME...}` in its arguments). A result another step refers to is an
+intermediate value that fed a later step and may rightly differ from a pinned fact (the
+receipts' own currency before they are converted). Merely waiting for a step does not make its
+result intermediate: a step added after the report filing changes nothing of what was filed
+(an earlier rule, "the steps nothing waits for", let a trailing `noop` hide a USD report).
 
 A pinned fact `key = value` conflicts with a deliverable holding a field named `key` (at any
 depth of its result, the name compared case-insensitively) whose value is not `value`: numbers
@@ -29,7 +31,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import sql
-from models.plans import current_graph
+from models.references import references
 from models.runs import pinned_facts
 from models.tables import Run, Step
 
@@ -56,11 +58,11 @@ class Conflict:
         )
 
 
-def sinks(steps: Sequence[Step], after: Mapping[int, Sequence[int]]) -> list[Step]:
-    """The succeeded `steps` that none of `steps` waits for (`after`: step id -> the ids it
-    waits for, as `models.plans.Splice.after`), in order."""
-    waited_for = {dep for deps in after.values() for dep in deps}
-    return [s for s in steps if s.status == "succeeded" and s.id not in waited_for]
+def deliverables(steps: Sequence[Step]) -> list[Step]:
+    """The succeeded `steps` whose results none of `steps` refers to in its arguments
+    (`models.references.references`), in order."""
+    referred = {name for s in steps for name in references(s.args)}
+    return [s for s in steps if s.status == "succeeded" and s.name not in referred]
 
 
 def conflicts(
@@ -133,10 +135,8 @@ def waived(session: Session, run: Run) -> bool:
 def conflicts_of(session: Session, run: Run, steps: Sequence[Step]) -> list[Conflict]:
     """The conflicts between run `run`'s pinned facts and its deliverables (`steps`: its current
     plan version's, `models.plans.current_steps`); none when it pins nothing or a reviewer
-    waived the check. Reads the pinned facts, then (only when there are some) the waiver and
-    the plan's graph."""
+    waived the check. Reads the pinned facts, then (only when there are some) the waiver."""
     pinned = pinned_facts(session, run.id or 0)
     if not pinned or waived(session, run):
         return []
-    delivered = sinks(steps, current_graph(session, run).after or {})
-    return conflicts(pinned, {s.name: s.result or {} for s in delivered})
+    return conflicts(pinned, {s.name: s.result or {} for s in deliverables(steps)})

@@ -19,9 +19,8 @@ from tests.integration.conftest import wait_for_run
 MakeRun = Callable[..., int]
 
 
-def _echo(name: str, value: Any, after: list[str] | None = None) -> dict[str, Any]:
-    step = {"name": name, "kind": "tool", "tool": "echo", "args": {"value": value}}
-    return step if after is None else {**step, "after": after}
+def _echo(name: str, value: Any) -> dict[str, Any]:
+    return {"name": name, "kind": "tool", "tool": "echo", "args": {"value": value}}
 
 
 def _calls(run_id: int) -> list[RunEvent]:
@@ -60,13 +59,24 @@ def test_a_deliverable_that_contradicts_a_pinned_fact_escalates(make_run: MakeRu
     assert len(escalations) == 1  # approved once, not checked again for the same plan
 
 
-def test_what_the_run_delivers_is_checked_not_what_fed_it(make_run: MakeRun) -> None:
+def test_a_step_after_the_deliverable_does_not_hide_it(make_run: MakeRun) -> None:
+    """Waiting for the report is not using it: the USD report is still what the run delivered
+    (a new user's first try: a trailing `noop` made such a run succeed)."""
     run_id = make_run(
-        [
-            _echo("receipts", {"currency": "USD", "total": 510.0}, after=[]),
-            _echo("report", {"currency": "eur", "total": "473.430"}, after=["receipts"]),
-        ],
-        facts={"currency": "EUR", "total": "473.43"},
+        [_echo("report", {"currency": "USD"}), {"name": "after", "kind": "tool", "tool": "noop"}],
+        facts={"currency": "EUR"},
     )
-    run = wait_for_run(run_id)
+    assert wait_for_run(run_id).status == "waiting_review"
+
+
+def test_what_the_run_delivers_is_checked_not_what_fed_it(make_run: MakeRun) -> None:
+    """The demo's expense playbook: the receipts come in USD and the rate's base is USD, both
+    used by later steps; the report they feed is filed in the pinned EUR."""
+    from worker.tools.expenses import EXPENSE_PLAYBOOK
+
+    facts = {"trip": "lisbon-2026-10", "currency": "EUR", "cost_centre": "CC-4410"}
+    run = wait_for_run(make_run(EXPENSE_PLAYBOOK, facts=facts))
     assert run.status == "succeeded", run.error
+    outputs = (run.final_result or {})["outputs"]
+    assert outputs["receipts"]["currency"] != "EUR"  # an intermediate value that differs
+    assert outputs["submit"]["currency"] == "EUR"

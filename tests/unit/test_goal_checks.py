@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from models.goal_checks import agrees, conflicts, sinks
+from models.goal_checks import agrees, conflicts, deliverables
 from models.tables import Step
 
 
@@ -56,11 +56,16 @@ def test_nothing_pinned_or_nothing_named_so_is_no_conflict() -> None:
     assert conflicts({"trip": "paris"}, {"a": {"currency": "USD"}}) == []
 
 
-def _step(id_: int, status: str = "succeeded") -> Step:
-    return Step(id=id_, run_id=1, plan_version=1, position=id_, name=f"s{id_}", status=status)
+def _step(name: str, status: str = "succeeded", **args: Any) -> Step:
+    return Step(run_id=1, plan_version=1, position=0, name=name, status=status, args=args)
 
 
-def test_the_deliverables_are_the_succeeded_steps_nothing_waits_for() -> None:
-    steps = [_step(1), _step(2), _step(3), _step(4, "failed")]
-    after = {2: (1,), 3: (1,), 4: (2,)}
-    assert [s.id for s in sinks(steps, after)] == [3]
+def test_the_deliverables_are_the_succeeded_steps_no_step_refers_to() -> None:
+    steps = [
+        _step("receipts"),
+        _step("convert", receipts="${steps.receipts.receipts}"),
+        _step("submit", total="${steps.convert.total}"),
+        _step("after_it"),  # waits for `submit` (the step before it) but uses nothing of it
+        _step("broken", "failed"),
+    ]
+    assert [s.name for s in deliverables(steps)] == ["submit", "after_it"]
