@@ -42,6 +42,14 @@ class Spend(BaseModel):
     deferrals: int
 
 
+class Criterion(BaseModel):
+    """One success criterion of a run: its text (pinned facts as `${facts.KEY}`) and who gave
+    it (`user` at submit, `planner` with the first plan)."""
+
+    text: str
+    by: str
+
+
 class RunOut(BaseModel):
     """One run, as listed."""
 
@@ -183,6 +191,10 @@ class RunDetail(RunOut):
     and the final answer. Values over 2 KiB are `Preview`s."""
 
     pinned_facts: dict[str, str]
+    success_criteria: list[Criterion] = Field(
+        description="What the run must achieve, judged once its answer is written "
+        "(`goal.checked` events hold each verdict)."
+    )
     final_result: Shortenable | None
     plan_versions: list[PlanVersionOut]
     current_step_ids: list[int]

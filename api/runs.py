@@ -21,6 +21,7 @@ from api.auth import AnyPrincipal, Principal, Submitter
 from api.errors import QUOTA_REFUSAL
 from api.memory import without_memory
 from api.responses import (
+    Criterion,
     ErrorOut,
     EscalationOut,
     EventOut,
@@ -134,6 +135,7 @@ def run_detail(
     return RunDetail(
         **run_out(run).model_dump(),
         pinned_facts=pinned_facts(session, run_id),
+        success_criteria=[Criterion.model_validate(c) for c in run.success_criteria],
         final_result=final.out(),
         plan_versions=plan_versions,
         current_step_ids=current,
@@ -191,6 +193,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
         tokens=budgets.tokens,
         cost_usd=budgets.cost_usd,
         wall_time_s=budgets.wall_time_s,
+        success_criteria=body.success_criteria,
     )
     submitted = submissions.submit(request, settings=get_settings(), describe=run_detail)
     return SubmittedOut(run=submitted.seen, notified=submitted.notified)

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from models.plans import PlanSpec
+from models.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
 from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, MAX_PINNED_FACTS, USER_ID_MAX_CHARS
 from models.storable import json_integer, storable_problem
 
@@ -108,6 +108,20 @@ class RunSubmit(Body):
     )
     budgets: Budgets = Field(default_factory=Budgets)
     plan: PlanSpec | None = None
+    success_criteria: list[
+        Annotated[
+            str,
+            StringConstraints(
+                min_length=1, max_length=MAX_CRITERION_CHARS, pattern=NOT_BLANK_PATTERN
+            ),
+        ]
+    ] = Field(
+        default_factory=list,
+        max_length=MAX_CRITERIA,
+        description="What must hold once the run is done, one sentence each; may name pinned "
+        "facts as `${facts.KEY}`. Judged after the answer: not met is replanned, then escalated "
+        "`goal_not_met`.",
+    )
 
 
 class Approve(Body):

@@ -11,7 +11,7 @@ replan's result, recovery). Each builds the view under the run's row lock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from models.states import RUN_TERMINAL
 
@@ -51,8 +51,23 @@ class Decision:
     action: Action
     reason: str
     step_id: int | None = None
-    detail: dict[str, str] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
     step_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GoalVerdict:
+    """What a synthesizing run's goal check decided (`models.goal_checks`): `met`, why
+    (`reason`, one sentence), what the outcome lacks (`missing`, one line each), and
+    `step_id`, the deliverable a replan or a reviewer's edit puts new steps in the place of
+    (None when the run delivered nothing). `source` is "rules" (the pinned facts, no model) or
+    "model" (the check call)."""
+
+    met: bool
+    reason: str
+    missing: tuple[str, ...] = ()
+    step_id: int | None = None
+    source: str = "model"
 
 
 def decide(run: RunView) -> Decision:
@@ -85,6 +100,28 @@ def decide(run: RunView) -> Decision:
     if run.tokens_spent:
         return Decision("escalate", "token_budget_spent")
     return _next_in_graph(run)
+
+
+def decide_unmet(run: RunView, verdict: GoalVerdict) -> Decision:
+    """The next action for a synthesizing `run` whose goal check found its goal not met (issue
+    12, item 1): past the wall-time deadline, escalate; with a replan left, replan in the place
+    of the verdict's deliverable (charged to the replan budget, as a failed step's replan is);
+    else escalate `goal_not_met` with the check's reason and what is missing."""
+    if run.deadline_passed:
+        return Decision("escalate", "wall_time_budget_spent", verdict.step_id)
+    if verdict.step_id is not None and run.replans_used < run.replans_limit:
+        return Decision("replan", f"goal not met: {verdict.reason}", verdict.step_id)
+    return Decision(
+        "escalate",
+        "goal_not_met",
+        verdict.step_id,
+        {
+            "reason": verdict.reason,
+            "missing": list(verdict.missing),
+            "checked_by": verdict.source,
+            "replans": f"{run.replans_used}/{run.replans_limit}",
+        },
+    )
 
 
 def _next_in_graph(run: RunView) -> Decision:

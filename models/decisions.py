@@ -185,7 +185,7 @@ def _apply(
             transitions.ready_step(session, ready)
     elif decision.action == "replan" and step_id is not None:
         try:
-            transitions.start_replanning(session, run_id)
+            transitions.start_replanning(session, run_id, source=locked.status)
         except BudgetExhausted:
             escalate(session, locked, "replan_budget_spent", step_id, decision.detail)
             return Applied()
@@ -207,7 +207,7 @@ def escalate(
     step = session.get(Step, step_id) if step_id else None
     full = dict(detail)
     if step is not None:
-        full.update(step=step.name, error=step.error or "", tool=step.tool or "")
+        full.update(step=step.name, error=step.error or full.get("error", ""), tool=step.tool or "")
     transitions.escalate(
         session, locked.run_id, expected=locked.status, reason=reason, step_id=step_id, detail=full
     )

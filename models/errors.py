@@ -114,17 +114,6 @@ class CostBudgetSpent(BudgetExhausted):
     reason = "cost_budget_spent"
 
 
-class GoalNotMet(AgentqError):
-    """A run's steps finished but its outcome fails its goal check (`models.goal_checks`);
-    `missing` says what, one line each."""
-
-    reason = "goal_not_met"  # the escalation reason
-
-    def __init__(self, message: str, *, missing: list[str]) -> None:
-        super().__init__(message)
-        self.missing = missing
-
-
 class InvalidPlan(AgentqError):
     """A plan (from a model, a reviewer or a user) does not validate."""
 

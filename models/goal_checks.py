@@ -15,15 +15,26 @@ compare as numbers (`473.43` agrees with `"473.430"`), text case- and space-inse
 a field that is an object or a list is looked into, never compared. So a report submitted in USD
 when `currency = EUR` is pinned fails the check.
 
+A run also has success criteria (`runs.success_criteria`: given at submit, and written by the
+planner with plan version 1), each a sentence that may name pinned facts as `${facts.KEY}`
+(`criteria_texts` puts their values in). Once its answer is written, a model call judges them
+(`worker.goal_check`); the offline provider judges by `rule_verdict`: a criterion is met when
+each value it names (`terms`: numbers, codes such as `EUR` or `CC-4410`, quoted text) is held by
+a deliverable's field, so "filed in EUR against CC-4410" fails for a report in USD.
+
 The synthesis asks `conflicts_of` before its model call (`worker.synthesis`): a run with
-conflicts escalates `goal_not_met` with them, and pays for no answer. A reviewer who approves that
-escalation accepts the outcome as it is: the check is waived for the run's plan version
-(`waived`); an edit makes a new version, which is checked again.
+conflicts pays for no answer. Either way a goal not met is a replan in the place of the
+deliverable (`models.coordinator.decide_unmet`, under the replan budget), and once that is spent
+an escalation `goal_not_met` naming the deliverable, the reason and what is missing. A reviewer
+who approves that escalation accepts the outcome as it is: the check is waived for the run's plan
+version (`waived`); an edit puts new steps in the deliverable's place, a new version, which is
+checked again. Every verdict is recorded as a `goal.checked` event (`record`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,12 +42,25 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import sql
+from models.coordinator import GoalVerdict
+from models.events import record_event
 from models.references import references
 from models.runs import pinned_facts
 from models.tables import Run, Step
 
 GOAL_NOT_MET: Final = "goal_not_met"  # the escalation reason
+GOAL_CHECKED: Final = "goal.checked"  # the event each verdict is recorded as
 MAX_DEPTH: Final = 8  # how deep a result is looked into for a pinned fact's field
+_FACT_REFERENCE = re.compile(r"\$\{facts\.([A-Za-z0-9_]+)\}")
+# What a criterion names that a deliverable must hold: quoted text, then identifiers with a
+# digit or a hyphen between capitals and digits (CC-4410, EXP-1a2b), codes of 3+ capitals (EUR),
+# and numbers (473.43, 1,200 read as 1200).
+_TERM = re.compile(
+    r"\"([^\"]{1,200})\"|'([^']{1,200})'"
+    r"|\b([A-Za-z]+-[A-Za-z0-9]*\d[A-Za-z0-9-]*)\b"
+    r"|\b([A-Z]{3,})\b"
+    r"|(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\w])"
+)
 
 
 @dataclass(frozen=True)
@@ -132,11 +156,116 @@ def waived(session: Session, run: Run) -> bool:
     return bool(row[0])
 
 
-def conflicts_of(session: Session, run: Run, steps: Sequence[Step]) -> list[Conflict]:
-    """The conflicts between run `run`'s pinned facts and its deliverables (`steps`: its current
-    plan version's, `models.plans.current_steps`); none when it pins nothing or a reviewer
-    waived the check. Reads the pinned facts, then (only when there are some) the waiver."""
+@dataclass(frozen=True)
+class Checks:
+    """What a synthesis checks of run `run`'s outcome: the `deliverables` (`deliverables`), their
+    `conflicts` with the pinned facts, and the success `criteria` to judge (`criteria_texts`);
+    no conflicts and no criteria once a reviewer waived the check."""
+
+    deliverables: list[Step]
+    conflicts: list[Conflict]
+    criteria: list[str]
+
+    def rules_verdict(self) -> GoalVerdict | None:
+        """The verdict of the pinned facts alone: not met, naming the first conflicting
+        deliverable, when there are conflicts; None when there are none (the criteria decide)."""
+        if not self.conflicts:
+            return None
+        by_name = {s.name: s.id for s in self.deliverables}
+        missing = tuple(c.describe() for c in self.conflicts)
+        reason = f"{len(missing)} delivered value(s) disagree with the pinned facts"
+        return GoalVerdict(False, reason, missing, by_name[self.conflicts[0].step], "rules")
+
+
+def checks_of(session: Session, run: Run, steps: Sequence[Step]) -> Checks:
+    """What to check of run `run` (`steps`: its current plan version's, `models.plans.
+    current_steps`). Reads the pinned facts, then (only when there is something to check) the
+    waiver."""
     pinned = pinned_facts(session, run.id or 0)
-    if not pinned or waived(session, run):
-        return []
-    return conflicts(pinned, {s.name: s.result or {} for s in deliverables(steps)})
+    delivered = deliverables(steps)
+    if (not pinned and not run.success_criteria) or waived(session, run):
+        return Checks(delivered, [], [])
+    found = conflicts(pinned, {s.name: s.result or {} for s in delivered})
+    return Checks(delivered, found, criteria_texts(run, pinned))
+
+
+def criteria_texts(run: Run, facts: Mapping[str, str]) -> list[str]:
+    """Run `run`'s success criteria as text, each `${facts.KEY}` replaced by the pinned value
+    (`facts`; a key not pinned is left as written), in the order they were added."""
+    return [
+        _FACT_REFERENCE.sub(lambda m: facts.get(m.group(1), m.group(0)), str(c["text"]))
+        for c in run.success_criteria
+    ]
+
+
+def terms(criterion: str) -> list[str]:
+    """The values `criterion` names that an outcome must hold (`_TERM`), in order, once each:
+    `'filed in EUR against CC-4410, total 1,200.50'` -> `['EUR', 'CC-4410', '1200.50']`."""
+    found: list[str] = []
+    for match in _TERM.finditer(criterion):
+        term = next(g for g in match.groups() if g is not None)
+        if match.group(5) is not None:
+            term = term.replace(",", "")
+        if term not in found:
+            found.append(term)
+    return found
+
+
+def rule_verdict(
+    criteria: Sequence[str], deliverables: Mapping[str, Mapping[str, Any]]
+) -> tuple[bool, str, list[str]]:
+    """`(met, reason, missing)` for `criteria` judged by their values alone: a criterion is met
+    when every one of its `terms` agrees with a scalar field of a deliverable (`agrees`) or is
+    part of a text field; `missing` names each term no deliverable holds. A criterion naming no
+    value cannot be judged this way and counts as met (the reason says how many did)."""
+    values = [value for result in deliverables.values() for _, _, value in _fields(result)]
+    missing: list[str] = []
+    unjudged = 0
+    for criterion in criteria:
+        wanted = terms(criterion)
+        unjudged += not wanted
+        missing += [
+            f"{criterion!r}: no deliverable holds {term!r}"
+            for term in wanted
+            if not any(_holds(value, term) for value in values)
+        ]
+    if missing:
+        return False, f"{len(missing)} value(s) the criteria name are not delivered", missing
+    judged = len(criteria) - unjudged
+    return True, f"every value {judged} criteria name is delivered ({unjudged} name none)", []
+
+
+def _holds(value: Any, term: str) -> bool:
+    if agrees(term, value):
+        return True
+    return isinstance(value, str) and term.casefold() in value.casefold()
+
+
+def record(session: Session, run: Run, verdict: GoalVerdict) -> None:
+    """Record `verdict` on run `run`'s plan version as a `goal.checked` event (in the caller's
+    transaction): `{plan_version, met, source, reason, missing, step_id}`."""
+    record_event(
+        session,
+        run.id or 0,
+        GOAL_CHECKED,
+        step_id=verdict.step_id,
+        plan_version=run.plan_version,
+        met=verdict.met,
+        source=verdict.source,
+        reason=verdict.reason,
+        missing=list(verdict.missing),
+    )
+
+
+def last_unmet(session: Session, run: Run) -> dict[str, Any] | None:
+    """The detail of the last `goal.checked` event of run `run` that found its goal not met (for
+    a replan's prompt), None when there is none."""
+    row = sql.execute(session, LAST_UNMET, {"run_id": run.id, "kind": GOAL_CHECKED}).fetchone()
+    return dict(row[0]) if row is not None else None
+
+
+# last_unmet: the newest verdict of a run that found its goal not met.
+LAST_UNMET: Final = """
+SELECT e.detail FROM run_events e
+WHERE e.run_id = :run_id AND e.kind = :kind AND e.detail->>'met' = 'false'
+ORDER BY e.id DESC LIMIT 1"""

@@ -65,11 +65,23 @@ def linear(ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
     return {step: (ids[i - 1],) if i else () for i, step in enumerate(ids)}
 
 
+def remaining(kept: Sequence[Node], replaced: int | None) -> list[Node]:
+    """`kept` without `replaced` when that step succeeded: a deliverable whose result did not
+    meet the run's goal (`models.goal_checks`) leaves the version it is replaced in, and its name
+    is free for the new steps; a failed step replaced stays, as the record of the failure."""
+    return [n for n in kept if not (n.id == replaced and n.status == "succeeded")]
+
+
 def splice(kept: Sequence[Node], new: Sequence[NewStep], *, replaced: int | None = None) -> Version:
     """The version of `kept` (in order) with `new` inserted right after `replaced` (or at the
-    end), rewired so that whatever waited for `replaced` waits for the sinks of `new`."""
+    end; in its place when it succeeded: `remaining`), rewired so that whatever waited for
+    `replaced` waits for the sinks of `new`."""
     by_id = {node.id: node for node in kept}
     default_first = by_id[replaced].after if replaced in by_id else ()
+    cut = [n.id for n in kept].index(replaced) + 1 if replaced in by_id else len(kept)
+    left = remaining(kept, replaced)
+    cut -= len(kept) - len(left)  # the replaced step left: the new steps take its place
+    kept = left
     new_after, problems = _new_dependencies(kept, new, default_first)
     sinks = [s.key for s in new if not any(s.key in new_after[o.key] for o in new)]
     after: dict[int, tuple[int, ...]] = {}
@@ -80,7 +92,6 @@ def splice(kept: Sequence[Node], new: Sequence[NewStep], *, replaced: int | None
         after[node.id] = deps
     after.update(new_after)
     ids = [node.id for node in kept]
-    cut = ids.index(replaced) + 1 if replaced in by_id else len(ids)
     order = (*ids[:cut], *(s.key for s in new), *ids[cut:])
     names = {**{n.id: n.name for n in kept}, **{s.key: s.name for s in new}}
     version = Version(order, after, (), names)

@@ -21,9 +21,10 @@ the reconciler sends the task again (`scheduler.tasks.reconcile`) within its nex
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from sqlmodel import Session
 
@@ -54,6 +55,15 @@ RETURNING id"""
 RENEW_PHASE: Final = """
 UPDATE runs SET phase_lease_expires_at = :lease_until
 WHERE id = :run_id AND phase_attempt = :attempt AND phase_lease_expires_at IS NOT NULL
+RETURNING id"""
+
+# keep_answer: a synthesis's paid answer, written while attempt :attempt holds the phase, before
+# its goal check (`worker.synthesis`): a later delivery of the same synthesis checks it again
+# instead of paying for a new one.
+KEEP_ANSWER: Final = """
+UPDATE runs SET final_result = CAST(:final AS jsonb)
+WHERE id = :run_id AND phase_attempt = :attempt AND phase_lease_expires_at IS NOT NULL
+    AND status = 'synthesizing'
 RETURNING id"""
 
 
@@ -110,6 +120,17 @@ def end(session: Session, run_id: int, attempt: int, *, statuses: tuple[str, ...
     False when another attempt took the phase over or the run left `statuses` (write nothing)."""
     params = {"run_id": run_id, "attempt": attempt, "statuses": list(statuses)}
     return sql.one(session, END_PHASE, params) is not None
+
+
+def keep_answer(
+    session: Session, run_id: int, attempt: int, *, final: dict[str, Any] | None
+) -> bool:
+    """Write the synthesis answer `final` as run `run_id`'s `final_result` (None: clear it)
+    while `attempt` holds its phase (the phase stays held; `start_synthesis` clears it for the
+    next synthesis); False when another attempt took the phase over (nothing written)."""
+    text = json.dumps(final) if final is not None else None
+    params = {"run_id": run_id, "attempt": attempt, "final": text}
+    return sql.one(session, KEEP_ANSWER, params) is not None
 
 
 def renew(session: Session, run_id: int, attempt: int, *, lease_s: float, now: datetime) -> bool:

@@ -34,6 +34,8 @@ MAX_STEP_TOOLS: Final = 20  # tools offered to one model step; each costs prompt
 # pass to each other travels by `${steps...}` reference); a bigger one is almost surely a mistake,
 # and every prompt, event and page that shows the plan would carry it.
 MAX_ARGS_CHARS: Final = 64_000
+MAX_CRITERIA: Final = 10  # success criteria of a plan, and of a run (the user's and planner's)
+MAX_CRITERION_CHARS: Final = 500
 # current_steps: the steps of version :version of run :run_id, in the version's order.
 CURRENT_STEPS: Final = """
 SELECT s.* FROM plan_versions v
@@ -100,6 +102,15 @@ class PlanSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_PLAN_STEPS)
+    success_criteria: list[Annotated[str, Field(min_length=1, max_length=MAX_CRITERION_CHARS)]] = (
+        Field(
+            default_factory=list,
+            max_length=MAX_CRITERIA,
+            description="What must hold once the plan is done, one sentence each; may name "
+            "pinned facts as '${facts.KEY}' (`models.goal_checks`). Kept from a submitted plan "
+            "and from the planner's first plan.",
+        )
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -179,7 +190,7 @@ def parse_plan(
     if not problems:  # the graph is checked on steps whose references parse
         problems += splice.build(plan.steps).problems
     added = [graph.NewStep(0, s.name) for s in plan.steps]
-    clashes = graph.succeeded_clashes(splice.nodes(), added)
+    clashes = graph.succeeded_clashes(graph.remaining(splice.nodes(), splice.replaced), added)
     if problems:
         raise InvalidPlan("; ".join(problems + clashes))
     if clashes:
@@ -305,7 +316,8 @@ def add_plan_version(
     """Write plan version `run.plan_version + 1`: the kept steps of `splice` with the `new` ones
     in the place of `splice.replaced` (`models.graph.splice`; a `Step` in `new` is a row already
     written, such as a reviewer's answer, which waits as an unwritten step would). The version
-    records the replaced step as the failure it answers (`replaces_step_id`).
+    records the replaced step as the failure it answers (`replaces_step_id`), or the
+    deliverable that did not meet the run's goal, which leaves the version (`graph.remaining`).
 
     The run's `plan_version` is moved to it by the caller's transition (`resume_run`), in the same
     transaction. Raises `InvalidPlan` if the version is not a valid graph (callers validate with
@@ -320,8 +332,8 @@ def add_plan_version(
     for i, step in enumerate(created):  # set before the insert: no UPDATE per step after it
         step.position = position[-(i + 1)]
     for step in splice.kept:  # only a splice moves kept steps (one UPDATE each that moved)
-        if step.position != position[step.id or 0]:
-            step.position = position[step.id or 0]
+        if (step.id or 0) in position and step.position != position[step.id or 0]:
+            step.position = position[step.id or 0]  # (a succeeded step replaced is not kept)
     session.add_all(created)
     session.flush()
     ids = {-(i + 1): s.id or 0 for i, s in enumerate(created)}

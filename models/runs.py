@@ -12,7 +12,13 @@ from sqlmodel import Session
 from models import quotas, sql, transitions
 from models.errors import InvalidInput, NotFound
 from models.graph import ancestors
-from models.plans import PlanSpec, Splice, add_plan_version
+from models.plans import (
+    MAX_CRITERIA,
+    MAX_CRITERION_CHARS,
+    PlanSpec,
+    Splice,
+    add_plan_version,
+)
 from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem
 from models.tables import PinnedFact, Run, Step, utcnow
@@ -37,8 +43,10 @@ def submit_run(
     tokens: int | None = None,
     cost_usd: float | None = None,
     wall_time_s: float | None = None,
+    success_criteria: list[str] | None = None,
 ) -> Run:
-    """Insert a run (status `queued`) with its pinned facts; budgets default from `settings`.
+    """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
+    of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`.
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
     skips the planning call. Nothing starts it: submitters use `models.submissions.submit`,
@@ -48,6 +56,8 @@ def submit_run(
     it; either way nothing is written.
     """
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
+    criteria = [*(success_criteria or []), *(plan.success_criteria if plan else [])]
+    _check_criteria(criteria)
     asked = {"replans": replans, "tokens": tokens, "cost_usd": cost_usd, "wall_time_s": wall_time_s}
     budgets = run_budgets(settings, asked)
     quotas.check_submit(session, settings=settings, user_id=user_id)
@@ -61,6 +71,7 @@ def submit_run(
         wall_time_limit_s=budgets["wall_time_s"],
         deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
     )
+    add_criteria(run, criteria, by="user")
     session.add(run)
     session.flush()
     run_id = run.id or 0
@@ -118,6 +129,35 @@ def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None
             raise InvalidInput(f"fact {key!r}: the key must match {FACT_KEY_PATTERN}")
         if not value:
             raise InvalidInput(f"fact {key!r}: the value is empty")
+
+
+def _check_criteria(criteria: list[str]) -> None:
+    if len(criteria) > MAX_CRITERIA:
+        raise InvalidInput(
+            f"success_criteria: at most {MAX_CRITERIA}, the plan's included (got {len(criteria)})"
+        )
+    for i, text in enumerate(criteria):
+        if not text.strip() or len(text) > MAX_CRITERION_CHARS:
+            raise InvalidInput(
+                f"success_criteria[{i}]: must be 1 to {MAX_CRITERION_CHARS} characters "
+                f"(got {len(text)})"
+            )
+        if problem := storable_problem(text, f"success_criteria[{i}]"):
+            raise InvalidInput(problem)
+
+
+def add_criteria(run: Run, texts: list[str], *, by: str) -> None:
+    """Append `texts` to `run`'s success criteria as written by `by` ("user", "planner"),
+    skipping blank ones and ones it has, up to `MAX_CRITERIA` in all (the user's come first, so
+    a planner's are the ones left out)."""
+    have = {str(c["text"]).strip().casefold() for c in run.success_criteria}
+    added = list(run.success_criteria)
+    for text in texts:
+        key = text.strip().casefold()
+        if key and key not in have and len(added) < MAX_CRITERIA:
+            have.add(key)
+            added.append({"text": text.strip(), "by": by})
+    run.success_criteria = added
 
 
 def get_run(session: Session, run_id: int) -> Run:

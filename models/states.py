@@ -34,6 +34,7 @@ RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
         ("replanning", "running"),
         ("replanning", "waiting_review"),
         ("synthesizing", "succeeded"),
+        ("synthesizing", "replanning"),  # its goal check found the goal not met (issue 12)
         ("synthesizing", "waiting_review"),
         ("waiting_review", "queued"),  # approved or answered before any plan: plan again
         ("waiting_review", "running"),

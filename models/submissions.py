@@ -56,6 +56,7 @@ class RunRequest:
     tokens: int | None = None
     cost_usd: float | None = None
     wall_time_s: float | None = None
+    success_criteria: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def insert_and_decide(
         tokens=request.tokens,
         cost_usd=request.cost_usd,
         wall_time_s=request.wall_time_s,
+        success_criteria=request.success_criteria,
     )
     advanced = decisions.advance(session, run.id or 0, cap=settings.user_max_running_steps)
     return run, advanced[1].sends if advanced is not None else []

@@ -97,6 +97,11 @@ class Run(SQLModel, table=True):
     phase_worker: str | None = Field(default=None, max_length=200)
     deadline_at: datetime | None = timestamp_field()
     final_result: dict[str, Any] | None = _json_dict(nullable=True)
+    # What the run must achieve (`models.goal_checks`): `{"text", "by"}` each, by "user" (at
+    # submit) or "planner" (with plan version 1).
+    success_criteria: list[dict[str, Any]] = Field(
+        default_factory=list, sa_type=MutableList.as_mutable(JSONB), nullable=False
+    )
     error: str | None = None
     created_at: datetime = created_field()
     updated_at: datetime = created_field()

@@ -92,11 +92,12 @@ def resume_run(session: Session, run_id: int, *, expected: str, plan_version: in
     return _run(session, run_id, to="running", expected=[expected], plan_version=plan_version)
 
 
-def start_replanning(session: Session, run_id: int) -> Run:
-    """running -> replanning, charging one replan to the budget in the same UPDATE.
+def start_replanning(session: Session, run_id: int, *, source: str = "running") -> Run:
+    """running -> replanning (or synthesizing -> replanning, `source`, when a goal check found
+    the goal not met), charging one replan to the budget in the same UPDATE.
 
-    Raises `BudgetExhausted` when the run is running but its replan budget is spent, and
-    `IllegalTransition` when it is not running.
+    Raises `BudgetExhausted` when the run is in `source` but its replan budget is spent, and
+    `IllegalTransition` when it is not in `source`.
     """
     try:
         run = _guarded(
@@ -104,7 +105,7 @@ def start_replanning(session: Session, run_id: int) -> Run:
             Run,
             run_id,
             to="replanning",
-            expected=["running"],
+            expected=[source],
             where=[Run.replans_used + 1 <= Run.replans_limit],
             why="with a replan left in its budget",
             replans_used=Run.replans_used + 1,
@@ -113,7 +114,7 @@ def start_replanning(session: Session, run_id: int) -> Run:
             phase_lease_expires_at=None,
         )
     except IllegalTransition as exc:
-        if exc.found == "running":
+        if exc.found == source:
             raise BudgetExhausted(f"run {run_id}: replan budget spent") from exc
         raise
     record_event(session, run_id, "run.replanning", replans_used=run.replans_used)
@@ -121,8 +122,11 @@ def start_replanning(session: Session, run_id: int) -> Run:
 
 
 def start_synthesis(session: Session, run_id: int) -> Run:
-    """running -> synthesizing: every step of the current plan is done."""
-    return _run(session, run_id, to="synthesizing", expected=["running"], deferrals=0)
+    """running -> synthesizing: every step of the current plan is done; an answer an earlier
+    synthesis wrote before its goal check (`models.phases.keep_answer`) is cleared."""
+    return _run(
+        session, run_id, to="synthesizing", expected=["running"], deferrals=0, final_result=None
+    )
 
 
 def defer_run(

@@ -212,6 +212,10 @@ def submit(
     ] = "local",
     fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
     plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
+    criterion: Annotated[
+        list[str],
+        typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
+    ] = [],  # noqa: B006
     replans: Annotated[
         int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
     ] = None,
@@ -234,6 +238,7 @@ def submit(
         replans=replans,
         tokens=tokens,
         wall_time_s=wall_time,
+        success_criteria=criterion,
     )
     submitted = submissions.submit(request, settings=get_settings())
     run_id = submitted.run_id

@@ -5,7 +5,8 @@ request, and records every request it receives with its arrival time. Scripts ar
 marker (`when`): a request whose message text contains it takes the next reply of that script,
 so concurrent runs of an engine test each meet only their own misbehaviour. A request no script
 matches gets a normal answer for its purpose (a plan: `DEFAULT_PLAN`, or what the server's
-`plans` function makes of the request's text; `{"facts": []}`; or text), with usage
+`plans` function makes of the request's text; `{"facts": []}`; a goal check that passes; or
+text), with usage
 `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
@@ -324,6 +325,8 @@ def _default_content(request: dict[str, Any], plans: Callable[[str], dict[str, A
         return json.dumps(plans(message_text(request)) if plans else DEFAULT_PLAN)
     if schema.get("name") == "extract_facts":
         return json.dumps({"facts": []})
+    if schema.get("name") == "check_goal":
+        return json.dumps({"met": True, "reason": "fake check", "missing": []})
     return "fake answer"
 
 

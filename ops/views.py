@@ -196,6 +196,9 @@ def render_run(
     head.add_row("status", styled(run.status))
     head.add_row("provider", Text(provider_label(run.provider)))
     head.add_row("pinned facts", facts_text(facts))
+    if run.success_criteria:
+        criteria = "\n".join(f"{c['text']} ({c['by']})" for c in run.success_criteria)
+        head.add_row("success criteria", literal(criteria))
     head.add_row(
         "spend",
         Text(

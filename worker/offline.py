@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.errors import ProviderError
+from models.goal_checks import rule_verdict
 from models.plans import MAX_INSTRUCTION_CHARS
-from models.tools import find_playbook
+from models.tools import find_playbook, playbook_criteria
 from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
 
 OFFLINE_PREFIX = "[offline] "
@@ -24,7 +25,8 @@ SUMMARY_LINE_MAX_CHARS = 160
 class OfflineProvider:
     """A deterministic stand-in for a model, reading `request.purpose` and `request.payload`.
 
-    - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>}` if one matches the goal, else one
+    - plan `{"goal", "facts", "tools"}`: `{"steps": <playbook>, "success_criteria": <its
+      criteria>}` if one matches the goal, else one
       model step `answer` whose instruction is the goal (its first `MAX_INSTRUCTION_CHARS`);
     - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "tools", "error",
       "instruction", "expect"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as
@@ -33,6 +35,9 @@ class OfflineProvider:
     - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`;
     - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
       one line `name: <compact JSON, at most 200 chars>` per succeeded step;
+    - check_goal `{"goal", "criteria": [str], "deliverables": {name: result}, "answer"}`:
+      `{"met", "reason", "missing"}` by the criteria's values alone
+      (`models.goal_checks.rule_verdict`);
     - summarize `{"previous": str | None, "turns": [str], "max_chars": int}`: extractive, the
       previous summary and the first line of each turn, oldest lines dropped beyond `max_chars`;
     - extract_facts `{"goal", "stated_facts", "failures"}`: one preference fact per fact the user
@@ -73,7 +78,8 @@ def _offline_plan(payload: Mapping[str, Any]) -> str:
         answer = {"name": "answer", "instruction": goal[:MAX_INSTRUCTION_CHARS], "kind": "model"}
         steps = [{**answer, "tool": None, "args": {}}]
     learned = _fixes_from_episodes(payload)
-    return json.dumps({"steps": [_with_fix(step, learned) for step in steps]})
+    plan = {"steps": [_with_fix(step, learned) for step in steps]}
+    return json.dumps({**plan, "success_criteria": playbook_criteria(goal)})
 
 
 def _fixes_from_episodes(payload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -185,7 +191,13 @@ def _offline_extract_facts(payload: Mapping[str, Any]) -> str:
     return json.dumps({"facts": facts})
 
 
+def _offline_check_goal(payload: Mapping[str, Any]) -> str:
+    met, reason, missing = rule_verdict(payload["criteria"], payload["deliverables"])
+    return json.dumps({"met": met, "reason": OFFLINE_PREFIX + reason, "missing": missing})
+
+
 _OFFLINE_ANSWERS = {
+    "check_goal": _offline_check_goal,
     "plan": _offline_plan,
     "replan": _offline_replan,
     "step": _offline_step,

@@ -14,8 +14,9 @@ import structlog
 from models import phases, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
+from models.goal_checks import last_unmet
 from models.plans import PlanSpec, Splice, add_plan_version, current_graph, parse_plan
-from models.runs import pinned_facts
+from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
 from models.tables import Step
 from models.tools import argument_problems, catalog
@@ -68,7 +69,9 @@ def plan(run_id: int) -> bool:
 
 def replan(run_id: int, failed_step_id: int) -> bool:
     """Put new steps in the place of the failed step (a new plan version), or escalate; returns
-    and raises as `plan` does."""
+    and raises as `plan` does. A step that succeeded is replaced because the run's goal check
+    found the goal not met (`models.goal_checks`): the prompt carries the check's reason and
+    what is missing instead of an error."""
     with session_scope() as session:
         claimed = claim_phase_in(session, run_id, ("replanning",))
         if claimed is None:
@@ -81,10 +84,12 @@ def replan(run_id: int, failed_step_id: int) -> bool:
             phases.end(session, run_id, claimed.attempt, statuses=("replanning",))
             return False
         facts = set(pinned_facts(session, run_id))
-        prompt = replan_prompt(run.goal, catalog(), failed)
+        unmet = last_unmet(session, run) if failed.status == "succeeded" else None
+        prompt = replan_prompt(run.goal, catalog(), failed, unmet=unmet)
+    why = f"goal not met: {unmet['reason']}" if unmet else f"step {failed.name!r} failed"
     with renewed(claimed):
         answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
-    return _write_replan(run_id, claimed, answer, failed)
+    return _write_replan(run_id, claimed, answer, failed, why)
 
 
 @calls.waits_out_outages
@@ -113,16 +118,18 @@ def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) 
             created_by="planner",
             max_attempts=get_settings().step_max_attempts,
         )
+        add_criteria(locked, answer.value.success_criteria, by="planner")
         transitions.resume_run(session, run_id, expected="planning", plan_version=1)
     return True
 
 
 @calls.waits_out_outages
 def _write_replan(
-    run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec], failed: Step
+    run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec], failed: Step, why: str
 ) -> bool:
-    """End the replanning `claimed` holds by splicing `answer`'s steps in for step `failed`, or
-    escalate when there are none or they no longer fit the graph (one transaction)."""
+    """End the replanning `claimed` holds by splicing `answer`'s steps in for step `failed` (the
+    version's reason: `why`), or escalate when there are none or they no longer fit the graph
+    (one transaction)."""
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("replanning",)):
             return False
@@ -138,7 +145,7 @@ def _write_replan(
                     splice=current_graph(session, locked, replaced=failed.id),
                     new=answer.value.steps,
                     created_by="replanner",
-                    reason=f"step {failed.name!r} failed: {failed.error}",
+                    reason=f"{why}: {failed.error}" if failed.error else why,
                     max_attempts=get_settings().step_max_attempts,
                 )
             except InvalidPlan as exc:

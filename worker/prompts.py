@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.expectations import expect_schema
 from models.plans import (
+    MAX_CRITERIA,
+    MAX_CRITERION_CHARS,
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
     MAX_STEP_TOOLS,
@@ -35,8 +37,10 @@ PLAN_INSTRUCTIONS: Final = (
     "through other steps. A model step may list in 'tools' the tools it can call itself, when "
     "their arguments depend on what it finds. Pinned facts are the user's own statements: "
     "never change them. Past runs "
-    "recalled below tell you what failed before; avoid repeating a known failure. Answer with "
-    "JSON only, matching the schema."
+    "recalled below tell you what failed before; avoid repeating a known failure. Give "
+    "'success_criteria': one short sentence each for what must hold once the plan is done, "
+    "naming exact values ('${facts.KEY}' for a pinned fact); they are checked against what the "
+    "steps deliver. Answer with JSON only, matching the schema."
 )
 REPLAN_INSTRUCTIONS: Final = (
     PLAN_INSTRUCTIONS + " A step of the current plan failed. Answer with only the new steps to "
@@ -152,6 +156,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
         },
     }
     steps = [tool_step, model_step] if tool_names else [model_step]
+    criterion = {"type": "string", "minLength": 1, "maxLength": MAX_CRITERION_CHARS}
     return {
         "type": "object",
         "additionalProperties": False,
@@ -162,7 +167,8 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
                 "minItems": 1,
                 "maxItems": MAX_PLAN_STEPS,
                 "items": {"anyOf": steps},
-            }
+            },
+            "success_criteria": {"type": "array", "items": criterion, "maxItems": MAX_CRITERIA},
         },
     }
 
@@ -180,8 +186,12 @@ def plan_prompt(goal: str, tools: list[dict[str, Any]]) -> Prompt:
     )
 
 
-def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Prompt:
-    """Ask for the steps to splice in after `failed`."""
+def replan_prompt(
+    goal: str, tools: list[dict[str, Any]], failed: Step, *, unmet: dict[str, Any] | None = None
+) -> Prompt:
+    """Ask for the steps to splice in after `failed`: a failed step, or (with `unmet`, the
+    detail of the goal check that found the goal not met: `reason`, `missing`) the deliverable
+    whose result did not meet it."""
     failed_step = {
         "name": failed.name,
         "tool": failed.tool,
@@ -191,12 +201,18 @@ def replan_prompt(goal: str, tools: list[dict[str, Any]], failed: Step) -> Promp
         "tools": failed.tools,
         "expect": failed.expect,
     }
+    if unmet is None:
+        what = "This step failed:\n" + _json(failed_step)
+    else:
+        failed_step["result"] = failed.result
+        failed_step["goal_check"] = {"reason": unmet["reason"], "missing": unmet["missing"]}
+        what = (
+            "The plan's steps all succeeded, but the goal check found the goal not met. This "
+            "step delivered the result it judged:\n" + _json(failed_step)
+        )
     task = (
-        "Tools you can use:\n"
-        + _json(tools)
-        + "\n\nThis step failed:\n"
-        + _json(failed_step)
-        + "\n\nWrite the steps to put in its place."
+        "Tools you can use:\n" + _json(tools) + "\n\n" + what + "\n\nWrite the steps to put "
+        "in its place."
     )
     payload = {"goal": goal, "tools": tools, "failed_step": failed_step}
     return Prompt(

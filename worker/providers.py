@@ -32,7 +32,9 @@ from models.errors import (
     RateLimited,
 )
 
-Purpose = Literal["plan", "replan", "step", "synthesize", "summarize", "extract_facts"]
+Purpose = Literal[
+    "plan", "replan", "step", "synthesize", "check_goal", "summarize", "extract_facts"
+]
 PROVIDER_NAMES = ("offline", "openai")
 StructuredOutput = Literal["json_schema", "json_object", "off"]  # AGENTQ_STRUCTURED_OUTPUT
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]  # AGENTQ_MAX_TOKENS_FIELD

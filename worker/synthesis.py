@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
-from models import dispatch, goal_checks, phases, transitions
+from models import decisions, dispatch, goal_checks, phases, transitions
+from models.coordinator import GoalVerdict, decide_unmet
 from models.db import session_scope
 from models.dispatch import Send
 from models.errors import (
     BudgetExhausted,
     ContextTooLong,
-    GoalNotMet,
     ProviderError,
     QuotaExhausted,
     RateLimited,
 )
+from models.goal_checks import Checks
 from models.plans import current_steps
 from models.queue import TASK_REMEMBER_RUN
 from models.runs import results_by_name
 from models.settings import get_settings
 from models.step_data import fit_outputs, json_bytes
 from models.tables import Step
-from worker import calls
+from worker import calls, goal_check
 from worker.claims import claim_phase_in, renewed
 from worker.context import ContextOverflow
 from worker.prompts import Prompt, synthesize_prompt
@@ -36,68 +39,146 @@ SYNTHESIZING = ("synthesizing",)
 
 
 def synthesize(run_id: int) -> list[Send]:
-    """Write the final answer of a `synthesizing` run and mark it succeeded; returns the
-    messages to send now that it has committed (empty when the run was not synthesizing).
+    """Write the final answer of a `synthesizing` run, check its goal, and mark it succeeded;
+    returns the messages to send now that it has committed (empty when the run was not
+    synthesizing).
 
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
     wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
-    replaced by their sizes, largest first (`models.step_data.fit_outputs`). The run is marked
-    succeeded as soon as its answer is written; after that commit `agentq.remember_run` is sent
-    to the `memory` queue, which writes its episode and facts off the hot path
-    (`worker.memory.remember_ended_run`; a broker that is down loses that message, logged as
-    `synthesize.unsent` by the sender, and the reconciler asks for it again later). The
-    transaction that ends the synthesis (succeeded, or escalated) also dispatches the run's user,
-    whose slot the synthesis held (`models.dispatch`). A run whose deliverables disagree with its
-    pinned facts escalates `goal_not_met` before any call (`models.goal_checks`, detail
-    `missing`: one line per conflict); a spent token or cost budget, an exhausted quota or a
-    provider failure escalates the run instead of succeeding (reason `token_budget_spent`,
-    `cost_budget_spent`, `quota_exhausted`, `synthesis_failed`), as does a context that
-    overflows (`context_overflow`: ours, or the server's window after one smaller rebuild,
-    `worker.refits`); a rate limit is raised as `RateLimited` for the task to send itself again
-    later.
+    replaced by their sizes, largest first (`models.step_data.fit_outputs`). After the commit
+    that marks the run succeeded, `agentq.remember_run` is sent to the `memory` queue, which
+    writes its episode and facts off the hot path (`worker.memory.remember_ended_run`; a broker
+    that is down loses that message, logged as `synthesize.unsent` by the sender, and the
+    reconciler asks for it again later). The transaction that ends the synthesis (succeeded,
+    replanned, or escalated) also dispatches the run's user, whose slot the synthesis held
+    (`models.dispatch`).
+
+    The goal check (issue 12, item 1; `models.goal_checks`): a run whose deliverables disagree
+    with its pinned facts is not met before any call; a run with success criteria has its
+    answer judged by a second call (`worker.goal_check`), the answer written first
+    (`models.phases.keep_answer`) so that a later delivery of this synthesis checks it again
+    instead of paying for another. A goal not met is replanned in the place of the deliverable,
+    or escalated `goal_not_met` (`models.coordinator.decide_unmet`); every verdict is recorded
+    (`goal.checked`). A spent token or cost budget, an exhausted quota or a provider failure
+    escalates the run instead of succeeding (reason `token_budget_spent`, `cost_budget_spent`,
+    `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
+    as does a context that overflows (`context_overflow`: ours, or the server's window after
+    one smaller rebuild, `worker.refits`); a rate limit is raised as `RateLimited` for the task
+    to send itself again later.
 
     A second delivery of the task while this one holds the run's phase does nothing (`models.
     phases`), so the model is called once per synthesis; an attempt whose phase was taken over
     (its lease expired: its worker stopped renewing it) writes nothing but the call's charge.
-    Two transactions when the context needs no summary folded: one claims the phase, reads the
-    run and reserves the call's budget (`_start`), one settles it, ends the phase, writes the
-    answer and dispatches; that one waits out a database outage (`worker.calls.waits_out_outages`),
-    the answer being paid for. Raises `PhaseNotDue` when a deferred synthesis is not due yet.
+    Without criteria, two transactions when the context needs no summary folded: one claims the
+    phase, reads the run and reserves the call's budget (`_start`), one settles it, ends the
+    phase, writes the answer and dispatches; the writes after a paid answer wait out a database
+    outage (`worker.calls.waits_out_outages`). Raises `PhaseNotDue` when a deferred synthesis
+    is not due yet.
     """
     cap = get_settings().user_max_running_steps
     started = _start(run_id)
     if started is None:
         return []
-    claimed, call, steps = started
-    if isinstance(call, Exception):
-        return _escalate(run_id, claimed, call, cap=cap)
+    claimed, first, steps, checks = started
+    if isinstance(first, GoalVerdict):
+        return _unmet(run_id, claimed, first, cap=cap)
+    if isinstance(first, Exception):
+        return _escalate(run_id, claimed, _escalation_reason(first), {"error": str(first)}, cap)
+    if isinstance(first, calls.Call):
+        try:
+            with renewed(claimed):
+                answered = _answered(first, synthesize_prompt(claimed.run.goal, steps))
+        except RateLimited:
+            raise
+        except ESCALATING as exc:
+            return _escalate(run_id, claimed, _escalation_reason(exc), {"error": str(exc)}, cap)
+        final = _final(answered[1], steps)
+        if not checks.criteria:
+            return _finish(run_id, claimed, final, answered, cap=cap)
+        if not _keep(run_id, claimed, final, answered):
+            return []
+    else:
+        final = first
     try:
         with renewed(claimed):
-            call, completion, attempt = _answered(call, synthesize_prompt(claimed.run.goal, steps))
+            verdict = goal_check.judge(
+                run_id, claimed.run.goal, checks.criteria, checks.deliverables, final["answer"]
+            )
     except RateLimited:
         raise
-    except ESCALATING as exc:
-        return _escalate(run_id, claimed, exc, cap=cap)
+    except goal_check.Unjudged as exc:
+        return _escalate(run_id, claimed, exc.reason, exc.detail, cap)
+    if verdict is not None and not verdict.met:
+        return _unmet(run_id, claimed, verdict, cap=cap)
+    return _finish(run_id, claimed, final, None, cap=cap, verdict=verdict)
+
+
+def _final(completion: Completion, steps: list[Step]) -> dict[str, Any]:
     room = get_settings().step_data_max_bytes - json_bytes(completion.text)
-    final = {
+    return {
         "answer": completion.text,
         "offline": completion.offline,
         "outputs": fit_outputs(results_by_name(steps), max_bytes=room),
     }
 
-    @calls.waits_out_outages
-    def finish() -> list[Send]:
-        with session_scope() as session:
-            calls.settle(session, call, completion, attempt)  # the call was made: it is charged
-            if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
-                log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
-                return []
-            transitions.succeed_run(session, run_id, final_result=final)
-            user_id = claimed.run.user_id
-            return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
 
-    return finish()
+Answered = tuple[calls.Call, Completion, int]
+
+
+@calls.waits_out_outages
+def _keep(run_id: int, claimed: phases.Claimed, final: dict[str, Any], answered: Answered) -> bool:
+    """Settle the answer's call and write the answer, the phase still held, before its goal
+    check (one transaction); False when the phase was taken over (only the charge written)."""
+    with session_scope() as session:
+        calls.settle(session, *answered)  # the call was made: it is charged
+        if phases.keep_answer(session, run_id, claimed.attempt, final=final):
+            return True
+    log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
+    return False
+
+
+@calls.waits_out_outages
+def _finish(
+    run_id: int,
+    claimed: phases.Claimed,
+    final: dict[str, Any],
+    answered: Answered | None,
+    *,
+    cap: int,
+    verdict: GoalVerdict | None = None,
+) -> list[Send]:
+    """Settle the answer's call (when not settled yet: `answered`), end the phase, record the
+    goal check's `verdict` (met) and mark the run succeeded with `final` (one transaction)."""
+    with session_scope() as session:
+        if answered is not None:
+            calls.settle(session, *answered)  # the call was made: it is charged
+        if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+            log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
+            return []
+        if verdict is not None:
+            goal_checks.record(session, claimed.run, verdict)
+        transitions.succeed_run(session, run_id, final_result=final)
+        user_id = claimed.run.user_id
+        return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
+
+
+@calls.waits_out_outages
+def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: int) -> list[Send]:
+    """End the synthesis with a goal not met (one transaction): record `verdict`, then replan
+    or escalate as the coordinator decides (`models.coordinator.decide_unmet`) and send what
+    that leaves; nothing when the phase was taken over."""
+    with session_scope() as session:
+        held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
+        if not held or not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+            return []
+        goal_checks.record(session, claimed.run, verdict)
+        locked = decisions.lock(session, run_id)
+        if locked is None:
+            return []
+        decision = decide_unmet(locked.view(), verdict)
+        log.info("synthesize.goal_not_met", run_id=run_id, action=decision.action)
+        return decisions.apply(session, locked, decision, cap=cap).sends
 
 
 def _answered(call: calls.Call, prompt: Prompt) -> tuple[calls.Call, Completion, int]:
@@ -117,63 +198,64 @@ def _answered(call: calls.Call, prompt: Prompt) -> tuple[calls.Call, Completion,
             call = calls.reserve(session, call.run_id, fitted.request)
 
 
-def _start(run_id: int) -> tuple[phases.Claimed, calls.Call | Exception, list[Step]] | None:
-    """Claim the run's synthesis (`models.phases`), check what its steps delivered against its
-    pinned facts (`models.goal_checks`: a conflict comes back as `GoalNotMet` in the call's
-    place, and no answer is asked for), build its request and reserve its budget,
-    in one transaction when the context needs no summary folded first (else the fold's calls
-    come between); None when another delivery holds the phase or the run is not synthesizing.
-    A failure that escalates (`ESCALATING`: the budget spent, the context overflowing, the
-    fold's call failing) comes back in the call's place, with the claim kept for the escalation
-    to end. Raises `PhaseNotDue`, and `RateLimited` from the fold's calls."""
+Started = tuple[
+    phases.Claimed, calls.Call | dict[str, Any] | GoalVerdict | Exception, list[Step], Checks
+]
+
+
+def _start(run_id: int) -> Started | None:
+    """Claim the run's synthesis (`models.phases`), read what to check of its outcome
+    (`models.goal_checks.checks_of`), build its request and reserve its budget, in one
+    transaction when the context needs no summary folded first (else the fold's calls come
+    between); None when another delivery holds the phase or the run is not synthesizing.
+    In the call's place come: the answer an earlier delivery of this synthesis wrote (its
+    `final_result`: only the check is left); a `GoalVerdict` when the deliverables conflict
+    with the pinned facts (no answer is asked for); a failure that escalates (`ESCALATING`: the
+    budget spent, the context overflowing, the fold's call failing), with the claim kept for
+    the escalation to end. Raises `PhaseNotDue`, and `RateLimited` from the fold's calls."""
     with session_scope() as session:
         claimed = claim_phase_in(session, run_id, SYNTHESIZING)
         if claimed is None:
             return None
         run = claimed.run
         steps = current_steps(session, run)
-        conflicts = goal_checks.conflicts_of(session, run, steps)
-        if conflicts:  # no answer to pay for: what it delivered fails the goal already
-            missing = [c.describe() for c in conflicts]
-            return claimed, GoalNotMet("; ".join(missing), missing=missing), steps
+        checks = goal_checks.checks_of(session, run, steps)
+        if (verdict := checks.rules_verdict()) is not None:
+            return claimed, verdict, steps, checks  # no answer to pay for: it fails already
+        if run.final_result is not None:
+            return claimed, dict(run.final_result), steps, checks
         prompt = synthesize_prompt(run.goal, steps)
         try:
             request = request_in(session, run, prompt, steps=steps)
             if request is not None:
-                return claimed, calls.reserve(session, run_id, request), steps
+                return claimed, calls.reserve(session, run_id, request), steps, checks
         except ESCALATING as exc:  # no model call here; nothing written but the claim, kept
-            return claimed, exc, steps
+            return claimed, exc, steps, checks
     try:
         with renewed(claimed):  # the fold's model calls
             request = request_for(run_id, prompt)
         with session_scope() as session:
-            return claimed, calls.reserve(session, run_id, request), steps
+            return claimed, calls.reserve(session, run_id, request), steps, checks
     except RateLimited:
         raise
     except ESCALATING as exc:
-        return claimed, exc, steps
+        return claimed, exc, steps, checks
 
 
-def _escalate(run_id: int, claimed: phases.Claimed, exc: Exception, *, cap: int) -> list[Send]:
-    """End the synthesis `claimed` holds by escalating the run for `exc` (one transaction);
-    returns what the dispatch of its user released, nothing when the phase was taken over."""
+def _escalate(
+    run_id: int, claimed: phases.Claimed, reason: str, detail: dict[str, Any], cap: int
+) -> list[Send]:
+    """End the synthesis `claimed` holds by escalating the run with `reason` and `detail` (one
+    transaction); returns what the dispatch of its user released, nothing when the phase was
+    taken over."""
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
             return []  # another delivery took the phase over: it escalates, or not
-        transitions.escalate(
-            session,
-            run_id,
-            expected="synthesizing",
-            reason=_escalation_reason(exc),
-            detail={
-                "error": str(exc),
-                **({"missing": exc.missing} if isinstance(exc, GoalNotMet) else {}),
-            },
-        )
+        transitions.escalate(session, run_id, expected="synthesizing", reason=reason, detail=detail)
         return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
 
 
 def _escalation_reason(exc: Exception) -> str:
-    if isinstance(exc, BudgetExhausted | QuotaExhausted | GoalNotMet):
+    if isinstance(exc, BudgetExhausted | QuotaExhausted):
         return exc.reason
     return "context_overflow" if isinstance(exc, ContextOverflow) else "synthesis_failed"

@@ -37,7 +37,9 @@ REASON_TEXT: Final = {
     "context_overflow": "The step's context does not fit the model's context window.",
     "invalid_plan": "The planner did not produce a valid plan.",
     "synthesis_failed": "The final answer could not be written.",
-    "goal_not_met": "The steps finished, but what the run delivered fails its goal check.",
+    "goal_not_met": "The steps finished, but what the run delivered fails its goal check, and "
+    "no replan is left: approve accepts it as it is; edit replaces the step that delivered it.",
+    "invalid_goal_check": "The goal check's answer never validated.",
     "internal_error": "agentq itself failed while planning or answering; see the worker log.",
 }
 

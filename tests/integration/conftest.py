@@ -141,6 +141,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         start: bool = True,
         goal: str = "integration test",
         wall_time_s: float | None = None,
+        criteria: list[str] | None = None,
     ) -> int:
         from models.tools import configured_tool_names
 
@@ -153,6 +154,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
             "plan": plan,
             "replans": replans,
             "wall_time_s": wall_time_s,
+            "success_criteria": criteria or [],
         }
         if start:
             submitted = submissions.submit(RunRequest(**fields), settings=get_settings())

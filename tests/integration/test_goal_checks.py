@@ -1,7 +1,9 @@
-"""A run is checked against the facts its user pinned before it succeeds (issue 12, item 1), on
-the real stack: a report delivered in USD when `currency = EUR` is pinned escalates
-`goal_not_met` without asking for an answer, a reviewer's approval accepts it as it is, and an
-intermediate value that differs (the receipts' own currency) is not held against the run."""
+"""A run is checked against its goal before it succeeds (issue 12, item 1), on the real stack: a
+report delivered in USD when `currency = EUR` is pinned is not met without asking for an answer,
+a reviewer's approval accepts it as it is, and an intermediate value that differs (the receipts'
+own currency) is not held against the run; success criteria are judged by the check call (the
+offline provider's rules), a goal not met is replanned under the replan budget, then escalated
+`goal_not_met`, and a reviewer's edit replaces the deliverable that missed it."""
 
 from __future__ import annotations
 
@@ -29,10 +31,24 @@ def _calls(run_id: int) -> list[RunEvent]:
         return list(session.exec(stmt))
 
 
+def _verdicts(run_id: int) -> list[dict[str, Any]]:
+    with session_scope() as session:
+        stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == "goal.checked")
+        return [e.detail for e in session.exec(stmt.order_by(col(RunEvent.id)))]
+
+
+def _escalation(run_id: int) -> Escalation:
+    with session_scope() as session:
+        stmt = select(Escalation).where(Escalation.run_id == run_id, Escalation.decision == None)  # noqa: E711
+        (esc,) = session.exec(stmt).all()
+        return esc
+
+
 def test_a_deliverable_that_contradicts_a_pinned_fact_escalates(make_run: MakeRun) -> None:
     run_id = make_run(
         [_echo("report", {"total": 473.43, "currency": "USD"})],
         facts={"currency": "EUR"},
+        replans=0,
     )
     run = wait_for_run(run_id)
     assert run.status == "waiting_review" and run.final_result is None
@@ -80,3 +96,72 @@ def test_what_the_run_delivers_is_checked_not_what_fed_it(make_run: MakeRun) -> 
     outputs = (run.final_result or {})["outputs"]
     assert outputs["receipts"]["currency"] != "EUR"  # an intermediate value that differs
     assert outputs["submit"]["currency"] == "EUR"
+
+
+def test_unmet_criteria_are_replanned_then_escalated_once_the_budget_is_spent(
+    make_run: MakeRun,
+) -> None:
+    run_id = make_run(
+        [_echo("report", {"total": 10.0, "currency": "EUR"})],
+        criteria=["The report's total is 473.43 EUR"],
+        replans=1,
+    )
+    run = wait_for_run(run_id)
+    assert run.status == "waiting_review" and run.final_result is None
+    assert (run.plan_version, run.replans_used) == (2, 1), _escalation(
+        run_id
+    )  # one replan, in the report's place
+    assert run.success_criteria == [{"text": "The report's total is 473.43 EUR", "by": "user"}]
+    first, second = _verdicts(run_id)
+    assert [first["met"], second["met"]] == [False, False]
+    assert [first["plan_version"], second["plan_version"]] == [1, 2]
+    assert first["source"] == "model" and "'473.43'" in " ".join(first["missing"])
+    esc = _escalation(run_id)
+    assert esc.reason == "goal_not_met" and esc.detail["replans"] == "1/1"
+    assert esc.detail["step"] == "report" and esc.detail["checked_by"] == "model"
+    purposes = [e.detail.get("purpose") for e in _calls(run_id)]
+    assert purposes.count("check_goal") == 2 and purposes.count("synthesize") == 2
+    assert purposes.count("replan") == 1
+
+
+def test_met_criteria_succeed_and_are_recorded(make_run: MakeRun) -> None:
+    run_id = make_run(
+        [_echo("report", {"total": 473.43, "cost_centre": "CC-4410"})],
+        facts={"cost_centre": "CC-4410"},
+        criteria=["Filed against ${facts.cost_centre} for 473.43"],
+    )
+    run = wait_for_run(run_id)
+    assert run.status == "succeeded", run.error
+    (verdict,) = _verdicts(run_id)
+    assert verdict["met"] is True and verdict["source"] == "model"
+    assert (run.final_result or {})["answer"].startswith("[offline]")
+
+
+def test_a_reviewers_edit_replaces_the_deliverable_that_missed_the_goal(make_run: MakeRun) -> None:
+    run_id = make_run([_echo("report", {"currency": "USD"})], facts={"currency": "EUR"}, replans=0)
+    assert wait_for_run(run_id).status == "waiting_review"
+    esc = _escalation(run_id)
+    assert esc.reason == "goal_not_met" and esc.detail["step"] == "report"
+    with session_scope() as session:
+        reviews.edit(
+            session,
+            esc.id or 0,
+            reviewer="rita",
+            plan={"steps": [_echo("report", {"currency": "EUR"})]},
+            tools=["echo"],
+            max_attempts=3,
+        )
+    queue.send(TASK_COORDINATE, run_id)
+    run = wait_for_run(run_id, ("succeeded", "failed"))
+    assert run.status == "succeeded", run.error
+    assert (run.final_result or {})["outputs"]["report"]["value"] == {"currency": "EUR"}
+
+
+def test_the_planners_criteria_are_kept_and_checked(make_run: MakeRun) -> None:
+    """The offline planner's expense playbook states its criteria with the pinned facts."""
+    facts = {"trip": "lisbon-2026-10", "currency": "EUR", "cost_centre": "CC-4410"}
+    run = wait_for_run(make_run(None, goal="File my expense report", facts=facts))
+    assert run.status == "succeeded", run.error
+    assert [c["by"] for c in run.success_criteria] == ["planner"]
+    assert "${facts.cost_centre}" in run.success_criteria[0]["text"]
+    assert _verdicts(run.id or 0)[-1]["met"] is True

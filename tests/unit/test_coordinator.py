@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.coordinator import Decision, RunView, StepView, decide
+from models.coordinator import Decision, GoalVerdict, RunView, StepView, decide, decide_unmet
 from models.states import STEP_STATUSES
 
 Step = tuple[int, str] | tuple[int, str, tuple[int, ...]]
@@ -178,3 +178,39 @@ def test_decisions_are_deterministic_and_follow_the_graph(
         assert decision.step_id == expected[0]
     elif decision.action == "synthesize":
         assert all(s in ("succeeded", "cancelled", "failed") for s in status.values())
+
+
+UNMET = GoalVerdict(False, "the total is not 473.43", ("no deliverable holds '473.43'",), 7)
+
+
+@pytest.mark.parametrize(
+    ("name", "run", "verdict", "action", "reason"),
+    [
+        ("a replan is left", view("synthesizing", used=0, limit=1), UNMET, "replan", "goal not"),
+        ("budget spent", view("synthesizing", used=1, limit=1), UNMET, "escalate", "goal_not_met"),
+        ("no budget at all", view("synthesizing", limit=0), UNMET, "escalate", "goal_not_met"),
+        (
+            "nothing delivered to replace",
+            view("synthesizing"),
+            GoalVerdict(False, "nothing delivered", (), None),
+            "escalate",
+            "goal_not_met",
+        ),
+        (
+            "the deadline passed",
+            view("synthesizing", deadline_passed=True),
+            UNMET,
+            "escalate",
+            "wall_time_budget_spent",
+        ),
+    ],
+)
+def test_a_goal_not_met_is_replanned_while_the_budget_lasts(
+    name: str, run: RunView, verdict: GoalVerdict, action: str, reason: str
+) -> None:
+    decision = decide_unmet(run, verdict)
+    assert (decision.action, decision.reason[: len(reason)]) == (action, reason), name
+    assert decision.step_id == verdict.step_id
+    if decision.reason == "goal_not_met":
+        assert decision.detail["missing"] == list(verdict.missing)
+        assert decision.detail["reason"] == verdict.reason

@@ -1,14 +1,18 @@
 """The goal checks that need no model (issue 12, item 1): a run's deliverables against the facts
-its user pinned (`models.goal_checks`)."""
+its user pinned, and success criteria judged by the values they name (the offline provider's
+check) (`models.goal_checks`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from models.goal_checks import agrees, conflicts, deliverables
-from models.tables import Step
+from models.goal_checks import agrees, conflicts, criteria_texts, deliverables, rule_verdict, terms
+from models.plans import MAX_CRITERIA, PlanSpec
+from models.runs import add_criteria
+from models.tables import Run, Step
 
 
 @pytest.mark.parametrize(
@@ -69,3 +73,82 @@ def test_the_deliverables_are_the_succeeded_steps_no_step_refers_to() -> None:
         _step("broken", "failed"),
     ]
     assert [s.name for s in deliverables(steps)] == ["submit", "after_it"]
+
+
+@pytest.mark.parametrize(
+    ("criterion", "expected"),
+    [
+        ("Filed in EUR against CC-4410, total 1,200.50", ["EUR", "CC-4410", "1200.50"]),
+        ("The report id starts with 'EXP-'", ["EXP-"]),
+        ('Mentions "Lisbon" twice: "Lisbon"', ["Lisbon"]),
+        ("the report is filed", []),  # no value to look for
+        ("total 473.43 EUR, currency EUR", ["473.43", "EUR"]),  # once each
+        ("step2 ran at v3.1", []),  # digits inside words are no values
+    ],
+)
+def test_the_values_a_criterion_names(criterion: str, expected: list[str]) -> None:
+    assert terms(criterion) == expected
+
+
+REPORT = {
+    "report": {"total": 473.43, "currency": "EUR", "cost_centre": "CC-4410", "note": "Lisbon trip"}
+}
+
+
+@pytest.mark.parametrize(
+    ("criteria", "met", "missing"),
+    [
+        (["Filed in EUR against CC-4410 for 473.43"], True, []),
+        (["Filed in USD"], False, ["'Filed in USD': no deliverable holds 'USD'"]),
+        (["total 473.430"], True, []),  # numbers compare as numbers
+        (["mentions 'lisbon'"], True, []),  # part of a text field, any case
+        (["the report is filed"], True, []),  # names no value: not judged by rules
+        (
+            ["against CC-4411", "in EUR"],
+            False,
+            ["'against CC-4411': no deliverable holds 'CC-4411'"],
+        ),
+    ],
+)
+def test_criteria_are_met_when_the_deliverables_hold_their_values(
+    criteria: list[str], met: bool, missing: list[str]
+) -> None:
+    assert rule_verdict(criteria, REPORT)[0::2] == (met, missing)
+
+
+def test_criteria_name_pinned_facts() -> None:
+    run = Run(user_id="u", goal="g")
+    add_criteria(
+        run, ["In ${facts.currency} to ${facts.cost_centre}", "By ${facts.nope}"], by="user"
+    )
+    add_criteria(run, ["in ${facts.currency} to ${facts.cost_centre} ", ""], by="planner")  # dupes
+    assert [c["by"] for c in run.success_criteria] == ["user", "user"]
+    texts = criteria_texts(run, {"currency": "EUR", "cost_centre": "CC-4410"})
+    assert texts == ["In EUR to CC-4410", "By ${facts.nope}"]
+
+
+def test_a_plan_takes_at_most_ten_criteria_and_a_run_keeps_the_users_first() -> None:
+    run = Run(user_id="u", goal="g")
+    add_criteria(run, [f"user {i}" for i in range(8)], by="user")
+    add_criteria(run, [f"planner {i}" for i in range(5)], by="planner")
+    assert len(run.success_criteria) == MAX_CRITERIA
+    assert [c["by"] for c in run.success_criteria].count("planner") == 2
+    with pytest.raises(ValueError, match="success_criteria"):
+        PlanSpec.model_validate(
+            {
+                "steps": [{"name": "a", "kind": "model", "instruction": "x"}],
+                "success_criteria": ["x"] * 11,
+            }
+        )
+
+
+def test_the_offline_check_is_the_rules() -> None:
+    from worker.offline import OfflineProvider
+    from worker.providers import ModelRequest
+
+    payload = {"goal": "g", "criteria": ["Filed in USD"], "deliverables": REPORT, "answer": "a"}
+    request = ModelRequest(purpose="check_goal", messages=[], payload=payload)
+    answer = json.loads(OfflineProvider().complete(request).text)
+    assert answer["met"] is False and answer["missing"] == [
+        "'Filed in USD': no deliverable holds 'USD'"
+    ]

@@ -177,3 +177,20 @@ def test_a_step_waiting_for_itself_twice_is_told_once_and_the_repeat_named() -> 
     message = str(info.value)
     assert message.count("cannot wait for itself") == 1
     assert "names 'a' more than once" in message
+
+
+def test_a_succeeded_step_replaced_leaves_the_version_and_frees_its_name() -> None:
+    """A deliverable that missed the run's goal (`models.goal_checks`) is replaced in its place:
+    the new step waits for what it waited for, takes its name, and what waited for it waits for
+    the new step; a failed step replaced stays, as the record of the failure."""
+    kept = [
+        Node(1, "convert", "succeeded"),
+        Node(2, "report", "succeeded", (1,)),
+        Node(3, "notify", "pending", (2,)),
+    ]
+    version = splice(kept, [NewStep(-1, "report")], replaced=2)
+    assert version.problems == ()
+    assert version.order == (1, -1, 3)
+    assert dict(version.after) == {1: (), -1: (1,), 3: (-1,)}
+    failed = [Node(1, "convert", "succeeded"), Node(2, "report", "failed", (1,))]
+    assert splice(failed, [NewStep(-1, "report")], replaced=2).order == (1, 2, -1)

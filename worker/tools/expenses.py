@@ -226,7 +226,14 @@ EXPENSE_PLAYBOOK: list[dict[str, Any]] = [
 cost_centre). Each step waits only for the steps whose results it uses, so the rate lookup and
 attaching the receipts run side by side once the receipts are in."""
 
-playbook(("expense report",), EXPENSE_PLAYBOOK)
+EXPENSE_CRITERIA = (
+    "The expense report is submitted in ${facts.currency} against cost centre "
+    "${facts.cost_centre}.",
+)
+"""What the offline planner's expense plan must achieve: the values the goal check
+(`models.goal_checks.rule_verdict`) looks for in what the run delivered."""
+
+playbook(("expense report",), EXPENSE_PLAYBOOK, EXPENSE_CRITERIA)
 
 
 def _convert_line(receipt: Receipt, factor: Decimal, currency: str) -> dict[str, Any]:
