@@ -8,11 +8,13 @@ rule took is not read again by a later one:
 
 | key | found in (the goal's words) | value pinned |
 |---|---|---|
-| `amount`, `currency` | `473.43 EUR`, `EUR 473.43`, `€12.50`, `12,50 €`, `$1,234.50` | `473.43` |
+| `amount`, `currency` | `473.43 EUR`, `EUR 473.43`, `€12.50`, `12,50 €`, `$1,234.50` | `12.50` |
 | `date` | an ISO date that is a real day, `2026-10-14` | `2026-10-14` |
 | `month` | an ISO month, `2026-10` | `2026-10` |
 | `currency` | a code of `CURRENCY_CODES` alone (`in EUR`) | `EUR` |
 | `cost_centre`, ... | an identifier: by prefix (`IDENTIFIER_KEYS`), else `id` | `CC-4410` |
+
+(`€12.50` pins `amount = 12.50` and `currency = EUR`; `$1,234.50`, `1234.50` and `USD`.)
 
 A number takes a dot for its decimals and may group thousands with commas (`1,234.50`); a comma
 with one or two digits after it is a decimal comma (`12,50`). Currency symbols are read as

@@ -24,6 +24,10 @@ recorded result or error is answered instead of running the tool again, and a
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
+A step that declares `output` (`models.step_outputs`) is asked for JSON of its fields; its text
+answer, once no tool is called, is checked and re-asked in the same loop (`worker.step_outputs`),
+and only the fields of a fitting answer become the step's result.
+
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
 budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
 invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw

@@ -126,6 +126,31 @@ def test_values_the_goal_states_are_pinned_when_asked_and_explicit_facts_win(
         assert pinned_facts(session, unasked.run_id) == {}  # shown, not pinned
 
 
+def test_the_demos_goal_stating_its_values_pins_what_its_report_needs(engine: LocalStack) -> None:
+    """The demo's first scenario with the currency and cost centre said in the goal instead of
+    as --fact: the expense playbook's `${facts.currency}` and `${facts.cost_centre}` get them,
+    and the report is filed as the demo's is (one replan onto the cached rate)."""
+    goal = "File my Lisbon trip expense report in EUR to CC-4410"
+    request = RunRequest(
+        user_id="pins-demo",
+        goal=goal,
+        facts={"trip": "lisbon-2026-10"},
+        replans=1,
+        pin_from_goal=True,
+    )
+    submitted = submissions.submit(request, settings=get_settings())
+    assert submitted.from_goal.pinned == {"currency": "EUR", "cost_centre": "CC-4410"}
+    run = wait_for_run(submitted.run_id)
+    assert run.status == "succeeded", run.error
+    (filed,) = [s for s in run_steps(submitted.run_id) if s.name == "submit"]
+    assert filed.result is not None
+    assert (filed.result["total"], filed.result["currency"], filed.result["cost_centre"]) == (
+        473.43,
+        "EUR",
+        "CC-4410",
+    )
+
+
 def test_a_fact_value_over_the_cap_is_refused_naming_the_fact_and_nothing_is_written(
     engine: LocalStack,
 ) -> None:
