@@ -15,7 +15,8 @@ so that a request the spec allows is accepted and one it forbids is refused
   enabled ones, each once) or a call of one enabled tool with that tool's own arguments, where
   any argument may instead be a string holding a `${steps...}` / `${facts...}` reference; either
   may name the steps it waits for (`after`: step names, each once) and declare checks of its
-  result (`expect`, `models.expectations.expect_schema`).
+  result (`expect`, `models.expectations.expect_schema`); a model step may declare the typed
+  fields of its answer (`output`, `models.step_outputs.output_spec_schema`).
 
 What JSON Schema cannot state is in the descriptions and refused with 400 naming the step: rules
 across fields (step names unique in a plan; `after` names steps of the plan, not the step itself,
@@ -41,6 +42,7 @@ from models.plans import (
     STEP_NAME_PATTERN,
 )
 from models.references import REFERENCE_PATTERN
+from models.step_outputs import output_spec_schema
 from models.storable import MAX_JSON_DEPTH
 
 JSON_VALUE: Final = "JsonValue"
@@ -141,6 +143,7 @@ def _model_step(tool_names: list[str]) -> dict[str, Any]:
             "args": {"type": "object", "maxProperties": 0},
             "after": _after(),
             "expect": expect_schema(),
+            "output": {"anyOf": [output_spec_schema(), {"type": "null"}]},
         },
     }
 
@@ -162,6 +165,7 @@ def _tool_step(entry: Mapping[str, Any], schemas: dict[str, Any]) -> dict[str, A
             "tools": {"type": "array", "maxItems": 0},
             "after": _after(),
             "expect": expect_schema(),
+            "output": {"type": "null"},
         },
     }
 

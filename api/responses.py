@@ -97,6 +97,11 @@ class StepOut(BaseModel):
     expect: list[dict[str, Any]] = Field(
         default=[], description="Checks of the step's result, as the plan declared them."
     )
+    output: dict[str, str] | None = Field(
+        default=None,
+        description="A model step's answer fields and their types, as the plan declared them "
+        "(its result holds those fields); null when it declares none.",
+    )
     args: Shortenable
     status: str
     attempt: int
@@ -211,6 +216,17 @@ class RunDetail(RunOut):
     )
 
 
+class GoalValuesOut(BaseModel):
+    """The values a goal states (`models.goal_values`): `found` (key -> value; a key found with
+    several values is numbered, `currency_1`, `currency_2`), `pinned` (those the run pins:
+    none unless `pin_from_goal`), `overridden` (found values whose key `facts` pinned, which
+    won: key -> the value found)."""
+
+    found: dict[str, str] = {}
+    pinned: dict[str, str] = {}
+    overridden: dict[str, str] = {}
+
+
 class SubmittedOut(BaseModel):
     """A submitted run, as its submit left it; `notified` is False when the broker was down (the
     reconciler sends its first messages once the broker is back: the run is safe in Postgres),
@@ -218,6 +234,10 @@ class SubmittedOut(BaseModel):
 
     run: RunDetail
     notified: bool
+    from_goal: GoalValuesOut = Field(
+        default_factory=GoalValuesOut,
+        description="The values the goal states, and those the run pinned with them.",
+    )
 
 
 class ReviewOut(BaseModel):

@@ -25,6 +25,7 @@ from api.responses import (
     ErrorOut,
     EscalationOut,
     EventOut,
+    GoalValuesOut,
     PlanVersionOut,
     RunDetail,
     RunOut,
@@ -174,6 +175,9 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`) gets 429 with
     `Retry-After`, and nothing is written. Submitter or admin; an explicit plan only from the
     roles in `AGENTQ_PLAN_SUBMIT_ROLES` (403 naming the setting), naming only enabled tools.
+
+    `from_goal` shows the values the goal states (amounts, currencies, ISO dates, identifiers:
+    `models.goal_values`) and, with `pin_from_goal`, those the run pinned; `facts` win.
     """
     user_id = principal.acting_for(body.user)
     plan = None
@@ -194,9 +198,12 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
         cost_usd=budgets.cost_usd,
         wall_time_s=budgets.wall_time_s,
         success_criteria=body.success_criteria,
+        pin_from_goal=body.pin_from_goal,
     )
     submitted = submissions.submit(request, settings=get_settings(), describe=run_detail)
-    return SubmittedOut(run=submitted.seen, notified=submitted.notified)
+    pins = submitted.from_goal
+    from_goal = GoalValuesOut(found=pins.found, pinned=pins.pinned, overridden=pins.overridden)
+    return SubmittedOut(run=submitted.seen, notified=submitted.notified, from_goal=from_goal)
 
 
 def check_plan_role(principal: Principal) -> None:

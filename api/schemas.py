@@ -21,7 +21,13 @@ from pydantic import (
 )
 
 from models.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
-from models.runs import FACT_KEY_PATTERN, GOAL_MAX_CHARS, MAX_PINNED_FACTS, USER_ID_MAX_CHARS
+from models.runs import (
+    FACT_KEY_PATTERN,
+    FACT_VALUE_MAX_CHARS,
+    GOAL_MAX_CHARS,
+    MAX_PINNED_FACTS,
+    USER_ID_MAX_CHARS,
+)
 from models.storable import json_integer, storable_problem
 
 PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
@@ -44,7 +50,7 @@ UserId = Annotated[
     str, StringConstraints(min_length=1, max_length=USER_ID_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
 ]
 FactKey = Annotated[str, StringConstraints(pattern=FACT_KEY_PATTERN)]
-FactValue = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+FactValue = Annotated[str, StringConstraints(min_length=1, max_length=FACT_VALUE_MAX_CHARS)]
 Comment = Annotated[str, StringConstraints(min_length=1, max_length=COMMENT_MAX_CHARS)]
 RequiredComment = Annotated[
     str, StringConstraints(max_length=COMMENT_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
@@ -121,6 +127,14 @@ class RunSubmit(Body):
         description="What must hold once the run is done, one sentence each; may name pinned "
         "facts as `${facts.KEY}`. Judged after the answer: not met is replanned, then escalated "
         "`goal_not_met`.",
+    )
+    pin_from_goal: StrictBool = Field(
+        default=False,
+        description="Also pin the values the goal states (amounts with their currency, ISO "
+        "dates and months, currency codes, identifiers such as CC-4410; "
+        "`models.goal_values`); a fact given in `facts` always wins. Off unless asked: a pin "
+        "binds every step and the goal check. The response's `from_goal` shows what was found "
+        "either way. An explicit `plan` may refer only to `facts`.",
     )
 
 

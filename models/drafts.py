@@ -103,6 +103,8 @@ def spec_of(step: Step, after: Sequence[str]) -> dict[str, Any]:
         spec["tools"] = step.tools
     if step.expect:
         spec["expect"] = step.expect
+    if step.output:
+        spec["output"] = step.output
     spec["after"] = list(after)
     return spec
 

@@ -160,6 +160,12 @@ class StepDataTooLarge(ToolError):
     """
 
 
+class InvalidStepOutput(ToolError):
+    """A model step's answer does not fit the fields its plan declares (`output`); nothing of it
+    was stored. Not retried as it is: the model is re-asked with the reason, a bounded number of
+    times, then the step fails and the coordinator replans or escalates."""
+
+
 class InvalidToolCalls(ToolError):
     """A model kept calling tools with arguments that are not JSON or do not match the tool's
     schema; the tool never ran on them. `raw` holds the last calls as the model wrote them."""

@@ -6,7 +6,9 @@ reviewer's edit and an explicit plan given at submit all pass through `parse_pla
 is written, so malformed input is refused whole and nothing is half-written. Steps pass data with
 references in their tool args: `"${steps.NAME.KEY}"` (a key of the result of a step it waits for,
 directly or not) and `"${facts.KEY}"` (a pinned fact). The graph rules are `models.graph`'s.
-A step may declare checks of its result (`expect`, `models.expectations`) that fail it when unmet.
+A step may declare checks of its result (`expect`, `models.expectations`) that fail it when unmet,
+and a model step the typed fields of its answer (`output`, `models.step_outputs`), which become its
+result.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
 from models.expectations import MAX_STEP_EXPECTATIONS, Expectation, stored
 from models.references import referenced_facts, references
 from models.states import STEP_NOT_STARTED
+from models.step_outputs import MAX_OUTPUT_FIELDS, OutputSpec
 from models.storable import parse_json, storable_problem
 from models.tables import PlanVersion, Run, Step, utcnow
 
@@ -71,6 +74,13 @@ class StepSpec(BaseModel):
         max_length=MAX_STEP_EXPECTATIONS,
         description="Checks of the step's result (`models.expectations`); one unmet fails it.",
     )
+    output: OutputSpec | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_OUTPUT_FIELDS,
+        description="Kind 'model' only: the fields of its answer and their types "
+        "(`models.step_outputs`), stored as its result.",
+    )
 
     @field_validator("args")
     @classmethod
@@ -90,6 +100,11 @@ class StepSpec(BaseModel):
             raise ValueError(f"step {self.name!r}: kind 'model' takes no 'args'")
         if self.kind == "tool" and self.tools:
             raise ValueError(f"step {self.name!r}: 'tools' is for kind 'model' steps only")
+        if self.kind == "tool" and self.output is not None:
+            raise ValueError(
+                f"step {self.name!r}: 'output' is for kind 'model' steps only (a tool's result "
+                "has the fields the tool returns)"
+            )
         if self.kind == "model" and not self.instruction.strip():
             raise ValueError(f"step {self.name!r}: kind 'model' needs an 'instruction'")
         if len(set(self.tools)) != len(self.tools):
@@ -364,6 +379,7 @@ def _new_step(run: Run, version: int, spec: StepSpec, max_attempts: int) -> Step
         args=spec.args,
         tools=spec.tools,
         expect=stored(spec.expect),
+        output=dict(spec.output) if spec.output else None,
         max_attempts=max_attempts,
     )
 

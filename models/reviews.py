@@ -262,6 +262,7 @@ def approve(
         args=failed.args,
         tools=failed.tools,
         expect=loaded(failed.expect),
+        output=failed.output,
     )
     add_plan_version(
         session,

@@ -29,6 +29,9 @@ GOAL_MAX_CHARS = 20_000  # a goal is an instruction; documents belong in tools o
 # Pinned facts reach every prompt of the run whole (they are never trimmed: DESIGN.md,
 # invariant 3), so a run can pin only as many as a prompt can carry beside its work.
 MAX_PINNED_FACTS: Final = 50
+# One pinned fact's value: a currency, an identifier, a preference in a sentence or two; a
+# document belongs in a tool. Every submit path (CLI, API, demo) is held to it here.
+FACT_VALUE_MAX_CHARS: Final = 10_000
 
 
 def submit_run(
@@ -44,9 +47,12 @@ def submit_run(
     cost_usd: float | None = None,
     wall_time_s: float | None = None,
     success_criteria: list[str] | None = None,
+    from_goal: dict[str, str] | None = None,
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
     of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`.
+    `from_goal` names those of `facts` found in the goal (`models.goal_values`), which the
+    `run.submitted` event records apart.
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
     skips the planning call. Nothing starts it: submitters use `models.submissions.submit`,
@@ -76,7 +82,10 @@ def submit_run(
     session.flush()
     run_id = run.id or 0
     session.add_all(PinnedFact(run_id=run_id, key=k, value=v) for k, v in (facts or {}).items())
-    transitions.record_event(session, run_id, "run.submitted", user=user_id, facts=facts or {})
+    detail: dict[str, Any] = {"user": user_id, "facts": facts or {}}
+    if from_goal:
+        detail["pinned_from_goal"] = from_goal
+    transitions.record_event(session, run_id, "run.submitted", **detail)
     if plan is not None:
         add_plan_version(
             session,
@@ -129,6 +138,11 @@ def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None
             raise InvalidInput(f"fact {key!r}: the key must match {FACT_KEY_PATTERN}")
         if not value:
             raise InvalidInput(f"fact {key!r}: the value is empty")
+        if len(value) > FACT_VALUE_MAX_CHARS:
+            raise InvalidInput(
+                f"fact {key!r}: the value is at most {FACT_VALUE_MAX_CHARS} characters "
+                f"(got {len(value)}); a document belongs in a tool, not a pinned fact"
+            )
 
 
 def _check_criteria(criteria: list[str]) -> None:

@@ -22,6 +22,11 @@ commit. One the broker does not take is recovered by the reconciler (`scheduler.
 a step queued for longer than `AGENTQ_QUEUED_STALE_S` is sent again, a run planning or queued
 with no news for `AGENTQ_PHASE_STALE_S` gets its task again, a user whose steps stayed ready is
 dispatched. The CLI, the HTTP API, the demo and the benchmarks all submit here.
+
+Here too the goal is read for the values it states exactly (`models.goal_values`: amounts,
+currencies, ISO dates, identifiers such as `CC-4410`), which the run pins when the submitter
+asks (`pin_from_goal`); the submitter is shown what was found and what was pinned
+(`Submitted.from_goal`), and a fact it pinned explicitly always wins over a value found.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from sqlmodel import Session
 from models import decisions, queue
 from models.db import session_scope
 from models.dispatch import Send
+from models.goal_values import GoalPins, pins
 from models.plans import PlanSpec
-from models.runs import submit_run
+from models.runs import MAX_PINNED_FACTS, submit_run
 from models.settings import Settings
 from models.tables import Run
 
@@ -46,7 +52,16 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class RunRequest:
     """A run as its submitter asks for it: the arguments of `models.runs.submit_run`, which
-    validates them; a budget left None takes its default (`AGENTQ_DEFAULT_*`)."""
+    validates them; a budget left None takes its default (`AGENTQ_DEFAULT_*`).
+
+    `pin_from_goal`: also pin the values the goal states (`models.goal_values.pins`; the
+    explicit `facts` win). Off unless asked (`agentq submit --pin-from-goal`, the API's
+    `pin_from_goal: true`), because a pin binds: it reaches every prompt of the run whole and
+    the goal check fails a run whose deliverable disagrees with it (`models.goal_checks`), so a
+    value read by a rule, however plain, binds a run only when its submitter chose that. The
+    values found are shown either way (`Submitted.from_goal`), so the submitter sees what
+    asking would pin; and existing submitters keep the runs they had.
+    """
 
     user_id: str
     goal: str
@@ -57,6 +72,11 @@ class RunRequest:
     cost_usd: float | None = None
     wall_time_s: float | None = None
     success_criteria: list[str] = field(default_factory=list)
+    pin_from_goal: bool = False
+
+    def goal_pins(self) -> GoalPins:
+        """The values the goal states, and the facts the run pins with them (see the class)."""
+        return pins(self.goal, self.facts, pin=self.pin_from_goal, room=MAX_PINNED_FACTS)
 
 
 @dataclass(frozen=True)
@@ -64,11 +84,13 @@ class Submitted(Generic[T]):
     """A committed run. `notified`: every message its first decision left was sent (False: the
     broker could not be reached, and the reconciler sends them once it is back; True too when
     there was none, the user's dispatch slots being full). `seen`: what the caller's `describe`
-    read of the run in the submit transaction, after the decision (None without one)."""
+    read of the run in the submit transaction, after the decision (None without one).
+    `from_goal`: the values found in the goal and those pinned (`RunRequest.pin_from_goal`)."""
 
     run_id: int
     notified: bool
     seen: T
+    from_goal: GoalPins = field(default_factory=GoalPins)
 
 
 def insert_and_decide(
@@ -79,12 +101,14 @@ def insert_and_decide(
     transaction; the run and the `(task, args)` to send once the caller has committed. Raises
     what `submit_run` raises (`InvalidInput`, `InvalidPlan`, `UserQuotaExceeded`), and then
     nothing is written."""
+    goal_pins = request.goal_pins()
     run = submit_run(
         session,
         settings=settings,
         user_id=request.user_id,
         goal=request.goal,
-        facts=request.facts,
+        facts=goal_pins.facts,
+        from_goal=goal_pins.pinned,
         plan=request.plan,
         replans=request.replans,
         tokens=request.tokens,
@@ -115,4 +139,4 @@ def submit(
     with session_scope() as session:
         run, sends = insert_and_decide(session, request, settings=settings)
         seen = describe(session, run) if describe is not None else None
-    return Submitted(run.id or 0, queue.send_all(sends), seen)
+    return Submitted(run.id or 0, queue.send_all(sends), seen, request.goal_pins())

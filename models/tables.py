@@ -197,6 +197,9 @@ class Step(SQLModel, table=True):
         default_factory=list,
         sa_type=MutableList.as_mutable(JSONB),
     )
+    # A model step's typed answer fields, name -> type (`models.step_outputs`; issue 12); None
+    # for a step that declares none (a model step's result is then its text).
+    output: dict[str, str] | None = Field(default=None, sa_type=JSONB, nullable=True)
     status: str = Field(default="pending", max_length=20)
     attempt: int = 0
     max_attempts: int = 3

@@ -55,6 +55,10 @@ WATCH_INTERVAL_S = 0.5
 SUPERVISE_INTERVAL_S = 1.0
 PG_INT_MAX = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
+PIN_FROM_GOAL_HELP = (
+    "Also pin the amounts, currencies, ISO dates and identifiers (CC-4410) the goal states; "
+    "a --fact of the same key wins. Off by default: a pin binds every step and the goal check."
+)
 WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 days by default)."
 
 
@@ -211,6 +215,7 @@ def submit(
         str, typer.Option(callback=not_blank, help="Who the run belongs to.")
     ] = "local",
     fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
+    pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
     plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
     criterion: Annotated[
         list[str],
@@ -239,10 +244,13 @@ def submit(
         tokens=tokens,
         wall_time_s=wall_time,
         success_criteria=criterion,
+        pin_from_goal=pin_from_goal,
     )
     submitted = submissions.submit(request, settings=get_settings())
     run_id = submitted.run_id
     said(submitted.notified, f"run {run_id} submitted")
+    if found := views.goal_values_text(submitted.from_goal, asked=pin_from_goal):
+        console.print(found)
     if watch_run:
         raise typer.Exit(watch_until_settled(run_id))
 

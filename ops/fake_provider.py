@@ -5,8 +5,10 @@ request, and records every request it receives with its arrival time. Scripts ar
 marker (`when`): a request whose message text contains it takes the next reply of that script,
 so concurrent runs of an engine test each meet only their own misbehaviour. A request no script
 matches gets a normal answer for its purpose (a plan: `DEFAULT_PLAN`, or what the server's
-`plans` function makes of the request's text; `{"facts": []}`; a goal check that passes; or
-text), with usage
+`plans` function makes of the request's text; `{"facts": []}`; a goal check that passes; for
+any other `response_format` json_schema of an object, such as a model step's declared output,
+an object of its properties with a placeholder of each one's type, `PLACEHOLDERS`; or text),
+with usage
 `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 
 The replies: `ok`, `rate_limited` (429 with `retry-after`), `quota_exhausted` (429
@@ -34,6 +36,7 @@ from typing import Any, Self
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 10
 EMBEDDING_DIM = 384
+PLACEHOLDERS: dict[str, Any] = {"string": "fake", "number": 1.5, "integer": 1, "boolean": True}
 DEFAULT_PLAN: dict[str, Any] = {
     "steps": [
         {"name": "answer", "kind": "model", "instruction": "Answer.", "tool": None, "args": {}}
@@ -304,13 +307,7 @@ def completion_body(
         "object": "chat.completion",
         "created": int(time.time()),
         "model": f"{request.get('model', 'fake')}-fake",
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": reply.finish_reason,
-                "message": message,
-            }
-        ],
+        "choices": [{"index": 0, "finish_reason": reply.finish_reason, "message": message}],
         "usage": {
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -327,6 +324,9 @@ def _default_content(request: dict[str, Any], plans: Callable[[str], dict[str, A
         return json.dumps({"facts": []})
     if schema.get("name") == "check_goal":
         return json.dumps({"met": True, "reason": "fake check", "missing": []})
+    properties = (schema.get("schema") or {}).get("properties")
+    if isinstance(properties, dict):
+        return json.dumps({k: PLACEHOLDERS.get(v.get("type")) for k, v in properties.items()})
     return "fake answer"
 
 

@@ -24,6 +24,7 @@ from rich.text import Text
 from sqlmodel import Session, col, select
 
 from models.display import visible
+from models.goal_values import GoalPins
 from models.graph import linear
 from models.layout import after_text, places, runs_together
 from models.plans import current_graph
@@ -178,6 +179,25 @@ def wall_time(run: Run) -> Text:
 def facts_text(facts: dict[str, str]) -> Text:
     """Pinned facts as `k=v, k=v`, or `-`."""
     return literal(", ".join(f"{k}={v}" for k, v in facts.items()) or "-")
+
+
+def goal_values_text(pins: GoalPins, *, asked: bool) -> Text | None:
+    """What `agentq submit` says of the values its goal states (`models.goal_values`): those
+    pinned, those an explicit `--fact` overrode, or (not `asked`) what `--pin-from-goal` would
+    pin; None when the goal states none."""
+    if not pins.found:
+        return None
+    if not asked:
+        line = f"the goal states {_pairs(pins.found)}; --pin-from-goal pins them"
+        return literal(line, style="dim")
+    lines = [f"pinned from the goal: {_pairs(pins.pinned) or 'nothing new'}"]
+    if pins.overridden:
+        lines.append(f"your --fact won over the goal's {_pairs(pins.overridden)}")
+    return literal("\n".join(lines))
+
+
+def _pairs(facts: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in facts.items())
 
 
 def render_run(

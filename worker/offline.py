@@ -8,11 +8,13 @@ every text it writes starts with `[offline]` where a person could mistake it for
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from models.errors import ProviderError
 from models.goal_checks import rule_verdict
+from models.goal_values import extract
 from models.plans import MAX_INSTRUCTION_CHARS
 from models.tools import find_playbook, playbook_criteria
 from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
@@ -20,6 +22,7 @@ from worker.providers import Completion, ModelRequest, estimate_messages, estima
 OFFLINE_PREFIX = "[offline] "
 SYNTHESIS_LINE_MAX_CHARS = 200
 SUMMARY_LINE_MAX_CHARS = 160
+FIELD_MAX_DEPTH = 8  # how deep a step's results are looked into for an output field
 
 
 class OfflineProvider:
@@ -32,7 +35,9 @@ class OfflineProvider:
       "instruction", "expect"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as
       one step with the failed step's name, else the failed step once more (the engine bounds
       replans); either keeps the failed step's expectations;
-    - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`;
+    - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`; a step that
+      declares `output` (`{..., "output": {field: type}}`) gets JSON of its fields instead, each
+      found by plain rules (`offline_fields`), never invented;
     - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
       one line `name: <compact JSON, at most 200 chars>` per succeeded step;
     - check_goal `{"goal", "criteria": [str], "deliverables": {name: result}, "answer"}`:
@@ -127,11 +132,67 @@ def _offline_replan(payload: Mapping[str, Any]) -> str:
         }
     if failed.get("expect"):  # what the step's result must hold, whichever tool makes it
         step["expect"] = failed["expect"]
+    if failed.get("output") and step["kind"] == "model":  # later steps refer to its fields
+        step["output"] = failed["output"]
     return json.dumps({"steps": [step]})
 
 
 def _offline_step(payload: Mapping[str, Any]) -> str:
+    if payload.get("output"):
+        return json.dumps(offline_fields(payload["output"], payload), ensure_ascii=False)
     return OFFLINE_PREFIX + str(payload["instruction"])
+
+
+def offline_fields(output: Mapping[str, str], payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The offline answer to a step declaring `output` (field -> type): each field's value from
+    the first place that holds one of its type under the field's name, in this order: the pinned
+    facts; the results of the steps it waits for (a key at any depth, up to `FIELD_MAX_DEPTH`,
+    the steps taken by name); the values its instruction states (`models.goal_values`: `amount`,
+    `currency`, `date`, `cost_centre`, ...). Text that reads as a number counts for a number,
+    a number as text for a string. A field found nowhere is left out, so the worker refuses the
+    answer naming it and the step fails: the offline provider never makes up a value (no 0
+    total, no empty currency), which is what declaring `output` is for."""
+    facts = payload.get("facts") or {}
+    results = [result for _, result in sorted((payload.get("results") or {}).items())]
+    stated = {v.key: v.value for v in extract(str(payload.get("instruction", "")))}
+    fields: dict[str, Any] = {}
+    for name, kind in output.items():
+        places = [facts.get(name), *_under(name, results), stated.get(name)]
+        found = [value for place in places if (value := _as(kind, place)) is not _NONE]
+        if found:
+            fields[name] = found[0]
+    return fields
+
+
+_NONE = object()  # no value of the type wanted
+
+
+def _under(name: str, value: Any, depth: int = 0) -> list[Any]:
+    """The values under key `name` anywhere in `value` (dicts and lists), depth first."""
+    if depth > FIELD_MAX_DEPTH:
+        return []
+    if isinstance(value, Mapping):
+        here = [value[name]] if name in value else []
+        return here + [v for item in value.values() for v in _under(name, item, depth + 1)]
+    if isinstance(value, list):
+        return [v for item in value for v in _under(name, item, depth + 1)]
+    return []
+
+
+def _as(kind: str, value: Any) -> Any:
+    """`value` as a JSON value of type `kind`, or `_NONE` when it is none."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value) and kind != "string":
+        value, number = (float(value) if "." in value else int(value)), True
+    if kind == "string" and (isinstance(value, str) or number):
+        return value if isinstance(value, str) else json.dumps(value)
+    if kind == "number" and number:
+        return value
+    if kind == "integer" and number and float(value).is_integer():
+        return int(value)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    return _NONE
 
 
 def _offline_synthesize(payload: Mapping[str, Any]) -> str:

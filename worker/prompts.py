@@ -23,6 +23,7 @@ from models.plans import (
     MAX_STEP_TOOLS,
     STEP_NAME_PATTERN,
 )
+from models.step_outputs import describe, output_schema, output_spec_schema
 from models.tables import Step
 from worker.providers import Purpose
 
@@ -35,7 +36,11 @@ PLAN_INSTRUCTIONS: Final = (
     "nothing unfinished run at the same time; 'after': [] starts at once; left out, a step "
     "waits for the step before it. A step may refer only to steps it waits for, directly or "
     "through other steps. A model step may list in 'tools' the tools it can call itself, when "
-    "their arguments depend on what it finds. Pinned facts are the user's own statements: "
+    "their arguments depend on what it finds. A model step may declare in 'output' the fields "
+    'of its answer and their types (string, number, integer, boolean), e.g. {"total": '
+    '"number", "currency": "string"}: its answer is held to them and later steps refer '
+    "to each as '${steps.NAME.FIELD}'; declare it whenever a later step needs an exact value "
+    "from a model step. Pinned facts are the user's own statements: "
     "never change them. Past runs "
     "recalled below tell you what failed before; avoid repeating a known failure. Give "
     "'success_criteria': one short sentence each for what must hold once the plan is done, "
@@ -52,6 +57,10 @@ REPLAN_INSTRUCTIONS: Final = (
 STEP_INSTRUCTIONS: Final = (
     "You carry out one step of a plan. Use the pinned facts and the results of earlier steps. "
     "Answer with the step's result only."
+)
+STEP_OUTPUT_INSTRUCTIONS: Final = (
+    " Answer with one JSON object only, with exactly the fields the task lists, each of its "
+    "type; copy numbers, codes and identifiers exactly, with no units or words around them."
 )
 STEP_TOOLS_INSTRUCTIONS: Final = (
     " You may call the tools offered, with arguments that match their schemas exactly; their "
@@ -153,6 +162,7 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
             "tools": {"type": "array", "items": known, "maxItems": MAX_STEP_TOOLS},
             "after": after,
             "expect": expect,
+            "output": output_spec_schema(names=False),
         },
     }
     steps = [tool_step, model_step] if tool_names else [model_step]
@@ -200,6 +210,7 @@ def replan_prompt(
         "instruction": failed.instruction,
         "tools": failed.tools,
         "expect": failed.expect,
+        "output": failed.output,
     }
     if unmet is None:
         what = "This step failed:\n" + _json(failed_step)
@@ -229,15 +240,25 @@ def step_prompt(
     instruction: str,
     results: dict[str, dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
+    output: dict[str, str] | None = None,
 ) -> Prompt:
     """Ask a model step to do its instruction; `tools` are catalog entries
-    (`models.tools.catalog`) of the tools it may call, offered as OpenAI function tools."""
-    payload = {"instruction": instruction, "results": results}
+    (`models.tools.catalog`) of the tools it may call, offered as OpenAI function tools. With
+    `output` (field -> type, `models.step_outputs`) the answer must be JSON of those fields
+    (`output_schema`, sent as the request's json_schema); the payload carries `output` too."""
+    payload: dict[str, Any] = {"instruction": instruction, "results": results}
+    task = f"Do this step: {instruction}"
+    if output:
+        payload["output"] = output
+        task += f"\n\nAnswer with JSON holding exactly these fields: {describe(output)}."
     return Prompt(
         "step",
-        STEP_INSTRUCTIONS + (STEP_TOOLS_INSTRUCTIONS if tools else ""),
-        f"Do this step: {instruction}",
+        STEP_INSTRUCTIONS
+        + (STEP_OUTPUT_INSTRUCTIONS if output else "")
+        + (STEP_TOOLS_INSTRUCTIONS if tools else ""),
+        task,
         payload,
+        output_schema(output) if output else None,
         query=instruction,
         tools=tuple(function_tool(entry) for entry in tools or []),
     )

@@ -364,13 +364,15 @@ def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: O
 
 
 def turn_text(step: Step, outcome: Outcome) -> str:
-    """The step's outcome as a conversation turn: a model's text, or a tool call and its result;
-    at most `AGENTQ_STEP_DATA_MAX_BYTES` (the step's row keeps the whole result)."""
+    """The step's outcome as a conversation turn: a model's text (its fields as JSON, for a step
+    that declares `output`), or a tool call and its result; at most `AGENTQ_STEP_DATA_MAX_BYTES`
+    (the step's row keeps the whole result)."""
     if outcome.kind in ("failed", "escalated"):
         return f"step {step.name} ({step.tool or step.kind}) failed: {outcome.error}"
     result = outcome.result or {}
     if step.kind == "model":
-        return _clipped(str(result.get("text", "")))
+        said = json.dumps(result) if step.output else str(result.get("text", ""))
+        return _clipped(said)
     return _clipped(
         f"step {step.name}: {step.tool}({json.dumps(step.args)}) -> {json.dumps(result)}"
     )

@@ -24,6 +24,10 @@ recorded result or error is answered instead of running the tool again, and a
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
+A step that declares `output` (`models.step_outputs`) is asked for JSON of its fields; its text
+answer, once no tool is called, is checked and re-asked in the same loop (`worker.step_outputs`),
+and only the fields of a fitting answer become the step's result.
+
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
 budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
 invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw
@@ -54,6 +58,7 @@ from worker.context import ContextOverflow, Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
 from worker.refits import Fitted
+from worker.step_outputs import OutputAnswers
 
 RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation
 
@@ -80,19 +85,25 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     """Run model step `step`: its instruction with the earlier `results`, calling its tools.
 
     Returns `{"text", "model", "offline"}`, plus `"tool_calls": [{"tool", "arguments", "result"
-    | "error"}]` when tools ran. Raises `InvalidToolCalls` (the model's calls stayed invalid),
+    | "error"}]` when tools ran; for a step that declares `output`, the answer's fields alone
+    (`worker.step_outputs`: a refused answer is re-asked; the tool calls are in the step's
+    events). Raises `InvalidToolCalls` (the model's calls stayed invalid), `InvalidStepOutput`
+    (its answers stayed unfit for its `output`),
     `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls), `ToolNotEnabled`
     (a listed tool is not enabled here), `RetryableToolError` from a tool, `ContextOverflow`,
     `DatabaseUnavailable` (the journal could not be read or written), and what `call_model`
     raises. A call the tool journal holds for this step is answered from it (`journaled_call`).
     """
     tools = {name: enabled_tool(name) for name in step.tools}
-    prompt = step_prompt(step.instruction, results, [t.describe() for t in tools.values()])
+    prompt = step_prompt(
+        step.instruction, results, [t.describe() for t in tools.values()], step.output
+    )
     fitted = Fitted.build(step.run_id, prompt)
     settings = get_settings()
     exchange: list[dict[str, Any]] = []  # the tool calls and their answers, after the request
     ran: list[dict[str, Any]] = []
     keys, invalid_answers = tool_journal.CallKeys(), 0
+    outputs = OutputAnswers(step) if step.output else None
     for number in range(1, settings.model_step_max_calls + 1):
         if number > 1:  # after a round of tool calls: is the run still on, does it still fit?
             _check_run_goes_on(step)
@@ -103,6 +114,11 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
                     f"after {number - 1} model calls"
                 )
         completion = fitted.call(exchange, step_id=step.id)
+        if not completion.tool_calls and outputs is not None:
+            fields = outputs.take(completion, exchange)  # None: refused, and asked again
+            if fields is not None:
+                return fields
+            continue
         if not completion.tool_calls:
             answer = {"text": completion.text, "model": completion.model}
             return {**answer, "offline": completion.offline, **({"tool_calls": ran} if ran else {})}

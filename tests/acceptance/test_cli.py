@@ -251,6 +251,9 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     stack = json.loads((home / "stack.json").read_text())
     no_broker = agentq(home, "submit", "x", env={"DATABASE_URL": stack["database_url"]})
     assert no_broker.returncode == 2 and "no broker" in no_broker.stdout, no_broker.stdout
+    big = agentq(home, "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
+    assert big.returncode == 2, big.stdout + big.stderr
+    assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stdout
     assert _no_runs(home)
 
     plan = home / "plan.json"
@@ -280,3 +283,16 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     assert saved.returncode == 0, saved.stdout + saved.stderr
     assert "run 2 submitted; the broker could not be reached" in saved.stdout
     assert "later" in agentq(home, "runs").stdout
+
+    goal = "Submit 473.43 EUR to CC-4410"
+    pinned = agentq(home, "submit", goal, "--plan", str(plan), "--fact", "currency=USD",
+                    "--pin-from-goal", "--watch")  # fmt: skip
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    assert "pinned from the goal: amount=473.43 cost_centre=CC-4410" in pinned.stdout
+    assert "your --fact won over the goal's currency=EUR" in pinned.stdout
+    assert "currency=USD, amount=473.43, cost_centre=CC-4410" in pinned.stdout  # the run's facts
+    shown = agentq(home, "submit", goal, "--plan", str(plan))
+    assert (
+        "the goal states amount=473.43 currency=EUR cost_centre=CC-4410; --pin-from-goal pins them"
+        in shown.stdout
+    ), shown.stdout

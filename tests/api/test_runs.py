@@ -51,6 +51,27 @@ def test_a_submitter_submits_an_explicit_plan_and_reads_the_whole_run(client: Cl
     assert detail["final_result"] is not None and detail["escalations"] == []
 
 
+def test_a_submit_shows_the_goals_values_and_pins_them_when_asked(client: Client) -> None:
+    alice = client("alice")
+    goal = "Submit 473.43 EUR to CC-4410"
+    plan = {"steps": [noop("a")]}
+    body = {"goal": goal, "facts": {"currency": "USD"}, "plan": plan, "pin_from_goal": True}
+    created = alice.post("/api/v1/runs", json=body)
+    assert created.status_code == 201, created.text
+    from_goal = created.json()["from_goal"]
+    assert from_goal == {
+        "found": {"amount": "473.43", "currency": "EUR", "cost_centre": "CC-4410"},
+        "pinned": {"amount": "473.43", "cost_centre": "CC-4410"},
+        "overridden": {"currency": "EUR"},  # the explicit fact won
+    }
+    pinned = {"currency": "USD", "amount": "473.43", "cost_centre": "CC-4410"}
+    assert created.json()["run"]["pinned_facts"] == pinned
+    unasked = alice.post("/api/v1/runs", json={"goal": goal, "plan": plan})
+    assert unasked.json()["from_goal"]["pinned"] == {}
+    assert unasked.json()["from_goal"]["found"] == from_goal["found"]
+    assert unasked.json()["run"]["pinned_facts"] == {}
+
+
 def after(step: dict[str, object], *names: str) -> dict[str, object]:
     return {**step, "after": list(names)}
 

@@ -6,11 +6,17 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from models.errors import InvalidStepOutput
 from models.expectations import unmet
+from models.goal_values import pins
 from models.layout import by_wave
 from models.plans import Splice, parse_plan
 from models.settings import Settings
+from models.step_outputs import parse_output
 from models.tools import configured_tool_names
+from ops.views import goal_values_text
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 
@@ -54,3 +60,26 @@ def test_the_readmes_expectations_validate_and_fail_as_it_says() -> None:
     (reason,) = unmet(step.expect, result)
     assert f"`step 'receipts': unmet\nexpectation: {reason}`" in README
     assert unmet(step.expect, {**result, "receipts": [{"amount": 412.5}]}) == []
+
+
+def test_the_readmes_output_step_validates_and_is_refused_as_it_says() -> None:
+    block = re.search(r"```json\n(\{\"steps\": \[\n  \{\"name\": \"read\".*?)```", README, re.S)
+    assert block, "the CLI section's example of `output`"
+    plan = parse_plan(json.loads(block.group(1)), tools=configured_tool_names())
+    output = plan.steps[0].output or {}
+    with pytest.raises(InvalidStepOutput) as refused:
+        parse_output('{"total": "473.43 EUR", "currency": "EUR"}', output)
+    assert f"(`{refused.value}`)" in README.replace("\n", " ")
+    assert parse_output('{"total": 473.43, "currency": "EUR"}', output) == {
+        "total": 473.43,
+        "currency": "EUR",
+    }
+
+
+def test_the_readmes_submit_says_what_submit_says_of_the_goals_values() -> None:
+    goal = "Submit 473.43 EUR to CC-4410"
+    shown = goal_values_text(pins(goal, {"trip": "x"}, pin=False, room=50), asked=False)
+    pinned = goal_values_text(pins(goal, {"currency": "USD"}, pin=True, room=50), asked=True)
+    assert shown is not None and pinned is not None
+    assert f"run 7 submitted\n{shown.plain}\n" in README
+    assert f"run 8 submitted\n{pinned.plain}\n" in README

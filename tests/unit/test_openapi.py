@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator
 
 from api.app import create_api
 from api.openapi import JSON_VALUE, NO_NUL_PATTERN, walk
+from models.runs import FACT_VALUE_MAX_CHARS
 from models.settings import BUDGET_CEILINGS, get_settings
 from models.tools import configured_tool_names
 
@@ -109,3 +110,30 @@ def test_either_step_shape_may_declare_expectations_as_the_server_checks_them(
     assert "`min` is at most its `max`" in described
     step_out = spec["components"]["schemas"]["StepOut"]["properties"]
     assert step_out["expect"]["type"] == "array"
+
+
+def test_a_model_step_may_declare_its_output_and_a_tool_step_may_not(spec: dict[str, Any]) -> None:
+    model = {"name": "j", "kind": "model", "instruction": "read the total"}
+    tool = {"name": "a", "kind": "tool", "tool": "sleep", "args": {"seconds": 0}}
+    output = {"total": "number", "currency": "string"}
+    assert valid(spec, "PlanSpec", {"steps": [{**model, "output": output}]})
+    assert valid(spec, "PlanSpec", {"steps": [{**model, "output": None}]})
+    for wrong in ({}, {"total": "float"}, {"Total": "number"}):
+        assert not valid(spec, "PlanSpec", {"steps": [{**model, "output": wrong}]}), wrong
+    assert not valid(spec, "PlanSpec", {"steps": [{**tool, "output": output}]})
+    step_out = spec["components"]["schemas"]["StepOut"]["properties"]
+    assert "output" in step_out
+
+
+def test_a_submit_may_pin_the_goals_values_and_is_shown_them(spec: dict[str, Any]) -> None:
+    submit = spec["components"]["schemas"]["RunSubmit"]["properties"]
+    assert (
+        submit["pin_from_goal"]["type"] == "boolean" and submit["pin_from_goal"]["default"] is False
+    )
+    assert valid(spec, "RunSubmit", {"goal": "Submit 473.43 EUR", "pin_from_goal": True})
+    assert not valid(spec, "RunSubmit", {"goal": "x", "pin_from_goal": "yes"})
+    shown = spec["components"]["schemas"]["GoalValuesOut"]["properties"]
+    assert set(shown) == {"found", "pinned", "overridden"}
+    facts = spec["components"]["schemas"]["RunSubmit"]["properties"]["facts"]
+    (value,) = facts["patternProperties"].values()
+    assert value["maxLength"] == FACT_VALUE_MAX_CHARS  # the one cap every submit path has
