@@ -347,11 +347,13 @@ def test_quota_in_planning_escalates_after_one_call(fake: FakeOpenAI, mark: str)
 
 def long_turn_then(mark: str) -> list[dict[str, Any]]:
     """A tool step whose ~450-token result becomes a conversation turn of twice that (its
-    arguments and its result), then a model step carrying `mark`. The ledger keeps the result
-    (never trimmed); a smaller budget drops the turn, which is folded into the summary."""
+    arguments and its result), two small steps (the last two turns, which always stay), then a
+    model step carrying `mark`. The ledger keeps the result's key values (never dropped); a
+    smaller budget drops the long turn, which is folded into the summary."""
     lines = " ".join(f"receipt {i}: taxi fare {i}.40 EUR, Lyon to the airport;" for i in range(30))
     echo = {"name": "fetch", "kind": "tool", "tool": "echo", "args": {"value": lines}}
-    return [echo, model_step(f"{mark}: total the receipts")]
+    small = [{"name": n, "kind": "tool", "tool": "noop", "args": {}} for n in ("check", "sort")]
+    return [echo, *small, model_step(f"{mark}: total the receipts")]
 
 
 def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
@@ -368,9 +370,10 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
     assert len(answered.text) < len(refused.text)  # a smaller prompt, not the same one again
     assert "Summary of earlier turns" in answered.text  # the dropped turn, folded
     assert "Summary of earlier turns" not in refused.text
-    # the ledger keeps the step's result; the turn that repeated it was dropped
+    # the ledger keeps the step's key values; the turn that held the whole result was dropped
     assert answered.text.count("receipt 0:") == 1 < refused.text.count("receipt 0:")
-    fetch, total = run_steps(run_id)
+    assert "(= steps.fetch, row" in answered.text
+    fetch, *_, total = run_steps(run_id)
     assert (fetch.status, total.status) == ("succeeded", "succeeded")
     assert [a.outcome for a in attempts(total.id or 0)] == ["succeeded"]  # retried in the call
     step_calls = events(run_id, "model.call", total.id)
@@ -395,7 +398,7 @@ def test_a_context_refused_twice_escalates_as_context_overflow(fake: FakeOpenAI,
     refused = fake.received(mark)
     assert [r.reply for r in refused] == ["context_too_long", "context_too_long"]
     assert len(refused[1].text) < len(refused[0].text)
-    _, total = run_steps(run_id)
+    *_, total = run_steps(run_id)
     assert (total.status, total.attempt, esc.step_id) == ("failed", 1, total.id)
     step_calls = events(run_id, "model.call", total.id)
     assert [c.detail["outcome"] for c in step_calls] == ["context_too_long"] * 2
