@@ -4,9 +4,11 @@
 recalled facts and episodes (none once a reviewer's words are in the run: `recall_or_withhold`),
 the rolling summary and the recent turns, and assembles them with
 `worker.context.assemble` under the budget `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS
-- tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`. Turns dropped from the window that the
-summary does not cover yet are folded into a new summary (a model call, charged to the run) before
-the request is returned, so trimming never loses what the summary should hold.
+- tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the
+model's server counts for each of ours (`calibration`, `models.token_calibrations`). Turns
+dropped from the window that the summary does not cover yet are folded into a new summary (a
+model call, charged to the run) before the request is returned, so trimming never loses what the
+summary should hold.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from models import transitions
+from models import token_calibrations, transitions
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
@@ -165,18 +167,29 @@ def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
     return Recalled(facts=facts, episodes=recalled.episodes)
 
 
-def budget(prompt: Prompt) -> int:
+def budget(prompt: Prompt, factor: float = 1.0) -> int:
     """The prompt budget of this call, in tokens: `prompt.budget_tokens` when a refusal set it
-    (`worker.refits`), else the window less the reserved output and schemas, less the margin."""
+    (`worker.refits`: measured against the server's own count), else the window less the
+    reserved output and schemas, less the margin, divided by `factor` (`calibration`)."""
     if prompt.budget_tokens is not None:
         return prompt.budget_tokens
     s = get_settings()
-    return usable_budget(
+    room = usable_budget(
         context_window=s.context_window_tokens,
         reserved_output=s.reserved_output_tokens,
         tool_schema_tokens=schema_tokens(prompt),
         safety_margin=s.context_safety_margin,
     )
+    return room if factor == 1.0 else int(room / factor)
+
+
+def calibration(session: Session) -> float:
+    """What the configured model's server counts for each of our tokens, with a margin
+    (`models.token_calibrations.factor`); 1 for the offline provider, which reads nothing."""
+    s = get_settings()
+    if s.provider == "offline":
+        return 1.0
+    return token_calibrations.factor(token_calibrations.ratio_of(session, s.model))
 
 
 def schema_tokens(prompt: Prompt) -> int:
@@ -241,7 +254,7 @@ def build(
     recalled = recall_or_withhold(session, run, prompt, read.facts)
     context = assemble(
         _layers(session, run, prompt, recalled, read),
-        budget=budget(prompt),
+        budget=budget(prompt, calibration(session)),
         recall_share=get_settings().recall_share,
     )
     # the event quotes the user's memory: a forget racing this call must not leave it behind

@@ -31,7 +31,15 @@ from models.plans import parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
-from models.tables import Escalation, Run, RunEvent, StepAttempt, ToolJournalEntry
+from models.tables import (
+    Escalation,
+    Run,
+    RunEvent,
+    StepAttempt,
+    TokenCalibration,
+    ToolJournalEntry,
+)
+from models.token_calibrations import CALIBRATION_MIN_TOKENS
 from models.tools import load_tool_modules
 from ops.fake_provider import (
     COMPLETION_TOKENS,
@@ -356,12 +364,21 @@ def long_turn_then(mark: str) -> list[dict[str, Any]]:
     return [echo, *small, model_step(f"{mark}: total the receipts")]
 
 
+@pytest.mark.parametrize(
+    ("server", "wording"),
+    [
+        ("llama.cpp", "exceeds the available context size"),
+        ("openai", "context_length_exceeded"),
+    ],
+)
 def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
-    fake: FakeOpenAI, mark: str
+    fake: FakeOpenAI, mark: str, server: str, wording: str
 ) -> None:
     """Issue 12: a context filled to agentq's budget was refused by llama.cpp's server as longer
-    than its window, and the step failed as on a provider error."""
-    fake.script(context_too_long("llama.cpp", context_tokens=8192, prompt_tokens=9000), when=mark)
+    than its window, and the step failed as on a provider error. The refusal's count of the
+    prompt, and every answer's, calibrate the model's token counts."""
+    calibrated = calibration_samples()
+    fake.script(context_too_long(server, context_tokens=8192, prompt_tokens=9000), when=mark)
     run_id = submit(long_turn_then(mark), goal="total my receipts", user_id=f"ctx-{mark}")
     run = wait_for_run(run_id, memory=True)
     assert run.status == "succeeded"
@@ -379,10 +396,25 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
     step_calls = events(run_id, "model.call", total.id)
     assert [c.detail["outcome"] for c in step_calls] == ["context_too_long", "ok"]
     assert (step_calls[0].detail["cost_usd"], step_calls[0].detail["prompt_tokens"]) == (0, 0)
-    assert "exceeds the available context size" in step_calls[0].detail["error"]
+    assert wording in step_calls[0].detail["error"]
     assert total.tokens_used == ANSWER_TOKENS  # the refused attempt charged nothing
-    purposes = [c.detail["purpose"] for c in check_charges(run)]
-    assert "summarize" in purposes
+    charged = check_charges(run)
+    assert "summarize" in [c.detail["purpose"] for c in charged]
+    samples = [c for c in charged if c.detail["outcome"] == "ok" and is_sample(c)]
+    assert calibration_samples() >= calibrated + len(samples) + 1  # + 1: the refusal's
+
+
+def calibration_samples() -> int:
+    """How many calls have calibrated the fake engine's model (`models.token_calibrations`)."""
+    with session_scope() as session:
+        found = session.get(TokenCalibration, "gpt-4o-mini", populate_existing=True)
+    return found.samples if found else 0
+
+
+def is_sample(call: RunEvent) -> bool:
+    """Whether a `model.call` event's counts make a calibration sample."""
+    ours = call.detail.get("estimated_prompt_tokens") or 0
+    return ours >= CALIBRATION_MIN_TOKENS and call.detail["prompt_tokens"] > 0
 
 
 def test_a_context_refused_twice_escalates_as_context_overflow(fake: FakeOpenAI, mark: str) -> None:
