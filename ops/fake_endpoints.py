@@ -36,10 +36,20 @@ def _vector(text: str, dim: int) -> list[float]:
     return [x / norm for x in raw]
 
 
-def tokenize_body(text: str, chars_per_token: float | None) -> tuple[int, dict[str, Any]]:
-    """llama.cpp's answer to `POST /tokenize` of `text` (status, body): as many token ids as a
+TOKENIZE_PATHS = ("/tokenize", "/extras/tokenize/count")  # llama.cpp's, llama-cpp-python's
+
+
+def tokenize_body(
+    path: str, body: dict[str, Any], chars_per_token: float | None
+) -> tuple[int, dict[str, Any]]:
+    """The answer (status, body) to a tokenize request at `path` (one of `TOKENIZE_PATHS`):
+    llama.cpp's token ids of `content`, or llama-cpp-python's count of `input`, as many as a
     tokenizer of `chars_per_token` characters a token makes; 404 when that is None (a server
     with no such endpoint)."""
     if chars_per_token is None:
         return 404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
-    return 200, {"tokens": list(range(math.ceil(len(text) / chars_per_token)))}
+    if path == "/tokenize":
+        return 200, {
+            "tokens": list(range(math.ceil(len(str(body.get("content", ""))) / chars_per_token)))
+        }
+    return 200, {"count": math.ceil(len(str(body.get("input", ""))) / chars_per_token)}

@@ -1,5 +1,5 @@
-"""A misbehaving OpenAI-compatible server: `/v1/chat/completions`, `/v1/embeddings`, and
-llama.cpp's `/tokenize` when asked for (`FakeOpenAI.chars_per_token`).
+"""A misbehaving OpenAI-compatible server: `/v1/chat/completions`, `/v1/embeddings`, and a
+model's tokenizer when asked for (`FakeOpenAI.chars_per_token`).
 
 A threaded stdlib HTTP server on 127.0.0.1 at a free port that plays a script of replies, one per
 request, and records every request it receives with its arrival time. Scripts are keyed by a
@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-from ops.fake_endpoints import EMBEDDING_DIM, embeddings_body, tokenize_body
+from ops.fake_endpoints import EMBEDDING_DIM, TOKENIZE_PATHS, embeddings_body, tokenize_body
 
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 10
@@ -222,9 +222,11 @@ class FakeOpenAI:
         self.requests: list[Received] = []
         self.embedding_dim = EMBEDDING_DIM  # of an embedding request that names no `dimensions`
         self.latency_s = 0.0  # how long each chat answer takes, as a model's would
-        # `POST /tokenize` (llama.cpp's server): a tokenizer of this many characters a token,
-        # or none (404) when `chars_per_token` is None; requests to it take no scripted reply
+        # a tokenizer of this many characters a token at `tokenize_path` (llama.cpp's
+        # `/tokenize`, or llama-cpp-python's `/extras/tokenize/count`), or none (404) when
+        # `chars_per_token` is None; tokenize requests take no scripted reply
         self.chars_per_token: float | None = None
+        self.tokenize_path = "/tokenize"
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
@@ -279,11 +281,12 @@ class FakeOpenAI:
             self.requests.append(Received(path, body, time.time(), reply.kind, text))
         return reply
 
-    def _tokenize(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        text = str(body.get("content", ""))
+    def _tokenize(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        text = str(body.get("content", body.get("input", "")))
         with self._lock:
-            self.requests.append(Received("/tokenize", body, time.time(), "tokenize", text))
-        return tokenize_body(text, self.chars_per_token)
+            self.requests.append(Received(path, body, time.time(), "tokenize", text))
+        offered = self.chars_per_token if path == self.tokenize_path else None
+        return tokenize_body(path, body, offered)
 
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
@@ -347,8 +350,8 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             body = json.loads(
                 self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
             )
-            if self.path == "/tokenize":
-                self._send(*server._tokenize(body), {})
+            if self.path in TOKENIZE_PATHS:
+                self._send(*server._tokenize(self.path, body), {})
                 return
             reply = server._take(self.path, body)
             if reply.delay_s:

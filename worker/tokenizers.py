@@ -1,18 +1,19 @@
 """The model server's own token count of a prompt, when it offers one (`AGENTQ_TOKENIZER`).
 
-llama.cpp's server tokenizes text with the model's own vocabulary at `POST /tokenize`
-(`{"content": text}` -> `{"tokens": [ids]}`, at the server's root, beside `/v1`:
-tools/server/README.md). `count` sends a request's whole prompt there once, its messages' texts
-joined, and adds the per-message overhead we count for any chat format
-(`models.tokens.count_message_tokens`) and our estimate of the schemas and tools (which the
-server renders through its chat template, and `/tokenize` does not see). `worker.refits.Fitted`
-asks it before a call is first sent, and rebuilds a request it finds too long for the window as
-it would after the server's refusal: one round trip, no refused call.
+Two servers count with the model's own vocabulary, at their root (beside `/v1`): llama.cpp's,
+`POST /tokenize` (`{"content": text}` -> `{"tokens": [ids]}`, tools/server/README.md), and
+llama-cpp-python's, `POST /extras/tokenize/count` (`{"input": text}` -> `{"count": n}`,
+llama_cpp/server/app.py). `ServerTokenizer.count` sends a request's whole prompt to the first
+that answers, once, its messages' texts joined, and adds the per-message overhead we count for
+any chat format (`models.tokens.count_message_tokens`) and our estimate of the schemas and tools
+(which the server renders through its chat template, and a tokenizer endpoint does not see).
+`worker.refits.Fitted` asks it before a call is first sent, and rebuilds a request it finds too
+long for the window as it would after the server's refusal: no refused call.
 
 `server` asks every time (a failure is logged and the call goes ahead on our own count);
-`auto` stops asking, for the life of the process, once the server does not answer as llama.cpp's
-does (OpenAI's API, vLLM and llama-cpp-python's server have no `/tokenize`); `tiktoken` (the
-default) never asks. The offline provider has no server and never asks.
+`auto` stops asking, for the life of the process, once neither endpoint answers (OpenAI's API
+and vLLM have neither); `tiktoken` (the default) never asks. The offline provider has no server
+and never asks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import structlog
@@ -35,17 +36,33 @@ log = structlog.get_logger("agentq.worker")
 TOKENIZE_TIMEOUT_S: Final = 2.0
 
 
+def _ids(answer: Any) -> int:
+    return len(answer["tokens"])
+
+
+def _count(answer: Any) -> int:
+    return int(answer["count"])
+
+
+# Each endpoint: its path, the field that carries the text, and how its answer gives the count.
+ENDPOINTS: Final[tuple[tuple[str, str, Callable[[Any], int]], ...]] = (
+    ("/tokenize", "content", _ids),
+    ("/extras/tokenize/count", "input", _count),
+)
+
+
 class ServerTokenizer:
-    """`POST {root}/tokenize` of the server at `base_url` (`http://host:8080/v1` -> root
-    `http://host:8080`); `sticky` (auto): the first failure turns it off for good."""
+    """The tokenizer endpoint of the server at `base_url` (`http://host:8080/v1` -> root
+    `http://host:8080`): the first of `ENDPOINTS` that answers, then that one only; `sticky`
+    (auto): when none answers, it is not asked again."""
 
     def __init__(self, base_url: str, *, sticky: bool, api_key: str | None = None) -> None:
         root = base_url.rstrip("/")
-        root = root[: -len("/v1")] if root.endswith("/v1") else root
-        self.url = f"{root}/tokenize"
+        self.root = root[: -len("/v1")] if root.endswith("/v1") else root
         self.sticky = sticky
         self.api_key = api_key
         self.offered = True
+        self.endpoints = list(ENDPOINTS)
 
     def count(
         self, messages: Sequence[dict[str, Any]], extras: Sequence[dict[str, Any]]
@@ -64,21 +81,26 @@ class ServerTokenizer:
         return tokens + overhead + (count_tool_schema_tokens(list(extras)) if extras else 0)
 
     def _tokenize(self, text: str) -> int | None:
-        body = json.dumps({"content": text, "add_special": False}).encode()
+        for endpoint in self.endpoints:
+            path, field, read = endpoint
+            try:
+                tokens = read(self._post(path, {field: text}))
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError, timeouts, JSON
+                log.info("tokenize.unanswered", url=self.root + path, error=str(exc))
+                continue
+            self.endpoints = [endpoint]  # the one this server offers
+            return tokens
+        log.warning("tokenize.unavailable", url=self.root, tried=[p for p, _, _ in self.endpoints])
+        return None
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=TOKENIZE_TIMEOUT_S) as response:
-                tokens = json.loads(response.read()).get("tokens")
-        except (OSError, ValueError, AttributeError) as exc:  # URLError, timeouts, not JSON
-            log.warning("tokenize.unavailable", url=self.url, error=str(exc))
-            return None
-        if not isinstance(tokens, list):
-            log.warning("tokenize.unavailable", url=self.url, error="no tokens in the answer")
-            return None
-        return len(tokens)
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(self.root + path, data=data, headers=headers)
+        with urllib.request.urlopen(request, timeout=TOKENIZE_TIMEOUT_S) as response:
+            return json.loads(response.read())
 
 
 def _text(value: Any) -> str:

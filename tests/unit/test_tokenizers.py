@@ -56,8 +56,19 @@ def test_the_servers_tokenizer_counts_the_whole_prompt_in_one_request(
     overhead = REPLY_PRIMING_TOKENS + TOKENS_PER_MESSAGE * len(MESSAGES)
     assert counted == -(-len(text) // 2) + overhead
     (asked,) = fake_openai.received(path="/tokenize")
-    assert asked.body == {"content": text, "add_special": False}  # at the root, not under /v1
+    assert asked.body == {"content": text}  # at the root, not under /v1
     assert fake_openai.received() == []  # and no chat request
+
+
+def test_llama_cpp_pythons_count_is_used_when_llama_cpps_endpoint_is_missing(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.chars_per_token, fake_openai.tokenize_path = 2.0, "/extras/tokenize/count"
+    tokenizer = ServerTokenizer(fake_openai.url, sticky=True)
+    first, second = tokenizer.count(MESSAGES, []), tokenizer.count(MESSAGES, [])
+    assert first == second and first is not None and first > 150
+    paths = [r.path for r in fake_openai.requests]
+    assert paths == ["/tokenize", "/extras/tokenize/count", "/extras/tokenize/count"]
 
 
 @pytest.mark.parametrize("sticky", [True, False])
@@ -68,6 +79,7 @@ def test_a_server_with_no_tokenizer_is_asked_again_only_when_configured_to_be(
     assert tokenizer.count(MESSAGES, []) is None
     assert tokenizer.count(MESSAGES, []) is None
     assert len(fake_openai.received(path="/tokenize")) == (1 if sticky else 2)
+    assert len(fake_openai.received(path="/extras/tokenize/count")) == (1 if sticky else 2)
 
 
 @pytest.fixture
@@ -121,7 +133,7 @@ def test_no_tokenizer_is_asked_with_the_default_setting_or_the_offline_provider(
     get_settings.cache_clear()
     tokenizers.server_tokenizer.cache_clear()
     found = tokenizers.server_tokenizer()
-    assert found is not None and found.url == "http://127.0.0.1:9/tokenize" and not found.sticky
+    assert found is not None and found.root == "http://127.0.0.1:9" and not found.sticky
     monkeypatch.undo()
     get_settings.cache_clear()
     tokenizers.server_tokenizer.cache_clear()
