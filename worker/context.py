@@ -1,7 +1,7 @@
 """Working memory: the context of one model call, assembled from rows under a token budget.
 
-Layers, highest priority first (they are placed in the order of the list, save the last two
-turns, which stay in place after the other turns):
+Layers, highest priority first (the prompt places them as instructions, run state, ledger,
+recalled memory, summary, older turns, the last turns, task):
 
 1. the instructions (system);
 2. the run state: goal, pinned facts, budgets (never trimmed);

@@ -64,23 +64,21 @@ def entries(
             f"tool {step.tool}" if step.tool else step.kind
         )
         if step.status == "succeeded":
+            full = None if step.id in with_turns else _verbatim(step, head, count, cap_tokens)
             keys = f"{head} -> {key_values(step.result or {})} (= steps.{step.name}, row {step.id})"
-            full = None
-            if step.id not in with_turns:
-                text = json.dumps(step.result, ensure_ascii=False)
-                piece = shorten(
-                    Piece("tool", text, count(text)),
-                    max_tokens=cap_tokens,
-                    where=f"step {step.id}",
-                    count=count,
-                )
-                full = f"{head} -> {piece.text}"
             found.append(Entry(step.name, keys, full, collapsible=True))
         elif step.status == "failed":
             found.append(Entry(step.name, f"{head} -> failed: {_clip(str(step.error))}"))
         else:
             found.append(Entry(step.name, head))
     return found
+
+
+def _verbatim(step: Step, head: str, count: Count, cap_tokens: int) -> str:
+    text = json.dumps(step.result, ensure_ascii=False)
+    piece = Piece("tool", text, count(text))
+    short = shorten(piece, max_tokens=cap_tokens, where=f"step {step.id}", count=count)
+    return f"{head} -> {short.text}"
 
 
 def key_values(result: dict[str, Any]) -> str:
