@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql
+from models import sql, token_calibrations
 from models.errors import BudgetExhausted, CostBudgetSpent, NotFound, TokenBudgetSpent
 from models.settings import ModelPrice
 from models.tables import Run
@@ -99,14 +99,23 @@ def settle(
     cost: float,
     provider: str | None = None,
     step_id: int | None = None,
+    calibration: token_calibrations.Sample | None = None,
 ) -> None:
     """Replace `reservation` with the call's actual spend (0 and 0 release it).
 
     The spend is also added to step `step_id` when the call was made for a step; `provider`
-    labels the run with the provider that answered (the workers', not the submitter's setting).
+    labels the run with the provider that answered (the workers', not the submitter's setting);
+    `calibration`, the server's count of the prompt beside ours, is folded into its model's
+    ratio in the same statement (`models.token_calibrations.calibrating`).
     """
     params = {"run_id": reservation.run_id, "provider": provider, "tokens": tokens, "cost": cost}
     params |= {"held_tokens": reservation.tokens, "held_cost": reservation.cost_usd}
-    sql.execute(session, SETTLE, params)
+    if calibration is None:
+        sql.execute(session, SETTLE, params)
+    else:
+        statement = token_calibrations.calibrating(SETTLE)
+        ratio = sql.scalar(session, statement, params | calibration.params())
+        if ratio is not None:
+            token_calibrations.remember(calibration.model, float(ratio))
     if step_id is not None and (tokens or cost):
         sql.execute(session, CHARGE_STEP, {"step_id": step_id, "tokens": tokens, "cost": cost})

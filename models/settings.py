@@ -83,6 +83,12 @@ class Settings(BaseSettings):
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
         default="max_completion_tokens", description="Request field of the answer's token limit."
     )
+    # Whose tokenizer checks a prompt before it is sent (`worker.tokenizers`): tiktoken alone
+    # (calibrated by the usage servers report: `models.token_calibrations`), the model server's
+    # own (llama.cpp's `POST /tokenize`, once per call), or the server's while it offers one.
+    tokenizer: Literal["tiktoken", "server", "auto"] = Field(
+        default="tiktoken", description="tiktoken, server (POST /tokenize), or auto."
+    )
 
     # The timeout ladder (DESIGN.md, invariant 8), all in seconds.
     model_request_timeout_s: float = Field(default=30.0, gt=0)

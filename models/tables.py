@@ -364,3 +364,15 @@ class ConsoleSession(SQLModel, table=True):
     )
     created_at: datetime = created_field()
     last_seen_at: datetime = created_field()
+
+
+class TokenCalibration(SQLModel, table=True):
+    """How a model server counts prompts against our tiktoken estimate, per model
+    (`models.token_calibrations`): `ratio` is the running mean of the server's prompt tokens
+    over ours, across `samples` calls (the newest `CALIBRATION_WINDOW_CALLS` weigh equally)."""
+
+    __tablename__ = "token_calibrations"
+    model: str = Field(primary_key=True, max_length=200)
+    ratio: float
+    samples: int
+    updated_at: datetime = created_field()

@@ -1,4 +1,5 @@
-"""A misbehaving OpenAI-compatible server: `/v1/chat/completions` and `/v1/embeddings`.
+"""A misbehaving OpenAI-compatible server: `/v1/chat/completions`, `/v1/embeddings`, and a
+model's tokenizer when asked for (`FakeOpenAI.chars_per_token`).
 
 A threaded stdlib HTTP server on 127.0.0.1 at a free port that plays a script of replies, one per
 request, and records every request it receives with its arrival time. Scripts are keyed by a
@@ -21,9 +22,7 @@ OpenAI, llama.cpp's server, vLLM or llama-cpp-python's server say it), `server_e
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import threading
 import time
 from collections import deque
@@ -33,9 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
+from ops.fake_endpoints import EMBEDDING_DIM, TOKENIZE_PATHS, embeddings_body, tokenize_body
+
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 10
-EMBEDDING_DIM = 384
 PLACEHOLDERS: dict[str, Any] = {"string": "fake", "number": 1.5, "integer": 1, "boolean": True}
 DEFAULT_PLAN: dict[str, Any] = {
     "steps": [
@@ -226,6 +226,11 @@ class FakeOpenAI:
         self.requests: list[Received] = []
         self.embedding_dim = EMBEDDING_DIM  # of an embedding request that names no `dimensions`
         self.latency_s = 0.0  # how long each chat answer takes, as a model's would
+        # a tokenizer of this many characters a token at `tokenize_path` (llama.cpp's
+        # `/tokenize`, or llama-cpp-python's `/extras/tokenize/count`), or none (404) when
+        # `chars_per_token` is None; tokenize requests take no scripted reply
+        self.chars_per_token: float | None = None
+        self.tokenize_path = "/tokenize"
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
@@ -279,6 +284,13 @@ class FakeOpenAI:
                     break
             self.requests.append(Received(path, body, time.time(), reply.kind, text))
         return reply
+
+    def _tokenize(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        text = str(body.get("content", body.get("input", "")))
+        with self._lock:
+            self.requests.append(Received(path, body, time.time(), "tokenize", text))
+        offered = self.chars_per_token if path == self.tokenize_path else None
+        return tokenize_body(path, body, offered)
 
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
@@ -335,38 +347,15 @@ def message_text(request: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content", "")) for m in request.get("messages", []))
 
 
-def embeddings_body(request: dict[str, Any], default_dim: int = EMBEDDING_DIM) -> dict[str, Any]:
-    """Deterministic unit vectors (from a hash of each text) of `dimensions` or `default_dim`
-    floats."""
-    texts = request.get("input", [])
-    texts = [texts] if isinstance(texts, str) else texts
-    dim = int(request.get("dimensions") or default_dim)
-    data = [
-        {"object": "embedding", "index": i, "embedding": _vector(t, dim)}
-        for i, t in enumerate(texts)
-    ]
-    tokens = sum(math.ceil(len(str(t)) / 4) for t in texts)
-    return {
-        "object": "list",
-        "data": data,
-        "model": request.get("model", "fake-embedding"),
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }
-
-
-def _vector(text: str, dim: int) -> list[float]:
-    digest = hashlib.sha256(str(text).encode()).digest()
-    raw = [digest[i % len(digest)] - 127.5 + i % 7 for i in range(dim)]
-    norm = math.sqrt(sum(x * x for x in raw))
-    return [x / norm for x in raw]
-
-
 def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(
                 self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
             )
+            if self.path in TOKENIZE_PATHS:
+                self._send(*server._tokenize(self.path, body), {})
+                return
             reply = server._take(self.path, body)
             if reply.delay_s:
                 server._sleep(reply.delay_s)

@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 from sqlmodel import Session
 
-from models import budgets, transitions
+from models import budgets, token_calibrations, transitions
 from models.db import session_scope, wait_out_outage
 from models.errors import (
     ContextTooLong,
@@ -230,7 +230,13 @@ def settle(session: Session, call: Call, completion: Completion, attempt: int) -
         completion_tokens=completion.completion_tokens,
     )
     budgets.settle(
-        session, call.held, tokens=tokens, cost=cost, provider=call.chat.name, step_id=call.step_id
+        session,
+        call.held,
+        tokens=tokens,
+        cost=cost,
+        provider=call.chat.name,
+        step_id=call.step_id,
+        calibration=_sample(call, completion.prompt_tokens if completion.usage_reported else None),
     )
     _record(
         session,
@@ -252,6 +258,16 @@ def settle(session: Session, call: Call, completion: Completion, attempt: int) -
     log.info("model.call", run_id=call.run_id, purpose=purpose, tokens=tokens, cost_usd=cost)
 
 
+def _sample(call: Call, theirs: int | None) -> token_calibrations.Sample | None:
+    """What the server's count `theirs` of `call`'s prompt says of the configured model's
+    tokens (`models.token_calibrations`); None for the offline provider, which has no server."""
+    if call.chat.name == OFFLINE_MODEL:
+        return None
+    return token_calibrations.Sample.of(
+        get_settings().model, ours=call.prompt_tokens, theirs=theirs
+    )
+
+
 def estimate_prompt_tokens(request: ModelRequest) -> int:
     """Our tiktoken count of what `request` sends: its messages, plus the JSON schema of the
     answer and the tool definitions (`models.tokens.count_tool_schema_tokens`, an estimate)."""
@@ -271,7 +287,7 @@ def _send(call: Call, out: Attempt) -> tuple[Completion, int]:
         try:
             return call.chat.complete(call.request), attempt
         except ProviderError as exc:
-            _record_failure(call.run_id, call.request, call.step_id, attempt, exc)
+            _record_failure(call, attempt, exc)
             out.number = None
             if not isinstance(exc, ProviderUnavailable) or attempt == attempts:
                 raise
@@ -290,16 +306,18 @@ def failure_outcome(exc: ProviderError) -> str:
     return "unavailable" if isinstance(exc, ProviderUnavailable) else "error"
 
 
-def _record_failure(
-    run_id: int, request: ModelRequest, step_id: int | None, attempt: int, exc: ProviderError
-) -> None:
+def _record_failure(call: Call, attempt: int, exc: ProviderError) -> None:
+    """Record the failed `attempt` of `call`; a refusal as too long that says the server's count
+    of the prompt is also a calibration sample (`models.token_calibrations`)."""
     extra = {"retry_after_s": exc.retry_after_s} if isinstance(exc, RateLimited) else {}
+    refused = exc.prompt_tokens if isinstance(exc, ContextTooLong) else None
+    sample = _sample(call, refused) if refused else None
     with session_scope() as session:
         _record(
             session,
-            run_id,
-            request,
-            step_id,
+            call.run_id,
+            call.request,
+            call.step_id,
             attempt=attempt,
             outcome=failure_outcome(exc),
             error=str(exc)[:1000],
@@ -308,7 +326,9 @@ def _record_failure(
             cost_usd=0.0,
             **extra,
         )
-    log.warning("model.call.failed", run_id=run_id, attempt=attempt, error=str(exc))
+        if sample is not None:
+            token_calibrations.record(session, sample)
+    log.warning("model.call.failed", run_id=call.run_id, attempt=attempt, error=str(exc))
 
 
 def _record(

@@ -1,21 +1,27 @@
 """Working memory: the context of one model call, assembled from rows under a token budget.
 
-Layers, highest priority first (they are placed in this order too):
+Layers, highest priority first (the prompt places them as instructions, run state, ledger,
+recalled memory, summary, older turns, the last turns, task):
 
 1. the instructions (system);
 2. the run state: goal, pinned facts, budgets (never trimmed);
-3. the ledger: the plan with every step's status and the results of done steps, verbatim;
-4. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
+3. the task: what this call must do now (never trimmed);
+4. the last `VERBATIM_TURNS` turns, verbatim (never trimmed: issue 12, "the last two exchanges
+   always stay verbatim");
+5. the ledger: the plan with every step's status and what done steps found (`worker.ledger`),
+   in at most `ledger_share` of the room left, folded oldest first when it needs more (never
+   dropped);
+6. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
    the room left;
-5. the rolling summary of older turns;
-6. the most recent turns, verbatim, newest first until the budget is spent;
-7. the task: what this call must do now (never trimmed).
+7. the rolling summary of older turns;
+8. the older turns, verbatim, newest first until the budget is spent.
 
-Long tool results are shortened before anything else (`shorten`). Layers 1-3 and 7 never shrink:
-if they alone overflow the budget, `ContextOverflow` is raised and nothing is sent. Token counts
-come from the rows (counted once with tiktoken when written); per-message overhead follows
-OpenAI's cookbook ("How to count tokens with tiktoken": 3 per message plus the role's own tokens,
-3 to prime the reply), so the estimate equals `models.tokens.count_message_tokens`.
+Long tool results are shortened before anything else (`shorten`). Layers 1-4 never shrink, and
+the ledger only as far as its fold goes: if they overflow the budget, `ContextOverflow` is raised
+and nothing is sent. Token counts come from the rows (counted once with tiktoken when written);
+per-message overhead follows OpenAI's cookbook ("How to count tokens with tiktoken": 3 per
+message plus the role's own tokens, 3 to prime the reply), so the estimate equals
+`models.tokens.count_message_tokens`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from models.errors import AgentqError
 TOKENS_PER_MESSAGE: Final = 3
 ROLE_TOKENS: Final = 1  # "system", "user", "assistant" are one token each in o200k and cl100k
 REPLY_PRIMING_TOKENS: Final = 3
+VERBATIM_TURNS: Final = 2  # issue 12: "the last two exchanges always stay verbatim"
+# The most of the room left after layers 1-4 the ledger may take before it is folded: half, so
+# recalled memory, the summary and older turns keep the other half (the ledger outranks them:
+# it is rebuilt from rows, and its key values are what later steps cite).
+LEDGER_SHARE: Final = 0.5
 SHORTENED_MARK: Final = (
     "\n… [shortened: {dropped} of {total} tokens left out; full text in {where}] …\n"
 )
@@ -41,7 +52,8 @@ REFIT_SHARE: Final = 0.75
 
 
 class ContextOverflow(AgentqError):
-    """The never-trimmed layers (instructions, run state, ledger, task) exceed the budget."""
+    """The never-trimmed layers (instructions, run state, task, the last turns, the ledger at
+    its smallest) exceed the budget."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,9 @@ class Piece:
 
 @dataclass(frozen=True)
 class Layers:
-    """Everything a call could carry, before the budget decides."""
+    """Everything a call could carry, before the budget decides. `fold_ledger(max_tokens)`
+    gives a smaller ledger (`worker.ledger.fold`) when `ledger` needs more than its share; None:
+    the ledger cannot shrink."""
 
     instructions: Piece
     state: Piece
@@ -74,6 +88,7 @@ class Layers:
     summary: Piece | None = None
     summary_covers_through: int = 0
     turns: Sequence[Piece] = ()
+    fold_ledger: Callable[[int], Piece] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,32 +174,56 @@ def shorten(piece: Piece, *, max_tokens: int, where: str, count: Callable[[str],
     return Piece(piece.role, text, count(text), piece.ref)
 
 
-def assemble(layers: Layers, *, budget: int, recall_share: float = 0.3) -> Context:
-    """Fit `layers` into `budget` tokens (see the module docstring for the order)."""
-    fixed = [layers.instructions, layers.state, layers.ledger, layers.task]
+def assemble(
+    layers: Layers,
+    *,
+    budget: int,
+    recall_share: float = 0.3,
+    ledger_share: float = LEDGER_SHARE,
+) -> Context:
+    """Fit `layers` into `budget` tokens (see the module docstring for the order). Raises
+    `ContextOverflow` when the layers that never shrink do not fit."""
+    last = list(layers.turns[-VERBATIM_TURNS:])
+    older = layers.turns[: len(layers.turns) - len(last)]
+    fixed = [layers.instructions, layers.state, layers.task, *last]
     used = REPLY_PRIMING_TOKENS + sum(p.cost for p in fixed)
     if used > budget:
         raise ContextOverflow(
-            f"instructions, run state, ledger and task need {used} tokens; the budget is {budget}"
+            f"instructions, run state, task and the last {len(last)} turns need {used} tokens; "
+            f"the budget is {budget}"
+        )
+    ledger = _ledger_within(layers, int((budget - used) * ledger_share))
+    used += ledger.cost
+    if used > budget:
+        raise ContextOverflow(
+            f"instructions, run state, task, the last {len(last)} turns and the ledger "
+            f"({ledger.tokens} tokens at its smallest) need {used} tokens; the budget is {budget}"
         )
     recalled = _take_in_order(layers.recalled, int((budget - used) * recall_share))
     used += sum(p.cost for p in recalled)
     summary = layers.summary if layers.summary and used + layers.summary.cost <= budget else None
     used += summary.cost if summary else 0
-    recent = _newest_that_fit(layers.turns, budget - used)
+    recent = _newest_that_fit(older, budget - used)
     used += sum(p.cost for p in recent)
-    dropped = list(layers.turns[: len(layers.turns) - len(recent)])
-    ordered = [layers.instructions, layers.state, layers.ledger, *recalled]
+    dropped = list(older[: len(older) - len(recent)])
+    ordered = [layers.instructions, layers.state, ledger, *recalled]
     ordered += [summary] if summary else []
-    ordered += [*recent, layers.task]
+    ordered += [*recent, *last, layers.task]
     return Context(
         messages=[_message(p) for p in ordered],
         tokens=used,
         budget=budget,
         recalled_used=len(recalled),
-        turns_used=len(recent),
+        turns_used=len(recent) + len(last),
         uncovered=[p for p in dropped if (p.ref or 0) > layers.summary_covers_through],
     )
+
+
+def _ledger_within(layers: Layers, room: int) -> Piece:
+    """The ledger, folded when it costs more than `room` and it can be."""
+    if layers.ledger.cost <= room or layers.fold_ledger is None:
+        return layers.ledger
+    return layers.fold_ledger(room - (layers.ledger.cost - layers.ledger.tokens))
 
 
 def _take_in_order(pieces: Sequence[Piece], room: int) -> list[Piece]:

@@ -115,7 +115,8 @@ class ToolCall:
 class Completion:
     """A model's answer and its token usage; `offline` marks the offline provider's answers.
 
-    `tool_calls` holds the tools the model asked to call instead of (or beside) answering.
+    `tool_calls` holds the tools the model asked to call instead of (or beside) answering;
+    `usage_reported` is False when the server said no usage and the counts are estimates.
     """
 
     text: str
@@ -125,6 +126,7 @@ class Completion:
     finish_reason: str
     offline: bool
     tool_calls: tuple[ToolCall, ...] = ()
+    usage_reported: bool = True
 
 
 class ChatProvider(Protocol):
@@ -213,6 +215,7 @@ class OpenAIProvider:
             finish_reason=response.choices[0].finish_reason or "unknown",
             offline=False,
             tool_calls=calls,
+            usage_reported=usage is not None,
         )
 
 

@@ -12,6 +12,10 @@ never-trimmed layers no longer fit, raises `ContextOverflow`: the step, plan or 
 escalates `context_overflow`, as when our own count finds the context too long. Never a
 provider error, and never retried as it was.
 
+With `AGENTQ_TOKENIZER` set to `server` or `auto`, the server's own tokenizer counts the request
+before it is first sent (`Fitted.check`), and a request it finds too long is rebuilt the same
+way without being sent.
+
 `Fitted` is the one place this happens, for every call built from working memory: model steps
 and their tool-calling exchange (`worker.tool_use`), structured answers (plans, replans, fact
 extraction: `worker.structured`) and the synthesis (`worker.synthesis`).
@@ -31,6 +35,7 @@ from worker.calls import call_model, estimate_prompt_tokens
 from worker.context import ContextOverflow, refit_budget
 from worker.prompts import Prompt
 from worker.providers import Completion, ModelRequest
+from worker.tokenizers import server_tokenizer
 from worker.working_memory import budget, request_for, schema_tokens
 
 log = structlog.get_logger("agentq.worker")
@@ -45,6 +50,7 @@ class Fitted:
     prompt: Prompt
     request: ModelRequest
     refitted: bool = False
+    checked: bool = False
 
     @classmethod
     def build(cls, run_id: int, prompt: Prompt) -> Fitted:
@@ -72,9 +78,29 @@ class Fitted:
         `refit` raise."""
         while True:
             try:
+                self.check(tail)
                 return call_model(self.run_id, self.with_tail(tail), step_id=step_id)
             except ContextTooLong as refused:
                 self.refit(refused, tail)
+
+    def check(self, tail: Sequence[dict[str, Any]] = ()) -> None:
+        """Before the request is first sent: raise `ContextTooLong`, as the server would, when
+        the server's own tokenizer (`worker.tokenizers`, `AGENTQ_TOKENIZER`) counts more than
+        the window less the answer; nothing when it is not asked or does not say. A rebuilt
+        request is not checked again: its budget was measured in the server's tokens."""
+        tokenizer = server_tokenizer()
+        if tokenizer is None or self.refitted or self.checked:
+            return
+        self.checked = True
+        sent = self.with_tail(tail)
+        extras = [sent.json_schema] if sent.json_schema else []
+        counted = tokenizer.count(sent.messages, [*extras, *sent.tools])
+        window = get_settings().context_window_tokens
+        if counted is not None and counted + sent.max_output_tokens > window:
+            said = f"the server's tokenizer counts {counted} prompt tokens; the window is {window}"
+            raise ContextTooLong(
+                said, server_message=said, context_tokens=window, prompt_tokens=counted
+            )
 
     def refit(self, refused: ContextTooLong, tail: Sequence[dict[str, Any]] = ()) -> None:
         """Rebuild the request under the smaller budget `refused` calls for (the refused request

@@ -4,31 +4,34 @@
 recalled facts and episodes (none once a reviewer's words are in the run: `recall_or_withhold`),
 the rolling summary and the recent turns, and assembles them with
 `worker.context.assemble` under the budget `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS
-- tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`. Turns dropped from the window that the
-summary does not cover yet are folded into a new summary (a model call, charged to the run) before
-the request is returned, so trimming never loses what the summary should hold.
+- tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the
+model's server counts for each of ours (`calibration`, `models.token_calibrations`). Turns
+dropped from the window that the summary does not cover yet are folded into a new summary (a
+model call, charged to the run) before the request is returned, so trimming never loses what the
+summary should hold.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlmodel import Session
 
-from models import transitions
+from models import token_calibrations, transitions
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
 from models.errors import ContextTooLong
 from models.memory import Recalled, embeds_remotely, query_vector, recall_for, recalls
-from models.messages import latest_summary, save_summary, turns
+from models.messages import Message, RunSummary, latest_summary, save_summary, turns
 from models.plans import current_steps
 from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
+from worker import ledger
 from worker.context import (
     Context,
     ContextOverflow,
@@ -63,27 +66,6 @@ def state_text(run: Run, facts: dict[str, str], by_reviewers: dict[str, str] | N
     )
 
 
-def ledger_text(steps: list[Step]) -> str:
-    """The plan with every step's status, and each done step's result or error, verbatim
-    (one shortened only when it alone exceeds `AGENTQ_TOOL_RESULT_MAX_TOKENS`)."""
-    if not steps:
-        return "Plan: none yet."
-    lines = ["Plan (in order):"]
-    cap = get_settings().tool_result_max_tokens
-    for i, s in enumerate(steps, start=1):
-        head = f"{i}. {s.name} [{s.status}] " + (f"tool {s.tool}" if s.tool else s.kind)
-        if s.status == "succeeded":
-            result = _piece("tool", json.dumps(s.result, ensure_ascii=False))
-            head += (
-                " -> "
-                + shorten(result, max_tokens=cap, where=f"step {s.id}", count=count_tokens).text
-            )
-        elif s.status == "failed":
-            head += f" -> failed: {s.error}"
-        lines.append(head)
-    return "\n".join(lines)
-
-
 def recalled_pieces(recalled: Recalled) -> list[Piece]:
     """Recalled facts, then episodes, each most relevant first, as separate pieces."""
     pieces = [
@@ -105,30 +87,53 @@ def recalled_pieces(recalled: Recalled) -> list[Piece]:
 def _layers(
     session: Session, run: Run, prompt: Prompt, recalled: Recalled, read: RunRead
 ) -> Layers:
-    s = get_settings()
-    cap = s.tool_result_max_tokens
-    history = [
+    history = turns(session, run.id or 0)
+    return layers_of(run, prompt, recalled, read, history, latest_summary(session, run.id or 0))
+
+
+def layers_of(
+    run: Run,
+    prompt: Prompt,
+    recalled: Recalled,
+    read: RunRead,
+    history: list[Message],
+    summary: RunSummary | None,
+) -> Layers:
+    """The layers of `prompt`'s context in run `run`, from rows already read: the run's turns
+    (`history`, oldest first) and its current summary. Each turn is shortened at
+    `AGENTQ_TOOL_RESULT_MAX_TOKENS`; the ledger shows the key values of the steps whose turn is
+    in `history` and can be folded (`worker.ledger`)."""
+    cap = get_settings().tool_result_max_tokens
+    count = _counter()
+    pieces = [
         shorten(
             Piece(m.role, m.content, m.token_count, m.id),
             max_tokens=cap,
             where=f"message {m.id}",
-            count=count_tokens,
+            count=count,
         )
-        for m in turns(session, run.id or 0)
+        for m in history
     ]
-    summary = latest_summary(session, run.id or 0)
+    with_turns = {m.step_id for m in history if m.step_id is not None}
+    entries = ledger.entries(read.steps, with_turns=with_turns, count=count, cap_tokens=cap)
     return Layers(
         instructions=_piece("system", prompt.instructions),
         state=_piece("user", state_text(run, read.by_user, read.by_reviewers)),
-        ledger=_piece("user", ledger_text(read.steps)),
+        ledger=ledger.render(entries, count),
         task=_piece("user", prompt.task),
         recalled=recalled_pieces(recalled),
         summary=_piece("user", f"Summary of earlier turns:\n{summary.content}")
         if summary
         else None,
         summary_covers_through=summary.covers_through_id if summary else 0,
-        turns=history,
+        turns=pieces,
+        fold_ledger=lambda max_tokens: ledger.fold(entries, max_tokens, count),
     )
+
+
+def _counter() -> Callable[[str], int]:
+    model = get_settings().model
+    return lambda text: count_tokens(text, model)
 
 
 @dataclass(frozen=True)
@@ -162,18 +167,29 @@ def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
     return Recalled(facts=facts, episodes=recalled.episodes)
 
 
-def budget(prompt: Prompt) -> int:
+def budget(prompt: Prompt, factor: float = 1.0) -> int:
     """The prompt budget of this call, in tokens: `prompt.budget_tokens` when a refusal set it
-    (`worker.refits`), else the window less the reserved output and schemas, less the margin."""
+    (`worker.refits`: measured against the server's own count), else the window less the
+    reserved output and schemas, less the margin, divided by `factor` (`calibration`)."""
     if prompt.budget_tokens is not None:
         return prompt.budget_tokens
     s = get_settings()
-    return usable_budget(
+    room = usable_budget(
         context_window=s.context_window_tokens,
         reserved_output=s.reserved_output_tokens,
         tool_schema_tokens=schema_tokens(prompt),
         safety_margin=s.context_safety_margin,
     )
+    return room if factor == 1.0 else int(room / factor)
+
+
+def calibration(session: Session) -> float:
+    """What the configured model's server counts for each of our tokens, with a margin
+    (`models.token_calibrations.factor`); 1 for the offline provider, which reads nothing."""
+    s = get_settings()
+    if s.provider == "offline":
+        return 1.0
+    return token_calibrations.factor(token_calibrations.ratio_of(session, s.model))
 
 
 def schema_tokens(prompt: Prompt) -> int:
@@ -238,7 +254,7 @@ def build(
     recalled = recall_or_withhold(session, run, prompt, read.facts)
     context = assemble(
         _layers(session, run, prompt, recalled, read),
-        budget=budget(prompt),
+        budget=budget(prompt, calibration(session)),
         recall_share=get_settings().recall_share,
     )
     # the event quotes the user's memory: a forget racing this call must not leave it behind

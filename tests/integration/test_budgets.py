@@ -1,17 +1,19 @@
 """The budget statements on the real Postgres: `RESERVE` guards with the rule `fits` states, and
-`SETTLE` replaces what a call held with what it spent (DESIGN.md invariant 4)."""
+`SETTLE` replaces what a call held with what it spent (DESIGN.md invariant 4), folding in the
+server's token count of the prompt when it is given (`models.token_calibrations`)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
-from models import budgets
+from models import budgets, token_calibrations
 from models.db import session_scope
 from models.errors import CostBudgetSpent, NotFound, TokenBudgetSpent
-from models.tables import Run
+from models.tables import Run, TokenCalibration
 
 LIMIT_TOKENS, LIMIT_COST = 1000, 0.5
 
@@ -84,3 +86,41 @@ def test_settle_replaces_the_hold_with_the_spend_and_never_goes_below_zero(
 def test_reserve_for_an_unknown_run_is_not_found(make_run: Callable[..., int]) -> None:
     with pytest.raises(NotFound), session_scope() as session:
         budgets.reserve(session, 10**9, tokens=1, cost=0.0)
+
+
+def _calibration(model: str) -> TokenCalibration | None:
+    with session_scope() as session:
+        return session.get(TokenCalibration, model, populate_existing=True)
+
+
+def test_settle_folds_the_servers_count_into_the_models_running_mean(
+    make_run: Callable[..., int],
+) -> None:
+    """Issue 12, item 6: the settling statement also writes the calibration (no extra round
+    trip), a running mean of the server's prompt tokens over ours."""
+    model = f"smollm2-{uuid.uuid4().hex[:8]}"
+    run_id = _run_with(make_run, tokens_used=0, cost_used=0.0)
+    for ours, theirs in ((1000, 1240), (1000, 1100), (2000, 2000)):
+        with session_scope() as session:
+            held = budgets.reserve(session, run_id, tokens=100, cost=0.0)
+        sample = token_calibrations.Sample.of(model, ours=ours, theirs=theirs)
+        with session_scope() as session:
+            budgets.settle(session, held, tokens=10, cost=0.0, calibration=sample)
+    found = _calibration(model)
+    assert found is not None and found.samples == 3
+    assert found.ratio == pytest.approx((1.24 + 1.1 + 1.0) / 3)
+    assert _spent(run_id)[0] == 30  # the settlement itself is unchanged
+    with session_scope() as session:  # what the next context of this model is budgeted with
+        token_calibrations.forget_calibrations()
+        assert token_calibrations.ratio_of(session, model) == pytest.approx(found.ratio)
+
+
+def test_a_refusals_sample_is_folded_in_alone_and_the_mean_forgets_slowly() -> None:
+    model = f"vllm-{uuid.uuid4().hex[:8]}"
+    window = token_calibrations.CALIBRATION_WINDOW_CALLS
+    with session_scope() as session:
+        for _ in range(window + 50):
+            token_calibrations.record(session, token_calibrations.Sample(model, 1000, 1000))
+        after = token_calibrations.record(session, token_calibrations.Sample(model, 1000, 3000))
+    assert after == pytest.approx(1.0 + 2.0 / window)  # one of the newest `window`, not of 151
+    assert _calibration(model).samples == window + 51  # type: ignore[union-attr]

@@ -3,6 +3,7 @@ and working memory keeps the rule and the ledger under the token budget."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from models.messages import RunSummary, add_message
 from models.runs import get_run
 from models.settings import get_settings
 from models.tables import RunEvent
-from models.tokens import count_message_tokens
+from models.tokens import count_message_tokens, count_tokens
 from tests.integration.conftest import run_steps, wait_for_run
 from worker import working_memory
 from worker.prompts import step_prompt
@@ -155,3 +156,44 @@ def test_memory_events_are_recorded(make_run: MakeRun) -> None:
     assert "memory.remembered" in kinds and "memory.failed" not in kinds
     # the run ends first; its memory is written after, off the hot path
     assert kinds.index("run.succeeded") < kinds.index("memory.remembered")
+
+
+def test_a_40_step_run_with_400_token_results_fits_a_4k_window(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12, item 5: such a run stopped with `context_overflow` in a 4k window, its ledger
+    never trimmed and every result in it twice (ledger and turn). Built from the run's rows."""
+    fares = [
+        " ".join(f"receipt {i}.{j}: taxi fare {j}.40 EUR, Lyon to the airport;" for j in range(21))
+        for i in range(40)
+    ]
+    steps = [
+        {"name": f"fare_{i}", "kind": "tool", "tool": "echo", "args": {"value": fare}}
+        for i, fare in enumerate(fares)
+    ]
+    run_id = make_run(steps, goal="Total my 40 taxi receipts", user=_user("gus"))
+    assert wait_for_run(run_id, timeout_s=120).status == "succeeded"
+    monkeypatch.setenv("AGENTQ_CONTEXT_WINDOW_TOKENS", "4096")
+    monkeypatch.setenv("AGENTQ_RESERVED_OUTPUT_TOKENS", "512")
+    # the default 800-token summary would not fit beside the ledger: a 4k window wants less
+    monkeypatch.setenv("AGENTQ_SUMMARY_MAX_TOKENS", "400")
+    get_settings.cache_clear()
+    try:
+        prompt = step_prompt("Add up the fares", {})
+        request = working_memory.request_for(run_id, prompt)  # folds older turns (offline)
+        budget = working_memory.budget(prompt)
+        model = get_settings().model
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert all(count_tokens(json.dumps({"value": fare}), model) > 390 for fare in fares)
+    assert count_message_tokens(request.messages, model) <= budget < 4096 - 512
+    text = "\n".join(m["content"] for m in request.messages)
+    last = [m["content"] for m in request.messages[-3:-1]]  # the last two turns, verbatim
+    assert [t.split(":")[0] for t in last] == ["step fare_38", "step fare_39"]
+    assert fares[39] in last[1] and text.count(fares[39]) == 2  # its arguments and its result
+    assert "(= steps.fare_39, row" in text and "earlier steps succeeded" in text
+    assert "fare_0, fare_1" in text  # the oldest are named, their results in the summary
+    with session_scope() as session:
+        summaries = session.exec(select(RunSummary).where(RunSummary.run_id == run_id)).all()
+    assert summaries and "Summary of earlier turns" in text

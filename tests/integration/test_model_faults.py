@@ -31,7 +31,15 @@ from models.plans import parse_plan
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
-from models.tables import Escalation, Run, RunEvent, StepAttempt, ToolJournalEntry
+from models.tables import (
+    Escalation,
+    Run,
+    RunEvent,
+    StepAttempt,
+    TokenCalibration,
+    ToolJournalEntry,
+)
+from models.token_calibrations import CALIBRATION_MIN_TOKENS
 from models.tools import load_tool_modules
 from ops.fake_provider import (
     COMPLETION_TOKENS,
@@ -347,19 +355,30 @@ def test_quota_in_planning_escalates_after_one_call(fake: FakeOpenAI, mark: str)
 
 def long_turn_then(mark: str) -> list[dict[str, Any]]:
     """A tool step whose ~450-token result becomes a conversation turn of twice that (its
-    arguments and its result), then a model step carrying `mark`. The ledger keeps the result
-    (never trimmed); a smaller budget drops the turn, which is folded into the summary."""
+    arguments and its result), two small steps (the last two turns, which always stay), then a
+    model step carrying `mark`. The ledger keeps the result's key values (never dropped); a
+    smaller budget drops the long turn, which is folded into the summary."""
     lines = " ".join(f"receipt {i}: taxi fare {i}.40 EUR, Lyon to the airport;" for i in range(30))
     echo = {"name": "fetch", "kind": "tool", "tool": "echo", "args": {"value": lines}}
-    return [echo, model_step(f"{mark}: total the receipts")]
+    small = [{"name": n, "kind": "tool", "tool": "noop", "args": {}} for n in ("check", "sort")]
+    return [echo, *small, model_step(f"{mark}: total the receipts")]
 
 
+@pytest.mark.parametrize(
+    ("server", "wording"),
+    [
+        ("llama.cpp", "exceeds the available context size"),
+        ("openai", "context_length_exceeded"),
+    ],
+)
 def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
-    fake: FakeOpenAI, mark: str
+    fake: FakeOpenAI, mark: str, server: str, wording: str
 ) -> None:
     """Issue 12: a context filled to agentq's budget was refused by llama.cpp's server as longer
-    than its window, and the step failed as on a provider error."""
-    fake.script(context_too_long("llama.cpp", context_tokens=8192, prompt_tokens=9000), when=mark)
+    than its window, and the step failed as on a provider error. The refusal's count of the
+    prompt, and every answer's, calibrate the model's token counts."""
+    calibrated = calibration_samples()
+    fake.script(context_too_long(server, context_tokens=8192, prompt_tokens=9000), when=mark)
     run_id = submit(long_turn_then(mark), goal="total my receipts", user_id=f"ctx-{mark}")
     run = wait_for_run(run_id, memory=True)
     assert run.status == "succeeded"
@@ -368,18 +387,34 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
     assert len(answered.text) < len(refused.text)  # a smaller prompt, not the same one again
     assert "Summary of earlier turns" in answered.text  # the dropped turn, folded
     assert "Summary of earlier turns" not in refused.text
-    # the ledger keeps the step's result; the turn that repeated it was dropped
+    # the ledger keeps the step's key values; the turn that held the whole result was dropped
     assert answered.text.count("receipt 0:") == 1 < refused.text.count("receipt 0:")
-    fetch, total = run_steps(run_id)
+    assert "(= steps.fetch, row" in answered.text
+    fetch, *_, total = run_steps(run_id)
     assert (fetch.status, total.status) == ("succeeded", "succeeded")
     assert [a.outcome for a in attempts(total.id or 0)] == ["succeeded"]  # retried in the call
     step_calls = events(run_id, "model.call", total.id)
     assert [c.detail["outcome"] for c in step_calls] == ["context_too_long", "ok"]
     assert (step_calls[0].detail["cost_usd"], step_calls[0].detail["prompt_tokens"]) == (0, 0)
-    assert "exceeds the available context size" in step_calls[0].detail["error"]
+    assert wording in step_calls[0].detail["error"]
     assert total.tokens_used == ANSWER_TOKENS  # the refused attempt charged nothing
-    purposes = [c.detail["purpose"] for c in check_charges(run)]
-    assert "summarize" in purposes
+    charged = check_charges(run)
+    assert "summarize" in [c.detail["purpose"] for c in charged]
+    samples = [c for c in charged if c.detail["outcome"] == "ok" and is_sample(c)]
+    assert calibration_samples() >= calibrated + len(samples) + 1  # + 1: the refusal's
+
+
+def calibration_samples() -> int:
+    """How many calls have calibrated the fake engine's model (`models.token_calibrations`)."""
+    with session_scope() as session:
+        found = session.get(TokenCalibration, "gpt-4o-mini", populate_existing=True)
+    return found.samples if found else 0
+
+
+def is_sample(call: RunEvent) -> bool:
+    """Whether a `model.call` event's counts make a calibration sample."""
+    ours = call.detail.get("estimated_prompt_tokens") or 0
+    return ours >= CALIBRATION_MIN_TOKENS and call.detail["prompt_tokens"] > 0
 
 
 def test_a_context_refused_twice_escalates_as_context_overflow(fake: FakeOpenAI, mark: str) -> None:
@@ -395,7 +430,7 @@ def test_a_context_refused_twice_escalates_as_context_overflow(fake: FakeOpenAI,
     refused = fake.received(mark)
     assert [r.reply for r in refused] == ["context_too_long", "context_too_long"]
     assert len(refused[1].text) < len(refused[0].text)
-    _, total = run_steps(run_id)
+    *_, total = run_steps(run_id)
     assert (total.status, total.attempt, esc.step_id) == ("failed", 1, total.id)
     step_calls = events(run_id, "model.call", total.id)
     assert [c.detail["outcome"] for c in step_calls] == ["context_too_long"] * 2

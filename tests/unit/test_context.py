@@ -76,7 +76,7 @@ def test_recalled_memory_takes_at_most_its_share() -> None:
 
 
 def test_overflowing_fixed_layers_are_refused_not_trimmed() -> None:
-    with pytest.raises(ContextOverflow, match="instructions, run state, ledger and task"):
+    with pytest.raises(ContextOverflow, match="instructions, run state, task and the last 2 turns"):
         assemble(layers(), budget=30)
 
 
