@@ -5,13 +5,15 @@ Layers, highest priority first (they are placed in this order too):
 1. the instructions (system);
 2. the run state: goal, pinned facts, budgets (never trimmed);
 3. the ledger: the plan with every step's status and the results of done steps, verbatim;
-4. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
-   the room left;
-5. the rolling summary of older turns;
-6. the most recent turns, verbatim, newest first until the budget is spent;
-7. the task: what this call must do now (never trimmed).
+4. recalled procedures (how-tos and plan templates, `models.procedure_recall`), most relevant
+   first, only what fits within `procedure_share` of the room left after layers 1-3 and 8;
+5. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
+   the same room (each share is its own: procedures never crowd out facts, nor the reverse);
+6. the rolling summary of older turns;
+7. the most recent turns, verbatim, newest first until the budget is spent;
+8. the task: what this call must do now (never trimmed).
 
-Long tool results are shortened before anything else (`shorten`). Layers 1-3 and 7 never shrink:
+Long tool results are shortened before anything else (`shorten`). Layers 1-3 and 8 never shrink:
 if they alone overflow the budget, `ContextOverflow` is raised and nothing is sent. Token counts
 come from the rows (counted once with tiktoken when written); per-message overhead follows
 OpenAI's cookbook ("How to count tokens with tiktoken": 3 per message plus the role's own tokens,
@@ -71,6 +73,7 @@ class Layers:
     ledger: Piece
     task: Piece
     recalled: Sequence[Piece] = ()
+    procedures: Sequence[Piece] = ()  # each `ref` is the procedure's id
     summary: Piece | None = None
     summary_covers_through: int = 0
     turns: Sequence[Piece] = ()
@@ -90,6 +93,7 @@ class Context:
     recalled_used: int
     turns_used: int
     uncovered: list[Piece] = field(default_factory=list)
+    procedures_used: list[int] = field(default_factory=list)  # their ids, in context order
 
 
 def usable_budget(
@@ -159,7 +163,9 @@ def shorten(piece: Piece, *, max_tokens: int, where: str, count: Callable[[str],
     return Piece(piece.role, text, count(text), piece.ref)
 
 
-def assemble(layers: Layers, *, budget: int, recall_share: float = 0.3) -> Context:
+def assemble(
+    layers: Layers, *, budget: int, recall_share: float = 0.3, procedure_share: float = 0.15
+) -> Context:
     """Fit `layers` into `budget` tokens (see the module docstring for the order)."""
     fixed = [layers.instructions, layers.state, layers.ledger, layers.task]
     used = REPLY_PRIMING_TOKENS + sum(p.cost for p in fixed)
@@ -167,14 +173,16 @@ def assemble(layers: Layers, *, budget: int, recall_share: float = 0.3) -> Conte
         raise ContextOverflow(
             f"instructions, run state, ledger and task need {used} tokens; the budget is {budget}"
         )
-    recalled = _take_in_order(layers.recalled, int((budget - used) * recall_share))
-    used += sum(p.cost for p in recalled)
+    room = budget - used
+    procedures = _take_in_order(layers.procedures, int(room * procedure_share))
+    recalled = _take_in_order(layers.recalled, int(room * recall_share))
+    used += sum(p.cost for p in [*procedures, *recalled])
     summary = layers.summary if layers.summary and used + layers.summary.cost <= budget else None
     used += summary.cost if summary else 0
     recent = _newest_that_fit(layers.turns, budget - used)
     used += sum(p.cost for p in recent)
     dropped = list(layers.turns[: len(layers.turns) - len(recent)])
-    ordered = [layers.instructions, layers.state, layers.ledger, *recalled]
+    ordered = [layers.instructions, layers.state, layers.ledger, *procedures, *recalled]
     ordered += [summary] if summary else []
     ordered += [*recent, layers.task]
     return Context(
@@ -184,6 +192,7 @@ def assemble(layers: Layers, *, budget: int, recall_share: float = 0.3) -> Conte
         recalled_used=len(recalled),
         turns_used=len(recent),
         uncovered=[p for p in dropped if (p.ref or 0) > layers.summary_covers_through],
+        procedures_used=[p.ref or 0 for p in procedures],
     )
 
 
