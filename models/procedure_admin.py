@@ -43,8 +43,8 @@ def embedded(spec: ProcedureSpec) -> Embedded:
 
 def add(actor: Actor, data: dict[str, Any]) -> Procedure:
     """Add a procedure (version 1) from `data` (`ProcedureSpec`'s fields); a submitter's
-    `user_id` defaults to its own user. Raises `InvalidInput` for bad fields or a scope `actor`
-    may not write."""
+    `user_id` defaults to its own user. Raises `InvalidInput` for bad fields, `NotAllowed` for
+    a scope `actor` may not write."""
     if data.get("scope", "user") == "user" and data.get("user_id") is None and actor.user_id:
         data = {**data, "user_id": actor.user_id}
     spec = book.checked(data, tools=configured_tool_names())
@@ -88,10 +88,11 @@ def edit(
     expected_version: int | None = None,
 ) -> Procedure:
     """Make a new version of the procedure: its current content with `changes` (fields of
-    `ProcedureSpec`; `None` for `plan_template`, `user_id` or `tool` clears it). `actor` must
-    may write both the old and the new scope. Raises `NotFound`, `InvalidInput` (nothing to
-    change, bad fields, a scope it may not write), `Conflict` (`expected_version` is not the
-    current one, or another edit came first)."""
+    `ProcedureSpec`; `None` for `plan_template`, `user_id` or `tool` clears it); `actor` must be
+    allowed to write both the old and the new scope. Raises `NotFound`, `InvalidInput` (nothing
+    or an unknown field to change), `NotAllowed` (a scope it may not write), `Conflict` (the
+    procedure with the changes is not a valid one, e.g. a scope without what it needs;
+    `expected_version` is not the current one; another edit came first)."""
     unknown = sorted(set(changes) - set(book.CONTENT))
     if unknown or not changes:
         allowed = ", ".join(book.CONTENT)
@@ -104,7 +105,10 @@ def edit(
         version = row.version
     if expected_version is not None and expected_version != version:
         raise Conflict(f"procedure {procedure_id} is at version {version}, not {expected_version}")
-    spec = book.checked({**current, **changes}, tools=configured_tool_names())
+    try:
+        spec = book.checked({**current, **changes}, tools=configured_tool_names())
+    except InvalidInput as exc:  # the stored content and the changes together
+        raise Conflict(f"procedure {procedure_id} with these changes: {exc}") from exc
     if not actor.may_write(spec.scope, spec.user_id):
         raise book.refused(actor, spec.scope, spec.user_id)
     vector = embedded(spec)
@@ -116,7 +120,7 @@ def edit(
 
 def remove(actor: Actor, procedure_id: int) -> Procedure:
     """Delete the procedure with its versions; returns it as it was. `NotFound` when `actor`
-    may not read it, `InvalidInput` when it may read but not write it."""
+    may not read it, `NotAllowed` when it may read but not write it."""
     with session_scope() as session:
         row = book.readable(session, procedure_id, actor)
         if not actor.may_write(row.scope, row.user_id):
@@ -136,21 +140,25 @@ def save_from_run(
 ) -> Procedure:
     """Save succeeded run `run_id`'s final plan as a procedure of `scope` (default: the run's
     user's for a submitter or an admin, everyone's for a reviewer), titled `title` (default:
-    the goal). Raises `NotFound` (no such run, or another user's for a submitter),
-    `InvalidInput` (the run has not succeeded, bad fields, a scope `actor` may not write)."""
+    the goal). Raises `NotFound` (no such run, or another user's for a submitter), `Conflict`
+    (the run has not succeeded, or has no plan that makes a valid procedure), `NotAllowed` (a
+    scope `actor` may not write)."""
     with session_scope() as session:
         run = session.get(Run, run_id)
         if run is None or (actor.role == "submitter" and run.user_id != actor.user_id):
             raise NotFound(f"run {run_id} does not exist")
         if run.status != "succeeded":
-            raise InvalidInput(
+            raise Conflict(
                 f"run: run {run_id} is {run.status}; only a succeeded run is saved as a procedure"
             )
         data = draft(session, run, edited=offers_procedure(session, run))
     scope = scope or ("everyone" if actor.role == "reviewer" else "user")
     data |= {"scope": scope, "user_id": data["user_id"] if scope == "user" else None}
     data |= {"tool": tool, "title": title if title is not None else data["title"]}
-    spec = book.checked(data, tools=configured_tool_names())
+    try:
+        spec = book.checked(data, tools=configured_tool_names())
+    except InvalidInput as exc:  # the run's goal and plan, and the scope asked for
+        raise Conflict(f"run {run_id} does not make a valid procedure: {exc}") from exc
     if not actor.may_write(spec.scope, spec.user_id):
         raise book.refused(actor, spec.scope, spec.user_id)
     vector = embedded(spec)
@@ -179,7 +187,7 @@ def template_of(session: Session, run: Run) -> dict[str, Any]:
         )
     ).one_or_none()
     if version is None:
-        raise InvalidInput(f"run: run {run.id} has no plan to save")
+        raise Conflict(f"run: run {run.id} has no plan to save")
     return template_from(current_steps(session, run), dependencies(version))
 
 

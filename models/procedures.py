@@ -32,7 +32,7 @@ from sqlalchemy.ext.mutable import MutableDict
 from sqlmodel import Field as Column
 from sqlmodel import Session, SQLModel, col, select
 
-from models.errors import Conflict, InvalidInput, InvalidPlan, NotFound
+from models.errors import Conflict, InvalidInput, InvalidPlan, NotAllowed, NotFound
 from models.plans import parse_plan
 from models.tables import created_field
 
@@ -194,10 +194,10 @@ class Actor:
         return self.role == "reviewer"
 
 
-def refused(actor: Actor, scope: str, user_id: str | None) -> InvalidInput:
+def refused(actor: Actor, scope: str, user_id: str | None) -> NotAllowed:
     """The error for a write `actor` may not make, naming what it may write."""
     may = "its own user's" if actor.role == "submitter" else "everyone's and tool"
-    return InvalidInput(
+    return NotAllowed(
         f"scope: a {actor.role} writes only {may} procedures, not a {scope}-scoped one"
         + (f" of {user_id!r}" if user_id else "")
     )

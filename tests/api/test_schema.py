@@ -7,8 +7,9 @@ unsupported method with 405 and an `Allow` naming exactly the path's methods.
 Bodies that break the rules across fields that JSON Schema cannot state, and the spec's
 descriptions do, are not sent (`breaks_stated_rules`): a plan's step names are unique; `after`
 names other steps of the plan and makes no cycle; a reference names a step the referring
-step waits for, or a pinned fact (so no body with a `${...}` is sent); and an expectation's `min`
-is at most its `max`.
+step waits for, or a pinned fact (so no body with a `${...}` is sent); an expectation's `min`
+is at most its `max`; and a new procedure has a how-to that is not blank or a plan template (a
+procedure's template follows the plan rules above).
 
 Runs last in tests/api (file order): it submits, claims and decides whatever it likes. The runs it
 submits are cancelled afterwards so the workers are free for what comes next.
@@ -101,6 +102,10 @@ def breaks_stated_rules(body: Any) -> bool:
     `max`. Such bodies are not sent."""
     if "${" in json.dumps(body, default=repr):
         return True
+    if isinstance(body, dict) and body.get("scope") and "when_to_use" in body:  # a procedure
+        if not str(body.get("body") or "").strip() and body.get("plan_template") is None:
+            return True
+        body = {"plan": body.get("plan_template")}
     plan = body.get("plan") if isinstance(body, dict) else None
     steps = plan.get("steps") if isinstance(plan, dict) else None
     if isinstance(steps, list):
