@@ -35,6 +35,7 @@ from sqlmodel import Session, SQLModel, col, select
 from models.errors import Conflict, InvalidInput, InvalidPlan, NotAllowed, NotFound
 from models.plans import parse_plan
 from models.tables import created_field
+from models.tools import argument_problems
 
 Scope = Literal["everyone", "user", "tool"]
 Role = Literal["submitter", "reviewer", "admin"]
@@ -134,8 +135,9 @@ class ProcedureSpec(BaseModel):
 def checked(data: dict[str, Any], *, tools: Collection[str]) -> ProcedureSpec:
     """`data` as a valid `ProcedureSpec`: fields in range, a scope with what it needs (`user`
     with `user_id`, `tool` with a registered `tool`, `everyone` with neither), a body or a
-    plan template, and a template that validates as a plan of the registered `tools`
-    (`models.plans.parse_plan`, stored normalised). Raises `InvalidInput` naming the field."""
+    plan template, and a template that validates as a plan of the registered `tools`, with
+    arguments each tool takes (`models.plans.parse_plan`; stored normalised). Raises
+    `InvalidInput` naming the field."""
     try:
         spec = ProcedureSpec.model_validate(data)
     except ValidationError as exc:
@@ -148,7 +150,7 @@ def checked(data: dict[str, Any], *, tools: Collection[str]) -> ProcedureSpec:
         raise InvalidInput("body, plan_template: give the how-to text, a plan template, or both")
     if spec.plan_template is not None:
         try:
-            plan = parse_plan(spec.plan_template, tools=tools)
+            plan = parse_plan(spec.plan_template, tools=tools, check_args=argument_problems)
         except InvalidPlan as exc:  # its message names the step and field
             raise InvalidInput(f"plan_template: {exc}") from exc
         template = plan.model_dump(mode="json", exclude_defaults=True)

@@ -27,12 +27,14 @@ from unittest.mock import patch
 import httpx
 import pytest
 import schemathesis
+import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from sqlmodel import col, select
 
 from api.app import create_api
 from models import transitions
 from models.db import session_scope
+from models.procedures import Procedure
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run
@@ -47,14 +49,17 @@ EXAMPLES_PER_OPERATION = 25  # about 20 operations x 25 examples: under a minute
 @pytest.fixture(scope="module")
 def fuzz_token(make_token: MakeToken) -> Iterator[str]:
     """An admin token named `fuzzer`; afterwards, the runs the fuzzing left active are
-    cancelled."""
+    cancelled, and the procedures it added deleted (everyone's would be recalled into the
+    plans of the tests that follow, which the offline planner follows)."""
     with session_scope() as session:
         newest = session.scalar(select(col(Run.id)).order_by(col(Run.id).desc()).limit(1)) or 0
+        last = session.scalar(select(sa.func.max(col(Procedure.id)))) or 0
     yield make_token("admin", name="fuzzer")
     with session_scope() as session:
         active = select(Run).where(col(Run.id) > newest, col(Run.status).in_(RUN_ACTIVE))
         for run in session.exec(active):
             transitions.cancel_run(session, run.id or 0)
+        session.execute(sa.delete(Procedure).where(col(Procedure.id) > last))
 
 
 # The spec the server serves (checked below), built at collection time so pytest can list one

@@ -16,11 +16,13 @@ from models.recall import Hit, Scored, Search
 from models.settings import Settings
 from models.tables import Step
 from models.tokens import count_tokens
+from models.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from worker.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider
 from worker.procedure_context import EXAMPLE_NOTE, entries, text_of
 from worker.providers import ModelRequest
 
+load_tool_modules(DEFAULT_TOOL_MODULES)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TOOLS = ["echo", "noop", "live_rate", "cached_rate"]
 TEMPLATE = {"steps": [{"name": "tally", "kind": "tool", "tool": "echo", "args": {"value": 1}}]}
@@ -170,7 +172,7 @@ def step(id_: int, name: str, status: str = "succeeded", kind: str = "tool") -> 
         kind=kind,
         tool="echo" if kind == "tool" else None,
         status=status,
-        args={},
+        args={"value": name} if kind == "tool" else {},
     )
 
 
