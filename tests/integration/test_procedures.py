@@ -1,14 +1,18 @@
 """Procedural memory in the engine: a procedure saved from a succeeded run is recalled when a
 similar goal is planned, the plan follows its template, the plan's `procedures.recalled` event
-names it, and the run page shows it as used; another user never gets it."""
+names it, and the run page shows it as used; another user never gets it. And the CLI's
+`agentq procedure ...` commands, in process."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from api.app import create_app
 from models import api_tokens, procedure_admin
@@ -16,6 +20,7 @@ from models.db import session_scope
 from models.errors import Conflict
 from models.procedure_recall import Used, used_by_run
 from models.procedures import Actor
+from ops.procedure_commands import procedure_app
 from ops.stack import LocalStack
 from tests.integration.conftest import run_steps, wait_for_run
 from tests.support.console import csrf_of
@@ -109,3 +114,31 @@ def test_only_a_succeeded_run_is_saved_and_an_edit_makes_a_new_version(make_run:
         assert shown.versions[0].body.startswith(f"The plan of run {done.id}")
     finally:
         procedure_admin.remove(OPERATOR, saved.id or 0)
+
+
+def test_the_cli_adds_shows_edits_saves_and_deletes(make_run: MakeRun, tmp_path: Path) -> None:
+    cli = CliRunner()
+    template = tmp_path / "plan.json"
+    template.write_text(json.dumps({"steps": STEPS}))
+    user = _user("eve")
+    args = ["add", "--title", "Tally", "--when", "receipts", "--template", str(template)]
+    added = cli.invoke(procedure_app, [*args, "--user", user])
+    assert added.exit_code == 0, added.output
+    procedure_id = int(added.output.split()[1])
+    try:
+        assert "tally_receipts" in cli.invoke(procedure_app, ["show", str(procedure_id)]).output
+        listed = cli.invoke(procedure_app, ["list", "--user", user]).output
+        assert "Tally" in listed and f"│ {procedure_id} " in listed  # the table wraps the user
+        edited = cli.invoke(procedure_app, ["edit", str(procedure_id), "--clear-template"])
+        assert edited.exit_code != 0  # neither a how-to nor a template is left
+        assert isinstance(edited.exception, Conflict)
+        edited = cli.invoke(procedure_app, ["edit", str(procedure_id), "--body", "Add them."])
+        assert edited.exit_code == 0 and "now version 2" in edited.output
+    finally:
+        gone = cli.invoke(procedure_app, ["delete", str(procedure_id), "--yes"])
+        assert gone.exit_code == 0, gone.output
+    run_id = make_run(STEPS, user=user, goal="Tally the Nantes receipts")
+    wait_for_run(run_id)
+    saved = cli.invoke(procedure_app, ["save", "--from-run", str(run_id)])
+    assert saved.exit_code == 0 and "Tally the Nantes receipts" in saved.output, saved.output
+    procedure_admin.remove(OPERATOR, int(saved.output.split()[1]))
