@@ -6,6 +6,7 @@ so that a request the spec allows is accepted and one it forbids is refused
 (schemathesis's positive and negative data checks, `tests/api/test_schema.py`):
 
 - **Budgets within the operator's ceilings** (`AGENTQ_MAX_*`): the settings' values, as maxima.
+- **A tool-scoped procedure names an enabled tool**: the enabled tools, as an enum.
 - **Nothing Postgres cannot store** (`models.storable`): no string anywhere in a request holds
   NUL. Every string without a pattern gets `NO_NUL_PATTERN`; free-form JSON (`{}`, an object's
   unlisted keys) becomes `JsonValue`, a recursive JSON value whose strings and keys hold no NUL.
@@ -65,6 +66,7 @@ def state_rules(
         schemas["StepSpec"] = step_schema(tools, schemas)
         schemas.pop("Expectation", None)  # pydantic's, which only StepSpec used; now inlined
     _cap_budgets(schemas.get("Budgets", {}), ceilings)
+    _enabled_tool(schemas.get("ToolProcedure", {}), [t["name"] for t in tools])
     for schema in _all_schemas(spec):
         _no_nul(schema)
     schemas[JSON_VALUE] = json_value_schema()
@@ -78,6 +80,13 @@ def _cap_budgets(budgets: dict[str, Any], ceilings: Mapping[str, float]) -> None
         for branch in budget.get("anyOf", [budget]):
             if branch.get("type") in ("integer", "number"):
                 branch["maximum"] = min(branch.get("maximum", most), most)
+
+
+def _enabled_tool(procedure: dict[str, Any], names: list[str]) -> None:
+    """A tool-scoped procedure's `tool` is one of the enabled tools (as a tool step's)."""
+    tool = procedure.get("properties", {}).get("tool")
+    if tool is not None:
+        tool["enum"] = names
 
 
 def json_value_schema() -> dict[str, Any]:

@@ -55,6 +55,10 @@ class Conflict(AgentqError):
     changed (an HTTP 409)."""
 
 
+class NotAllowed(AgentqError):
+    """The caller may not do this (its role, or not for this user); nothing was changed."""
+
+
 class InvalidInput(AgentqError):
     """A value given to agentq is not allowed; the message names the field and what is."""
 

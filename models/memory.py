@@ -3,13 +3,13 @@
 Rows of two embedding models, or of one model at two dimensions, are never compared (DESIGN.md,
 invariant 7): `search` refuses a user's memory embedded otherwise than configured, as a worker's
 start-up does any memory (`models.reembedding`), until `agentq memory reembed` has rewritten it.
-Forgetting a user (`forget`) deletes
-every fact (history included), episode, turn and summary of that user, embeddings with them, and
-is final: it records an erasure point that drops the memory writes of the user's runs created
-before it (`models.erasures`); it can cancel the user's active runs and erase their runs'
-content too. `delete_fact` and `delete_episode` delete one item, history included. Run events
-that quote recalled memory are left out for readers who may not read the user's memory
-(`shown_events`). The CLI, the API and the console call these functions.
+Forgetting a user (`forget`) deletes every fact (history included), episode, turn, summary and
+user-scoped procedure of that user, embeddings with them, and is final: it records an erasure
+point that drops the memory writes of the user's runs created before it (`models.erasures`); it
+can cancel the user's active runs and erase their runs' content too. `delete_fact` and
+`delete_episode` delete one item, history included. Run events that quote recalled memory are
+left out for readers who may not read the user's memory (`shown_events`). The CLI, the API and
+the console call these functions.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ from models.facts import (
     recall,
 )
 from models.messages import forget_messages
+from models.procedure_recall import RECALLED as PROCEDURES_RECALLED
+from models.procedure_recall import hidden_detail as hidden_procedures
+from models.procedures import forget_procedures
 from models.reembedding import check_user_memory
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
@@ -158,7 +161,8 @@ def memory_ended(session: Session, run_id: int) -> RunEvent | None:
 
 
 RECALLED: Final = "memory.recalled"  # quotes recalled facts (their text) and episodes (run ids)
-MEMORY_EVENT_KINDS: Final = frozenset({RECALLED})  # events whose detail quotes a user's memory
+# events whose detail quotes a user's memory (procedures.recalled: the titles of their own)
+MEMORY_EVENT_KINDS: Final = frozenset({RECALLED, PROCEDURES_RECALLED})
 HIDDEN_MEMORY: Final = (
     "recalled memory of the run's user: shown to that user's submitter tokens and admins only"
 )
@@ -177,6 +181,16 @@ UNQUOTE_EPISODE: Final = (
     "WHERE e <> to_jsonb(CAST(:episode_run AS integer))), '[]'::jsonb)) "
     "WHERE kind = 'memory.recalled' "
     "AND detail -> 'episodes' @> jsonb_build_array(CAST(:episode_run AS integer)) "
+    "AND run_id IN (SELECT id FROM runs WHERE user_id = :user_id)"
+)
+
+
+# untitle_procedures: drop the titles of user-scoped procedures from the user's runs' events.
+UNTITLE_PROCEDURES: Final = (
+    "UPDATE run_events SET detail = jsonb_set(detail, '{procedures}', coalesce(("
+    "SELECT jsonb_agg(CASE WHEN p ->> 'scope' = 'user' THEN p - 'title' ELSE p END) "
+    "FROM jsonb_array_elements(detail -> 'procedures') AS p), '[]'::jsonb)) "
+    "WHERE kind = 'procedures.recalled' "
     "AND run_id IN (SELECT id FROM runs WHERE user_id = :user_id)"
 )
 
@@ -256,6 +270,7 @@ def _forget_memory(session: Session, *, user_id: str) -> tuple[datetime, dict[st
         "facts": forget_facts(session, user_id=user_id),
         "episodes": forget_episodes(session, user_id=user_id),
         **forget_messages(session, user_id=user_id),
+        "procedures": forget_procedures(session, user_id=user_id),
     }
     recalled = session.execute(
         sa.delete(RunEvent).where(
@@ -264,6 +279,7 @@ def _forget_memory(session: Session, *, user_id: str) -> tuple[datetime, dict[st
         )
     )
     counts["recall events"] = int(getattr(recalled, "rowcount", 0))
+    session.execute(sa.text(UNTITLE_PROCEDURES), {"user_id": user_id})
     return erased_at, counts
 
 
@@ -323,6 +339,8 @@ def hidden_detail(detail: Any) -> dict[str, Any]:
     (`MEMORY_EVENT_KINDS`): the call's purpose, how many facts and episodes were recalled, and
     why the rest is hidden."""
     found = detail if isinstance(detail, dict) else {}
+    if "procedures" in found:  # procedures.recalled: only the user's own titles are hidden
+        return hidden_procedures(found)
     facts, episodes = found.get("facts"), found.get("episodes")
     return {
         "purpose": found.get("purpose"),

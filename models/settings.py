@@ -154,6 +154,19 @@ class Settings(BaseSettings):
     recall_facts_k: int = Field(default=5, ge=0, le=100)
     recall_episodes_k: int = Field(default=3, ge=0, le=100)
     recall_share: float = Field(default=0.3, gt=0, le=1)
+    # Procedural memory (`models.procedure_recall`): how many procedures a plan or step call
+    # recalls, and the share of the room left after the fixed layers they may take, apart from
+    # `recall_share`. 0.15 holds two or three plan templates in a 16k window and leaves facts,
+    # episodes, the summary and the recent turns most of the room.
+    recall_procedures_k: int = Field(
+        default=3, ge=0, le=20, description="Procedures recalled into a plan or step call."
+    )
+    context_procedure_share: float = Field(
+        default=0.15,
+        gt=0,
+        le=1,
+        description="Share of the room left after the fixed layers that procedures may take.",
+    )
     recall_min_similarity: float | None = Field(default=None, ge=-1, le=1)
     fact_ttl_s: dict[str, float] = {"event": 30 * 86_400.0}
     memory_expiry_interval_s: float = Field(default=3_600.0, gt=0)
@@ -279,6 +292,12 @@ class Settings(BaseSettings):
             raise ConfigurationError(
                 f"AGENTQ_RESERVED_OUTPUT_TOKENS ({self.reserved_output_tokens}) must be less than "
                 f"AGENTQ_CONTEXT_WINDOW_TOKENS ({self.context_window_tokens})"
+            )
+        if self.recall_share + self.context_procedure_share > 1:
+            raise ConfigurationError(
+                f"AGENTQ_RECALL_SHARE ({self.recall_share:g}) plus AGENTQ_CONTEXT_PROCEDURE_SHARE "
+                f"({self.context_procedure_share:g}) must be at most 1: both are shares of the "
+                "same room"
             )
         return self
 

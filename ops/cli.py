@@ -40,6 +40,7 @@ from models.tools import (
 from ops import views
 from ops.inputs import parse_facts, read_plan, read_plan_text
 from ops.memory_commands import memory_app
+from ops.procedure_commands import procedure_app
 from ops.stack import LocalStack
 from ops.stack_file import read_stack_file
 from ops.token_commands import token_app
@@ -49,6 +50,7 @@ app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_i
 review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)
 app.add_typer(review_app, name="review")
 app.add_typer(memory_app, name="memory")
+app.add_typer(procedure_app, name="procedure")
 app.add_typer(token_app, name="token")
 console = Console()
 WATCH_INTERVAL_S = 0.5

@@ -28,6 +28,8 @@ from models.goal_values import GoalPins
 from models.graph import linear
 from models.layout import after_text, places, runs_together
 from models.plans import current_graph
+from models.procedure_admin import SAVE_HINT, offers_procedure
+from models.procedure_recall import Used, used_by_run
 from models.reviews import deadline_left_s, waiting_s
 from models.runs import pinned_facts
 from models.states import RUN_TERMINAL
@@ -207,9 +209,12 @@ def render_run(
     steps: list[Step],
     escalation: Escalation | None,
     after: Mapping[int, Iterable[int]] | None = None,
+    procedures: Iterable[Used] = (),
+    offer_procedure: bool = False,
 ) -> RenderableType:
     """Everything about one run: budgets, pinned facts, the current plan (`steps` in order,
-    `after` what each waits for, as `steps_table` takes), escalation, answer."""
+    `after` what each waits for, as `steps_table` takes), the procedures its plans used,
+    escalation, answer, and with `offer_procedure` the command that saves its plan as one."""
     head = Table.grid(padding=(0, 2))
     head.add_row("goal", literal(run.goal))
     head.add_row("user", literal(run.user_id))
@@ -239,6 +244,10 @@ def render_run(
         parts.append(literal(f"error: {run.error}", style="red"))
     if run.final_result:
         parts.append(literal("answer: " + str(run.final_result.get("answer", ""))))
+    parts += [procedures_text(procedures)] if procedures else []
+    if offer_procedure:
+        hint = "succeeded after a reviewer's edit: save its plan as a procedure with "
+        parts.append(literal(hint + SAVE_HINT.format(run_id=run.id), style="cyan"))
     title = f"run {run.id} · plan version {run.plan_version}"
     return Panel(Group(*parts), title=title, title_align="left")
 
@@ -252,7 +261,18 @@ def run_panel(session: Session, run: Run) -> RenderableType:
         steps=list(graph.kept),
         escalation=open_escalation(session, run.id or 0),
         after=graph.after or {},
+        procedures=used_by_run(session, run.id or 0),
+        offer_procedure=offers_procedure(session, run),
     )
+
+
+def procedures_text(used: Iterable[Used]) -> Text:
+    """The procedures a run's plans used: `procedures used: #7 v2 "title" (user) in plan v1`."""
+    lines = [
+        f'#{u.id} v{u.version} "{u.title}" ({u.scope}) in {u.purpose} v{u.plan_version}'
+        for u in used
+    ]
+    return literal("procedures used: " + "; ".join(lines))
 
 
 def open_escalation(session: Session, run_id: int) -> Escalation | None:

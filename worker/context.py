@@ -11,10 +11,12 @@ recalled memory, summary, older turns, the last turns, task):
 5. the ledger: the plan with every step's status and what done steps found (`worker.ledger`),
    in at most `ledger_share` of the room left, folded oldest first when it needs more (never
    dropped);
-6. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
-   the room left;
-7. the rolling summary of older turns;
-8. the older turns, verbatim, newest first until the budget is spent.
+6. recalled procedures (how-tos and plan templates, `models.procedure_recall`), most relevant
+   first, only what fits within `procedure_share` of the room left after layers 1-5;
+7. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
+   the same room (each share is its own: procedures never crowd out facts, nor the reverse);
+8. the rolling summary of older turns;
+9. the older turns, verbatim, newest first until the budget is spent.
 
 Long tool results are shortened before anything else (`shorten`). Layers 1-4 never shrink, and
 the ledger only as far as its fold goes: if they overflow the budget, `ContextOverflow` is raised
@@ -85,6 +87,7 @@ class Layers:
     ledger: Piece
     task: Piece
     recalled: Sequence[Piece] = ()
+    procedures: Sequence[Piece] = ()  # each `ref` is the procedure's id
     summary: Piece | None = None
     summary_covers_through: int = 0
     turns: Sequence[Piece] = ()
@@ -105,6 +108,7 @@ class Context:
     recalled_used: int
     turns_used: int
     uncovered: list[Piece] = field(default_factory=list)
+    procedures_used: list[int] = field(default_factory=list)  # their ids, in context order
 
 
 def usable_budget(
@@ -179,6 +183,7 @@ def assemble(
     *,
     budget: int,
     recall_share: float = 0.3,
+    procedure_share: float = 0.15,
     ledger_share: float = LEDGER_SHARE,
 ) -> Context:
     """Fit `layers` into `budget` tokens (see the module docstring for the order). Raises
@@ -199,14 +204,16 @@ def assemble(
             f"instructions, run state, task, the last {len(last)} turns and the ledger "
             f"({ledger.tokens} tokens at its smallest) need {used} tokens; the budget is {budget}"
         )
-    recalled = _take_in_order(layers.recalled, int((budget - used) * recall_share))
-    used += sum(p.cost for p in recalled)
+    room = budget - used
+    procedures = _take_in_order(layers.procedures, int(room * procedure_share))
+    recalled = _take_in_order(layers.recalled, int(room * recall_share))
+    used += sum(p.cost for p in [*procedures, *recalled])
     summary = layers.summary if layers.summary and used + layers.summary.cost <= budget else None
     used += summary.cost if summary else 0
     recent = _newest_that_fit(older, budget - used)
     used += sum(p.cost for p in recent)
     dropped = list(older[: len(older) - len(recent)])
-    ordered = [layers.instructions, layers.state, ledger, *recalled]
+    ordered = [layers.instructions, layers.state, ledger, *procedures, *recalled]
     ordered += [summary] if summary else []
     ordered += [*recent, *last, layers.task]
     return Context(
@@ -216,6 +223,7 @@ def assemble(
         recalled_used=len(recalled),
         turns_used=len(recent) + len(last),
         uncovered=[p for p in dropped if (p.ref or 0) > layers.summary_covers_through],
+        procedures_used=[p.ref or 0 for p in procedures],
     )
 
 

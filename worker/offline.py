@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from models.errors import ProviderError
+from models.errors import ProviderError, ToolArgumentsError
 from models.goal_checks import rule_verdict
 from models.goal_values import extract
 from models.plans import MAX_INSTRUCTION_CHARS
+from models.references import referenced_facts
 from models.tools import find_playbook, playbook_criteria
 from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
 
@@ -51,7 +52,10 @@ class OfflineProvider:
       the goal it happened in).
 
     A plan also reads `episodes` (recalled past runs): a step whose tool failed in a past run and
-    was fixed by its fallback is planned with the fallback from the start.
+    was fixed by its fallback is planned with the fallback from the start; and `procedures`
+    (recalled procedures, `worker.procedure_context.entries`): the first plan template whose
+    tools are all offered and whose `${facts.KEY}` are all pinned is the plan, before any
+    playbook (a procedure is what a person kept from a run that worked).
 
     Token counts are estimates: ceil(chars / 4) per message and for the answer. Playbooks exist
     once their tool modules are loaded (`load_tool_modules`); until then every plan is `answer`.
@@ -77,7 +81,7 @@ class OfflineProvider:
 
 def _offline_plan(payload: Mapping[str, Any]) -> str:
     goal: str = payload["goal"]
-    steps = find_playbook(goal)
+    steps = _from_procedure(payload) or find_playbook(goal)
     if steps is None:
         # the goal itself is in every call's run state; the instruction holds what fits of it
         answer = {"name": "answer", "instruction": goal[:MAX_INSTRUCTION_CHARS], "kind": "model"}
@@ -85,6 +89,26 @@ def _offline_plan(payload: Mapping[str, Any]) -> str:
     learned = _fixes_from_episodes(payload)
     plan = {"steps": [_with_fix(step, learned) for step in steps]}
     return json.dumps({**plan, "success_criteria": playbook_criteria(goal)})
+
+
+def _from_procedure(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The steps of the first recalled procedure's plan template this run can follow."""
+    tools = {t["name"] for t in payload.get("tools", [])}
+    facts = set(payload.get("facts") or {})
+    for procedure in payload.get("procedures") or []:
+        steps = (procedure.get("plan_template") or {}).get("steps") or []
+        if steps and all(_followable(step, tools, facts) for step in steps):
+            return [dict(step) for step in steps]
+    return None
+
+
+def _followable(step: Mapping[str, Any], tools: set[str], facts: set[str]) -> bool:
+    named = [step.get("tool"), *step.get("tools", [])]
+    try:
+        needed = referenced_facts(step.get("args") or {})
+    except ToolArgumentsError:
+        return False
+    return all(t in tools for t in named if t) and needed <= facts
 
 
 def _fixes_from_episodes(payload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

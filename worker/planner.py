@@ -10,12 +10,14 @@ waits_out_outages`): the answer is paid for, and a retry of the task would find 
 from __future__ import annotations
 
 import structlog
+from sqlmodel import Session
 
 from models import phases, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.goal_checks import last_unmet
 from models.plans import PlanSpec, Splice, add_plan_version, current_graph, parse_plan
+from models.procedure_recall import RECALLED
 from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
 from models.tables import Step
@@ -119,8 +121,23 @@ def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) 
             max_attempts=get_settings().step_max_attempts,
         )
         add_criteria(locked, answer.value.success_criteria, by="planner")
+        record_procedures(session, run_id, answer, purpose="plan", plan_version=1)
         transitions.resume_run(session, run_id, expected="planning", plan_version=1)
     return True
+
+
+def record_procedures(
+    session: Session, run_id: int, answer: Answer[PlanSpec], *, purpose: str, plan_version: int
+) -> None:
+    """Record which procedures the context of `answer`'s request carried (`procedures.recalled`:
+    `{"purpose", "plan_version", "procedures": [{"id", "version", "title", "scope"}]}`), in the
+    caller's transaction, the one that writes plan version `plan_version`; nothing when none."""
+    keys = ("id", "version", "title", "scope")
+    used = [{k: p.get(k) for k in keys} for p in answer.payload.get("procedures") or []]
+    if used:
+        transitions.record_event(
+            session, run_id, RECALLED, purpose=purpose, plan_version=plan_version, procedures=used
+        )
 
 
 @calls.waits_out_outages
@@ -151,9 +168,9 @@ def _write_replan(
             except InvalidPlan as exc:
                 error = str(exc)
             else:
-                transitions.resume_run(
-                    session, run_id, expected="replanning", plan_version=locked.plan_version + 1
-                )
+                version = locked.plan_version + 1
+                record_procedures(session, run_id, answer, purpose="replan", plan_version=version)
+                transitions.resume_run(session, run_id, expected="replanning", plan_version=version)
                 return True
         transitions.escalate(
             session,

@@ -12,7 +12,7 @@ to defer itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -43,12 +43,15 @@ class Answer(Generic[T]):
     `failure` is set when a call could not be made or answered at all: the escalation reason
     (`token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `provider_error`,
     `time_limit_exceeded`); None when the model answered and the answers were invalid.
+    `payload` is what the last request was built from (`worker.working_memory.build`: the
+    procedures its context carried, among others); empty when no request was built.
     """
 
     value: T | None
     raw: str
     error: str
     failure: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
 
 
 def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
@@ -78,7 +81,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
         try:
             if completion.finish_reason == "length":
                 raise InvalidOutput("output was cut off at the token limit (finish_reason=length)")
-            return Answer(parse(raw), raw, "")
+            return Answer(parse(raw), raw, "", payload=fitted.request.payload)
         except (InvalidPlan, InvalidOutput, ValidationError) as exc:
             error = _describe(exc)
         _record_invalid(run_id, prompt, attempt, error, raw)
@@ -89,7 +92,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
                 "content": f"That answer is invalid: {error}. Answer again, JSON only.",
             },
         ]
-    return Answer(None, raw, error)
+    return Answer(None, raw, error, payload=fitted.request.payload)
 
 
 def _unanswered(exc: BaseException, raw: str) -> Answer[Any]:

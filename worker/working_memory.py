@@ -1,19 +1,19 @@
 """Build one model call's request from rows: the working memory of that call.
 
 `request_for(run_id, prompt)` reads the run state, pinned facts, the ledger of the current plan,
-recalled facts and episodes (none once a reviewer's words are in the run: `recall_or_withhold`),
-the rolling summary and the recent turns, and assembles them with
-`worker.context.assemble` under the budget `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS
-- tool schemas`, less `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the
-model's server counts for each of ours (`calibration`, `models.token_calibrations`). Turns
-dropped from the window that the summary does not cover yet are folded into a new summary (a
-model call, charged to the run) before the request is returned, so trimming never loses what the
-summary should hold.
+recalled procedures (`worker.procedure_context`), recalled facts and episodes (none once a
+reviewer's words are in the run: `recall_or_withhold`), the rolling summary and the recent
+turns, and assembles them with `worker.context.assemble` under the budget
+`AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
+`AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the model's server counts
+for each of ours (`calibration`, `models.token_calibrations`). Turns dropped from the window that
+the summary does not cover yet are folded into a new summary (a model call, charged to the run)
+before the request is returned, so trimming never loses what the summary should hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
-from worker import ledger
+from worker import ledger, procedure_context
 from worker.context import (
     Context,
     ContextOverflow,
@@ -85,10 +85,16 @@ def recalled_pieces(recalled: Recalled) -> list[Piece]:
 
 
 def _layers(
-    session: Session, run: Run, prompt: Prompt, recalled: Recalled, read: RunRead
+    session: Session,
+    run: Run,
+    prompt: Prompt,
+    recalled: Recalled,
+    read: RunRead,
+    procedures: list[Piece],
 ) -> Layers:
     history = turns(session, run.id or 0)
-    return layers_of(run, prompt, recalled, read, history, latest_summary(session, run.id or 0))
+    summary = latest_summary(session, run.id or 0)
+    return layers_of(run, prompt, recalled, read, history, summary, procedures=procedures)
 
 
 def layers_of(
@@ -98,9 +104,12 @@ def layers_of(
     read: RunRead,
     history: list[Message],
     summary: RunSummary | None,
+    *,
+    procedures: Sequence[Piece] = (),
 ) -> Layers:
     """The layers of `prompt`'s context in run `run`, from rows already read: the run's turns
-    (`history`, oldest first) and its current summary. Each turn is shortened at
+    (`history`, oldest first), its current summary and the recalled `procedures`
+    (`worker.procedure_context`). Each turn is shortened at
     `AGENTQ_TOOL_RESULT_MAX_TOKENS`; the ledger shows the key values of the steps whose turn is
     in `history` and can be folded (`worker.ledger`)."""
     cap = get_settings().tool_result_max_tokens
@@ -122,6 +131,7 @@ def layers_of(
         ledger=ledger.render(entries, count),
         task=_piece("user", prompt.task),
         recalled=recalled_pieces(recalled),
+        procedures=tuple(procedures),
         summary=_piece("user", f"Summary of earlier turns:\n{summary.content}")
         if summary
         else None,
@@ -232,7 +242,8 @@ def recall_or_withhold(
 def recalls_remotely(prompt: Prompt) -> bool:
     """Whether assembling `prompt`'s context would call a remote embedder: then it must not be
     assembled inside a transaction (DESIGN.md, invariant 11) until `with_query_vector`."""
-    return bool(prompt.query) and prompt.query_vector is None and recalls() and embeds_remotely()
+    recalling = recalls() or procedure_context.recalls_procedures()
+    return bool(prompt.query) and prompt.query_vector is None and recalling and embeds_remotely()
 
 
 def with_query_vector(prompt: Prompt) -> Prompt:
@@ -249,13 +260,20 @@ def build(
 ) -> tuple[Context, dict[str, Any]]:
     """Assemble the context of `prompt` in run `run` once, in the caller's transaction (`steps`:
     the current version's steps when the caller has read them already); returns it and the
-    payload (with what memory recalled). Raises `ContextOverflow`."""
+    payload (with what memory recalled, and the procedures the context carried: `procedures`,
+    `worker.procedure_context.entries`). Raises `ContextOverflow`."""
     read = RunRead.of(session, run, steps)
     recalled = recall_or_withhold(session, run, prompt, read.facts)
+    found = procedure_context.recalled(session, run, prompt, read.steps)
+    pieces = [
+        _piece("user", procedure_context.text_of(f, prompt.purpose), f.item.id) for f in found
+    ]
+    s = get_settings()
     context = assemble(
-        _layers(session, run, prompt, recalled, read),
+        _layers(session, run, prompt, recalled, read, pieces),
         budget=budget(prompt, calibration(session)),
-        recall_share=get_settings().recall_share,
+        recall_share=s.recall_share,
+        procedure_share=s.context_procedure_share,
     )
     # the event quotes the user's memory: a forget racing this call must not leave it behind
     quoted = recalled.facts or recalled.episodes
@@ -273,6 +291,7 @@ def build(
         **prompt.payload,
         "facts": read.facts,
         "recalled_facts": [f.item.text for f in recalled.facts],
+        "procedures": procedure_context.entries(found, context.procedures_used),
         "episodes": [
             {
                 "run_id": e.item.run_id,

@@ -6,6 +6,10 @@ newest event id of what they show) and reload when it changes. A submitter (or a
 cancels an active run from its page, as `POST /api/v1/runs/{id}/cancel` does. A run page shows
 its newest events (older ones page back with `?events_before=`) and large results as previews;
 `/runs/{id}/steps/{step_id}/result` shows one step's whole result, visible as the run is.
+A run page lists the procedures its plans used (`procedures.recalled` events; the titles of the
+user's own hidden from readers of no memory of theirs), and a run that succeeded after a
+reviewer's edit offers to save its final plan as a procedure (`POST .../save-procedure`, as
+`agentq procedure save --from-run` does).
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import col, select
 
 from api.auth import Principal
+from api.procedures import actor_of
 from api.runs import EventsBefore, RunId, StepId, visible_run
 from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
-from models import previews, queue, transitions
+from models import previews, procedure_admin, queue, transitions
 from models.db import session_scope
-from models.errors import IllegalTransition, NotFound
+from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
+from models.procedure_recall import used_by_run
 from models.runs import pinned_facts
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.step_data import json_bytes
@@ -122,12 +128,8 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
         version = run_details.last_event_id(session, run_ids=[run_id])  # first: see its doc
         run = visible_run(session, run_id, principal)
         columns = run_details.plan_columns(session, run)
-        page = run_details.timeline(
-            session,
-            run_id,
-            memory_readable=principal.can_read_memory(run.user_id),
-            before=events_before,
-        )
+        readable = principal.can_read_memory(run.user_id)
+        page = run_details.timeline(session, run_id, memory_readable=readable, before=events_before)
         context: dict[str, Any] = {
             "run": run,
             "facts": pinned_facts(session, run_id),
@@ -140,6 +142,8 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "meters": run_details.spend(run),
             "poll_version": version,
             "may_cancel": may_cancel(principal, run),
+            "procedures_used": used_by_run(session, run_id, memory_readable=readable),
+            "offer_procedure": procedure_admin.offers_procedure(session, run),
         }
     live = run.status not in RUN_TERMINAL
     return render(
@@ -210,4 +214,20 @@ def cancel(request: Request, run_id: RunId) -> Response:
 @router.get("/runs/{run_id}/cancel", include_in_schema=False)
 def cancel_page(request: Request, run_id: RunId) -> Response:
     """The cancel form's address opened (or reloaded) as a page: the run's page."""
+    return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)
+
+
+@router.post("/runs/{run_id}/save-procedure")
+def save_procedure(request: Request, run_id: RunId) -> Response:
+    """Save the succeeded run's final plan as a procedure (`models.procedure_admin.
+    save_from_run`): the run's user's for a submitter or an admin, everyone's for a reviewer."""
+    principal = current_principal(request)
+    with session_scope() as session:
+        visible_run(session, run_id, principal)
+    try:
+        saved = procedure_admin.save_from_run(actor_of(principal), run_id)
+    except (Conflict, NotAllowed) as exc:
+        flash(request, str(exc), "warn")
+    else:
+        flash(request, f"Saved as procedure {saved.id} ({saved.scope}): {saved.title}")
     return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)

@@ -7,8 +7,9 @@ unsupported method with 405 and an `Allow` naming exactly the path's methods.
 Bodies that break the rules across fields that JSON Schema cannot state, and the spec's
 descriptions do, are not sent (`breaks_stated_rules`): a plan's step names are unique; `after`
 names other steps of the plan and makes no cycle; a reference names a step the referring
-step waits for, or a pinned fact (so no body with a `${...}` is sent); and an expectation's `min`
-is at most its `max`.
+step waits for, or a pinned fact (so no body with a `${...}` is sent); an expectation's `min`
+is at most its `max`; and a new procedure has a how-to that is not blank or a plan template (a
+procedure's template follows the plan rules above).
 
 Runs last in tests/api (file order): it submits, claims and decides whatever it likes. The runs it
 submits are cancelled afterwards so the workers are free for what comes next.
@@ -26,12 +27,14 @@ from unittest.mock import patch
 import httpx
 import pytest
 import schemathesis
+import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from sqlmodel import col, select
 
 from api.app import create_api
 from models import transitions
 from models.db import session_scope
+from models.procedures import Procedure
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run
@@ -46,14 +49,17 @@ EXAMPLES_PER_OPERATION = 25  # about 20 operations x 25 examples: under a minute
 @pytest.fixture(scope="module")
 def fuzz_token(make_token: MakeToken) -> Iterator[str]:
     """An admin token named `fuzzer`; afterwards, the runs the fuzzing left active are
-    cancelled."""
+    cancelled, and the procedures it added deleted (everyone's would be recalled into the
+    plans of the tests that follow, which the offline planner follows)."""
     with session_scope() as session:
         newest = session.scalar(select(col(Run.id)).order_by(col(Run.id).desc()).limit(1)) or 0
+        last = session.scalar(select(sa.func.max(col(Procedure.id)))) or 0
     yield make_token("admin", name="fuzzer")
     with session_scope() as session:
         active = select(Run).where(col(Run.id) > newest, col(Run.status).in_(RUN_ACTIVE))
         for run in session.exec(active):
             transitions.cancel_run(session, run.id or 0)
+        session.execute(sa.delete(Procedure).where(col(Procedure.id) > last))
 
 
 # The spec the server serves (checked below), built at collection time so pytest can list one
@@ -101,6 +107,10 @@ def breaks_stated_rules(body: Any) -> bool:
     `max`. Such bodies are not sent."""
     if "${" in json.dumps(body, default=repr):
         return True
+    if isinstance(body, dict) and body.get("scope") and "when_to_use" in body:  # a procedure
+        if not str(body.get("body") or "").strip() and body.get("plan_template") is None:
+            return True
+        body = {"plan": body.get("plan_template")}
     plan = body.get("plan") if isinstance(body, dict) else None
     steps = plan.get("steps") if isinstance(plan, dict) else None
     if isinstance(steps, list):

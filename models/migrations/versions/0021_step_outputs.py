@@ -1,7 +1,7 @@
 """A model step's typed answer fields: `steps.output` (issue 12, item 4).
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 
 A model step may declare the fields of its answer and their types (`models.step_outputs`); the
 worker asks for JSON of them and stores the fields as the step's result. Steps written before
@@ -15,7 +15,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

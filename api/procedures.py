@@ -1,0 +1,238 @@
+"""`/api/v1/procedures`: procedural memory. Add, list, show, edit and delete procedures, and save
+a succeeded run's final plan as one (`POST /procedures/from-run/{run_id}`).
+
+The same model-layer functions as `agentq procedure ...` (`models.procedure_admin`). Who may do
+what is `models.procedures.Actor`'s rule: any token reads everyone's and tool procedures; a
+user's own are read and written by that user's submitter tokens and admins only (another's is a
+404, as one that does not exist); reviewers write everyone's and tool procedures, submitters
+only their own user's (403 otherwise). An edit makes a new version (`?expected_version=` refuses
+it with 409 unless the procedure is still at that version).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, status
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from api.auth import AnyPrincipal, Principal
+from api.schemas import NOT_BLANK_PATTERN, PG_INT_MAX, Body, UserId
+from models import procedure_admin
+from models.plans import PlanSpec
+from models.procedures import (
+    BODY_MAX_CHARS,
+    TITLE_MAX_CHARS,
+    WHEN_MAX_CHARS,
+    Actor,
+    Procedure,
+    Scope,
+)
+
+router = APIRouter(prefix="/procedures", tags=["procedures"])
+RowId = Annotated[int, Path(ge=1, le=PG_INT_MAX)]
+Title = Annotated[
+    str, StringConstraints(min_length=1, max_length=TITLE_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+]
+When = Annotated[
+    str, StringConstraints(min_length=1, max_length=WHEN_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+]
+HowTo = Annotated[str, StringConstraints(max_length=BODY_MAX_CHARS)]
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+RULES = (
+    "A procedure needs a how-to (`body`, not blank) or a `plan_template`, or both; the template "
+    "follows the rules of a plan (`PlanSpec`)."
+)
+
+
+class _Content(Body):
+    title: Title
+    when_to_use: When = Field(description="When to use it: what recall matches a goal with.")
+    body: HowTo = Field(default="", description="The how-to text. " + RULES)
+    plan_template: PlanSpec | None = Field(default=None, description="A plan to adapt. " + RULES)
+
+
+class EveryoneProcedure(_Content):
+    """A procedure for every run (reviewers and admins write these)."""
+
+    scope: Literal["everyone"]
+
+
+class UserProcedure(_Content):
+    """A procedure of one user's runs only; `user` defaults to a submitter token's own."""
+
+    scope: Literal["user"]
+    user: UserId | None = None
+
+
+class ToolProcedure(_Content):
+    """A procedure for any run whose catalogue or plan has `tool` (an enabled tool)."""
+
+    scope: Literal["tool"]
+    tool: ToolName
+
+
+NewProcedure = Annotated[
+    EveryoneProcedure | UserProcedure | ToolProcedure, Field(discriminator="scope")
+]
+
+
+class ProcedureChange(Body):
+    """The fields to change (at least one); `null` clears `plan_template`, `user` or `tool`.
+    The procedure with the changes must still be a valid one (409 otherwise)."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+    title: Title | None = None
+    when_to_use: When | None = None
+    body: HowTo | None = None
+    plan_template: PlanSpec | None = None
+    scope: Scope | None = None
+    user: UserId | None = None
+    tool: ToolName | None = None
+
+
+class SaveFromRun(Body):
+    """How to save the run's plan: default title the goal, default scope the run's user's
+    (everyone's for a reviewer token)."""
+
+    title: Title | None = None
+    scope: Scope | None = None
+    tool: ToolName | None = None
+
+
+class ProcedureOut(BaseModel):
+    """A procedure's current version."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    version: int
+    scope: Scope
+    user_id: str | None
+    tool: str | None
+    title: str
+    when_to_use: str
+    body: str
+    plan_template: dict[str, Any] | None
+    source_run_id: int | None = Field(description="The run it was saved from, if any.")
+    created_by: str
+    updated_by: str
+    created_at: datetime
+    updated_at: datetime
+    embedding_model: str
+
+
+class ProcedureVersionOut(BaseModel):
+    """One version of a procedure, as written."""
+
+    model_config = ConfigDict(from_attributes=True)
+    version: int
+    scope: Scope
+    user_id: str | None
+    tool: str | None
+    title: str
+    when_to_use: str
+    body: str
+    plan_template: dict[str, Any] | None
+    written_by: str
+    written_at: datetime
+
+
+class ProcedureDetail(ProcedureOut):
+    """A procedure with every version, oldest first."""
+
+    versions: list[ProcedureVersionOut]
+
+
+def actor_of(principal: Principal) -> Actor:
+    """The procedure actor of an API token: its role and user, recorded as `token:<name>`."""
+    return Actor(f"token:{principal.name}", principal.role, principal.user_id)
+
+
+def _template(plan: PlanSpec | None) -> dict[str, Any] | None:
+    return None if plan is None else plan.model_dump(mode="json", exclude_defaults=True)
+
+
+def _out(row: Procedure) -> ProcedureOut:
+    return ProcedureOut.model_validate(row)
+
+
+@router.get("", response_model=list[ProcedureOut], summary="List procedures")
+def listing(
+    principal: AnyPrincipal,
+    scope: Annotated[Scope | None, Query(description="Only this scope.")] = None,
+    user: Annotated[UserId | None, Query(description="Only this user's.")] = None,
+) -> list[ProcedureOut]:
+    """The procedures the token may read, newest first."""
+    rows = procedure_admin.listing(actor_of(principal), scope=scope, user_id=user)
+    return [_out(p) for p in rows]
+
+
+@router.post(
+    "", response_model=ProcedureOut, status_code=status.HTTP_201_CREATED, summary="Add one"
+)
+def add(principal: AnyPrincipal, body: NewProcedure) -> ProcedureOut:
+    """Add a procedure (version 1), embedded for recall. 403 for a scope the token may not
+    write; 400 naming the field for what the schema cannot say (a tool not enabled, a plan
+    template whose graph does not hold)."""
+    data: dict[str, Any] = body.model_dump(include={"title", "when_to_use", "body", "scope"})
+    data["plan_template"] = _template(body.plan_template)
+    if isinstance(body, UserProcedure):
+        data["user_id"] = principal.acting_for(body.user)
+    if isinstance(body, ToolProcedure):
+        data["tool"] = body.tool
+    return _out(procedure_admin.add(actor_of(principal), data))
+
+
+@router.get("/{procedure_id}", response_model=ProcedureDetail, summary="Show one")
+def show(procedure_id: RowId, principal: AnyPrincipal) -> ProcedureDetail:
+    """The procedure and its versions; 404 when the token may not read it."""
+    found = procedure_admin.show(actor_of(principal), procedure_id)
+    versions = [ProcedureVersionOut.model_validate(v) for v in found.versions]
+    return ProcedureDetail(**_out(found.procedure).model_dump(), versions=versions)
+
+
+@router.patch("/{procedure_id}", response_model=ProcedureOut, summary="Edit one")
+def edit(
+    procedure_id: RowId,
+    principal: AnyPrincipal,
+    body: ProcedureChange,
+    expected_version: Annotated[
+        int | None, Query(ge=1, le=PG_INT_MAX, description="Refuse (409) unless at this version.")
+    ] = None,
+) -> ProcedureOut:
+    """Write a new version with the fields given changed (version + 1); 409 when the result is
+    not a valid procedure or another edit came first."""
+    given = body.model_dump(exclude_unset=True)
+    changes = {("user_id" if k == "user" else k): v for k, v in given.items()}
+    if "plan_template" in changes:
+        changes["plan_template"] = _template(body.plan_template)
+    actor = actor_of(principal)
+    row = procedure_admin.edit(actor, procedure_id, changes, expected_version=expected_version)
+    return _out(row)
+
+
+@router.delete("/{procedure_id}", response_model=ProcedureOut, summary="Delete one")
+def delete(procedure_id: RowId, principal: AnyPrincipal) -> ProcedureOut:
+    """Delete the procedure with its versions (the runs that used it keep their record)."""
+    return _out(procedure_admin.remove(actor_of(principal), procedure_id))
+
+
+@router.post(
+    "/from-run/{run_id}",
+    response_model=ProcedureOut,
+    status_code=status.HTTP_201_CREATED,
+    summary="Save a run's plan as one",
+)
+def save_from_run(
+    run_id: RowId, principal: AnyPrincipal, body: SaveFromRun | None = None
+) -> ProcedureOut:
+    """The run's final plan as a procedure: title and when-to-use from its goal, the plan
+    template from the steps that did not fail. 409 unless the run succeeded; 404 for another
+    user's run (a submitter token)."""
+    body = body or SaveFromRun()
+    actor = actor_of(principal)
+    row = procedure_admin.save_from_run(
+        actor, run_id, title=body.title, scope=body.scope, tool=body.tool
+    )
+    return _out(row)

@@ -1,0 +1,98 @@
+"""Procedures in one model call's context: which the run may recall, and how they read.
+
+A call with a recall query (`Prompt.query`: the goal for a plan or replan, the instruction for a
+model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.procedure_recall`):
+everyone's, the run's user's, and those of the tools the call's catalogue, the plan's steps or
+the step's own tools name. Once a reviewer's words are in the run (`models.authorship.
+reviewer_words`) the user's own procedures are left out, as the user's memory is
+(`worker.working_memory.recall_or_withhold`); everyone's and the tools' still come. In a plan or
+replan call a procedure's plan template is shown as a worked example to adapt, never as the
+run's plan; other calls see its how-to only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from sqlmodel import Session
+
+from models.authorship import reviewer_words
+from models.memory import embedder, min_similarity
+from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
+from models.settings import get_settings
+from models.tables import Run, Step
+from worker.prompts import Prompt
+
+PLANNING: Final = ("plan", "replan")
+EXAMPLE_NOTE: Final = (
+    "A worked example of a plan that did this before (adapt it to this goal, its tools and its "
+    "pinned facts; it is an example, not this run's plan):"
+)
+
+
+def recalls_procedures() -> bool:
+    """Whether model calls recall procedures at all (`AGENTQ_RECALL_PROCEDURES_K` > 0)."""
+    return get_settings().recall_procedures_k > 0
+
+
+def visible(session: Session, run: Run, prompt: Prompt, steps: Sequence[Step]) -> Visible:
+    """The scopes this call may recall: everyone's, the run's user's unless a reviewer's words
+    are in the run, and the tools of the catalogue offered, of the plan and of the step."""
+    catalogue = [t.get("name") for t in prompt.payload.get("tools") or [] if isinstance(t, dict)]
+    offered = [t.get("function", {}).get("name") for t in prompt.tools]
+    planned = [s.tool for s in steps] + [t for s in steps for t in s.tools]
+    user = None if reviewer_words(session, run.id or 0) is not None else run.user_id
+    return Visible(user, tools_of([*catalogue, *offered, *planned]))
+
+
+def recalled(
+    session: Session, run: Run, prompt: Prompt, steps: Sequence[Step]
+) -> list[ScoredProcedure]:
+    """The procedures this call recalls, best first; none without a query or with
+    `AGENTQ_RECALL_PROCEDURES_K` 0. The query is embedded here unless `prompt.query_vector`
+    holds it (a remote embedder's, computed before the transaction)."""
+    if not prompt.query or not recalls_procedures():
+        return []
+    model = embedder()
+    vector = prompt.query_vector or model.embed([prompt.query])[0]
+    return recall_procedures(
+        session,
+        visible=visible(session, run, prompt, steps),
+        query_text=prompt.query,
+        query_embedding=list(vector),
+        embedding_model=model.model,
+        k=get_settings().recall_procedures_k,
+        min_similarity=min_similarity(),
+    )
+
+
+def text_of(found: ScoredProcedure, purpose: str) -> str:
+    """How one procedure reads in a call of `purpose`: title, version, scope, when to use it,
+    the how-to, and (planning only) its plan template as a worked example."""
+    p = found.item
+    scope = {"user": "the user's own", "tool": f"tool {p.tool}"}.get(p.scope, "everyone")
+    lines = [f"A procedure ({scope}, version {p.version}): {p.title}"]
+    lines.append(f"Use it when: {p.when_to_use}")
+    if p.body:
+        lines.append(f"How to: {p.body}")
+    if p.plan_template and purpose in PLANNING:
+        lines.append(EXAMPLE_NOTE + "\n" + json.dumps(p.plan_template, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[str, Any]]:
+    """The procedures the context carried (ids `used`, in order), as the payload lists them:
+    id, version, title, scope and plan template (the offline planner reads it)."""
+    by_id = {f.item.id: f.item for f in found}
+    return [
+        {
+            "id": p.id,
+            "version": p.version,
+            "title": p.title,
+            "scope": p.scope,
+            "plan_template": p.plan_template,
+        }
+        for p in (by_id[i] for i in used if i in by_id)
+    ]
