@@ -83,12 +83,8 @@ class Settings(BaseSettings):
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
         default="max_completion_tokens", description="Request field of the answer's token limit."
     )
-    # Whose tokenizer checks a prompt before it is sent (`worker.tokenizers`): tiktoken alone
-    # (calibrated by the usage servers report: `models.token_calibrations`), the model server's
-    # own (llama.cpp's `POST /tokenize`, once per call), or the server's while it offers one.
-    tokenizer: Literal["tiktoken", "server", "auto"] = Field(
-        default="tiktoken", description="tiktoken, server (POST /tokenize), or auto."
-    )
+    # Who counts a prompt before it is sent: tiktoken (calibrated), the server, or auto.
+    tokenizer: Literal["tiktoken", "server", "auto"] = "tiktoken"
 
     # The timeout ladder (DESIGN.md, invariant 8), all in seconds.
     model_request_timeout_s: float = Field(default=30.0, gt=0)
@@ -154,19 +150,10 @@ class Settings(BaseSettings):
     recall_facts_k: int = Field(default=5, ge=0, le=100)
     recall_episodes_k: int = Field(default=3, ge=0, le=100)
     recall_share: float = Field(default=0.3, gt=0, le=1)
-    # Procedural memory (`models.procedure_recall`): how many procedures a plan or step call
-    # recalls, and the share of the room left after the fixed layers they may take, apart from
-    # `recall_share`. 0.15 holds two or three plan templates in a 16k window and leaves facts,
-    # episodes, the summary and the recent turns most of the room.
-    recall_procedures_k: int = Field(
-        default=3, ge=0, le=20, description="Procedures recalled into a plan or step call."
-    )
-    context_procedure_share: float = Field(
-        default=0.15,
-        gt=0,
-        le=1,
-        description="Share of the room left after the fixed layers that procedures may take.",
-    )
+    # Procedures per call (`models.procedure_recall`) and their own share of the room left
+    # (0.15: two or three templates in a 16k window).
+    recall_procedures_k: int = Field(default=3, ge=0, le=20)
+    context_procedure_share: float = Field(default=0.15, gt=0, le=1)
     recall_min_similarity: float | None = Field(default=None, ge=-1, le=1)
     fact_ttl_s: dict[str, float] = {"event": 30 * 86_400.0}
     memory_expiry_interval_s: float = Field(default=3_600.0, gt=0)

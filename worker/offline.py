@@ -87,8 +87,10 @@ def _offline_plan(payload: Mapping[str, Any]) -> str:
         answer = {"name": "answer", "instruction": goal[:MAX_INSTRUCTION_CHARS], "kind": "model"}
         steps = [{**answer, "tool": None, "args": {}}]
     learned = _fixes_from_episodes(payload)
-    plan = {"steps": [_with_fix(step, learned) for step in steps]}
-    return json.dumps({**plan, "success_criteria": playbook_criteria(goal)})
+    plan: dict[str, Any] = {"steps": [_with_fix(step, learned) for step in steps]}
+    if criteria := playbook_criteria(goal):
+        plan["success_criteria"] = criteria
+    return json.dumps(plan)
 
 
 def _from_procedure(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
