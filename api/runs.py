@@ -198,6 +198,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
         cost_usd=budgets.cost_usd,
         wall_time_s=budgets.wall_time_s,
         success_criteria=body.success_criteria,
+        replan_check=body.replan_check,
         pin_from_goal=body.pin_from_goal,
     )
     submitted = submissions.submit(request, settings=get_settings(), describe=run_detail)

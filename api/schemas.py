@@ -128,6 +128,12 @@ class RunSubmit(Body):
         "facts as `${facts.KEY}`. Judged after the answer: not met is replanned, then escalated "
         "`goal_not_met`.",
     )
+    replan_check: Literal["off", "model"] | None = Field(
+        default=None,
+        description="After each step that succeeds, ask the model whether the rest of the plan "
+        "still makes sense (a `no` is a replan under the replan budget); default "
+        "`AGENTQ_REPLAN_CHECK`.",
+    )
     pin_from_goal: StrictBool = Field(
         default=False,
         description="Also pin the values the goal states (amounts with their currency, ISO "

@@ -41,6 +41,9 @@ class RunView:
     handled_failures: frozenset[int] = frozenset()
     deadline_passed: bool = False
     tokens_spent: bool = False
+    # Steps of the current plan after which the should-replan check answered `replan`
+    # (`models.plan_checks`).
+    replan_verdicts: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ def decide(run: RunView) -> Decision:
       - the first failed step (in plan order) not handled by a later version is replanned if a
         replan is left, else escalated; branches still running go on and keep their results,
         and the failed step's dependents wait for what the replan puts in its place;
+      - a succeeded step after which the should-replan check answered `replan` (issue 12) is
+        replanned the same way, the replan taking the place of the steps not started yet;
       - every pending step whose dependencies all succeeded is enqueued, all at once (each is
         made ready; dispatch sends it when its user has a free slot: `models.dispatch`);
       - a step ready, queued or running: wait for it;
@@ -135,6 +140,17 @@ def _next_in_graph(run: RunView) -> Decision:
             "replan_budget_spent",
             step.id,
             {"step": step.name, "replans": f"{run.replans_used}/{run.replans_limit}"},
+        )
+    doubted = next((s for s in run.steps if s.id in run.replan_verdicts), None)
+    if doubted is not None:
+        if run.replans_used < run.replans_limit:
+            why = f"the check after step {doubted.name!r} found the rest of the plan pointless"
+            return Decision("replan", why, doubted.id)
+        return Decision(
+            "escalate",
+            "replan_budget_spent",
+            doubted.id,
+            {"replan_check": "replan", "replans": f"{run.replans_used}/{run.replans_limit}"},
         )
     succeeded = {s.id for s in run.steps if s.status == "succeeded"}
     ready = [s for s in run.steps if s.status == "pending" and succeeded.issuperset(s.after)]

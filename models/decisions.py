@@ -32,14 +32,16 @@ from models.tables import Step, utcnow
 # for a step whose end writes a conversation turn (`models.erasures`).
 LOCK_RUN: Final = """
 SELECT r.id, r.status, r.user_id, r.plan_version, r.replans_used, r.replans_limit,
-    r.deadline_at, r.tokens_used >= r.tokens_limit AS tokens_spent
+    r.deadline_at, r.tokens_used >= r.tokens_limit AS tokens_spent, r.replan_check
 FROM runs r
 WHERE r.id = :run_id AND (
     SELECT true FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended(:erasure_key, 0))) l)
 FOR UPDATE OF r"""
 # run_graph: the current version's steps, in order, and what each waits for; the name and
-# status of every step of the run; the failed steps a version answered; whether a step of another
-# user is due in the broker (queued, not deferred to later), waiting for a worker. A statement of
+# status of every step of the run; the failed steps a version answered; the steps of the current
+# version after which the should-replan check answered `replan` (read only for a run that
+# checks: `models.plan_checks`); whether a step of another user is due in the broker (queued,
+# not deferred to later), waiting for a worker. A statement of
 # its own, after the lock, so that it sees what committed while the lock was awaited.
 RUN_GRAPH: Final = """
 SELECT
@@ -49,6 +51,9 @@ SELECT
      FROM steps s WHERE s.run_id = :run_id) AS steps,
     (SELECT coalesce(jsonb_agg(p.replaces_step_id), '[]'::jsonb) FROM plan_versions p
      WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled,
+    (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c
+     WHERE :checking AND c.run_id = :run_id AND c.plan_version = :plan_version
+        AND c.verdict = 'replan') AS doubted,
     EXISTS (SELECT 1 FROM steps s JOIN runs o ON o.id = s.run_id
             WHERE s.status = 'queued' AND s.queued_at <= :now AND o.user_id <> :user_id)
         AS others_waiting"""
@@ -71,6 +76,7 @@ class Locked:
     steps: list[StepView] = field(default_factory=list)
     handled: frozenset[int] = frozenset()
     others_waiting: bool = False
+    doubted: frozenset[int] = frozenset()  # `RunView.replan_verdicts`
 
     def view(self) -> RunView:
         """The coordinator's view of the run (`decide`'s input)."""
@@ -83,7 +89,13 @@ class Locked:
             handled_failures=self.handled,
             deadline_passed=self.deadline_at is not None and self.deadline_at <= utcnow(),
             tokens_spent=self.tokens_spent,
+            replan_verdicts=self.doubted,
         )
+
+    def doubt(self, step_id: int) -> None:
+        """Note a `replan` answer of the should-replan check after `step_id`, written by this
+        transaction."""
+        self.doubted = self.doubted | {step_id}
 
     def set_status(self, step_id: int, status: str) -> None:
         """Note a step's new status, written by this transaction."""
@@ -110,7 +122,12 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
         deadline_at=row.deadline_at,
         tokens_spent=bool(row.tokens_spent),
     )
-    params = {"run_id": run_id, "plan_version": row.plan_version, "user_id": row.user_id}
+    params = {
+        "run_id": run_id,
+        "plan_version": row.plan_version,
+        "user_id": row.user_id,
+        "checking": row.replan_check != "off",
+    }
     graph = sql.one(session, RUN_GRAPH, {**params, "now": utcnow()})
     if graph.version is not None:
         step_ids, after = graph.version
@@ -119,6 +136,7 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
             StepView(i, known[i][0], known[i][1], tuple(after.get(str(i), ()))) for i in step_ids
         ]
     locked.handled = frozenset(graph.handled)
+    locked.doubted = frozenset(graph.doubted)
     locked.others_waiting = bool(graph.others_waiting)
     return locked
 

@@ -37,7 +37,7 @@ WITH claimed AS (
     INSERT INTO run_events (run_id, step_id, at, kind, detail)
     SELECT run_id, id, :now, 'step.running', jsonb_build_object('attempt', attempt) FROM claimed
 )
-SELECT claimed.*, r.user_id AS run_user_id,
+SELECT claimed.*, r.user_id AS run_user_id, r.replan_check AS run_replan_check,
     (SELECT coalesce(jsonb_object_agg(f.key, f.value), '{}'::jsonb)
      FROM pinned_facts f WHERE f.run_id = claimed.run_id) AS run_facts,
     1 + (SELECT count(*) FROM step_attempts a JOIN steps s ON s.id = a.step_id
@@ -94,6 +94,7 @@ class Claim:
     user_id: str
     facts: dict[str, str]
     tries: int
+    replan_check: str = "off"  # the run's (`models.plan_checks`)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,13 @@ def claim(
         raise _refused(session, step_id, expected, now)
     found = row._asdict()
     fields = {k: v for k, v in found.items() if not k.startswith("run_")} | {"run_id": row.run_id}
-    return Claim(Step(**fields), row.run_user_id, dict(row.run_facts), int(row.run_tries))
+    return Claim(
+        Step(**fields),
+        row.run_user_id,
+        dict(row.run_facts),
+        int(row.run_tries),
+        row.run_replan_check,
+    )
 
 
 def end_attempt(

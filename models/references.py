@@ -83,6 +83,15 @@ def references(args: Any) -> set[str]:
     return {ref.step for ref in _all_references(args) if ref.step is not None}
 
 
+def referenced_keys(args: Any, step: str) -> set[str]:
+    """The keys of step `step`'s result that `args` refers to (`${steps.STEP.KEY}`; `""` for
+    `${steps.STEP}`, the whole result).
+
+    Raises `ToolArgumentsError` when a reference is malformed.
+    """
+    return {ref.key or "" for ref in _all_references(args) if ref.step == step}
+
+
 def referenced_facts(args: Any) -> set[str]:
     """The pinned-fact keys that `args` (any JSON value) refers to with `${facts.KEY}`.
 

@@ -12,6 +12,7 @@ from sqlmodel import Session
 from models import quotas, sql, transitions
 from models.errors import InvalidInput, NotFound
 from models.graph import ancestors
+from models.plan_checks import REPLAN_CHECKS
 from models.plans import (
     MAX_CRITERIA,
     MAX_CRITERION_CHARS,
@@ -48,9 +49,11 @@ def submit_run(
     wall_time_s: float | None = None,
     success_criteria: list[str] | None = None,
     from_goal: dict[str, str] | None = None,
+    replan_check: str | None = None,
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
-    of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`.
+    of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`, as does
+    `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plan_checks`).
     `from_goal` names those of `facts` found in the goal (`models.goal_values`), which the
     `run.submitted` event records apart.
 
@@ -64,6 +67,11 @@ def submit_run(
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
     criteria = [*(success_criteria or []), *(plan.success_criteria if plan else [])]
     _check_criteria(criteria)
+    replan_check = replan_check or settings.replan_check
+    if replan_check not in REPLAN_CHECKS:
+        raise InvalidInput(
+            f"replan_check: one of {', '.join(REPLAN_CHECKS)} (got {replan_check!r})"
+        )
     asked = {"replans": replans, "tokens": tokens, "cost_usd": cost_usd, "wall_time_s": wall_time_s}
     budgets = run_budgets(settings, asked)
     quotas.check_submit(session, settings=settings, user_id=user_id)
@@ -76,6 +84,7 @@ def submit_run(
         cost_limit_usd=budgets["cost_usd"],
         wall_time_limit_s=budgets["wall_time_s"],
         deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
+        replan_check=replan_check,
     )
     add_criteria(run, criteria, by="user")
     session.add(run)

@@ -98,9 +98,7 @@ class Settings(BaseSettings):
     lease_s: float = Field(
         default=10.0, gt=0, description="A running step's or phase's lease, renewed every beat."
     )
-    heartbeat_s: float = Field(
-        default=3.0, gt=0, description="How often a worker renews its step's or phase's lease."
-    )
+    heartbeat_s: float = Field(default=3.0, gt=0, description="How often a lease is renewed.")
 
     step_max_attempts: int = Field(default=3, ge=1, le=20)
     retry_backoff_s: float = Field(default=1.0, ge=0)
@@ -135,9 +133,10 @@ class Settings(BaseSettings):
     model_prices_usd_per_mtok: dict[str, ModelPrice] = Field(
         default_factory=lambda: dict(DEFAULT_MODEL_PRICES_USD_PER_MTOK)
     )
-    model_max_deferrals: int = Field(
-        default=10, ge=0, le=1000, description="Rate-limit deferrals of a step or phase."
-    )
+    model_max_deferrals: int = Field(default=10, ge=0, le=1000, description="Per step or phase.")
+    # After each step that succeeds, ask whether the rest of its plan still makes sense
+    # (`models.plan_checks`); a run may say otherwise at submit.
+    replan_check: Literal["off", "model"] = "off"
 
     embedding_provider: Literal["local", "openai", "hash"] = "local"
     embedding_model: str | None = Field(default=None, description="Provider's default if unset.")

@@ -102,6 +102,9 @@ class Run(SQLModel, table=True):
     success_criteria: list[dict[str, Any]] = Field(
         default_factory=list, sa_type=MutableList.as_mutable(JSONB), nullable=False
     )
+    # Whether each step that succeeds asks if the rest of the plan still makes sense: "off" or
+    # "model" (`models.plan_checks`; `AGENTQ_REPLAN_CHECK` at submit).
+    replan_check: str = Field(default="off", max_length=10)
     error: str | None = None
     created_at: datetime = created_field()
     updated_at: datetime = created_field()

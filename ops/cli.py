@@ -25,6 +25,7 @@ from models import drafts, queue, reviews, submissions, transitions
 from models.db import session_scope
 from models.errors import AgentqError, ConfigurationError
 from models.migrate import upgrade
+from models.plan_checks import REPLAN_CHECKS
 from models.queue import TASK_COORDINATE
 from models.runs import get_run
 from models.settings import get_settings
@@ -77,6 +78,13 @@ def run_status(value: str | None) -> str | None:
         raise typer.BadParameter(
             f"{value!r} is not a run status; use one of {', '.join(RUN_STATUSES)}"
         )
+    return value
+
+
+def replan_check_value(value: str | None) -> str | None:
+    """Typer callback: refuse anything but a `replan_check` (`models.plan_checks`)."""
+    if value is not None and value not in REPLAN_CHECKS:
+        raise typer.BadParameter(f"{value!r}: use one of {', '.join(REPLAN_CHECKS)}")
     return value
 
 
@@ -223,6 +231,14 @@ def submit(
         list[str],
         typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
     ] = [],  # noqa: B006
+    replan_check: Annotated[
+        str | None,
+        typer.Option(
+            callback=replan_check_value,
+            help=f"{' or '.join(REPLAN_CHECKS)}: ask after each step whether the rest of the "
+            "plan still makes sense (default AGENTQ_REPLAN_CHECK).",
+        ),
+    ] = None,
     replans: Annotated[
         int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
     ] = None,
@@ -246,6 +262,7 @@ def submit(
         tokens=tokens,
         wall_time_s=wall_time,
         success_criteria=criterion,
+        replan_check=replan_check,
         pin_from_goal=pin_from_goal,
     )
     submitted = submissions.submit(request, settings=get_settings())

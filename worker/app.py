@@ -50,7 +50,7 @@ from models.queue import (
 from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
-from worker import deferrals, memory, outages, planner, recovery, steps, synthesis
+from worker import deferrals, memory, outages, planner, recovery, replan_checks, steps, synthesis
 from worker.crashes import escalated_on_crash
 from worker.heartbeats import StepHeld, heartbeat
 
@@ -150,9 +150,10 @@ def execute_step(
 
 
 def _perform(claimed: steps.Claimed) -> steps.Outcome:
-    """Run the claimed step with its lease renewed every heartbeat (`worker.heartbeats`)."""
+    """Run the claimed step, then the should-replan check of its run (`worker.replan_checks`),
+    with its lease renewed every heartbeat (`worker.heartbeats`)."""
     with heartbeat.renewing(StepHeld(claimed.step.id or 0, claimed.step.attempt)):
-        return steps.perform(claimed)
+        return replan_checks.with_check(claimed, steps.perform(claimed))
 
 
 def _start(

@@ -35,12 +35,15 @@ class OfflineProvider:
     - replan `{"goal", "facts", "tools", "failed_step": {"name", "tool", "args", "tools", "error",
       "instruction", "expect"}, "plan"}`: the failed tool's fallback (from the `tools` catalog) as
       one step with the failed step's name, else the failed step once more (the engine bounds
-      replans); either keeps the failed step's expectations;
+      replans); either keeps the failed step's expectations; after a should-replan check's
+      `replan` (`failed_step.doubt`), one model step that tells the user why the plan stopped;
     - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`; a step that
       declares `output` (`{..., "output": {field: type}}`) gets JSON of its fields instead, each
       found by plain rules (`offline_fields`), never invented;
     - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
       one line `name: <compact JSON, at most 200 chars>` per succeeded step;
+    - check_plan `{"goal", "step": {"name", "result"}, "remaining": [{"name", "uses", ...}]}`:
+      `{"go_on": false}` when a value a remaining step `uses` is empty or missing, else true;
     - check_goal `{"goal", "criteria": [str], "deliverables": {name: result}, "answer"}`:
       `{"met", "reason", "missing"}` by the criteria's values alone
       (`models.goal_checks.rule_verdict`);
@@ -136,6 +139,15 @@ def _with_fix(step: dict[str, Any], fixes: Mapping[str, dict[str, Any]]) -> dict
 
 def _offline_replan(payload: Mapping[str, Any]) -> str:
     failed: Mapping[str, Any] = payload["failed_step"]
+    if failed.get("doubt"):  # the rest of the plan was found pointless: say why, and stop
+        why = f"Tell the user why the plan stopped after step {failed['name']}: {failed['doubt']}"
+        stop = {
+            "name": f"after_{failed['name']}"[:64],
+            "kind": "model",
+            "instruction": why[:MAX_INSTRUCTION_CHARS],
+            "after": [failed["name"]],
+        }
+        return json.dumps({"steps": [stop]})
     tool_name = failed.get("tool")
     fallbacks = {entry["name"]: entry.get("fallback") for entry in payload.get("tools", [])}
     fallback = fallbacks.get(tool_name) if tool_name else None
@@ -278,12 +290,29 @@ def _offline_extract_facts(payload: Mapping[str, Any]) -> str:
     return json.dumps({"facts": facts})
 
 
+def _offline_check_plan(payload: Mapping[str, Any]) -> str:
+    """`{"go_on": false}` when a value the remaining steps refer to came back empty or missing
+    (null, "", [], {}), naming it; else `{"go_on": true}` (`worker.replan_checks`)."""
+    result = payload["step"].get("result") or {}
+    name = payload["step"]["name"]
+    for later in payload["remaining"]:
+        for key in later.get("uses", []):
+            value = result if key == "" else result.get(key) if isinstance(result, dict) else None
+            if value in (None, "", [], {}):
+                shown = f"{name}.{key}" if key else name
+                why = f"{shown} is empty, and step {later['name']!r} needs it"
+                return json.dumps({"go_on": False, "reason": OFFLINE_PREFIX + why})
+    why = "every value the remaining steps use is there"
+    return json.dumps({"go_on": True, "reason": OFFLINE_PREFIX + why})
+
+
 def _offline_check_goal(payload: Mapping[str, Any]) -> str:
     met, reason, missing = rule_verdict(payload["criteria"], payload["deliverables"])
     return json.dumps({"met": met, "reason": OFFLINE_PREFIX + reason, "missing": missing})
 
 
 _OFFLINE_ANSWERS = {
+    "check_plan": _offline_check_plan,
     "check_goal": _offline_check_goal,
     "plan": _offline_plan,
     "replan": _offline_replan,

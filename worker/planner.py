@@ -12,15 +12,24 @@ from __future__ import annotations
 import structlog
 from sqlmodel import Session
 
-from models import phases, transitions
+from models import phases, plan_checks, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.goal_checks import last_unmet
-from models.plans import PlanSpec, Splice, add_plan_version, current_graph, parse_plan
+from models.plans import (
+    PlanSpec,
+    Splice,
+    add_plan_version,
+    current_graph,
+    current_steps,
+    edit_splice,
+    parse_plan,
+)
 from models.procedure_recall import RECALLED
 from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
-from models.tables import Step
+from models.states import STEP_NOT_STARTED
+from models.tables import Run, Step
 from models.tools import argument_problems, catalog
 from worker import calls
 from worker.claims import claim_phase_in, renewed
@@ -71,27 +80,42 @@ def plan(run_id: int) -> bool:
 
 def replan(run_id: int, failed_step_id: int) -> bool:
     """Put new steps in the place of the failed step (a new plan version), or escalate; returns
-    and raises as `plan` does. A step that succeeded is replaced because the run's goal check
-    found the goal not met (`models.goal_checks`): the prompt carries the check's reason and
-    what is missing instead of an error."""
+    and raises as `plan` does. A step that succeeded is replanned for one of two reasons: the
+    should-replan check after it answered `replan` (`models.plan_checks`: the steps not started
+    yet are dropped, and the new ones follow it), or the run's goal check found the goal not
+    met (`models.goal_checks`: the new steps replace it). The prompt says which, with the
+    check's reason (and what is missing) instead of an error."""
     with session_scope() as session:
         claimed = claim_phase_in(session, run_id, ("replanning",))
         if claimed is None:
             return False
         run = claimed.run
-        splice = current_graph(session, run, replaced=failed_step_id)
+        doubt = plan_checks.replan_reason(session, run_id, run.plan_version, failed_step_id)
+        splice = _splice(session, run, failed_step_id, doubt)
         failed = next((s for s in splice.kept if s.id == failed_step_id), None)
         if failed is None:  # not this run's failed step: a message from before the claim's time
             log.info("replan.skipped", run_id=run_id, step_id=failed_step_id)
             phases.end(session, run_id, claimed.attempt, statuses=("replanning",))
             return False
         facts = set(pinned_facts(session, run_id))
-        unmet = last_unmet(session, run) if failed.status == "succeeded" else None
-        prompt = replan_prompt(run.goal, catalog(), failed, unmet=unmet)
-    why = f"goal not met: {unmet['reason']}" if unmet else f"step {failed.name!r} failed"
+        unmet = last_unmet(session, run) if failed.status == "succeeded" and not doubt else None
+        prompt = replan_prompt(run.goal, catalog(), failed, unmet=unmet, doubt=doubt)
+    if doubt:
+        why = f"the check after step {failed.name!r}: {doubt}"
+    else:
+        why = f"goal not met: {unmet['reason']}" if unmet else f"step {failed.name!r} failed"
     with renewed(claimed):
         answer = ask_for_plan(run_id, prompt, splice=splice, facts=facts)
-    return _write_replan(run_id, claimed, answer, failed, why)
+    return _write_replan(run_id, claimed, answer, failed, why, doubt=doubt)
+
+
+def _splice(session: Session, run: Run, step_id: int, doubt: str | None) -> Splice:
+    """Where a replan's steps go: after the steps that started, in place of those that did not,
+    after a should-replan check's `doubt` (`models.plans.edit_splice`); else in the place of
+    step `step_id` (`models.plans.current_graph`)."""
+    if doubt is not None:
+        return edit_splice(session, run, replaced=None)
+    return current_graph(session, run, replaced=step_id)
 
 
 @calls.waits_out_outages
@@ -142,11 +166,17 @@ def record_procedures(
 
 @calls.waits_out_outages
 def _write_replan(
-    run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec], failed: Step, why: str
+    run_id: int,
+    claimed: phases.Claimed,
+    answer: Answer[PlanSpec],
+    failed: Step,
+    why: str,
+    *,
+    doubt: str | None = None,
 ) -> bool:
-    """End the replanning `claimed` holds by splicing `answer`'s steps in for step `failed` (the
-    version's reason: `why`), or escalate when there are none or they no longer fit the graph
-    (one transaction)."""
+    """End the replanning `claimed` holds by splicing `answer`'s steps in for step `failed`
+    (where `_splice` puts them; the version's reason: `why`), or escalate when there are none
+    or they no longer fit the graph (one transaction)."""
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=("replanning",)):
             return False
@@ -155,11 +185,12 @@ def _write_replan(
             return False
         error, raw = answer.error, answer.raw
         if answer.value is not None:
+            splice = _splice(session, locked, failed.id or 0, doubt)
             try:  # the graph is checked again: steps may have ended since the call
                 add_plan_version(
                     session,
                     locked,
-                    splice=current_graph(session, locked, replaced=failed.id),
+                    splice=splice,
                     new=answer.value.steps,
                     created_by="replanner",
                     reason=f"{why}: {failed.error}" if failed.error else why,
@@ -168,6 +199,10 @@ def _write_replan(
             except InvalidPlan as exc:
                 error = str(exc)
             else:
+                kept = {s.id for s in splice.kept}
+                for dropped in current_steps(session, locked):  # (after a check: not started)
+                    if dropped.id not in kept and dropped.status in STEP_NOT_STARTED:
+                        transitions.cancel_step(session, dropped.id or 0)
                 version = locked.plan_version + 1
                 record_procedures(session, run_id, answer, purpose="replan", plan_version=version)
                 transitions.resume_run(session, run_id, expected="replanning", plan_version=version)

@@ -197,11 +197,17 @@ def plan_prompt(goal: str, tools: list[dict[str, Any]]) -> Prompt:
 
 
 def replan_prompt(
-    goal: str, tools: list[dict[str, Any]], failed: Step, *, unmet: dict[str, Any] | None = None
+    goal: str,
+    tools: list[dict[str, Any]],
+    failed: Step,
+    *,
+    unmet: dict[str, Any] | None = None,
+    doubt: str | None = None,
 ) -> Prompt:
-    """Ask for the steps to splice in after `failed`: a failed step, or (with `unmet`, the
-    detail of the goal check that found the goal not met: `reason`, `missing`) the deliverable
-    whose result did not meet it."""
+    """Ask for the steps to splice in after `failed`: a failed step; with `unmet` (the detail
+    of the goal check that found the goal not met: `reason`, `missing`), the deliverable whose
+    result did not meet it; with `doubt`, the step after which the should-replan check found
+    the rest of the plan pointless (its reason), whose steps not started are dropped."""
     failed_step = {
         "name": failed.name,
         "tool": failed.tool,
@@ -212,7 +218,14 @@ def replan_prompt(
         "expect": failed.expect,
         "output": failed.output,
     }
-    if unmet is None:
+    if doubt is not None:
+        failed_step["result"] = failed.result
+        failed_step["doubt"] = doubt
+        what = (
+            "This step succeeded, but given its result the steps not started yet were found "
+            "pointless, and are dropped:\n" + _json(failed_step)
+        )
+    elif unmet is None:
         what = "This step failed:\n" + _json(failed_step)
     else:
         failed_step["result"] = failed.result
@@ -221,10 +234,12 @@ def replan_prompt(
             "The plan's steps all succeeded, but the goal check found the goal not met. This "
             "step delivered the result it judged:\n" + _json(failed_step)
         )
-    task = (
-        "Tools you can use:\n" + _json(tools) + "\n\n" + what + "\n\nWrite the steps to put "
-        "in its place."
+    ask = (
+        "Write the steps that follow it instead (they may refer to its result; do not repeat it)."
+        if doubt is not None
+        else "Write the steps to put in its place."
     )
+    task = "Tools you can use:\n" + _json(tools) + "\n\n" + what + "\n\n" + ask
     payload = {"goal": goal, "tools": tools, "failed_step": failed_step}
     return Prompt(
         "replan",

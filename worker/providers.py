@@ -33,7 +33,14 @@ from models.errors import (
 )
 
 Purpose = Literal[
-    "plan", "replan", "step", "synthesize", "check_goal", "summarize", "extract_facts"
+    "plan",
+    "replan",
+    "step",
+    "check_plan",
+    "synthesize",
+    "check_goal",
+    "summarize",
+    "extract_facts",
 ]
 PROVIDER_NAMES = ("offline", "openai")
 StructuredOutput = Literal["json_schema", "json_object", "off"]  # AGENTQ_STRUCTURED_OUTPUT

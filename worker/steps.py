@@ -53,6 +53,7 @@ from models.step_data import check_step_data
 from models.tables import Step, utcnow
 from models.tokens import count_tokens
 from models.tools import ToolContext, enabled_tool
+from worker import replan_checks
 from worker.claims import worker_name
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
@@ -78,6 +79,7 @@ class Outcome:
     retry_after_s: float = 0.0
     reason: str = ""
     raw: str = ""  # the model output that could not be used, kept with the escalation
+    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.replan_checks`)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class Claimed:
     results: dict[str, dict[str, Any]]
     tries: int
     user_id: str = ""
+    replan_check: str = "off"  # the run's (`models.plan_checks`)
 
 
 @retry_dropped
@@ -122,7 +125,9 @@ def _with_results(
     step = claimed.step
     needed = step.kind == "model" or has_reference(step.args)
     results = upstream_results(session, step.run_id, step.id or 0, after=after) if needed else {}
-    return Claimed(step, claimed.facts, results, claimed.tries, claimed.user_id)
+    return Claimed(
+        step, claimed.facts, results, claimed.tries, claimed.user_id, claimed.replan_check
+    )
 
 
 @dataclass
@@ -275,6 +280,7 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         if outcome.kind == "deferred":  # the worker is free now; the step is due after the wait
             return Finished(again_in_s=outcome.retry_after_s)
         locked.set_status(step.id or 0, "succeeded" if outcome.kind == "succeeded" else "failed")
+        replan_checks.note(session, locked, step, outcome)
         if outcome.kind == "escalated":
             _escalate(session, locked, step, outcome)
         claim_next = _claim_next if may_chain and not locked.others_waiting else None

@@ -9,6 +9,7 @@ from sqlmodel import SQLModel
 import models.episodes  # the memory tables, for autogenerate
 import models.facts
 import models.messages
+import models.plan_checks
 import models.procedures
 import models.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 

@@ -142,6 +142,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         goal: str = "integration test",
         wall_time_s: float | None = None,
         criteria: list[str] | None = None,
+        replan_check: str | None = None,
     ) -> int:
         from models.tools import configured_tool_names
 
@@ -155,6 +156,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
             "replans": replans,
             "wall_time_s": wall_time_s,
             "success_criteria": criteria or [],
+            "replan_check": replan_check,
         }
         if start:
             submitted = submissions.submit(RunRequest(**fields), settings=get_settings())

@@ -13,6 +13,7 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import models.episodes  # the memory tables, as in models/migrations/env.py
+import models.plan_checks
 import models.procedures
 import models.tables  # noqa: F401
 from models.db import database_url

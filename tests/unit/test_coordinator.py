@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ def view(
     used: int = 0,
     limit: int = 1,
     handled: frozenset[int] = frozenset(),
-    **kw: bool,
+    **kw: Any,
 ) -> RunView:
     """A run whose steps are `(id, status)` (a chain: each waits for the one before it) or
     `(id, status, after)`."""
@@ -214,3 +216,54 @@ def test_a_goal_not_met_is_replanned_while_the_budget_lasts(
     if decision.reason == "goal_not_met":
         assert decision.detail["missing"] == list(verdict.missing)
         assert decision.detail["reason"] == verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "run", "action", "step_id"),
+    [
+        (
+            "a 'no' after a step is a replan",
+            view("running", (1, "succeeded"), (2, "pending"), replan_verdicts=frozenset({1})),
+            "replan",
+            1,
+        ),
+        (
+            "with the budget spent, an escalation",
+            view(
+                "running",
+                (1, "succeeded"),
+                (2, "pending"),
+                used=1,
+                replan_verdicts=frozenset({1}),
+            ),
+            "escalate",
+            1,
+        ),
+        (
+            "a verdict of another version is not the current plan's",
+            view("running", (3, "succeeded"), (4, "pending"), replan_verdicts=frozenset({1})),
+            "enqueue_steps",
+            4,
+        ),
+        (
+            "a failure comes first",
+            view(
+                "running",
+                (1, "succeeded"),
+                (2, "failed", ()),
+                (3, "pending", (1,)),
+                replan_verdicts=frozenset({1}),
+            ),
+            "replan",
+            2,
+        ),
+    ],
+)
+def test_the_should_replan_check_is_read_from_its_rows(
+    name: str, run: RunView, action: str, step_id: int
+) -> None:
+    decision = decide(run)
+    assert (decision.action, decision.step_id) == (action, step_id), name
+    if action == "escalate":
+        assert decision.reason == "replan_budget_spent"
+        assert decision.detail["replan_check"] == "replan"
