@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
+from models.goal_checks import GOAL_NOT_MET
 from models.plans import MAX_INSTRUCTION_CHARS, current_graph, handled_failures
 from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, Run, Step
@@ -24,6 +25,10 @@ from models.tables import Escalation, Run, Step
 PLAN_NOTE_REMAINING: Final = (
     'The failed step and every step not yet run, each with "after", the steps it waits for: '
     "these replace every step that has not run yet."
+)
+PLAN_NOTE_MISSED: Final = (
+    "The step whose result missed the goal (see what is missing above), and every step not yet "
+    'run, each with "after": the new steps replace that step and every step not yet run.'
 )
 PLAN_NOTE_RAW: Final = (
     "The planner's last output, which did not validate (see the error above): fix it and approve."
@@ -66,8 +71,10 @@ def starting_plan(
     *,
     answered: Collection[int] = (),
 ) -> StartingPlan:
-    """The failed step, the other failures not `answered` yet (other branches': an edit
-    replaces them too) and every step of `steps` (the current version's, in order) not yet run,
+    """The failed step (or, for `goal_not_met`, the deliverable that missed the goal: an edit
+    replaces it, `models.graph.remaining`), the other failures not `answered` yet (other
+    branches': an edit replaces them too) and every step of `steps` (the current version's, in
+    order) not yet run,
     with `after` (what each waits for, by id: `models.plans.dependencies`) by name. With none:
     the planner's raw output when it is JSON, else `example_plan`."""
     todo = [s for s in steps if s.status in STEP_NOT_STARTED]
@@ -77,14 +84,17 @@ def starting_plan(
         if s.status == "failed" and s.id not in answered and (failed is None or s.id != failed.id)
     ]
     todo = [*others, *todo]
-    if failed is not None and failed.status == "failed":
+    missed = failed is not None and failed.status == "succeeded" and esc.reason == GOAL_NOT_MET
+    if failed is not None and (failed.status == "failed" or missed):
         todo = [failed, *todo]
     if todo:
         names = {s.id or 0: s.name for s in [*steps, *todo]}
         specs = [
             spec_of(s, [names.get(d, f"#{d}") for d in after.get(s.id or 0, ())]) for s in todo
         ]
-        return StartingPlan(_dumps({"steps": specs}), PLAN_NOTE_REMAINING)
+        return StartingPlan(
+            _dumps({"steps": specs}), PLAN_NOTE_MISSED if missed else PLAN_NOTE_REMAINING
+        )
     raw = planner_json(esc.detail.get("raw_output"))
     if raw and raw != {"steps": []}:
         return StartingPlan(_dumps(raw), PLAN_NOTE_RAW)

@@ -72,6 +72,40 @@ def test_a_submit_shows_the_goals_values_and_pins_them_when_asked(client: Client
     assert unasked.json()["run"]["pinned_facts"] == {}
 
 
+def test_success_criteria_and_the_replan_check_are_taken_at_submit(client: Client) -> None:
+    alice = client("alice")
+    body = {
+        "goal": "report",
+        "facts": {"cost_centre": "CC-4410"},
+        "success_criteria": ["Filed against ${facts.cost_centre}"],
+        "replan_check": "model",
+        "plan": {
+            "steps": [{"name": "a", "kind": "tool", "tool": "echo", "args": {"value": "CC-4410"}}],
+            "success_criteria": ["Says CC-4410"],
+        },
+    }
+    created = alice.post("/api/v1/runs", json=body)
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run"]["id"]
+    assert created.json()["run"]["success_criteria"] == [
+        {"text": "Filed against ${facts.cost_centre}", "by": "user"},
+        {"text": "Says CC-4410", "by": "user"},
+    ]
+    assert wait_for_run(run_id).status == "succeeded"
+    detail = alice.get(f"/api/v1/runs/{run_id}").json()
+    (checked,) = [e for e in detail["events"] if e["kind"] == "goal.checked"]
+    assert checked["detail"]["met"] is True
+    before = run_count()
+    for bad, field in (
+        ({"success_criteria": [""]}, "success_criteria"),
+        ({"success_criteria": ["x"] * 11}, "success_criteria"),
+        ({"replan_check": "sometimes"}, "replan_check"),
+    ):
+        response = alice.post("/api/v1/runs", json={"goal": "g", **bad})
+        assert response.status_code == 422 and field in response.text, response.text
+    assert run_count() == before
+
+
 def after(step: dict[str, object], *names: str) -> dict[str, object]:
     return {**step, "after": list(names)}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.drafts import PLAN_NOTE_REMAINING, spec_of, starting_plan
+from models.drafts import PLAN_NOTE_MISSED, PLAN_NOTE_REMAINING, spec_of, starting_plan
 from models.graph import linear
 from models.layout import Place, after_text, by_wave, places, runs_together
 from models.plans import Splice, parse_plan
@@ -99,3 +99,18 @@ def test_the_edit_draft_keeps_a_steps_expectations_and_parses_again() -> None:
     (parsed,) = parse_plan({"steps": [spec]}, tools=TOOLS).steps
     assert [e.model_dump() for e in parsed.expect] == expect
     assert "expect" not in spec_of(row(2, "b"), [])  # none declared: the draft shows none
+
+
+def test_a_goal_not_met_draft_offers_the_deliverable_that_missed_it() -> None:
+    """Sent back as it is, the draft replaces the deliverable (`models.graph.remaining`): the
+    reviewer edits the value that missed the goal, and the new step takes its name."""
+    steps = [row(1, "convert", "succeeded"), row(2, "report", "succeeded", args={"c": "USD"})]
+    after = {1: (), 2: (1,)}
+    esc = Escalation(id=1, run_id=1, plan_version=1, step_id=2, reason="goal_not_met")
+    start = starting_plan(esc, Run(id=1, goal="g"), steps, steps[1], after)
+    assert start.note == PLAN_NOTE_MISSED
+    (draft,) = json.loads(start.text)["steps"]
+    assert (draft["name"], draft["after"], draft["args"]) == ("report", ["convert"], {"c": "USD"})
+    spec = parse_plan(start.text, tools=TOOLS, splice=Splice(steps, after, replaced=2))
+    version = Splice(steps, after, replaced=2).build(spec.steps)
+    assert version.order == (1, -1) and by_name(version) == {"convert": (), "report": ("convert",)}
