@@ -217,8 +217,9 @@ def rule_verdict(
 ) -> tuple[bool, str, list[str]]:
     """`(met, reason, missing)` for `criteria` judged by their values alone: a criterion is met
     when every one of its `terms` agrees with a scalar field of a deliverable (`agrees`) or is
-    a whole token of a text field (`_in_text`: "4" is not in "CC-4410"); `missing` names each term no deliverable holds. A criterion naming no
-    value cannot be judged this way and counts as met (the reason says how many did)."""
+    a whole token of a text field (`_in_text`: "4" is not in "CC-4410"); `missing` names each
+    term no deliverable holds. A criterion naming no value cannot be judged this way and counts
+    as met (the reason says how many did)."""
     values = [value for result in deliverables.values() for _, _, value in _fields(result)]
     missing: list[str] = []
     unjudged = 0

@@ -55,11 +55,13 @@ LOCAL_ENV: Final = {
     "AGENTQ_MODEL_PRICES_USD_PER_MTOK": '{"smollm2": {"input": 0, "output": 0}}',
     "AGENTQ_CONTEXT_WINDOW_TOKENS": str(LOCAL_CONTEXT_TOKENS),
     "AGENTQ_RESERVED_OUTPUT_TOKENS": "512",
-    "AGENTQ_MODEL_REQUEST_TIMEOUT_S": "120",
     "AGENTQ_MODEL_MAX_ATTEMPTS": "1",
-    "AGENTQ_STEP_TIME_LIMIT_S": "150",
-    "AGENTQ_SOFT_TIME_LIMIT_S": "165",
-    "AGENTQ_HARD_TIME_LIMIT_S": "175",
+}
+MODEL_TIMEOUT_S: Final = 120.0  # the README's; each step limit above it by the README's margins
+STEP_LIMIT_MARGINS_S: Final = {
+    "AGENTQ_STEP_TIME_LIMIT_S": 30.0,
+    "AGENTQ_SOFT_TIME_LIMIT_S": 45.0,
+    "AGENTQ_HARD_TIME_LIMIT_S": 55.0,
 }
 
 
@@ -186,7 +188,11 @@ def local_model_server(threads: int = 1) -> Iterator[str]:
         yield url
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # busy in a completion: it ignores SIGTERM till done
+            server.kill()
+            server.wait()
 
 
 def _wait_for_server(server: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
@@ -201,9 +207,15 @@ def _wait_for_server(server: subprocess.Popen[bytes], url: str, log_path: Path) 
     raise BenchError(f"the local model server did not start ({url}):\n{tail}")
 
 
-def local_env(base_url: str) -> dict[str, str]:
-    """The engine's settings for the local model at `base_url` (`LOCAL_ENV`)."""
-    return {**LOCAL_ENV, "AGENTQ_OPENAI_BASE_URL": base_url}
+def local_env(base_url: str, model_timeout_s: float = MODEL_TIMEOUT_S) -> dict[str, str]:
+    """The engine's settings for the local model at `base_url` (`LOCAL_ENV`): one attempt of
+    `model_timeout_s` per call, the step time limits above it as the timeout ladder requires
+    (README: 120, 150, 165, 175 s; a busier machine needs a longer call)."""
+    limits = {
+        name: f"{model_timeout_s + margin:g}" for name, margin in STEP_LIMIT_MARGINS_S.items()
+    }
+    timeout = {"AGENTQ_MODEL_REQUEST_TIMEOUT_S": f"{model_timeout_s:g}"}
+    return {**LOCAL_ENV, **timeout, **limits, "AGENTQ_OPENAI_BASE_URL": base_url}
 
 
 def results_by_step(run_id: int) -> Mapping[str, Any]:

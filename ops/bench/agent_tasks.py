@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from ops.bench import figures
 from ops.bench.agent_goals import GOALS, Goal
 from ops.bench.agent_outcomes import Checked, check, goal_line, table
 from ops.bench.agent_runs import (
+    MODEL_TIMEOUT_S,
     local_env,
     local_model_server,
     observe,
@@ -53,7 +55,9 @@ TIMEOUT_S: Final = {"offline": 120.0, "local": 900.0}  # per goal, then the run 
 SETTLE_S: Final = {"offline": 30.0, "local": 300.0}  # its memory task, before the next goal
 
 
-def engine_settings(provider: str, base_url: str | None) -> dict[str, str]:
+def engine_settings(
+    provider: str, base_url: str | None, model_timeout_s: float = MODEL_TIMEOUT_S
+) -> dict[str, str]:
     """The engine's environment: the bench's tools beside the product's (importable by the
     workers through PYTHONPATH), `hash` embeddings, and the local model's settings."""
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -63,15 +67,15 @@ def engine_settings(provider: str, base_url: str | None) -> dict[str, str]:
         "PYTHONPATH": path,
     }
     if provider == "local":
-        env |= local_env(base_url or "")
+        env |= local_env(base_url or "", model_timeout_s)
     return env
 
 
-def run_goal(eng: Engine, provider: str, goal: Goal) -> Checked:
-    """Submit `goal`, wait for its run to end (or cancel it after the timeout), let its memory
+def run_goal(eng: Engine, provider: str, goal: Goal, timeout_s: float) -> Checked:
+    """Submit `goal`, wait for its run to end (or cancel it after `timeout_s`), let its memory
     task finish, and check the outcome from its rows."""
     run_id = submit(provider, goal)
-    finished = wait_or_cancel(run_id, TIMEOUT_S[provider])
+    finished = wait_or_cancel(run_id, timeout_s)
     try:
         wait_until_idle(eng.broker, SETTLE_S[provider])
     except BenchError as exc:  # a slow memory task delays the next goal, not this figure
@@ -86,9 +90,11 @@ def run_all(args: argparse.Namespace, goals: Sequence[Goal], base_url: str | Non
     (and the steps of a goal whose check failed)."""
     kinds = {g.id: g.kind for g in goals}
     checked: list[Checked] = []
-    with engine(args.data_dir, args.workers, engine_settings(args.provider, base_url)) as eng:
+    with engine(
+        args.data_dir, args.workers, engine_settings(args.provider, base_url, args.model_timeout_s)
+    ) as eng:
         for goal in goals:
-            found = run_goal(eng, args.provider, goal)
+            found = run_goal(eng, args.provider, goal, args.timeout_s or TIMEOUT_S[args.provider])
             checked.append(found)
             if args.verbose:
                 print(goal_line(kinds[goal.id], found), flush=True)
@@ -130,6 +136,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--openai-base-url", default=None, help="local: a running server's /v1 URL")
     p.add_argument("--goals", default="", help="comma-separated goal ids (default: all)")
     p.add_argument("--limit", type=int, default=0, help="at most this many goals (0: all)")
+    p.add_argument("--timeout-s", type=float, default=0, help="per goal (0: 120 s, local 900)")
+    p.add_argument(
+        "--model-timeout-s", type=float, default=MODEL_TIMEOUT_S, help="local: per model call"
+    )
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--data-dir", type=Path, default=None, help="kept; default: a temp dir")
     p.add_argument("--verbose", action="store_true", help="a line per goal as it ends")
@@ -141,6 +151,8 @@ def main() -> None:
     false success."""
     args = parse_args()
     goals = selected(args)
+    # A TERM (a time box, `timeout`) unwinds like ^C, so the engine and the server stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     if args.provider == "local" and args.openai_base_url is None:
         with local_model_server() as url:

@@ -65,7 +65,8 @@ def test_the_prompt_names_what_each_step_not_started_uses() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ['{"go_on": "maybe", "reason": "x"}', '{"go_on": false}', '{"go_on": true, "reason": ""}']
+    "text",
+    ['{"go_on": "maybe", "reason": "x"}', '{"go_on": false}', '{"go_on": true, "reason": ""}'],
 )
 def test_a_malformed_answer_is_refused(text: str) -> None:
     with pytest.raises(ValidationError):
