@@ -85,6 +85,15 @@ def run_goal(eng: Engine, provider: str, goal: Goal, timeout_s: float) -> Checke
     return Checked(goal.id, run_id, seen, ok, why)
 
 
+class Stopped(Exception):
+    """A TERM arrived (a time box): stop after the goal in flight, report what ended."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping the stack signals its group too
+    raise Stopped(signum)
+
+
 def run_all(args: argparse.Namespace, goals: Sequence[Goal], base_url: str | None) -> list[Checked]:
     """Every goal of `goals`, one at a time, on one engine; a line per goal with `--verbose`
     (and the steps of a goal whose check failed)."""
@@ -94,7 +103,13 @@ def run_all(args: argparse.Namespace, goals: Sequence[Goal], base_url: str | Non
         args.data_dir, args.workers, engine_settings(args.provider, base_url, args.model_timeout_s)
     ) as eng:
         for goal in goals:
-            found = run_goal(eng, args.provider, goal, args.timeout_s or TIMEOUT_S[args.provider])
+            try:
+                found = run_goal(
+                    eng, args.provider, goal, args.timeout_s or TIMEOUT_S[args.provider]
+                )
+            except Stopped:  # a time box: report the goals that ended; this one did not
+                print(f"stopped during goal {goal.id}", file=sys.stderr)
+                break
             checked.append(found)
             if args.verbose:
                 print(goal_line(kinds[goal.id], found), flush=True)
@@ -151,8 +166,9 @@ def main() -> None:
     false success."""
     args = parse_args()
     goals = selected(args)
-    # A TERM (a time box, `timeout`) unwinds like ^C, so the engine and the server stop.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A TERM (a time box, `timeout`) unwinds like ^C: the engine and the server stop, and the
+    # goals that ended are reported.
+    signal.signal(signal.SIGTERM, _stop)
     started = time.monotonic()
     if args.provider == "local" and args.openai_base_url is None:
         with local_model_server() as url:
