@@ -20,7 +20,8 @@ planner with plan version 1), each a sentence that may name pinned facts as `${f
 (`criteria_texts` puts their values in). Once its answer is written, a model call judges them
 (`worker.goal_check`); the offline provider judges by `rule_verdict`: a criterion is met when
 each value it names (`terms`: numbers, codes such as `EUR` or `CC-4410`, quoted text) is held by
-a deliverable's field, so "filed in EUR against CC-4410" fails for a report in USD.
+a deliverable's field (or is a whole token of its text), so "filed in EUR against CC-4410" fails
+for a report in USD, and "all 4 receipts" is not met by the "4" of `CC-4410`.
 
 The synthesis asks `conflicts_of` before its model call (`worker.synthesis`): a run with
 conflicts pays for no answer. Either way a goal not met is a replan in the place of the
@@ -216,8 +217,9 @@ def rule_verdict(
 ) -> tuple[bool, str, list[str]]:
     """`(met, reason, missing)` for `criteria` judged by their values alone: a criterion is met
     when every one of its `terms` agrees with a scalar field of a deliverable (`agrees`) or is
-    part of a text field; `missing` names each term no deliverable holds. A criterion naming no
-    value cannot be judged this way and counts as met (the reason says how many did)."""
+    a whole token of a text field (`_in_text`: "4" is not in "CC-4410"); `missing` names each
+    term no deliverable holds. A criterion naming no value cannot be judged this way and counts
+    as met (the reason says how many did)."""
     values = [value for result in deliverables.values() for _, _, value in _fields(result)]
     missing: list[str] = []
     unjudged = 0
@@ -236,9 +238,18 @@ def rule_verdict(
 
 
 def _holds(value: Any, term: str) -> bool:
-    if agrees(term, value):
-        return True
-    return isinstance(value, str) and term.casefold() in value.casefold()
+    """Whether scalar field `value` holds `term`: it agrees with it (`agrees`), or it is text
+    holding the term as a whole token (`_in_text`)."""
+    return agrees(term, value) or (isinstance(value, str) and _in_text(term, value))
+
+
+def _in_text(term: str, text: str) -> bool:
+    """Whether `term` appears in `text` as a whole token, any case: not inside a longer word,
+    identifier or number. A bare substring let the criterion "all 4 receipts are attached" be
+    met by a report with 3, its cost centre `CC-4410` holding a "4" (the agent-tasks
+    benchmark, `ops/bench/agent_tasks.py`, found it as a false success)."""
+    token = rf"(?<![\w.-]){re.escape(term)}(?![\w-]|[.,]\d)"
+    return re.search(token, text, flags=re.IGNORECASE) is not None
 
 
 def record(session: Session, run: Run, verdict: GoalVerdict) -> None:

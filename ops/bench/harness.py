@@ -129,13 +129,13 @@ def _running(data_dir: Path, workers: int, extra_env: dict[str, str] | None) -> 
         queue._client.clear()
 
 
-def wait_until_idle(broker: redis.Redis) -> None:
+def wait_until_idle(broker: redis.Redis, timeout_s: float = IDLE_TIMEOUT_S) -> None:
     """Wait until no message is queued or unacknowledged (the last link acks just after it
     publishes its marker), so a round's tail never overlaps the next and the logs end complete.
-    Raises `BenchError` after `IDLE_TIMEOUT_S`."""
-    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    Raises `BenchError` after `timeout_s` (default `IDLE_TIMEOUT_S`)."""
+    deadline = time.monotonic() + timeout_s
     queues = (*queue.WORKER_QUEUES, queue.QUEUE_COORDINATOR)
     while any(broker.llen(q) for q in queues) or broker.hlen(UNACKED_KEY):
         if time.monotonic() > deadline:
-            raise BenchError(f"the broker was still busy after {IDLE_TIMEOUT_S:g} s")
+            raise BenchError(f"the broker was still busy after {timeout_s:g} s")
         time.sleep(POLL_INTERVAL_S / 10)

@@ -101,7 +101,10 @@ REPORT = {
         (["Filed in EUR against CC-4410 for 473.43"], True, []),
         (["Filed in USD"], False, ["'Filed in USD': no deliverable holds 'USD'"]),
         (["total 473.430"], True, []),  # numbers compare as numbers
-        (["mentions 'lisbon'"], True, []),  # part of a text field, any case
+        (["mentions 'lisbon'"], True, []),  # a word of a text field, any case
+        (["mentions 'lis'"], False, ["\"mentions 'lis'\": no deliverable holds 'lis'"]),
+        # a number is no part of an identifier, another number or a word (issue 12's benchmark)
+        (["all 4 receipts"], False, ["'all 4 receipts': no deliverable holds '4'"]),
         (["the report is filed"], True, []),  # names no value: not judged by rules
         (
             ["against CC-4411", "in EUR"],
