@@ -62,6 +62,12 @@ _TERM = re.compile(
     r"|\b([A-Z]{3,})\b"
     r"|(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\w])"
 )
+# A number after one of these is a bound, not a value to deliver ("a total under 500 EUR").
+_BOUND = re.compile(
+    r"(?:under|over|below|above|less than|more than|fewer than|at least|at most|up to|within|"
+    r"no more than|no less than|exceeds?|<=?|>=?|≤|≥)\s*$",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -168,14 +174,24 @@ class Checks:
     criteria: list[str]
 
     def rules_verdict(self) -> GoalVerdict | None:
-        """The verdict of the pinned facts alone: not met, naming the first conflicting
-        deliverable, when there are conflicts; None when there are none (the criteria decide)."""
-        if not self.conflicts:
-            return None
+        """The verdict that needs no model, for any provider: not met when a deliverable
+        conflicts with a pinned fact (naming the first that does), or when a value the criteria
+        name is delivered by no step (`rule_verdict`, naming the last deliverable); None when
+        neither (the check call judges the criteria). So no model can call a report met whose
+        cost centre the criteria name and no step filed."""
         by_name = {s.name: s.id for s in self.deliverables}
-        missing = tuple(c.describe() for c in self.conflicts)
-        reason = f"{len(missing)} delivered value(s) disagree with the pinned facts"
-        return GoalVerdict(False, reason, missing, by_name[self.conflicts[0].step], "rules")
+        if self.conflicts:
+            missing = tuple(c.describe() for c in self.conflicts)
+            reason = f"{len(missing)} delivered value(s) disagree with the pinned facts"
+            return GoalVerdict(False, reason, missing, by_name[self.conflicts[0].step], "rules")
+        if not self.criteria:
+            return None
+        results = {s.name: s.result or {} for s in self.deliverables}
+        met, reason, lacking = rule_verdict(self.criteria, results)
+        if met:
+            return None
+        last = self.deliverables[-1].id if self.deliverables else None
+        return GoalVerdict(False, reason, tuple(lacking), last, "rules")
 
 
 def checks_of(session: Session, run: Run, steps: Sequence[Step]) -> Checks:
@@ -201,11 +217,14 @@ def criteria_texts(run: Run, facts: Mapping[str, str]) -> list[str]:
 
 def terms(criterion: str) -> list[str]:
     """The values `criterion` names that an outcome must hold (`_TERM`), in order, once each:
-    `'filed in EUR against CC-4410, total 1,200.50'` -> `['EUR', 'CC-4410', '1200.50']`."""
+    `'filed in EUR against CC-4410, total 1,200.50'` -> `['EUR', 'CC-4410', '1200.50']`. A
+    number that follows a bound (`_BOUND`: "under", "at least", "<=", ...) is no such value."""
     found: list[str] = []
     for match in _TERM.finditer(criterion):
         term = next(g for g in match.groups() if g is not None)
         if match.group(5) is not None:
+            if _BOUND.search(criterion[: match.start()]):
+                continue
             term = term.replace(",", "")
         if term not in found:
             found.append(term)

@@ -55,7 +55,8 @@ def synthesize(run_id: int) -> list[Send]:
     (`models.dispatch`).
 
     The goal check (issue 12, item 1; `models.goal_checks`): a run whose deliverables disagree
-    with its pinned facts is not met before any call; a run with success criteria has its
+    with its pinned facts, or miss a value its criteria name, is not met before any call
+    (`Checks.rules_verdict`, for every provider); a run with success criteria has its
     answer judged by a second call (`worker.goal_check`), the answer written first
     (`models.phases.keep_answer`) so that a later delivery of this synthesis checks it again
     instead of paying for another. A goal not met is replanned in the place of the deliverable,
@@ -210,7 +211,8 @@ def _start(run_id: int) -> Started | None:
     between); None when another delivery holds the phase or the run is not synthesizing.
     In the call's place come: the answer an earlier delivery of this synthesis wrote (its
     `final_result`: only the check is left); a `GoalVerdict` when the deliverables conflict
-    with the pinned facts (no answer is asked for); a failure that escalates (`ESCALATING`: the
+    with the pinned facts or miss a value the criteria name (`Checks.rules_verdict`: no answer
+    is asked for); a failure that escalates (`ESCALATING`: the
     budget spent, the context overflowing, the fold's call failing), with the claim kept for
     the escalation to end. Raises `PhaseNotDue`, and `RateLimited` from the fold's calls."""
     with session_scope() as session:

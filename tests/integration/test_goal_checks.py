@@ -115,13 +115,27 @@ def test_unmet_criteria_are_replanned_then_escalated_once_the_budget_is_spent(
     first, second = _verdicts(run_id)
     assert [first["met"], second["met"]] == [False, False]
     assert [first["plan_version"], second["plan_version"]] == [1, 2]
-    assert first["source"] == "model" and "'473.43'" in " ".join(first["missing"])
+    assert first["source"] == "rules" and "'473.43'" in " ".join(first["missing"])
     esc = _escalation(run_id)
     assert esc.reason == "goal_not_met" and esc.detail["replans"] == "1/1"
-    assert esc.detail["step"] == "report" and esc.detail["checked_by"] == "model"
+    assert esc.detail["step"] == "report" and esc.detail["checked_by"] == "rules"
     purposes = [e.detail.get("purpose") for e in _calls(run_id)]
-    assert purposes.count("check_goal") == 2 and purposes.count("synthesize") == 2
-    assert purposes.count("replan") == 1
+    assert purposes == ["replan"]  # a value no step delivered: no answer, no check call
+
+
+def test_criteria_the_rules_pass_are_judged_by_the_check_call(make_run: MakeRun) -> None:
+    """A criterion naming no value, or only values delivered, is the check call's to judge."""
+    run_id = make_run(
+        [_echo("report", {"total": 10.0, "currency": "EUR"})],
+        criteria=["The report is in EUR and its total is under 500"],  # 500 is a bound
+        replans=0,
+    )
+    run = wait_for_run(run_id)
+    assert run.status == "succeeded", run.error
+    (verdict,) = _verdicts(run_id)
+    assert (verdict["met"], verdict["source"]) == (True, "model")
+    purposes = [e.detail.get("purpose") for e in _calls(run_id)]
+    assert purposes == ["synthesize", "check_goal"]
 
 
 def test_met_criteria_succeed_and_are_recorded(make_run: MakeRun) -> None:

@@ -155,3 +155,17 @@ def test_the_offline_check_is_the_rules() -> None:
     assert answer["met"] is False and answer["missing"] == [
         "'Filed in USD': no deliverable holds 'USD'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("criterion", "expected"),
+    [
+        ("a total under 500 EUR", ["EUR"]),
+        ("at least 3 receipts", []),
+        ("no more than 1,000.50 and exactly 7", ["7"]),
+        ("total <= 20 and >= 5", []),
+        ("all 4 receipts", ["4"]),
+    ],
+)
+def test_a_bound_is_no_value_to_deliver(criterion: str, expected: list[str]) -> None:
+    assert terms(criterion) == expected
