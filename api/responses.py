@@ -196,6 +196,7 @@ class RunDetail(RunOut):
     and the final answer. Values over 2 KiB are `Preview`s."""
 
     pinned_facts: dict[str, str]
+    replan_check: str = Field(description="`model`: after each step, the should-replan check.")
     success_criteria: list[Criterion] = Field(
         description="What the run must achieve, judged once its answer is written "
         "(`goal.checked` events hold each verdict)."

@@ -137,6 +137,7 @@ def run_detail(
         **run_out(run).model_dump(),
         pinned_facts=pinned_facts(session, run_id),
         success_criteria=[Criterion.model_validate(c) for c in run.success_criteria],
+        replan_check=run.replan_check,
         final_result=final.out(),
         plan_versions=plan_versions,
         current_step_ids=current,

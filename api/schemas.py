@@ -28,9 +28,9 @@ from models.runs import (
     MAX_PINNED_FACTS,
     USER_ID_MAX_CHARS,
 )
+from models.sql import PG_INT_MAX as PG_INT_MAX
 from models.storable import json_integer, storable_problem
 
-PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq submit --wall-time`: longer is a typo
 COST_MAX_USD: Final = 1_000_000.0
 COMMENT_MAX_CHARS: Final = 4_000

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import dispatch, leases, sql, transitions
+from models import dispatch, leases, plan_checks, sql, transitions
 from models.coordinator import Decision, RunView, StepView, decide
 from models.dispatch import Send
 from models.errors import BudgetExhausted
@@ -77,6 +77,7 @@ class Locked:
     handled: frozenset[int] = frozenset()
     others_waiting: bool = False
     doubted: frozenset[int] = frozenset()  # `RunView.replan_verdicts`
+    plan_version: int = 0
 
     def view(self) -> RunView:
         """The coordinator's view of the run (`decide`'s input)."""
@@ -121,6 +122,7 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
         replans_limit=row.replans_limit,
         deadline_at=row.deadline_at,
         tokens_spent=bool(row.tokens_spent),
+        plan_version=row.plan_version,
     )
     params = {
         "run_id": run_id,
@@ -226,6 +228,9 @@ def escalate(
     full = dict(detail)
     if step is not None:
         full.update(step=step.name, error=step.error or full.get("error", ""), tool=step.tool or "")
+    if step_id and full.get("replan_check") == "replan":  # why the check found the rest pointless
+        why = plan_checks.replan_reason(session, locked.run_id, locked.plan_version, step_id)
+        full["error"] = f"the should-replan check after it said: {why}"
     transitions.escalate(
         session, locked.run_id, expected=locked.status, reason=reason, step_id=step_id, detail=full
     )

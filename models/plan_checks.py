@@ -20,7 +20,7 @@ from sqlmodel import Field, Session, SQLModel
 from models import sql
 from models.tables import created_field
 
-Verdict = Literal["continue", "replan"]
+Verdict = Literal["continue", "replan"]  # and "overruled": a reviewer approved going on
 VERDICTS: Final = ("continue", "replan")
 REPLAN_CHECKS: Final = ("off", "model")  # AGENTQ_REPLAN_CHECK, and a run's `replan_check`
 REASON_MAX_CHARS: Final = 1000
@@ -62,6 +62,20 @@ def record(session: Session, step_id: int, verdict: str, reason: str, source: st
         "source": source,
     }
     sql.execute(session, INSERT_PLAN_CHECK, params)
+
+
+# overrule_plan_check: a reviewer approved going on after a `replan` answer.
+OVERRULE_PLAN_CHECK: Final = """
+UPDATE plan_checks SET verdict = 'overruled'
+WHERE run_id = :run_id AND plan_version = :version AND step_id = :step_id AND verdict = 'replan'"""
+
+
+def overrule(session: Session, run_id: int, version: int, step_id: int) -> None:
+    """A reviewer approved the plan as it is after the check's `replan` for step `step_id` of
+    run `run_id`'s plan version `version`: the answer becomes `overruled`, which the coordinator
+    does not read (nothing when there was no such answer)."""
+    params = {"run_id": run_id, "version": version, "step_id": step_id}
+    sql.execute(session, OVERRULE_PLAN_CHECK, params)
 
 
 # replan_verdict: the `replan` answer of run :run_id's plan version :version for step :step_id.

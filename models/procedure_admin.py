@@ -138,11 +138,12 @@ def save_from_run(
     scope: str | None = None,
     tool: str | None = None,
 ) -> Procedure:
-    """Save succeeded run `run_id`'s final plan as a procedure of `scope` (default: the run's
-    user's for a submitter or an admin, everyone's for a reviewer), titled `title` (default:
-    the goal). Raises `NotFound` (no such run, or another user's for a submitter), `Conflict`
-    (the run has not succeeded, or has no plan that makes a valid procedure), `NotAllowed` (a
-    scope `actor` may not write)."""
+    """Save succeeded run `run_id`'s final plan as a procedure of `scope` (default, whoever
+    saves it: the run's user's own, since the plan holds that user's values; everyone's only
+    when asked for), titled `title` (default: the goal). A reviewer may save a run as its
+    user's own procedure (recorded as written by the reviewer). Raises `NotFound` (no such
+    run, or another user's for a submitter), `Conflict` (the run has not succeeded, or has no
+    plan that makes a valid procedure), `NotAllowed` (a scope `actor` may not write)."""
     with session_scope() as session:
         run = session.get(Run, run_id)
         if run is None or (actor.role == "submitter" and run.user_id != actor.user_id):
@@ -152,14 +153,15 @@ def save_from_run(
                 f"run: run {run_id} is {run.status}; only a succeeded run is saved as a procedure"
             )
         data = draft(session, run, edited=offers_procedure(session, run))
-    scope = scope or ("everyone" if actor.role == "reviewer" else "user")
+    scope = scope or "user"
     data |= {"scope": scope, "user_id": data["user_id"] if scope == "user" else None}
     data |= {"tool": tool, "title": title if title is not None else data["title"]}
     try:
         spec = book.checked(data, tools=configured_tool_names())
     except InvalidInput as exc:  # the run's goal and plan, and the scope asked for
         raise Conflict(f"run {run_id} does not make a valid procedure: {exc}") from exc
-    if not actor.may_write(spec.scope, spec.user_id):
+    owners = spec.scope == "user" and spec.user_id == data["user_id"]
+    if not (actor.may_write(spec.scope, spec.user_id) or (owners and actor.role == "reviewer")):
         raise book.refused(actor, spec.scope, spec.user_id)
     vector = embedded(spec)
     with session_scope() as session:

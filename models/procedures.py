@@ -13,7 +13,8 @@ Who may do what (`Actor`): an admin anything; a submitter reads everyone's and t
 and its own user's, and writes only its own user's; a reviewer reads and writes everyone's and
 tool procedures, and nobody's user-scoped ones (as reviewers read nobody's memory, issue 9).
 Another user's user-scoped procedure is "not found", as one that does not exist. Forgetting a
-user deletes their user-scoped procedures (`forget_procedures`; DESIGN.md, invariant 7).
+user deletes their user-scoped procedures and those saved from their runs (`forget_procedures`;
+DESIGN.md, invariant 7).
 Functions take the session and never commit; `models.procedure_admin` embeds and commits.
 """
 
@@ -34,7 +35,7 @@ from sqlmodel import Session, SQLModel, col, select
 
 from models.errors import Conflict, InvalidInput, InvalidPlan, NotAllowed, NotFound
 from models.plans import parse_plan
-from models.tables import created_field
+from models.tables import Run, created_field
 from models.tools import argument_problems
 
 Scope = Literal["everyone", "user", "tool"]
@@ -315,8 +316,13 @@ def delete(session: Session, procedure_id: int) -> bool:
 
 
 def forget_procedures(session: Session, *, user_id: str) -> int:
-    """Delete every user-scoped procedure of `user_id` (their versions with them); the count."""
-    stmt = sa.delete(Procedure).where(col(Procedure.user_id) == user_id)
+    """Delete every user-scoped procedure of `user_id`, and every procedure saved from one of
+    their runs whatever its scope (it holds their goal and values), with their versions; the
+    count."""
+    from_runs = sa.select(col(Run.id)).where(col(Run.user_id) == user_id)
+    stmt = sa.delete(Procedure).where(
+        sa.or_(col(Procedure.user_id) == user_id, col(Procedure.source_run_id).in_(from_runs))
+    )
     return len(list(session.scalars(stmt.returning(col(Procedure.id)))))
 
 

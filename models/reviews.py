@@ -37,7 +37,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import transitions
+from models import plan_checks, transitions
 from models.errors import InvalidInput, NotFound
 from models.expectations import loaded
 from models.messages import add_message
@@ -51,7 +51,7 @@ from models.plans import (
     edit_splice,
     parse_plan,
 )
-from models.runs import pinned_facts
+from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.step_data import json_bytes, over_cap
@@ -252,6 +252,8 @@ def approve(
         return run
     failed = session.get(Step, esc.step_id) if esc.step_id else None
     if failed is None or failed.status != "failed":
+        if failed is not None:  # the should-replan check's "no" is overruled: the plan goes on
+            plan_checks.overrule(session, esc.run_id, run.plan_version, failed.id or 0)
         _resume(session, run, run.plan_version)
         return run
     retry = StepSpec(
@@ -325,6 +327,7 @@ def edit(
         reason=f"edited by {reviewer}",
         max_attempts=max_attempts,
     )
+    add_criteria(run, spec.success_criteria, by=f"reviewer:{reviewer}")  # checked with the rest
     _resume(session, run, run.plan_version + 1)
     return run
 

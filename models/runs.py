@@ -66,7 +66,7 @@ def submit_run(
     """
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
     criteria = [*(success_criteria or []), *(plan.success_criteria if plan else [])]
-    _check_criteria(criteria)
+    _check_criteria(criteria, facts or {})
     replan_check = replan_check or settings.replan_check
     if replan_check not in REPLAN_CHECKS:
         raise InvalidInput(
@@ -154,7 +154,7 @@ def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None
             )
 
 
-def _check_criteria(criteria: list[str]) -> None:
+def _check_criteria(criteria: list[str], facts: dict[str, str]) -> None:
     if len(criteria) > MAX_CRITERIA:
         raise InvalidInput(
             f"success_criteria: at most {MAX_CRITERIA}, the plan's included (got {len(criteria)})"
@@ -167,6 +167,13 @@ def _check_criteria(criteria: list[str]) -> None:
             )
         if problem := storable_problem(text, f"success_criteria[{i}]"):
             raise InvalidInput(problem)
+        for key in re.findall(r"\$\{facts\.([A-Za-z0-9_]+)\}", text):
+            if key not in facts:
+                pinned = ", ".join(sorted(facts)) or "none"
+                raise InvalidInput(
+                    f"success_criteria[{i}]: refers to fact {key!r}, which is not pinned "
+                    f"(pinned: {pinned})"
+                )
 
 
 def add_criteria(run: Run, texts: list[str], *, by: str) -> None:

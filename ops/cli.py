@@ -29,6 +29,7 @@ from models.plan_checks import REPLAN_CHECKS
 from models.queue import TASK_COORDINATE
 from models.runs import get_run
 from models.settings import get_settings
+from models.sql import PG_INT_MAX
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.submissions import RunRequest
 from models.tables import Run
@@ -56,7 +57,6 @@ app.add_typer(token_app, name="token")
 console = Console()
 WATCH_INTERVAL_S = 0.5
 SUPERVISE_INTERVAL_S = 1.0
-PG_INT_MAX = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
 PIN_FROM_GOAL_HELP = (
     "Also pin the amounts, currencies, ISO dates and identifiers (CC-4410) the goal states; "

@@ -23,6 +23,7 @@ from models.errors import ConfigurationError
 from models.facts import facts_of
 from models.migrate import upgrade
 from models.settings import get_settings
+from models.sql import PG_INT_MAX
 from ops.stack import LocalStack
 from ops.stack_file import read_stack_file
 from ops.views import cell, utc
@@ -159,10 +160,11 @@ def forget(
 @memory_app.command("delete")
 def delete(
     fact: Annotated[
-        int | None, typer.Option("--fact", min=1, help="Delete this fact, with its history.")
+        int | None,
+        typer.Option("--fact", min=1, max=PG_INT_MAX, help="Delete this fact, with its history."),
     ] = None,
     episode: Annotated[
-        int | None, typer.Option("--episode", min=1, help="Delete this episode.")
+        int | None, typer.Option("--episode", min=1, max=PG_INT_MAX, help="Delete this episode.")
     ] = None,
     yes: Yes = False,
 ) -> None:

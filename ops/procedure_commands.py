@@ -21,6 +21,7 @@ from rich.text import Text
 from models import procedure_admin
 from models.errors import InvalidInput
 from models.procedures import SCOPES, Actor, Procedure, ProcedureVersion
+from models.sql import PG_INT_MAX
 from ops.views import cell, literal, utc
 
 procedure_app = typer.Typer(
@@ -28,7 +29,6 @@ procedure_app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
-PG_INT_MAX = 2**31 - 1
 
 
 def _scope(value: str | None) -> str | None:
@@ -111,7 +111,9 @@ def listing(scope: ScopeOption = None, user: UserOption = None) -> None:
 @procedure_app.command("show")
 def show(
     procedure_id: ProcedureId,
-    version: Annotated[int | None, typer.Option(min=1, help="An older version.")] = None,
+    version: Annotated[
+        int | None, typer.Option(min=1, max=PG_INT_MAX, help="An older version.")
+    ] = None,
 ) -> None:
     """One procedure in full, and its versions."""
     found = procedure_admin.show(_actor(), procedure_id)
@@ -143,7 +145,8 @@ def edit(
     user: UserOption = None,
     tool: ToolOption = None,
     expected_version: Annotated[
-        int | None, typer.Option(min=1, help="Refuse unless it is still at this version.")
+        int | None,
+        typer.Option(min=1, max=PG_INT_MAX, help="Refuse unless it is still at this version."),
     ] = None,
 ) -> None:
     """Write a new version of a procedure with the fields given changed."""
@@ -204,7 +207,9 @@ def panel(p: Procedure | ProcedureVersion, current: Procedure) -> Panel:
     parts: list[Any] = [grid]
     if p.plan_template:
         parts.append(literal(json.dumps(p.plan_template, indent=1, ensure_ascii=False)))
-    title = Text(f"procedure {current.id} · version {p.version} of {current.version} · {p.title}")
+    title = literal(
+        f"procedure {current.id} · version {p.version} of {current.version} · {p.title}"
+    )
     return Panel(Group(*parts), title=title, title_align="left")
 
 

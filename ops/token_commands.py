@@ -15,13 +15,13 @@ from rich.text import Text
 from models import api_tokens
 from models.db import session_scope
 from models.display import visible
+from models.sql import PG_INT_MAX
 from ops.views import cell, utc
 
 token_app = typer.Typer(
     help="Bearer tokens of the HTTP API (roles: submitter, reviewer, admin).", no_args_is_help=True
 )
 console = Console()
-PG_INT_MAX = 2**31 - 1
 
 
 def _connect() -> None:

@@ -224,6 +224,8 @@ def render_run(
     if run.success_criteria:
         criteria = "\n".join(f"{c['text']} ({c['by']})" for c in run.success_criteria)
         head.add_row("success criteria", literal(criteria))
+    if run.replan_check != "off":
+        head.add_row("replan check", Text(f"{run.replan_check}: after each step that succeeds"))
     head.add_row(
         "spend",
         Text(

@@ -220,7 +220,7 @@ def cancel_page(request: Request, run_id: RunId) -> Response:
 @router.post("/runs/{run_id}/save-procedure")
 def save_procedure(request: Request, run_id: RunId) -> Response:
     """Save the succeeded run's final plan as a procedure (`models.procedure_admin.
-    save_from_run`): the run's user's for a submitter or an admin, everyone's for a reviewer."""
+    save_from_run`): the run's user's own, whoever saves it."""
     principal = current_principal(request)
     with session_scope() as session:
         visible_run(session, run_id, principal)

@@ -107,7 +107,8 @@ def test_a_run_edited_to_success_offers_its_plan_and_saves_it(
     assert saved.status_code == 201, saved.text
     procedure = saved.json()
     try:
-        assert (procedure["scope"], procedure["source_run_id"]) == ("everyone", run_id)
+        # the run's user's own (its values are theirs): everyone's only when asked for
+        assert (procedure["scope"], procedure["source_run_id"]) == ("user", run_id)
         names = [s["name"] for s in procedure["plan_template"]["steps"]]
         assert names == ["a", "instead"]  # the failed step is left out
         assert "after a reviewer's edit" in procedure["body"]

@@ -103,6 +103,10 @@ def test_success_criteria_and_the_replan_check_are_taken_at_submit(client: Clien
     ):
         response = alice.post("/api/v1/runs", json={"goal": "g", **bad})
         assert response.status_code == 422 and field in response.text, response.text
+    unpinned = alice.post("/api/v1/runs", json={"goal": "g", "success_criteria": ["${facts.x}"]})
+    assert (
+        unpinned.status_code == 400 and "success_criteria[0]: refers to fact 'x'" in unpinned.text
+    )
     assert run_count() == before
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from api.app import create_app
 from models import api_tokens, procedure_admin
 from models.db import session_scope
-from models.errors import Conflict
+from models.errors import Conflict, NotFound
 from models.procedure_recall import Used, used_by_run
 from models.procedures import Actor
 from ops.procedure_commands import procedure_app
@@ -142,3 +142,25 @@ def test_the_cli_adds_shows_edits_saves_and_deletes(make_run: MakeRun, tmp_path:
     saved = cli.invoke(procedure_app, ["save", "--from-run", str(run_id)])
     assert saved.exit_code == 0 and "Tally the Nantes receipts" in saved.output, saved.output
     procedure_admin.remove(OPERATOR, int(saved.output.split()[1]))
+
+
+def test_a_reviewer_saves_a_run_as_its_users_own_and_forget_takes_every_copy(
+    make_run: MakeRun,
+) -> None:
+    """A run's plan holds its user's values: saved by a reviewer it stays the user's own
+    unless everyone's is asked for, and forgetting the user deletes both."""
+    from models import memory
+
+    user = _user("ed")
+    done = wait_for_run(make_run(STEPS, user=user, goal="Tally the Nice receipts"))
+    rita = Actor("rita", "reviewer")
+    own = procedure_admin.save_from_run(rita, done.id or 0)
+    shared = procedure_admin.save_from_run(rita, done.id or 0, scope="everyone")
+    assert (own.scope, own.user_id) == ("user", user)
+    assert shared.scope == "everyone"
+    with session_scope() as session:
+        counts = memory.forget_user(session, user_id=user)
+    assert counts["procedures"] == 2
+    for saved in (own, shared):
+        with pytest.raises(NotFound):
+            procedure_admin.show(OPERATOR, saved.id or 0)

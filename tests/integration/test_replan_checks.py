@@ -10,8 +10,10 @@ from typing import Any
 
 from sqlmodel import col, select
 
+from models import queue, reviews
 from models.db import session_scope
 from models.plan_checks import PlanCheck
+from models.queue import TASK_COORDINATE
 from models.tables import Escalation, RunEvent, Step
 from tests.integration.conftest import wait_for_run
 
@@ -82,3 +84,16 @@ def test_runs_that_do_not_check_never_ask(make_run: MakeRun) -> None:
     run = wait_for_run(make_run(_plan([])))
     assert run.status == "succeeded" and _checks(run.id or 0) == []
     assert "check_plan" not in _purposes(run.id or 0)
+
+
+def test_a_reviewer_who_approves_the_plan_as_it_is_overrules_the_check(make_run: MakeRun) -> None:
+    run = wait_for_run(make_run(_plan([]), replan_check="model", replans=0))
+    with session_scope() as session:
+        (esc,) = session.exec(select(Escalation).where(Escalation.run_id == run.id)).all()
+        reviews.approve(session, esc.id or 0, reviewer="rita", max_attempts=3)
+    assert "should-replan check after it said" in esc.detail["error"]
+    queue.send(TASK_COORDINATE, run.id)
+    run = wait_for_run(run.id or 0, ("succeeded", "failed"))
+    assert run.status == "succeeded", run.error
+    assert [c.verdict for c in _checks(run.id or 0)] == ["overruled"]
+    assert _steps(run.id or 0)["report"] == "succeeded"  # the plan went on as it was
