@@ -38,8 +38,8 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models import plan_checks, transitions
-from models.errors import InvalidInput, NotFound
-from models.expectations import loaded
+from models.errors import InvalidInput, InvalidStepOutput, NotFound
+from models.expectations import loaded, unmet
 from models.messages import add_message
 from models.plans import (
     ArgsCheck,
@@ -55,6 +55,7 @@ from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.step_data import json_bytes, over_cap
+from models.step_outputs import parse_output
 from models.storable import storable_problem
 from models.tables import Escalation, PinnedFact, Run, Step
 
@@ -343,7 +344,14 @@ def respond(
     remember: bool = False,
 ) -> Run:
     """Decide `respond` with `answer` (a JSON object) for what the run could not find;
-    `remember` asks that the answer become a fact of the run's user (see the module docstring)."""
+    `remember` asks that the answer become a fact of the run's user (see the module docstring).
+    An answer in a step's place must be what the step would have had to return: the fields of
+    its `output` and the values its `expect` allows (`_answer_problem`); `InvalidInput` names
+    the problem, and nothing is written."""
+    asked = get_escalation(session, escalation_id)
+    step = session.get(Step, asked.step_id) if asked.step_id else None
+    if step is not None and (problem := _answer_problem(step, answer)):
+        raise InvalidInput(f"answer: {problem}")
     esc = _decide(
         session,
         escalation_id,
@@ -375,6 +383,18 @@ def respond(
     )
     _resume(session, run, run.plan_version + 1)
     return run
+
+
+def _answer_problem(step: Step, answer: dict[str, Any]) -> str | None:
+    """Why `answer` cannot stand as step `step`'s result: not its declared `output` fields
+    (`models.step_outputs.parse_output`), or an unmet expectation (`models.expectations`)."""
+    if step.output:
+        try:
+            parse_output(json.dumps(answer), step.output)
+        except InvalidStepOutput as exc:
+            return str(exc)
+    reasons = unmet(loaded(step.expect), answer)
+    return f"step {step.name!r}: unmet expectation: " + "; ".join(reasons) if reasons else None
 
 
 def _pin_answer(session: Session, run_id: int, answer: dict[str, Any], *, set_by: str) -> None:

@@ -89,3 +89,22 @@ def test_a_replan_keeps_the_expectation_so_the_run_escalates_when_the_budget_is_
     ]
     (esc,) = escalations(run_id)
     assert (esc.reason, esc.step_id) == ("replan_budget_spent", steps[1].id)
+
+
+def test_a_reviewers_answer_must_meet_the_steps_expectations(make_run: MakeRun) -> None:
+    """An answer in the failed step's place stands as its result: one its expectations refuse
+    is refused, naming them, and the escalation stays open (a new user's try: GBP went in)."""
+    from models import reviews
+    from models.errors import InvalidInput
+
+    run_id = make_run([echo("bad", {"total": 612.5, "currency": "EUR"}, TOO_MUCH)], replans=0)
+    assert wait_for_run(run_id).status == "waiting_review"
+    (esc,) = escalations(run_id)
+    with session_scope() as session, pytest.raises(InvalidInput, match="answer: step 'bad'"):
+        reviews.respond(session, esc.id or 0, reviewer="rita", answer={"value": {"total": 900}})
+    (still,) = escalations(run_id)
+    assert still.decision is None
+    with session_scope() as session:
+        reviews.respond(session, esc.id or 0, reviewer="rita", answer={"value": {"total": 400}})
+    (done,) = escalations(run_id)
+    assert done.decision == "respond"

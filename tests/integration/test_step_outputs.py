@@ -171,3 +171,21 @@ def test_a_fact_value_over_the_cap_is_refused_naming_the_fact_and_nothing_is_wri
     fits = RunRequest(user_id="capped", goal="note it", facts={"note": big[:-1]}, plan=noop)
     assert submissions.submit(fits, settings=get_settings()).run_id
     assert runs() == 1
+
+
+def test_a_reviewers_answer_for_an_output_step_has_its_fields(make_run: MakeRun) -> None:
+    """Nothing holds the total, so the offline model step fails (it never invents a value); a
+    reviewer's answer in its place is refused unless it has the declared fields, typed."""
+    from models import reviews
+
+    run_id = make_run([read({"total": "number"})], replans=0)
+    assert wait_for_run(run_id).status == "waiting_review"
+    with session_scope() as session:
+        (esc,) = session.exec(select(Escalation).where(Escalation.run_id == run_id)).all()
+    for bad in ({"total": "abc"}, {"total": 1, "extra": [1]}, {"answer": 473.43}):
+        with session_scope() as session, pytest.raises(InvalidInput, match="answer: output"):
+            reviews.respond(session, esc.id or 0, reviewer="rita", answer=bad)
+    with session_scope() as session:
+        reviews.respond(session, esc.id or 0, reviewer="rita", answer={"total": 473.43})
+    with session_scope() as session:
+        assert session.get(Escalation, esc.id).decision == "respond"
