@@ -135,7 +135,8 @@ def test_criteria_the_rules_pass_are_judged_by_the_check_call(make_run: MakeRun)
     (verdict,) = _verdicts(run_id)
     assert (verdict["met"], verdict["source"]) == (True, "model")
     purposes = [e.detail.get("purpose") for e in _calls(run_id)]
-    assert purposes == ["synthesize", "check_goal"]
+    # (the memory task's fact extraction follows the run's end, whenever it gets to it)
+    assert [p for p in purposes if p != "extract_facts"] == ["synthesize", "check_goal"]
 
 
 def test_met_criteria_succeed_and_are_recorded(make_run: MakeRun) -> None:
