@@ -36,7 +36,9 @@ def small(name: str, **more: float) -> Verdict:
     )
     problems = [*verdict.lost_runs, *verdict.effects_again, *verdict.paid_twice]
     assert verdict.passed, f"{name}: {verdict.summary()}: {problems[:10]} {verdict.committed_twice}"
-    assert verdict.steps == RUNS * 5 and verdict.calls >= RUNS * 5  # every run planned, ran
+    # every run planned and ran its 5 steps; a step killed on each of its attempts fails and is
+    # replanned, one step more (a CI run of 2026-12-03 under load: 31)
+    assert verdict.steps >= RUNS * 5 and verdict.calls >= RUNS * 5
     return verdict
 
 

@@ -28,7 +28,7 @@ def _echo(name: str, value: Any) -> dict[str, Any]:
 def _calls(run_id: int) -> list[RunEvent]:
     with session_scope() as session:
         stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == "model.call")
-        return list(session.exec(stmt))
+        return list(session.exec(stmt.order_by(col(RunEvent.id))))
 
 
 def _verdicts(run_id: int) -> list[dict[str, Any]]:
