@@ -22,7 +22,7 @@ from api.auth import Principal, Reviewer
 from api.responses import DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
-from models import queue, reviews, transitions
+from models import answers, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import ClaimedByAnother, InvalidInput
 from models.runs import get_run, pinned_facts
@@ -198,7 +198,7 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
         principal,
         lambda session, esc: reviews.respond(
             session, escalation_id, reviewer=principal.name, comment=body.comment,
-            answer=reviews.answer_from_text(text, returns=declared_returns(esc.detail.get("tool"))),
+            answer=answers.answer_from_text(text, returns=declared_returns(esc.detail.get("tool"))),
             token_id=principal.token_id, remember=body.remember,
         ),
     )  # fmt: skip

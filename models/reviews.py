@@ -38,8 +38,9 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models import plan_checks, transitions
-from models.errors import InvalidInput, InvalidStepOutput, NotFound
-from models.expectations import loaded, unmet
+from models.answers import answer_problem
+from models.errors import InvalidInput, NotFound
+from models.expectations import loaded
 from models.messages import add_message
 from models.plans import (
     ArgsCheck,
@@ -52,11 +53,7 @@ from models.plans import (
     parse_plan,
 )
 from models.runs import add_criteria, pinned_facts
-from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
-from models.step_data import json_bytes, over_cap
-from models.step_outputs import parse_output
-from models.storable import storable_problem
 from models.tables import Escalation, PinnedFact, Run, Step
 
 DEADLINE_REVIEWER: Final = "deadline"  # who decides an escalation its deadline rejected
@@ -346,11 +343,11 @@ def respond(
     """Decide `respond` with `answer` (a JSON object) for what the run could not find;
     `remember` asks that the answer become a fact of the run's user (see the module docstring).
     An answer in a step's place must be what the step would have had to return: the fields of
-    its `output` and the values its `expect` allows (`_answer_problem`); `InvalidInput` names
-    the problem, and nothing is written."""
+    its `output` and the values its `expect` allows (`models.answers.answer_problem`);
+    `InvalidInput` names the problem, and nothing is written."""
     asked = get_escalation(session, escalation_id)
     step = session.get(Step, asked.step_id) if asked.step_id else None
-    if step is not None and (problem := _answer_problem(step, answer)):
+    if step is not None and (problem := answer_problem(step, answer)):
         raise InvalidInput(f"answer: {problem}")
     esc = _decide(
         session,
@@ -383,18 +380,6 @@ def respond(
     )
     _resume(session, run, run.plan_version + 1)
     return run
-
-
-def _answer_problem(step: Step, answer: dict[str, Any]) -> str | None:
-    """Why `answer` cannot stand as step `step`'s result: not its declared `output` fields
-    (`models.step_outputs.parse_output`), or an unmet expectation (`models.expectations`)."""
-    if step.output:
-        try:
-            parse_output(json.dumps(answer), step.output)
-        except InvalidStepOutput as exc:
-            return str(exc)
-    reasons = unmet(loaded(step.expect), answer)
-    return f"step {step.name!r}: unmet expectation: " + "; ".join(reasons) if reasons else None
 
 
 def _pin_answer(session: Session, run_id: int, answer: dict[str, Any], *, set_by: str) -> None:
@@ -464,31 +449,6 @@ def _decide(
     user_id = _locked_run(session, esc.run_id).user_id
     add_message(session, run_id=esc.run_id, user_id=user_id, role="user", content=said)
     return esc
-
-
-def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
-    """A reviewer's typed answer as a result object.
-
-    A JSON object is taken as it is. Any other value (`0.95`, `"yes"`) becomes `{key: value}` when
-    the failed tool declares exactly one result key, else `{"answer": value}`. Raises
-    `InvalidInput` when it is empty, holds what JSON cannot (`NaN`: `models.storable`), or is
-    over `AGENTQ_STEP_DATA_MAX_BYTES` as JSON (a step's result, capped: `models.step_data`).
-    """
-    if not text.strip():
-        raise InvalidInput("respond: --answer must not be empty")
-    try:
-        value: Any = json.loads(text)
-    except json.JSONDecodeError:
-        value = text
-    answer = (
-        value if isinstance(value, dict) else {returns[0] if len(returns) == 1 else "answer": value}
-    )
-    if problem := storable_problem(answer, "answer"):
-        raise InvalidInput(f"respond: {problem}")
-    cap = get_settings().step_data_max_bytes
-    if (size := json_bytes(answer)) > cap:
-        raise InvalidInput(str(over_cap("answer", size, cap)))
-    return answer
 
 
 def _locked_run(session: Session, run_id: int) -> Run:

@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.text import Text
 from sqlmodel import col, select
 
-from models import drafts, queue, reviews, submissions, transitions
+from models import answers, drafts, queue, reviews, submissions, transitions
 from models.db import session_scope
 from models.errors import AgentqError, ConfigurationError
 from models.migrate import upgrade
@@ -496,7 +496,7 @@ def review_respond(
             escalation_id,
             reviewer=reviewer_name(),
             comment=comment,
-            answer=reviews.answer_from_text(answer, returns=returns),
+            answer=answers.answer_from_text(answer, returns=returns),
             remember=remember,
         )
     announce(run.id or 0, f"escalation decided: answered; run {run.id} resumes")

@@ -23,7 +23,7 @@ from rich.rule import Rule
 from rich.text import Text
 from sqlmodel import col, select
 
-from models import memory, queue, reviews, submissions
+from models import answers, memory, queue, reviews, submissions
 from models.db import session_scope
 from models.queue import TASK_COORDINATE
 from models.runs import get_run
@@ -163,7 +163,7 @@ def _respond(console: Console, escalation_id: int) -> None:
             session,
             escalation_id,
             reviewer="demo-reviewer",
-            answer=reviews.answer_from_text(REVIEWER_RATE, returns=("rate",)),
+            answer=answers.answer_from_text(REVIEWER_RATE, returns=("rate",)),
         )
         run_id = run.id or 0
     queue.send(TASK_COORDINATE, run_id)

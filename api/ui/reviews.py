@@ -23,7 +23,7 @@ from api.ui import review_details
 from api.ui.run_details import last_event_id
 from api.ui.security import reviewer
 from api.ui.templating import base_path, flash, render
-from models import queue, reviews, transitions
+from models import answers, queue, reviews, transitions
 from models.db import session_scope
 from models.errors import (
     ClaimedByAnother,
@@ -198,7 +198,7 @@ def respond(
             escalation_id,
             reviewer=who.name,
             comment=comment.strip() or None,
-            answer=reviews.answer_from_text(answer, returns=returns),
+            answer=answers.answer_from_text(answer, returns=returns),
             token_id=who.token_id,
             remember=bool(remember),
         )

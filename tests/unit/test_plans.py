@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from models.answers import answer_from_text
 from models.errors import ConfigurationError, InvalidInput, InvalidPlan
 from models.plans import Splice, parse_plan
-from models.reviews import answer_from_text
 from models.tables import Step
 from models.tools import argument_problems
 from ops.inputs import parse_facts

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from models.answers import answer_from_text
 from models.errors import InvalidInput, StepDataTooLarge, ToolArgumentsError
 from models.previews import PREVIEW_MAX_BYTES, shown
 from models.references import resolve
-from models.reviews import answer_from_text
 from models.settings import get_settings
 from models.step_data import check_step_data, fit_outputs, json_bytes
 from models.tables import Step
