@@ -40,7 +40,14 @@ from models.tools import (
     describe_parameters,
 )
 from ops import views
-from ops.inputs import parse_facts, read_plan, read_plan_text
+from ops.inputs import (
+    not_blank,
+    parse_facts,
+    read_plan,
+    read_plan_text,
+    replan_check_value,
+    run_status,
+)
 from ops.memory_commands import memory_app
 from ops.procedure_commands import procedure_app
 from ops.stack import LocalStack
@@ -63,29 +70,6 @@ PIN_FROM_GOAL_HELP = (
     "a --fact of the same key wins. Off by default: a pin binds every step and the goal check."
 )
 WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 days by default)."
-
-
-def not_blank(value: str | None) -> str | None:
-    """Typer callback: refuse an empty or all-blank value (None, not given, passes)."""
-    if value is not None and not value.strip():
-        raise typer.BadParameter("must not be empty")
-    return value
-
-
-def run_status(value: str | None) -> str | None:
-    """Typer callback: refuse anything but a run status, naming the allowed ones."""
-    if value is not None and value not in RUN_STATUSES:
-        raise typer.BadParameter(
-            f"{value!r} is not a run status; use one of {', '.join(RUN_STATUSES)}"
-        )
-    return value
-
-
-def replan_check_value(value: str | None) -> str | None:
-    """Typer callback: refuse anything but a `replan_check` (`models.plan_checks`)."""
-    if value is not None and value not in REPLAN_CHECKS:
-        raise typer.BadParameter(f"{value!r}: use one of {', '.join(REPLAN_CHECKS)}")
-    return value
 
 
 RunId = Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Run id.")]

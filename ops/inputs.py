@@ -1,14 +1,19 @@
-"""What a user names on the command line: pinned facts (`--fact KEY=VALUE`) and plan files
-(`--plan`, `agentq review edit --plan`), read and checked before anything is written."""
+"""What a user names on the command line: pinned facts (`--fact KEY=VALUE`), plan files
+(`--plan`, `agentq review edit --plan`) and option values (Typer callbacks), read and checked
+before anything is written."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import typer
+
 from models.errors import ConfigurationError
+from models.plan_checks import REPLAN_CHECKS
 from models.plans import PlanSpec, parse_plan
 from models.runs import FACT_KEY_PATTERN
+from models.states import RUN_STATUSES
 from models.tools import argument_problems, configured_tool_names
 
 
@@ -51,3 +56,26 @@ def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
     return parse_plan(
         text, tools=configured_tool_names(), facts=set(facts), check_args=argument_problems
     )
+
+
+def not_blank(value: str | None) -> str | None:
+    """Typer callback: refuse an empty or all-blank value (None, not given, passes)."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+def run_status(value: str | None) -> str | None:
+    """Typer callback: refuse anything but a run status, naming the allowed ones."""
+    if value is not None and value not in RUN_STATUSES:
+        raise typer.BadParameter(
+            f"{value!r} is not a run status; use one of {', '.join(RUN_STATUSES)}"
+        )
+    return value
+
+
+def replan_check_value(value: str | None) -> str | None:
+    """Typer callback: refuse anything but a `replan_check` (`models.plan_checks`)."""
+    if value is not None and value not in REPLAN_CHECKS:
+        raise typer.BadParameter(f"{value!r}: use one of {', '.join(REPLAN_CHECKS)}")
+    return value
