@@ -47,13 +47,15 @@ PLAN_INSTRUCTIONS: Final = (
     "naming exact values ('${facts.KEY}' for a pinned fact); they are checked against what the "
     "steps deliver. Answer with JSON only, matching the schema."
 )
-REPLAN_INSTRUCTIONS: Final = (
-    PLAN_INSTRUCTIONS + " A step of the current plan failed. Answer with only the new steps to "
-    "put in its place: the first waits for what the failed step waited for (unless it names "
-    "'after' itself), and the steps that waited for the failed step wait for the new steps no "
-    "other new step waits for. They refer to the failed step by its name, so give the new step "
-    "that produces its result the failed step's name."
+REPLAN_NOTE: Final = (
+    "A step of the current plan failed. Answer with only the new steps to put in its place: the "
+    "first waits for what the failed step waited for (unless it names 'after' itself), and the "
+    "steps that waited for the failed step wait for the new steps no other new step waits for. "
+    "They refer to the failed step by its name, so give the new step that produces its result "
+    "the failed step's name."
 )
+"""Leads a replan's task, not its instructions: plan and replan calls then open with the same
+system message (instructions and tool catalogue), which a server's prompt cache reads once."""
 STEP_INSTRUCTIONS: Final = (
     "You carry out one step of a plan. Use the pinned facts and the results of earlier steps. "
     "Answer with the step's result only."
@@ -183,13 +185,20 @@ def plan_schema(tool_names: list[str]) -> dict[str, Any]:
     }
 
 
+def planner_instructions(tools: list[dict[str, Any]]) -> str:
+    """The system message of every plan and replan call: `PLAN_INSTRUCTIONS`, then the tool
+    catalogue. Static text first, so a server's prompt cache (llama.cpp's prefix match) reuses
+    it across runs and between a run's plan and replan calls (issue 12); what differs per run
+    (its state, memory, the task) follows."""
+    return PLAN_INSTRUCTIONS + "\n\nTools you can use:\n" + _json(tools)
+
+
 def plan_prompt(goal: str, tools: list[dict[str, Any]]) -> Prompt:
     """Ask for a first plan."""
-    task = "Tools you can use:\n" + _json(tools) + "\n\nWrite the plan for the goal."
     return Prompt(
         "plan",
-        PLAN_INSTRUCTIONS,
-        task,
+        planner_instructions(tools),
+        "Write the plan for the goal.",
         {"goal": goal, "tools": tools},
         plan_schema([t["name"] for t in tools]),
         query=goal,
@@ -239,15 +248,19 @@ def replan_prompt(
         if doubt is not None
         else "Write the steps to put in its place."
     )
-    task = "Tools you can use:\n" + _json(tools) + "\n\n" + what + "\n\n" + ask
+    task = REPLAN_NOTE + "\n\n" + what + "\n\n" + ask
     payload = {"goal": goal, "tools": tools, "failed_step": failed_step}
+    # memory is recalled by the goal and what went wrong, so the procedure (or past run) for
+    # this failure outranks the one for the goal alone
+    why = failed.error or doubt or (unmet or {}).get("reason")
+    query = f"{goal}\n{failed.tool or failed.name}: {why}" if why else goal
     return Prompt(
         "replan",
-        REPLAN_INSTRUCTIONS,
+        planner_instructions(tools),
         task,
         payload,
         plan_schema([t["name"] for t in tools]),
-        query=goal,
+        query=query,
     )
 
 

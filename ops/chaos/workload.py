@@ -33,14 +33,14 @@ MARKER = re.compile(r"\bchaos-\d+\b")
 STEP_MARKER = re.compile(r"\bchaos-\d+/step-\d+\b")
 STEPS = 5  # per run, as in the runs of issue 11's fault report
 
-# A provider request's purpose, told by its system message (worker/prompts.py).
-PURPOSES = {
-    prompts.PLAN_INSTRUCTIONS: "plan",
-    prompts.REPLAN_INSTRUCTIONS: "replan",
+# A provider request's purpose: a structured answer's schema is named after it (`plan`,
+# `replan`, `extract_facts`: worker.providers._response_format); the others are told by their
+# system message (worker/prompts.py).
+NAMED_PURPOSES = ("plan", "replan", "extract_facts")
+SYSTEM_PURPOSES = {
     prompts.STEP_INSTRUCTIONS: "step",
-    prompts.STEP_TOOLS_INSTRUCTIONS: "step",
+    prompts.STEP_INSTRUCTIONS + prompts.STEP_TOOLS_INSTRUCTIONS: "step",
     prompts.SYNTHESIZE_INSTRUCTIONS: "synthesize",
-    prompts.EXTRACT_INSTRUCTIONS: "extract_facts",
 }
 
 
@@ -73,7 +73,7 @@ def plan_for(effects: Path, steps: int = STEPS) -> Any:
     def plan(text: str) -> dict[str, Any]:
         found = MARKER.search(text)
         run = found.group(0) if found else "chaos-unknown"
-        if prompts.REPLAN_INSTRUCTIONS in text:  # a step failed (its attempts killed): stand in
+        if prompts.REPLAN_NOTE in text:  # a step failed (its attempts killed): stand in
             name = f"replacement_{next(replacements)}"
             stand_in = {"name": name, "kind": "tool", "tool": "noop", "args": {}}
             return {"steps": [{**stand_in, "instruction": f"Stand in for a step of {run}."}]}
@@ -104,8 +104,11 @@ def submit_runs(count: int, settings: Settings, first: int = 0) -> dict[str, int
 
 def purpose_of(request: Received) -> str | None:
     """What a chat request was for (`PURPOSES`), or None for another (a summary)."""
+    named = ((request.body.get("response_format") or {}).get("json_schema") or {}).get("name")
+    if named is not None:
+        return str(named) if named in NAMED_PURPOSES else None
     messages = request.body.get("messages") or [{}]
-    return PURPOSES.get(str(messages[0].get("content", "")))
+    return SYSTEM_PURPOSES.get(str(messages[0].get("content", "")))
 
 
 def unit_of(request: Received) -> str | None:
