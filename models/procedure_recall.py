@@ -131,7 +131,8 @@ def used_entry(procedure: Procedure) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Used:
     """One procedure a plan's context carried: which plan version it informed, with its id,
-    version, title and scope as they were then (the procedure may since have changed)."""
+    version, title and scope as they were then (the procedure may since have changed);
+    `adopted` when the plan is its template, taken by reference (`worker.adoption`)."""
 
     plan_version: int
     purpose: str
@@ -139,6 +140,7 @@ class Used:
     version: int
     title: str
     scope: str
+    adopted: bool = False
 
 
 def used_by_run(session: Session, run_id: int, *, memory_readable: bool = True) -> list[Used]:
@@ -157,6 +159,7 @@ def used_by_run(session: Session, run_id: int, *, memory_readable: bool = True) 
                     int(p.get("version") or 0),
                     str(p.get("title") or ""),
                     str(p.get("scope") or ""),
+                    adopted=detail.get("adopted") == p.get("id"),
                 )
             )
     return found

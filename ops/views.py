@@ -269,9 +269,11 @@ def run_panel(session: Session, run: Run) -> RenderableType:
 
 
 def procedures_text(used: Iterable[Used]) -> Text:
-    """The procedures a run's plans used: `procedures used: #7 v2 "title" (user) in plan v1`."""
+    """The procedures a run's plans used: `procedures used: #7 v2 "title" (user) adopted in plan
+    v1` (`shown` for one the context carried that the plan did not adopt)."""
     lines = [
-        f'#{u.id} v{u.version} "{u.title}" ({u.scope}) in {u.purpose} v{u.plan_version}'
+        f'#{u.id} v{u.version} "{u.title}" ({u.scope}) '
+        f"{'adopted' if u.adopted else 'shown'} in {u.purpose} v{u.plan_version}"
         for u in used
     ]
     return literal("procedures used: " + "; ".join(lines))

@@ -8,7 +8,7 @@ so a run with nothing to learn from makes none (`skip_reason`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from models.authorship import StepFields
@@ -54,7 +54,7 @@ def extract_facts(
     return list(answer.value.facts)
 
 
-def _facts_answer(text: str) -> FactsSpec:
+def _facts_answer(text: str, _payload: Mapping[str, Any]) -> FactsSpec:
     """A fact-extraction answer; raises `InvalidOutput` for text that is not JSON and pydantic's
     `ValidationError` for JSON of the wrong shape."""
     try:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.coordinator import GoalVerdict
 from models.tables import Step
 from worker.prompts import Prompt
-from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
+from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask, json_answer
 
 CHECK_INSTRUCTIONS: Final = (
     "You check whether an agent's run met the user's goal. Judge each success criterion "
@@ -87,7 +87,7 @@ def judge(
         return None
     results = {s.name: s.result or {} for s in deliverables}
     prompt = check_prompt(goal, criteria, results, answer)
-    checked: Answer[CheckSpec] = ask(run_id, prompt, CheckSpec.model_validate_json)
+    checked: Answer[CheckSpec] = ask(run_id, prompt, json_answer(CheckSpec))
     if checked.value is None:
         detail = {"error": checked.error, "raw_output": checked.raw[:RAW_OUTPUT_MAX_CHARS]}
         raise Unjudged(checked.failure or INVALID_CHECK, detail)

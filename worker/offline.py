@@ -84,26 +84,33 @@ class OfflineProvider:
 
 def _offline_plan(payload: Mapping[str, Any]) -> str:
     goal: str = payload["goal"]
-    steps = _from_procedure(payload) or find_playbook(goal)
+    learned = _fixes_from_episodes(payload)
+    procedure = _from_procedure(payload)
+    steps: list[dict[str, Any]] | None = None
+    if procedure is not None:
+        steps = [dict(step) for step in procedure["plan_template"]["steps"]]
+        if all(_with_fix(step, learned) == step for step in steps):  # adopted as it is
+            return json.dumps({"procedure": procedure["id"]})  # worker.adoption
+    else:
+        steps = find_playbook(goal)
     if steps is None:
         # the goal itself is in every call's run state; the instruction holds what fits of it
         answer = {"name": "answer", "instruction": goal[:MAX_INSTRUCTION_CHARS], "kind": "model"}
         steps = [{**answer, "tool": None, "args": {}}]
-    learned = _fixes_from_episodes(payload)
     plan: dict[str, Any] = {"steps": [_with_fix(step, learned) for step in steps]}
     if criteria := playbook_criteria(goal):
         plan["success_criteria"] = criteria
     return json.dumps(plan)
 
 
-def _from_procedure(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The steps of the first recalled procedure's plan template this run can follow."""
+def _from_procedure(payload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The first recalled procedure whose plan template this run can follow."""
     tools = {t["name"] for t in payload.get("tools", [])}
     facts = set(payload.get("facts") or {})
     for procedure in payload.get("procedures") or []:
         steps = (procedure.get("plan_template") or {}).get("steps") or []
         if steps and all(_followable(step, tools, facts) for step in steps):
-            return [dict(step) for step in steps]
+            return dict(procedure)
     return None
 
 

@@ -9,6 +9,9 @@ waits_out_outages`): the answer is paid for, and a retry of the task would find 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import structlog
 from sqlmodel import Session
 
@@ -31,7 +34,7 @@ from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
 from models.tools import argument_problems, catalog
-from worker import calls
+from worker import adoption, calls
 from worker.claims import claim_phase_in, renewed
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
@@ -52,10 +55,12 @@ def ask_for_plan(
     arguments, a graph whose references name only steps the referring step waits for, pinned
     facts, each step name once (`models.plans.parse_plan`)."""
     tools = [t["name"] for t in catalog()]
+    kept = {s.name for s in splice.kept if s.id != splice.replaced}
 
-    def parse(text: str) -> PlanSpec:
+    def parse(text: str, payload: Mapping[str, Any]) -> PlanSpec:
+        plan = adoption.expand(text, payload, kept=kept)  # `{"procedure": ID}`: its template
         return parse_plan(
-            text, tools=tools, splice=splice, facts=facts, check_args=argument_problems
+            plan, tools=tools, splice=splice, facts=facts, check_args=argument_problems
         )
 
     return ask(run_id, prompt, parse)
@@ -154,13 +159,20 @@ def record_procedures(
     session: Session, run_id: int, answer: Answer[PlanSpec], *, purpose: str, plan_version: int
 ) -> None:
     """Record which procedures the context of `answer`'s request carried (`procedures.recalled`:
-    `{"purpose", "plan_version", "procedures": [{"id", "version", "title", "scope"}]}`), in the
-    caller's transaction, the one that writes plan version `plan_version`; nothing when none."""
+    `{"purpose", "plan_version", "procedures": [{"id", "version", "title", "scope"}],
+    "adopted": the id the answer adopted, or null}`: `worker.adoption`), in the caller's
+    transaction, the one that writes plan version `plan_version`; nothing when none."""
     keys = ("id", "version", "title", "scope")
     used = [{k: p.get(k) for k in keys} for p in answer.payload.get("procedures") or []]
     if used:
         transitions.record_event(
-            session, run_id, RECALLED, purpose=purpose, plan_version=plan_version, procedures=used
+            session,
+            run_id,
+            RECALLED,
+            purpose=purpose,
+            plan_version=plan_version,
+            procedures=used,
+            adopted=adoption.adopted_id(answer.raw),
         )
 
 

@@ -23,9 +23,10 @@ from models.memory import embedder, min_similarity
 from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.settings import get_settings
 from models.tables import Run, Step
+from worker import adoption
 from worker.prompts import Prompt
 
-PLANNING: Final = ("plan", "replan")
+PLANNING: Final = adoption.PLANNING
 EXAMPLE_NOTE: Final = (
     "A worked example of a plan that did this before (adapt it to this goal, its tools and its "
     "pinned facts; it is an example, not this run's plan):"
@@ -68,18 +69,47 @@ def recalled(
     )
 
 
-def text_of(found: ScoredProcedure, purpose: str) -> str:
-    """How one procedure reads in a call of `purpose`: title, version, scope, when to use it,
-    the how-to, and (planning only) its plan template as a worked example."""
+def text_of(found: ScoredProcedure, prompt: Prompt) -> str:
+    """How one procedure reads in `prompt`'s call: its id, title, version, scope, when to use
+    it, the how-to, and (planning only) its plan template as a worked example, with how to adopt
+    it by reference when the call may (`worker.adoption`)."""
     p = found.item
     scope = {"user": "the user's own", "tool": f"tool {p.tool}"}.get(p.scope, "everyone")
-    lines = [f"A procedure ({scope}, version {p.version}): {p.title}"]
+    lines = [f"Procedure {p.id} ({scope}, version {p.version}): {p.title}"]
     lines.append(f"Use it when: {p.when_to_use}")
     if p.body:
         lines.append(f"How to: {p.body}")
-    if p.plan_template and purpose in PLANNING:
-        lines.append(EXAMPLE_NOTE + "\n" + json.dumps(p.plan_template, ensure_ascii=False))
+    if p.plan_template and prompt.purpose in PLANNING:
+        lines.append(EXAMPLE_NOTE + "\n" + template_lines(p.plan_template))
+        if adoption.adoptable(p.plan_template, prompt.payload.get("failed_step")):
+            lines.append(adoption.ADOPT_NOTE % (p.id or 0))
     return "\n".join(lines)
+
+
+def template_lines(template: dict[str, Any]) -> str:
+    """A plan template as numbered lines, one step each: `N. name: tool(arg=value, ...)`, or
+    `N. name: model: instruction` (with `[tools: ...]` and `-> {field: type}`), then `(after
+    ...)` when it names what it waits for. A third of its JSON's tokens (114 of 332 for the
+    demo's five-step expense plan), so a procedure's share of the context holds more of them."""
+    lines = []
+    for n, step in enumerate(template.get("steps") or [], 1):
+        if step.get("kind") == "model":
+            does = f"model: {step.get('instruction', '')}"
+            does += f" [tools: {', '.join(step['tools'])}]" if step.get("tools") else ""
+            does += f" -> {json.dumps(step['output'])}" if step.get("output") else ""
+        else:
+            args = (f"{k}={_shown(v)}" for k, v in (step.get("args") or {}).items())
+            does = f"{step.get('tool')}({', '.join(args)})"
+        after = step.get("after")
+        tail = f" (after {', '.join(after) if after else 'nothing'})" if after is not None else ""
+        lines.append(f"{n}. {step.get('name')}: {does}{tail}")
+    for criterion in template.get("success_criteria") or []:
+        lines.append(f"success criterion: {criterion}")
+    return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from models.runs import get_run
 from models.settings import get_settings
 from models.tables import Step
 from worker.prompts import Prompt
-from worker.structured import ask
+from worker.structured import ask, json_answer
 
 if TYPE_CHECKING:  # worker.steps records what `note` is given
     from worker.steps import Claimed, Outcome
@@ -95,7 +95,7 @@ def with_check(claimed: Claimed, outcome: Outcome) -> Outcome:
         return outcome
     prompt = check_plan_prompt(goal, step, outcome.result, remaining)
     try:
-        answer = ask(step.run_id, prompt, CheckPlanSpec.model_validate_json)
+        answer = ask(step.run_id, prompt, json_answer(CheckPlanSpec))
     except RateLimited as exc:
         log.info("replan_check.skipped", step_id=step.id, reason=str(exc))
         return outcome

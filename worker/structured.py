@@ -11,12 +11,12 @@ to defer itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from billiard.exceptions import SoftTimeLimitExceeded
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from models import transitions
 from models.db import session_scope
@@ -27,6 +27,7 @@ from worker.prompts import Prompt
 from worker.refits import Fitted
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 RAW_OUTPUT_MAX_CHARS = 4000
 # What ends the asking with a reason to escalate (`RateLimited`, a ProviderError, is raised).
 CALL_FAILURES = (ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
@@ -54,10 +55,12 @@ class Answer(Generic[T]):
     payload: dict[str, Any] = field(default_factory=dict)
 
 
-def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
+def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T]) -> Answer[T]:
     """Call the model for `prompt` until `parse` accepts its text, at most `plan_max_attempts`.
 
-    `parse` raises `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
+    `parse(text, payload)` gets the answer's text and the payload its request was built with
+    (what the context carried: recalled procedures, for one, `worker.adoption`); it raises
+    `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
     A spent budget, an exhausted quota, a provider failure that outlasted its retries, a context
     that overflows (ours, or the server's window after one smaller rebuild: `worker.refits`), or
     the task's soft time limit ends the asking at once. Raises `RateLimited` (the caller defers).
@@ -69,7 +72,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
     except CALL_FAILURES as exc:
         return _unanswered(exc, "")
     reasks: list[dict[str, Any]] = []
-    raw, error = "", ""
+    raw, error, payload = "", "", fitted.request.payload
     for attempt in range(1, get_settings().plan_max_attempts + 1):
         try:  # a re-ask carries the refused answers after the request's own messages
             completion = fitted.call(reasks)
@@ -81,7 +84,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
         try:
             if completion.finish_reason == "length":
                 raise InvalidOutput("output was cut off at the token limit (finish_reason=length)")
-            return Answer(parse(raw), raw, "", payload=fitted.request.payload)
+            return Answer(parse(raw, payload), raw, "", payload=payload)
         except (InvalidPlan, InvalidOutput, ValidationError) as exc:
             error = _describe(exc)
         _record_invalid(run_id, prompt, attempt, error, raw)
@@ -92,7 +95,16 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str], T]) -> Answer[T]:
                 "content": f"That answer is invalid: {error}. Answer again, JSON only.",
             },
         ]
-    return Answer(None, raw, error, payload=fitted.request.payload)
+    return Answer(None, raw, error, payload=payload)
+
+
+def json_answer(model: type[M]) -> Callable[[str, Mapping[str, Any]], M]:
+    """A parse for `ask` whose answer is JSON of pydantic `model`, whatever the payload."""
+
+    def parse(text: str, _payload: Mapping[str, Any]) -> M:
+        return model.model_validate_json(text)
+
+    return parse
 
 
 def _unanswered(exc: BaseException, raw: str) -> Answer[Any]:

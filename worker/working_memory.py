@@ -31,7 +31,7 @@ from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
-from worker import ledger, procedure_context
+from worker import adoption, ledger, procedure_context
 from worker.context import (
     Context,
     ContextOverflow,
@@ -265,9 +265,7 @@ def build(
     read = RunRead.of(session, run, steps)
     recalled = recall_or_withhold(session, run, prompt, read.facts)
     found = procedure_context.recalled(session, run, prompt, read.steps)
-    pieces = [
-        _piece("user", procedure_context.text_of(f, prompt.purpose), f.item.id) for f in found
-    ]
+    pieces = [_piece("user", procedure_context.text_of(f, prompt), f.item.id) for f in found]
     s = get_settings()
     context = assemble(
         _layers(session, run, prompt, recalled, read, pieces),
@@ -342,7 +340,7 @@ def _request(prompt: Prompt, context: Context, payload: dict[str, Any]) -> Model
         purpose=prompt.purpose,
         messages=context.messages,
         payload=payload,
-        json_schema=prompt.json_schema,
+        json_schema=adoption.schema(prompt.purpose, prompt.json_schema, payload),
         estimated_prompt_tokens=context.tokens + schema_tokens(prompt),
         tools=prompt.tools,
         # the answer never takes more than the room the budget kept free for it

@@ -80,11 +80,13 @@ def test_a_saved_run_is_recalled_for_a_similar_goal_and_shown_as_used(
         with session_scope() as session:
             used = used_by_run(session, second.id or 0)
         title = "Tally the receipts of my Porto trip"
-        assert used == [Used(1, "plan", saved.id or 0, 1, title, "user")]
+        # the offline planner adopts the template by reference (worker.adoption)
+        assert used == [Used(1, "plan", saved.id or 0, 1, title, "user", adopted=True)]
 
         page = console("admin", None).get(f"/ui/runs/{second.id}")
         assert page.status_code == 200
         assert f'data-procedure="{saved.id}"' in page.text and title in page.text
+        assert "adopted</span>" in page.text
         hidden = console("reviewer", None).get(f"/ui/runs/{second.id}").text
         assert f'data-procedure="{saved.id}"' in hidden and title not in hidden  # the user's own
 

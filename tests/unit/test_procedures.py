@@ -19,7 +19,9 @@ from models.tokens import count_tokens
 from models.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from worker.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider
-from worker.procedure_context import EXAMPLE_NOTE, entries, text_of
+from worker.adoption import ADOPT_NOTE
+from worker.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of
+from worker.prompts import plan_prompt, step_prompt
 from worker.providers import ModelRequest
 
 load_tool_modules(DEFAULT_TOOL_MODULES)
@@ -211,10 +213,13 @@ def scored(p: Procedure) -> Scored[Procedure]:
 
 def test_a_plan_call_sees_the_template_as_a_worked_example_a_step_does_not() -> None:
     found = scored(procedure())
-    planning = text_of(found, "plan")
-    assert EXAMPLE_NOTE in planning and '"tally"' in planning and "version 2" in planning
-    assert "How to: Total them in EUR." in text_of(found, "step")
-    assert EXAMPLE_NOTE not in text_of(found, "step")
+    planning = text_of(found, plan_prompt("Tally my receipts", []))
+    assert EXAMPLE_NOTE in planning and "version 2" in planning
+    assert "\n1. tally: echo(value=1)\n" in planning
+    assert ADOPT_NOTE % 7 in planning and planning.startswith("Procedure 7 ")
+    step = text_of(found, step_prompt("Tally them", {}))
+    assert "How to: Total them in EUR." in step
+    assert EXAMPLE_NOTE not in step and ADOPT_NOTE % 7 not in step
     assert entries([found], [7])[0] == {
         "id": 7,
         "version": 2,
@@ -232,12 +237,38 @@ def test_the_offline_planner_follows_a_recalled_template_it_can() -> None:
         "goal": "Tally my Porto receipts",
         "facts": {},
         "tools": tools,
-        "procedures": [{"plan_template": needs_fact}, {"plan_template": TEMPLATE}],
+        "procedures": [
+            {"id": 1, "plan_template": needs_fact},
+            {"id": 2, "plan_template": TEMPLATE},
+        ],
     }
     request = ModelRequest(purpose="plan", messages=[], payload=payload)
-    assert (
-        json.loads(OfflineProvider().complete(request).text) == TEMPLATE
-    )  # the first needs a fact
+    # the first needs a fact; the second is adopted by reference (worker.adoption)
+    assert json.loads(OfflineProvider().complete(request).text) == {"procedure": 2}
+
+
+def test_a_template_reads_as_numbered_steps_with_what_each_waits_for() -> None:
+    template = {
+        "steps": [
+            {"name": "get", "kind": "tool", "tool": "echo", "args": {"value": {"a": 1}}},
+            {
+                "name": "sum",
+                "kind": "model",
+                "instruction": "Add them up.",
+                "tools": ["echo"],
+                "output": {"total": "number"},
+                "after": ["get"],
+            },
+            {"name": "say", "kind": "tool", "tool": "echo", "args": {"value": "x"}, "after": []},
+        ],
+        "success_criteria": ["A total is given."],
+    }
+    assert template_lines(template).splitlines() == [
+        '1. get: echo(value={"a": 1})',
+        '2. sum: model: Add them up. [tools: echo] -> {"total": "number"} (after get)',
+        "3. say: echo(value=x) (after nothing)",
+        "success criterion: A total is given.",
+    ]
 
 
 def test_a_reader_without_the_users_memory_sees_no_title_of_the_users_own() -> None:
