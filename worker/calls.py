@@ -66,6 +66,7 @@ def provider() -> ChatProvider:
         request_timeout_s=s.model_request_timeout_s,
         structured_output=s.structured_output,
         max_tokens_field=s.max_tokens_field,
+        temperature=s.model_temperature,
     )
 
 

@@ -154,6 +154,7 @@ class OpenAIProvider:
     `structured_output` says how a JSON schema is asked for (`_response_format`), and
     `max_tokens_field` which request field carries `max_output_tokens`: OpenAI's current
     `max_completion_tokens`, or the older `max_tokens`, the only one llama-cpp-python reads.
+    `temperature`, when given, is sent with every request (None: the server's default).
     """
 
     name = "openai"
@@ -167,9 +168,11 @@ class OpenAIProvider:
         request_timeout_s: float,
         structured_output: StructuredOutput = "json_schema",
         max_tokens_field: MaxTokensField = "max_completion_tokens",
+        temperature: float | None = None,
     ) -> None:
         """Build the client; raises `ProviderError` if no API key is given or in OPENAI_API_KEY."""
         self.model = model
+        self.temperature = temperature
         self.structured_output: StructuredOutput = structured_output
         self.max_tokens_field: MaxTokensField = max_tokens_field
         try:
@@ -193,6 +196,7 @@ class OpenAIProvider:
                 max_tokens=self._cap(request, "max_tokens"),
                 response_format=_response_format(request, self.structured_output),
                 tools=cast("list[ChatCompletionToolParam]", list(request.tools)) or openai.omit,
+                temperature=openai.omit if self.temperature is None else self.temperature,
             )
         except openai.OpenAIError as exc:
             where = f"openai {request.purpose} call to {self.model} at {self._client.base_url}"
@@ -235,6 +239,7 @@ def make_provider(
     request_timeout_s: float,
     structured_output: StructuredOutput = "json_schema",
     max_tokens_field: MaxTokensField = "max_completion_tokens",
+    temperature: float | None = None,
 ) -> ChatProvider:
     """The provider called `name` ("offline" or "openai"); unknown names raise `ProviderError`.
 
@@ -252,6 +257,7 @@ def make_provider(
             request_timeout_s=request_timeout_s,
             structured_output=structured_output,
             max_tokens_field=max_tokens_field,
+            temperature=temperature,
         )
     raise ProviderError(f"unknown model provider {name!r}; allowed: {', '.join(PROVIDER_NAMES)}")
 

@@ -38,16 +38,10 @@ from ops import views
 from ops.bench import figures
 from ops.bench.agent_goals import GOALS, Goal
 from ops.bench.agent_outcomes import Checked, check, goal_line, table
-from ops.bench.agent_runs import (
-    MODEL_TIMEOUT_S,
-    local_env,
-    local_model_server,
-    observe,
-    results_by_step,
-    submit,
-    wait_or_cancel,
-)
+from ops.bench.agent_runs import observe, results_by_step, submit, wait_or_cancel
 from ops.bench.harness import BenchError, Engine, engine, wait_until_idle
+from ops.llama_server import SMOLLM2, LlamaServer
+from ops.local_model import MODEL_TIMEOUT_S, local_env
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 BENCH_TOOLS: Final = "ops.bench.agent_tools"
@@ -67,7 +61,7 @@ def engine_settings(
         "PYTHONPATH": path,
     }
     if provider == "local":
-        env |= local_env(base_url or "", model_timeout_s)
+        env |= local_env(SMOLLM2.alias, base_url or "", model_timeout_s=model_timeout_s)
     return env
 
 
@@ -171,8 +165,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     started = time.monotonic()
     if args.provider == "local" and args.openai_base_url is None:
-        with local_model_server() as url:
-            checked = run_all(args, goals, url)
+        try:
+            server = LlamaServer(SMOLLM2)
+        except FileNotFoundError as exc:
+            raise BenchError(f"--provider local: {exc}") from exc
+        with server:
+            checked = run_all(args, goals, server.url)
     else:
         checked = run_all(args, goals, args.openai_base_url)
     report(args, checked, started)

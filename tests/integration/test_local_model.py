@@ -26,9 +26,9 @@ from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent
 from models.tools import catalog, load_tool_modules
+from ops.llama_server import MODEL_ALIAS, LlamaServer
 from ops.stack import LocalStack
 from tests.integration.conftest import other_engine, run_steps, wait_for_run
-from tests.support.llama_server import MODEL_ALIAS, LlamaServer
 from worker.prompts import PLAN_INSTRUCTIONS, plan_prompt
 from worker.providers import ModelRequest, OpenAIProvider, StructuredOutput
 

