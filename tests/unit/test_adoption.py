@@ -12,7 +12,7 @@ import pytest
 from models.errors import InvalidPlan
 from models.plans import parse_plan
 from models.tools import DEFAULT_TOOL_MODULES, configured_tool_names, load_tool_modules
-from worker.adoption import adopted_id, adoptable, expand, offered, schema
+from worker.adoption import adoptable, adopted_id, expand, offered, schema
 from worker.offline import OfflineProvider
 from worker.prompts import plan_schema
 from worker.providers import ModelRequest
@@ -60,7 +60,7 @@ def test_the_schema_offers_the_ids_beside_the_plan_and_only_to_planning_calls() 
     jsonschema.validate({"procedure": 4}, offering)
     written = {"steps": [{"name": "a", "kind": "model", "instruction": "x"}]}
     jsonschema.validate({"procedure": None, **written}, offering)
-    assert list(offering["anyOf"][1]["properties"])[0] == "procedure"  # both open with it
+    assert next(iter(offering["anyOf"][1]["properties"])) == "procedure"  # both open with it
     for refused in ({"procedure": 5}, written, {"procedure": None}, {"procedure": 4, **written}):
         with pytest.raises(jsonschema.ValidationError):  # 5: no template, so not offered
             jsonschema.validate(refused, offering)
@@ -72,7 +72,9 @@ def test_the_schema_offers_the_ids_beside_the_plan_and_only_to_planning_calls() 
 def test_an_adopted_template_is_the_first_plan_criteria_and_all() -> None:
     plan = expand('{"procedure": 3}', {"procedures": PROCEDURES}, kept=set())
     assert plan == LIVE and plan["steps"] is not EXPENSE_PLAYBOOK  # a copy
-    parsed = parse_plan(plan, tools=configured_tool_names(), facts={"currency", "trip", "cost_centre"})
+    parsed = parse_plan(
+        plan, tools=configured_tool_names(), facts={"currency", "trip", "cost_centre"}
+    )
     assert [s.name for s in parsed.steps] == ["receipts", "rate", "convert", "attach", "submit"]
 
 

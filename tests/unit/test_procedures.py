@@ -17,9 +17,9 @@ from models.settings import Settings
 from models.tables import Step
 from models.tokens import count_tokens
 from models.tools import DEFAULT_TOOL_MODULES, load_tool_modules
+from worker.adoption import ADOPT_NOTE
 from worker.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider
-from worker.adoption import ADOPT_NOTE
 from worker.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of
 from worker.prompts import plan_prompt, step_prompt
 from worker.providers import ModelRequest
