@@ -42,7 +42,10 @@ from models.tokens import count_tokens
 from ops.bench.figures import percentile
 from ops.stack import LocalStack
 
-DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
+# The development conversations beside the repository (`../shared/data` from its root), never an
+# absolute path; `--data` takes any other LoCoMo file.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
 DEFAULT_K, SHORT_K, WARMUP_CALLS = 10, 5, 5
 # The released data's codes (not the paper's order): 2 ask "When ...", 5 have adversarial answers.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -255,14 +258,18 @@ questions; with a full-text match in its top {k}: {sum(o.text_match for o in age
             print("\n" + render(header, rows, markdown))
 
 
-def parse_args() -> argparse.Namespace:
-    """The command line."""
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (`argv`, default `sys.argv[1:]`); exits with a usage error naming
+    `--data` when its file is missing."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")
     parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"results per query, >= {SHORT_K}")
     parser.add_argument("--conversations", type=int, default=None, help="first N (default: all)")
     parser.add_argument("--data-dir", type=Path, default=None, help="kept; default: a temp dir")
-    return parser.parse_args()
+    args = parser.parse_args(argv)
+    if not args.data.is_file():
+        parser.error(f"--data: {args.data} is not a file (a LoCoMo JSON file, e.g. {DEFAULT_DATA})")
+    return args
 
 
 def main() -> None:

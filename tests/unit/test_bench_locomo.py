@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ops.bench.locomo_recall import load_conversation, parse_evidence, percentile, recall_at
+from ops.bench.locomo_recall import (
+    DEFAULT_DATA,
+    REPO_ROOT,
+    load_conversation,
+    parse_args,
+    parse_evidence,
+    percentile,
+    recall_at,
+)
 
 
 @pytest.mark.parametrize(
@@ -81,3 +90,18 @@ def test_load_conversation_formats_turns_and_counts_skips() -> None:
     ]
     assert skips == Counter(malformed=1, unknown=1, questions=1)
     assert all(n > 0 for n in conv.tokens)
+
+
+def test_the_data_is_found_beside_the_repository_and_a_missing_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json" == DEFAULT_DATA
+    assert (REPO_ROOT / "ops" / "bench" / "locomo_recall.py").is_file()
+    missing = tmp_path / "nope.json"
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--data", str(missing)])
+    assert exited.value.code == 2
+    assert f"--data: {missing} is not a file" in capsys.readouterr().err
+    given = tmp_path / "given.json"
+    given.write_text("[]")
+    assert parse_args(["--data", str(given)]).data == given
