@@ -72,7 +72,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
     except CALL_FAILURES as exc:
         return _unanswered(exc, "")
     reasks: list[dict[str, Any]] = []
-    raw, error, payload = "", "", fitted.request.payload
+    raw, error = "", ""
     for attempt in range(1, get_settings().plan_max_attempts + 1):
         try:  # a re-ask carries the refused answers after the request's own messages
             completion = fitted.call(reasks)
@@ -81,6 +81,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
         except CALL_FAILURES as exc:
             return _unanswered(exc, raw)
         raw = completion.text
+        payload = fitted.request.payload  # what this request carried (a refit rebuilds it)
         try:
             if completion.finish_reason == "length":
                 raise InvalidOutput("output was cut off at the token limit (finish_reason=length)")
@@ -95,7 +96,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
                 "content": f"That answer is invalid: {error}. Answer again, JSON only.",
             },
         ]
-    return Answer(None, raw, error, payload=payload)
+    return Answer(None, raw, error, payload=fitted.request.payload)
 
 
 def json_answer(model: type[M]) -> Callable[[str, Mapping[str, Any]], M]:
