@@ -190,7 +190,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
             {
                 "steps": [
                     # long enough to outlast the start-up of the CLI that cancels it
-                    {"name": "wait", "kind": "tool", "tool": "sleep", "args": {"seconds": 8}},
+                    {"name": "wait", "kind": "tool", "tool": "sleep", "args": {"seconds": 15}},
                     {"name": "after", "kind": "tool", "tool": "noop"},
                 ]
             }

@@ -155,3 +155,13 @@ def snapshot(run_id: int) -> dict[str, Any]:
             (e.model_dump() for e in events if e.kind.startswith(("run.", "escalation."))), key=str
         )
     return rows
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each schemathesis operation test (tests/api/test_schema.py) its own node id:
+    schemathesis names them `test_no_server_errors[POST /api/v1/runs]` and so on but gives them
+    all the function's node id, and pytest-xdist schedules by node id, so it ran only one."""
+    for item in items:
+        name = item.nodeid.rpartition("::")[2]
+        if name != item.name and item.name.startswith(name + "[") and item.parent is not None:
+            item._id = item.parent.id.child(item.name)  # pytest 9: the node id's structured form

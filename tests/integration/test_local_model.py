@@ -29,7 +29,7 @@ from models.tools import catalog, load_tool_modules
 from ops.llama_server import MODEL_ALIAS, LlamaServer
 from ops.stack import LocalStack
 from tests.integration.conftest import other_engine, run_steps, wait_for_run
-from worker.prompts import PLAN_INSTRUCTIONS, plan_prompt
+from worker.prompts import plan_prompt
 from worker.providers import ModelRequest, OpenAIProvider, StructuredOutput
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def plan_request(goal: str) -> ModelRequest:
     load_tool_modules(TOOL_MODULES)
     prompt = plan_prompt(goal, [t for t in catalog() if t["name"] in {"echo", "noop", "sleep"}])
     messages = [
-        {"role": "system", "content": PLAN_INSTRUCTIONS},
+        {"role": "system", "content": prompt.instructions},  # instructions and catalogue
         {"role": "user", "content": f"Goal: {goal}"},
         {"role": "user", "content": prompt.task},
     ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ llama_perf_context_print: prompt eval time =  7100.00 ms /   690 tokens (   10.2
 def test_the_local_settings_are_valid_settings_and_keep_the_timeout_ladder(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    for name in [n for n in os.environ if n.startswith("AGENTQ_")]:  # a test engine's ladder
+        monkeypatch.delenv(name)
     for name, value in local_env("smollm2", "http://127.0.0.1:9/v1", model_timeout_s=100).items():
         monkeypatch.setenv(name, value)
     settings = Settings()
