@@ -40,6 +40,7 @@ from models.tools import (
     describe_parameters,
 )
 from ops import views
+from ops.demo_local import MODEL_HELP
 from ops.inputs import (
     not_blank,
     parse_facts,
@@ -518,10 +519,8 @@ def review_edit(
 
 @app.command()
 def demo(
-    model: Annotated[
-        str, typer.Option(help="offline, or a local model served here: local (smollm2), gemma3")
-    ] = "offline",
-    scenarios: Annotated[int, typer.Option(min=1, max=2, help="how many scenarios to run")] = 2,
+    model: Annotated[str | None, typer.Option(help=MODEL_HELP)] = None,
+    scenarios: Annotated[int, typer.Option(min=1, max=2, help="How many scenarios to run.")] = 2,
 ) -> None:
     """The expense-report demo on the embedded stack (or the configured one)."""
     from ops.demo import run_demo

@@ -35,9 +35,9 @@ from models.settings import get_settings
 from models.submissions import RunRequest
 from models.tables import RunEvent
 from ops import views
+from ops.demo_local import DEMO_USER, local_model, model_names, offline_model, seed_procedures
 
 DEMO_GOAL = "File my Lisbon trip expense report"
-DEMO_USER = "demo"
 DEMO_FACTS = {"currency": "EUR", "cost_centre": "CC-4410"}
 REVIEWER_RATE = "0.95"  # what the demo's reviewer answers in scenario 2
 MEMORY_TIMEOUT_S = 120.0  # how long a run's memory task may take before the demo gives up
@@ -61,28 +61,33 @@ SCENARIOS = (
 )
 
 
-def run_demo(console: Console, *, model: str = "offline", scenarios: int = len(SCENARIOS)) -> int:
-    """Run the first `scenarios` scenarios on `model` (`ops.demo_local.model_names`); exit code
-    0 when each submitted a report, else 1. Raises `InvalidInput` for a local model agentq
-    cannot serve here."""
-    from ops.demo_local import local_model, model_names, seed_procedures
-
-    if model not in model_names():
+def run_demo(console: Console, *, model: str | None = None, scenarios: int = len(SCENARIOS)) -> int:
+    """Run the first `scenarios` scenarios on `model` (`ops.demo_local.model_names`: `offline`,
+    or a local model served here; None: the configured provider); exit code 0 when each
+    submitted a report, else 1. Raises `InvalidInput` for a model it cannot use here."""
+    if model is not None and model not in model_names():
         raise InvalidInput(f"--model: {model!r} is not one of {', '.join(model_names())}")
-    served = nullcontext() if model == "offline" else local_model(console, model)
+    served = (
+        nullcontext()
+        if model is None
+        else offline_model()
+        if model == "offline"
+        else local_model(console, model)
+    )
     with served:
         settings = get_settings()
         configured = bool(os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url)
         label = views.provider_label(settings.provider)
-        console.print(Text(f"provider: {label}" + (f", model {settings.model}" if served else "")))
+        named = "" if settings.provider == "offline" else f", model {settings.model}"
+        console.print(Text(f"provider: {label}{named}"))
         if not configured:
             console.print(Text(f"starting the embedded stack in {settings.home / 'demo'} …"))
         from ops.local import start_engine
 
         stack = nullcontext() if configured else start_engine(settings.home / "demo")
         with stack:
-            _forget_demo_user(console)
-            if model != "offline":
+            _forget_demo_user(console)  # its procedures too: a local demo's are seeded again
+            if model not in (None, "offline"):
                 seed_procedures(console)
             results = [_scenario(console, s) for s in SCENARIOS[:scenarios]]
     return 0 if all(results) else 1

