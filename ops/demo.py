@@ -16,6 +16,8 @@ procedures for expense reports seeded first; `--scenarios 1` stops after the fir
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -67,6 +69,8 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
     submitted a report, else 1. Raises `InvalidInput` for a model it cannot use here."""
     if model is not None and model not in model_names():
         raise InvalidInput(f"--model: {model!r} is not one of {', '.join(model_names())}")
+    # a TERM (a time box, a supervisor) unwinds as ^C does: the stack and the server stop
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     served = (
         nullcontext()
         if model is None

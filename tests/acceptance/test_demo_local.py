@@ -5,12 +5,15 @@ item 7). ops/bench/local_demo.py runs it five times per model; here CI runs it o
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_cli import agentq
+from tests.acceptance.test_cli import AGENTQ, _env, agentq
 from tests.integration.conftest import engine_dir
 
 pytestmark = pytest.mark.acceptance
@@ -40,3 +43,27 @@ def test_an_unknown_model_is_refused_naming_the_choices(home: Path) -> None:
     result = agentq(home, "demo", "--model", "gpt-9")
     assert result.returncode == 2
     assert "--model: 'gpt-9' is not one of offline, local, smollm2, gemma3" in result.stdout
+
+
+def test_a_terminated_demo_stops_its_stack_and_leaves_no_process(home: Path) -> None:
+    """A TERM (a time box, a supervisor) unwinds the demo as ^C does (ops.demo.run_demo)."""
+    proc = subprocess.Popen(
+        [AGENTQ, "demo"],
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen, deadline = "", time.monotonic() + 120
+    while "$ agentq submit" not in seen:  # the stack is up and a run is going
+        line = proc.stdout.readline()
+        assert line and time.monotonic() < deadline, seen
+        seen += line
+    proc.terminate()
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not (home / "demo" / "stack.json").exists()
+    time.sleep(2)  # children that were told to stop have gone
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+    assert left.stdout == "", f"processes of the demo's session still running: {left.stdout}"
