@@ -3,13 +3,14 @@
 A plan or replan call whose context carries procedures with a plan template
 (`worker.procedure_context`) may answer `{"procedure": ID}` instead of writing steps: the plan
 is then that template, checked as any plan is (`models.plans.parse_plan`). A small model copies
-an id far more reliably than it writes a five-step plan with references (SmolLM2-135M wrote none
-of the demo's plans correctly; it adopts them). The request's schema offers the ids as an enum
-beside the plan's own shape (`schema`), so a server that compiles schemas into a grammar can
-only answer an id the context showed, or a plan. Both answers open with the `procedure` key (an
-id, or null before the steps of a plan written out), so a grammar-bound model makes the choice
-at the first token of its answer, where the ids it was shown weigh most: offered the same two
-answers as alternatives that differ in their first key, SmolLM2 wrote steps every time.
+an id far more reliably than it writes a five-step plan with references (SmolLM2-135M wrote no
+usable plan for the demo; adopting, it filed the report in 5 runs of 5: README). The request's
+schema offers the ids as an enum beside the plan's own shape (`schema`), so a server that
+compiles schemas into a grammar can only answer an id the context showed, or a plan. Both
+answers open with the `procedure` key (an id, or null before the steps of a plan written out),
+so a grammar-bound model makes the choice at the first token of its answer, where the ids it
+was shown weigh most: offered the same two answers as alternatives that differ in their first
+key, SmolLM2 wrote steps (in the run tried).
 
 In a replan, a template step whose name the plan already has (a step kept from the current
 version) is left out, so adopting a whole-plan template fills in only what the plan lacks: the
@@ -31,8 +32,6 @@ ADOPT_NOTE: Final = (
     'To follow this procedure\'s plan template as it is, answer {"procedure": %d}; to write '
     'the steps yourself, answer {"procedure": null, "steps": [...]}.'
 )
-
-
 PLANNING: Final = ("plan", "replan")
 
 
