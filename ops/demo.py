@@ -9,13 +9,12 @@ run escalates, a reviewer answers with a rate (`agentq review respond ID --answe
 by the demo itself) and the run completes.
 Both print the submitted total and cost centre, read from the submit step's row.
 
-`--model NAME` runs it on a small local model served here (`ops.demo_local`), with everyone's
-procedures for expense reports seeded first; `--scenarios 1` stops after the first.
+`--model NAME` runs it on a small local model served here (`ops.demo_local`), with the demo
+user's procedures for expense reports seeded first; `--scenarios 1` stops after the first.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -37,7 +36,14 @@ from models.settings import get_settings
 from models.submissions import RunRequest
 from models.tables import RunEvent
 from ops import views
-from ops.demo_local import DEMO_USER, local_model, model_names, offline_model, seed_procedures
+from ops.demo_local import (
+    DEMO_USER,
+    engine_configured,
+    local_model,
+    model_names,
+    offline_model,
+    seed_procedures,
+)
 
 DEMO_GOAL = "File my Lisbon trip expense report"
 DEMO_FACTS = {"currency": "EUR", "cost_centre": "CC-4410"}
@@ -80,7 +86,7 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
     )
     with served:
         settings = get_settings()
-        configured = bool(os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url)
+        configured = engine_configured()
         label = views.provider_label(settings.provider)
         named = "" if settings.provider == "offline" else f", model {settings.model}"
         console.print(Text(f"provider: {label}{named}"))

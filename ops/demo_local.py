@@ -26,9 +26,8 @@ from rich.text import Text
 
 from models import procedure_admin
 from models.errors import InvalidInput
-from models.procedures import Actor, checked, spec_of
+from models.procedures import Actor
 from models.settings import get_settings
-from models.tools import configured_tool_names
 from ops.llama_server import LOCAL_MODELS, LlamaServer
 from ops.local_model import local_env
 from worker.tools.expenses import EXPENSE_PLAYBOOK
@@ -80,8 +79,14 @@ def model_names() -> list[str]:
     return ["offline", "local", *LOCAL_MODELS]
 
 
+def engine_configured() -> bool:
+    """Whether agentq is configured for a database of its own (`AGENTQ_DATABASE_URL`), whose
+    engine the demo talks to instead of starting the embedded one."""
+    return bool(os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url)
+
+
 def _refuse_configured(name: str) -> None:
-    if os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url:
+    if engine_configured():
         raise InvalidInput(
             f"--model {name}: the demo on a model of its choosing starts its own embedded "
             "engine; unset AGENTQ_DATABASE_URL (or leave --model out to use your engine's)"
@@ -137,18 +142,9 @@ def local_model(console: Console, name: str) -> Iterator[None]:
 
 
 def seed_procedures(console: Console) -> None:
-    """Add `DEMO_PROCEDURES` as the demo user's procedures, or make a new version of one of the
-    same title whose content differs."""
-    listed = procedure_admin.listing(SEEDER, scope="user", user_id=DEMO_USER)
-    by_title = {p.title: p for p in listed}
+    """Add `DEMO_PROCEDURES` as the demo user's procedures (the demo's forget, just before,
+    removed any an earlier demo left)."""
     for data in DEMO_PROCEDURES:
-        found = by_title.get(data["title"])
-        if found is None:
-            added = procedure_admin.add(SEEDER, dict(data))
-            line = f"$ agentq procedure add --user {DEMO_USER} ...   # procedure {added.id}"
-        elif checked(dict(data), tools=configured_tool_names()) != spec_of(found):
-            edited = procedure_admin.edit(SEEDER, found.id or 0, dict(data))
-            line = f"$ agentq procedure edit {edited.id} ...   # version {edited.version}"
-        else:
-            continue
+        added = procedure_admin.add(SEEDER, dict(data))
+        line = f"$ agentq procedure add --user {DEMO_USER} ...   # procedure {added.id}"
         console.print(Text(f"{line}: {data['title']}"))
