@@ -23,6 +23,7 @@ from sqlalchemy.ext.mutable import MutableList
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models import recall as retrieval
+from models import rerank
 from models.erasures import hold_shared, may_write
 from models.tables import utcnow
 
@@ -233,13 +234,13 @@ def recall_episodes(
     min_similarity: float = retrieval.MIN_SIMILARITY,
     recency_half_life_days: float | None = retrieval.RECENCY_HALF_LIFE_DAYS,
 ) -> list[ScoredEpisode]:
-    """The tenant's best `k` episodes for a query, by vector and text, fused (`models.recall`),
-    best first. Raises as `models.recall.Search` does."""
+    """The tenant's best `k` episodes for a query, by vector and text, re-scored
+    (`models.rerank`), best first. Raises as `models.recall.Search` does."""
     query = retrieval.Search(
         EPISODES, user_id, embedding_model, query_text, query_embedding, k, now or utcnow(),
         min_similarity, recency_half_life_days,
     )  # fmt: skip
-    ranked = retrieval.hybrid(session, query)
+    ranked = rerank.hybrid(session, query)
     rows = session.exec(select(Episode).where(col(Episode.id).in_([r.item for r in ranked])))
     return retrieval.with_rows({row.id or 0: row for row in rows}, ranked)
 

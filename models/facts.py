@@ -26,13 +26,17 @@ from sqlalchemy.dialects.postgresql import TSVECTOR, insert
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from models import recall as retrieval
+from models import rerank
 from models.erasures import may_write
 from models.tables import created_field, timestamp_field, utcnow
 
 CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # preference, profile, knowledge, event
 FACT_TSV = "to_tsvector('english', subject || ' ' || coalesce(attribute, '') || ' ' || text)"
+THREAD_MAX = 200
+THREADED = sa.text("thread IS NOT NULL")
+THREAD_CHECK = "(thread IS NULL) = (position IS NULL) AND position >= 0"
 LIVE = "valid_to IS NULL AND (expires_at IS NULL OR expires_at > :now)"  # current, unexpired
-FACTS = retrieval.Source("facts", born="valid_from", visible=LIVE)
+FACTS = retrieval.Source("facts", born="valid_from", visible=LIVE, threads=True)
 
 # fact_lock: serialise this transaction with other writers of the same fact key until commit.
 FACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
@@ -59,6 +63,8 @@ class Fact(SQLModel, table=True):
         sa.Index("facts_current_attribute", "user_id", "subject", "attribute", **CURRENT),
         sa.Index("facts_expiring", "expires_at", **CURRENT),
         sa.Index("facts_tsv", "tsv", postgresql_using="gin"),
+        sa.Index("facts_thread", "user_id", "thread", "position", postgresql_where=THREADED),
+        sa.CheckConstraint(THREAD_CHECK, name="facts_thread_position"),
     )
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(index=True, max_length=200)
@@ -75,6 +81,10 @@ class Fact(SQLModel, table=True):
     superseded_by: int | None = Field(default=None, foreign_key="facts.id", ondelete="SET NULL")
     source_run_id: int | None = None
     source_step_id: int | None = None
+    # A conversation turn's thread (a conversation, or one session of it) and place in it:
+    # recall scores a turn with its neighbours (`models.rerank`). Both or neither.
+    thread: str | None = Field(default=None, max_length=200)
+    position: int | None = Field(default=None, ge=0)
     # Where it came from: `run:<id>` (extracted from a run), `reviewer:<name>` (a reviewer's
     # answer, remembered at their request), `unknown` (written before sources were recorded).
     source: str = Field(
@@ -153,6 +163,7 @@ def remember(
     source: str | None = None,
     ttl_s: float | None = None,
     now: datetime | None = None,
+    turn: tuple[str, int] | None = None,
 ) -> Remembered:
     """Store a fact for `user_id`, or find it already stored, or supersede older versions.
 
@@ -163,10 +174,12 @@ def remember(
     attribute) are serialised by a transaction-level advisory lock, and the INSERT is
     `ON CONFLICT DO NOTHING` on the partial unique index, so two concurrent writers of one fact
     end with one row. Assumes READ COMMITTED (Postgres' default). `ttl_s` (seconds, > 0) sets
-    `expires_at`. Raises `ValueError` for empty fields, a bad category, ttl or embedding, and
-    `ConfigurationError` for an unsafe embedding-model name.
+    `expires_at`. `turn` = (thread, position >= 0) places a conversation turn in its thread
+    (recall scores it with its neighbours, `models.rerank`). Raises `ValueError` for empty
+    fields, a bad category, ttl, embedding or turn, and `ConfigurationError` for an unsafe
+    embedding-model name.
     """
-    now = _aware(now)
+    now, (thread, position) = _aware(now), _checked_turn(turn)
     if ttl_s is not None and not ttl_s > 0:
         raise ValueError(f"ttl_s {ttl_s!r}: must be > 0 seconds, or None")
     fact = Fact(
@@ -176,6 +189,7 @@ def remember(
         valid_from=now, created_at=now, source_run_id=source_run_id, source_step_id=source_step_id,
         expires_at=None if ttl_s is None else now + timedelta(seconds=ttl_s),
         source=source or (f"run:{source_run_id}" if source_run_id is not None else "unknown"),
+        thread=thread, position=position,
     )  # fmt: skip
     fact.content_hash = _checked_hash(fact)
     if source_run_id is not None and not may_write(
@@ -183,6 +197,19 @@ def remember(
     ):
         return Remembered("dropped", 0)
     return _store(session, fact, now)
+
+
+def _checked_turn(turn: tuple[str, int] | None) -> tuple[str | None, int | None]:
+    """`turn` as (thread, position), or (None, None); `ValueError` for an empty or over-long
+    thread or a position that is not an int >= 0."""
+    if turn is None:
+        return None, None
+    thread, position = turn
+    if not isinstance(thread, str) or not 1 <= len(thread) <= THREAD_MAX:
+        raise ValueError(f"turn thread {thread!r}: must be a string of 1..{THREAD_MAX} characters")
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(f"turn position {position!r}: must be an integer >= 0")
+    return thread, position
 
 
 def _checked_hash(fact: Fact) -> str:
@@ -277,7 +304,8 @@ def recall(
     recency_half_life_days: float | None = retrieval.RECENCY_HALF_LIFE_DAYS,
     include_history: bool = False,
 ) -> list[ScoredFact]:
-    """The tenant's best `k` facts for a query, by vector and text, fused (`models.recall`).
+    """The tenant's best `k` facts for a query, by vector, text and their conversation
+    neighbours, re-scored (`models.rerank`).
 
     Only current, unexpired facts of `embedding_model` unless `include_history` (then closed and
     expired versions too). Best first; fewer than `k` when fewer rows pass the relevance
@@ -287,7 +315,7 @@ def recall(
         FACTS, user_id, embedding_model, query_text, query_embedding, k, _aware(now),
         min_similarity, recency_half_life_days, include_history,
     )  # fmt: skip
-    ranked = retrieval.hybrid(session, query)
+    ranked = rerank.hybrid(session, query)
     rows = session.exec(select(Fact).where(col(Fact.id).in_([r.item for r in ranked])))
     return retrieval.with_rows({row.id or 0: row for row in rows}, ranked)
 

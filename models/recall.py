@@ -1,10 +1,11 @@
-"""Hybrid retrieval over the memory tables (`facts`, `episodes`), shared by both.
+"""The first stage of retrieval over the memory tables (`facts`, `episodes`, `procedures`).
 
-Two named queries per recall, both scoped to one tenant and one embedding model (DESIGN.md,
-invariant 7): nearest rows by cosine distance through the model's partial HNSW expression index
-(pgvector README, "Indexing vectors with different dimensions"; iterative scans, pgvector 0.8),
-and full-text matches by `ts_rank_cd`. Their ranks are fused by reciprocal rank fusion with
-k = 60 (Cormack, Clarke and Buettcher, SIGIR 2009), then weighted by recency.
+Named queries, all scoped to one tenant and one embedding model (DESIGN.md, invariant 7):
+nearest rows by cosine distance through the model's partial HNSW expression index (pgvector
+README, "Indexing vectors with different dimensions"; iterative scans, pgvector 0.8), and
+full-text matches by `ts_rank_cd`. Facts and episodes are re-scored from there by
+`models.rerank`; procedures' two lists are fused by reciprocal rank fusion with k = 60
+(Cormack, Clarke and Buettcher, SIGIR 2009, `fuse`), then weighted by recency.
 """
 
 from __future__ import annotations
@@ -89,11 +90,13 @@ SELECT set_config('hnsw.iterative_scan', :iterative_scan, true),
 @dataclass(frozen=True)
 class Source:
     """One memory table as the queries see it: `born` is the recency column, `visible` the SQL
-    predicate of rows a default recall may return (`:now` is bound)."""
+    predicate of rows a default recall may return (`:now` is bound), `threads` whether its rows
+    may have conversation neighbours."""
 
     table: str
     born: str
     visible: str = "TRUE"
+    threads: bool = False  # rows carry `thread` and `position` (see `models.rerank`)
 
 
 @dataclass(frozen=True)
@@ -157,14 +160,16 @@ class Hit:
 @dataclass(frozen=True)
 class Scored(Generic[T]):
     """A recalled `item` (a row, or its id before the rows are loaded) and its score's parts:
-    cosine `similarity` in [-1, 1], `text_rank` (ts_rank_cd, 0 without a text match), `fused`
-    the RRF score, `recency` its weight in [1 - RECENCY_WEIGHT, 1], `score = fused * recency`."""
+    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts and episodes, `models.rerank`;
+    ts_rank_cd for procedures; 0 without a shared word), `relevance` before recency (the
+    re-scored relevance, or the RRF score of `fuse`), `recency` its weight in
+    [1 - RECENCY_WEIGHT, 1], `score = relevance * recency`."""
 
     item: T
     similarity: float
     text_rank: float
     text_match: bool
-    fused: float
+    relevance: float
     recency: float
     score: float
 
@@ -284,14 +289,6 @@ def nearest(session: Session, query: Search) -> list[Hit]:
     a second, small query over the tenant's rows."""
     found = hits(session, query, NEAREST_INDEXED)
     return found if len(found) >= query.pool else hits(session, query, NEAREST_EXACT)
-
-
-def hybrid(session: Session, query: Search) -> list[Scored[int]]:
-    """The best `query.k` row ids by both paths, fused (see `fuse`)."""
-    with search_settings(session, pool=query.pool):
-        by_vector = nearest(session, query)
-        by_text = hits(session, query, TEXT_MATCHES)
-    return fuse(by_vector, by_text, query)
 
 
 def tied_ranks(found: Sequence[Hit], keys: Sequence[float]) -> dict[int, int]:

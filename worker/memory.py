@@ -43,6 +43,7 @@ from models.reembedding import check_embedding_model
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
+from models.time_expressions import annotate
 from worker import calls, extraction
 from worker.claims import claim_phase, renewed
 from worker.prompts import FactSpec
@@ -180,13 +181,17 @@ def _write(
 
 
 def _extract(found: RunMemory) -> tuple[list[FactSpec], str | None]:
-    """The run's extracted facts (none when skipped), and why extraction failed (None if not):
-    the episode and the answers are written all the same."""
+    """The run's extracted facts (none when skipped), each with its relative time expressions
+    resolved against the day the run was submitted ("due next Friday (19 May 2023)",
+    `models.time_expressions`), and why extraction failed (None if not): the episode and the
+    answers are written all the same."""
     if found.skipped is not None:
         return [], None
     run = found.run
     try:
-        return extraction.extract_facts(run.id, run.goal, found.failures, found.stated), None
+        extracted = extraction.extract_facts(run.id, run.goal, found.failures, found.stated)
+        said_on = run.created_at.date()
+        return [f.model_copy(update={"text": annotate(f.text, said_on)}) for f in extracted], None
     except DatabaseUnavailable:
         raise
     except (AgentqError, ValueError) as exc:

@@ -1,13 +1,17 @@
 """LoCoMo recall: agentq's hybrid `recall` against plain cosine top-k, on the evidence turns.
 
-`python -m ops.bench.locomo_recall [--data PATH] [--k 10] [--conversations N] [--data-dir DIR]`
+`python -m ops.bench.locomo_recall [--data PATH] [--k 10] [--conversations N] [--data-dir DIR]
+[--no-dates]`
 
 LoCoMo (Maharana et al., ACL 2024): long two-person conversations; each question's `evidence`
 names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant, a
-turn one fact ("<speaker> (<session date>): <text> [image: <caption>]", category "event"),
-embedded in batches by all-MiniLM-L6-v2. Per question: agentq's `models.facts.recall` (HNSW
-cosine + full text, RRF, recency, default `min_similarity`; Postgres 18 + pgvector from
-`LocalStack`) against exact cosine top k over the same embeddings (numpy). recall@n: the share of
+turn one fact ("<speaker> (<session date>): <text> [image: <caption>]", category "event", its
+relative time expressions resolved against the session's date unless `--no-dates`) in its
+session's thread, embedded in batches by all-MiniLM-L6-v2. Per question, in turn: agentq's
+recall as `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context,
+recency, default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one
+part off (`rerank.Weights`: an ablation row each), the recall it replaced (RRF of HNSW and
+`ts_rank_cd`), and exact cosine top k over the same embeddings (numpy). recall@n: the share of
 the question's evidence turns in the first n results (n = 5, k), averaged by category. Evidence
 is parsed leniently ("D8:6; D9:17" is two turns); what is unusable is counted and skipped. Also:
 tokens (`count_tokens`) of the k results against the whole conversation's; ms per call (after a
@@ -24,20 +28,25 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime
+from functools import partial
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 import numpy as np
+import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import facts
+from models import facts, rerank
+from models import recall as retrieval
 from models.db import session_scope
 from models.embedders import LocalEmbedder
 from models.migrate import upgrade
 from models.recall import MIN_SIMILARITY
+from models.time_expressions import annotate
 from models.tokens import count_tokens
 from ops.bench.figures import percentile
 from ops.stack import LocalStack
@@ -49,9 +58,10 @@ DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
 DEFAULT_K, SHORT_K, WARMUP_CALLS = 10, 5, 5
 # The released data's codes (not the paper's order): 2 ask "When ...", 5 have adversarial answers.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+# The date at the end of a session's `session_<n>_date_time` ("1:56 pm on 8 May, 2023").
+SESSION_DATE = re.compile(r"(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$")
 EVIDENCE_ID = re.compile(r"D\s*(\d+)\s*:\s*(\d+)")
 Matrix = np.ndarray[Any, np.dtype[np.float32]]
-Pair = tuple["Outcome", "Outcome"]  # one question's (agentq, baseline) outcomes
 
 
 @dataclass(frozen=True)
@@ -107,10 +117,14 @@ def recall_at(ranked: Sequence[Collection[str]], evidence: Collection[str], n: i
     return len(set().union(*ranked[:n]) & set(evidence)) / len(set(evidence))
 
 
-def load_conversation(item: dict[str, Any], skips: Counter[str]) -> Conversation:
+def load_conversation(
+    item: dict[str, Any], skips: Counter[str], *, resolve_dates: bool = True
+) -> Conversation:
     """One sample's turns in session order, each as "<speaker> (<session date>): <text>" plus
-    " [image: <caption>]" if it has one, and its questions with known evidence; counts in `skips`
-    the "malformed" evidence entries, "unknown" turn ids and "questions" left without evidence."""
+    " [image: <caption>]" if it has one (with `resolve_dates`, the text's relative time
+    expressions resolved against the session's date: `models.time_expressions.annotate`), and
+    its questions with known evidence; counts in `skips` the "malformed" evidence entries,
+    "unknown" turn ids and "questions" left without evidence."""
     conv = item["conversation"]
     sessions = sorted((int(k.split("_")[1]), k) for k in conv if re.fullmatch(r"session_\d+", k))
     turns = [(t, conv[f"{k}_date_time"]) for _, k in sessions for t in conv[k]]
@@ -122,24 +136,44 @@ def load_conversation(item: dict[str, Any], skips: Counter[str]) -> Conversation
         if evidence:
             questions.append(Question(int(qa["category"]), qa["question"], evidence))
     captions = [f" [image: {t['blip_caption']}]" if t.get("blip_caption") else "" for t, _ in turns]
+    said = [annotate(t["text"], session_date(d)) if resolve_dates else t["text"] for t, d in turns]
     texts = [
-        f"{t['speaker']} ({d}): {t['text']}{c}" for (t, d), c in zip(turns, captions, strict=True)
+        f"{t['speaker']} ({d}): {text}{c}"
+        for (t, d), text, c in zip(turns, said, captions, strict=True)
     ]
     dia_ids, speakers = [t["dia_id"] for t, _ in turns], [t["speaker"] for t, _ in turns]
     tokens = [count_tokens(text) for text in texts]
     return Conversation(item["sample_id"], dia_ids, speakers, texts, tokens, questions)
 
 
+def session_date(text: str) -> date:
+    """The date of a LoCoMo session's `date_time` ("1:56 pm on 8 May, 2023", "8 May 2023");
+    `ValueError` naming `text` for another form."""
+    found = SESSION_DATE.search(text)
+    if found is None:
+        raise ValueError(f"session date {text!r}: expected '<day> <Month>, <year>' at its end")
+    return datetime.strptime(" ".join(found.groups()), "%d %B %Y").date()
+
+
 def store(session: Session, conv: Conversation, vectors: Matrix) -> dict[int, list[int]]:
     """Remember every turn as a fact of tenant `locomo-<sample_id>` (after forgetting what a
-    previous run on this data dir left); fact id -> turn indices (a duplicate text shares one)."""
+    previous run on this data dir left), placed in its session's thread ("D3" for "D3:5");
+    fact id -> turn indices (a duplicate text shares one)."""
     user_id, turns = f"locomo-{conv.sample_id}", dict[int, list[int]]()
     facts.forget_facts(session, user_id=user_id)
     for i, text in enumerate(conv.texts):
+        thread, position = conv.dia_ids[i].split(":")
         done = facts.remember(
-            session, user_id=user_id, subject=conv.speakers[i], attribute=None, category="event",
-            text=text, embedding=vectors[i].tolist(), embedding_model=LocalEmbedder.model,
-        )  # fmt: skip
+            session,
+            user_id=user_id,
+            subject=conv.speakers[i],
+            attribute=None,
+            category="event",
+            text=text,
+            embedding=vectors[i].tolist(),
+            embedding_model=LocalEmbedder.model,
+            turn=(thread, int(position)),
+        )
         turns.setdefault(done.fact_id, []).append(i)
     return turns
 
@@ -151,6 +185,25 @@ def cosine_top(turns: Matrix, vector: Matrix, k: int) -> list[int]:
     return [int(i) for i in top[np.argsort(-scores[top])]]
 
 
+def rrf_before(session: Session, query: retrieval.Search) -> list[retrieval.Scored[int]]:
+    """Recall as it was before the second stage: HNSW cosine and `ts_rank_cd` lists, RRF."""
+    with retrieval.search_settings(session, pool=query.pool):
+        by_vector = retrieval.nearest(session, query)
+        by_text = retrieval.hits(session, query, retrieval.TEXT_MATCHES)
+    return retrieval.fuse(by_vector, by_text, query)
+
+
+# The retrievers compared, by row label: agentq's recall as shipped, then one row per part.
+AGENTQ = "agentq: BM25 + context"
+VARIANTS: dict[str, Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]] = {
+    AGENTQ: rerank.hybrid,
+    "without context (BM25 + cosine)": partial(rerank.hybrid, weights=rerank.Weights(context=0)),
+    "without BM25 (cosine + context)": partial(rerank.hybrid, weights=rerank.Weights(text=0)),
+    "before: RRF of HNSW + ts_rank_cd": rrf_before,
+}
+COSINE = "plain cosine (exact, numpy)"
+
+
 def outcome(conv: Conversation, q: Question, ranked: list[list[int]], ms: float, k: int) -> Outcome:
     """Score one retrieval: `ranked` holds turn indices per result, best first."""
     ids = [[conv.dia_ids[i] for i in group] for group in ranked]
@@ -160,31 +213,36 @@ def outcome(conv: Conversation, q: Question, ranked: list[list[int]], ms: float,
 
 
 def evaluate(
-    session: Session, conv: Conversation, fact_turns: dict[int, list[int]], vectors: Matrix,
-    queries: Matrix, k: int,
-) -> list[Pair]:  # fmt: skip
-    """Both retrievers on each question of `conv`, alternating, each call timed."""
-    pairs = []
+    session: Session,
+    conv: Conversation,
+    fact_turns: dict[int, list[int]],
+    vectors: Matrix,
+    queries: Matrix,
+    k: int,
+) -> dict[str, list[Outcome]]:
+    """Every retriever on each question of `conv`, in turn, each call timed."""
+    found: dict[str, list[Outcome]] = {name: [] for name in [*VARIANTS, COSINE]}
     for q, vector in zip(conv.questions, queries, strict=True):
-        query, start = vector.tolist(), time.perf_counter()
-        found = facts.recall(
-            session, user_id=f"locomo-{conv.sample_id}", query_text=q.text, query_embedding=query,
-            embedding_model=LocalEmbedder.model, k=k,
-        )  # fmt: skip
-        middle = time.perf_counter()
+        user_id, model, now = f"locomo-{conv.sample_id}", LocalEmbedder.model, datetime.now(UTC)
+        search = retrieval.Search(facts.FACTS, user_id, model, q.text, vector.tolist(), k, now)
+        for name, retriever in VARIANTS.items():
+            start = time.perf_counter()
+            ranked = retriever(session, search)
+            ms = 1000 * (time.perf_counter() - start)
+            scored = outcome(conv, q, [fact_turns[r.item] for r in ranked], ms, k)
+            found[name].append(replace(scored, text_match=any(r.text_match for r in ranked)))
+        start = time.perf_counter()
         top = cosine_top(vectors, vector, k)
-        ms = [1000 * (middle - start), 1000 * (time.perf_counter() - middle)]
-        scored = outcome(conv, q, [fact_turns[f.item.id or 0] for f in found], ms[0], k)
-        scored = replace(scored, text_match=any(f.text_match for f in found))
-        pairs.append((scored, outcome(conv, q, [[i] for i in top], ms[1], k)))
-    return pairs
+        ms = 1000 * (time.perf_counter() - start)
+        found[COSINE].append(outcome(conv, q, [[i] for i in top], ms, k))
+    return found
 
 
 def run_all(convs: list[Conversation], k: int, url: str) -> dict[str, Any]:
-    """Embed, store and query every conversation; outcomes and timings (s)."""
+    """Embed, store and query every conversation; outcomes by retriever, and timings (s)."""
     embedder = LocalEmbedder()
     embedder.embed(["warm-up"])  # loads the model, so embed_s is embedding alone
-    results: dict[str, Any] = {"pairs": [], "embed_s": 0.0, "store_s": 0.0}
+    results: dict[str, Any] = {"found": {}, "embed_s": 0.0, "store_s": 0.0}
     for conv in convs:
         start = time.perf_counter()
         vectors = np.asarray(embedder.embed(conv.texts), dtype=np.float32)
@@ -192,19 +250,23 @@ def run_all(convs: list[Conversation], k: int, url: str) -> dict[str, Any]:
         embedded = time.perf_counter()
         with session_scope(url) as session:
             fact_turns = store(session, conv, vectors)
+        with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
+            session.execute(sa.text("ANALYZE facts"))
         results["embed_s"] += embedded - start
         results["store_s"] += time.perf_counter() - embedded
         with session_scope(url) as session:
             first = replace(conv, questions=conv.questions[:WARMUP_CALLS])  # untimed warm-up
             evaluate(session, first, fact_turns, vectors, queries[:WARMUP_CALLS], k)
-            results["pairs"] += evaluate(session, conv, fact_turns, vectors, queries, k)
+            for name, outcomes in evaluate(session, conv, fact_turns, vectors, queries, k).items():
+                results["found"].setdefault(name, []).extend(outcomes)
         print(f"{conv.sample_id}: {len(conv.texts)} turns, {len(conv.questions)} questions")
     return results
 
 
-def recall_rows(pairs: list[Pair]) -> list[list[str]]:
-    """Rows: group, questions, agentq recall@5 and @k, baseline recall@5 and @k, from (agentq,
-    baseline) pairs; groups: the categories, all, all split by a full-text match in agentq's."""
+def recall_rows(agentq: list[Outcome], cosine: list[Outcome]) -> list[list[str]]:
+    """Rows: group, questions, agentq recall@5 and @k, cosine recall@5 and @k; groups: the
+    categories, all, all split by a full-text match in agentq's results."""
+    pairs = list(zip(agentq, cosine, strict=True))
     groups = {f"{c} {n}": [p for p in pairs if p[0].category == c] for c, n in CATEGORIES.items()}
     groups["all"] = pairs
     groups["all, full-text match in agentq's"] = [p for p in pairs if p[0].text_match]
@@ -216,13 +278,34 @@ def recall_rows(pairs: list[Pair]) -> list[list[str]]:
     return rows
 
 
-def cost_rows(pairs: list[Pair]) -> list[list[str]]:
+def ablation_rows(found: dict[str, list[Outcome]]) -> list[list[str]]:
+    """Rows: retriever, recall@5 and @k, recall@k of each category, mean tokens of its top k,
+    latency p95 (ms)."""
+    rows = []
+    for name, outcomes in found.items():
+        recall = [fmean(o.recall[n] for o in outcomes) for n in (0, 1)]
+        by_category = [
+            fmean([o.recall[1] for o in outcomes if o.category == c] or [0.0]) for c in CATEGORIES
+        ]
+        tokens, p95 = (
+            fmean(o.tokens for o in outcomes),
+            percentile([o.latency_ms for o in outcomes], 95),
+        )
+        cells = [*(f"{x:.3f}" for x in [*recall, *by_category]), f"{tokens:.0f}", f"{p95:.2f}"]
+        rows.append([name, *cells])
+    return rows
+
+
+def cost_rows(found: dict[str, list[Outcome]]) -> list[list[str]]:
     """Rows: context tokens per question, share of the conversation, latency p50 and p95."""
     rows = []
-    for name, i in (("agentq recall", 0), ("baseline cosine", 1)):
-        found = [p[i] for p in pairs]
-        ms = [o.latency_ms for o in found]
-        tokens, share = fmean([o.tokens for o in found]), 100 * fmean([o.share for o in found])
+    for name in (AGENTQ, COSINE):
+        outcomes = found[name]
+        ms = [o.latency_ms for o in outcomes]
+        tokens, share = (
+            fmean([o.tokens for o in outcomes]),
+            100 * fmean([o.share for o in outcomes]),
+        )
         latency = [f"{percentile(ms, p):.2f}" for p in (50, 95)]
         rows.append([name, f"{tokens:.0f}", f"{share:.2f}%", *latency])
     return rows
@@ -239,11 +322,17 @@ def render(header: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 def report(results: dict[str, Any], convs: list[Conversation], skips: Counter[str], k: int) -> None:
     """Print the counts, then the tables (plain, then markdown)."""
-    pairs, agentq = results["pairs"], [a for a, _ in results["pairs"]]
+    found, agentq = results["found"], results["found"][AGENTQ]
     turns = sum(len(c.texts) for c in convs)
     recall_head = ["questions", "agentq R@5", f"agentq R@{k}", "cosine R@5", f"cosine R@{k}"]
+    names = [n.split()[0] for n in CATEGORIES.values()]
+    ablation_head = ["retriever", "R@5", f"R@{k}", *names, f"tokens of top {k}", "p95 ms"]
     cost_head = ["retriever", f"tokens of top {k}", "of conversation", "p50 ms", "p95 ms"]
-    tables = [(["category", *recall_head], recall_rows(pairs)), (cost_head, cost_rows(pairs))]
+    tables = [
+        (["category", *recall_head], recall_rows(agentq, found[COSINE])),
+        (ablation_head, ablation_rows(found)),
+        (cost_head, cost_rows(found)),
+    ]
     print(f"""
 LoCoMo: {len(convs)} conversations, {turns} turns, {len(agentq)} questions, k={k}
 skipped: {skips["questions"]} questions without valid evidence, {skips["malformed"]} malformed \
@@ -266,6 +355,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"results per query, >= {SHORT_K}")
     parser.add_argument("--conversations", type=int, default=None, help="first N (default: all)")
     parser.add_argument("--data-dir", type=Path, default=None, help="kept; default: a temp dir")
+    parser.add_argument(
+        "--no-dates", action="store_true", help="store turns without resolving time expressions"
+    )
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"--data: {args.data} is not a file (a LoCoMo JSON file, e.g. {DEFAULT_DATA})")
@@ -276,7 +368,7 @@ def main() -> None:
     """Load, start Postgres, migrate, measure, print, stop."""
     args, skips, started = parse_args(), Counter[str](), time.perf_counter()
     items = json.loads(args.data.read_text())[: args.conversations]
-    convs = [load_conversation(item, skips) for item in items]
+    convs = [load_conversation(item, skips, resolve_dates=not args.no_dates) for item in items]
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="agentq-locomo-"))
     stack = LocalStack(root)
     try:

@@ -22,7 +22,7 @@ from models import ended_runs, memory, transitions
 from models.db import session_scope
 from models.episodes import NewEpisode, episodes_of, remember_episodes
 from models.facts import facts_of
-from models.tables import RunEvent, utcnow
+from models.tables import Run, RunEvent, utcnow
 from worker import extraction
 from worker import memory as worker_memory
 from worker.prompts import FactSpec
@@ -321,3 +321,19 @@ def test_a_batch_write_waits_for_a_forget_holding_the_lock_then_is_dropped(
     assert done.is_set() and list(out["v"]) == [run_id] and out["v"][run_id] is not None
     with session_scope() as session:
         assert episodes_of(session, user_id=user) == []
+
+
+def test_an_extracted_fact_keeps_the_date_its_relative_time_names(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = _user("dated-fact")
+    run_id = _ended_run(make_run, user, facts={"currency": "EUR"})
+    said = FactSpec(subject="user", category="event", text="Paid the invoice yesterday")
+    _extracting(monkeypatch, said)
+    worker_memory.remember_ended_run(run_id)
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        day = run.created_at.date() - timedelta(days=1)
+        (fact,) = facts_of(session, user_id=user)
+    assert fact.text == f"Paid the invoice yesterday ({day.day} {day:%B} {day.year})"

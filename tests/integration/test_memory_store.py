@@ -283,7 +283,7 @@ def test_of_two_equally_similar_facts_the_newer_ranks_first(new_user: Callable[[
         )  # fmt: skip
     assert [f.item.text for f in found] == ["Drinks black coffee", "Drinks green tea"]
     assert found[0].similarity == pytest.approx(found[1].similarity)
-    assert found[0].fused == found[1].fused
+    assert found[0].relevance == found[1].relevance
     assert found[0].score > found[1].score
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from ops.bench.locomo_recall import (
     parse_evidence,
     percentile,
     recall_at,
+    session_date,
 )
 
 
@@ -105,3 +107,25 @@ def test_the_data_is_found_beside_the_repository_and_a_missing_file_is_named(
     given = tmp_path / "given.json"
     given.write_text("[]")
     assert parse_args(["--data", str(given)]).data == given
+
+
+def test_turns_are_stored_with_their_time_expressions_resolved_by_session_date() -> None:
+    item = {
+        "sample_id": "conv-d",
+        "conversation": {
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I ran yesterday"}],
+        },
+        "qa": [],
+    }
+    resolved = load_conversation(item, Counter())
+    assert resolved.texts == ["Ann (1:56 pm on 8 May, 2023): I ran yesterday (7 May 2023)"]
+    kept = load_conversation(item, Counter(), resolve_dates=False)
+    assert kept.texts == ["Ann (1:56 pm on 8 May, 2023): I ran yesterday"]
+
+
+def test_session_dates_are_read_from_the_end_of_the_date_time() -> None:
+    assert session_date("1:56 pm on 8 May, 2023") == date(2023, 5, 8)
+    assert session_date("31 December 2022") == date(2022, 12, 31)
+    with pytest.raises(ValueError, match="session date 'yesterday'"):
+        session_date("yesterday")

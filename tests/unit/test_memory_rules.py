@@ -109,7 +109,7 @@ def test_rrf_is_the_sum_over_the_lists_holding_the_item() -> None:
 def test_an_item_found_by_both_paths_beats_one_found_by_a_single_path() -> None:
     ranked = fuse([hit(1, 0.1), hit(2, 0.2)], [hit(2, 0.2, text_rank=0.5)], query())
     assert [r.item for r in ranked] == [2, 1]
-    assert ranked[0].fused == pytest.approx(1 / 62 + 1 / 61)
+    assert ranked[0].relevance == pytest.approx(1 / 62 + 1 / 61)
 
 
 def test_far_rows_without_a_text_match_are_dropped_but_text_matches_kept() -> None:
@@ -123,7 +123,7 @@ def test_of_two_equally_similar_rows_the_newer_ranks_first() -> None:
     old, new = hit(1, 0.3, age_days=90), hit(2, 0.3, age_days=1)
     ranked = fuse([old, new], [], query())
     assert [r.item for r in ranked] == [2, 1]
-    assert ranked[0].fused == ranked[1].fused
+    assert ranked[0].relevance == ranked[1].relevance
     assert ranked[0].recency > ranked[1].recency
 
 

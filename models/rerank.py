@@ -1,0 +1,223 @@
+"""The second stage of fact and episode recall: every candidate re-scored by meaning, words and
+the turns around it.
+
+`hybrid` finds, in one SQL statement (`CANDIDATES_IN_THREADS`), the tenant's nearest rows by
+cosine (through the model's HNSW index, as `models.recall.nearest`), its best rows by BM25, the
+conversation neighbours of both, and every one's scores, and ranks them in Python (`rescore`):
+
+    base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
+    relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
+    score     = relevance * recency weight (`models.recall.recency_weight`)
+
+- BM25 (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009;
+  k1 = 1.2, b = 0.75, idf = ln(1 + (n - df + 0.5) / (df + 0.5)) as in Lucene) over the rows'
+  `tsv` (Postgres' English stemming and stop words), with n, df and the mean length taken from
+  up to IDF_SAMPLE rows of the tenant and model: a word every turn carries (the speaker's name)
+  weighs little, a rare one much. Postgres' own `ts_rank_cd` has no idf. Only the words in at
+  most half of those rows select candidates by text (above half, Robertson and Sparck Jones'
+  idf is negative), though all of them score. Divided by the best candidate's, so TEXT_WEIGHT
+  means the same for a tenant of 100 rows or of a million.
+- Context: facts written from a conversation carry `thread` and `position`; a reply ("Yes, last
+  week!") means what the turn before it asked, so a row gains from its neighbours (the rows at
+  positions -1, 0 and +1 of its thread: the turns around it, and a fact extracted from a turn,
+  stored at the turn's position, with that turn), and a neighbour of a relevant row may be
+  recalled though it shares no word with the question. Rows without a thread (episodes, facts
+  of runs) have no neighbours.
+- A row is relevant when its similarity reaches `min_similarity` or all the query's words match
+  (`websearch_to_tsquery`); a row neither relevant nor next to a relevant row is dropped.
+
+The weights are round values from the LoCoMo development set (`ops/bench/locomo_recall.py`,
+README "Memory"): recall@10 held within 0.76-0.78 for TEXT_WEIGHT 0.3-0.7 and CONTEXT_WEIGHT
+0.3-0.5, so they are not fitted to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from models.recall import Scored, Search, recency_weight, search_settings
+
+K1, B = 1.2, 0.75  # Robertson and Zaragoza 2009, section 3.4
+TEXT_WEIGHT = 0.5  # of the best candidate's BM25, against cosine similarity in [-1, 1]
+CONTEXT_WEIGHT = 0.3  # share of the best relevant neighbour's base score a row gains
+IDF_SAMPLE = 5_000  # rows of the tenant read for n, df and the mean length
+
+# The query's words, once: each lexeme (with a tsquery matching it alone; a lexeme holding a
+# quote or a backslash is left out) and all of them (`models.recall`'s every-word match).
+_QUERY_WORDS = """query_terms AS MATERIALIZED (
+    SELECT websearch_to_tsquery('english', :query_text) AS all_words
+), query_words AS MATERIALIZED (
+    SELECT DISTINCT lexeme, ('''' || lexeme || '''')::tsquery AS alone
+    FROM unnest(tsvector_to_array(to_tsvector('english', :query_text))) AS lexeme
+    WHERE strpos(lexeme, '''') = 0 AND strpos(lexeme, chr(92)) = 0
+)"""
+# The tenant's corpus statistics for the query's words, from a sample of its rows; the words in
+# at most half of them select candidates (above half, Robertson and Sparck Jones' idf is
+# negative: no evidence of relevance), all of them score.
+_TERM_STATS = """term_sample AS MATERIALIZED (
+    SELECT tsv FROM {table}
+    WHERE user_id = :user_id AND embedding_model = :model LIMIT :idf_sample
+), corpus AS MATERIALIZED (
+    SELECT count(*)::float8 AS n, greatest(avg(length(tsv)), 1)::float8 AS mean_length
+    FROM term_sample
+), terms AS MATERIALIZED (
+    SELECT w.lexeme, count(s.tsv) AS df,
+           ln(1 + (corpus.n - count(s.tsv) + 0.5) / (count(s.tsv) + 0.5)) AS idf
+    FROM query_words AS w CROSS JOIN corpus LEFT JOIN term_sample AS s ON s.tsv @@ w.alone
+    GROUP BY w.lexeme, corpus.n
+), informative AS MATERIALIZED (
+    SELECT string_agg('''' || terms.lexeme || '''', ' | ')::tsquery AS words
+    FROM terms, corpus WHERE terms.df <= corpus.n / 2
+)"""
+# One query word's share of row `f`'s BM25 (`u` the row's lexeme, `terms` the word's idf).
+_TERM_BM25 = f"""terms.idf * {K1 + 1} * coalesce(array_length(u.positions, 1), 1)
+        / (coalesce(array_length(u.positions, 1), 1)
+           + {K1} * (1 - {B} + {B} * length(f.tsv) / corpus.mean_length))"""
+_DISTANCE = "f.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
+_TENANT = """f.embedding_model = :model AND f.user_id = :user_id AND f.embedding_dim = {dim}
+  AND {visible}"""
+# The tenant's best rows by BM25 among those holding an informative word; its nearest rows by
+# cosine, through the model's HNSW index (`models.recall`), refilled by an exact scan when the
+# index returns fewer (as `models.recall.nearest`); and `:ids`.
+_PICKED = f"""by_text AS MATERIALIZED (
+    SELECT f.id FROM {{table}} AS f CROSS JOIN informative
+    WHERE {_TENANT} AND f.tsv @@ informative.words
+    ORDER BY (SELECT sum({_TERM_BM25}) FROM corpus, unnest(f.tsv) AS u
+              JOIN terms ON terms.lexeme = u.lexeme) DESC, f.id
+    LIMIT :pool
+), by_vector AS MATERIALIZED (
+    SELECT f.id FROM {{table}} AS f WHERE {_TENANT}
+    ORDER BY {_DISTANCE} LIMIT :pool
+), by_exact_vector AS MATERIALIZED (
+    SELECT f.id FROM {{table}} AS f
+    WHERE {_TENANT} AND (SELECT count(*) FROM by_vector) < :pool
+    ORDER BY ({_DISTANCE}) + 0, f.id LIMIT :pool
+), picked AS MATERIALIZED (
+    SELECT id FROM by_text UNION SELECT id FROM by_vector UNION SELECT id FROM by_exact_vector
+    UNION SELECT unnest(CAST(:ids AS bigint[]))
+)"""
+# The picked rows and the rows at their thread positions -1, 0 and +1 (through `facts_thread`).
+_AROUND = """, around AS MATERIALIZED (
+    SELECT id FROM picked
+    UNION
+    SELECT n.id FROM picked JOIN {table} AS p ON p.id = picked.id
+    CROSS JOIN LATERAL (
+        SELECT id FROM {table}
+        WHERE user_id = :user_id AND thread = p.thread
+          AND position BETWEEN p.position - 1 AND p.position + 1
+    ) AS n
+    WHERE p.user_id = :user_id AND p.thread IS NOT NULL
+)"""
+
+
+def _scored(rows: str, thread: str, position: str) -> str:
+    return f""", bm25 AS MATERIALIZED (
+    SELECT f.id, sum({_TERM_BM25}) AS score
+    FROM {{table}} AS f CROSS JOIN corpus
+    CROSS JOIN LATERAL unnest(f.tsv) AS u JOIN terms ON terms.lexeme = u.lexeme
+    WHERE f.id IN (SELECT id FROM {rows}) GROUP BY f.id
+)
+SELECT f.id, f.{{born}} AS born,
+       {_DISTANCE} AS distance,
+       coalesce(bm25.score, 0) AS text_rank, f.tsv @@ query_terms.all_words AS text_match,
+       {thread} AS thread, {position} AS position
+FROM {{table}} AS f CROSS JOIN query_terms LEFT JOIN bm25 ON bm25.id = f.id
+WHERE {_TENANT} AND f.id IN (SELECT id FROM {rows})"""
+
+
+_WITH = f"WITH {_QUERY_WORDS}, {_TERM_STATS}, {_PICKED}"
+# candidates: the best rows by BM25 and by cosine and `:ids`, scored for `rescore` (episodes).
+CANDIDATES = _WITH + _scored("picked", "NULL::text", "NULL::int")
+# candidates_in_threads: the same, and each one's neighbours in its thread (facts).
+CANDIDATES_IN_THREADS = _WITH + _AROUND + _scored("around", "f.thread", "f.position")
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The second stage's weights (module docstring); 0 turns a part off (the benchmark's
+    ablation rows)."""
+
+    text: float = TEXT_WEIGHT
+    context: float = CONTEXT_WEIGHT
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One row to rank: cosine `distance` in [0, 2], `text_rank` its BM25 (0 without a shared
+    word), `text_match` whether every query word matches, `born` (UTC), and its place in a
+    conversation (`thread`, `position`; both None outside one)."""
+
+    id: int
+    born: datetime
+    distance: float
+    text_rank: float
+    text_match: bool
+    thread: str | None = None
+    position: int | None = None
+
+
+def hybrid(session: Session, query: Search, weights: Weights = Weights()) -> list[Scored[int]]:
+    """The best `query.k` row ids of `query.source` for `query`, best first (see the module
+    docstring); one SQL statement, scoped to the tenant and the embedding model."""
+    with search_settings(session, pool=query.pool):  # iterative HNSW scans, custom plans
+        found = candidates(session, query)
+    return rescore(found, query, weights)[: query.k]
+
+
+def candidates(session: Session, query: Search, ids: Collection[int] = ()) -> list[Candidate]:
+    """The tenant's best `query.pool` rows by BM25 and by cosine, and `ids` (rows of the tenant;
+    others are ignored), and for facts their thread neighbours, each with what `rescore` needs:
+    one query. Call it inside `models.recall.search_settings`, as `hybrid` does."""
+    template = CANDIDATES_IN_THREADS if query.source.threads else CANDIDATES
+    params = {**query.params(), "idf_sample": IDF_SAMPLE, "ids": sorted(ids)}
+    rows = session.execute(sa.text(query.sql(template)), params)
+    return [Candidate(**row._mapping) for row in rows]
+
+
+def rescore(
+    found: Sequence[Candidate], query: Search, weights: Weights = Weights()
+) -> list[Scored[int]]:
+    """All of `found` worth returning, best first, scored as the module docstring says;
+    `Scored.relevance` is the score before recency. Ties: higher similarity, then newer id."""
+    best_text = max((c.text_rank for c in found), default=0.0)
+    base = {c.id: _base(c, best_text, weights.text) for c in found}
+    relevant = {c.id for c in found if _relevant(c, query.min_similarity)}
+    at: dict[tuple[str, int], list[int]] = {}
+    for c in found:
+        if c.thread is not None and c.position is not None:
+            at.setdefault((c.thread, c.position), []).append(c.id)
+    results = []
+    for c in found:
+        around = neighbours(c, at)
+        if c.id not in relevant and (not weights.context or relevant.isdisjoint(around)):
+            continue
+        context = max((base[i] for i in around if i in relevant), default=0.0)
+        relevance = base[c.id] + weights.context * max(context, 0.0)
+        age_s = (query.now - c.born).total_seconds()
+        recency = recency_weight(age_s, half_life_days=query.half_life_days)
+        parts = (1.0 - c.distance, c.text_rank, c.text_match, relevance, recency)
+        results.append(Scored(c.id, *parts, max(relevance, 0.0) * recency))
+    results.sort(key=lambda r: (-r.score, -r.similarity, -r.item))
+    return results
+
+
+def neighbours(c: Candidate, at: dict[tuple[str, int], list[int]]) -> list[int]:
+    """The other ids in `at` ((thread, position) -> ids) at `c`'s position in its thread and
+    just before and after it."""
+    if c.thread is None or c.position is None:
+        return []
+    steps = (at.get((c.thread, c.position + step), []) for step in (-1, 0, 1))
+    return [i for ids in steps for i in ids if i != c.id]
+
+
+def _base(c: Candidate, best_text: float, weight: float) -> float:
+    return 1.0 - c.distance + (weight * c.text_rank / best_text if best_text > 0 else 0.0)
+
+
+def _relevant(c: Candidate, min_similarity: float) -> bool:
+    return 1.0 - c.distance >= min_similarity or c.text_match
