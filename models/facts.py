@@ -63,6 +63,7 @@ class Fact(SQLModel, table=True):
         sa.Index("facts_current_attribute", "user_id", "subject", "attribute", **CURRENT),
         sa.Index("facts_expiring", "expires_at", **CURRENT),
         sa.Index("facts_tsv", "tsv", postgresql_using="gin"),
+        sa.Index("facts_terms", "user_id", "embedding_model", postgresql_include=["tsv"]),
         sa.Index("facts_thread", "user_id", "thread", "position", postgresql_where=THREADED),
         sa.CheckConstraint(THREAD_CHECK, name="facts_thread_position"),
     )

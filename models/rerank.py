@@ -56,9 +56,10 @@ _QUERY_WORDS = """query_terms AS MATERIALIZED (
     FROM unnest(tsvector_to_array(to_tsvector('english', :query_text))) AS lexeme
     WHERE strpos(lexeme, '''') = 0 AND strpos(lexeme, chr(92)) = 0
 )"""
-# The tenant's corpus statistics for the query's words, from a sample of its rows; the words in
-# at most half of them select candidates (above half, Robertson and Sparck Jones' idf is
-# negative: no evidence of relevance), all of them score.
+# The tenant's corpus statistics for the query's words, from a sample of its rows (an
+# index-only scan of `{table}_terms`, migration 0025); the words in at most half of them select
+# candidates (above half, Robertson and Sparck Jones' idf is negative: no evidence of
+# relevance), all of them score.
 _TERM_STATS = """term_sample AS MATERIALIZED (
     SELECT tsv FROM {table}
     WHERE user_id = :user_id AND embedding_model = :model LIMIT :idf_sample

@@ -38,7 +38,7 @@ from models.errors import StackError
 from models.private_files import read_or_create_secret, write_private
 from models.settings import get_settings
 from ops import data_dir as modes
-from ops import processes
+from ops import postgres_tuning, processes
 from ops.embedded_redis import (
     CONFIG_FILE_NAME,
     PASSWORD_FILE_NAME,
@@ -369,6 +369,8 @@ def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:
     try:
         # get_server caches one instance per dir and returns it unstarted; start() starts it again.
         server = get_server(pgdata, cleanup_mode=None, start=False)
+        server.ensure_pgdata_inited()  # initdb on a new dir, so the block goes in before start
+        postgres_tuning.tune(pgdata)
         server.start()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc

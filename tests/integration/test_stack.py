@@ -26,6 +26,7 @@ import redis
 import sqlalchemy as sa
 
 from models.errors import StackError
+from ops import postgres_tuning
 from ops.embedded_redis import PASSWORD_FILE_NAME
 from ops.stack import LocalStack, default_data_dir
 from ops.stack_file import read_stack_file
@@ -103,6 +104,24 @@ def test_data_survives_restart(data_dir: Path) -> None:
         assert _query(database_url, "SELECT id FROM kept") == 7
         password = (data_dir / PASSWORD_FILE_NAME).read_text()
         assert urlparse(first_broker).password == urlparse(second_broker).password == password
+
+
+def test_postgres_gets_a_quarter_of_ram_once_and_keeps_an_operators_edit(data_dir: Path) -> None:
+    """shared_buffers is 25% of RAM from the first start (ops/postgres_tuning.py), and an edited
+    value survives the next start: the block is written once."""
+    wanted = postgres_tuning.shared_buffers_mb(postgres_tuning.physical_ram_bytes())
+    with LocalStack(data_dir) as first:
+        database_url, _ = first.start_services()
+        setting = "SELECT setting::int * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
+        assert _query(database_url, setting) == wanted
+    conf = data_dir / "pgdata" / "postgresql.conf"
+    conf.write_text(
+        conf.read_text().replace(f"shared_buffers = {wanted}MB", "shared_buffers = 64MB")
+    )
+    with LocalStack(data_dir) as second:
+        database_url, _ = second.start_services()
+        assert _query(database_url, "SHOW shared_buffers") == "64MB"
+    assert conf.read_text().count(postgres_tuning.MARKER) == 1
 
 
 def _mode(path: Path) -> int:
