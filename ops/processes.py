@@ -13,7 +13,8 @@ import os
 import signal
 import subprocess
 import time
-from typing import Final
+from types import FrameType
+from typing import Final, NoReturn
 
 from models.orphans import signal_at_parent_death
 from ops.data_dir import CHILD_UMASK
@@ -26,6 +27,17 @@ def prepare_child() -> None:
     SIGTERM when the parent thread dies."""
     os.umask(CHILD_UMASK)
     signal_at_parent_death(signal.SIGTERM)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (a time box, a supervisor, `kill`) end this process as `sys.exit(143)` does,
+    unwinding its `finally` blocks, so what it started (the embedded stack, a model server)
+    stops with it; by default a TERM ends Python at once and leaves its children running."""
+    signal.signal(signal.SIGTERM, _exit_143)
+
+
+def _exit_143(signum: int, frame: FrameType | None) -> NoReturn:
+    raise SystemExit(128 + signum)
 
 
 def terminate(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:

@@ -48,6 +48,7 @@ from models.migrate import upgrade
 from models.recall import MIN_SIMILARITY
 from models.time_expressions import annotate
 from models.tokens import count_tokens
+from ops import processes
 from ops.bench.figures import percentile
 from ops.stack import LocalStack
 
@@ -371,6 +372,7 @@ def main() -> None:
     convs = [load_conversation(item, skips, resolve_dates=not args.no_dates) for item in items]
     root = args.data_dir or Path(tempfile.mkdtemp(prefix="agentq-locomo-"))
     stack = LocalStack(root)
+    processes.exit_on_sigterm()  # a TERM stops the stack too
     try:
         url, _ = stack.start_services()
         os.environ["AGENTQ_DATABASE_URL"] = url

@@ -38,6 +38,7 @@ from models import facts
 from models import recall as retrieval
 from models.db import session_scope
 from models.migrate import upgrade
+from ops import processes
 from ops.stack import LocalStack
 
 Vectors = NDArray[np.float32]
@@ -279,6 +280,7 @@ def main() -> None:
     if root.exists() and any(root.iterdir()):
         raise SystemExit(f"--data-dir {root}: must be new or empty (it is deleted afterwards)")
     started, stack = time.perf_counter(), LocalStack(root)
+    processes.exit_on_sigterm()  # a TERM stops the stack too
     try:
         url, _ = stack.start_services()
         os.environ["AGENTQ_DATABASE_URL"] = url
