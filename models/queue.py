@@ -79,7 +79,7 @@ celery/bin/celery.py). The engine processes of `agentq up` get them empty (`ops.
 
 def broker_url(settings: Settings | None = None) -> str:
     """The configured broker URL, or `ConfigurationError` if none is set."""
-    url = os.environ.get("AGENTQ_BROKER_URL") or (settings or get_settings()).broker_url
+    url = (settings or get_settings()).broker_url
     if not url:
         raise ConfigurationError(
             "no broker: set BROKER_URL, or run `agentq up` to start the embedded stack"
