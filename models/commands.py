@@ -251,15 +251,17 @@ def edit(
     describe: DecisionView[T] = _nothing,  # type: ignore[assignment]
 ) -> Done[T]:
     """Edit the plan (`reviews.edit`): `plan` (JSON text or a dict) replaces the steps not yet
-    run, checked against the registered tools and their arguments. Raises `InvalidPlan`
-    naming the step and field, and as `approve`."""
+    run, checked against the registered tools and their arguments; `plan` may be a function
+    that reads it (a file), called once the escalation is found, so a missing escalation is
+    what is said first. Raises `InvalidPlan` naming the step and field, what `plan()` raises,
+    and as `approve`."""
     return _decide(
         escalation_id,
         lambda session, _esc: reviews.edit(
             session,
             escalation_id,
             reviewer=reviewer,
-            plan=plan,
+            plan=plan() if callable(plan) else plan,
             tools=configured_tool_names(),
             check_args=argument_problems,
             comment=comment,

@@ -165,7 +165,10 @@ def review_edit(
     $AGENTQ_REVIEWER, else your login name."""
     connect()
     done = commands.edit(
-        escalation_id, reviewer=reviewer_name(), plan=read_plan_text(plan), comment=comment
+        escalation_id,
+        reviewer=reviewer_name(),
+        plan=lambda: read_plan_text(plan),  # read once the escalation is found
+        comment=comment,
     )
     console.print(
         views.said(done.notified, f"escalation decided: plan edited; run {done.run_id} resumes")
