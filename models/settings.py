@@ -382,8 +382,15 @@ def use_settings(**values: object) -> Settings:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process's settings, read once (with `use_settings`' values over them). Raises
-    `ConfigurationError` on an invalid value."""
+    """The process's settings, read once (`read_settings`). Raises `ConfigurationError` on an
+    invalid value."""
+    return read_settings()
+
+
+def read_settings() -> Settings:
+    """The settings as the environment and `.env` say now, with `use_settings`' values over
+    them: not cached, for what is read rarely and must see a change at once (the broker URL a
+    new Celery client connects to). Raises `ConfigurationError` on an invalid value."""
     try:
         return Settings(**_overrides)  # type: ignore[arg-type]  # checked by Settings itself
     except ConfigurationError:
