@@ -27,7 +27,7 @@ from api.responses import (
     SearchOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
-from models import memory
+from models import commands, memory
 from models.db import session_scope
 from models.facts import facts_of
 from models.runs import USER_ID_MAX_CHARS
@@ -175,8 +175,7 @@ def delete_fact(fact_id: RowId, principal: Submitter) -> DeletedOut:
     """Delete the fact with its history (the older versions it superseded) and take it out of
     the events that quoted it. Admin for any user's; a submitter token for its own user's only
     (404 for another's, as for one that does not exist)."""
-    with session_scope() as session:
-        done = memory.forget_fact(session, fact_id=fact_id, user_id=own_user(principal))
+    done = commands.forget_fact(fact_id, user_id=own_user(principal))
     return DeletedOut(user_id=done.user_id, deleted=done.counts)
 
 
@@ -184,6 +183,5 @@ def delete_fact(fact_id: RowId, principal: Submitter) -> DeletedOut:
 def delete_episode(episode_id: RowId, principal: Submitter) -> DeletedOut:
     """Delete the episode (embedding included) and take it out of the events that quoted it.
     Admin for any user's; a submitter token for its own user's only (404 otherwise)."""
-    with session_scope() as session:
-        done = memory.forget_episode(session, episode_id=episode_id, user_id=own_user(principal))
+    done = commands.forget_episode(episode_id, user_id=own_user(principal))
     return DeletedOut(user_id=done.user_id, deleted=done.counts)

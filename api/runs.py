@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
-from sqlalchemy.orm import defer
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from api.auth import AnyPrincipal, Principal, Submitter
 from api.errors import QUOTA_REFUSAL
@@ -35,16 +34,15 @@ from api.responses import (
     SubmittedOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
-from models import previews, queue, reviews, submissions, transitions
+from models import commands, escalations, previews, queries
 from models.db import session_scope
 from models.errors import NotFound
 from models.layout import by_wave
-from models.plans import dependencies, parse_plan
+from models.plans import dependencies
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.settings import get_settings
 from models.submissions import RunRequest
 from models.tables import Escalation, PlanVersion, Run, utcnow
-from models.tools import argument_problems, configured_tool_names
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Run id.")]
@@ -82,7 +80,7 @@ def run_out(run: Run) -> RunOut:
 def escalation_out(esc: Escalation) -> EscalationOut:
     """An escalation with how long it has waited (until its decision), s."""
     out = EscalationOut.model_validate(esc)
-    out.waiting_s = reviews.waiting_s(esc, utcnow())
+    out.waiting_s = escalations.waiting_s(esc, utcnow())
     return out
 
 
@@ -123,14 +121,10 @@ def run_detail(
     """Everything about `run`: plan versions, steps, a page of events (the newest
     `events_limit` below `events_before`), escalations, pinned facts; large values as previews."""
     run_id = run.id or 0
-    versions = session.exec(
-        select(PlanVersion).where(PlanVersion.run_id == run_id).order_by(col(PlanVersion.version))
-    )
+    versions = queries.plan_versions(session, run_id)
     page = previews.events_page(session, run_id, before=events_before, limit=events_limit)
     final = previews.shown(run.final_result)
-    escalations = session.exec(
-        select(Escalation).where(Escalation.run_id == run_id).order_by(col(Escalation.id))
-    )
+    escalations = queries.run_escalations(session, run_id)
     plan_versions = [plan_version_out(v) for v in versions]
     current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
     return RunDetail(
@@ -184,10 +178,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
     plan = None
     if body.plan is not None:
         check_plan_role(principal)
-        plan = parse_plan(
-            body.plan.model_dump(), tools=configured_tool_names(), facts=set(body.facts),
-            check_args=argument_problems,
-        )  # fmt: skip
+        plan = commands.checked_plan(body.plan.model_dump(), facts=body.facts)
     budgets = body.budgets
     request = RunRequest(
         user_id=user_id,
@@ -202,7 +193,7 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
         replan_check=body.replan_check,
         pin_from_goal=body.pin_from_goal,
     )
-    submitted = submissions.submit(request, settings=get_settings(), describe=run_detail)
+    submitted = commands.submit(request, describe=run_detail)
     pins = submitted.from_goal
     from_goal = GoalValuesOut(found=pins.found, pinned=pins.pinned, overridden=pins.overridden)
     return SubmittedOut(run=submitted.seen, notified=submitted.notified, from_goal=from_goal)
@@ -236,18 +227,18 @@ def list_runs(
 
     A submitter token lists only its own user's runs (another `user` gives an empty list).
     """
-    unread = defer(Run.final_result)  # type: ignore[arg-type]  # a listed run has no answer
-    stmt = select(Run).options(unread).order_by(col(Run.id).desc()).limit(limit)
-    if principal.role == "submitter":
-        stmt = stmt.where(col(Run.user_id) == principal.user_id)
-    if status_:
-        stmt = stmt.where(col(Run.status) == status_)
-    if user:
-        stmt = stmt.where(col(Run.user_id) == user)
-    if before:
-        stmt = stmt.where(col(Run.id) < before)
+    owner = (principal.user_id or "") if principal.role == "submitter" else None
     with session_scope() as session:
-        return [run_out(r) for r in session.exec(stmt)]
+        runs = queries.newest_runs(
+            session,
+            limit=limit,
+            status=status_,
+            user_id=user,
+            owner=owner,
+            before=before,
+            with_answer=False,  # a listed run has no answer
+        )
+        return [run_out(r) for r in runs]
 
 
 @router.get("/{run_id}", response_model=RunDetail, summary="One run, whole")
@@ -292,10 +283,9 @@ def cancel(run_id: RunId, principal: Submitter) -> RunDetail:
     """Cancel an active run: it ends `cancelled`, its steps not yet running are cancelled (a
     running step finishes, and nothing follows it). 409 when the run has ended already, with
     nothing changed. Submitter (own runs) or admin."""
-    with session_scope() as session:
-        visible_run(session, run_id, principal)
-        transitions.lock_run(session, run_id)
-        run = transitions.cancel_run(session, run_id)
-        detail = run_detail(session, get_run(session, run.id or 0))
-    queue.follow_up(run_id, detail.status)  # the cancelled run's episode is written
-    return detail
+    done = commands.cancel(
+        run_id,
+        check=lambda session, _: visible_run(session, run_id, principal),
+        describe=lambda session, run: run_detail(session, get_run(session, run.id or 0)),
+    )
+    return done.seen

@@ -9,7 +9,7 @@ A token's name is who the audit trail says claimed and decided (`decided_by`), s
 tokens never share one, in any mix of case (`rita` and `RITA` read as one person; migration
 0010's partial unique index on `lower(name)` holds it against concurrent creates; a revoked
 token's name is free again), and no token takes a name agentq records for its own decisions
-(`models.reviews.RESERVED_REVIEWERS`); names follow `models.reviews.REVIEWER_NAME_PATTERN`.
+(`models.escalations.RESERVED_REVIEWERS`); names follow `models.escalations.REVIEWER_NAME_PATTERN`.
 
 Revoking a token ends it everywhere at once, in one transaction: it authenticates nothing, its
 review console sessions are deleted (`models.ui_sessions`) and the escalations it holds claimed
@@ -28,7 +28,7 @@ from sqlmodel import Session, col, select
 
 from models import reviews, ui_sessions
 from models.errors import IllegalTransition, InvalidInput, NotFound
-from models.reviews import check_reviewer_name
+from models.escalations import check_reviewer_name
 from models.runs import USER_ID_MAX_CHARS
 from models.tables import ApiToken, Escalation, utcnow
 from models.transitions import WITHDRAWN_BY
@@ -54,7 +54,7 @@ def create_token(
 
     A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
     tokens act for none (`user_id` refused). `name` must not be a live token's already, nor
-    reserved, and must fit `models.reviews.REVIEWER_NAME_PATTERN`; names are compared ignoring
+    reserved, and must fit `models.escalations.REVIEWER_NAME_PATTERN`; names are compared ignoring
     case. Raises `InvalidInput` naming the field.
     """
     _check(name=name, role=role, user_id=user_id)

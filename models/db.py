@@ -45,7 +45,7 @@ UNAVAILABLE_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 def database_url() -> str:
     """The configured database URL, or `ConfigurationError` if none is set."""
-    url = os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url
+    url = get_settings().database_url
     if not url:
         raise ConfigurationError(
             "no database: set DATABASE_URL, or run `agentq up` to start the embedded stack"

@@ -49,6 +49,8 @@ class StepNotDue(IllegalTransition):
 class ClaimedByAnother(AgentqError):
     """Another reviewer has claimed this escalation."""
 
+    holder: str | None = None  # who holds the claim, when the raiser looked (`models.commands`)
+
 
 class Conflict(AgentqError):
     """The request is valid but conflicts with the current state of the rows; nothing was

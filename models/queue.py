@@ -26,7 +26,7 @@ from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from models.errors import BrokerUnavailable, ConfigurationError, DatabaseUnavailable
-from models.settings import Settings, get_settings
+from models.settings import Settings, get_settings, read_settings
 from models.states import RUN_TERMINAL
 
 log = structlog.get_logger("agentq.queue")
@@ -78,8 +78,10 @@ celery/bin/celery.py). The engine processes of `agentq up` get them empty (`ops.
 
 
 def broker_url(settings: Settings | None = None) -> str:
-    """The configured broker URL, or `ConfigurationError` if none is set."""
-    url = os.environ.get("AGENTQ_BROKER_URL") or (settings or get_settings()).broker_url
+    """The broker URL of `settings`, else of the settings as they are now (`read_settings`: a
+    new client connects to what the environment says at that moment, as it always has), or
+    `ConfigurationError` if none is set."""
+    url = (settings or read_settings()).broker_url
     if not url:
         raise ConfigurationError(
             "no broker: set BROKER_URL, or run `agentq up` to start the embedded stack"
@@ -168,9 +170,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 
 def make_celery(main: str, settings: Settings | None = None) -> Celery:
-    """A Celery app configured from `settings` (default: the process's settings)."""
+    """A Celery app configured from `settings` (default: the settings as they are now,
+    `read_settings`, so a new app connects to the broker the environment names then)."""
     app = Celery(main)
-    app.conf.update(celery_config(settings or get_settings()))
+    app.conf.update(celery_config(settings or read_settings()))
     return app
 
 

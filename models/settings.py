@@ -65,6 +65,11 @@ class Settings(BaseSettings):
         description="Celery broker URL (redis:// or amqp://); unset: the embedded Redis.",
     )
     home: Path = Field(default=Path.home() / ".agentq", description="Data directory.")
+    reviewer: str | None = Field(
+        default=None,
+        description="Who the CLI records for its review claims and decisions; unset: the login "
+        "name.",
+    )
 
     provider: Literal["offline", "openai"] = "offline"
     model: str = "gpt-4o-mini"
@@ -360,11 +365,34 @@ def check_timeout_ladder(s: Settings) -> None:
                 )
 
 
+# Values this process was given other than by its environment (`use_settings`).
+_overrides: dict[str, object] = {}
+
+
+def use_settings(**values: object) -> Settings:
+    """Make `values` (by field name: `database_url="postgresql://..."`) this process's settings
+    over what the environment and `.env` say, for every later `get_settings` (clearing its
+    cache keeps them); returns the settings. For a process told its configuration otherwise
+    than by its environment: the CLI, by the running `agentq up`'s stack file. Raises
+    `ConfigurationError` as `get_settings` does."""
+    _overrides.update(values)
+    get_settings.cache_clear()
+    return get_settings()
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process's settings, read once. Raises `ConfigurationError` on an invalid value."""
+    """The process's settings, read once (`read_settings`). Raises `ConfigurationError` on an
+    invalid value."""
+    return read_settings()
+
+
+def read_settings() -> Settings:
+    """The settings as the environment and `.env` say now, with `use_settings`' values over
+    them: not cached, for what is read rarely and must see a change at once (the broker URL a
+    new Celery client connects to). Raises `ConfigurationError` on an invalid value."""
     try:
-        return Settings()
+        return Settings(**_overrides)  # type: ignore[arg-type]  # checked by Settings itself
     except ConfigurationError:
         raise
     except ValidationError as exc:

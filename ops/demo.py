@@ -25,16 +25,15 @@ from typing import Any
 from rich.console import Console
 from rich.rule import Rule
 from rich.text import Text
-from sqlmodel import col, select
 
-from models import answers, memory, queue, reviews, submissions
+from models import answers, memory, queries, queue, reviews, submissions
 from models.db import session_scope
 from models.errors import InvalidInput
+from models.formats import provider_label
 from models.queue import TASK_COORDINATE
 from models.runs import get_run
 from models.settings import get_settings
 from models.submissions import RunRequest
-from models.tables import RunEvent
 from ops import views
 from ops.demo_local import (
     DEMO_USER,
@@ -44,6 +43,7 @@ from ops.demo_local import (
     offline_model,
     seed_procedures,
 )
+from ops.watch import watch_until_settled
 
 DEMO_GOAL = "File my Lisbon trip expense report"
 DEMO_FACTS = {"currency": "EUR", "cost_centre": "CC-4410"}
@@ -87,7 +87,7 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
     with served:
         settings = get_settings()
         configured = engine_configured()
-        label = views.provider_label(settings.provider)
+        label = provider_label(settings.provider)
         named = "" if settings.provider == "offline" else f", model {settings.model}"
         console.print(Text(f"provider: {label}{named}"))
         if not configured:
@@ -104,8 +104,6 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
 
 
 def _scenario(console: Console, scenario: Scenario) -> bool:
-    from ops.cli import watch_until_settled
-
     console.print(Rule(scenario.title))
     run_id = _submit(console, scenario.trip)
     console.print(
@@ -114,16 +112,16 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
             f"--fact trip={scenario.trip} --replans 1   # run {run_id}"
         )
     )
-    watch_until_settled(run_id)
+    watch_until_settled(console, run_id)
     with session_scope() as session:
         waiting = get_run(session, run_id).status == "waiting_review"
-        esc = views.open_escalation(session, run_id) if waiting else None
+        esc = queries.open_escalation(session, run_id) if waiting else None
         if esc is not None:
             console.print(views.escalation_panel(session, esc))
             escalation_id = esc.id or 0
     if waiting:
         _respond(console, escalation_id)
-        watch_until_settled(run_id)
+        watch_until_settled(console, run_id)
     _show_recalled(console, run_id)
     reported = _report(console, run_id)
     _wait_for_memory(console, run_id)  # the next scenario recalls what this run wrote
@@ -162,11 +160,7 @@ def _wait_for_memory(console: Console, run_id: int) -> None:
 def _show_recalled(console: Console, run_id: int) -> None:
     """What memory gave the planner of this run (the `memory.recalled` event of its plan call)."""
     with session_scope() as session:
-        event = session.exec(
-            select(RunEvent)
-            .where(RunEvent.run_id == run_id, RunEvent.kind == "memory.recalled")
-            .order_by(col(RunEvent.id))
-        ).first()
+        event = queries.first_event(session, run_id, "memory.recalled")
     if event is None:
         console.print(Text("memory recalled for planning: nothing yet", style="dim"))
         return

@@ -82,7 +82,7 @@ def model_names() -> list[str]:
 def engine_configured() -> bool:
     """Whether agentq is configured for a database of its own (`AGENTQ_DATABASE_URL`), whose
     engine the demo talks to instead of starting the embedded one."""
-    return bool(os.environ.get("AGENTQ_DATABASE_URL") or get_settings().database_url)
+    return bool(get_settings().database_url)
 
 
 def _refuse_configured(name: str) -> None:

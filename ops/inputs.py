@@ -1,20 +1,22 @@
 """What a user names on the command line: pinned facts (`--fact KEY=VALUE`), plan files
-(`--plan`, `agentq review edit --plan`) and option values (Typer callbacks), read and checked
-before anything is written."""
+(`--plan`, `agentq review edit --plan`), option values (Typer callbacks) and who reviews
+(`$AGENTQ_REVIEWER`), read and checked before anything is written."""
 
 from __future__ import annotations
 
+import getpass
 import re
 from pathlib import Path
 
 import typer
 
+from models import commands, escalations
 from models.errors import ConfigurationError
 from models.plan_checks import REPLAN_CHECKS
-from models.plans import PlanSpec, parse_plan
+from models.plans import PlanSpec
 from models.runs import FACT_KEY_PATTERN
+from models.settings import get_settings
 from models.states import RUN_STATUSES
-from models.tools import argument_problems, configured_tool_names
 
 
 def parse_facts(pairs: list[str]) -> dict[str, str]:
@@ -52,10 +54,7 @@ def read_plan_text(path: Path) -> str:
 def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
     """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools,
     their arguments and the pinned `facts`; raises `ConfigurationError` or `InvalidPlan`."""
-    text = read_plan_text(path)
-    return parse_plan(
-        text, tools=configured_tool_names(), facts=set(facts), check_args=argument_problems
-    )
+    return commands.checked_plan(read_plan_text(path), facts=facts)
 
 
 def not_blank(value: str | None) -> str | None:
@@ -79,3 +78,12 @@ def replan_check_value(value: str | None) -> str | None:
     if value is not None and value not in REPLAN_CHECKS:
         raise typer.BadParameter(f"{value!r}: use one of {', '.join(REPLAN_CHECKS)}")
     return value
+
+
+def reviewer_name() -> str:
+    """Who is reviewing: `$AGENTQ_REVIEWER` (`Settings.reviewer`), else the login name; raises
+    `InvalidInput` for a name that breaks `models.escalations.REVIEWER_NAME_PATTERN` or is
+    reserved."""
+    name = get_settings().reviewer or getpass.getuser()
+    escalations.check_reviewer_name(name, field="AGENTQ_REVIEWER")
+    return name

@@ -110,6 +110,7 @@ def start_engine(
         database_url, broker_url = stack.start_services()
         os.environ["AGENTQ_DATABASE_URL"] = database_url
         os.environ["AGENTQ_BROKER_URL"] = broker_url
+        get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
         env = engine_env(database_url, broker_url, extra_env)
         stack.start_process(
@@ -164,7 +165,8 @@ def start_api(
     Celery processes) on `host`:`port` against the running stack; returns its base URL once it
     listens. Raises `StackError` with the end of its log if it does not start (a port in use)."""
     _check_port_free(host, port)
-    env = engine_env(os.environ["AGENTQ_DATABASE_URL"], os.environ["AGENTQ_BROKER_URL"], extra_env)
+    settings = get_settings()
+    env = engine_env(settings.database_url or "", settings.broker_url or "", extra_env)
     stack.start_process("api", stack.uvicorn_argv(API_APP_FACTORY, host=host, port=port), env)
     stack.wait_for_log("api", UVICORN_READY, API_READY_TIMEOUT_S)
     return f"http://{host}:{port}"

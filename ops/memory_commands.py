@@ -7,7 +7,6 @@ The same functions serve the HTTP API: everything here is a thin layer over `mod
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -17,16 +16,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from models import memory, reembedding
+from models import commands, memory, reembedding
 from models.db import session_scope
 from models.errors import ConfigurationError
 from models.facts import facts_of
+from models.formats import utc
 from models.migrate import upgrade
-from models.settings import get_settings
+from models.settings import get_settings, use_settings
 from models.sql import PG_INT_MAX
+from ops.connection import connect
 from ops.stack import LocalStack
 from ops.stack_file import read_stack_file
-from ops.views import cell, utc
+from ops.views import cell
 
 memory_app = typer.Typer(
     help="A user's long-term memory: facts and episodes.", no_args_is_help=True
@@ -43,19 +44,13 @@ def _user(value: str) -> str:
 User = Annotated[str, typer.Option("--user", help="Whose memory.", callback=_user)]
 
 
-def _connect() -> None:
-    from ops.cli import connect
-
-    connect()
-
-
 @memory_app.command("facts")
 def facts(
     user: User,
     history: Annotated[bool, typer.Option(help="Include superseded and expired facts.")] = False,
 ) -> None:
     """The user's facts, newest first."""
-    _connect()
+    connect()
     with session_scope() as session:
         rows = facts_of(session, user_id=user, include_history=history)
     table = Table(
@@ -84,7 +79,7 @@ def search(
     """Hybrid recall (vector + full text) over the user's facts and episodes, with scores."""
     if not text.strip():
         raise typer.BadParameter("must not be empty", param_hint="'TEXT'")
-    _connect()
+    connect()
     found = memory.search(user_id=user, query=text)
     table = Table("kind", "id", "text", "source", "similarity", "text match", "score")
     for f in found.facts:
@@ -140,7 +135,7 @@ def forget(
 
     It is final: memory writes of the user's runs created before it are dropped.
     """
-    _connect()
+    connect()
     if not yes:
         what = "all memory" + (" and the run contents" if runs else "")
         typer.confirm(f"Delete {what} of {user!r}? This cannot be undone", abort=True)
@@ -173,15 +168,10 @@ def delete(
     if (fact is None) == (episode is None):
         raise typer.BadParameter("give exactly one of --fact ID and --episode ID")
     kind, row_id = ("fact", fact) if fact is not None else ("episode", episode)
-    _connect()
+    connect()
     if not yes:
         typer.confirm(f"Delete {kind} {row_id}? This cannot be undone", abort=True)
-    with session_scope() as session:
-        done = (
-            memory.forget_fact(session, fact_id=fact)
-            if fact is not None
-            else memory.forget_episode(session, episode_id=episode or 0)
-        )
+    done = commands.forget_fact(fact) if fact is not None else commands.forget_episode(episode or 0)
     parts = ", ".join(f"{n} {what}" for what, n in done.counts.items())
     console.print(Text(f"deleted {kind} {row_id} of {done.user_id}: {parts}"))
 
@@ -207,7 +197,7 @@ def reembed() -> None:
 @contextmanager
 def _database_only() -> Iterator[None]:
     settings = get_settings()
-    if os.environ.get("AGENTQ_DATABASE_URL") or settings.database_url:
+    if settings.database_url:
         yield
         return
     if read_stack_file(settings.home) is not None:
@@ -217,7 +207,7 @@ def _database_only() -> Iterator[None]:
         )
     stack = LocalStack(settings.home)
     database_url, _ = stack.start_services()
-    os.environ["AGENTQ_DATABASE_URL"] = database_url
+    use_settings(database_url=database_url)
     try:
         upgrade(database_url)
         yield

@@ -20,9 +20,12 @@ from rich.text import Text
 
 from models import procedure_admin
 from models.errors import InvalidInput
+from models.formats import utc
 from models.procedures import SCOPES, Actor, Procedure, ProcedureVersion
 from models.sql import PG_INT_MAX
-from ops.views import cell, literal, utc
+from ops.connection import connect
+from ops.inputs import reviewer_name
+from ops.views import cell, literal
 
 procedure_app = typer.Typer(
     help="Procedural memory: how-tos and plan templates that planning and steps recall.",
@@ -53,8 +56,6 @@ ToolOption = Annotated[str | None, typer.Option("--tool", help="The tool of a to
 
 
 def _actor() -> Actor:
-    from ops.cli import connect, reviewer_name
-
     connect()
     return Actor(f"cli:{reviewer_name()}", "admin")
 

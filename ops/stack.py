@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from models.errors import StackError
 from models.private_files import read_or_create_secret, write_private
-from models.settings import get_settings
+from models.settings import Settings, get_settings
 from ops import data_dir as modes
 from ops import postgres_tuning, processes
 from ops.embedded_redis import (
@@ -63,9 +63,9 @@ LOG_TAIL_LINES = 20
 
 
 def default_data_dir() -> Path:
-    """The data directory: `$AGENTQ_HOME` if set, else `~/.agentq`."""
-    home = os.environ.get("AGENTQ_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".agentq"
+    """The data directory: `$AGENTQ_HOME` if set, else `~/.agentq` (`Settings.home`, read now,
+    not the process's cached settings)."""
+    return Settings().home.expanduser()
 
 
 @dataclass

@@ -12,22 +12,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from models import api_tokens
+from models import api_tokens, commands
 from models.db import session_scope
 from models.display import visible
+from models.formats import utc
 from models.sql import PG_INT_MAX
-from ops.views import cell, utc
+from ops.connection import connect
+from ops.views import cell
 
 token_app = typer.Typer(
     help="Bearer tokens of the HTTP API (roles: submitter, reviewer, admin).", no_args_is_help=True
 )
 console = Console()
-
-
-def _connect() -> None:
-    from ops.cli import connect
-
-    connect()
 
 
 def _role(value: str) -> str:
@@ -48,11 +44,9 @@ def create(
     ] = None,
 ) -> None:
     """Create a token and print it once: it cannot be shown again."""
-    _connect()
-    with session_scope() as session:
-        row, raw = api_tokens.create_token(session, name=name, role=role, user_id=user)
-        token_id = row.id
-    console.print(Text(created_line(token_id or 0, name=name, role=role, user=user)))
+    connect()
+    token_id, raw = commands.create_token(name=name, role=role, user_id=user)
+    console.print(Text(created_line(token_id, name=name, role=role, user=user)))
     # print, not console.print: no wrapping or markup may touch the token
     print(raw)
     console.print(
@@ -73,7 +67,7 @@ def created_line(token_id: int, *, name: str, role: str, user: str | None) -> st
 @token_app.command("list")
 def list_() -> None:
     """Every token: id, name, role, user, created, last used, revoked. Never the token."""
-    _connect()
+    connect()
     with session_scope() as session:
         rows = api_tokens.list_tokens(session)
     table = Table("id", "name", "role", "user", "created", "last used", "revoked")
@@ -96,9 +90,8 @@ def revoke(
 ) -> None:
     """Revoke a token: every request with it is refused from now on, its console sessions end
     and the escalations it holds claimed go back to the open queue."""
-    _connect()
-    with session_scope() as session:
-        done = api_tokens.revoke_token(session, token_id)
+    connect()
+    done = commands.revoke_token(token_id)
     console.print(Text(revoked_line(done)))
 
 

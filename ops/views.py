@@ -12,25 +12,35 @@ need with the session first.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Column, Table
 from rich.text import Text
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
+from models import queries
 from models.display import visible
+from models.escalations import deadline_left_s, waiting_s
+from models.formats import (
+    CELL_MAX_CHARS,
+    DETAIL_SHOWN_ELSEWHERE,
+    age,
+    compact,
+    provider_label,
+    short,
+    span,
+    utc,
+)
 from models.goal_values import GoalPins
 from models.graph import linear
 from models.layout import after_text, places, runs_together
 from models.plans import current_graph
 from models.procedure_admin import SAVE_HINT, offers_procedure
 from models.procedure_recall import Used, used_by_run
-from models.reviews import deadline_left_s, waiting_s
 from models.runs import pinned_facts
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
@@ -51,26 +61,13 @@ STATUS_STYLE = {
     "claimed": "yellow",
     "decided": "green",
 }
-CELL_MAX_CHARS = 70
 DETAIL_MAX_CHARS = 400
 USER_MAX_WIDTH = 12  # columns; a long user name is cut with an ellipsis in the runs table
-# Escalation detail keys shown in their own rows (or, for `replans`, from the run's row).
-DETAIL_SHOWN_ELSEWHERE = ("step", "error", "tool", "replans")
 
 
 def styled(status: str) -> Text:
     """A status word in its colour."""
     return Text(status, style=STATUS_STYLE.get(status, ""))
-
-
-def short(value: Any, limit: int = CELL_MAX_CHARS) -> str:
-    """Compact JSON (or text) cut to `limit` characters."""
-    text = (
-        value
-        if isinstance(value, str)
-        else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    )
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def literal(value: str, style: str = "") -> Text:
@@ -82,41 +79,6 @@ def literal(value: str, style: str = "") -> Text:
 def cell(value: Any, limit: int = CELL_MAX_CHARS, style: str = "") -> Text:
     """`short(value, limit)` as `literal` text."""
     return literal(short(value, limit), style=style)
-
-
-def span(seconds: float) -> str:
-    """A duration as a short age, e.g. `42s`, `3m`, `2h`, `5d` (whole units, rounded down)."""
-    whole = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if whole >= size:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
-
-
-def age(since: datetime | None, until: datetime | None = None) -> str:
-    """Time from `since` to `until` (default now) as a `span`; `-` when `since` is None."""
-    if since is None:
-        return "-"
-    return span(((until or utcnow()) - since).total_seconds())
-
-
-def utc(moment: datetime) -> str:
-    """`moment` in UTC to the second, e.g. `2026-05-01 12:00:00 UTC`."""
-    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-
-
-def compact(n: int) -> str:
-    """An integer in at most 4-5 characters: `950`, `1.2k`, `200k`, `3.4M`."""
-    for suffix, size in (("M", 1_000_000), ("k", 1_000)):
-        if abs(n) >= size:
-            scaled = n / size
-            return f"{scaled:.1f}{suffix}" if abs(scaled) < 10 else f"{int(scaled)}{suffix}"
-    return str(n)
-
-
-def provider_label(provider: str) -> str:
-    """The provider as shown to people; the offline one is always labelled as such."""
-    return "offline (deterministic, no model)" if provider == "offline" else provider
 
 
 def runs_table(runs: list[Run]) -> Table:
@@ -261,7 +223,7 @@ def run_panel(session: Session, run: Run) -> RenderableType:
         run,
         facts=pinned_facts(session, run.id or 0),
         steps=list(graph.kept),
-        escalation=open_escalation(session, run.id or 0),
+        escalation=queries.open_escalation(session, run.id or 0),
         after=graph.after or {},
         procedures=used_by_run(session, run.id or 0),
         offer_procedure=offers_procedure(session, run),
@@ -277,13 +239,6 @@ def procedures_text(used: Iterable[Used]) -> Text:
         for u in used
     ]
     return literal("procedures used: " + "; ".join(lines))
-
-
-def open_escalation(session: Session, run_id: int) -> Escalation | None:
-    """The run's undecided escalation, if any."""
-    return session.exec(
-        select(Escalation).where(Escalation.run_id == run_id, Escalation.status != "decided")
-    ).first()
 
 
 def deadline_left(esc: Escalation, now: datetime | None = None) -> Text:
@@ -390,9 +345,13 @@ def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
     )
 
 
-def review_queue(session: Session, include_decided: bool = False) -> list[Escalation]:
-    """Escalations oldest first; undecided only unless `include_decided`."""
-    stmt = select(Escalation).order_by(col(Escalation.created_at))
-    if not include_decided:
-        stmt = stmt.where(Escalation.status != "decided")
-    return list(session.exec(stmt))
+def said(notified: bool, done: str) -> RenderableType:
+    """`done`, as printed after a command; when its messages were not `notified` the broker is
+    down, the rows are safe in Postgres and the reconciler sends them once the broker is back:
+    said (in yellow), not an error."""
+    if notified:
+        return done
+    return Text(
+        f"{done}; the broker could not be reached — the reconciler will send it when it is back",
+        style="yellow",
+    )

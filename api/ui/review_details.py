@@ -1,6 +1,6 @@
 """What the console shows of the review queue: the inbox tabs and one escalation in full.
 
-Reads rows only. Waiting time and time left use `models.reviews.waiting_s` and
+Reads rows only. Waiting time and time left use `models.escalations.waiting_s` and
 `deadline_left_s`, the same as the CLI's queue.
 """
 
@@ -10,17 +10,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from api.ui import run_details
-from models import reviews
+from models import escalations, queries
 from models.drafts import starting_plan
+from models.formats import DETAIL_SHOWN_ELSEWHERE
 from models.layout import places, runs_together
 from models.plans import current_graph, handled_failures
 from models.runs import pinned_facts
 from models.tables import Escalation, Run, Step, utcnow
-from ops.views import DETAIL_SHOWN_ELSEWHERE
 
 TABS: Final = ("open", "claimed", "mine", "decided")
 DECIDED_SHOWN: Final = 50  # the decided tab lists the newest decisions only
@@ -54,48 +53,31 @@ class InboxItem:
     left_s: float | None
 
 
-def _tab_filter(tab: str, me: int) -> list[Any]:
-    if tab == "mine":  # claims belong to tokens, not names (issue 9)
-        return [col(Escalation.status) == "claimed", col(Escalation.claimed_by_token_id) == me]
-    return [col(Escalation.status) == tab]
-
-
 def inbox(session: Session, *, tab: str, me: int, now: datetime | None = None) -> list[InboxItem]:
     """The escalations of `tab` (`TABS`; `mine` is those the token `me` has claimed), oldest
     first; the newest `DECIDED_SHOWN` decisions for `decided`."""
-    stmt = select(Escalation).where(*_tab_filter(tab, me))
-    if tab == "decided":
-        stmt = stmt.order_by(col(Escalation.decided_at).desc()).limit(DECIDED_SHOWN)
-    else:
-        stmt = stmt.order_by(col(Escalation.created_at))
-    rows = list(session.exec(stmt))
-    run_ids = {e.run_id for e in rows}
-    runs = {r.id: r for r in session.exec(select(Run).where(col(Run.id).in_(run_ids)))}
+    rows = queries.inbox(session, tab=tab, me=me, decided_limit=DECIDED_SHOWN)
+    runs = queries.runs_by_id(session, {e.run_id for e in rows})
     at = now or utcnow()
     return [
-        InboxItem(e, runs.get(e.run_id), reviews.waiting_s(e, at), reviews.deadline_left_s(e, at))
+        InboxItem(
+            e, runs.get(e.run_id), escalations.waiting_s(e, at), escalations.deadline_left_s(e, at)
+        )
         for e in rows
     ]
 
 
 def tab_counts(session: Session, *, me: int) -> dict[str, int]:
     """How many escalations each tab holds (`decided`: all of them)."""
-    by_status = dict(
-        session.exec(
-            select(Escalation.status, sa.func.count()).group_by(col(Escalation.status))
-        ).all()
-    )
-    mine = session.scalar(
-        sa.select(sa.func.count()).select_from(Escalation).where(*_tab_filter("mine", me))
-    )
-    return {tab: int(by_status.get(tab, 0)) for tab in TABS} | {"mine": int(mine or 0)}
+    counts = queries.inbox_counts(session, me=me)
+    return {tab: counts.get(tab, 0) for tab in TABS} | {"mine": counts["mine"]}
 
 
 def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     """Everything the review page shows: why, the failing step and its error, the budget used,
     pinned facts, the current plan with each step's wave and dependencies (`places`, by step
     id), the decision, and the edit form's starting plan (`models.drafts`). Raises `NotFound`."""
-    esc = reviews.get_escalation(session, escalation_id)
+    esc = escalations.get_escalation(session, escalation_id)
     run = session.get(Run, esc.run_id)
     failed = session.get(Step, esc.step_id) if esc.step_id else None
     graph = current_graph(session, run) if run is not None else None
@@ -119,8 +101,8 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         "places": found,
         "together": runs_together(found),
         "meters": run_details.spend(run, now) if run is not None else [],
-        "waiting_s": reviews.waiting_s(esc, now),
-        "left_s": reviews.deadline_left_s(esc, now),
+        "waiting_s": escalations.waiting_s(esc, now),
+        "left_s": escalations.deadline_left_s(esc, now),
         "start": starting_plan(
             esc, run, steps, failed, after, answered=handled_failures(session, esc.run_id)
         ),

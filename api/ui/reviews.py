@@ -1,7 +1,7 @@
 """The review pages: the inbox, one escalation, and the reviewer's decisions.
 
 Only reviewers and admins get here. Decisions call the same functions as `agentq review ...`
-(`models.reviews`), recorded under the token's name, and tell the coordinator after the commit.
+(`models.commands`), recorded under the token's name, and tell the coordinator after the commit.
 A second decision (or one on another reviewer's claim) changes nothing and re-shows the page
 with a 409 and what was decided; a plan edit that does not validate re-shows the form with the
 error naming the field (400), with nothing stored. A decision's address opened as a page (a
@@ -15,15 +15,13 @@ from typing import Annotated, Final
 
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlmodel import Session
 
 from api.auth import Principal
 from api.reviews import EscalationId
 from api.ui import review_details
-from api.ui.run_details import last_event_id
 from api.ui.security import reviewer
 from api.ui.templating import base_path, flash, render
-from models import answers, queue, reviews, transitions
+from models import commands
 from models.db import session_scope
 from models.errors import (
     ClaimedByAnother,
@@ -31,9 +29,7 @@ from models.errors import (
     InvalidInput,
     InvalidPlan,
 )
-from models.settings import get_settings
-from models.tables import Run
-from models.tools import argument_problems, configured_tool_names, declared_returns
+from models.queries import last_event_id
 
 router = APIRouter()
 Text = Annotated[str, Form()]
@@ -110,7 +106,7 @@ def _review(
     )
 
 
-Decision = Callable[[Session, Principal], Run]
+Decision = Callable[[Principal], commands.Done[None]]
 
 
 def _decide(
@@ -122,13 +118,11 @@ def _decide(
     typed: dict[str, str],
     done: str,
 ) -> Response:
-    """Apply `decision` in one transaction, then send what comes next (`queue.follow_up`) and
-    show the run."""
+    """Apply `decision` (a `models.commands` decision: one transaction, then what comes next,
+    `queue.follow_up`) and show the run."""
     principal = reviewer(request)
     try:
-        with session_scope() as session:
-            run = decision(session, principal)
-            run_id, status = run.id or 0, run.status
+        decided = decision(principal)
     except (IllegalTransition, ClaimedByAnother) as exc:
         problem = {"action": action, "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)
@@ -137,8 +131,9 @@ def _decide(
         return _review(
             request, principal, escalation_id, status_code=400, problem=problem, typed=typed
         )
+    run_id = decided.run_id
     message = done.format(id=escalation_id, run=run_id)
-    if not queue.follow_up(run_id, status):
+    if not decided.notified:
         message += " The broker could not be reached: the reconciler will send it later."
     flash(request, message)
     return RedirectResponse(f"{base_path(request)}/runs/{run_id}", status_code=SEE_OTHER)
@@ -151,12 +146,10 @@ def approve(request: Request, escalation_id: EscalationId, comment: Text = "") -
         request,
         escalation_id,
         "approve",
-        lambda session, who: reviews.approve(
-            session,
+        lambda who: commands.approve(
             escalation_id,
             reviewer=who.name,
             comment=comment.strip() or None,
-            max_attempts=get_settings().step_max_attempts,
             token_id=who.token_id,
         ),
         typed={"approve_comment": comment},
@@ -171,8 +164,8 @@ def reject(request: Request, escalation_id: EscalationId, comment: Text = "") ->
         request,
         escalation_id,
         "reject",
-        lambda session, who: reviews.reject(
-            session, escalation_id, reviewer=who.name, comment=comment, token_id=who.token_id
+        lambda who: commands.reject(
+            escalation_id, reviewer=who.name, comment=comment, token_id=who.token_id
         ),
         typed={"reject_comment": comment},
         done="Escalation {id} rejected; run {run} failed.",
@@ -189,25 +182,18 @@ def respond(
 ) -> Response:
     """Respond: the answer becomes the failed step's result; with the `remember` box ticked it
     also becomes a fact of the run's user, from this reviewer."""
-
-    def decide(session: Session, who: Principal) -> Run:
-        esc = reviews.get_escalation(session, escalation_id)
-        returns = declared_returns(esc.detail.get("tool"))
-        return reviews.respond(
-            session,
-            escalation_id,
-            reviewer=who.name,
-            comment=comment.strip() or None,
-            answer=answers.answer_from_text(answer, returns=returns),
-            token_id=who.token_id,
-            remember=bool(remember),
-        )
-
     return _decide(
         request,
         escalation_id,
         "respond",
-        decide,
+        lambda who: commands.respond(
+            escalation_id,
+            reviewer=who.name,
+            answer=answer,
+            comment=comment.strip() or None,
+            remember=bool(remember),
+            token_id=who.token_id,
+        ),
         typed={"answer": answer, "respond_comment": comment, "respond_remember": remember},
         done="Escalation {id} answered; run {run} resumes.",
     )
@@ -222,15 +208,11 @@ def edit(
         request,
         escalation_id,
         "edit",
-        lambda session, who: reviews.edit(
-            session,
+        lambda who: commands.edit(
             escalation_id,
             reviewer=who.name,
             plan=plan,
-            tools=configured_tool_names(),
-            check_args=argument_problems,
             comment=comment.strip() or None,
-            max_attempts=get_settings().step_max_attempts,
             token_id=who.token_id,
         ),
         typed={"plan": plan, "edit_comment": comment},
@@ -243,11 +225,7 @@ def claim(request: Request, escalation_id: EscalationId) -> Response:
     """Claim the escalation: only you can decide it until you release it."""
     principal = reviewer(request)
     try:
-        with session_scope() as session:
-            reviews.get_escalation(session, escalation_id)
-            transitions.claim_escalation(
-                session, escalation_id, reviewer=principal.name, token_id=principal.token_id
-            )
+        commands.claim(escalation_id, reviewer=principal.name, token_id=principal.token_id)
     except IllegalTransition as exc:
         problem = {"action": "claim", "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)
@@ -260,10 +238,7 @@ def release(request: Request, escalation_id: EscalationId) -> Response:
     """Give a claim back to the queue."""
     principal = reviewer(request)
     try:
-        with session_scope() as session:
-            reviews.release(
-                session, escalation_id, reviewer=principal.name, token_id=principal.token_id
-            )
+        commands.release(escalation_id, reviewer=principal.name, token_id=principal.token_id)
     except (IllegalTransition, ClaimedByAnother) as exc:
         problem = {"action": "claim", "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)

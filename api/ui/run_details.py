@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from models import memory, previews
+from models import memory, previews, queries
 from models.layout import Place, places, runs_together
 from models.plans import dependencies
 from models.states import RUN_TERMINAL
-from models.tables import Escalation, PlanVersion, Run, RunEvent, Step, utcnow
+from models.tables import PlanVersion, Run, RunEvent, Step, utcnow
 
 TIMELINE_MAX_EVENTS: Final = previews.EVENTS_PAGE_DEFAULT  # a page; older ones page back
 WARN_SHARE: Final = 0.75  # a budget meter turns amber at 75 % spent
@@ -50,12 +49,10 @@ def progress_of(session: Session, runs: list[Run]) -> dict[int, Progress]:
     wanted = {(r.id, r.plan_version) for r in runs if r.plan_version}
     if not wanted:
         return {}
-    versions = session.exec(
-        select(PlanVersion).where(col(PlanVersion.run_id).in_({run_id for run_id, _ in wanted}))
-    ).all()
+    versions = queries.plan_versions_of_runs(session, {i for i, _ in wanted if i is not None})
     current = [v for v in versions if (v.run_id, v.version) in wanted]
     ids = {step_id for v in current for step_id in v.step_ids}
-    status_of = dict(session.exec(select(Step.id, Step.status).where(col(Step.id).in_(ids))).all())
+    status_of = queries.step_statuses(session, ids)
     return {
         v.run_id: Progress(
             total=len(v.step_ids), by_status=dict(Counter(status_of[i] for i in v.step_ids))
@@ -101,9 +98,7 @@ class PlanColumn:
 def plan_columns(session: Session, run: Run) -> list[PlanColumn]:
     """Every plan version of the run, oldest first, each with its steps marked, placed in its
     graph, and their results as shown (`models.previews`; the rows' args are not read)."""
-    versions = session.exec(
-        select(PlanVersion).where(PlanVersion.run_id == run.id).order_by(col(PlanVersion.version))
-    ).all()
+    versions = queries.plan_versions(session, run.id or 0)
     shown = {s.columns["id"]: s for s in previews.steps_shown(session, run.id or 0)}
     steps = {i: Step(**s.columns) for i, s in shown.items()}  # unsaved: never flushed
     names = {i: s.name for i, s in steps.items()}
@@ -226,33 +221,7 @@ def timeline(
         )
         for e in page.events
     ]  # unsaved copies: never flushed
-    names = dict(session.exec(select(Step.id, Step.name).where(Step.run_id == run_id)).all())
+    names = queries.step_names(session, run_id)
     shown = memory.shown_events(events, memory_readable=memory_readable)
     moments = [Moment(e, names.get(e.step_id, "") if e.step_id else "") for e in shown]
     return Timeline(moments, page.older)
-
-
-def run_escalations(session: Session, run_id: int) -> list[Escalation]:
-    """Every escalation of the run, oldest first."""
-    return list(
-        session.exec(
-            select(Escalation).where(Escalation.run_id == run_id).order_by(col(Escalation.id))
-        )
-    )
-
-
-def last_event_id(session: Session, *, run_ids: Any = None, kind_prefix: str = "") -> int:
-    """The newest event id (of `run_ids`, a list or a subquery; of kinds starting with
-    `kind_prefix`): a page's version, which changes whenever anything it shows may have.
-
-    A page reads it first, before any row it shows: each statement of a READ COMMITTED
-    transaction sees what had committed when it began, so a version read after the rows can
-    already count a change the page missed (a run page showing `running` with the version of the
-    run's `run.succeeded`), and the page's poll (`static/console.js`) then sees nothing new and
-    never reloads. Read first, it can only be older than the rows: the next poll reloads."""
-    stmt = sa.select(sa.func.max(col(RunEvent.id)))
-    if run_ids is not None:
-        stmt = stmt.where(col(RunEvent.run_id).in_(run_ids))
-    if kind_prefix:
-        stmt = stmt.where(col(RunEvent.kind).startswith(kind_prefix))
-    return int(session.scalar(stmt) or 0)

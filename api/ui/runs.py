@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlmodel import col, select
+from sqlmodel import Session
 
 from api.auth import Principal
 from api.procedures import actor_of
@@ -28,7 +28,7 @@ from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
-from models import previews, procedure_admin, queue, transitions
+from models import commands, previews, procedure_admin, queries
 from models.db import session_scope
 from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
 from models.procedure_recall import used_by_run
@@ -44,12 +44,15 @@ Before = Annotated[int | None, Query(ge=1, le=PG_INT_MAX, description="Runs with
 router = APIRouter()
 
 
+def _owner(principal: Principal) -> str | None:
+    """Whose runs `principal` may see: a submitter's user's own, everyone's (None) for
+    reviewers and admins."""
+    return None if principal.role in REVIEW_ROLES else (principal.user_id or "")
+
+
 def _visible(principal: Principal) -> Any:
-    """Runs `principal` may see: a submitter's user's own, everyone's for reviewers and admins."""
-    stmt = select(Run.id)
-    if principal.role not in REVIEW_ROLES:
-        stmt = stmt.where(Run.user_id == (principal.user_id or ""))
-    return stmt
+    """The ids of the runs `principal` may see, as a subquery."""
+    return queries.run_ids_of(_owner(principal))
 
 
 def may_cancel(principal: Principal, run: Run) -> bool:
@@ -67,13 +70,14 @@ def runs_page(request: Request, status: str | None = None, before: Before = None
     if status is not None and status not in RUN_STATUSES:
         return _unknown_status(request, principal, status)
     with session_scope() as session:
-        version = run_details.last_event_id(session, run_ids=_visible(principal))  # first
-        stmt = select(Run).where(col(Run.id).in_(_visible(principal)))
-        if status:
-            stmt = stmt.where(Run.status == status)
-        if before:
-            stmt = stmt.where(col(Run.id) < before)
-        found = list(session.exec(stmt.order_by(col(Run.id).desc()).limit(RUNS_PAGE_SIZE + 1)))
+        version = queries.last_event_id(session, run_ids=_visible(principal))  # first
+        found = queries.newest_runs(
+            session,
+            limit=RUNS_PAGE_SIZE + 1,
+            status=status,
+            owner=_owner(principal),
+            before=before,
+        )
         runs = found[:RUNS_PAGE_SIZE]
         progress = run_details.progress_of(session, runs)
     older = runs[-1].id if len(found) > RUNS_PAGE_SIZE else None
@@ -116,7 +120,7 @@ def runs_version(request: Request) -> dict[str, int]:
     """The newest event id among the runs the list may show."""
     principal = current_principal(request)
     with session_scope() as session:
-        return {"version": run_details.last_event_id(session, run_ids=_visible(principal))}
+        return {"version": queries.last_event_id(session, run_ids=_visible(principal))}
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -125,7 +129,7 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
     newest page of its timeline (below `events_before`)."""
     principal = current_principal(request)
     with session_scope() as session:
-        version = run_details.last_event_id(session, run_ids=[run_id])  # first: see its doc
+        version = queries.last_event_id(session, run_ids=[run_id])  # first: see its doc
         run = visible_run(session, run_id, principal)
         columns = run_details.plan_columns(session, run)
         readable = principal.can_read_memory(run.user_id)
@@ -138,7 +142,7 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "moments": page.moments,
             "older_events": page.older,  # ?events_before= of the page before this one
             "paged_back": events_before is not None,
-            "escalations": run_details.run_escalations(session, run_id),
+            "escalations": queries.run_escalations(session, run_id),
             "meters": run_details.spend(run),
             "poll_version": version,
             "may_cancel": may_cancel(principal, run),
@@ -183,29 +187,30 @@ def run_version(request: Request, run_id: RunId) -> dict[str, int]:
     principal = current_principal(request)
     with session_scope() as session:
         visible_run(session, run_id, principal)
-        return {"version": run_details.last_event_id(session, run_ids=[run_id])}
+        return {"version": queries.last_event_id(session, run_ids=[run_id])}
 
 
 @router.post("/runs/{run_id}/cancel")
 def cancel(request: Request, run_id: RunId) -> Response:
-    """Cancel an active run (`transitions.cancel_run` under the run's lock, one transaction),
+    """Cancel an active run (`models.commands.cancel`: under the run's lock, one transaction),
     then send what follows (`queue.follow_up`: its episode is written). A run that has ended
     already changes nothing and says so. Submitter (own runs) or admin."""
     principal = current_principal(request)
+
+    def check(session: Session, _: int) -> None:
+        visible_run(session, run_id, principal)
+        if principal.role not in CANCEL_ROLES:
+            raise Forbidden("Only the run's submitter or an admin can cancel a run.")
+
     try:
-        with session_scope() as session:
-            visible_run(session, run_id, principal)
-            if principal.role not in CANCEL_ROLES:
-                raise Forbidden("Only the run's submitter or an admin can cancel a run.")
-            transitions.lock_run(session, run_id)
-            status = transitions.cancel_run(session, run_id).status
+        done = commands.cancel(run_id, check=check)
     except IllegalTransition as exc:
         ended = exc.table == "runs" and exc.found in RUN_TERMINAL
         said = f"Run {run_id} has already ended ({exc.found}); nothing was changed."
         flash(request, said if ended else str(exc), "warn")
         return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)
     message = f"Run {run_id} cancelled."
-    if not queue.follow_up(run_id, status):
+    if not done.notified:
         message += " The broker could not be reached, so the run's episode will not be written."
     flash(request, message)
     return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)

@@ -6,7 +6,7 @@ template marks a value `safe`. Every value a template shows also passes `models.
 invisible characters are shown as markers such as `⟨U+202E⟩`, as the CLI shows them (issue 9).
 A form field a person sends back keeps its text exact: the plan editor's JSON gets JSON escapes
 (`| json_visible`), and what a reviewer typed is echoed as typed (`| as_typed`). Durations and
-numbers use the same helpers as the CLI (`ops.views`), so a run reads the same in the terminal
+numbers use the same helpers as the CLI (`models.formats`), so a run reads the same in the terminal
 and the browser.
 """
 
@@ -28,7 +28,7 @@ from api.ui.security import CSRF_FIELD, csrf_token, set_login_cookie, signed_in
 from models import ui_sessions
 from models.db import session_scope
 from models.display import visible, visible_json
-from ops.views import age, compact, provider_label, short, span
+from models.formats import age, compact, provider_label, short, span
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
 DETAIL_MAX_CHARS: Final = 160  # a timeline entry's detail, before "show all"

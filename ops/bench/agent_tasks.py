@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from models.formats import provider_label
 from models.tools import DEFAULT_TOOL_MODULES
-from ops import views
 from ops.bench import figures
 from ops.bench.agent_goals import GOALS, Goal
 from ops.bench.agent_outcomes import Checked, check, goal_line, table
@@ -127,7 +127,7 @@ def selected(args: argparse.Namespace) -> list[Goal]:
 
 def report(args: argparse.Namespace, checked: Sequence[Checked], started: float) -> None:
     """The setup, the table, and the goals whose outcome was not the expected one."""
-    label = views.provider_label("offline" if args.provider == "offline" else "openai")
+    label = provider_label("offline" if args.provider == "offline" else "openai")
     model = "offline rules" if args.provider == "offline" else "SmolLM2-135M-Instruct Q4_1"
     print(f"\nmachine: {figures.machine()}")
     print(f"provider: {label} ({model}); {args.workers} worker processes; hash embeddings")

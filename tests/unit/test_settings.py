@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from models import settings as settings_module
+from models.db import database_url
 from models.errors import ConfigurationError
-from models.settings import Settings, get_settings
+from models.settings import Settings, get_settings, use_settings
 
 
 @pytest.fixture(autouse=True)
@@ -114,4 +116,21 @@ def test_a_setting_that_is_not_json_names_its_variable(monkeypatch: pytest.Monke
             get_settings()
     finally:
         monkeypatch.delenv("AGENTQ_FACT_TTL_S")
+        get_settings.cache_clear()
+
+
+def test_settings_given_by_the_process_win_over_the_environment_and_survive_a_cache_clear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`use_settings` (the CLI's channel for the running `agentq up`'s URLs, issue 14)."""
+    monkeypatch.setattr(settings_module, "_overrides", {})
+    monkeypatch.setenv("AGENTQ_DATABASE_URL", "postgresql://from-env/db")
+    get_settings.cache_clear()
+    try:
+        given = use_settings(database_url="postgresql://given/db", broker_url="redis://given:1/0")
+        assert given.database_url == "postgresql://given/db"
+        get_settings.cache_clear()
+        assert get_settings().broker_url == "redis://given:1/0"
+        assert database_url() == "postgresql+psycopg://given/db"
+    finally:
         get_settings.cache_clear()

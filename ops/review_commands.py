@@ -1,0 +1,175 @@
+"""`agentq review ...`: the human-review queue from the command line: list, show, claim,
+release, and decide (approve, reject, respond, edit).
+
+Each is a thin layer over `models.commands`, as the HTTP API's and the console's are. Claims and
+decisions are recorded as `$AGENTQ_REVIEWER`, else the login name (`ops.inputs.reviewer_name`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console, RenderableType
+from rich.text import Text
+from sqlmodel import Session
+
+from models import commands, drafts, escalations, queries, reviews
+from models.db import session_scope
+from models.sql import PG_INT_MAX
+from models.tables import Escalation
+from ops import views
+from ops.connection import connect
+from ops.inputs import not_blank, read_plan_text, reviewer_name
+
+REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
+review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)
+console = Console()
+EscalationId = Annotated[
+    int, typer.Argument(min=1, max=PG_INT_MAX, help="Escalation id (see `agentq review list`).")
+]
+Comment = Annotated[
+    str | None, typer.Option(callback=not_blank, help="Why; shown with the decision.")
+]
+
+
+@review_app.command("list")
+def review_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include decided ones.")] = False,
+) -> None:
+    """The review queue, oldest first."""
+    connect()
+    with session_scope() as session:
+        console.print(views.escalations_table(queries.review_queue(session, all_)))
+
+
+@review_app.command("show")
+def review_show(escalation_id: EscalationId) -> None:
+    """Why a run escalated: the failing step and its error, the budget used, the pinned facts,
+    and the decision once there is one."""
+    connect()
+    with session_scope() as session:
+        console.print(
+            views.escalation_panel(session, escalations.get_escalation(session, escalation_id))
+        )
+
+
+@review_app.command("plan")
+def review_plan(escalation_id: EscalationId) -> None:
+    """Print the plan an edit starts from, as the JSON `review edit --plan` takes: the failed
+    step and every step not yet run, each with the steps it waits for (`after`), or the
+    planner's output when there is no plan. Changes nothing; what it is goes to stderr, so
+    `agentq review plan 3 > plan.json` holds the JSON alone."""
+    connect()
+    with session_scope() as session:
+        start = drafts.draft(session, escalations.get_escalation(session, escalation_id))
+    typer.echo(start.text)  # not Rich: no wrapping or markup in a file that is parsed back
+    Console(stderr=True).print(Text(start.note, style="dim"))
+
+
+@review_app.command("claim")
+def review_claim() -> None:
+    """Claim the oldest open escalation for yourself ($AGENTQ_REVIEWER, else your login name)."""
+    connect()
+    console.print(commands.claim_next(reviewer=reviewer_name(), describe=claimed_panel))
+
+
+def claimed_panel(session: Session, esc: Escalation | None) -> RenderableType:
+    """What `review claim` shows: the claimed escalation, or who holds the claims."""
+    if esc is None:
+        return views.nothing_to_claim(reviews.claims_by_reviewer(session))
+    return views.escalation_panel(session, esc)
+
+
+@review_app.command("release")
+def review_release(
+    escalation_id: EscalationId,
+    force: Annotated[
+        bool, typer.Option("--force", help="Release another reviewer's claim (they are gone).")
+    ] = False,
+) -> None:
+    """Give a claimed escalation back to the queue: your own claim, or anyone's with --force.
+    Recorded as $AGENTQ_REVIEWER, else your login name."""
+    connect()
+    commands.release(escalation_id, reviewer=reviewer_name(), force=force)
+    console.print(f"escalation {escalation_id} released: open for any reviewer to claim")
+
+
+@review_app.command("approve")
+def review_approve(escalation_id: EscalationId, comment: Comment = None) -> None:
+    """Approve: retry the failed step once more (or re-plan, or carry on). Recorded as
+    $AGENTQ_REVIEWER, else your login name."""
+    connect()
+    done = commands.approve(escalation_id, reviewer=reviewer_name(), comment=comment)
+    console.print(
+        views.said(done.notified, f"escalation decided: approved; run {done.run_id} resumes")
+    )
+
+
+@review_app.command("reject")
+def review_reject(
+    escalation_id: EscalationId,
+    comment: Annotated[
+        str, typer.Option(callback=not_blank, help="Why (required; the run fails with it).")
+    ],
+) -> None:
+    """Reject: the run fails with your comment. Recorded as $AGENTQ_REVIEWER, else your login
+    name."""
+    connect()
+    # its follow-up writes the failed run's episode
+    done = commands.reject(escalation_id, reviewer=reviewer_name(), comment=comment)
+    console.print(f"escalation decided: rejected; run {done.run_id} failed")
+
+
+@review_app.command("respond")
+def review_respond(
+    escalation_id: EscalationId,
+    answer: Annotated[
+        str, typer.Option(callback=not_blank, help="The answer: JSON, or a plain value.")
+    ],
+    comment: Comment = None,
+    remember: Annotated[
+        bool,
+        typer.Option(
+            "--remember",
+            help="Also remember the answer as a fact of the run's user, from you (source "
+            "reviewer:<name>); otherwise it is this run's state only.",
+        ),
+    ] = False,
+) -> None:
+    """Answer what the run could not find; it becomes the failed step's result. Recorded as
+    $AGENTQ_REVIEWER, else your login name."""
+    connect()
+    done = commands.respond(
+        escalation_id, reviewer=reviewer_name(), answer=answer, comment=comment, remember=remember
+    )
+    console.print(
+        views.said(done.notified, f"escalation decided: answered; run {done.run_id} resumes")
+    )
+
+
+@review_app.command("edit")
+def review_edit(
+    escalation_id: EscalationId,
+    plan: Annotated[
+        Path,
+        typer.Option(
+            help="JSON file: the steps that replace those not run (start from `review plan`)."
+        ),
+    ],
+    comment: Comment = None,
+) -> None:
+    """Edit the plan: your steps replace every step that has not run yet; a step's `after`
+    names the steps it waits for, which may be steps that ran or still run. Recorded as
+    $AGENTQ_REVIEWER, else your login name."""
+    connect()
+    done = commands.edit(
+        escalation_id,
+        reviewer=reviewer_name(),
+        plan=lambda: read_plan_text(plan),  # read once the escalation is found
+        comment=comment,
+    )
+    console.print(
+        views.said(done.notified, f"escalation decided: plan edited; run {done.run_id} resumes")
+    )
