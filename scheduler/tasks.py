@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import structlog
 from sqlmodel import Session, col, select
 
-from models import decisions, dispatch, facts, held, queue, reviews, transitions
+from models import decisions, dispatch, facts, held, queue, reviews, step_transitions
 from models.coordinator import Decision
 from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
@@ -103,7 +103,7 @@ def reconcile() -> dict[str, int]:
             select(Step).where(Step.status == "running", col(Step.lease_expires_at) < now)
         ).all():
             try:
-                expired = transitions.expire_lease(session, step.id or 0)
+                expired = step_transitions.expire_lease(session, step.id or 0)
             except IllegalTransition:
                 continue
             counts["leases_expired"] += 1

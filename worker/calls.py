@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 from sqlmodel import Session
 
-from models import budgets, token_calibrations, transitions
+from models import budgets, events, token_calibrations
 from models.db import session_scope, wait_out_outage
 from models.errors import (
     ContextTooLong,
@@ -335,6 +335,6 @@ def _record_failure(call: Call, attempt: int, exc: ProviderError) -> None:
 def _record(
     session: Session, run_id: int, request: ModelRequest, step_id: int | None, **detail: Any
 ) -> None:
-    transitions.record_event(
+    events.record_event(
         session, run_id, "model.call", step_id=step_id, purpose=request.purpose, **detail
     )

@@ -6,7 +6,7 @@ That delivery finds the step still `running` under the dead attempt's lease (or,
 had gone on to a later step of the run in the same task, that step), so its claim is refused;
 instead of dropping it, the task sends itself again for the moment the lease expires
 (`check_later`), and then takes the step back (`take_back`: the reconciler's own transition,
-`models.transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
+`models.step_transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
 killed worker's step runs again about a lease (`AGENTQ_LEASE_S`) after its last heartbeat,
 without waiting for the reconciler's next pass; the reconciler still takes back what no
 redelivery reached. A live attempt keeps renewing its lease, so the check finds it held and
@@ -20,7 +20,7 @@ from typing import Final
 import structlog
 from sqlmodel import select
 
-from models import queue, transitions
+from models import queue, step_transitions
 from models.db import session_scope
 from models.errors import IllegalTransition
 from models.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
@@ -65,7 +65,7 @@ def take_back(step_id: int) -> bool:
     running, and when its attempts are spent (it failed, and its run's coordinator is told)."""
     with session_scope() as session:
         try:
-            step = transitions.expire_lease(session, step_id)
+            step = step_transitions.expire_lease(session, step_id)
         except IllegalTransition:
             return False
         status, run_id = step.status, step.run_id

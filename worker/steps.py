@@ -27,7 +27,7 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import decisions, leases, queue, transitions
+from models import decisions, leases, queue, run_transitions, step_transitions
 from models.coordinator import decide
 from models.db import retry_dropped, session_scope
 from models.dispatch import Send
@@ -212,7 +212,7 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
     if isinstance(exc, ContextOverflow):
         return Outcome("escalated", error=error, reason="context_overflow")
     if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
-        retryable = transitions.failed_attempts(step) < step.max_attempts
+        retryable = step_transitions.failed_attempts(step) < step.max_attempts
         return Outcome("retry" if retryable else "failed", error=error)
     return Outcome("failed", error=error)
 
@@ -322,7 +322,7 @@ def _record(
     attempt holds it (its lease expired and it was claimed again)."""
     step_id, attempt, now = step.id or 0, step.attempt, utcnow()
     if outcome.kind == "retry":
-        transitions.retry_step(
+        step_transitions.retry_step(
             session,
             step_id,
             attempt=attempt,
@@ -330,7 +330,7 @@ def _record(
             backoff_s=retry_countdown_s(attempt),
         )
     elif outcome.kind == "deferred":
-        transitions.defer_step(
+        step_transitions.defer_step(
             session,
             step_id,
             attempt=attempt,
@@ -353,7 +353,7 @@ def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: O
     if locked.status != "running":
         log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
         return
-    transitions.escalate(
+    run_transitions.escalate(
         session,
         step.run_id,
         expected="running",

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from models import token_calibrations, transitions
+from models import events, token_calibrations
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
@@ -222,7 +222,7 @@ def recall_or_withhold(
         return Recalled()
     words = reviewer_words(session, run.id or 0)
     if words is not None:
-        transitions.record_event(
+        events.record_event(
             session,
             run.id or 0,
             "memory.withheld",
@@ -277,7 +277,7 @@ def build(
     quoted = recalled.facts or recalled.episodes
     run_id = run.id or 0
     if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
-        transitions.record_event(
+        events.record_event(
             session,
             run_id,
             "memory.recalled",
