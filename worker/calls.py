@@ -42,7 +42,8 @@ from models.errors import (
 )
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
 from models.tokens import count_message_tokens, count_tool_schema_tokens
-from worker.providers import ChatProvider, Completion, ModelRequest, make_provider
+from worker.provider_choice import make_provider
+from worker.providers import ChatProvider, Completion, ModelRequest
 
 log = structlog.get_logger("agentq.worker")
 # How long an answered call waits for Postgres to settle it before giving up (then `cut_off`,

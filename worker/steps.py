@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -54,6 +54,7 @@ from models.tables import Step, utcnow
 from models.tokens import count_tokens
 from models.tools import ToolContext, enabled_tool
 from worker import replan_checks
+from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
@@ -63,37 +64,6 @@ log = structlog.get_logger("agentq.worker")
 
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.
 STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one attempt of a step came to.
-
-    `deferred`: rate-limited, due again in `retry_after_s`; `escalated`: the step failed and the
-    run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left.
-    """
-
-    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated"]
-    result: dict[str, Any] | None = None
-    error: str = ""
-    retry_after_s: float = 0.0
-    reason: str = ""
-    raw: str = ""  # the model output that could not be used, kept with the escalation
-    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.replan_checks`)
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A claimed step with what it needs from its run: its pinned facts, the results of the
-    steps it waits for (by name; only for a model step or one whose arguments refer to steps),
-    how many attempts steps of its name have had, and the run's user."""
-
-    step: Step
-    facts: dict[str, str]
-    results: dict[str, dict[str, Any]]
-    tries: int
-    user_id: str = ""
-    replan_check: str = "off"  # the run's (`models.plan_checks`)
 
 
 @retry_dropped

@@ -32,6 +32,7 @@ from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
 from worker import adoption, ledger, procedure_context
+from worker.calls import call_model
 from worker.context import (
     Context,
     ContextOverflow,
@@ -352,8 +353,6 @@ def fold_into_summary(run_id: int, uncovered: list[Piece], *, half_budget: int) 
     """Write a new rolling summary: the current one extended with the oldest uncovered turns
     that fit in `half_budget` tokens (the rest wait for the next round). Raises
     `ContextOverflow` when the server refuses the summary's request as too long."""
-    from worker.calls import call_model
-
     batch: list[Piece] = []
     used = 0
     for piece in uncovered:
