@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import dispatch, leases, plan_checks, sql, transitions
+from models import dispatch, leases, plan_checks, run_transitions, sql, step_transitions
 from models.coordinator import Decision, RunView, StepView, decide
 from models.dispatch import Send
 from models.errors import BudgetExhausted
@@ -202,10 +202,10 @@ def _apply(
         if claim_next is not None and len(decision.step_ids) == 1:
             return Applied(claimed=claim_next(session, decision.step_ids[0]), slot_passed=True)
         for ready in decision.step_ids:
-            transitions.ready_step(session, ready)
+            step_transitions.ready_step(session, ready)
     elif decision.action == "replan" and step_id is not None:
         try:
-            transitions.start_replanning(session, run_id, source=locked.status)
+            run_transitions.start_replanning(session, run_id, source=locked.status)
         except BudgetExhausted:
             escalate(session, locked, "replan_budget_spent", step_id, decision.detail)
             return Applied()
@@ -213,7 +213,7 @@ def _apply(
     elif decision.action == "escalate":
         escalate(session, locked, decision.reason, step_id, decision.detail)
     elif decision.action == "synthesize":
-        transitions.start_synthesis(session, run_id)
+        run_transitions.start_synthesis(session, run_id)
         if claim_next is not None:
             return Applied(synthesize=True, slot_passed=True)
         return Applied(sends=[(TASK_SYNTHESIZE, (run_id,))], slot_passed=True)
@@ -231,6 +231,6 @@ def escalate(
     if step_id and full.get("replan_check") == "replan":  # why the check found the rest pointless
         why = plan_checks.replan_reason(session, locked.run_id, locked.plan_version, step_id)
         full["error"] = f"the should-replan check after it said: {why}"
-    transitions.escalate(
+    run_transitions.escalate(
         session, locked.run_id, expected=locked.status, reason=reason, step_id=step_id, detail=full
     )

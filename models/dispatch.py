@@ -36,7 +36,7 @@ from typing import Final
 
 from sqlmodel import Session
 
-from models import sql, transitions
+from models import run_transitions, sql, step_transitions
 from models.errors import IllegalTransition
 from models.queue import TASK_EXECUTE_STEP, TASK_PLAN
 
@@ -115,7 +115,7 @@ def _enqueue_ready(session: Session, user_id: str, n: int | None) -> list[Send]:
     sends: list[Send] = []
     for (step_id,) in sql.execute(session, READY_STEPS, {"user_id": user_id, "n": n}).fetchall():
         try:
-            transitions.enqueue_step(session, step_id)
+            step_transitions.enqueue_step(session, step_id)
         except IllegalTransition:  # not expected: the row is locked; never send it
             continue
         sends.append((TASK_EXECUTE_STEP, (step_id,)))
@@ -126,7 +126,7 @@ def _start_planning(session: Session, user_id: str, n: int | None) -> list[Send]
     sends: list[Send] = []
     for (run_id,) in sql.execute(session, QUEUED_RUNS, {"user_id": user_id, "n": n}).fetchall():
         try:
-            transitions.start_planning(session, run_id)
+            run_transitions.start_planning(session, run_id)
         except IllegalTransition:
             continue
         sends.append((TASK_PLAN, (run_id,)))

@@ -28,7 +28,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel
 
-from models import transitions
+from models import events
 from models.tables import created_field
 
 ERASED: Final = "[erased]"  # what a text column of an erased run holds
@@ -97,9 +97,7 @@ def may_write(session: Session, *, run_id: int, user_id: str, what: str) -> bool
     point = erased_at(session, run_id=run_id, user_id=user_id)
     if point is None:
         return True
-    transitions.record_event(
-        session, run_id, "memory.dropped", what=what, erased_at=point.isoformat()
-    )
+    events.record_event(session, run_id, "memory.dropped", what=what, erased_at=point.isoformat())
     return False
 
 

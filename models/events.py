@@ -2,7 +2,7 @@
 
 `record_event` inserts at once (named SQL on the session's connection, `models.sql`), not at the
 session's next flush: every transition records one, and the ORM's unit of work cost as much as
-the transition itself (issue 10). `models.transitions.record_event` is this function.
+the transition itself (issue 10).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import quotas, sql, transitions
+from models import events, quotas, sql, transitions
 from models.errors import InvalidInput, NotFound
 from models.graph import ancestors
 from models.plan_checks import REPLAN_CHECKS
@@ -94,7 +94,7 @@ def submit_run(
     detail: dict[str, Any] = {"user": user_id, "facts": facts or {}}
     if from_goal:
         detail["pinned_from_goal"] = from_goal
-    transitions.record_event(session, run_id, "run.submitted", **detail)
+    events.record_event(session, run_id, "run.submitted", **detail)
     if plan is not None:
         add_plan_version(
             session,

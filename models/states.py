@@ -1,6 +1,6 @@
 """The state machines of runs, steps and escalations, as data.
 
-`models.transitions` refuses any move that is not listed here before it touches the database, and
+`models.guards.guarded` refuses any move that is not listed here before it touches the database, and
 the guarded UPDATE refuses any move whose row is not in the expected state when it runs.
 """
 

@@ -2,7 +2,9 @@
 escalations, run events.
 
 Statuses are plain text columns; the allowed moves between them are in `models.states`, and the
-only code that changes them is `models.transitions`. All timestamps are timezone-aware (UTC).
+only code that changes them is the guarded transitions (`models.guards`, used by
+`models.run_transitions`, `models.step_transitions`, `models.transitions`) and the hot SQL of
+`models.leases`. All timestamps are timezone-aware (UTC).
 JSON columns are wrapped in SQLAlchemy's `Mutable*` types so an in-place edit
 (`row.detail["x"] = 1`) is tracked and saved on commit.
 """

@@ -1,192 +1,46 @@
-"""Every state change of runs, steps and escalations: each one guarded UPDATE, in one place.
+"""What reviewers and commands do to runs, steps and escalations: cancel, requeue, resume, fail,
+grant a budget, remove a step; claim, decide and release an escalation, and mark its deadline
+passed; and the run's row lock every one of them takes first.
 
-A transition is `UPDATE ... SET status = :to WHERE id = :id AND status IN (:expected) RETURNING *`
-(DESIGN.md, invariant 1). When the row is in another state nothing changes and `IllegalTransition`
-says which row, the state it found and the state it expected; callers that may see a message twice
-catch it and move on. Each transition appends to the run's timeline in the same transaction. The
-caller owns the transaction (these functions never commit). The two hot transitions of a step,
-its claim and the end of an attempt (succeeded or failed), are hand-written SQL beside these, in
-`models.leases`.
+Each is one guarded UPDATE (`models.guards`, DESIGN.md invariant 1) with its event in the run's
+timeline, in the caller's transaction (these functions never commit). The engine's own moves are
+`models.run_transitions` (a run's phases, escalation) and `models.step_transitions` (a step's
+lifecycle); `resume_run`, `cancel_step` and `lock_run` are shared with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import Session, col, select
 
-from models import sql
-from models.errors import BudgetExhausted, ClaimedByAnother, IllegalTransition
-from models.events import record_event as record_event
+from models.errors import ClaimedByAnother, IllegalTransition
+from models.events import record_event
+from models.guards import guarded, move_run
 from models.settings import get_settings
-from models.states import MOVES, RUN_ACTIVE, STEP_NOT_STARTED, WITHDRAWN
-from models.tables import Escalation, Run, Step, StepAttempt, utcnow
+from models.states import RUN_ACTIVE, STEP_NOT_STARTED, WITHDRAWN
+from models.tables import Escalation, Run, Step, utcnow
 
-T = TypeVar("T", Run, Step, Escalation)
 WITHDRAWN_BY = "agentq"  # who decides an escalation withdrawn: no reviewer did
-
-
-def _guarded(
-    session: Session,
-    model: type[T],
-    row_id: int,
-    *,
-    to: str,
-    expected: Iterable[str],
-    where: Iterable[Any] = (),
-    why: str = "",
-    **values: Any,
-) -> T:
-    table = str(model.__tablename__)
-    expected = tuple(expected)
-    for found in expected:
-        if (found, to) not in MOVES[table]:
-            raise ValueError(f"{table}: {found} -> {to} is not a legal move")
-    table_model: Any = model
-    where = tuple(where)
-    row: T | None = None
-    if not where and not any(isinstance(v, sa.ClauseElement) for v in values.values()):
-        # the common case: named SQL on the driver (models.sql, a third of the ORM's CPU)
-        row = sql.update_status(session, model, row_id, to=to, expected=expected, values=values)
-    else:
-        stmt = sa.update(model).where(table_model.id == row_id, table_model.status.in_(expected))
-        stmt = stmt.where(*where).values(status=to, **values).returning(model)
-        options = {"populate_existing": True, "synchronize_session": False}
-        row = session.scalars(stmt.execution_options(**options)).one_or_none()
-    if row is None:
-        found_status = session.scalar(sa.select(table_model.status).where(table_model.id == row_id))
-        listed = " or ".join(repr(s) for s in expected)
-        wanted = ("active" if set(expected) == RUN_ACTIVE else listed) + (f" {why}" if why else "")
-        raise IllegalTransition(table, row_id, found_status, wanted)
-    return row
-
-
-def _run(session: Session, run_id: int, *, to: str, expected: Iterable[str], **values: Any) -> Run:
-    """A run's move to another status; the phase it was in ends with it, so whatever attempt held
-    that phase holds nothing now (`models.phases`)."""
-    values = {"updated_at": utcnow(), "phase_lease_expires_at": None, **values}
-    run = _guarded(session, Run, run_id, to=to, expected=expected, **values)
-    record_event(session, run_id, f"run.{to}", **{k: v for k, v in values.items() if k == "error"})
-    return run
-
 
 # --- runs --------------------------------------------------------------------------------------
 
 
-def start_planning(session: Session, run_id: int) -> Run:
-    """queued -> planning."""
-    return _run(session, run_id, to="planning", expected=["queued"], deferrals=0)
-
-
 def requeue_run(session: Session, run_id: int) -> Run:
     """waiting_review -> queued: a reviewer let a run with no plan yet try planning again."""
-    return _run(session, run_id, to="queued", expected=["waiting_review"])
+    return move_run(session, run_id, to="queued", expected=["waiting_review"])
 
 
 def resume_run(session: Session, run_id: int, *, expected: str, plan_version: int) -> Run:
     """`expected` (planning, replanning, waiting_review, queued) -> running, on `plan_version`."""
-    return _run(session, run_id, to="running", expected=[expected], plan_version=plan_version)
-
-
-def start_replanning(session: Session, run_id: int, *, source: str = "running") -> Run:
-    """running -> replanning (or synthesizing -> replanning, `source`, when a goal check found
-    the goal not met), charging one replan to the budget in the same UPDATE.
-
-    Raises `BudgetExhausted` when the run is in `source` but its replan budget is spent, and
-    `IllegalTransition` when it is not in `source`.
-    """
-    try:
-        run = _guarded(
-            session,
-            Run,
-            run_id,
-            to="replanning",
-            expected=[source],
-            where=[Run.replans_used + 1 <= Run.replans_limit],
-            why="with a replan left in its budget",
-            replans_used=Run.replans_used + 1,
-            deferrals=0,
-            updated_at=utcnow(),
-            phase_lease_expires_at=None,
-        )
-    except IllegalTransition as exc:
-        if exc.found == source:
-            raise BudgetExhausted(f"run {run_id}: replan budget spent") from exc
-        raise
-    record_event(session, run_id, "run.replanning", replans_used=run.replans_used)
-    return run
-
-
-def start_synthesis(session: Session, run_id: int) -> Run:
-    """running -> synthesizing: every step of the current plan is done; an answer an earlier
-    synthesis wrote before its goal check (`models.phases.keep_answer`) is cleared."""
-    return _run(
-        session, run_id, to="synthesizing", expected=["running"], deferrals=0, final_result=None
-    )
-
-
-def defer_run(
-    session: Session,
-    run_id: int,
-    *,
-    phase: str,
-    retry_after_s: float,
-    max_deferrals: int,
-    error: str,
-) -> Run:
-    """A rate-limited `phase` task (planning, replanning, synthesizing) waits `retry_after_s`.
-
-    The run stays in its phase; `deferrals` grows by one and `updated_at` becomes the time the
-    task is due again, so the reconciler's quiet-run clock starts then, not now, and no claim of
-    the phase succeeds before then; the phase is released (`models.phases`). Raises
-    `IllegalTransition` when the run left the phase, or (found == `phase`) when the phase has
-    been deferred `max_deferrals` times already.
-    """
-    due = utcnow() + timedelta(seconds=retry_after_s)
-    run = _guarded(
-        session,
-        Run,
-        run_id,
-        to=phase,
-        expected=[phase],
-        where=[col(Run.deferrals) < max_deferrals],
-        why=f"with fewer than {max_deferrals} deferrals",
-        deferrals=Run.deferrals + 1,
-        updated_at=due,
-        phase_lease_expires_at=None,
-    )
-    record_event(
-        session,
-        run_id,
-        "run.deferred",
-        phase=phase,
-        retry_after_s=retry_after_s,
-        due_at=due.isoformat(),
-        deferrals=run.deferrals,
-        error=error,
-    )
-    return run
-
-
-def succeed_run(session: Session, run_id: int, *, final_result: dict[str, Any]) -> Run:
-    """synthesizing -> succeeded, with the final answer."""
-    return _run(
-        session,
-        run_id,
-        to="succeeded",
-        expected=["synthesizing"],
-        final_result=final_result,
-        finished_at=utcnow(),
-    )
+    return move_run(session, run_id, to="running", expected=[expected], plan_version=plan_version)
 
 
 def fail_run(session: Session, run_id: int, *, error: str) -> Run:
     """waiting_review -> failed: a reviewer rejected the run."""
-    return _run(
+    return move_run(
         session, run_id, to="failed", expected=["waiting_review"], error=error, finished_at=utcnow()
     )
 
@@ -195,7 +49,7 @@ def cancel_run(session: Session, run_id: int) -> Run:
     """Any active status -> cancelled; pending, ready and queued steps are cancelled with it,
     and an escalation still waiting for a reviewer is decided `withdrawn` (nothing is left to
     decide)."""
-    run = _run(session, run_id, to="cancelled", expected=RUN_ACTIVE, finished_at=utcnow())
+    run = move_run(session, run_id, to="cancelled", expected=RUN_ACTIVE, finished_at=utcnow())
     for step in session.exec(
         select(Step).where(Step.run_id == run_id, col(Step.status).in_(STEP_NOT_STARTED))
     ):
@@ -214,45 +68,6 @@ def cancel_run(session: Session, run_id: int) -> Run:
             override_claim=True,
         )
     return run
-
-
-def escalate(
-    session: Session,
-    run_id: int,
-    *,
-    expected: str,
-    reason: str,
-    step_id: int | None = None,
-    detail: dict[str, Any] | None = None,
-    timeout_s: float | None = None,
-) -> Escalation | None:
-    """`expected` -> waiting_review, and open an escalation for the run's current plan version.
-
-    The escalation's deadline is `timeout_s` seconds from now (default
-    `AGENTQ_ESCALATION_TIMEOUT_S`). At most one escalation is open per run and plan version (a
-    partial unique index); a second attempt returns None and opens nothing.
-    """
-    run = _run(session, run_id, to="waiting_review", expected=[expected])
-    now = utcnow()
-    timeout_s = get_settings().escalation_timeout_s if timeout_s is None else timeout_s
-    stmt = (
-        insert(Escalation)
-        .values(
-            run_id=run_id,
-            plan_version=run.plan_version,
-            step_id=step_id,
-            reason=reason,
-            detail=detail or {},
-            status="open",
-            created_at=now,
-            deadline_at=now + timedelta(seconds=timeout_s),
-        )
-        .on_conflict_do_nothing()
-        .returning(col(Escalation.id))
-    )
-    escalation_id = session.scalar(stmt)
-    record_event(session, run_id, "escalation.opened", step_id=step_id, reason=reason)
-    return session.get(Escalation, escalation_id) if escalation_id else None
 
 
 def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
@@ -275,7 +90,7 @@ def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
     else:
         interval = sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
         values = {"deadline_at": utcnow() + interval}
-    run = _guarded(session, Run, run_id, to="waiting_review", expected=["waiting_review"], **values)
+    run = guarded(session, Run, run_id, to="waiting_review", expected=["waiting_review"], **values)
     record_event(session, run_id, "run.budget_granted", budget=what)
     return run
 
@@ -283,148 +98,9 @@ def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
 # --- steps -------------------------------------------------------------------------------------
 
 
-def ready_step(session: Session, step_id: int) -> Step:
-    """pending -> ready: the coordinator chose it; it waits for a dispatch slot of its user
-    (`models.dispatch`). `queued_at` is when it became ready (the reconciler's clock)."""
-    step = _guarded(session, Step, step_id, to="ready", expected=["pending"], queued_at=utcnow())
-    record_event(session, step.run_id, "step.ready", step_id=step_id)
-    return step
-
-
-def enqueue_step(session: Session, step_id: int) -> Step:
-    """ready -> queued: a dispatch slot of its user is free; its message is sent after commit."""
-    step = _guarded(session, Step, step_id, to="queued", expected=["ready"], queued_at=utcnow())
-    record_event(session, step.run_id, "step.queued", step_id=step_id)
-    return step
-
-
-def _end_attempt(
-    session: Session,
-    step: Step,
-    attempt: int,
-    outcome: str,
-    error: str | None = None,
-    **detail: Any,
-) -> None:
-    session.execute(
-        sa.update(StepAttempt)
-        .where(StepAttempt.step_id == step.id, StepAttempt.attempt == attempt)  # type: ignore[arg-type]
-        .values(outcome=outcome, error=error, finished_at=utcnow())
-    )
-    record_event(
-        session,
-        step.run_id,
-        f"step.{outcome}",
-        step_id=step.id,
-        attempt=attempt,
-        **({"error": error} if error else {}),
-        **detail,
-    )
-
-
-def _end_held_attempt(
-    session: Session,
-    step_id: int,
-    attempt: int,
-    *,
-    to: str,
-    outcome: str,
-    error: str | None = None,
-    detail: Callable[[Step], dict[str, Any]] | None = None,
-    **values: Any,
-) -> Step:
-    """running -> `to` for the attempt that holds the step (its lease is released), and the
-    attempt's row closed with `outcome` (`detail(step)` goes to its event); any other attempt raises
-    `IllegalTransition`."""
-    step = _guarded(
-        session,
-        Step,
-        step_id,
-        to=to,
-        expected=["running"],
-        where=[Step.attempt == attempt],
-        why=f"at attempt {attempt}",
-        lease_expires_at=None,
-        **({"error": error} if error is not None else {}),
-        **values,
-    )
-    _end_attempt(session, step, attempt, outcome, error, **(detail(step) if detail else {}))
-    return step
-
-
-def retry_step(
-    session: Session, step_id: int, *, attempt: int, error: str, backoff_s: float = 0.0
-) -> Step:
-    """running -> queued after a retryable failure, only for the attempt that holds the step;
-    `queued_at` becomes the time it is due, `backoff_s` from now (a claim before it does nothing,
-    and the reconciler counts its staleness from then)."""
-    due = utcnow() + timedelta(seconds=backoff_s)
-    return _end_held_attempt(
-        session, step_id, attempt, to="queued", outcome="retry", error=error, queued_at=due
-    )
-
-
-def defer_step(
-    session: Session, step_id: int, *, attempt: int, retry_after_s: float, error: str
-) -> Step:
-    """running -> queued for a rate-limited attempt, only for the attempt that holds the step.
-
-    Not a failure: `deferrals` grows with `attempt`, so the attempt does not count against
-    `max_attempts`. `queued_at` becomes the time the step is due (now + `retry_after_s`), so the
-    reconciler re-sends it only once it is due and has then waited `AGENTQ_QUEUED_STALE_S`.
-    """
-    due = utcnow() + timedelta(seconds=retry_after_s)
-    step = _end_held_attempt(
-        session,
-        step_id,
-        attempt,
-        to="queued",
-        outcome="deferred",
-        error=error,
-        detail=lambda step: {
-            "retry_after_s": retry_after_s,
-            "due_at": due.isoformat(),
-            "deferrals": step.deferrals,
-        },
-        deferrals=Step.deferrals + 1,
-        queued_at=due,
-    )
-    return step
-
-
-def failed_attempts(step: Step) -> int:
-    """Attempts of `step` that count against `max_attempts`: claims less rate-limit deferrals."""
-    return step.attempt - step.deferrals
-
-
-def expire_lease(session: Session, step_id: int) -> Step:
-    """running with an expired lease -> queued, or -> failed when its attempts are spent."""
-    now = utcnow()
-    expired = [Step.lease_expires_at < now]  # type: ignore[operator]
-    step = session.get(Step, step_id)
-    spent = step is not None and failed_attempts(step) >= step.max_attempts
-    error = f"lease expired at attempt {step.attempt if step else '?'}"
-    values: dict[str, Any] = (
-        {"error": error, "finished_at": now} if spent else {"queued_at": now, "error": error}
-    )
-    step = _guarded(
-        session,
-        Step,
-        step_id,
-        to="failed" if spent else "queued",
-        expected=["running"],
-        where=expired,
-        why="with an expired lease",
-        lease_expires_at=None,
-        **values,
-    )
-    _end_attempt(session, step, step.attempt, "lease_expired", error)
-    return step
-
-
 def cancel_step(session: Session, step_id: int) -> Step:
     """pending | ready | queued -> cancelled (a reviewer removed it, or the run was cancelled)."""
-    step = _guarded(session, Step, step_id, to="cancelled", expected=sorted(STEP_NOT_STARTED))
+    step = guarded(session, Step, step_id, to="cancelled", expected=sorted(STEP_NOT_STARTED))
     record_event(session, step.run_id, "step.cancelled", step_id=step_id)
     return step
 
@@ -437,7 +113,7 @@ def claim_escalation(
 ) -> Escalation:
     """open -> claimed by `reviewer`, through the API token `token_id` (None: the CLI). Only that
     token (or, for None, the CLI acting as `reviewer`) decides or releases it (`_holds`)."""
-    esc = _guarded(
+    esc = guarded(
         session,
         Escalation,
         escalation_id,
@@ -504,7 +180,7 @@ def decide_escalation(
     decides it whoever holds it (a passed deadline does not wait for a claim)."""
     mine = [sa.or_(col(Escalation.status) == "open", _holds(reviewer, token_id))]
     try:
-        esc = _guarded(
+        esc = guarded(
             session,
             Escalation,
             escalation_id,
@@ -556,7 +232,7 @@ def release_escalation(
     )
     where = [] if force else [_holds(reviewer, token_id)]
     try:
-        esc = _guarded(
+        esc = guarded(
             session,
             Escalation,
             escalation_id,

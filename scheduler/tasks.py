@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import sqlalchemy as sa
 import structlog
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from models import decisions, dispatch, facts, held, queue, reviews, transitions
+from models import (
+    decisions,
+    dispatch,
+    facts,
+    held,
+    queue,
+    reconciliation,
+    reviews,
+    step_transitions,
+)
 from models.coordinator import Decision
 from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
@@ -29,7 +37,7 @@ from models.queue import (
 )
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
-from models.tables import Escalation, Run, Step, utcnow
+from models.tables import Escalation, Run, utcnow
 
 log = structlog.get_logger("agentq.scheduler")
 PHASES = ("planning", "replanning", "synthesizing")  # the run statuses whose task claims them
@@ -99,26 +107,25 @@ def reconcile() -> dict[str, int]:
         log.warning("reconcile.broker_restarted", queued_steps_waiting_in_broker=waiting)
     with session_scope() as session:
         now = utcnow()
-        for step in session.exec(
-            select(Step).where(Step.status == "running", col(Step.lease_expires_at) < now)
-        ).all():
+        for step_id in reconciliation.expired_leases(session, now=now):
             try:
-                expired = transitions.expire_lease(session, step.id or 0)
+                expired = step_transitions.expire_lease(session, step_id)
             except IllegalTransition:
                 continue
             counts["leases_expired"] += 1
             if expired.status == "queued":
-                sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
+                sends.append((TASK_EXECUTE_STEP, (step_id,)))
             else:
                 sends.append((TASK_COORDINATE, (expired.run_id,)))
         stale = now - timedelta(seconds=settings.queued_stale_s)
         lost_since, phase_since = stale, now - timedelta(seconds=settings.phase_stale_s)
         if restarted:  # every message the broker held is gone: none is waited for
             lost_since, phase_since, waiting = now, now, None
-        for step in _lost_steps(session, lost_since, now, waiting):
-            step.queued_at = now  # the next re-send waits another full period
+        for step_id in _lost_steps(session, lost_since, now, waiting):
+            if not reconciliation.resend_step(session, step_id, stale=lost_since, now=now):
+                continue
             counts["steps_resent"] += 1
-            sends.append((TASK_EXECUTE_STEP, (step.id or 0,)))
+            sends.append((TASK_EXECUTE_STEP, (step_id,)))
         nudges = _stale_runs(session, phase_since, now)
         counts["runs_nudged"] = len(nudges)
         sends.extend(nudges)
@@ -152,22 +159,11 @@ def lost_at_most(due: int, waiting: int | None) -> int | None:
     return None if waiting is None else max(0, due - waiting)
 
 
-def _lost_steps(
-    session: Session, stale: datetime, now: datetime, waiting: int | None
-) -> list[Step]:
-    """The queued steps to send again: stale (queued before `stale`) and among the oldest
+def _lost_steps(session: Session, stale: datetime, now: datetime, waiting: int | None) -> list[int]:
+    """Ids of the queued steps to send again: stale (queued before `stale`) and among the oldest
     `lost_at_most` of those due, oldest first, `waiting` messages being in the broker."""
-    oldest = select(Step).where(Step.status == "queued", col(Step.queued_at) < stale)
-    oldest = oldest.order_by(col(Step.queued_at), col(Step.id))
-    limit = lost_at_most(_due_queued(session, now), waiting)
-    if limit is not None:
-        oldest = oldest.limit(limit)
-    return list(session.exec(oldest).all())
-
-
-def _due_queued(session: Session, now: datetime) -> int:
-    due = select(sa.func.count()).where(Step.status == "queued", col(Step.queued_at) <= now)
-    return int(session.exec(due).one())
+    limit = lost_at_most(reconciliation.due_queued(session, now=now), waiting)
+    return reconciliation.lost_steps(session, stale=stale, limit=limit)
 
 
 def _dispatch_user(user_id: str, cap: int) -> int:
@@ -257,20 +253,9 @@ def _stale_runs(
     lost), or one whose holder's lease expired (it was killed) whenever it started; never a phase
     whose holder's lease is live (`models.phases`: the model call may still be under way)."""
     sends: list[tuple[str, tuple[int, ...]]] = []
-    unheld = col(Run.phase_lease_expires_at).is_(None)
-    expired = col(Run.phase_lease_expires_at) < now
-    quiet = select(Run).where(
-        sa.or_(
-            sa.and_(
-                col(Run.status).in_(["queued", "running", *PHASES]),
-                col(Run.updated_at) < stale,
-                sa.or_(unheld, expired),
-            ),
-            sa.and_(col(Run.status).in_(list(PHASES)), expired),
-        )
-    )
-    for run in session.exec(quiet).all():
-        run.updated_at = utcnow()
+    for run in reconciliation.nudge_quiet_runs(
+        session, statuses=("queued", "running", *PHASES), phases=PHASES, stale=stale, now=now
+    ):
         sends.extend(_task_for(session, run))
     return sends
 

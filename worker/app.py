@@ -51,6 +51,7 @@ from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
 from worker import deferrals, memory, outages, planner, recovery, replan_checks, steps, synthesis
+from worker.attempts import Claimed, Outcome
 from worker.crashes import escalated_on_crash
 from worker.heartbeats import StepHeld, heartbeat
 
@@ -149,16 +150,14 @@ def execute_step(
         claimed = done.next
 
 
-def _perform(claimed: steps.Claimed) -> steps.Outcome:
+def _perform(claimed: Claimed) -> Outcome:
     """Run the claimed step, then the should-replan check of its run (`worker.replan_checks`),
     with its lease renewed every heartbeat (`worker.heartbeats`)."""
     with heartbeat.renewing(StepHeld(claimed.step.id or 0, claimed.step.attempt)):
         return replan_checks.with_check(claimed, steps.perform(claimed))
 
 
-def _start(
-    step_id: int, held: dict[str, Any] | None
-) -> tuple[steps.Claimed | None, steps.Outcome | None]:
+def _start(step_id: int, held: dict[str, Any] | None) -> tuple[Claimed | None, Outcome | None]:
     """The claimed step and, for a retry that holds its attempt, the outcome it carries."""
     if held is None:
         return steps.claim(step_id), None

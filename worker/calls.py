@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 from sqlmodel import Session
 
-from models import budgets, token_calibrations, transitions
+from models import budgets, events, token_calibrations
 from models.db import session_scope, wait_out_outage
 from models.errors import (
     ContextTooLong,
@@ -42,7 +42,8 @@ from models.errors import (
 )
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
 from models.tokens import count_message_tokens, count_tool_schema_tokens
-from worker.providers import ChatProvider, Completion, ModelRequest, make_provider
+from worker.provider_choice import make_provider
+from worker.providers import ChatProvider, Completion, ModelRequest
 
 log = structlog.get_logger("agentq.worker")
 # How long an answered call waits for Postgres to settle it before giving up (then `cut_off`,
@@ -335,6 +336,6 @@ def _record_failure(call: Call, attempt: int, exc: ProviderError) -> None:
 def _record(
     session: Session, run_id: int, request: ModelRequest, step_id: int | None, **detail: Any
 ) -> None:
-    transitions.record_event(
+    events.record_event(
         session, run_id, "model.call", step_id=step_id, purpose=request.purpose, **detail
     )

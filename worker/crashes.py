@@ -20,7 +20,7 @@ from typing import Final
 
 import structlog
 
-from models import transitions
+from models import run_transitions
 from models.db import session_scope
 from models.errors import DatabaseUnavailable, IllegalTransition, PhaseNotDue, RateLimited
 
@@ -46,7 +46,7 @@ def escalated_on_crash(run_id: int, phase: str) -> Iterator[None]:
         error = f"{phase} failed with an internal error ({type(exc).__name__}); see the worker log"
         try:
             with session_scope() as session:
-                transitions.escalate(
+                run_transitions.escalate(
                     session, run_id, expected=phase, reason=INTERNAL_ERROR, detail={"error": error}
                 )
         except IllegalTransition:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from models import transitions
+from models import run_transitions
 from models.db import session_scope
 from models.errors import IllegalTransition, RateLimited
 from models.settings import get_settings
@@ -28,7 +28,7 @@ def defer_phase(run_id: int, *, phase: str, exc: RateLimited) -> bool:
     """
     with session_scope() as session:
         try:
-            transitions.defer_run(
+            run_transitions.defer_run(
                 session,
                 run_id,
                 phase=phase,
@@ -41,7 +41,7 @@ def defer_phase(run_id: int, *, phase: str, exc: RateLimited) -> bool:
             if refused.found != phase:
                 log.info("defer.skipped", run_id=run_id, phase=phase, reason=str(refused))
                 return False
-        transitions.escalate(
+        run_transitions.escalate(
             session, run_id, expected=phase, reason="rate_limited", detail={"error": str(exc)}
         )
     return False

@@ -32,7 +32,7 @@ import structlog
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from models import embedders, ended_runs, phases, transitions
+from models import embedders, ended_runs, events, phases
 from models.db import session_scope
 from models.ended_runs import EndedRun
 from models.episodes import NewEpisode, remember_episodes
@@ -121,14 +121,14 @@ def _read(run_id: int) -> list[EndedRun]:
             return []
         if run.erased_at is not None:  # its memory would be dropped write by write: ask nothing
             point = run.erased_at.isoformat()
-            transitions.record_event(session, run_id, "memory.dropped", what="run", erased_at=point)
+            events.record_event(session, run_id, "memory.dropped", what="run", erased_at=point)
             return []
     return runs
 
 
 def _record_failure(session: Session, run_id: int, error: str) -> None:
     log.warning("memory.failed", run_id=run_id, error=error)
-    transitions.record_event(session, run_id, "memory.failed", error=error[:500])
+    events.record_event(session, run_id, "memory.failed", error=error[:500])
 
 
 def _remember(own: RunMemory, others: list[RunMemory], holder: phases.Claimed | None) -> None:
@@ -260,7 +260,7 @@ def _write_facts(
         _record_failure(session, found.run.id, "; ".join(errors))
     else:
         counts = _counts(found, outcomes)
-        transitions.record_event(session, found.run.id, "memory.remembered", **counts)
+        events.record_event(session, found.run.id, "memory.remembered", **counts)
 
 
 def _remember_answers(

@@ -33,7 +33,7 @@ import structlog
 from models.db import retry_dropped, session_scope
 from models.errors import DatabaseUnavailable
 from models.tables import Run, Step
-from worker.steps import Claimed, Outcome
+from worker.attempts import Claimed, Outcome
 
 log = structlog.get_logger("agentq.worker")
 ERROR_MAX_CHARS = 1000

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from sqlmodel import Session
 
-from models import phases, plan_checks, transitions
+from models import events, phases, plan_checks, run_transitions, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.goal_checks import last_unmet
@@ -133,7 +133,7 @@ def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) 
         if locked is None:
             return False
         if answer.value is None:
-            transitions.escalate(
+            run_transitions.escalate(
                 session,
                 run_id,
                 expected="planning",
@@ -165,7 +165,7 @@ def record_procedures(
     keys = ("id", "version", "title", "scope")
     used = [{k: p.get(k) for k in keys} for p in answer.payload.get("procedures") or []]
     if used:
-        transitions.record_event(
+        events.record_event(
             session,
             run_id,
             RECALLED,
@@ -219,7 +219,7 @@ def _write_replan(
                 record_procedures(session, run_id, answer, purpose="replan", plan_version=version)
                 transitions.resume_run(session, run_id, expected="replanning", plan_version=version)
                 return True
-        transitions.escalate(
+        run_transitions.escalate(
             session,
             run_id,
             expected="replanning",

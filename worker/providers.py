@@ -4,6 +4,7 @@
 SDK. `OfflineProvider` needs no network: it answers from the structured `payload` the prompt was
 built from (never from the prompt text), deterministically, so the whole engine runs and is tested
 without a model. Every completion it makes says `offline=True` so no one mistakes it for a model.
+`worker.provider_choice.make_provider` picks one by its configured name.
 """
 
 from __future__ import annotations
@@ -228,38 +229,6 @@ class OpenAIProvider:
             tool_calls=calls,
             usage_reported=usage is not None,
         )
-
-
-def make_provider(
-    name: str,
-    *,
-    model: str,
-    base_url: str | None,
-    api_key: str | None,
-    request_timeout_s: float,
-    structured_output: StructuredOutput = "json_schema",
-    max_tokens_field: MaxTokensField = "max_completion_tokens",
-    temperature: float | None = None,
-) -> ChatProvider:
-    """The provider called `name` ("offline" or "openai"); unknown names raise `ProviderError`.
-
-    The offline provider ignores every other argument.
-    """
-    if name == "offline":
-        from worker.offline import OfflineProvider
-
-        return OfflineProvider()
-    if name == "openai":
-        return OpenAIProvider(
-            model=model,
-            base_url=base_url,
-            api_key=api_key,
-            request_timeout_s=request_timeout_s,
-            structured_output=structured_output,
-            max_tokens_field=max_tokens_field,
-            temperature=temperature,
-        )
-    raise ProviderError(f"unknown model provider {name!r}; allowed: {', '.join(PROVIDER_NAMES)}")
 
 
 def classify(exc: openai.OpenAIError, where: str) -> ProviderError:

@@ -6,7 +6,7 @@ That delivery finds the step still `running` under the dead attempt's lease (or,
 had gone on to a later step of the run in the same task, that step), so its claim is refused;
 instead of dropping it, the task sends itself again for the moment the lease expires
 (`check_later`), and then takes the step back (`take_back`: the reconciler's own transition,
-`models.transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
+`models.step_transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
 killed worker's step runs again about a lease (`AGENTQ_LEASE_S`) after its last heartbeat,
 without waiting for the reconciler's next pass; the reconciler still takes back what no
 redelivery reached. A live attempt keeps renewing its lease, so the check finds it held and
@@ -15,12 +15,12 @@ does nothing: one follow-up per redelivery, never a loop.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final
 
 import structlog
-from sqlmodel import select
 
-from models import queue, transitions
+from models import queue, reconciliation, step_transitions
 from models.db import session_scope
 from models.errors import IllegalTransition
 from models.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
@@ -40,18 +40,14 @@ def check_later(step_id: int) -> bool:
         step = session.get(Step, step_id)
         if step is None:
             return False
-        running = [step]
+        leases: list[tuple[int, datetime | None]] = [(step_id, step.lease_expires_at)]
         if step.status != "running":
-            running = list(
-                session.exec(
-                    select(Step).where(Step.run_id == step.run_id, Step.status == "running")
-                )
-            )
+            leases = [*reconciliation.running_leases(session, step.run_id)]
         now = utcnow()
         checks = [
-            (held.id or 0, max(0.0, (held.lease_expires_at - now).total_seconds()))
-            for held in running
-            if held.lease_expires_at is not None
+            (held_id, max(0.0, (lease_end - now).total_seconds()))
+            for held_id, lease_end in leases
+            if lease_end is not None
         ]
     for held_id, left in checks:
         log.info("execute_step.lost_worker", step_id=held_id, check_in_s=round(left + MARGIN_S, 2))
@@ -65,7 +61,7 @@ def take_back(step_id: int) -> bool:
     running, and when its attempts are spent (it failed, and its run's coordinator is told)."""
     with session_scope() as session:
         try:
-            step = transitions.expire_lease(session, step_id)
+            step = step_transitions.expire_lease(session, step_id)
         except IllegalTransition:
             return False
         status, run_id = step.status, step.run_id

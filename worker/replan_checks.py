@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,11 +35,9 @@ from models.references import referenced_keys
 from models.runs import get_run
 from models.settings import get_settings
 from models.tables import Step
+from worker.attempts import Claimed, Outcome
 from worker.prompts import Prompt
 from worker.structured import ask, json_answer
-
-if TYPE_CHECKING:  # worker.steps records what `note` is given
-    from worker.steps import Claimed, Outcome
 
 log = structlog.get_logger("agentq.worker")
 CHECK_PLAN_INSTRUCTIONS: Final = (

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models import transitions
+from models import events
 from models.db import session_scope
 from models.errors import InvalidStepOutput
 from models.settings import get_settings
@@ -66,7 +66,7 @@ class OutputAnswers:
 @waits_out_outages
 def _record_invalid(step: Step, answer: int, error: str, raw: str) -> None:
     with session_scope() as session:
-        transitions.record_event(
+        events.record_event(
             session,
             step.run_id,
             "step.output.invalid",

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import decisions, leases, queue, transitions
+from models import decisions, leases, queue, run_transitions, step_transitions
 from models.coordinator import decide
 from models.db import retry_dropped, session_scope
 from models.dispatch import Send
@@ -54,6 +54,7 @@ from models.tables import Step, utcnow
 from models.tokens import count_tokens
 from models.tools import ToolContext, enabled_tool
 from worker import replan_checks
+from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
 from worker.context import ContextOverflow
 from worker.tool_use import model_step
@@ -63,37 +64,6 @@ log = structlog.get_logger("agentq.worker")
 
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.
 STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one attempt of a step came to.
-
-    `deferred`: rate-limited, due again in `retry_after_s`; `escalated`: the step failed and the
-    run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left.
-    """
-
-    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated"]
-    result: dict[str, Any] | None = None
-    error: str = ""
-    retry_after_s: float = 0.0
-    reason: str = ""
-    raw: str = ""  # the model output that could not be used, kept with the escalation
-    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.replan_checks`)
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A claimed step with what it needs from its run: its pinned facts, the results of the
-    steps it waits for (by name; only for a model step or one whose arguments refer to steps),
-    how many attempts steps of its name have had, and the run's user."""
-
-    step: Step
-    facts: dict[str, str]
-    results: dict[str, dict[str, Any]]
-    tries: int
-    user_id: str = ""
-    replan_check: str = "off"  # the run's (`models.plan_checks`)
 
 
 @retry_dropped
@@ -212,7 +182,7 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
     if isinstance(exc, ContextOverflow):
         return Outcome("escalated", error=error, reason="context_overflow")
     if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
-        retryable = transitions.failed_attempts(step) < step.max_attempts
+        retryable = step_transitions.failed_attempts(step) < step.max_attempts
         return Outcome("retry" if retryable else "failed", error=error)
     return Outcome("failed", error=error)
 
@@ -322,7 +292,7 @@ def _record(
     attempt holds it (its lease expired and it was claimed again)."""
     step_id, attempt, now = step.id or 0, step.attempt, utcnow()
     if outcome.kind == "retry":
-        transitions.retry_step(
+        step_transitions.retry_step(
             session,
             step_id,
             attempt=attempt,
@@ -330,7 +300,7 @@ def _record(
             backoff_s=retry_countdown_s(attempt),
         )
     elif outcome.kind == "deferred":
-        transitions.defer_step(
+        step_transitions.defer_step(
             session,
             step_id,
             attempt=attempt,
@@ -353,7 +323,7 @@ def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: O
     if locked.status != "running":
         log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
         return
-    transitions.escalate(
+    run_transitions.escalate(
         session,
         step.run_id,
         expected="running",

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ValidationError
 
-from models import transitions
+from models import events
 from models.db import session_scope
 from models.errors import BudgetExhausted, InvalidPlan, ProviderError, QuotaExhausted, RateLimited
 from models.settings import get_settings
@@ -131,7 +131,7 @@ def _describe(exc: Exception) -> str:
 
 def _record_invalid(run_id: int, prompt: Prompt, attempt: int, error: str, raw: str) -> None:
     with session_scope() as session:
-        transitions.record_event(
+        events.record_event(
             session,
             run_id,
             f"{prompt.purpose}.invalid",

@@ -6,7 +6,7 @@ from typing import Any
 
 import structlog
 
-from models import decisions, dispatch, goal_checks, phases, transitions
+from models import decisions, dispatch, goal_checks, phases, run_transitions
 from models.coordinator import GoalVerdict, decide_unmet
 from models.db import session_scope
 from models.dispatch import Send
@@ -159,7 +159,7 @@ def _finish(
             return []
         if verdict is not None:
             goal_checks.record(session, claimed.run, verdict)
-        transitions.succeed_run(session, run_id, final_result=final)
+        run_transitions.succeed_run(session, run_id, final_result=final)
         user_id = claimed.run.user_id
         return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
 
@@ -253,7 +253,9 @@ def _escalate(
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
             return []  # another delivery took the phase over: it escalates, or not
-        transitions.escalate(session, run_id, expected="synthesizing", reason=reason, detail=detail)
+        run_transitions.escalate(
+            session, run_id, expected="synthesizing", reason=reason, detail=detail
+        )
         return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
 
 

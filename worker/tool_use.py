@@ -43,7 +43,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models import tool_journal, transitions
+from models import events, tool_journal
 from models.db import session_scope
 from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsError, ToolError
 from models.runs import get_run
@@ -286,7 +286,7 @@ def _record(step: Step, number: int, answered: list[Answered]) -> None:
     with session_scope() as session:
         for a in answered:
             if a.invalid is not None:
-                transitions.record_event(
+                events.record_event(
                     session,
                     step.run_id,
                     "step.tool_call.invalid",
@@ -298,7 +298,7 @@ def _record(step: Step, number: int, answered: list[Answered]) -> None:
                 )
             else:  # a replayed call was answered from the journal: its tool did not run now
                 replayed = {} if a.replayed_from is None else {"ran_in_attempt": a.replayed_from}
-                transitions.record_event(
+                events.record_event(
                     session,
                     step.run_id,
                     "step.tool_call.replayed" if replayed else "step.tool_call",

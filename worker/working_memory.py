@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from models import token_calibrations, transitions
+from models import events, token_calibrations
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
@@ -32,6 +32,7 @@ from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
 from worker import adoption, ledger, procedure_context
+from worker.calls import call_model
 from worker.context import (
     Context,
     ContextOverflow,
@@ -222,7 +223,7 @@ def recall_or_withhold(
         return Recalled()
     words = reviewer_words(session, run.id or 0)
     if words is not None:
-        transitions.record_event(
+        events.record_event(
             session,
             run.id or 0,
             "memory.withheld",
@@ -277,7 +278,7 @@ def build(
     quoted = recalled.facts or recalled.episodes
     run_id = run.id or 0
     if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
-        transitions.record_event(
+        events.record_event(
             session,
             run_id,
             "memory.recalled",
@@ -352,8 +353,6 @@ def fold_into_summary(run_id: int, uncovered: list[Piece], *, half_budget: int) 
     """Write a new rolling summary: the current one extended with the oldest uncovered turns
     that fit in `half_budget` tokens (the rest wait for the next round). Raises
     `ContextOverflow` when the server refuses the summary's request as too long."""
-    from worker.calls import call_model
-
     batch: list[Piece] = []
     used = 0
     for piece in uncovered:

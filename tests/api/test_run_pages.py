@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import transitions
+from models import events
 from models.db import session_scope
 from models.previews import PREVIEW_MAX_BYTES
 from models.tables import RunEvent
@@ -66,7 +66,7 @@ def test_events_limit_is_bounded(client: Client) -> None:
 def test_large_values_are_previews_and_the_result_endpoint_has_them_whole(client: Client) -> None:
     run_id = submit(client, "alice", [echo("small", "hi"), echo("big", BIG)])
     with session_scope() as session:
-        transitions.record_event(session, run_id, "test.large", blob=BIG)
+        events.record_event(session, run_id, "test.large", blob=BIG)
     detail = client("alice").get(f"/api/v1/runs/{run_id}").json()
     small, big = detail["steps"]
     assert small["result"] == {"value": "hi"} and small["shortened"] == []

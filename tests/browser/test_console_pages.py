@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from models import transitions
+from models import run_transitions, transitions
 from models.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
@@ -42,9 +42,9 @@ def _planless(console: Console, raw_output: str, user: str = "planless") -> tupl
     with console.db() as session:
         run = submit_run(session, settings=get_settings(), user_id=user, goal=PLANLESS_GOAL)
         run_id = run.id or 0
-        transitions.start_planning(session, run_id)
+        run_transitions.start_planning(session, run_id)
         detail = {"error": "steps.0.tool: unknown tool 'rm_rf'", "raw_output": raw_output}
-        esc = transitions.escalate(
+        esc = run_transitions.escalate(
             session,
             run_id,
             expected="planning",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue, submissions, transitions
+from models import queue, step_transitions, submissions
 from models.db import session_scope
 from models.memory import memory_ended
 from models.plans import parse_plan
@@ -226,8 +226,8 @@ def queued_without_a_message(make_run: Callable[..., int], user: str, queued_at:
     run_id = make_run([{"name": "only", "kind": "tool", "tool": "noop"}], user=user, start=False)
     (step,) = run_steps(run_id)
     with session_scope() as session:
-        transitions.ready_step(session, step.id or 0)
-        transitions.enqueue_step(session, step.id or 0)
+        step_transitions.ready_step(session, step.id or 0)
+        step_transitions.enqueue_step(session, step.id or 0)
         row = session.get(Step, step.id)
         assert row is not None
         row.queued_at = queued_at

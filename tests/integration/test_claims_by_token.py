@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import command
 from sqlmodel import col
 
-from models import api_tokens, reviews, transitions
+from models import api_tokens, reviews, run_transitions, transitions
 from models.db import get_engine, session_scope
 from models.errors import ClaimedByAnother, DatabaseError, InvalidInput
 from models.migrate import alembic_config
@@ -27,7 +27,7 @@ __all__ = ["scratch_database"]
 def _escalation(make_run: Callable[..., int]) -> int:
     run_id = make_run([NOOP], start=False)
     with session_scope() as session:
-        esc = transitions.escalate(session, run_id, expected="running", reason="r")
+        esc = run_transitions.escalate(session, run_id, expected="running", reason="r")
         assert esc is not None
         return esc.id or 0
 

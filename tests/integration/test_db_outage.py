@@ -45,6 +45,7 @@ from tests.integration.conftest import (
     wait_for_run,
 )
 from worker import steps
+from worker.attempts import Outcome
 
 pytestmark = pytest.mark.integration
 OUTAGE_S = 5.0
@@ -175,7 +176,7 @@ def _decided(submit_run_as: Submit, plan: list[dict[str, Any]] | None) -> tuple[
     return run_id, advanced[1].sends
 
 
-def _step_ended(submit_run_as: Submit, outcome: steps.Outcome) -> tuple[int, list[Send]]:
+def _step_ended(submit_run_as: Submit, outcome: Outcome) -> tuple[int, list[Send]]:
     """A one-step run whose step ended with `outcome` (a worker's claim and finish, here), and
     the messages the worker would then have sent."""
     run_id, sends = _decided(submit_run_as, [{"name": "only", "kind": "tool", "tool": "noop"}])
@@ -192,8 +193,8 @@ def test_every_kind_of_message_sent_during_an_outage_takes_effect_after(
     coordinated = submit_run_as(one_step, start=False)
     planned, plan_sends = _decided(submit_run_as, None)
     stepped, step_sends = _decided(submit_run_as, one_step)
-    synthesized, synth_sends = _step_ended(submit_run_as, steps.Outcome("succeeded", {"ok": True}))
-    replanned, replan_sends = _step_ended(submit_run_as, steps.Outcome("failed", error="broken"))
+    synthesized, synth_sends = _step_ended(submit_run_as, Outcome("succeeded", {"ok": True}))
+    replanned, replan_sends = _step_ended(submit_run_as, Outcome("failed", error="broken"))
     remembered = submit_run_as(one_step, start=False)
     with session_scope() as session:
         transitions.cancel_run(session, remembered)

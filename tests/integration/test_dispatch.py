@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue, submissions, transitions
+from models import queue, step_transitions, submissions, transitions
 from models.db import session_scope
 from models.plans import parse_plan
 from models.queue import TASK_EXECUTE_STEP
@@ -196,7 +196,7 @@ def test_the_reconciler_dispatches_after_a_lost_coordinate(submit: Submit) -> No
     (step,) = run_steps(run_id)
     stale = get_settings().queued_stale_s + 1
     with session_scope() as session:  # ready, as a coordinator leaves it; its dispatch lost
-        transitions.ready_step(session, step.id or 0)
+        step_transitions.ready_step(session, step.id or 0)
         row = session.get(Step, step.id)
         assert row is not None
         row.queued_at = row.queued_at - timedelta(seconds=stale) if row.queued_at else None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from models import queue, transitions
+from models import queue, step_transitions
 from models.db import session_scope
 from models.queue import TASK_EXECUTE_STEP
 from models.tables import Step, StepAttempt, utcnow
@@ -48,7 +48,7 @@ def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
     claimed = steps.claim(step_id)
     assert claimed is not None
     with session_scope() as session:
-        retried = transitions.retry_step(
+        retried = step_transitions.retry_step(
             session, step_id, attempt=claimed.step.attempt, error="flaky", backoff_s=300
         )
         assert retried.queued_at is not None
@@ -57,7 +57,7 @@ def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
     now = utcnow()
     with session_scope() as session:  # stale by the clock it was queued, not by its due time
         lost = tasks._lost_steps(session, now - timedelta(seconds=60), now, waiting=None)
-        assert step_id not in [s.id for s in lost]
+        assert step_id not in lost
         session.rollback()
 
 
@@ -67,7 +67,7 @@ def backdated_retry(make_run: Callable[..., int], backoff_s: float) -> int:
     claimed = steps.claim(step_id)
     assert claimed is not None
     with session_scope() as session:
-        transitions.retry_step(
+        step_transitions.retry_step(
             session, step_id, attempt=claimed.step.attempt, error="flaky", backoff_s=backoff_s
         )
     with session_scope() as session:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from sqlmodel import col, select
 
-from models import queue, reviews, transitions
+from models import queue, reviews, step_transitions
 from models.db import session_scope
+from models.errors import IllegalTransition
 from models.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, RunEvent, StepAttempt
@@ -115,7 +116,7 @@ def test_spent_budget_escalates_once_and_approval_resumes(make_run: MakeRun) -> 
     with session_scope() as session:
         again = session.get(Escalation, esc.id)
         assert again is not None and (again.decision, again.decided_by) == ("approve", "rita")
-        with pytest.raises(transitions.IllegalTransition, match="decided"):
+        with pytest.raises(IllegalTransition, match="decided"):
             reviews.approve(session, esc.id or 0, reviewer="rita", max_attempts=3)
     assert len(_escalations(run_id)) == 1
 
@@ -126,8 +127,8 @@ def test_duplicate_step_message_applies_its_effect_once(
     run_id = make_run([_marker("once", marker_file)], start=False)
     (step,) = run_steps(run_id)
     with session_scope() as session:
-        transitions.ready_step(session, step.id or 0)
-        transitions.enqueue_step(session, step.id or 0)
+        step_transitions.ready_step(session, step.id or 0)
+        step_transitions.enqueue_step(session, step.id or 0)
     for _ in range(3):  # the broker delivers the same step three times, concurrently
         queue.send(TASK_EXECUTE_STEP, step.id)
     queue.send(TASK_COORDINATE, run_id)

@@ -18,7 +18,7 @@ import pytest
 from sqlmodel import col, select
 from structlog.testing import capture_logs
 
-from models import reviews, transitions
+from models import reviews, run_transitions, transitions
 from models.db import session_scope
 from models.errors import ClaimedByAnother, IllegalTransition
 from models.settings import get_settings
@@ -34,7 +34,7 @@ def escalated_run(make_run: Callable[..., int]) -> tuple[int, int]:
     """A run waiting for review with one open escalation; returns (run id, escalation id)."""
     run_id = make_run([NOOP], start=False)
     with session_scope() as session:
-        esc = transitions.escalate(
+        esc = run_transitions.escalate(
             session, run_id, expected="running", reason="replan_budget_spent"
         )
         assert esc is not None

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import ended_runs, memory, transitions
+from models import ended_runs, memory, run_transitions
 from models.db import session_scope
 from models.episodes import NewEpisode, episodes_of, remember_episodes
 from models.facts import facts_of
@@ -53,8 +53,8 @@ def _ended_run(make_run: MakeRun, user: str, *, ended_s_ago: float = 0, **overri
     sent (as if its message were still waiting in the queue)."""
     run_id = make_run(NOOP, user=user, start=False, **overrides)
     with session_scope() as session:
-        transitions.start_synthesis(session, run_id)
-        transitions.succeed_run(session, run_id, final_result={"answer": f"done {run_id}"})
+        run_transitions.start_synthesis(session, run_id)
+        run_transitions.succeed_run(session, run_id, final_result={"answer": f"done {run_id}"})
     with session_scope() as session:
         session.execute(sa.text(BACKDATE), {"id": run_id, "s": ended_s_ago})
     return run_id

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory, reviews, tool_journal, transitions
+from models import memory, reviews, run_transitions, tool_journal
 from models.db import session_scope
 from models.episodes import episodes_of, record_episode
 from models.erasures import ERASED
@@ -82,7 +82,9 @@ def _waiting_run(make_run: MakeRun, user: str, facts: dict[str, str] | None = No
         [{"name": "a", "kind": "tool", "tool": "noop"}], user=user, facts=facts, start=False
     )
     with session_scope() as session:
-        transitions.escalate(session, run_id, expected="running", reason="wall_time_budget_spent")
+        run_transitions.escalate(
+            session, run_id, expected="running", reason="wall_time_budget_spent"
+        )
     return run_id
 
 

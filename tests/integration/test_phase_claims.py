@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import phases, transitions
+from models import phases, run_transitions, transitions
 from models.db import session_scope
 from models.errors import PhaseNotDue
 from models.queue import TASK_SYNTHESIZE
@@ -67,11 +67,11 @@ def _run_in(status: str, make_run: Callable[..., int]) -> int:
     if status == "planning":
         run_id = make_run(None, user="phases", start=False)
         with session_scope() as session:
-            transitions.start_planning(session, run_id)
+            run_transitions.start_planning(session, run_id)
         return run_id
     run_id = make_run(NOOP, user="phases", start=False)
     with session_scope() as session:
-        transitions.start_synthesis(session, run_id)
+        run_transitions.start_synthesis(session, run_id)
     return run_id
 
 
@@ -158,7 +158,7 @@ def test_a_deferred_phase_is_not_claimed_before_it_is_due(
     fake = slow("the answer")
     run_id = _run_in("synthesizing", make_run)
     with session_scope() as session:
-        transitions.defer_run(
+        run_transitions.defer_run(
             session,
             run_id,
             phase="synthesizing",
@@ -219,8 +219,8 @@ def test_a_fact_extraction_delivered_twice_at_once_calls_the_model_once(
     think = [{"name": "think", "kind": "model", "instruction": "think it over"}]
     run_id = make_run(think, user="phases-memory", start=False)
     with session_scope() as session:
-        transitions.start_synthesis(session, run_id)
-        transitions.succeed_run(session, run_id, final_result={"answer": "done"})
+        run_transitions.start_synthesis(session, run_id)
+        run_transitions.succeed_run(session, run_id, final_result={"answer": "done"})
     _twice_at_once(lambda: memory.remember_ended_run(run_id))
     assert len(fake.requests) == 1
     assert len(_events(run_id, "memory.remembered")) == 1

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlmodel import col, select
 
-from models import transitions
+from models import run_transitions
 from models.db import session_scope
 from models.runs import submit_run
 from models.settings import get_settings
@@ -52,7 +52,7 @@ def _planning_run(engine: object) -> int:
         run = submit_run(session, settings=get_settings(), user_id="p", goal="plan me")
         run_id = run.id or 0
     with session_scope() as session:
-        transitions.start_planning(session, run_id)
+        run_transitions.start_planning(session, run_id)
     return run_id
 
 

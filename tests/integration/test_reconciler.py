@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from models import queue
+from models import queue, reconciliation
 from models.db import session_scope
 from models.settings import get_settings
 from models.tables import Run, Step, utcnow
@@ -61,10 +61,10 @@ def test_a_stale_step_is_left_alone_while_its_message_may_still_wait(
             assert step is not None
             step.queued_at = now - timedelta(seconds=behind_s)
         session.flush()
-        due = tasks._due_queued(session, now)
+        due = reconciliation.due_queued(session, now=now)
 
         def lost(waiting: int | None) -> list[int | None]:
-            return [s.id for s in tasks._lost_steps(session, stale, now, waiting)]
+            return list(tasks._lost_steps(session, stale, now, waiting))
 
         a_long_queue, one_taken, unknown = lost(due), lost(due - 1), lost(None)
         session.rollback()  # nothing is re-sent here: the engine's own beat does that

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory, reviews, transitions
+from models import memory, reviews, run_transitions
 from models.authorship import reviewer_words, reviewers_steps, steps_with_versions
 from models.db import session_scope
 from models.facts import remember
@@ -48,7 +48,9 @@ def _waiting_run(make_run: MakeRun) -> tuple[str, int, int]:
             embedding_model=model.model,
             source_run_id=None,
         )
-        transitions.escalate(session, run_id, expected="running", reason="wall_time_budget_spent")
+        run_transitions.escalate(
+            session, run_id, expected="running", reason="wall_time_budget_spent"
+        )
         stmt = select(Escalation.id).where(Escalation.run_id == run_id)
         return user, run_id, int(session.exec(stmt).one() or 0)
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import leases, transitions
+from models import leases, run_transitions, step_transitions, transitions
 from models.db import session_scope
 from models.errors import BudgetExhausted, IllegalTransition
 from models.settings import get_settings
@@ -39,8 +39,8 @@ def _event_count(run_id: int) -> int:
 
 
 STEP_CALLS: dict[str, Callable[[Any, int], Any]] = {
-    "ready": lambda s, i: transitions.ready_step(s, i),
-    "queued": lambda s, i: transitions.enqueue_step(s, i),
+    "ready": lambda s, i: step_transitions.ready_step(s, i),
+    "queued": lambda s, i: step_transitions.enqueue_step(s, i),
     "running": lambda s, i: leases.claim(s, i, worker="t", lease_s=5, now=utcnow()),
     "succeeded": lambda s, i: leases.end_attempt(
         s, s.get(Step, i), to="succeeded", now=utcnow(), result={}
@@ -73,10 +73,10 @@ def test_illegal_step_transition_is_refused_and_changes_nothing(
 
 
 RUN_CALLS: dict[str, Callable[[Any, int], Any]] = {
-    "planning": lambda s, i: transitions.start_planning(s, i),
-    "replanning": lambda s, i: transitions.start_replanning(s, i),
-    "synthesizing": lambda s, i: transitions.start_synthesis(s, i),
-    "succeeded": lambda s, i: transitions.succeed_run(s, i, final_result={}),
+    "planning": lambda s, i: run_transitions.start_planning(s, i),
+    "replanning": lambda s, i: run_transitions.start_replanning(s, i),
+    "synthesizing": lambda s, i: run_transitions.start_synthesis(s, i),
+    "succeeded": lambda s, i: run_transitions.succeed_run(s, i, final_result={}),
     "failed": lambda s, i: transitions.fail_run(s, i, error="x"),
 }
 
@@ -109,8 +109,8 @@ def test_completion_by_a_stale_attempt_is_refused(make_run: Callable[..., int]) 
     run_id = make_run([NOOP], start=False)
     (step,) = run_steps(run_id)
     with session_scope() as session:
-        transitions.ready_step(session, step.id or 0)
-        transitions.enqueue_step(session, step.id or 0)
+        step_transitions.ready_step(session, step.id or 0)
+        step_transitions.enqueue_step(session, step.id or 0)
         claimed = leases.claim(session, step.id or 0, worker="t", lease_s=5, now=utcnow()).step
     assert claimed.attempt == 1
     stale = Step(**{**claimed.model_dump(), "attempt": 7})
@@ -122,20 +122,20 @@ def test_completion_by_a_stale_attempt_is_refused(make_run: Callable[..., int]) 
 def test_replan_budget_is_charged_atomically(make_run: Callable[..., int]) -> None:
     run_id = make_run([NOOP], start=False, replans=1)
     with session_scope() as session:
-        transitions.start_replanning(session, run_id)
+        run_transitions.start_replanning(session, run_id)
     _force(Run, run_id, "running")
     with session_scope() as session, pytest.raises(BudgetExhausted, match="replan budget spent"):
-        transitions.start_replanning(session, run_id)
+        run_transitions.start_replanning(session, run_id)
     assert _snapshot(Run, run_id)["replans_used"] == 1
 
 
 def test_one_open_escalation_per_run_and_plan_version(make_run: Callable[..., int]) -> None:
     run_id = make_run([NOOP], start=False)
     with session_scope() as session:
-        first = transitions.escalate(session, run_id, expected="running", reason="r")
+        first = run_transitions.escalate(session, run_id, expected="running", reason="r")
     _force(Run, run_id, "running")
     with session_scope() as session:
-        second = transitions.escalate(session, run_id, expected="running", reason="r")
+        second = run_transitions.escalate(session, run_id, expected="running", reason="r")
     assert first is not None and second is None
     with session_scope() as session:
         rows = session.exec(select(Escalation).where(Escalation.run_id == run_id)).all()
@@ -147,7 +147,7 @@ def test_cancelling_a_waiting_run_withdraws_its_claimed_escalation(
 ) -> None:
     run_id = make_run([NOOP], start=False)
     with session_scope() as session:
-        esc = transitions.escalate(session, run_id, expected="running", reason="r")
+        esc = run_transitions.escalate(session, run_id, expected="running", reason="r")
         assert esc is not None
         transitions.claim_escalation(session, esc.id or 0, reviewer="absent")
     with session_scope() as session:
@@ -167,7 +167,7 @@ def test_a_granted_budget_is_at_least_the_default(make_run: Callable[..., int]) 
             .where(col(Run.id) == run_id)
             .values(tokens_limit=10, tokens_used=8, cost_limit_usd=5000.0, cost_used_usd=1.0)
         )
-        transitions.escalate(session, run_id, expected="running", reason="token_budget_spent")
+        run_transitions.escalate(session, run_id, expected="running", reason="token_budget_spent")
     with session_scope() as session:
         transitions.grant_budget(session, run_id, what="tokens")
         transitions.grant_budget(session, run_id, what="cost")

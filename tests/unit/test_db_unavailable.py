@@ -16,8 +16,8 @@ from models.errors import DatabaseError, DatabaseUnavailable
 from models.queue import OUTAGE_RETRY_MAX_S, outage_countdown_s
 from models.tables import Step
 from tests.support.net import free_port
+from worker.attempts import Claimed, Outcome
 from worker.outages import carry, interrupted
-from worker.steps import Claimed, Outcome
 
 
 def _translated(orig: Exception, *, invalidated: bool = False) -> DBAPIError:

@@ -11,9 +11,10 @@ from models.messages import Message
 from models.tables import Run, Step
 from models.tokens import count_message_tokens, count_tokens
 from worker import ledger
+from worker.attempts import Outcome
 from worker.context import VERBATIM_TURNS, assemble, usable_budget
 from worker.prompts import step_prompt
-from worker.steps import Outcome, turn_text
+from worker.steps import turn_text
 from worker.working_memory import RunRead, layers_of
 
 WINDOW_TOKENS = 4096

@@ -21,6 +21,7 @@ from models.references import references
 from models.runs import GOAL_MAX_CHARS
 from models.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from worker.offline import OfflineProvider
+from worker.provider_choice import make_provider
 from worker.providers import (
     ChatProvider,
     ModelRequest,
@@ -28,7 +29,6 @@ from worker.providers import (
     Purpose,
     StructuredOutput,
     _response_format,
-    make_provider,
 )
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 

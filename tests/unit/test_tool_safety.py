@@ -31,7 +31,8 @@ from models.tools import (
     load_tool_modules,
     tool,
 )
-from worker.steps import Claimed, Outcome, failure_outcome, internal_error, perform
+from worker.attempts import Claimed, Outcome
+from worker.steps import failure_outcome, internal_error, perform
 from worker.tools import builtin, expenses
 
 SECRET_PATH = "/srv/secret/place/config.toml"

@@ -1,0 +1,158 @@
+"""A step's lifecycle after the coordinator chose it: made ready, queued for dispatch, retried,
+deferred by a rate limit, or taken back from an expired lease. Each is one guarded UPDATE
+(`models.guards`) with its event, in the caller's transaction; a step's claim and the end of its
+attempt are the hot transitions in `models.leases`, and a reviewer's or a cancel's removal of a
+step is `models.transitions.cancel_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from models.events import record_event
+from models.guards import guarded
+from models.tables import Step, StepAttempt, utcnow
+
+
+def ready_step(session: Session, step_id: int) -> Step:
+    """pending -> ready: the coordinator chose it; it waits for a dispatch slot of its user
+    (`models.dispatch`). `queued_at` is when it became ready (the reconciler's clock)."""
+    step = guarded(session, Step, step_id, to="ready", expected=["pending"], queued_at=utcnow())
+    record_event(session, step.run_id, "step.ready", step_id=step_id)
+    return step
+
+
+def enqueue_step(session: Session, step_id: int) -> Step:
+    """ready -> queued: a dispatch slot of its user is free; its message is sent after commit."""
+    step = guarded(session, Step, step_id, to="queued", expected=["ready"], queued_at=utcnow())
+    record_event(session, step.run_id, "step.queued", step_id=step_id)
+    return step
+
+
+def _end_attempt(
+    session: Session,
+    step: Step,
+    attempt: int,
+    outcome: str,
+    error: str | None = None,
+    **detail: Any,
+) -> None:
+    session.execute(
+        sa.update(StepAttempt)
+        .where(StepAttempt.step_id == step.id, StepAttempt.attempt == attempt)  # type: ignore[arg-type]
+        .values(outcome=outcome, error=error, finished_at=utcnow())
+    )
+    record_event(
+        session,
+        step.run_id,
+        f"step.{outcome}",
+        step_id=step.id,
+        attempt=attempt,
+        **({"error": error} if error else {}),
+        **detail,
+    )
+
+
+def _end_held_attempt(
+    session: Session,
+    step_id: int,
+    attempt: int,
+    *,
+    to: str,
+    outcome: str,
+    error: str | None = None,
+    detail: Callable[[Step], dict[str, Any]] | None = None,
+    **values: Any,
+) -> Step:
+    """running -> `to` for the attempt that holds the step (its lease is released), and the
+    attempt's row closed with `outcome` (`detail(step)` goes to its event); any other attempt raises
+    `IllegalTransition`."""
+    step = guarded(
+        session,
+        Step,
+        step_id,
+        to=to,
+        expected=["running"],
+        where=[Step.attempt == attempt],
+        why=f"at attempt {attempt}",
+        lease_expires_at=None,
+        **({"error": error} if error is not None else {}),
+        **values,
+    )
+    _end_attempt(session, step, attempt, outcome, error, **(detail(step) if detail else {}))
+    return step
+
+
+def retry_step(
+    session: Session, step_id: int, *, attempt: int, error: str, backoff_s: float = 0.0
+) -> Step:
+    """running -> queued after a retryable failure, only for the attempt that holds the step;
+    `queued_at` becomes the time it is due, `backoff_s` from now (a claim before it does nothing,
+    and the reconciler counts its staleness from then)."""
+    due = utcnow() + timedelta(seconds=backoff_s)
+    return _end_held_attempt(
+        session, step_id, attempt, to="queued", outcome="retry", error=error, queued_at=due
+    )
+
+
+def defer_step(
+    session: Session, step_id: int, *, attempt: int, retry_after_s: float, error: str
+) -> Step:
+    """running -> queued for a rate-limited attempt, only for the attempt that holds the step.
+
+    Not a failure: `deferrals` grows with `attempt`, so the attempt does not count against
+    `max_attempts`. `queued_at` becomes the time the step is due (now + `retry_after_s`), so the
+    reconciler re-sends it only once it is due and has then waited `AGENTQ_QUEUED_STALE_S`.
+    """
+    due = utcnow() + timedelta(seconds=retry_after_s)
+    step = _end_held_attempt(
+        session,
+        step_id,
+        attempt,
+        to="queued",
+        outcome="deferred",
+        error=error,
+        detail=lambda step: {
+            "retry_after_s": retry_after_s,
+            "due_at": due.isoformat(),
+            "deferrals": step.deferrals,
+        },
+        deferrals=Step.deferrals + 1,
+        queued_at=due,
+    )
+    return step
+
+
+def failed_attempts(step: Step) -> int:
+    """Attempts of `step` that count against `max_attempts`: claims less rate-limit deferrals."""
+    return step.attempt - step.deferrals
+
+
+def expire_lease(session: Session, step_id: int) -> Step:
+    """running with an expired lease -> queued, or -> failed when its attempts are spent."""
+    now = utcnow()
+    expired = [Step.lease_expires_at < now]  # type: ignore[operator]
+    step = session.get(Step, step_id)
+    spent = step is not None and failed_attempts(step) >= step.max_attempts
+    error = f"lease expired at attempt {step.attempt if step else '?'}"
+    values: dict[str, Any] = (
+        {"error": error, "finished_at": now} if spent else {"queued_at": now, "error": error}
+    )
+    step = guarded(
+        session,
+        Step,
+        step_id,
+        to="failed" if spent else "queued",
+        expected=["running"],
+        where=expired,
+        why="with an expired lease",
+        lease_expires_at=None,
+        **values,
+    )
+    _end_attempt(session, step, step.attempt, "lease_expired", error)
+    return step

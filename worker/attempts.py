@@ -1,0 +1,43 @@
+"""One attempt of a step, as the worker holds it: the claimed step with what it needs from its
+run (`Claimed`), and what the attempt came to (`Outcome`). Plain data, shared by the step task
+(`worker.steps`), the should-replan check that annotates an outcome (`worker.replan_checks`) and
+the outage retry that carries one (`worker.outages`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from models.tables import Step
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt of a step came to.
+
+    `deferred`: rate-limited, due again in `retry_after_s`; `escalated`: the step failed and the
+    run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left.
+    """
+
+    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated"]
+    result: dict[str, Any] | None = None
+    error: str = ""
+    retry_after_s: float = 0.0
+    reason: str = ""
+    raw: str = ""  # the model output that could not be used, kept with the escalation
+    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.replan_checks`)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed step with what it needs from its run: its pinned facts, the results of the
+    steps it waits for (by name; only for a model step or one whose arguments refer to steps),
+    how many attempts steps of its name have had, and the run's user."""
+
+    step: Step
+    facts: dict[str, str]
+    results: dict[str, dict[str, Any]]
+    tries: int
+    user_id: str = ""
+    replan_check: str = "off"  # the run's (`models.plan_checks`)
