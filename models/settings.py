@@ -8,7 +8,6 @@ are also read from the conventional `DATABASE_URL` and `BROKER_URL`, and the key
 from __future__ import annotations
 
 import itertools
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Final, Literal
@@ -26,13 +25,13 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
+from models.settings_errors import describe_parse_error, describe_settings_error
 
 OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
 
 
 class ModelPrice(BaseModel):
-    """What one chat model costs, USD per million tokens of prompt (`input`) and answer
-    (`output`)."""
+    """What one chat model costs, USD per million tokens of prompt (`input`) and answer."""
 
     model_config = ConfigDict(extra="forbid")
     input: float = Field(ge=0)
@@ -388,9 +387,8 @@ def get_settings() -> Settings:
 
 
 def read_settings() -> Settings:
-    """The settings as the environment and `.env` say now, with `use_settings`' values over
-    them: not cached, for what is read rarely and must see a change at once (the broker URL a
-    new Celery client connects to). Raises `ConfigurationError` on an invalid value."""
+    """The settings as the environment and `.env` say now, `use_settings`' values over them, not
+    cached (a new Celery client's broker URL must see a change). Raises `ConfigurationError`."""
     try:
         return Settings(**_overrides)  # type: ignore[arg-type]  # checked by Settings itself
     except ConfigurationError:
@@ -399,26 +397,3 @@ def read_settings() -> Settings:
         raise ConfigurationError(describe_settings_error(exc)) from exc
     except SettingsError as exc:  # a value that is not JSON where JSON is expected
         raise ConfigurationError(describe_parse_error(exc)) from exc
-
-
-def describe_parse_error(exc: SettingsError) -> str:
-    """pydantic-settings' `error parsing value for field "fact_ttl_s" ...`, naming the variable
-    (`AGENTQ_FACT_TTL_S`) and saying what it must be."""
-    match = re.search(r'field "(\w+)"', str(exc))
-    name = f"AGENTQ_{match.group(1).upper()}" if match else "a setting"
-    return f"invalid settings: {name}: must be JSON (an object or a list, as documented); {exc}"
-
-
-def describe_settings_error(exc: ValidationError) -> str:
-    """Pydantic's errors, each naming the environment variable rather than the field."""
-    aliases = {
-        "database_url": "DATABASE_URL",
-        "broker_url": "BROKER_URL",
-        "openai_api_key": "OPENAI_API_KEY",
-    }
-    parts = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        name = aliases.get(field, f"AGENTQ_{field.upper()}") if field else "settings"
-        parts.append(f"{name}: {error['msg']}")
-    return "invalid settings: " + "; ".join(parts)

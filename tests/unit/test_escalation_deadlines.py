@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from rich.console import Console, RenderableType
 
 from models.reviews import deadline_comment, deadline_left_s, waiting_s
-from models.settings import Settings, describe_settings_error
+from models.settings import Settings
+from models.settings_errors import describe_settings_error
 from models.tables import Escalation
 from ops import views
 
