@@ -22,10 +22,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
 from models.settings_errors import describe_parse_error, describe_settings_error
+from models.settings_operations import OperationsSettings
 
 OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
 
@@ -48,7 +49,7 @@ DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
 }
 
 
-class Settings(BaseSettings):
+class Settings(OperationsSettings):
     """All of agentq's configuration; each field's default is the documented default."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTQ_", env_file=".env", extra="ignore")
@@ -192,9 +193,6 @@ class Settings(BaseSettings):
         description="Tasks of one user (steps, plans, replans, syntheses) queued or running.",
     )
 
-    worker_concurrency: int = Field(default=2, ge=1)
-    api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
-    api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
     ui_session_secret: SecretStr | None = Field(
         default=None,
         description="Signs the review console's session cookies; unset: generated once into "

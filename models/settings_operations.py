@@ -1,0 +1,20 @@
+"""Settings for operating agentq (issue 15): metrics, tracing, logs, notifications, retention.
+
+`models.settings.Settings` inherits these fields, so they are read like every other setting
+(`AGENTQ_<NAME>`, `.env`) and reached as `settings.<name>`. They live here only to keep
+`models/settings.py` under 400 lines; every field's default is its documented default, and every
+feature these switch on is off by default.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+
+class OperationsSettings(BaseSettings):
+    """Fields of `Settings` for the people who run agentq for others (issue 15)."""
+
+    worker_concurrency: int = Field(default=2, ge=1)
+    api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
+    api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
