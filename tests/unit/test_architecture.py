@@ -12,7 +12,9 @@ style says to stop both: docs STYLE.md, "Stop"). The rules (README, "Architectur
 - every module is under `MAX_MODULE_LINES` lines.
 
 Also (issue 14): no module reads an `AGENTQ_*` variable from the environment itself (`Settings`
-is the one channel), and the front ends (`api`, `ops`) write no query (`models` holds them).
+is the one channel), the front ends (`api`, `ops`) write no query (`models` holds them), and
+no module of `worker` or `scheduler` escalates a run itself (`models.run_transitions.escalate`):
+it reports what failed to `models.escalation_rules`, where escalation is decided.
 """
 
 from __future__ import annotations
