@@ -233,6 +233,14 @@ class ContextTooLong(ProviderError):
         self.prompt_tokens = prompt_tokens
 
 
+class ContextOverflow(AgentqError):
+    """The never-trimmed layers (instructions, run state, task, the last turns, the ledger at
+    its smallest) exceed the budget (`worker.context`), or the server refused the request as too
+    long again after one smaller rebuild (`worker.refits`)."""
+
+    reason = "context_overflow"  # the escalation reason when this ends a run's progress
+
+
 class StackError(AgentqError):
     """The embedded local stack (Postgres, Redis, Celery workers) could not start."""
 

@@ -44,6 +44,7 @@ from ops.inputs import (
 )
 from ops.memory_commands import memory_app
 from ops.procedure_commands import procedure_app
+from ops.processes import interrupt_on_sigterm
 from ops.review_commands import review_app
 from ops.stack import LocalStack
 from ops.token_commands import token_app
@@ -96,7 +97,7 @@ def up(
     except BaseException:
         stack.stop()
         raise
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupt_on_sigterm()
     # `agentq up &` from a script starts with SIGINT ignored; kill -INT must still stop it
     signal.signal(signal.SIGINT, signal.default_int_handler)
     ignored = ", ".join(ignored_broker_variables(os.environ))

@@ -15,8 +15,6 @@ user's procedures for expense reports seeded first; `--scenarios 1` stops after 
 
 from __future__ import annotations
 
-import signal
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -26,11 +24,10 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.text import Text
 
-from models import answers, memory, queries, queue, reviews, submissions
+from models import commands, memory, queries
 from models.db import session_scope
 from models.errors import InvalidInput
 from models.formats import provider_label
-from models.queue import TASK_COORDINATE
 from models.runs import get_run
 from models.settings import get_settings
 from models.submissions import RunRequest
@@ -43,6 +40,7 @@ from ops.demo_local import (
     offline_model,
     seed_procedures,
 )
+from ops.processes import exit_on_sigterm
 from ops.watch import watch_until_settled
 
 DEMO_GOAL = "File my Lisbon trip expense report"
@@ -75,8 +73,7 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
     submitted a report, else 1. Raises `InvalidInput` for a model it cannot use here."""
     if model is not None and model not in model_names():
         raise InvalidInput(f"--model: {model!r} is not one of {', '.join(model_names())}")
-    # a TERM (a time box, a supervisor) unwinds as ^C does: the stack and the server stop
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    exit_on_sigterm()  # a TERM (a time box, a supervisor) unwinds: the stack and server stop
     served = (
         nullcontext()
         if model is None
@@ -173,7 +170,7 @@ def _submit(console: Console, trip: str) -> int:
     request = RunRequest(
         user_id=DEMO_USER, goal=DEMO_GOAL, facts={**DEMO_FACTS, "trip": trip}, replans=1
     )
-    submitted = submissions.submit(request, settings=get_settings())
+    submitted = commands.submit(request)
     if not submitted.notified:
         line = "the broker could not be reached; the reconciler sends the run's first task later"
         console.print(Text(line, style="yellow"))
@@ -181,16 +178,13 @@ def _submit(console: Console, trip: str) -> int:
 
 
 def _respond(console: Console, escalation_id: int) -> None:
+    """Answer as `agentq review respond` does (`models.commands.respond`: the answer is read
+    against the failed tool's declared result, `{"rate": 0.95}` for the rate tools)."""
     console.print(Text(f"$ agentq review respond {escalation_id} --answer {REVIEWER_RATE}"))
-    with session_scope() as session:
-        run = reviews.respond(
-            session,
-            escalation_id,
-            reviewer="demo-reviewer",
-            answer=answers.answer_from_text(REVIEWER_RATE, returns=("rate",)),
-        )
-        run_id = run.id or 0
-    queue.send(TASK_COORDINATE, run_id)
+    done = commands.respond(escalation_id, reviewer="demo-reviewer", answer=REVIEWER_RATE)
+    if not done.notified:
+        line = "the broker could not be reached; the reconciler takes the run on later"
+        console.print(Text(line, style="yellow"))
 
 
 def _report(console: Console, run_id: int) -> bool:

@@ -36,8 +36,19 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit_143)
 
 
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM act as Ctrl-C does (a `KeyboardInterrupt`), for a foreground process with
+    a graceful stop of its own (`agentq up`: a first interrupt lets running steps finish, a
+    second kills them); a supervisor or a CI job, whose SIGINT may be ignored, stops it so."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def _exit_143(signum: int, frame: FrameType | None) -> NoReturn:
     raise SystemExit(128 + signum)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt
 
 
 def terminate(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:

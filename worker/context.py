@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from models.errors import AgentqError
+from models.errors import ContextOverflow
 
 TOKENS_PER_MESSAGE: Final = 3
 ROLE_TOKENS: Final = 1  # "system", "user", "assistant" are one token each in o200k and cl100k
@@ -51,11 +51,6 @@ SHORTENED_MARK: Final = (
 # for agentq's prompts (issue 12), so a context filled to the budget is ~1.24 times as long to the
 # server; 1 / 1.24 is 0.81, and a quarter less also covers a tokenizer somewhat further off.
 REFIT_SHARE: Final = 0.75
-
-
-class ContextOverflow(AgentqError):
-    """The never-trimmed layers (instructions, run state, task, the last turns, the ledger at
-    its smallest) exceed the budget."""
 
 
 @dataclass(frozen=True)

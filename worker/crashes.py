@@ -5,8 +5,9 @@ statement the server refused) used to leave its run in the phase: the reconciler
 phase once its claim's lease has run out (`scheduler.tasks`), so the task ran again every
 reconcile interval and failed the same way, and the run never moved (issue 12 found one: a
 synthesis stuck `synthesizing` past every test's timeout). `escalated_on_crash` turns such an
-error into an escalation with reason `internal_error`, as a step's bug fails its step
-(`worker.steps.perform`): a reviewer sees it, and the worker log has the traceback.
+error into an escalation with reason `internal_error` (a `Crashed` report to
+`models.escalation_rules`), as a step's bug fails its step (`worker.steps.perform`): a reviewer
+sees it, and the worker log has the traceback.
 
 What is no failure of the phase still goes up: a database that is away (the task waits out the
 outage), a rate limit and a phase not yet due (the task sends itself again).
@@ -20,12 +21,11 @@ from typing import Final
 
 import structlog
 
-from models import run_transitions
+from models import escalation_rules
 from models.db import session_scope
 from models.errors import DatabaseUnavailable, IllegalTransition, PhaseNotDue, RateLimited
 
 log = structlog.get_logger("agentq.worker")
-INTERNAL_ERROR: Final = "internal_error"  # the escalation reason
 NOT_CRASHES: Final = (DatabaseUnavailable, RateLimited, PhaseNotDue)
 
 
@@ -43,11 +43,9 @@ def escalated_on_crash(run_id: int, phase: str) -> Iterator[None]:
         raise
     except Exception as exc:
         log.exception(f"{phase}.unexpected", run_id=run_id)
-        error = f"{phase} failed with an internal error ({type(exc).__name__}); see the worker log"
+        crashed = escalation_rules.Crashed(phase, error_type=type(exc).__name__)
         try:
             with session_scope() as session:
-                run_transitions.escalate(
-                    session, run_id, expected=phase, reason=INTERNAL_ERROR, detail={"error": error}
-                )
+                escalation_rules.escalate(session, run_id, crashed)
         except IllegalTransition:
             log.info("crash.not_escalated", run_id=run_id, phase=phase, reason="run moved on")

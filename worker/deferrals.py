@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from models import run_transitions
+from models import escalation_rules, run_transitions
 from models.db import session_scope
 from models.errors import IllegalTransition, RateLimited
 from models.settings import get_settings
@@ -41,7 +41,6 @@ def defer_phase(run_id: int, *, phase: str, exc: RateLimited) -> bool:
             if refused.found != phase:
                 log.info("defer.skipped", run_id=run_id, phase=phase, reason=str(refused))
                 return False
-        run_transitions.escalate(
-            session, run_id, expected=phase, reason="rate_limited", detail={"error": str(exc)}
-        )
+        deferred = escalation_rules.DeferredTooOften(phase, error=str(exc))
+        escalation_rules.escalate(session, run_id, deferred)
     return False

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.coordinator import GoalVerdict
 from models.tables import Step
 from worker.prompts import Prompt
-from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask, json_answer
+from worker.structured import Answer, ask, json_answer
 
 CHECK_INSTRUCTIONS: Final = (
     "You check whether an agent's run met the user's goal. Judge each success criterion "
@@ -30,7 +30,6 @@ CHECK_INSTRUCTIONS: Final = (
     "'missing' (what the results lack, one short line each; [] when met)."
 )
 MAX_MISSING: Final = 20
-INVALID_CHECK: Final = "invalid_goal_check"  # the escalation reason when no answer validates
 
 
 class CheckSpec(BaseModel):
@@ -43,13 +42,13 @@ class CheckSpec(BaseModel):
 
 
 class Unjudged(Exception):
-    """No verdict: the check could not be made or answered; `reason` is the escalation reason
-    (a spent budget, `provider_error`, `invalid_goal_check`, ...), `detail` what to show."""
+    """No verdict: the check could not be made or answered; `answer` says why (its `failure`,
+    its `error`) and holds the model's last output, for the caller to report
+    (`worker.structured.unanswered`)."""
 
-    def __init__(self, reason: str, detail: dict[str, Any]) -> None:
-        super().__init__(f"{reason}: {detail.get('error', '')}")
-        self.reason = reason
-        self.detail = detail
+    def __init__(self, answer: Answer[Any]) -> None:
+        super().__init__(f"{answer.failure or 'no valid goal check'}: {answer.error}")
+        self.answer = answer
 
 
 def check_prompt(
@@ -89,8 +88,7 @@ def judge(
     prompt = check_prompt(goal, criteria, results, answer)
     checked: Answer[CheckSpec] = ask(run_id, prompt, json_answer(CheckSpec))
     if checked.value is None:
-        detail = {"error": checked.error, "raw_output": checked.raw[:RAW_OUTPUT_MAX_CHARS]}
-        raise Unjudged(checked.failure or INVALID_CHECK, detail)
+        raise Unjudged(checked)
     spec = checked.value
     missing = () if spec.met else tuple(spec.missing) or (spec.reason,)
     step_id = deliverables[-1].id if deliverables else None

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from sqlmodel import Session
 
-from models import events, phases, plan_checks, run_transitions, transitions
+from models import escalation_rules, events, phases, plan_checks, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.goal_checks import last_unmet
@@ -37,15 +37,9 @@ from models.tools import argument_problems, catalog
 from worker import adoption, calls
 from worker.claims import claim_phase_in, renewed
 from worker.prompts import Prompt, plan_prompt, replan_prompt
-from worker.structured import RAW_OUTPUT_MAX_CHARS, Answer, ask
+from worker.structured import Answer, ask, unanswered
 
 log = structlog.get_logger("agentq.worker")
-
-
-def reason(answer: Answer[PlanSpec]) -> str:
-    """The escalation reason when there is no plan: why no call could be made or answered
-    (`Answer.failure`), else `invalid_plan`."""
-    return answer.failure or "invalid_plan"
 
 
 def ask_for_plan(
@@ -133,13 +127,7 @@ def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) 
         if locked is None:
             return False
         if answer.value is None:
-            run_transitions.escalate(
-                session,
-                run_id,
-                expected="planning",
-                reason=reason(answer),
-                detail={"error": answer.error, "raw_output": answer.raw[:RAW_OUTPUT_MAX_CHARS]},
-            )
+            escalation_rules.escalate(session, run_id, unanswered(answer, "planning", "plan"))
             return True
         add_plan_version(
             session,
@@ -195,7 +183,7 @@ def _write_replan(
         locked = transitions.lock_run(session, run_id)
         if locked is None:
             return False
-        error, raw = answer.error, answer.raw
+        error = answer.error
         if answer.value is not None:
             splice = _splice(session, locked, failed.id or 0, doubt)
             try:  # the graph is checked again: steps may have ended since the call
@@ -219,12 +207,6 @@ def _write_replan(
                 record_procedures(session, run_id, answer, purpose="replan", plan_version=version)
                 transitions.resume_run(session, run_id, expected="replanning", plan_version=version)
                 return True
-        run_transitions.escalate(
-            session,
-            run_id,
-            expected="replanning",
-            reason=reason(answer),
-            step_id=failed.id,
-            detail={"error": error, "raw_output": raw[:RAW_OUTPUT_MAX_CHARS]},
-        )
+        report = unanswered(answer, "replanning", "plan", error=error, step_id=failed.id)
+        escalation_rules.escalate(session, run_id, report)
     return True

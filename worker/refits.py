@@ -29,10 +29,10 @@ from typing import Any
 
 import structlog
 
-from models.errors import ContextTooLong
+from models.errors import ContextOverflow, ContextTooLong
 from models.settings import get_settings
 from worker.calls import call_model, estimate_prompt_tokens
-from worker.context import ContextOverflow, refit_budget
+from worker.context import refit_budget
 from worker.prompts import Prompt
 from worker.providers import Completion, ModelRequest
 from worker.tokenizers import server_tokenizer

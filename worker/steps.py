@@ -27,13 +27,14 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import decisions, leases, queue, run_transitions, step_transitions
+from models import decisions, escalation_rules, leases, queue, step_transitions
 from models.coordinator import decide
 from models.db import retry_dropped, session_scope
 from models.dispatch import Send
 from models.erasures import lock_key
 from models.errors import (
     BudgetExhausted,
+    ContextOverflow,
     DatabaseUnavailable,
     IllegalTransition,
     InvalidToolCalls,
@@ -56,7 +57,6 @@ from models.tools import ToolContext, enabled_tool
 from worker import replan_checks
 from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
-from worker.context import ContextOverflow
 from worker.tool_use import model_step
 
 log = structlog.get_logger("agentq.worker")
@@ -175,12 +175,10 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
     error = _describe(exc)
     if isinstance(exc, RateLimited) and step.deferrals < max_deferrals:
         return Outcome("deferred", error=error, retry_after_s=exc.retry_after_s)
-    if isinstance(exc, QuotaExhausted | BudgetExhausted):
+    if isinstance(exc, QuotaExhausted | BudgetExhausted | ContextOverflow):
         return Outcome("escalated", error=error, reason=exc.reason)
     if isinstance(exc, InvalidToolCalls):
         return Outcome("escalated", error=error, reason=exc.reason, raw=exc.raw)
-    if isinstance(exc, ContextOverflow):
-        return Outcome("escalated", error=error, reason="context_overflow")
     if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
         retryable = step_transitions.failed_attempts(step) < step.max_attempts
         return Outcome("retry" if retryable else "failed", error=error)
@@ -319,24 +317,15 @@ def _record(
 
 
 def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: Outcome) -> None:
-    """The run waits for a reviewer; a run no longer running (cancelled) is left as it is."""
-    if locked.status != "running":
-        log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
-        return
-    run_transitions.escalate(
-        session,
-        step.run_id,
-        expected="running",
-        reason=outcome.reason,
-        step_id=step.id,
-        detail={
-            "step": step.name,
-            "error": outcome.error,
-            "tool": step.tool or "",
-            **({"raw_output": outcome.raw} if outcome.raw else {}),
-        },
+    """Report the escalated `outcome` (`models.escalation_rules`): the run waits for a
+    reviewer; a run no longer running (cancelled) is left as it is."""
+    report = escalation_rules.StepEscalated(
+        step.id, step.name, step.tool or "", outcome.error, outcome.reason, outcome.raw
     )
-    locked.status = "waiting_review"
+    if escalation_rules.escalate(session, step.run_id, report, found=locked.status):
+        locked.status = "waiting_review"
+    else:
+        log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
 
 
 def turn_text(step: Step, outcome: Outcome) -> str:

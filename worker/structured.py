@@ -13,16 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ValidationError
 
-from models import events
+from models import escalation_rules, events
 from models.db import session_scope
-from models.errors import BudgetExhausted, InvalidPlan, ProviderError, QuotaExhausted, RateLimited
+from models.errors import (
+    BudgetExhausted,
+    ContextOverflow,
+    InvalidPlan,
+    ProviderError,
+    QuotaExhausted,
+    RateLimited,
+)
 from models.settings import get_settings
-from worker.context import ContextOverflow
 from worker.prompts import Prompt
 from worker.refits import Fitted
 
@@ -99,6 +105,22 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
     return Answer(None, raw, error, payload=fitted.request.payload)
 
 
+def unanswered(
+    answer: Answer[Any],
+    phase: str,
+    asked: Literal["plan", "goal_check"],
+    *,
+    error: str | None = None,
+    step_id: int | None = None,
+) -> escalation_rules.Unanswered:
+    """What `phase` reports when `answer` (to `asked`) never came valid: its failure, `error`
+    (by default the answer's own) and its raw output, at most `RAW_OUTPUT_MAX_CHARS`; the
+    escalation it comes to is `models.escalation_rules.decide`'s."""
+    raw = answer.raw[:RAW_OUTPUT_MAX_CHARS]
+    why = answer.error if error is None else error
+    return escalation_rules.Unanswered(phase, asked, answer.failure, why, raw, step_id)
+
+
 def json_answer(model: type[M]) -> Callable[[str, Mapping[str, Any]], M]:
     """A parse for `ask` whose answer is JSON of pydantic `model`, whatever the payload."""
 
@@ -109,12 +131,10 @@ def json_answer(model: type[M]) -> Callable[[str, Mapping[str, Any]], M]:
 
 
 def _unanswered(exc: BaseException, raw: str) -> Answer[Any]:
-    if isinstance(exc, BudgetExhausted | QuotaExhausted):
+    if isinstance(exc, BudgetExhausted | QuotaExhausted | ContextOverflow):
         failure = exc.reason
     elif isinstance(exc, SoftTimeLimitExceeded):
         failure = "time_limit_exceeded"
-    elif isinstance(exc, ContextOverflow):
-        failure = "context_overflow"
     else:
         failure = "provider_error"
     return Answer(None, raw, f"{type(exc).__name__}: {exc}", failure=failure)

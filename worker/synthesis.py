@@ -6,17 +6,18 @@ from typing import Any
 
 import structlog
 
-from models import decisions, dispatch, goal_checks, phases, run_transitions
+from models import decisions, dispatch, escalation_rules, goal_checks, phases, run_transitions
 from models.coordinator import GoalVerdict, decide_unmet
 from models.db import session_scope
 from models.dispatch import Send
 from models.errors import (
     BudgetExhausted,
+    ContextOverflow,
     ContextTooLong,
     ProviderError,
-    QuotaExhausted,
     RateLimited,
 )
+from models.escalation_rules import Reported, SynthesisFailed
 from models.goal_checks import Checks
 from models.plans import current_steps
 from models.queue import TASK_REMEMBER_RUN
@@ -26,10 +27,10 @@ from models.step_data import fit_outputs, json_bytes
 from models.tables import Step
 from worker import calls, goal_check
 from worker.claims import claim_phase_in, renewed
-from worker.context import ContextOverflow
 from worker.prompts import Prompt, synthesize_prompt
 from worker.providers import Completion
 from worker.refits import Fitted
+from worker.structured import unanswered
 from worker.working_memory import request_for, request_in
 
 log = structlog.get_logger("agentq.worker")
@@ -62,7 +63,8 @@ def synthesize(run_id: int) -> list[Send]:
     instead of paying for another. A goal not met is replanned in the place of the deliverable,
     or escalated `goal_not_met` (`models.coordinator.decide_unmet`); every verdict is recorded
     (`goal.checked`). A spent token or cost budget, an exhausted quota or a provider failure
-    escalates the run instead of succeeding (reason `token_budget_spent`, `cost_budget_spent`,
+    escalates the run instead of succeeding (`models.escalation_rules` decides: reason
+    `token_budget_spent`, `cost_budget_spent`,
     `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
     as does a context that overflows (`context_overflow`: ours, or the server's window after
     one smaller rebuild, `worker.refits`); a rate limit is raised as `RateLimited` for the task
@@ -85,7 +87,7 @@ def synthesize(run_id: int) -> list[Send]:
     if isinstance(first, GoalVerdict):
         return _unmet(run_id, claimed, first, cap=cap)
     if isinstance(first, Exception):
-        return _escalate(run_id, claimed, _escalation_reason(first), {"error": str(first)}, cap)
+        return _escalate(run_id, claimed, SynthesisFailed(first), cap)
     if isinstance(first, calls.Call):
         try:
             with renewed(claimed):
@@ -93,7 +95,7 @@ def synthesize(run_id: int) -> list[Send]:
         except RateLimited:
             raise
         except ESCALATING as exc:
-            return _escalate(run_id, claimed, _escalation_reason(exc), {"error": str(exc)}, cap)
+            return _escalate(run_id, claimed, SynthesisFailed(exc), cap)
         final = _final(answered[1], steps)
         if not checks.criteria:
             return _finish(run_id, claimed, final, answered, cap=cap)
@@ -109,7 +111,8 @@ def synthesize(run_id: int) -> list[Send]:
     except RateLimited:
         raise
     except goal_check.Unjudged as exc:
-        return _escalate(run_id, claimed, exc.reason, exc.detail, cap)
+        unjudged = unanswered(exc.answer, "synthesizing", "goal_check")
+        return _escalate(run_id, claimed, unjudged, cap)
     if verdict is not None and not verdict.met:
         return _unmet(run_id, claimed, verdict, cap=cap)
     return _finish(run_id, claimed, final, None, cap=cap, verdict=verdict)
@@ -244,22 +247,12 @@ def _start(run_id: int) -> Started | None:
         return claimed, exc, steps, checks
 
 
-def _escalate(
-    run_id: int, claimed: phases.Claimed, reason: str, detail: dict[str, Any], cap: int
-) -> list[Send]:
-    """End the synthesis `claimed` holds by escalating the run with `reason` and `detail` (one
-    transaction); returns what the dispatch of its user released, nothing when the phase was
-    taken over."""
+def _escalate(run_id: int, claimed: phases.Claimed, report: Reported, cap: int) -> list[Send]:
+    """End the synthesis `claimed` holds by reporting what failed (`report`: the run escalates
+    as `models.escalation_rules` decides) in one transaction; returns what the dispatch of its
+    user released, nothing when the phase was taken over."""
     with session_scope() as session:
         if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
             return []  # another delivery took the phase over: it escalates, or not
-        run_transitions.escalate(
-            session, run_id, expected="synthesizing", reason=reason, detail=detail
-        )
+        escalation_rules.escalate(session, run_id, report)
         return dispatch.dispatch(session, claimed.run.user_id, cap=cap)
-
-
-def _escalation_reason(exc: Exception) -> str:
-    if isinstance(exc, BudgetExhausted | QuotaExhausted):
-        return exc.reason
-    return "context_overflow" if isinstance(exc, ContextOverflow) else "synthesis_failed"

@@ -45,7 +45,13 @@ from typing import Any
 
 from models import events, tool_journal
 from models.db import session_scope
-from models.errors import InvalidToolCalls, RetryableToolError, ToolArgumentsError, ToolError
+from models.errors import (
+    ContextOverflow,
+    InvalidToolCalls,
+    RetryableToolError,
+    ToolArgumentsError,
+    ToolError,
+)
 from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
@@ -54,7 +60,7 @@ from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
 from models.tools import Tool, ToolContext, enabled_tool
 from worker.calls import waits_out_outages
-from worker.context import ContextOverflow, Piece, shorten
+from worker.context import Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
 from worker.refits import Fitted

@@ -23,7 +23,7 @@ from models import events, token_calibrations
 from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
-from models.errors import ContextTooLong
+from models.errors import ContextOverflow, ContextTooLong
 from models.memory import Recalled, embeds_remotely, query_vector, recall_for, recalls
 from models.messages import Message, RunSummary, latest_summary, save_summary, turns
 from models.plans import current_steps
@@ -35,7 +35,6 @@ from worker import adoption, ledger, procedure_context
 from worker.calls import call_model
 from worker.context import (
     Context,
-    ContextOverflow,
     Layers,
     Piece,
     assemble,
@@ -319,7 +318,7 @@ def request_in(
 def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
     """The request for `prompt` in run `run_id`, its context assembled from rows.
 
-    Raises `worker.context.ContextOverflow` when the never-trimmed layers alone exceed the budget.
+    Raises `models.errors.ContextOverflow` when the never-trimmed layers alone exceed the budget.
     """
     prompt = with_query_vector(prompt)
     context, payload = _built(run_id, prompt)

@@ -12,7 +12,9 @@ style says to stop both: docs STYLE.md, "Stop"). The rules (README, "Architectur
 - every module is under `MAX_MODULE_LINES` lines.
 
 Also (issue 14): no module reads an `AGENTQ_*` variable from the environment itself (`Settings`
-is the one channel), and the front ends (`api`, `ops`) write no query (`models` holds them).
+is the one channel), the front ends (`api`, `ops`) write no query (`models` holds them), and
+no module of `worker` or `scheduler` escalates a run itself (`models.run_transitions.escalate`):
+it reports what failed to `models.escalation_rules`, where escalation is decided.
 """
 
 from __future__ import annotations
@@ -183,4 +185,49 @@ def test_no_module_reads_agentq_settings_from_the_environment() -> None:
 
 def test_the_front_ends_write_no_query() -> None:
     found = [f"{m}:{n}" for m, n, line in _lines(("api", "ops")) if "select(" in line]
+    assert found == []
+
+
+def _escalations(path: Path) -> list[int]:
+    """The lines where `path` calls `models.run_transitions.escalate`, however it was imported:
+    `from models import run_transitions [as x]` then `x.escalate(...)`, `import
+    models.run_transitions` then `models.run_transitions.escalate(...)`, or `from
+    models.run_transitions import escalate [as y]` then `y(...)`."""
+    tree = ast.parse(path.read_text(), str(path))
+    modules, functions = {"models.run_transitions"}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "models":
+            modules |= {a.asname or a.name for a in node.names if a.name == "run_transitions"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "models.run_transitions":
+            functions |= {a.asname or a.name for a in node.names if a.name == "escalate"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname for a in node.names if a.name == "models.run_transitions"} - {None}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = node.func
+        if (isinstance(called, ast.Name) and called.id in functions) or (
+            isinstance(called, ast.Attribute)
+            and called.attr == "escalate"
+            and ast.unparse(called.value) in modules
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_escalation_finder_finds_the_coordinators_escalation() -> None:
+    """`models.decisions` (the coordinator's applier) escalates through the transition."""
+    assert _escalations(MODULES["models.decisions"]) != []
+
+
+def test_processes_report_escalations_instead_of_making_them() -> None:
+    """Escalation is decided in one place (issue 14): a worker or the scheduler reports what
+    failed to `models.escalation_rules`, never calls `models.run_transitions.escalate`."""
+    found = [
+        f"{module}:{line}"
+        for module, path in MODULES.items()
+        if _package(module) in ("worker", "scheduler")
+        for line in _escalations(path)
+    ]
     assert found == []
