@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic
 
 from sqlmodel import Session
@@ -27,17 +28,18 @@ from models import (
     escalations,
     memory,
     queue,
+    retention,
     reviews,
     submissions,
     transitions,
 )
 from models.db import session_scope
-from models.errors import ClaimedByAnother
+from models.errors import ClaimedByAnother, InvalidInput
 from models.plans import PlanSpec, parse_plan
 from models.runs import get_run
 from models.settings import get_settings
 from models.submissions import RunRequest, Submitted
-from models.tables import Escalation, Run
+from models.tables import Escalation, Run, utcnow
 from models.tools import argument_problems, configured_tool_names, declared_returns
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one
@@ -299,3 +301,15 @@ def revoke_token(token_id: int) -> api_tokens.Revocation:
     the queue). Raises `NotFound`, or `IllegalTransition` when revoked already."""
     with session_scope() as session:
         return api_tokens.revoke_token(session, token_id)
+
+
+def purge_runs(before: datetime) -> dict[str, int]:
+    """Delete the runs that ended before `before` (timezone-aware) with all their rows, as beat
+    does with `AGENTQ_RUN_RETENTION_DAYS` (`models.retention.purge`: episodes and facts stay;
+    `AGENTQ_RUN_RETENTION_BATCH` runs per transaction); the rows deleted per table. Raises
+    `InvalidInput` for a naive or future `before`."""
+    if before.tzinfo is None:
+        raise InvalidInput("before: must carry a time zone (UTC: 2026-11-30T00:00:00+00:00)")
+    if before > utcnow():
+        raise InvalidInput(f"before: {before.isoformat()} is in the future; give a past time")
+    return retention.purge(before=before, batch=get_settings().run_retention_batch)

@@ -18,3 +18,13 @@ class OperationsSettings(BaseSettings):
     worker_concurrency: int = Field(default=2, ge=1)
     api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
     api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
+    # Retention of ended runs (`models.retention`): off unless AGENTQ_RUN_RETENTION_DAYS is set.
+    run_retention_days: int | None = Field(
+        default=None, ge=1, description="Beat purges runs that ended this many days ago."
+    )
+    run_retention_batch: int = Field(
+        default=500, ge=1, le=10_000, description="Runs purged per transaction."
+    )
+    run_retention_interval_s: float = Field(
+        default=3_600.0, gt=0, description="How often beat purges ended runs, s."
+    )

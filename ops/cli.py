@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from models import commands, queries
+from models import commands
 from models.db import session_scope
 from models.errors import AgentqError
 from models.formats import provider_label
@@ -28,7 +28,6 @@ from models.plan_checks import REPLAN_CHECKS
 from models.runs import get_run
 from models.settings import get_settings
 from models.sql import PG_INT_MAX
-from models.states import RUN_STATUSES
 from models.submissions import RunRequest
 from models.tools import catalog, configured_tool_names, describe_parameters
 from ops import views
@@ -40,12 +39,12 @@ from ops.inputs import (
     parse_facts,
     read_plan,
     replan_check_value,
-    run_status,
 )
 from ops.memory_commands import memory_app
 from ops.procedure_commands import procedure_app
 from ops.processes import interrupt_on_sigterm
 from ops.review_commands import review_app
+from ops.run_commands import runs_app
 from ops.stack import LocalStack
 from ops.token_commands import token_app
 from ops.watch import watch_until_settled
@@ -55,6 +54,7 @@ app.add_typer(review_app, name="review")
 app.add_typer(memory_app, name="memory")
 app.add_typer(procedure_app, name="procedure")
 app.add_typer(token_app, name="token")
+app.add_typer(runs_app, name="runs")
 console = Console()
 SUPERVISE_INTERVAL_S = 1.0
 WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
@@ -204,26 +204,6 @@ def submit(
         console.print(found)
     if watch_run:
         raise typer.Exit(watch_until_settled(console, run_id))
-
-
-@app.command()
-def runs(
-    status: Annotated[
-        str | None,
-        typer.Option(
-            callback=run_status, help=f"Only runs in this status: {', '.join(RUN_STATUSES)}."
-        ),
-    ] = None,
-    user: Annotated[str | None, typer.Option(help="Only this user's runs.")] = None,
-    limit: Annotated[
-        int, typer.Option(min=1, max=1000, help="How many runs to show, newest first.")
-    ] = 20,
-) -> None:
-    """List the newest runs."""
-    connect()
-    with session_scope() as session:
-        found = queries.newest_runs(session, limit=limit, status=status, user_id=user)
-        console.print(views.runs_table(found))
 
 
 @app.command()

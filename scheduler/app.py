@@ -2,9 +2,11 @@
 
 It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` and
 `agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds, and
-`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`: one beat per database, the one
-that holds the beat lock (`scheduler.beat`). The beat and the pool process die with the main
-process (`models.orphans`), so a killed scheduler leaves no beat sending.
+`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S` (and, with
+`AGENTQ_RUN_RETENTION_DAYS` set, `agentq.purge_runs` every `AGENTQ_RUN_RETENTION_INTERVAL_S`):
+one beat per database, the one that holds the beat lock (`scheduler.beat`). The beat and the
+pool process die with the main process (`models.orphans`), so a killed scheduler leaves no beat
+sending.
 
 A coordinate task that finds the database unavailable sends itself again after a backoff
 (`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
@@ -28,6 +30,7 @@ from models.queue import (
     TASK_COORDINATE,
     TASK_ESCALATION_DEADLINES,
     TASK_EXPIRE_MEMORY,
+    TASK_PURGE_RUNS,
     TASK_RECONCILE,
     make_celery,
 )
@@ -50,6 +53,11 @@ app.conf.beat_schedule = {
         "schedule": settings.reconcile_interval_s,
     },
 }
+if settings.run_retention_days is not None:
+    app.conf.beat_schedule["purge-runs"] = {
+        "task": TASK_PURGE_RUNS,
+        "schedule": settings.run_retention_interval_s,
+    }
 
 
 @app.task(name=TASK_COORDINATE, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
@@ -74,6 +82,12 @@ def expire_memory() -> None:
 def escalation_deadlines() -> None:
     """Apply the configured action to escalations whose review deadline has passed."""
     tasks.apply_escalation_deadlines()
+
+
+@app.task(name=TASK_PURGE_RUNS)  # type: ignore[untyped-decorator]
+def purge_runs() -> None:
+    """Delete the runs that ended more than `AGENTQ_RUN_RETENTION_DAYS` ago, with their rows."""
+    tasks.purge_runs()
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

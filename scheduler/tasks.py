@@ -19,6 +19,7 @@ from models import (
     held,
     queue,
     reconciliation,
+    retention,
     reviews,
     step_transitions,
 )
@@ -182,6 +183,25 @@ def expire_memory() -> int:
     if closed:
         log.info("memory.expired", facts=closed)
     return closed
+
+
+PURGE_BEAT_MAX_S = 30.0  # one beat's purge; the rest waits for the next, so a coordinator is freed
+
+
+def purge_runs(*, now: datetime | None = None) -> dict[str, int]:
+    """Purge the runs that ended more than `AGENTQ_RUN_RETENTION_DAYS` ago
+    (`models.retention.purge`, `AGENTQ_RUN_RETENTION_BATCH` runs per transaction, for at most
+    `PURGE_BEAT_MAX_S`); returns the rows deleted per table, empty when retention is off."""
+    settings = get_settings()
+    before = retention.cutoff(settings.run_retention_days, now or utcnow())
+    if before is None:
+        return {}
+    counts = retention.purge(
+        before=before, batch=settings.run_retention_batch, time_limit_s=PURGE_BEAT_MAX_S
+    )
+    if counts["runs"]:
+        log.info("runs.purged", before=before.isoformat(), **counts)
+    return counts
 
 
 def apply_escalation_deadlines(

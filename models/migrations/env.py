@@ -12,6 +12,7 @@ import models.messages
 import models.plan_checks
 import models.procedures
 import models.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from models.migrate import AUTOGENERATE_PLUGINS
 
 config = context.config
 target_metadata = SQLModel.metadata
@@ -21,7 +22,11 @@ def run_migrations_online() -> None:
     """Run every pending migration in one transaction."""
     engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata)
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            autogenerate_plugins=AUTOGENERATE_PLUGINS,
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()
