@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from api import access_log, headers, health, limits, memory, procedures, reviews, runs
+from api import access_log, headers, health, limits, memory, metrics, procedures, reviews, runs
 from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.openapi import state_rules
@@ -60,7 +60,8 @@ def me(principal: AnyPrincipal) -> PrincipalOut:
 
 
 def create_app() -> FastAPI:
-    """The API app: `/api/v1/{runs,reviews,memory,me}`, `/healthz`, `/readyz`, `/openapi.json`,
+    """The API app: `/api/v1/{runs,reviews,memory,me}`, `/healthz`, `/readyz`, `/metrics`,
+    `/openapi.json`,
     `/docs` (only with `AGENTQ_API_DOCS`), and the web UI (`api.ui.install`, at `/ui`)."""
     from api.ui import install
 
@@ -98,6 +99,7 @@ def create_api() -> FastAPI:
             dependencies=[Depends(limits.query_as_declared)],
         )
     app.include_router(health.router)
+    app.include_router(metrics.router)
     limits.install(app)
     access_log.install(app)  # it logs the body limit's refusals too
     headers.install(app)  # the outermost: every answer gets them, refusals included

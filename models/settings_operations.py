@@ -8,6 +8,8 @@ feature these switch on is off by default.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
@@ -28,3 +30,16 @@ class OperationsSettings(BaseSettings):
     run_retention_interval_s: float = Field(
         default=3_600.0, gt=0, description="How often beat purges ended runs, s."
     )
+    metrics_dir: Path | None = Field(
+        default=None,
+        description="prometheus-client's multiprocess directory (PROMETHEUS_MULTIPROC_DIR) of the "
+        "processes on this machine; unset: <AGENTQ_HOME>/metrics.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve /metrics on this port from the worker's or scheduler's main process; "
+        "unset: off (the API serves /metrics on its own port).",
+    )
+    metrics_host: str = Field(default="127.0.0.1", description="Where AGENTQ_METRICS_PORT listens.")

@@ -102,7 +102,8 @@ def start_engine(
     line).
 
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
-    `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack. Raises
+    `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack, and
+    `AGENTQ_METRICS_DIR` (`fresh_metrics_dir`) so its API serves the processes' metrics. Raises
     `StackError` when anything fails to start, after stopping what did start.
     """
     stack = LocalStack(data_dir)
@@ -110,6 +111,7 @@ def start_engine(
         database_url, broker_url = stack.start_services()
         os.environ["AGENTQ_DATABASE_URL"] = database_url
         os.environ["AGENTQ_BROKER_URL"] = broker_url
+        os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
         env = engine_env(database_url, broker_url, extra_env)
@@ -156,6 +158,17 @@ def start_engine(
         stack.stop()
         raise
     return stack
+
+
+def fresh_metrics_dir(data_dir: Path) -> Path:
+    """`<data_dir>/metrics`, the metrics directory of the stack's processes (whatever
+    `AGENTQ_METRICS_DIR` says: the stack owns its data dir, and two stacks never share one),
+    emptied of an earlier run's files as prometheus-client's multiprocess mode requires."""
+    directory = (data_dir / "metrics").expanduser().resolve()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink(missing_ok=True)
+    return directory
 
 
 def start_api(

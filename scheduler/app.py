@@ -19,8 +19,14 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
-from celery.signals import beat_embedded_init, worker_process_init
+from celery.signals import (
+    beat_embedded_init,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 
+from models import metrics, metrics_export
 from models.db import dispose_engines
 from models.logs import configure_logging
 from models.orphans import die_with_parent
@@ -68,8 +74,8 @@ def coordinate(run_id: int) -> None:
 
 @app.task(name=TASK_RECONCILE)  # type: ignore[untyped-decorator]
 def reconcile() -> None:
-    """Re-send steps and runs whose messages may have been lost."""
-    tasks.reconcile()
+    """Re-send steps and runs whose messages may have been lost; count the repairs."""
+    metrics.repaired(tasks.reconcile())
 
 
 @app.task(name=TASK_EXPIRE_MEMORY)  # type: ignore[untyped-decorator]
@@ -99,3 +105,16 @@ def _fresh_engine(**_: Any) -> None:
 @beat_embedded_init.connect  # type: ignore[untyped-decorator]
 def _beat_dies_with_the_scheduler(**_: Any) -> None:
     die_with_parent(MAIN_PID)
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _metrics(**_: Any) -> None:
+    """In the main process, before the pool forks: every process writes its metrics under
+    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.metrics_export`)."""
+    metrics_export.record_in(metrics_export.metrics_dir(settings))
+    metrics_export.serve(settings, database=True)
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _forget_metrics(pid: int | None = None, **_: Any) -> None:
+    metrics_export.forget_process(pid or os.getpid(), metrics_export.metrics_dir(settings))

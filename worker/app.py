@@ -29,9 +29,9 @@ from typing import Any, Final
 
 import structlog
 from celery import Task
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
-from models import queue
+from models import metrics_export, queue
 from models.db import dispose_engines
 from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import configure_logging
@@ -221,3 +221,16 @@ def _fresh_engine(**_: Any) -> None:
     # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
     # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
     memory.warm_up()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _metrics(**_: Any) -> None:
+    """In the main process, before the pool forks: every process writes its metrics under
+    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.metrics_export`)."""
+    metrics_export.record_in(metrics_export.metrics_dir(settings))
+    metrics_export.serve(settings, database=False)
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _forget_metrics(pid: int | None = None, **_: Any) -> None:
+    metrics_export.forget_process(pid or os.getpid(), metrics_export.metrics_dir(settings))

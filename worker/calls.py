@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 from sqlmodel import Session
 
-from models import budgets, events, token_calibrations
+from models import budgets, events, metrics, token_calibrations
 from models.db import session_scope, wait_out_outage
 from models.errors import (
     ContextTooLong,
@@ -216,6 +216,13 @@ def cut_off(call: Call, attempt: int, exc: BaseException) -> None:
                 reserved_tokens=held.tokens,
                 cost_usd=held.cost_usd,
             )
+            metrics.model_failed(session, provider=call.chat.name, kind="cut_off")
+            metrics.model_spent(
+                session,
+                model=priced_model(call.chat),
+                tokens={"reserved": held.tokens},
+                cost_usd=held.cost_usd,
+            )
     except Exception:
         log.exception("model.call.unrecorded", run_id=call.run_id, attempt=attempt, error=error)
         return
@@ -256,6 +263,12 @@ def settle(session: Session, call: Call, completion: Completion, attempt: int) -
         reserved_tokens=call.held.tokens,
         cost_usd=cost,
     )
+    metrics.model_spent(
+        session,
+        model=priced_model(call.chat),
+        tokens={"prompt": completion.prompt_tokens, "completion": completion.completion_tokens},
+        cost_usd=cost,
+    )
     purpose = call.request.purpose
     log.info("model.call", run_id=call.run_id, purpose=purpose, tokens=tokens, cost_usd=cost)
 
@@ -287,7 +300,7 @@ def _send(call: Call, out: Attempt) -> tuple[Completion, int]:
     for attempt in range(1, attempts + 1):
         out.number = attempt
         try:
-            return call.chat.complete(call.request), attempt
+            return _timed(call), attempt
         except ProviderError as exc:
             _record_failure(call, attempt, exc)
             out.number = None
@@ -295,6 +308,18 @@ def _send(call: Call, out: Attempt) -> tuple[Completion, int]:
                 raise
         time.sleep(model_retry_delay_s(get_settings(), attempt))
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _timed(call: Call) -> Completion:
+    """`call`'s request sent once, its duration observed whether it answers or raises."""
+    started = time.monotonic()
+    try:
+        return call.chat.complete(call.request)
+    finally:
+        seconds = time.monotonic() - started
+        metrics.model_answered(
+            provider=call.chat.name, purpose=call.request.purpose, seconds=seconds
+        )
 
 
 def failure_outcome(exc: ProviderError) -> str:
@@ -328,6 +353,7 @@ def _record_failure(call: Call, attempt: int, exc: ProviderError) -> None:
             cost_usd=0.0,
             **extra,
         )
+        metrics.model_failed(session, provider=call.chat.name, kind=failure_outcome(exc))
         if sample is not None:
             token_calibrations.record(session, sample)
     log.warning("model.call.failed", run_id=call.run_id, attempt=attempt, error=str(exc))

@@ -27,7 +27,7 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import decisions, escalation_rules, leases, queue, step_transitions
+from models import decisions, escalation_rules, leases, metrics, queue, step_transitions
 from models.coordinator import decide
 from models.db import retry_dropped, session_scope
 from models.dispatch import Send
@@ -83,6 +83,7 @@ def claim(step_id: int) -> Claimed | None:
             log.info("execute_step.skipped", step_id=step_id, reason=str(exc))
             return None
         else:
+            metrics.step_dispatched(session, claimed.step)
             return _with_results(session, claimed)
     log.info("execute_step.early", step_id=step_id, due_in_s=round(due_in_s, 3))
     queue.send(TASK_EXECUTE_STEP, step_id, countdown=due_in_s)
@@ -243,6 +244,9 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         except IllegalTransition as exc:
             log.warning("execute_step.lost_lease", step_id=step.id, reason=str(exc))
             return Finished()
+        metrics.step_ended(
+            session, step.kind, step.tool, outcome.kind, started_at=step.started_at, now=utcnow()
+        )
         if outcome.kind == "retry":
             return Finished(again_in_s=retry_countdown_s(step.attempt))
         if outcome.kind == "deferred":  # the worker is free now; the step is due after the wait

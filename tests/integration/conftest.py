@@ -78,7 +78,7 @@ def other_engine(
     """A second engine whose worker and scheduler processes run with `extra_env` (over this
     process's environment); this process talks to it inside the block, then to whatever it
     talked to before (the session `engine`, if it was started)."""
-    switched = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL")
+    switched = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL", "AGENTQ_METRICS_DIR")
     saved = {key: os.environ.get(key) for key in switched}
     for data_dir in engine_dir():
         env = {**TESTS_IMPORTABLE, **extra_env}
