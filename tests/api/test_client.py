@@ -4,11 +4,12 @@ streams, the review actions, and the API's refusals as `ApiError`."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 import pydantic
 import pytest
 
-from agentq.client import ApiError, AsyncClient, Client
+from agentq.client import ApiError, AsyncClient, Client, StreamItem
 from api.responses import RunStatusOut, StreamEventOut
 from tests.api.conftest import noop, open_escalation
 
@@ -17,6 +18,10 @@ pytestmark = pytest.mark.integration
 
 def sleepy(seconds: float) -> dict[str, object]:
     return {"name": "s", "kind": "tool", "tool": "sleep", "args": {"seconds": seconds}}
+
+
+def event_ids(items: Iterable[StreamItem]) -> list[int]:
+    return [i.id for i in items if isinstance(i, StreamEventOut)]
 
 
 def test_the_sync_client_submits_waits_lists_and_reads_a_run(
@@ -55,8 +60,8 @@ def test_a_stream_resumes_after_the_last_event_id(api_url: str, tokens: dict[str
     with Client(api_url, tokens["alice"]) as agentq:
         run_id = agentq.submit("resume", plan={"steps": [noop("a")]}).run.id
         agentq.wait(run_id, timeout_s=60)
-        every = [i.id for i in agentq.events(run_id) if isinstance(i, StreamEventOut)]
-        later = [i.id for i in agentq.events(run_id, after=every[1]) if isinstance(i, StreamEventOut)]
+        every = event_ids(agentq.events(run_id))
+        later = event_ids(agentq.events(run_id, after=every[1]))
     assert len(every) > 2 and later == every[2:]
 
 
