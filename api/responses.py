@@ -356,6 +356,19 @@ class DeletedOut(BaseModel):
     deleted: dict[str, int]
 
 
+class TokenOut(BaseModel):
+    """One API token as `agentq token list --json` shows it: never the token or its hash."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    name: str
+    role: str
+    user_id: str | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
 class HealthOut(BaseModel):
     """`ok`, or what is not reachable."""
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from api.runs import run_detail, run_out
 from models import commands, queries
 from models.db import session_scope
 from models.errors import AgentqError
@@ -42,6 +43,7 @@ from ops.inputs import (
     replan_check_value,
     run_status,
 )
+from ops.json_output import JsonFlag, print_json
 from ops.memory_commands import memory_app
 from ops.procedure_commands import procedure_app
 from ops.review_commands import review_app
@@ -217,20 +219,28 @@ def runs(
     limit: Annotated[
         int, typer.Option(min=1, max=1000, help="How many runs to show, newest first.")
     ] = 20,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """List the newest runs."""
     connect()
     with session_scope() as session:
         found = queries.newest_runs(session, limit=limit, status=status, user_id=user)
-        console.print(views.runs_table(found))
+        if as_json:
+            print_json([run_out(r) for r in found])
+        else:
+            console.print(views.runs_table(found))
 
 
 @app.command()
-def status(run_id: RunId) -> None:
+def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
     """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
     connect()
     with session_scope() as session:
-        console.print(views.run_panel(session, get_run(session, run_id)))
+        run = get_run(session, run_id)
+        if as_json:
+            print_json(run_detail(session, run))
+        else:
+            console.print(views.run_panel(session, run))
 
 
 @app.command()
