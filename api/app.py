@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from api import access_log, headers, health, limits, memory, metrics, procedures, reviews, runs
+from api import access_log, headers, health, limits, memory, metrics, procedures, reviews, runs, streams
 from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.openapi import state_rules
@@ -91,7 +91,8 @@ def create_api() -> FastAPI:
     )
     install_error_handlers(app)
     refusals = {code: {"model": ErrorOut, "description": text} for code, text in REFUSALS.items()}
-    for router in (runs.router, reviews.router, memory.router, procedures.router, me_router):
+    routers = (runs.router, reviews.router, streams.router, memory.router, procedures.router)
+    for router in (*routers, me_router):
         app.include_router(
             router,
             prefix=API_PREFIX,

@@ -167,6 +167,23 @@ class EventOut(BaseModel):
     shortened: bool = Field(default=False, description="Whether `detail` is a `Preview`.")
 
 
+class StreamEventOut(EventOut):
+    """One event of a server-sent event stream (`event: timeline`, `id:` the event's id): the
+    timeline entry and the run it belongs to."""
+
+    run_id: int
+
+
+class RunStatusOut(BaseModel):
+    """A run's status as its event stream reports it: `event: status` when it changes (and
+    first), `event: end` once it is final (`succeeded`, `failed`, `cancelled`), before the
+    stream closes."""
+
+    run_id: int
+    status: str
+    plan_version: int
+
+
 class EscalationOut(BaseModel):
     """One entry of the review queue; `waiting_s` runs until the decision."""
 
@@ -337,6 +354,19 @@ class DeletedOut(BaseModel):
 
     user_id: str
     deleted: dict[str, int]
+
+
+class TokenOut(BaseModel):
+    """One API token as `agentq token list --json` shows it: never the token or its hash."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    name: str
+    role: str
+    user_id: str | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
 
 
 class HealthOut(BaseModel):

@@ -60,7 +60,7 @@ def shown(value: Any) -> Shown:
     return Shown(None, size, text[:PREVIEW_MAX_BYTES])
 
 
-def _shown_columns(column: Any, name: str) -> list[Any]:
+def shown_columns(column: Any, name: str) -> list[Any]:
     """`<name>_bytes`, `<name>_whole` (the value when small) and `<name>_head` (the start of its
     text when large), computed in Postgres from the jsonb column."""
     text = sa.cast(column, sa.Text)
@@ -74,7 +74,8 @@ def _shown_columns(column: Any, name: str) -> list[Any]:
     ]
 
 
-def _shown_of(row: RowMapping, name: str) -> Shown:
+def shown_of(row: RowMapping, name: str) -> Shown:
+    """The `Shown` of `name` from a row read with `shown_columns(..., name)`."""
     return Shown(row[f"{name}_whole"], row[f"{name}_bytes"], row[f"{name}_head"])
 
 
@@ -101,8 +102,8 @@ def steps_shown(session: Session, run_id: int) -> list[StepShown]:
     stmt = (
         sa.select(
             *(_STEPS.c[name] for name in STEP_PLAIN_COLUMNS),
-            *_shown_columns(_STEPS.c.args, "args"),
-            *_shown_columns(_STEPS.c.result, "result"),
+            *shown_columns(_STEPS.c.args, "args"),
+            *shown_columns(_STEPS.c.result, "result"),
         )
         .where(_STEPS.c.run_id == run_id)
         .order_by(_STEPS.c.id)
@@ -110,8 +111,8 @@ def steps_shown(session: Session, run_id: int) -> list[StepShown]:
     return [
         StepShown(
             {name: row[name] for name in STEP_PLAIN_COLUMNS},
-            _shown_of(row, "args"),
-            _shown_of(row, "result"),
+            shown_of(row, "args"),
+            shown_of(row, "result"),
         )
         for row in session.execute(stmt).mappings()
     ]
@@ -126,6 +127,7 @@ class EventShown:
     at: Any
     kind: str
     detail: Shown
+    run_id: int = 0  # set by `models.event_feed.events_after`, which reads several runs
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def events_page(
             col(RunEvent.step_id),
             col(RunEvent.at),
             col(RunEvent.kind),
-            *_shown_columns(col(RunEvent.detail), "detail"),
+            *shown_columns(col(RunEvent.detail), "detail"),
         )
         .where(col(RunEvent.run_id) == run_id)
         .order_by(col(RunEvent.id).desc())
@@ -162,7 +164,7 @@ def events_page(
     rows = list(session.execute(stmt).mappings())
     page = rows[:limit]
     events = [
-        EventShown(r["id"], r["step_id"], r["at"], r["kind"], _shown_of(r, "detail"))
+        EventShown(r["id"], r["step_id"], r["at"], r["kind"], shown_of(r, "detail"))
         for r in reversed(page)
     ]
     return EventsPage(events, page[-1]["id"] if len(rows) > limit else None)

@@ -43,3 +43,18 @@ class OperationsSettings(BaseSettings):
         "unset: off (the API serves /metrics on its own port).",
     )
     metrics_host: str = Field(default="127.0.0.1", description="Where AGENTQ_METRICS_PORT listens.")
+    stream_poll_interval_s: float = Field(
+        default=0.2,
+        gt=0,
+        le=5,
+        description="How often a server-sent event stream (`/api/v1/runs/{id}/events/stream`, "
+        "`/api/v1/reviews/stream`) reads new events, s: an event reaches a client this long "
+        "after its commit at most, plus one query.",
+    )
+    stream_keepalive_s: float = Field(
+        default=15,
+        gt=0,
+        le=300,
+        description="Seconds between the keep-alive comments of an idle event stream, so that "
+        "proxies do not close it.",
+    )

@@ -40,6 +40,7 @@ from ops.inputs import (
     read_plan,
     replan_check_value,
 )
+from ops.json_output import JsonFlag, print_json
 from ops.memory_commands import memory_app
 from ops.procedure_commands import procedure_app
 from ops.processes import interrupt_on_sigterm
@@ -207,11 +208,18 @@ def submit(
 
 
 @app.command()
-def status(run_id: RunId) -> None:
+@app.command()
+def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
     """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
     connect()
     with session_scope() as session:
-        console.print(views.run_panel(session, get_run(session, run_id)))
+        run = get_run(session, run_id)
+        if as_json:
+            from api.runs import run_detail  # FastAPI's models: loaded only for --json
+
+            print_json(run_detail(session, run))
+        else:
+            console.print(views.run_panel(session, run))
 
 
 @app.command()

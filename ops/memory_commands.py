@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from api.responses import FactOut
 from models import commands, memory, reembedding
 from models.db import session_scope
 from models.errors import ConfigurationError
@@ -25,6 +26,7 @@ from models.migrate import upgrade
 from models.settings import get_settings, use_settings
 from models.sql import PG_INT_MAX
 from ops.connection import connect
+from ops.json_output import JsonFlag, print_json
 from ops.stack import LocalStack
 from ops.stack_file import read_stack_file
 from ops.views import cell
@@ -48,11 +50,16 @@ User = Annotated[str, typer.Option("--user", help="Whose memory.", callback=_use
 def facts(
     user: User,
     history: Annotated[bool, typer.Option(help="Include superseded and expired facts.")] = False,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """The user's facts, newest first."""
     connect()
     with session_scope() as session:
         rows = facts_of(session, user_id=user, include_history=history)
+    if as_json:
+        newest = sorted(rows, key=lambda f: f.valid_from, reverse=True)
+        print_json([FactOut.model_validate(f) for f in newest])
+        return
     table = Table(
         "id", "subject", "attribute", "category", "text", "source", "since", "until", "by"
     )

@@ -15,6 +15,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from sqlmodel import Session
 
+from api.reviews import review_out
 from models import commands, drafts, escalations, queries, reviews
 from models.db import session_scope
 from models.sql import PG_INT_MAX
@@ -22,6 +23,7 @@ from models.tables import Escalation
 from ops import views
 from ops.connection import connect
 from ops.inputs import not_blank, read_plan_text, reviewer_name
+from ops.json_output import JsonFlag, print_json
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)
@@ -37,11 +39,16 @@ Comment = Annotated[
 @review_app.command("list")
 def review_list(
     all_: Annotated[bool, typer.Option("--all", help="Include decided ones.")] = False,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """The review queue, oldest first."""
     connect()
     with session_scope() as session:
-        console.print(views.escalations_table(queries.review_queue(session, all_)))
+        queue = queries.review_queue(session, all_)
+        if as_json:
+            print_json([review_out(session, e) for e in queue])
+        else:
+            console.print(views.escalations_table(queue))
 
 
 @review_app.command("show")

@@ -20,6 +20,7 @@ from models.states import RUN_STATUSES
 from ops import views
 from ops.connection import connect
 from ops.inputs import run_status
+from ops.json_output import JsonFlag, print_json
 
 runs_app = typer.Typer(
     help="The newest runs (no subcommand), and the purge of ended ones.",
@@ -41,6 +42,7 @@ def runs(
     limit: Annotated[
         int, typer.Option(min=1, max=1000, help="How many runs to show, newest first.")
     ] = 20,
+    as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """List the newest runs."""
     if ctx.invoked_subcommand is not None:
@@ -48,7 +50,12 @@ def runs(
     connect()
     with session_scope() as session:
         found = queries.newest_runs(session, limit=limit, status=status, user_id=user)
-        console.print(views.runs_table(found))
+        if as_json:
+            from api.runs import run_out  # FastAPI's models: loaded only for --json
+
+            print_json([run_out(r) for r in found])
+        else:
+            console.print(views.runs_table(found))
 
 
 def cutoff_time(value: str) -> datetime:

@@ -12,12 +12,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from api.responses import TokenOut
 from models import api_tokens, commands
 from models.db import session_scope
 from models.display import visible
 from models.formats import utc
 from models.sql import PG_INT_MAX
 from ops.connection import connect
+from ops.json_output import JsonFlag, print_json
 from ops.views import cell
 
 token_app = typer.Typer(
@@ -65,11 +67,14 @@ def created_line(token_id: int, *, name: str, role: str, user: str | None) -> st
 
 
 @token_app.command("list")
-def list_() -> None:
+def list_(as_json: Annotated[bool, JsonFlag] = False) -> None:
     """Every token: id, name, role, user, created, last used, revoked. Never the token."""
     connect()
     with session_scope() as session:
         rows = api_tokens.list_tokens(session)
+    if as_json:
+        print_json([TokenOut.model_validate(t) for t in rows])
+        return
     table = Table("id", "name", "role", "user", "created", "last used", "revoked")
     for t in rows:
         table.add_row(

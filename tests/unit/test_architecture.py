@@ -1,13 +1,16 @@
 """The layout's rules, read from the source with `ast` (no imports run, no services).
 
-Every `.py` under models/, worker/, scheduler/, api/ and ops/ (migrations aside) is parsed, and
-every import in it counted: at module level, inside functions, and under `TYPE_CHECKING`. A
+Every `.py` under models/, worker/, scheduler/, api/, ops/ and agentq/ (migrations aside) is
+parsed, and every import in it counted: at module level, inside functions, and under
+`TYPE_CHECKING`. A
 type-only import is counted because it is still a dependency a reader has to follow, and a
 cycle hidden behind `TYPE_CHECKING` is the same smell as one hidden inside a function (the house
 style says to stop both: docs STYLE.md, "Stop"). The rules (README, "Architecture"; issue 14):
 
 - `models` imports no other package of ours;
 - `worker`, `scheduler` and `api` import only `models` among ours, besides themselves;
+- `agentq` (the Python client, issue 15) imports only the API's request and response models
+  (`api.schemas`, `api.responses`), so it is typed with them and runs no server code;
 - no import cycle between modules;
 - every module is under `MAX_MODULE_LINES` lines.
 
@@ -26,8 +29,9 @@ from pathlib import Path
 from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
-PACKAGES: Final = ("models", "worker", "scheduler", "api", "ops")
+PACKAGES: Final = ("models", "worker", "scheduler", "api", "ops", "agentq")
 PROCESSES: Final = ("worker", "scheduler", "api")  # each may import only `models` among ours
+CLIENT_IMPORTS: Final = frozenset({"api.schemas", "api.responses"})  # all `agentq` may import
 MAX_MODULE_LINES: Final = 400
 
 
@@ -83,7 +87,10 @@ def _layer_breaks() -> set[tuple[str, str]]:
         mine, theirs = _package(importer), _package(imported)
         if mine == theirs:
             continue
-        if mine == "models" or (mine in PROCESSES and theirs != "models"):
+        if mine == "agentq":
+            if imported not in CLIENT_IMPORTS:
+                breaks.add((importer, imported))
+        elif mine == "models" or (mine in PROCESSES and theirs != "models"):
             breaks.add((importer, imported))
     return breaks
 
@@ -142,6 +149,7 @@ def test_the_scan_sees_the_packages_and_imports_inside_functions() -> None:
     )
     assert "models.guards" in GRAPH["models.transitions"]
     assert "ops.local" in GRAPH["ops.demo"]  # `from ops.local import ...` inside a function
+    assert GRAPH["agentq.client"] | GRAPH["agentq.routes"] >= CLIENT_IMPORTS
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

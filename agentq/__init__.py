@@ -1,0 +1,1 @@
+"""agentq for Python programs: `agentq.client` drives a running agentq over its HTTP API."""

@@ -1,0 +1,367 @@
+"""A Python client of agentq's HTTP API, on httpx: `Client` (sync) and `AsyncClient` (asyncio).
+
+    from agentq.client import Client
+
+    with Client("http://127.0.0.1:8765", token) as agentq:
+        run = agentq.submit("Summarise the expense policy", facts={"currency": "EUR"}).run
+        done = agentq.wait(run.id, timeout_s=120)
+        print(done.status, done.final_result)
+
+`token` is an API token (`agentq token create --name NAME --role submitter --user USER`); the
+base URL is the server's (what `agentq up` prints; a trailing `/api/v1` is allowed). Answers are
+the API's own response models (`api.responses`); a refusal raises `ApiError` with the HTTP
+status and the API's message. `events` and `review_events` follow the server-sent event streams
+(`api.streams`), resuming with `Last-Event-ID` after a dropped connection. README, "Python
+client", has the whole tour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import time
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import httpx
+from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
+
+from agentq import routes
+from agentq.routes import API_PREFIX, FINAL_STATUSES, ApiError, ReviewStatus, StreamItem
+from api.responses import (
+    DecisionOut,
+    PrincipalOut,
+    ReviewOut,
+    RunDetail,
+    RunOut,
+    RunStatusOut,
+    StreamEventOut,
+    SubmittedOut,
+)
+from api.schemas import Approve, Edit, Reject, Respond
+
+__all__ = ["ApiError", "AsyncClient", "Client", "StreamItem"]
+T = TypeVar("T")
+TIMEOUT_S: Final = 30.0  # one request, connect to answer
+STREAM_READ_TIMEOUT_S: Final = 60.0  # silence on a stream: 4 missed keep-alives (every 15 s)
+STREAM_RETRIES: Final = 3  # reconnects in a row before a dropped stream's error is raised
+STATUS_ONLY: Final = 2**31 - 1  # `wait` resumes after the highest id: only status messages
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url.removesuffix(API_PREFIX)
+
+
+def _settled(item: StreamItem, or_review: bool) -> bool:
+    if not isinstance(item, RunStatusOut):
+        return False
+    return item.status in FINAL_STATUSES or (or_review and item.status == "waiting_review")
+
+
+class _Stream:
+    """Where a stream stands across reconnects: the last event id and the failures in a row."""
+
+    def __init__(self, after: int | None, deadline: float | None) -> None:
+        self.last_id = None if after is None else str(after)
+        self.deadline, self.failures = deadline, 0
+
+    def timeout(self, read_s: float) -> httpx.Timeout:
+        """The connection's timeout: reads wait at most until the deadline."""
+        if self.deadline is not None:
+            read_s = max(0.0, min(read_s, self.deadline - time.monotonic()))
+        return httpx.Timeout(TIMEOUT_S, read=read_s)
+
+    def seen(self, sse: ServerSentEvent) -> StreamItem | None:
+        self.failures = 0
+        self.last_id = sse.id or self.last_id
+        return routes.stream_item(sse.event, sse.data)
+
+    def failed(self, exc: httpx.TransportError) -> float:
+        """Seconds to wait before reconnecting; raises `TimeoutError` past the deadline, and
+        `exc` after `STREAM_RETRIES` failures in a row."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise TimeoutError("the stream's deadline passed") from exc
+        self.failures += 1
+        if self.failures > STREAM_RETRIES:
+            raise exc
+        return 0.2 * (1 << self.failures)
+
+
+class Client:
+    """A synchronous client. `timeout_s` bounds each request; a stream may stay silent for
+    `stream_read_timeout_s` (the server sends a keep-alive every 15 s by default) before it is
+    reconnected. `transport` is httpx's (tests pass one). Use it as a context manager, or call
+    `close`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = TIMEOUT_S,
+        stream_read_timeout_s: float = STREAM_READ_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.stream_read_timeout_s = stream_read_timeout_s
+        self._http = httpx.Client(
+            base_url=_base(base_url),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, call: routes.Call[T]) -> T:
+        return call.answer(self._http.send(call.request(self._http)))
+
+    def me(self) -> PrincipalOut:
+        """Who the token acts as."""
+        return self._call(routes.me())
+
+    def submit(self, goal: str, **fields: Any) -> SubmittedOut:
+        """Submit a goal; `fields` are the API's `RunSubmit` fields: `user`, `facts` (key ->
+        value), `budgets` (`{"replans", "tokens", "cost_usd", "wall_time_s"}`), `plan`
+        (`{"steps": [...]}`), `success_criteria`, `replan_check`, `pin_from_goal`. Raises
+        pydantic's `ValidationError` (naming the field) before sending a bad one."""
+        return self._call(routes.submit(goal, **fields))
+
+    def get(self, run_id: int, *, events_limit: int | None = None) -> RunDetail:
+        """One run whole, with its newest `events_limit` events (the server's default: 200)."""
+        return self._call(routes.get_run(run_id, events_limit))
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        user: str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> builtins.list[RunOut]:
+        """Runs newest first (ids below `before`), in `status`, of `user`."""
+        return self._call(routes.list_runs(status=status, user=user, before=before, limit=limit))
+
+    def cancel(self, run_id: int) -> RunDetail:
+        """Cancel an active run; `ApiError` 409 when it has ended already."""
+        return self._call(routes.cancel(run_id))
+
+    def wait(self, run_id: int, *, timeout_s: float = 600, or_review: bool = False) -> RunDetail:
+        """Follow the run's stream until its status is final (or, with `or_review`, waiting for
+        review) and return the run; `TimeoutError` after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        for item in self._stream(f"/runs/{run_id}/events/stream", STATUS_ONLY, deadline):
+            if _settled(item, or_review):
+                break
+        return self.get(run_id)
+
+    def events(self, run_id: int, *, after: int | None = None) -> Iterator[StreamItem]:
+        """The run's stream: its status, then each event (ids above `after`, else from the
+        first) as it is written, until the run is final."""
+        return self._stream(f"/runs/{run_id}/events/stream", after, None)
+
+    def review_events(self, *, after: int | None = None) -> Iterator[StreamEventOut]:
+        """Every `escalation.*` event from now on (or after `after`); it never ends by itself."""
+        for item in self._stream("/reviews/stream", after, None):
+            if isinstance(item, StreamEventOut):
+                yield item
+
+    def _stream(self, path: str, after: int | None, deadline: float | None) -> Iterator[Any]:
+        state = _Stream(after, deadline)
+        while True:
+            try:
+                with connect_sse(
+                    self._http,
+                    "GET",
+                    API_PREFIX + path,
+                    headers=routes.resume_headers(state.last_id),
+                    timeout=state.timeout(self.stream_read_timeout_s),
+                ) as source:
+                    if not source.response.is_success:
+                        source.response.read()
+                        raise ApiError.of(source.response)
+                    for sse in source.iter_sse():
+                        if (item := state.seen(sse)) is not None:
+                            yield item
+                        if sse.event == "end":
+                            return
+                return  # the server ended it: the run is gone
+            except httpx.TransportError as exc:
+                time.sleep(state.failed(exc))
+
+    def reviews(
+        self, *, status: ReviewStatus = "undecided", mine: bool = False, limit: int = 100
+    ) -> builtins.list[ReviewOut]:
+        """The review queue, oldest first (reviewer or admin)."""
+        return self._call(routes.reviews(status, mine, limit))
+
+    def review(self, escalation_id: int) -> ReviewOut:
+        return self._call(routes.review(escalation_id))
+
+    def claim(self, escalation_id: int | None = None) -> ReviewOut | None:
+        """Claim this escalation, or the oldest open one (None when the queue is empty)."""
+        return self._call(routes.claim(escalation_id))
+
+    def release(self, escalation_id: int) -> ReviewOut:
+        return self._call(routes.release(escalation_id))
+
+    def approve(self, escalation_id: int, *, comment: str | None = None) -> DecisionOut:
+        """Retry the failed step once more (or re-plan, or carry on)."""
+        body = Approve() if comment is None else Approve(comment=comment)
+        return self._call(routes.decide(escalation_id, body))
+
+    def reject(self, escalation_id: int, *, comment: str) -> DecisionOut:
+        """End the run `failed`, with the comment."""
+        return self._call(routes.decide(escalation_id, Reject(comment=comment)))
+
+    def respond(self, escalation_id: int, answer: Any, **fields: Any) -> DecisionOut:
+        """Answer in the failed step's place; `fields`: `comment`, `remember`."""
+        return self._call(routes.decide(escalation_id, Respond(answer=answer, **fields)))
+
+    def edit(self, escalation_id: int, plan: dict[str, Any], **fields: Any) -> DecisionOut:
+        """Replace the steps not run yet with `plan` (`{"steps": [...]}`); `fields`: `comment`."""
+        return self._call(
+            routes.decide(escalation_id, Edit.model_validate({"plan": plan, **fields}))
+        )
+
+
+class AsyncClient:
+    """`Client` for asyncio: the same methods, each a coroutine (`events` and `review_events`
+    are async iterators). Use it as an async context manager, or await `aclose`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = TIMEOUT_S,
+        stream_read_timeout_s: float = STREAM_READ_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.stream_read_timeout_s = stream_read_timeout_s
+        self._http = httpx.AsyncClient(
+            base_url=_base(base_url),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, call: routes.Call[T]) -> T:
+        return call.answer(await self._http.send(call.request(self._http)))
+
+    async def me(self) -> PrincipalOut:
+        return await self._call(routes.me())
+
+    async def submit(self, goal: str, **fields: Any) -> SubmittedOut:
+        """As `Client.submit`."""
+        return await self._call(routes.submit(goal, **fields))
+
+    async def get(self, run_id: int, *, events_limit: int | None = None) -> RunDetail:
+        return await self._call(routes.get_run(run_id, events_limit))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        user: str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> builtins.list[RunOut]:
+        call = routes.list_runs(status=status, user=user, before=before, limit=limit)
+        return await self._call(call)
+
+    async def cancel(self, run_id: int) -> RunDetail:
+        return await self._call(routes.cancel(run_id))
+
+    async def wait(
+        self, run_id: int, *, timeout_s: float = 600, or_review: bool = False
+    ) -> RunDetail:
+        """As `Client.wait`."""
+        deadline = time.monotonic() + timeout_s
+        async for item in self._stream(f"/runs/{run_id}/events/stream", STATUS_ONLY, deadline):
+            if _settled(item, or_review):
+                break
+        return await self.get(run_id)
+
+    def events(self, run_id: int, *, after: int | None = None) -> AsyncIterator[StreamItem]:
+        """As `Client.events`."""
+        return self._stream(f"/runs/{run_id}/events/stream", after, None)
+
+    async def review_events(self, *, after: int | None = None) -> AsyncIterator[StreamEventOut]:
+        """As `Client.review_events`."""
+        async for item in self._stream("/reviews/stream", after, None):
+            if isinstance(item, StreamEventOut):
+                yield item
+
+    async def _stream(
+        self, path: str, after: int | None, deadline: float | None
+    ) -> AsyncIterator[Any]:
+        state = _Stream(after, deadline)
+        while True:
+            try:
+                async with aconnect_sse(
+                    self._http,
+                    "GET",
+                    API_PREFIX + path,
+                    headers=routes.resume_headers(state.last_id),
+                    timeout=state.timeout(self.stream_read_timeout_s),
+                ) as source:
+                    if not source.response.is_success:
+                        await source.response.aread()
+                        raise ApiError.of(source.response)
+                    async for sse in source.aiter_sse():
+                        if (item := state.seen(sse)) is not None:
+                            yield item
+                        if sse.event == "end":
+                            return
+                return
+            except httpx.TransportError as exc:
+                await asyncio.sleep(state.failed(exc))
+
+    async def reviews(
+        self, *, status: ReviewStatus = "undecided", mine: bool = False, limit: int = 100
+    ) -> builtins.list[ReviewOut]:
+        return await self._call(routes.reviews(status, mine, limit))
+
+    async def review(self, escalation_id: int) -> ReviewOut:
+        return await self._call(routes.review(escalation_id))
+
+    async def claim(self, escalation_id: int | None = None) -> ReviewOut | None:
+        return await self._call(routes.claim(escalation_id))
+
+    async def release(self, escalation_id: int) -> ReviewOut:
+        return await self._call(routes.release(escalation_id))
+
+    async def approve(self, escalation_id: int, *, comment: str | None = None) -> DecisionOut:
+        body = Approve() if comment is None else Approve(comment=comment)
+        return await self._call(routes.decide(escalation_id, body))
+
+    async def reject(self, escalation_id: int, *, comment: str) -> DecisionOut:
+        return await self._call(routes.decide(escalation_id, Reject(comment=comment)))
+
+    async def respond(self, escalation_id: int, answer: Any, **fields: Any) -> DecisionOut:
+        return await self._call(routes.decide(escalation_id, Respond(answer=answer, **fields)))
+
+    async def edit(self, escalation_id: int, plan: dict[str, Any], **fields: Any) -> DecisionOut:
+        return await self._call(
+            routes.decide(escalation_id, Edit.model_validate({"plan": plan, **fields}))
+        )

@@ -1,0 +1,166 @@
+"""The HTTP API's routes as data: what `agentq.client.Client` and `AsyncClient` send, and how
+each answer is read.
+
+Each function builds one `Call`: its method, path (under `/api/v1`), query, body (made with
+the API's own request models, `api.schemas`, so a bad argument fails here with pydantic's
+message naming the field) and the parser of its answer (the API's response models,
+`api.responses`). The two clients only send calls, so the sync and async ones cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from api.responses import (
+    DecisionOut,
+    PrincipalOut,
+    ReviewOut,
+    RunDetail,
+    RunOut,
+    RunStatusOut,
+    StreamEventOut,
+    SubmittedOut,
+)
+from api.schemas import Approve, Edit, Reject, Respond, RunSubmit
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+API_PREFIX = "/api/v1"
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})  # models.states.RUN_TERMINAL
+ReviewStatus = Literal["undecided", "open", "claimed", "decided", "all"]
+StreamItem = RunStatusOut | StreamEventOut
+"""What a run's stream yields: a `RunStatusOut` first and at each change of status (the last one
+final), and a `StreamEventOut` for each timeline event."""
+
+
+class ApiError(Exception):
+    """The API refused a request: `status` is the HTTP status, `detail` the API's message (for
+    a 422, FastAPI's list of field errors), `error` its kind (`NotFound`, `IllegalTransition`,
+    ...; empty when the answer was not the API's JSON)."""
+
+    def __init__(self, status: int, detail: Any, error: str = "") -> None:
+        super().__init__(f"{status} {error or 'error'}: {detail}")
+        self.status, self.detail, self.error = status, detail, error
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiError:
+        """The error of a refused response."""
+        try:
+            body = response.json()
+        except json.JSONDecodeError:
+            return cls(response.status_code, response.text)
+        if isinstance(body, dict) and "detail" in body:
+            return cls(response.status_code, body["detail"], str(body.get("error", "")))
+        return cls(response.status_code, body)
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its answer (`parse` gets a 2xx response)."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    body: BaseModel | None = None
+
+    def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request, built on `http` (its base URL, token and timeouts)."""
+        content = None if self.body is None else self.body.model_dump_json(exclude_unset=True)
+        headers = {"Content-Type": "application/json"} if content else None
+        params = {k: v for k, v in self.params.items() if v is not None}
+        return http.build_request(
+            self.method, API_PREFIX + self.path, params=params, content=content, headers=headers
+        )
+
+    def answer(self, response: httpx.Response) -> T:
+        """The parsed answer; raises `ApiError` unless the status is 2xx."""
+        if not response.is_success:
+            raise ApiError.of(response)
+        return self.parse(response)
+
+
+def model(kind: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda response: kind.model_validate_json(response.content)
+
+
+def models(kind: type[M]) -> Callable[[httpx.Response], list[M]]:
+    adapter = TypeAdapter(list[kind])  # type: ignore[valid-type]
+    return lambda response: list(adapter.validate_json(response.content))
+
+
+def review_or_none(response: httpx.Response) -> ReviewOut | None:
+    """204: the queue had nothing to claim."""
+    return None if response.status_code == 204 else ReviewOut.model_validate_json(response.content)
+
+
+def submit(goal: str, **fields: Any) -> Call[SubmittedOut]:
+    """`POST /runs`: `fields` are `RunSubmit`'s (user, facts, budgets, plan, success_criteria,
+    replan_check, pin_from_goal)."""
+    return Call("POST", "/runs", model(SubmittedOut), body=RunSubmit(goal=goal, **fields))
+
+
+def get_run(run_id: int, events_limit: int | None = None) -> Call[RunDetail]:
+    return Call("GET", f"/runs/{run_id}", model(RunDetail), {"events_limit": events_limit})
+
+
+def list_runs(**params: Any) -> Call[list[RunOut]]:
+    return Call("GET", "/runs", models(RunOut), params)
+
+
+def cancel(run_id: int) -> Call[RunDetail]:
+    return Call("POST", f"/runs/{run_id}/cancel", model(RunDetail))
+
+
+def me() -> Call[PrincipalOut]:
+    return Call("GET", "/me", model(PrincipalOut))
+
+
+def reviews(status: ReviewStatus, mine: bool, limit: int) -> Call[list[ReviewOut]]:
+    params = {"status": status, "mine": str(mine).lower(), "limit": limit}
+    return Call("GET", "/reviews", models(ReviewOut), params)
+
+
+def review(escalation_id: int) -> Call[ReviewOut]:
+    return Call("GET", f"/reviews/{escalation_id}", model(ReviewOut))
+
+
+def claim(escalation_id: int | None) -> Call[ReviewOut | None]:
+    """Claim this escalation, or (None) the oldest open one: None when there is none."""
+    path = "/reviews/claim" if escalation_id is None else f"/reviews/{escalation_id}/claim"
+    return Call("POST", path, review_or_none)
+
+
+def release(escalation_id: int) -> Call[ReviewOut]:
+    return Call("POST", f"/reviews/{escalation_id}/release", model(ReviewOut))
+
+
+def decide(escalation_id: int, body: Approve | Reject | Respond | Edit) -> Call[DecisionOut]:
+    """A decision; its route is named by the body's kind (`Approve` -> `/approve`)."""
+    action = type(body).__name__.lower()
+    return Call("POST", f"/reviews/{escalation_id}/{action}", model(DecisionOut), body=body)
+
+
+def stream_item(event: str, data: str) -> StreamItem | None:
+    """A stream's message as a model: `status` and `end` as `RunStatusOut`, `timeline` as
+    `StreamEventOut`; None for a message of another kind (a newer server's)."""
+    if event in ("status", "end"):
+        return RunStatusOut.model_validate_json(data)
+    if event == "timeline":
+        return StreamEventOut.model_validate_json(data)
+    return None
+
+
+def stream_params(after: int | None) -> dict[str, Any]:
+    return {} if after is None else {"after": after}
+
+
+def resume_headers(last_id: str | None) -> dict[str, str]:
+    """The header that resumes a stream after the last event seen (the SSE spec's)."""
+    return {} if last_id is None else {"Last-Event-ID": last_id}

@@ -1,0 +1,34 @@
+"""`models.event_feed.EventFeed`: a stream's cursor sends each event once, and a row that
+commits after a higher id was read (ids are taken before commit) is still sent."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from models.event_feed import SETTLE_S, EventFeed
+from models.previews import EventShown, Shown
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def event(event_id: int, age_s: float) -> EventShown:
+    return EventShown(event_id, None, NOW - timedelta(seconds=age_s), "k", Shown({}, 2, None), 1)
+
+
+def ids(rows: list[EventShown]) -> list[int]:
+    return [r.id for r in rows]
+
+
+def test_each_event_is_sent_once_and_a_late_commit_with_a_lower_id_still_is() -> None:
+    feed = EventFeed()
+    assert ids(feed.take([event(1, 1), event(3, 1)], NOW)) == [1, 3]
+    assert feed.after == 0  # nothing settled: id 2 may still commit
+    assert ids(feed.take([event(1, 1), event(2, 1), event(3, 1)], NOW)) == [2]
+    assert feed.newest == 3
+
+
+def test_the_bound_moves_past_settled_events_only() -> None:
+    feed = EventFeed(after=5)
+    feed.take([event(6, SETTLE_S + 1), event(7, 1)], NOW)
+    assert (feed.after, sorted(feed.sent)) == (6, [7])
+    assert ids(feed.take([event(7, 1), event(8, 0)], NOW)) == [8]
