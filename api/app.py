@@ -11,7 +11,18 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from api import access_log, headers, health, limits, memory, metrics, procedures, reviews, runs, streams
+from api import (
+    access_log,
+    headers,
+    health,
+    limits,
+    memory,
+    metrics,
+    procedures,
+    reviews,
+    runs,
+    streams,
+)
 from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.openapi import state_rules

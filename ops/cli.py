@@ -208,7 +208,6 @@ def submit(
 
 
 @app.command()
-@app.command()
 def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
     """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
     connect()
