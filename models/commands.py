@@ -30,6 +30,7 @@ from models import (
     reviews,
     submissions,
     transitions,
+    webhooks,
 )
 from models.db import session_scope
 from models.errors import ClaimedByAnother
@@ -39,6 +40,7 @@ from models.settings import get_settings
 from models.submissions import RunRequest, Submitted
 from models.tables import Escalation, Run
 from models.tools import argument_problems, configured_tool_names, declared_returns
+from models.webhook_tables import WebhookSubscription
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one
 RunCheck = Callable[[Session, int], object]  # raises when the caller may not act on the run
@@ -299,3 +301,26 @@ def revoke_token(token_id: int) -> api_tokens.Revocation:
     the queue). Raises `NotFound`, or `IllegalTransition` when revoked already."""
     with session_scope() as session:
         return api_tokens.revoke_token(session, token_id)
+
+
+def add_webhook(
+    *, url: str, events: Collection[str], user_id: str | None = None, secret_ref: str = "default"
+) -> WebhookSubscription:
+    """Subscribe `url` to `events` of `user_id`'s runs (None: every user's), signed with the
+    secret `secret_ref` names (`webhooks.add_subscription`). Raises `InvalidInput` naming the
+    field."""
+    with session_scope() as session:
+        return webhooks.add_subscription(
+            session,
+            url=url,
+            events=list(events),
+            user_id=user_id,
+            secret_ref=secret_ref,
+            settings=get_settings(),
+        )
+
+
+def remove_webhook(subscription_id: int) -> WebhookSubscription:
+    """Remove a subscription with its deliveries and their log. Raises `NotFound`."""
+    with session_scope() as session:
+        return webhooks.remove_subscription(session, subscription_id)

@@ -45,6 +45,7 @@ TASK_SYNTHESIZE: Final = "agentq.synthesize"
 TASK_REMEMBER_RUN: Final = "agentq.remember_run"
 TASK_EXPIRE_MEMORY: Final = "agentq.expire_memory"
 TASK_ESCALATION_DEADLINES: Final = "agentq.escalation_deadlines"
+TASK_DELIVER_WEBHOOKS: Final = "agentq.deliver_webhooks"
 TASK_RAW_NOOP: Final = "agentq.raw_noop"  # benchmark baseline: a plain Celery task
 
 ROUTES: Final = {
@@ -57,6 +58,7 @@ ROUTES: Final = {
     TASK_REMEMBER_RUN: {"queue": QUEUE_MEMORY},
     TASK_EXPIRE_MEMORY: {"queue": QUEUE_COORDINATOR},
     TASK_ESCALATION_DEADLINES: {"queue": QUEUE_COORDINATOR},
+    TASK_DELIVER_WEBHOOKS: {"queue": QUEUE_COORDINATOR},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 

@@ -156,7 +156,7 @@ class Settings(OperationsSettings):
     recall_procedures_k: int = Field(default=3, ge=0, le=20)
     context_procedure_share: float = Field(default=0.15, gt=0, le=1)
     recall_min_similarity: float | None = Field(default=None, ge=-1, le=1)
-    fact_ttl_s: dict[str, float] = {"event": 30 * 86_400.0}
+    fact_ttl_s: dict[str, float] = Field(default_factory=lambda: {"event": 30 * 86_400.0})
     memory_expiry_interval_s: float = Field(default=3_600.0, gt=0)
     # A day: an escalation opened after hours is still seen during the next working day in any
     # time zone before its deadline passes; a shorter one would pass on every overnight

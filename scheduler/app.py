@@ -1,8 +1,9 @@
 """The scheduler's Celery app: `celery -A scheduler.app worker -Q coordinator -B`.
 
 It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` and
-`agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds, and
-`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`: one beat per database, the one
+`agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds,
+`agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S` and `agentq.deliver_webhooks`
+every `AGENTQ_WEBHOOK_POLL_INTERVAL_S`: one beat per database, the one
 that holds the beat lock (`scheduler.beat`). The beat and the pool process die with the main
 process (`models.orphans`), so a killed scheduler leaves no beat sending.
 
@@ -26,13 +27,14 @@ from models.queue import (
     OUTAGE_RETRIES,
     QUEUE_COORDINATOR,
     TASK_COORDINATE,
+    TASK_DELIVER_WEBHOOKS,
     TASK_ESCALATION_DEADLINES,
     TASK_EXPIRE_MEMORY,
     TASK_RECONCILE,
     make_celery,
 )
 from models.settings import get_settings
-from scheduler import tasks
+from scheduler import tasks, webhooks
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
@@ -48,6 +50,13 @@ app.conf.beat_schedule = {
     "escalation-deadlines": {
         "task": TASK_ESCALATION_DEADLINES,
         "schedule": settings.reconcile_interval_s,
+    },
+    # Due webhook deliveries (`scheduler.webhooks`); a tick not taken within its interval is
+    # dropped, as the next one claims the same rows.
+    "deliver-webhooks": {
+        "task": TASK_DELIVER_WEBHOOKS,
+        "schedule": settings.webhook_poll_interval_s,
+        "options": {"expires": settings.webhook_poll_interval_s},
     },
 }
 
@@ -74,6 +83,12 @@ def expire_memory() -> None:
 def escalation_deadlines() -> None:
     """Apply the configured action to escalations whose review deadline has passed."""
     tasks.apply_escalation_deadlines()
+
+
+@app.task(name=TASK_DELIVER_WEBHOOKS)  # type: ignore[untyped-decorator]
+def deliver_webhooks() -> None:
+    """Post the webhook deliveries that are due, and record each attempt."""
+    webhooks.deliver_due()
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
