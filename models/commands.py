@@ -32,6 +32,7 @@ from models import (
     reviews,
     submissions,
     transitions,
+    webhooks,
 )
 from models.db import session_scope
 from models.errors import ClaimedByAnother, InvalidInput
@@ -41,6 +42,7 @@ from models.settings import get_settings
 from models.submissions import RunRequest, Submitted
 from models.tables import Escalation, Run, utcnow
 from models.tools import argument_problems, configured_tool_names, declared_returns
+from models.webhook_tables import WebhookSubscription
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one
 RunCheck = Callable[[Session, int], object]  # raises when the caller may not act on the run
@@ -313,3 +315,26 @@ def purge_runs(before: datetime) -> dict[str, int]:
     if before > utcnow():
         raise InvalidInput(f"before: {before.isoformat()} is in the future; give a past time")
     return retention.purge(before=before, batch=get_settings().run_retention_batch)
+
+
+def add_webhook(
+    *, url: str, events: Collection[str], user_id: str | None = None, secret_ref: str = "default"
+) -> WebhookSubscription:
+    """Subscribe `url` to `events` of `user_id`'s runs (None: every user's), signed with the
+    secret `secret_ref` names (`webhooks.add_subscription`). Raises `InvalidInput` naming the
+    field."""
+    with session_scope() as session:
+        return webhooks.add_subscription(
+            session,
+            url=url,
+            events=list(events),
+            user_id=user_id,
+            secret_ref=secret_ref,
+            settings=get_settings(),
+        )
+
+
+def remove_webhook(subscription_id: int) -> WebhookSubscription:
+    """Remove a subscription with its deliveries and their log. Raises `NotFound`."""
+    with session_scope() as session:
+        return webhooks.remove_subscription(session, subscription_id)

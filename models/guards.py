@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import sql
+from models import notifications, sql
 from models.errors import IllegalTransition
 from models.events import record_event
-from models.states import MOVES, RUN_ACTIVE
+from models.states import MOVES, RUN_ACTIVE, RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
 
 T = TypeVar("T", Run, Step, Escalation)
@@ -73,8 +73,11 @@ def move_run(
     session: Session, run_id: int, *, to: str, expected: Iterable[str], **values: Any
 ) -> Run:
     """A run's move to another status; the phase it was in ends with it, so whatever attempt held
-    that phase holds nothing now (`models.phases`)."""
+    that phase holds nothing now (`models.phases`). A move to an end (`RUN_TERMINAL`) notifies
+    the webhooks of `run.finished` (`models.notifications`), whichever transition made it."""
     values = {"updated_at": utcnow(), "phase_lease_expires_at": None, **values}
     run = guarded(session, Run, run_id, to=to, expected=expected, **values)
     record_event(session, run_id, f"run.{to}", **{k: v for k, v in values.items() if k == "error"})
+    if to in RUN_TERMINAL:
+        notifications.enqueue(session, "run.finished", run)
     return run

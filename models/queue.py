@@ -46,6 +46,7 @@ TASK_REMEMBER_RUN: Final = "agentq.remember_run"
 TASK_EXPIRE_MEMORY: Final = "agentq.expire_memory"
 TASK_ESCALATION_DEADLINES: Final = "agentq.escalation_deadlines"
 TASK_PURGE_RUNS: Final = "agentq.purge_runs"
+TASK_DELIVER_WEBHOOKS: Final = "agentq.deliver_webhooks"
 TASK_RAW_NOOP: Final = "agentq.raw_noop"  # benchmark baseline: a plain Celery task
 
 ROUTES: Final = {
@@ -59,6 +60,7 @@ ROUTES: Final = {
     TASK_EXPIRE_MEMORY: {"queue": QUEUE_COORDINATOR},
     TASK_ESCALATION_DEADLINES: {"queue": QUEUE_COORDINATOR},
     TASK_PURGE_RUNS: {"queue": QUEUE_COORDINATOR},
+    TASK_DELIVER_WEBHOOKS: {"queue": QUEUE_COORDINATOR},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 

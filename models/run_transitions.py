@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import Session, col
 
+from models import notifications
 from models.errors import BudgetExhausted, IllegalTransition
 from models.events import record_event
 from models.guards import guarded, move_run
@@ -129,7 +130,8 @@ def escalate(
     """`expected` -> waiting_review, and open an escalation for the run's current plan version.
 
     The escalation's deadline is `timeout_s` seconds from now (default
-    `AGENTQ_ESCALATION_TIMEOUT_S`). At most one escalation is open per run and plan version (a
+    `AGENTQ_ESCALATION_TIMEOUT_S`); the webhooks of `escalation.opened` are notified
+    (`models.notifications`). At most one escalation is open per run and plan version (a
     partial unique index); a second attempt returns None and opens nothing.
     """
     run = move_run(session, run_id, to="waiting_review", expected=[expected])
@@ -152,4 +154,7 @@ def escalate(
     )
     escalation_id = session.scalar(stmt)
     record_event(session, run_id, "escalation.opened", step_id=step_id, reason=reason)
-    return session.get(Escalation, escalation_id) if escalation_id else None
+    escalation = session.get(Escalation, escalation_id) if escalation_id else None
+    if escalation is not None:
+        notifications.enqueue(session, "escalation.opened", run, escalation=escalation)
+    return escalation

@@ -11,7 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
+
+from models.errors import ConfigurationError
 
 
 class OperationsSettings(BaseSettings):
@@ -58,3 +63,44 @@ class OperationsSettings(BaseSettings):
         description="Seconds between the keep-alive comments of an idle event stream, so that "
         "proxies do not close it.",
     )
+
+    # --- webhooks (issue 15, part 4: README "Notifications by webhook") ---
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="The shared secret that signs the bodies of subscriptions whose secret is "
+        '"default"; unset: those deliveries fail until it is set.',
+    )
+    webhook_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='More shared secrets by name, as JSON ({"ops": "..."}); a subscription\'s '
+        "secret names one (`agentq webhook add --secret ops`).",
+    )
+    webhook_retry_window_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="How long a delivery is retried after its event, s; then it is failed.",
+    )
+    webhook_first_backoff_s: float = Field(
+        default=10.0, gt=0, description="The wait after a delivery's first failed attempt, s."
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, description="One delivery attempt's HTTP timeout, s."
+    )
+    webhook_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a sender holds a delivery it claimed, s; longer than the timeout.",
+    )
+    webhook_poll_interval_s: float = Field(
+        default=2.0, gt=0, description="How often the scheduler's beat sends due deliveries, s."
+    )
+
+    @model_validator(mode="after")
+    def _check_webhook_lease(self) -> Self:
+        if self.webhook_lease_s <= self.webhook_timeout_s:
+            raise ConfigurationError(
+                f"AGENTQ_WEBHOOK_LEASE_S ({self.webhook_lease_s:g}) must be longer than "
+                f"AGENTQ_WEBHOOK_TIMEOUT_S ({self.webhook_timeout_s:g}): a sender still waiting "
+                "for a response would lose its delivery to another"
+            )
+        return self

@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from models import notifications
 from models.errors import ClaimedByAnother, IllegalTransition
 from models.events import record_event
 from models.guards import guarded, move_run
@@ -260,9 +261,10 @@ def pass_escalation_deadline(
     session: Session, escalation_id: int, *, now: datetime, action: str
 ) -> Escalation | None:
     """Mark an undecided escalation whose deadline is at or before `now` as having passed it,
-    once, and record `escalation.deadline_passed` with `action` ("reject" or "wait"). Its status
-    does not change. Returns None, changing nothing, when it is decided, its deadline is later,
-    or the passing was recorded already (another beat got there first)."""
+    once, and record `escalation.deadline_passed` with `action` ("reject" or "wait"), notifying
+    its webhooks (`models.notifications`). Its status does not change. Returns None, changing
+    nothing, when it is decided, its deadline is later, or the passing was recorded already
+    (another beat got there first)."""
     stmt = (
         sa.update(Escalation)
         .where(
@@ -288,6 +290,9 @@ def pass_escalation_deadline(
             status=esc.status,
             **({"claimed_by": esc.claimed_by} if esc.claimed_by else {}),
         )
+        run = session.get(Run, esc.run_id)
+        if run is not None:
+            notifications.enqueue(session, "escalation.deadline_passed", run, escalation=esc)
     return esc
 
 

@@ -17,7 +17,8 @@ from sqlmodel import SQLModel
 import models.episodes  # the memory tables, as in models/migrations/env.py
 import models.plan_checks
 import models.procedures
-import models.tables  # noqa: F401
+import models.tables
+import models.webhook_tables  # noqa: F401
 from models.db import database_url
 from models.migrate import AUTOGENERATE_PLUGINS
 from ops.stack import LocalStack

@@ -2,7 +2,7 @@
 every table, view and column.
 
 Revision ID: 0027
-Revises: 0025
+Revises: 0026
 
 A run's steps of every plan version share `steps.run_id`; the current plan is the version
 `runs.plan_version`, whose steps were only reachable through
@@ -18,7 +18,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0027"
-down_revision = "0025"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,217 @@
+"""Webhook deliveries from the outbox (issue 15): the sender's claim with a lease, the rule for
+what an attempt's response means, the signed headers, and the delivery log.
+
+A sender (`scheduler.webhooks`) claims due rows `FOR UPDATE SKIP LOCKED` with a lease
+(`AGENTQ_WEBHOOK_LEASE_S`) in one short transaction, posts them with none open (DESIGN.md,
+invariant 11), then records each attempt in another. A sender that dies mid-delivery leaves its
+lease to expire: the next claim takes the row over (logging the lost attempt) and sends it again
+with the same `Idempotency-Key`, so delivery is at least once. The record is fenced by the
+attempt number, so a late sender whose lease was taken over changes nothing but its log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from sqlmodel import Session, col, select
+
+from models import sql
+from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
+
+MAX_BACKOFF_S: Final = 3600.0  # one wait between attempts at most, however many failed
+LOST_ATTEMPT: Final = "lease expired: the sender stopped before it recorded a response"
+ERROR_MAX_CHARS: Final = 500
+
+# Due deliveries (pending and due, or held under an expired lease), locked past other senders'
+# and leased to this one; an expired holder's attempt is logged as lost.
+CLAIM: Final = """
+WITH due AS (
+    SELECT id, status AS was, updated_at AS held_since FROM webhook_deliveries
+    WHERE (status = 'pending' AND next_attempt_at <= :now)
+       OR (status = 'delivering' AND lease_expires_at <= :now)
+    ORDER BY next_attempt_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE webhook_deliveries d
+    SET status = 'delivering', attempts = d.attempts + 1, lease_expires_at = :lease_until,
+        updated_at = :now
+    FROM due WHERE d.id = due.id
+    RETURNING d.id, d.key, d.event, d.body, d.attempts, d.give_up_at, d.subscription_id,
+        due.was, due.held_since
+), lost AS (
+    INSERT INTO webhook_attempts (delivery_id, attempt, started_at, error)
+    SELECT id, attempts - 1, held_since, :lost FROM claimed WHERE was = 'delivering'
+    ON CONFLICT (delivery_id, attempt) DO NOTHING
+)
+SELECT c.id, c.key, c.event, c.body, c.attempts, c.give_up_at, s.url, s.secret_ref
+FROM claimed c JOIN webhook_subscriptions s ON s.id = c.subscription_id
+ORDER BY c.id
+"""
+
+# One attempt's log line; a lost attempt's line (written by the claim that took it over) is
+# replaced by the late sender's real outcome.
+LOG_ATTEMPT: Final = """
+INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error)
+VALUES (:id, :attempt, :started_at, :duration_ms, :status_code, :error)
+ON CONFLICT (delivery_id, attempt) DO UPDATE
+SET duration_ms = EXCLUDED.duration_ms, status_code = EXCLUDED.status_code,
+    error = EXCLUDED.error
+"""
+
+# The attempt's outcome on the delivery, if this attempt still holds it.
+FINISH: Final = """
+UPDATE webhook_deliveries
+SET status = :status, next_attempt_at = :next_at, lease_expires_at = NULL, updated_at = :now,
+    delivered_at = :delivered_at, last_status_code = :status_code, last_error = :error
+WHERE id = :id AND status = 'delivering' AND attempts = :attempt
+RETURNING id
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery leased to this sender: what to post where, as its `attempt`-th attempt."""
+
+    id: int
+    key: uuid.UUID
+    event: str
+    body: str
+    attempt: int
+    give_up_at: datetime
+    url: str
+    secret_ref: str
+
+
+@dataclass(frozen=True)
+class Response:
+    """What one attempt got: the HTTP status (None: no response) and the error (None: 2xx)."""
+
+    status_code: int | None
+    error: str | None
+    started_at: datetime
+    duration_ms: float
+
+
+def claim(session: Session, *, now: datetime, lease_s: float, limit: int) -> list[Claimed]:
+    """Up to `limit` due deliveries, leased to the caller until `now + lease_s`, oldest due
+    first; rows another sender holds are skipped, not waited for."""
+    params = {
+        "now": now,
+        "lease_until": now + timedelta(seconds=lease_s),
+        "limit": limit,
+        "lost": LOST_ATTEMPT,
+    }
+    rows = sql.execute(session, CLAIM, params).fetchall()
+    return [
+        Claimed(r.id, r.key, r.event, r.body, r.attempts, r.give_up_at, r.url, r.secret_ref)
+        for r in rows
+    ]
+
+
+def backoff_s(attempt: int, first_s: float, rng: Callable[[], float] = random.random) -> float:
+    """The wait after failed attempt `attempt` (1, 2, ...): `first_s * 2**(attempt - 1)`,
+    capped at `MAX_BACKOFF_S`, then "equal jitter": half of it plus a random part of the other
+    half, so senders that failed together do not retry together (M. Brooker, "Exponential
+    Backoff And Jitter", AWS Architecture Blog, 2015)."""
+    ceiling = min(MAX_BACKOFF_S, first_s * 2.0 ** min(attempt - 1, 64))
+    return ceiling / 2 + rng() * ceiling / 2
+
+
+def outcome(
+    delivery: Claimed,
+    response: Response,
+    *,
+    now: datetime,
+    first_backoff_s: float,
+    rng: Callable[[], float] = random.random,
+) -> tuple[str, datetime]:
+    """The delivery's status after `response` and when it is due next: ("delivered", now) for
+    a 2xx; else ("pending", now + `backoff_s`), or ("failed", that time) when it falls after
+    the delivery's `give_up_at` (the end of its retry window): it is not tried again."""
+    if response.status_code is not None and 200 <= response.status_code < 300:
+        return "delivered", now
+    due = now + timedelta(seconds=backoff_s(delivery.attempt, first_backoff_s, rng))
+    return ("failed" if due > delivery.give_up_at else "pending"), due
+
+
+def record(
+    session: Session,
+    delivery: Claimed,
+    response: Response,
+    *,
+    status: str,
+    next_at: datetime,
+    now: datetime,
+) -> bool:
+    """Log the attempt and, if it still holds the delivery, move the delivery to `status`
+    (due at `next_at`); returns whether it did (False: its lease expired and another sender
+    took the delivery over, which decides it)."""
+    error = None if response.error is None else response.error[:ERROR_MAX_CHARS]
+    values = {
+        "id": delivery.id,
+        "attempt": delivery.attempt,
+        "status_code": response.status_code,
+        "error": error,
+    }
+    log = {**values, "started_at": response.started_at, "duration_ms": response.duration_ms}
+    sql.execute(session, LOG_ATTEMPT, log)
+    delivered_at = now if status == "delivered" else None
+    finish = {**values, "status": status, "next_at": next_at, "now": now}
+    return sql.one(session, FINISH, {**finish, "delivered_at": delivered_at}) is not None
+
+
+def signature(secret: str, timestamp: int, body: str) -> str:
+    """`sha256=` and the hex HMAC-SHA256, keyed with `secret`, of `"<timestamp>.<body>"`: the
+    timestamp is signed too, so a receiver that refuses old timestamps refuses a replayed
+    request (the scheme of Stripe's `Stripe-Signature`; RFC 2104 for HMAC)."""
+    signed = f"{timestamp}.{body}".encode()
+    return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def signed_headers(delivery: Claimed, secret: str, *, timestamp: int) -> dict[str, str]:
+    """The headers of one attempt: `Idempotency-Key` (the delivery's key, the same at every
+    attempt), `X-Agentq-Event`, `X-Agentq-Timestamp` (Unix seconds) and `X-Agentq-Signature`."""
+    return {
+        "Content-Type": "application/json",
+        "Idempotency-Key": str(delivery.key),
+        "X-Agentq-Event": delivery.event,
+        "X-Agentq-Timestamp": str(timestamp),
+        "X-Agentq-Signature": signature(secret, timestamp, delivery.body),
+    }
+
+
+@dataclass(frozen=True)
+class LoggedDelivery:
+    """A delivery as the console and CLI list it, with its subscription's URL."""
+
+    delivery: WebhookDelivery
+    url: str
+
+
+def recent(session: Session, *, limit: int, status: str | None = None) -> list[LoggedDelivery]:
+    """The newest `limit` deliveries (in `status` when given), newest first."""
+    # for the console's webhooks page and `agentq webhook deliveries`
+    stmt = (
+        select(WebhookDelivery, WebhookSubscription.url)
+        .join(WebhookSubscription, col(WebhookSubscription.id) == WebhookDelivery.subscription_id)
+        .order_by(col(WebhookDelivery.id).desc())
+        .limit(limit)
+    )
+    if status is not None:
+        stmt = stmt.where(col(WebhookDelivery.status) == status)
+    return [LoggedDelivery(d, url) for d, url in session.exec(stmt)]
+
+
+def attempts_of(session: Session, delivery_id: int) -> list[WebhookAttempt]:
+    """The delivery's attempts, first first."""
+    # for the console's webhooks page and the tests of the delivery log
+    stmt = select(WebhookAttempt).where(WebhookAttempt.delivery_id == delivery_id)
+    return list(session.exec(stmt.order_by(col(WebhookAttempt.attempt))))

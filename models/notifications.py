@@ -1,0 +1,89 @@
+"""Notifications: the outbox rows a state change writes for the webhooks told of it (issue 15).
+
+`enqueue` is called by the transitions that cause an event, in their transaction
+(`models.run_transitions.escalate`: `escalation.opened`; `models.transitions.
+pass_escalation_deadline`: `escalation.deadline_passed`; `models.guards.move_run` into a terminal
+status: `run.finished`), so a delivery exists exactly when its change committed: never lost with a
+crash after the commit, never sent for a change that rolled back (the transactional outbox,
+Richardson, "Microservices Patterns", 2018, ch. 3). The scheduler sends them later
+(`scheduler.webhooks`), outside any transaction (DESIGN.md, invariant 11).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from sqlmodel import Session
+
+from models import sql
+from models.settings import get_settings
+from models.tables import Escalation, Run, utcnow
+
+EVENTS: Final = ("escalation.opened", "escalation.deadline_passed", "run.finished")
+GOAL_MAX_CHARS: Final = 500  # of the goal a body quotes: enough to recognise the run
+
+# For the subscriptions told of this event of this user's runs, one pending delivery each.
+ENQUEUE: Final = """
+INSERT INTO webhook_deliveries
+    (subscription_id, event, run_id, body, status, attempts, created_at, updated_at,
+     next_attempt_at, give_up_at)
+SELECT s.id, CAST(:event AS varchar), :run_id, :body, 'pending', 0, :now, :now, :now,
+    :give_up_at
+FROM webhook_subscriptions s
+WHERE s.enabled AND CAST(:event AS varchar) = ANY(s.events)
+    AND (s.user_id IS NULL OR s.user_id = :user_id)
+"""
+
+
+def enqueue(session: Session, event: str, run: Run, *, escalation: Escalation | None = None) -> int:
+    """Write one `pending` delivery of `event` about `run` (and `escalation`) for every enabled
+    subscription to it that covers the run's user, in the caller's transaction; returns how many.
+
+    Each is due now and retried until `AGENTQ_WEBHOOK_RETRY_WINDOW_S` after now. Raises
+    `ValueError` for an event not in `EVENTS`.
+    """
+    if event not in EVENTS:
+        raise ValueError(f"event: {event!r} is not one of {', '.join(EVENTS)}")
+    now = utcnow()
+    params = {
+        "event": event,
+        "run_id": run.id,
+        "user_id": run.user_id,
+        "body": body(event, run, escalation, now=now),
+        "now": now,
+        "give_up_at": now + timedelta(seconds=get_settings().webhook_retry_window_s),
+    }
+    return int(sql.execute(session, ENQUEUE, params).rowcount)
+
+
+def body(event: str, run: Run, escalation: Escalation | None, *, now: datetime) -> str:
+    """The JSON a delivery sends: `{"event", "occurred_at", "run": {"id", "user_id", "status",
+    "goal", "error", "finished_at"}, "escalation": {"id", "reason", "step_id", "status",
+    "deadline_at"} or null}`, times ISO 8601 in UTC, the goal cut to `GOAL_MAX_CHARS`."""
+    payload: dict[str, Any] = {
+        "event": event,
+        "occurred_at": now.isoformat(),
+        "run": {
+            "id": run.id,
+            "user_id": run.user_id,
+            "status": run.status,
+            "goal": run.goal[:GOAL_MAX_CHARS],
+            "error": run.error,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        },
+        "escalation": None if escalation is None else _escalation(escalation),
+    }
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def _escalation(esc: Escalation) -> dict[str, Any]:
+    deadline = esc.deadline_at.isoformat() if esc.deadline_at else None
+    return {
+        "id": esc.id,
+        "reason": esc.reason,
+        "step_id": esc.step_id,
+        "status": esc.status,
+        "deadline_at": deadline,
+    }
