@@ -9,8 +9,6 @@ feature these switch on is off by default.
 from __future__ import annotations
 
 from pathlib import Path
-
-from pydantic import Field
 from typing import Self
 
 from pydantic import Field, SecretStr, model_validator

@@ -1,0 +1,117 @@
+"""The metric definitions (`models.metrics`), recording after commit, and multiprocess mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import Histogram
+from sqlalchemy import create_engine, text
+from sqlmodel import Session
+
+from models import metrics
+from models.metrics_export import metrics_dir
+from models.settings import Settings
+
+LABELS = {
+    "agentq_steps": ("status", "tool"),
+    "agentq_step_duration_seconds": ("tool",),
+    "agentq_step_dispatch_latency_seconds": ("tool",),
+    "agentq_model_tokens": ("model", "kind"),
+    "agentq_model_cost_usd": ("model",),
+    "agentq_model_call_duration_seconds": ("provider", "purpose"),
+    "agentq_model_call_errors": ("provider", "kind"),
+    "agentq_reconciler_repairs": ("kind",),
+}
+
+
+def test_every_metric_is_named_documented_and_labelled() -> None:
+    found = {m._name: m._labelnames for m in metrics.ALL}
+    assert found == LABELS
+    for metric in metrics.ALL:
+        assert metric._documentation.strip()
+        # Labels are what lets a process switch to multiprocess mode after importing this
+        # module: an unlabelled metric would hold a value made before the switch.
+        assert metric._labelnames
+        if isinstance(metric, Histogram):
+            assert metric._upper_bounds[-2] >= 60  # the last bound before +Inf
+
+
+def _session() -> Session:
+    return Session(create_engine("sqlite://"))
+
+
+def test_a_record_runs_once_its_transaction_commits_and_never_after_a_rollback() -> None:
+    ran: list[str] = []
+    with _session() as session:
+        session.execute(text("SELECT 1"))
+        metrics.on_commit(session, lambda: ran.append("committed"))
+        assert ran == []
+        session.commit()
+        assert ran == ["committed"]
+        session.execute(text("SELECT 1"))
+        metrics.on_commit(session, lambda: ran.append("rolled back"))
+        session.rollback()
+        session.commit()
+    assert ran == ["committed"]
+
+
+def test_a_step_is_counted_with_its_tool_or_kind() -> None:
+    steps = metrics.STEPS.labels(status="succeeded", tool="model")
+    before = steps._value.get()
+    with _session() as session:
+        session.execute(text("SELECT 1"))
+        metrics.step_ended(session, "model", None, "succeeded", started_at=None, now=None)  # type: ignore[arg-type]
+        session.commit()
+    assert steps._value.get() == before + 1
+
+
+def test_the_metrics_dir_defaults_under_the_home(tmp_path: Path) -> None:
+    assert metrics_dir(Settings(home=tmp_path)) == (tmp_path / "metrics").resolve()
+    assert metrics_dir(Settings(home=tmp_path, metrics_dir=tmp_path / "m")) == tmp_path / "m"
+
+
+def test_forked_processes_write_their_own_files_and_a_scrape_adds_them_up(
+    tmp_path: Path,
+) -> None:
+    """In a fresh interpreter, as a worker's main process: switch after import, fork twice."""
+    script = f"""
+import json, os
+from pathlib import Path
+from models import metrics
+from models.metrics_export import record_in, registry
+from models.settings import Settings
+from prometheus_client import generate_latest
+record_in(Path({str(tmp_path)!r}))
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        metrics.repaired({{"steps_resent": 2, "dispatched": 0}})
+        os._exit(0)
+    os.waitpid(pid, 0)
+print(json.dumps({{
+    "files": sorted(p.name.split("_")[0] for p in Path({str(tmp_path)!r}).glob("*.db")),
+    "text": generate_latest(registry(Settings(metrics_dir={str(tmp_path)!r}), database=False))
+    .decode(),
+}}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["files"] == ["counter", "counter"]  # one per forked process
+    assert 'agentq_reconciler_repairs_total{kind="steps_resent"} 4.0' in out["text"]
+    assert 'kind="dispatched"' not in out["text"]  # nothing repaired: no sample
+
+
+@pytest.mark.parametrize("port", [0, 70000])
+def test_a_metrics_port_out_of_range_is_refused_naming_the_setting(port: int) -> None:
+    from models.errors import ConfigurationError
+    from models.settings import use_settings
+
+    with pytest.raises(ConfigurationError, match="AGENTQ_METRICS_PORT"):
+        use_settings(metrics_port=port)
