@@ -49,9 +49,12 @@ class AccessLog:
             duration_ms = round((time.perf_counter() - started) * 1000, 1)
             # `path` is the path alone: the query string is in scope["query_string"], never read
             log.info(
-                "request", method=scope["method"], path=scope["path"], status=status,
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                status=status,
                 duration_ms=duration_ms,
-            )  # fmt: skip
+            )
 
 
 def install(app: FastAPI) -> None:

@@ -27,7 +27,7 @@ from api.responses import (
     SearchOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
-from models import commands, memory
+from models import commands, memory_admin
 from models.db import session_scope
 from models.facts import facts_of
 from models.runs import USER_ID_MAX_CHARS
@@ -56,11 +56,11 @@ STALE_MEMORY = (
 def without_memory(detail: RunDetail, principal: Principal) -> RunDetail:
     """The run detail as `principal` may see it: whole when it may read the run's user's memory
     (`Principal.can_read_memory`), else with the events that quote recalled memory
-    (`models.memory.MEMORY_EVENT_KINDS`) reduced to `models.memory.hidden_detail`."""
+    (`models.memory_admin.MEMORY_EVENT_KINDS`) reduced to `models.memory_admin.hidden_detail`."""
     if not principal.can_read_memory(detail.user_id):
         for event in detail.events:
-            if event.kind in memory.MEMORY_EVENT_KINDS:
-                event.detail = memory.hidden_detail(event.detail)
+            if event.kind in memory_admin.MEMORY_EVENT_KINDS:
+                event.detail = memory_admin.hidden_detail(event.detail)
     return detail
 
 
@@ -130,24 +130,28 @@ def search(
     when the user's memory was embedded by another embedding model or dimension than the
     server's, until `agentq memory reembed` has rewritten it."""
     user_id = memory_user(user, principal)
-    found = memory.search(user_id=user_id, query=q)
+    found = memory_admin.search(user_id=user_id, query=q)
     return SearchOut(
         facts=[
             ScoredFactOut(
-                fact=FactOut.model_validate(f.item), similarity=f.similarity,
-                text_match=f.text_match, score=f.score,
+                fact=FactOut.model_validate(f.item),
+                similarity=f.similarity,
+                text_match=f.text_match,
+                score=f.score,
             )
             for f in found.facts
         ],
         episodes=[
             ScoredEpisodeOut(
-                episode=EpisodeOut.model_validate(e.item), similarity=e.similarity,
-                text_match=e.text_match, score=e.score,
+                episode=EpisodeOut.model_validate(e.item),
+                similarity=e.similarity,
+                text_match=e.text_match,
+                score=e.score,
             )
             for e in found.episodes
         ],
-        embedding_model=memory.embedder().model,
-    )  # fmt: skip
+        embedding_model=memory_admin.embedder().model,
+    )
 
 
 @router.post("/forget", response_model=ForgetOut, summary="Forget a user")
@@ -160,7 +164,7 @@ def forget(principal: Submitter, body: Forget | None = None) -> ForgetOut:
     forgets its own memory with an empty POST."""
     body = body or Forget()
     user_id = memory_user(body.user, principal)
-    done = memory.forget(user_id, cancel_runs=body.cancel_runs, runs=body.runs)
+    done = memory_admin.forget(user_id, cancel_runs=body.cancel_runs, runs=body.runs)
     return ForgetOut(
         user_id=user_id,
         deleted=done.deleted,

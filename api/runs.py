@@ -64,17 +64,28 @@ EventsLimit = Annotated[
 def run_out(run: Run) -> RunOut:
     """The listed view of a run."""
     return RunOut(
-        id=run.id or 0, user_id=run.user_id, goal=run.goal, status=run.status,
-        plan_version=run.plan_version, provider=run.provider, error=run.error,
-        created_at=run.created_at, updated_at=run.updated_at, finished_at=run.finished_at,
+        id=run.id or 0,
+        user_id=run.user_id,
+        goal=run.goal,
+        status=run.status,
+        plan_version=run.plan_version,
+        provider=run.provider,
+        error=run.error,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        finished_at=run.finished_at,
         spend=Spend(
-            replans_used=run.replans_used, replans_limit=run.replans_limit,
-            tokens_used=run.tokens_used, tokens_limit=run.tokens_limit,
-            cost_used_usd=run.cost_used_usd, cost_limit_usd=run.cost_limit_usd,
-            wall_time_limit_s=run.wall_time_limit_s, deadline_at=run.deadline_at,
+            replans_used=run.replans_used,
+            replans_limit=run.replans_limit,
+            tokens_used=run.tokens_used,
+            tokens_limit=run.tokens_limit,
+            cost_used_usd=run.cost_used_usd,
+            cost_limit_usd=run.cost_limit_usd,
+            wall_time_limit_s=run.wall_time_limit_s,
+            deadline_at=run.deadline_at,
             deferrals=run.deferrals,
         ),
-    )  # fmt: skip
+    )
 
 
 def escalation_out(esc: Escalation) -> EscalationOut:

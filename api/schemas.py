@@ -42,9 +42,16 @@ WHOLE_NUMBER: Final = BeforeValidator(json_integer)
 NOT_BLANK_PATTERN: Final = r"^[^\x00]*[^\x00\s][^\x00]*$"
 
 RunStatus = Literal[
-    "queued", "planning", "running", "replanning", "synthesizing", "waiting_review",
-    "succeeded", "failed", "cancelled",
-]  # fmt: skip  # models.states.RUN_STATUSES (a unit test keeps them equal)
+    "queued",
+    "planning",
+    "running",
+    "replanning",
+    "synthesizing",
+    "waiting_review",
+    "succeeded",
+    "failed",
+    "cancelled",
+]  # models.states.RUN_STATUSES (a unit test keeps them equal)
 EscalationStatus = Literal["open", "claimed", "decided"]
 UserId = Annotated[
     str, StringConstraints(min_length=1, max_length=USER_ID_MAX_CHARS, pattern=NOT_BLANK_PATTERN)

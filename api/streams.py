@@ -34,7 +34,7 @@ from api.auth import AnyPrincipal, Principal, Reviewer
 from api.responses import RunStatusOut, StreamEventOut
 from api.runs import RunId, visible_run
 from api.schemas import PG_INT_MAX
-from models import memory, queries
+from models import memory_admin, queries
 from models.db import session_scope
 from models.event_feed import EventFeed, events_after
 from models.previews import EVENTS_PAGE_MAX, EventShown
@@ -74,8 +74,8 @@ def stream_event(event: EventShown, principal: Principal, user_id: str) -> Serve
         detail=event.detail.out(),
         shortened=event.detail.shortened,
     )
-    if event.kind in memory.MEMORY_EVENT_KINDS and not principal.can_read_memory(user_id):
-        out.detail = memory.hidden_detail(out.detail)
+    if event.kind in memory_admin.MEMORY_EVENT_KINDS and not principal.can_read_memory(user_id):
+        out.detail = memory_admin.hidden_detail(out.detail)
     return ServerSentEvent(out.model_dump_json(), event="timeline", id=str(event.id))
 
 

@@ -3,7 +3,7 @@ console (`api/ui/`) are thin adapters over these (issue 14).
 
 Each command opens its transaction (`session_scope`), checks what it is given, changes the rows
 with the model layer's functions (`models.submissions`, `models.transitions`, `models.reviews`,
-`models.memory`, `models.api_tokens`), commits, and only then sends its messages
+`models.memory_admin`, `models.api_tokens`), commits, and only then sends its messages
 (`models.queue.follow_up`: a broker that is down is not an error, `notified` says so). It reads
 the settings and the registered tools itself, so no front end passes them.
 
@@ -26,7 +26,7 @@ from models import (
     answers,
     api_tokens,
     escalations,
-    memory,
+    memory_admin,
     queue,
     retention,
     reviews,
@@ -276,17 +276,17 @@ def edit(
     )
 
 
-def forget_fact(fact_id: int, *, user_id: str | None = None) -> memory.Deleted:
+def forget_fact(fact_id: int, *, user_id: str | None = None) -> memory_admin.Deleted:
     """Delete one fact with its history, in one transaction (`memory.forget_fact`; `user_id`:
     only that user's). Raises `NotFound`."""
     with session_scope() as session:
-        return memory.forget_fact(session, fact_id=fact_id, user_id=user_id)
+        return memory_admin.forget_fact(session, fact_id=fact_id, user_id=user_id)
 
 
-def forget_episode(episode_id: int, *, user_id: str | None = None) -> memory.Deleted:
+def forget_episode(episode_id: int, *, user_id: str | None = None) -> memory_admin.Deleted:
     """Delete one episode, in one transaction (`memory.forget_episode`). Raises `NotFound`."""
     with session_scope() as session:
-        return memory.forget_episode(session, episode_id=episode_id, user_id=user_id)
+        return memory_admin.forget_episode(session, episode_id=episode_id, user_id=user_id)
 
 
 def create_token(*, name: str, role: str, user_id: str | None = None) -> tuple[int, str]:

@@ -1,7 +1,7 @@
 """Episodic memory: one row per finished run, what it tried and how it went.
 
 An episode is written once per run (`run_id` is unique; `record_episode` is idempotent) and
-recalled by the same hybrid retrieval as facts (`models.recall`) over its `summary`. Every read
+recalled by the same hybrid retrieval as facts (`models.retrieval`) over its `summary`. Every read
 and delete is scoped to one tenant (DESIGN.md, invariant 7); the episode of a run whose user was
 forgotten after the run was created is never written (`models.erasures`). The memory task
 writes a batch of one user's episodes, each with its run's event, in one statement
@@ -22,8 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, insert
 from sqlalchemy.ext.mutable import MutableList
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from models import recall as retrieval
-from models import rerank
+from models import rerank, retrieval
 from models.erasures import hold_shared, may_write
 from models.tables import utcnow
 
@@ -171,11 +170,19 @@ def record_episode(
     if not summary.strip():
         raise ValueError("summary: must not be empty")
     episode = Episode(
-        user_id=user_id, run_id=run_id, goal=goal, plan=[dict(p) for p in plan],
-        failures=[dict(f) for f in failures], outcome=outcome, final_answer=final_answer,
-        summary=summary, embedding=list(embedding), embedding_dim=len(embedding),
-        embedding_model=retrieval.check_model(embedding_model), created_at=now or utcnow(),
-    )  # fmt: skip
+        user_id=user_id,
+        run_id=run_id,
+        goal=goal,
+        plan=[dict(p) for p in plan],
+        failures=[dict(f) for f in failures],
+        outcome=outcome,
+        final_answer=final_answer,
+        summary=summary,
+        embedding=list(embedding),
+        embedding_dim=len(embedding),
+        embedding_model=retrieval.check_model(embedding_model),
+        created_at=now or utcnow(),
+    )
     retrieval.check_embedding(embedding)
     if not may_write(session, run_id=run_id, user_id=user_id, what="episode"):
         return None
@@ -238,11 +245,18 @@ def recall_episodes(
     recency_half_life_days: float | None = retrieval.RECENCY_HALF_LIFE_DAYS,
 ) -> list[ScoredEpisode]:
     """The tenant's best `k` episodes for a query, by vector and text, re-scored
-    (`models.rerank`), best first. Raises as `models.recall.Search` does."""
+    (`models.rerank`), best first. Raises as `models.retrieval.Search` does."""
     query = retrieval.Search(
-        EPISODES, user_id, embedding_model, query_text, query_embedding, k, now or utcnow(),
-        min_similarity, recency_half_life_days,
-    )  # fmt: skip
+        EPISODES,
+        user_id,
+        embedding_model,
+        query_text,
+        query_embedding,
+        k,
+        now or utcnow(),
+        min_similarity,
+        recency_half_life_days,
+    )
     ranked = rerank.hybrid(session, query)
     rows = session.exec(select(Episode).where(col(Episode.id).in_([r.item for r in ranked])))
     return retrieval.with_rows({row.id or 0: row for row in rows}, ranked)

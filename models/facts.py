@@ -25,8 +25,7 @@ from pgvector.sqlalchemy import VECTOR
 from sqlalchemy.dialects.postgresql import TSVECTOR, insert
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from models import recall as retrieval
-from models import rerank
+from models import rerank, retrieval
 from models.erasures import may_write
 from models.tables import created_field, timestamp_field, utcnow
 
@@ -113,7 +112,7 @@ class Remembered:
 
 
 @dataclass(frozen=True)
-class Decision:
+class FactWrite:
     """`duplicate_of` an existing row (write nothing), else insert and close `supersede`; close
     `expired` (past `expires_at`, not yet closed by `expire`) either way."""
 
@@ -136,7 +135,7 @@ def content_hash(*, subject: str, attribute: str | None, category: str, text: st
 
 def decide(
     candidates: Sequence[Fact], *, content_hash: str, embedding_model: str, now: datetime
-) -> Decision:
+) -> FactWrite:
     """Add, duplicate or supersede, from the tenant's current facts that share the new fact's
     content hash or its subject and attribute. Same content and model: a duplicate. Everything
     else still live is superseded: other content for the same attribute, and the same content
@@ -145,8 +144,8 @@ def decide(
     live = [c for c in candidates if c.id not in expired]
     for c in live:
         if c.content_hash == content_hash and c.embedding_model == embedding_model:
-            return Decision(duplicate_of=c.id, expired=expired)
-    return Decision(supersede=tuple(c.id or 0 for c in live), expired=expired)
+            return FactWrite(duplicate_of=c.id, expired=expired)
+    return FactWrite(supersede=tuple(c.id or 0 for c in live), expired=expired)
 
 
 def remember(
@@ -184,14 +183,24 @@ def remember(
     if ttl_s is not None and not ttl_s > 0:
         raise ValueError(f"ttl_s {ttl_s!r}: must be > 0 seconds, or None")
     fact = Fact(
-        user_id=user_id, subject=normalise(subject), attribute=normalise(attribute or "") or None,
-        category=category, text=text, content_hash="", embedding=list(embedding),
-        embedding_model=embedding_model, embedding_dim=len(embedding),
-        valid_from=now, created_at=now, source_run_id=source_run_id, source_step_id=source_step_id,
+        user_id=user_id,
+        subject=normalise(subject),
+        attribute=normalise(attribute or "") or None,
+        category=category,
+        text=text,
+        content_hash="",
+        embedding=list(embedding),
+        embedding_model=embedding_model,
+        embedding_dim=len(embedding),
+        valid_from=now,
+        created_at=now,
+        source_run_id=source_run_id,
+        source_step_id=source_step_id,
         expires_at=None if ttl_s is None else now + timedelta(seconds=ttl_s),
         source=source or (f"run:{source_run_id}" if source_run_id is not None else "unknown"),
-        thread=thread, position=position,
-    )  # fmt: skip
+        thread=thread,
+        position=position,
+    )
     fact.content_hash = _checked_hash(fact)
     if source_run_id is not None and not may_write(
         session, run_id=source_run_id, user_id=user_id, what="fact"
@@ -310,12 +319,20 @@ def recall(
 
     Only current, unexpired facts of `embedding_model` unless `include_history` (then closed and
     expired versions too). Best first; fewer than `k` when fewer rows pass the relevance
-    threshold. Raises as `models.recall.Search` does.
+    threshold. Raises as `models.retrieval.Search` does.
     """
     query = retrieval.Search(
-        FACTS, user_id, embedding_model, query_text, query_embedding, k, _aware(now),
-        min_similarity, recency_half_life_days, include_history,
-    )  # fmt: skip
+        FACTS,
+        user_id,
+        embedding_model,
+        query_text,
+        query_embedding,
+        k,
+        _aware(now),
+        min_similarity,
+        recency_half_life_days,
+        include_history,
+    )
     ranked = rerank.hybrid(session, query)
     rows = session.exec(select(Fact).where(col(Fact.id).in_([r.item for r in ranked])))
     return retrieval.with_rows({row.id or 0: row for row in rows}, ranked)
@@ -364,7 +381,7 @@ def forget_facts(session: Session, *, user_id: str) -> int:
 def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
     """Create `model`'s HNSW cosine index of `dim` on `facts` and on `episodes` unless they
     exist, after dropping the model's indexes of other dimensions (`drop_vector_indexes`); see
-    `models.recall.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
+    `models.retrieval.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
     drop_vector_indexes(session, model=model, keep_dim=dim)
     for table in ("facts", "episodes"):
         retrieval.ensure_vector_index(session, table=table, model=model, dim=dim)
@@ -372,7 +389,7 @@ def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
 
 def drop_vector_indexes(session: Session, *, model: str, keep_dim: int) -> list[str]:
     """Drop `model`'s HNSW indexes on `facts` and `episodes` of a dimension other than
-    `keep_dim`, which would refuse its rows of `keep_dim` (`models.recall.drop_other_dims`);
+    `keep_dim`, which would refuse its rows of `keep_dim` (`models.retrieval.drop_other_dims`);
     returns their names."""
     return [
         name

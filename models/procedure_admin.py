@@ -26,7 +26,7 @@ from models import procedures as book
 from models.db import session_scope
 from models.drafts import spec_of
 from models.errors import Conflict, InvalidInput, NotFound
-from models.memory import embedder
+from models.memory_admin import embedder
 from models.plans import current_steps, dependencies
 from models.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
 from models.tables import Escalation, PlanVersion, Run, Step

@@ -2,12 +2,12 @@
 the turns around it.
 
 `hybrid` finds, in one SQL statement (`CANDIDATES_IN_THREADS`), the tenant's nearest rows by
-cosine (through the model's HNSW index, as `models.recall.nearest`), its best rows by BM25, the
+cosine (through the model's HNSW index, as `models.retrieval.nearest`), its best rows by BM25, the
 conversation neighbours of both, and every one's scores, and ranks them in Python (`rescore`):
 
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
     relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
-    score     = relevance * recency weight (`models.recall.recency_weight`)
+    score     = relevance * recency weight (`models.retrieval.recency_weight`)
 
 - BM25 (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009;
   k1 = 1.2, b = 0.75, idf = ln(1 + (n - df + 0.5) / (df + 0.5)) as in Lucene) over the rows'
@@ -40,7 +40,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models.recall import Scored, Search, recency_weight, search_settings
+from models.retrieval import Scored, Search, recency_weight, search_settings
 
 K1, B = 1.2, 0.75  # Robertson and Zaragoza 2009, section 3.4
 TEXT_WEIGHT = 0.5  # of the best candidate's BM25, against cosine similarity in [-1, 1]
@@ -48,7 +48,7 @@ CONTEXT_WEIGHT = 0.3  # share of the best relevant neighbour's base score a row 
 IDF_SAMPLE = 5_000  # rows of the tenant read for n, df and the mean length
 
 # The query's words, once: each lexeme (with a tsquery matching it alone; a lexeme holding a
-# quote or a backslash is left out) and all of them (`models.recall`'s every-word match).
+# quote or a backslash is left out) and all of them (`models.retrieval`'s every-word match).
 _QUERY_WORDS = """query_terms AS MATERIALIZED (
     SELECT websearch_to_tsquery('english', :query_text) AS all_words
 ), query_words AS MATERIALIZED (
@@ -83,8 +83,8 @@ _DISTANCE = "f.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
 _TENANT = """f.embedding_model = :model AND f.user_id = :user_id AND f.embedding_dim = {dim}
   AND {visible}"""
 # The tenant's best rows by BM25 among those holding an informative word; its nearest rows by
-# cosine, through the model's HNSW index (`models.recall`), refilled by an exact scan when the
-# index returns fewer (as `models.recall.nearest`); and `:ids`.
+# cosine, through the model's HNSW index (`models.retrieval`), refilled by an exact scan when the
+# index returns fewer (as `models.retrieval.nearest`); and `:ids`.
 _PICKED = f"""by_text AS MATERIALIZED (
     SELECT f.id FROM {{table}} AS f CROSS JOIN informative
     WHERE {_TENANT} AND f.tsv @@ informative.words
@@ -173,7 +173,7 @@ def hybrid(session: Session, query: Search, weights: Weights = Weights()) -> lis
 def candidates(session: Session, query: Search, ids: Collection[int] = ()) -> list[Candidate]:
     """The tenant's best `query.pool` rows by BM25 and by cosine, and `ids` (rows of the tenant;
     others are ignored), and for facts their thread neighbours, each with what `rescore` needs:
-    one query. Call it inside `models.recall.search_settings`, as `hybrid` does."""
+    one query. Call it inside `models.retrieval.search_settings`, as `hybrid` does."""
     template = CANDIDATES_IN_THREADS if query.source.threads else CANDIDATES
     params = {**query.params(), "idf_sample": IDF_SAMPLE, "ids": sorted(ids)}
     rows = session.execute(sa.text(query.sql(template)), params)

@@ -101,9 +101,14 @@ def scalar(session: Session, sql: str, params: Mapping[str, Any] | None = None) 
 
 
 def update_status(
-    session: Session, model: type[M], row_id: int, *, to: str, expected: tuple[str, ...],
+    session: Session,
+    model: type[M],
+    row_id: int,
+    *,
+    to: str,
+    expected: tuple[str, ...],
     values: Mapping[str, Any],
-) -> M | None:  # fmt: skip
+) -> M | None:
     """`UPDATE <table> SET status = :to, <values> WHERE id = :row_id AND status = ANY(:expected)
     RETURNING *` for plain `values` (no SQL expressions; JSON columns take dicts and lists):
     the row as `model`, None when no row was in an `expected` state. When the session already

@@ -1,4 +1,4 @@
-"""The `agentq` command line: up, submit, runs, status, watch, review, demo, migrate.
+"""The `agentq` command line: up, submit, runs, status, watch, review, webhook, demo, migrate.
 
 It talks to Postgres and the broker directly: the URLs come from `DATABASE_URL`/`BROKER_URL`, or
 from the `agentq up` running on the data directory (`AGENTQ_HOME`, default `~/.agentq`).
@@ -49,12 +49,14 @@ from ops.run_commands import runs_app
 from ops.stack import LocalStack
 from ops.token_commands import token_app
 from ops.watch import watch_until_settled
+from ops.webhook_commands import webhook_app
 
 app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
 app.add_typer(review_app, name="review")
 app.add_typer(memory_app, name="memory")
 app.add_typer(procedure_app, name="procedure")
 app.add_typer(token_app, name="token")
+app.add_typer(webhook_app, name="webhook")
 app.add_typer(runs_app, name="runs")
 console = Console()
 SUPERVISE_INTERVAL_S = 1.0

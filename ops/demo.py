@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.text import Text
 
-from models import commands, memory, queries
+from models import commands, memory_admin, queries
 from models.db import session_scope
 from models.errors import InvalidInput
 from models.formats import provider_label
@@ -128,19 +128,19 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
 def _forget_demo_user(console: Console) -> None:
     """Start from no memory, so scenario 1 meets the rate-service failure for the first time."""
     with session_scope() as session:
-        counts = memory.forget_user(session, user_id=DEMO_USER)
+        counts = memory_admin.forget_user(session, user_id=DEMO_USER)
     forgot = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     console.print(Text(f"$ agentq memory forget --user {DEMO_USER} --yes   # forgot {forgot}"))
 
 
 def _wait_for_memory(console: Console, run_id: int) -> None:
-    """Wait until the run's memory task has ended (`models.memory.memory_ended`: it runs after
+    """Wait until the run's memory task has ended (`models.memory_admin.memory_ended`: it runs after
     the run ends, on the `memory` queue), and say what it wrote; gives up after
     `MEMORY_TIMEOUT_S` seconds, saying so."""
     deadline = time.monotonic() + MEMORY_TIMEOUT_S
     while True:
         with session_scope() as session:
-            event = memory.memory_ended(session, run_id)
+            event = memory_admin.memory_ended(session, run_id)
         if event is not None or time.monotonic() > deadline:
             break
         time.sleep(POLL_S)

@@ -1,7 +1,7 @@
 """`agentq memory ...`: look into a user's memory, delete one fact or episode, forget a user,
 re-embed after a model change.
 
-The same functions serve the HTTP API: everything here is a thin layer over `models.memory`,
+The same functions serve the HTTP API: everything here is a thin layer over `models.memory_admin`,
 `models.facts` and `models.episodes`.
 """
 
@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from api.responses import FactOut
-from models import commands, memory, reembedding
+from models import commands, memory_admin, reembedding
 from models.db import session_scope
 from models.errors import ConfigurationError
 from models.facts import facts_of
@@ -87,7 +87,7 @@ def search(
     if not text.strip():
         raise typer.BadParameter("must not be empty", param_hint="'TEXT'")
     connect()
-    found = memory.search(user_id=user, query=text)
+    found = memory_admin.search(user_id=user, query=text)
     table = Table("kind", "id", "text", "source", "similarity", "text match", "score")
     for f in found.facts:
         table.add_row(
@@ -110,7 +110,7 @@ def search(
             f"{e.score:.4f}",
         )
     console.print(table)
-    console.print(Text(f"embedding model: {memory.embedder().model}", style="dim"))
+    console.print(Text(f"embedding model: {memory_admin.embedder().model}", style="dim"))
 
 
 Yes = Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")]
@@ -146,7 +146,7 @@ def forget(
     if not yes:
         what = "all memory" + (" and the run contents" if runs else "")
         typer.confirm(f"Delete {what} of {user!r}? This cannot be undone", abort=True)
-    done = memory.forget(user, cancel_runs=cancel_runs, runs=runs)
+    done = memory_admin.forget(user, cancel_runs=cancel_runs, runs=runs)
     parts = ", ".join(f"{n} {kind}" for kind, n in done.deleted.items())
     console.print(Text(f"forgot {user}: {parts}"))
     if done.cancelled_runs:
@@ -190,7 +190,7 @@ def reembed() -> None:
     Run it with the workers stopped (they embed with the model they started with). On the embedded
     default it refuses while `agentq up` runs, and starts the database itself otherwise.
     """
-    model = memory.embedder()
+    model = memory_admin.embedder()
     with _database_only(), session_scope() as session:
         counts = reembedding.reembed(session, model)
     console.print(

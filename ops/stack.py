@@ -132,10 +132,15 @@ class LocalStack:
             offset = log.tell()  # before the child shares, and moves, this file offset
             try:
                 popen = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env={**os.environ, **env}, cwd=self.data_dir, start_new_session=True,
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **env},
+                    cwd=self.data_dir,
+                    start_new_session=True,
                     preexec_fn=processes.prepare_child,
-                )  # fmt: skip
+                )
             except OSError as exc:
                 raise StackError(f"cannot start {name} ({argv[0]}): {exc}") from exc
             last = old.popen.returncode if old is not None else None
@@ -166,9 +171,15 @@ class LocalStack:
         return None if child is None else child.last_exit_code
 
     def celery_argv(
-        self, app: str, queue: str, *, concurrency: int, hostname: str, beat: bool = False,
+        self,
+        app: str,
+        queue: str,
+        *,
+        concurrency: int,
+        hostname: str,
+        beat: bool = False,
         loglevel: str = "INFO",
-    ) -> list[str]:  # fmt: skip
+    ) -> list[str]:
         """A prefork Celery worker on `queue` (one name, or several joined by commas: `-Q`
         takes a list; it logs "ready." once consuming); with `beat`, it also runs the beat
         scheduler, its schedule in `<data>/celerybeat-schedule`. Python runs
@@ -288,9 +299,11 @@ class LocalStack:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.stop()
 
     def _make_private(self) -> None:

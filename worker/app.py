@@ -5,7 +5,7 @@ A step's task advances its own run (`worker.steps.finish`) and may run the next 
 synthesis in-process; a plan or replan tells the coordinator, by name, that the run has moved.
 `agentq.remember_run` runs on the `memory` queue (`models.queue`): a worker started with
 `-Q memory` alone writes memory only.
-Each pool process loads the embedding model when it starts (`worker.memory.warm_up`, logged as
+Each pool process loads the embedding model when it starts (`worker.remembering.warm_up`, logged as
 `worker.warm`), so no run waits for it.
 
 A task that finds the database unavailable sends itself again after a backoff
@@ -50,7 +50,16 @@ from models.queue import (
 from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
-from worker import deferrals, memory, outages, planner, recovery, replan_checks, steps, synthesis
+from worker import (
+    deferrals,
+    outages,
+    planner,
+    recovery,
+    remembering,
+    replan_checks,
+    steps,
+    synthesis,
+)
 from worker.attempts import Claimed, Outcome
 from worker.crashes import escalated_on_crash
 from worker.heartbeats import StepHeld, heartbeat
@@ -60,7 +69,7 @@ configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
 check_tokenizer()  # token counting works offline, or the worker does not start
-memory.check_memory_model()
+remembering.check_memory_model()
 app = make_celery("agentq-worker", settings)
 log = structlog.get_logger("agentq.worker")
 
@@ -202,7 +211,7 @@ def synthesize_run(run_id: int) -> None:
 @app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def remember_run(run_id: int) -> None:
     """Write the episode and facts of a run that has ended (succeeded, failed, cancelled)."""
-    memory.remember_ended_run(run_id)
+    remembering.remember_ended_run(run_id)
 
 
 @app.task(name=TASK_RAW_NOOP)  # type: ignore[untyped-decorator]
@@ -220,7 +229,7 @@ def _fresh_engine(**_: Any) -> None:
     # Loaded here, after the fork, not in the parent: torch's OpenMP pool does not survive a fork
     # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
     # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
-    memory.warm_up()
+    remembering.warm_up()
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]

@@ -19,7 +19,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models.authorship import reviewer_words
-from models.memory import embedder, min_similarity
+from models.memory_admin import embedder, min_similarity
 from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.settings import get_settings
 from models.tables import Run, Step

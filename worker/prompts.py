@@ -1,6 +1,6 @@
 """What each kind of model call asks: its instructions, its task text, and its payload.
 
-A `Prompt` holds only what is specific to one call; `worker.memory.request_for` adds everything
+A `Prompt` holds only what is specific to one call; `worker.remembering.request_for` adds everything
 rebuilt from rows (run state, pinned facts, the ledger, recalled memory, summary, recent turns)
 under the token budget (DESIGN.md, invariant 3). The payload travels with the request so the
 offline provider answers from the same data the model would see.

@@ -49,7 +49,7 @@ def synthesize(run_id: int) -> list[Send]:
     wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
     replaced by their sizes, largest first (`models.step_data.fit_outputs`). After the commit
     that marks the run succeeded, `agentq.remember_run` is sent to the `memory` queue, which
-    writes its episode and facts off the hot path (`worker.memory.remember_ended_run`; a broker
+    writes its episode and facts off the hot path (`worker.remembering.remember_ended_run`; a broker
     that is down loses that message, logged as `synthesize.unsent` by the sender, and the
     reconciler asks for it again later). The transaction that ends the synthesis (succeeded,
     replanned, or escalated) also dispatches the run's user, whose slot the synthesis held

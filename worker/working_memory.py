@@ -24,7 +24,7 @@ from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
 from models.errors import ContextOverflow, ContextTooLong
-from models.memory import Recalled, embeds_remotely, query_vector, recall_for, recalls
+from models.memory_admin import Recalled, embeds_remotely, query_vector, recall_for, recalls
 from models.messages import Message, RunSummary, latest_summary, save_summary, turns
 from models.plans import current_steps
 from models.runs import get_run, pinned_by_author

@@ -106,14 +106,14 @@ def _review(
     )
 
 
-Decision = Callable[[Principal], commands.Done[None]]
+ReviewAction = Callable[[Principal], commands.Done[None]]
 
 
 def _decide(
     request: Request,
     escalation_id: int,
     action: str,
-    decision: Decision,
+    decision: ReviewAction,
     *,
     typed: dict[str, str],
     done: str,

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import memory, previews, queries
+from models import memory_admin, previews, queries
 from models.layout import Place, places, runs_together
 from models.plans import dependencies
 from models.states import RUN_TERMINAL
@@ -213,7 +213,7 @@ def timeline(
     """The run's newest `TIMELINE_MAX_EVENTS` events (with ids below `before`), oldest first,
     large details as previews (`models.previews.events_page`); without `memory_readable` (the
     reader may not read the run's user's memory) the events that quote recalled memory are
-    hidden (`models.memory.shown_events`)."""
+    hidden (`models.memory_admin.shown_events`)."""
     page = previews.events_page(session, run_id, before=before, limit=TIMELINE_MAX_EVENTS)
     events = [
         RunEvent(
@@ -222,6 +222,6 @@ def timeline(
         for e in page.events
     ]  # unsaved copies: never flushed
     names = queries.step_names(session, run_id)
-    shown = memory.shown_events(events, memory_readable=memory_readable)
+    shown = memory_admin.shown_events(events, memory_readable=memory_readable)
     moments = [Moment(e, names.get(e.step_id, "") if e.step_id else "") for e in shown]
     return Timeline(moments, page.older)

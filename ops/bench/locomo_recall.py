@@ -40,12 +40,11 @@ import numpy as np
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import facts, rerank
-from models import recall as retrieval
+from models import facts, rerank, retrieval
 from models.db import session_scope
 from models.embedders import LocalEmbedder
 from models.migrate import upgrade
-from models.recall import MIN_SIMILARITY
+from models.retrieval import MIN_SIMILARITY
 from models.time_expressions import annotate
 from models.tokens import count_tokens
 from ops import processes

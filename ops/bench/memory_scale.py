@@ -34,8 +34,7 @@ from numpy.typing import NDArray
 from pgvector.psycopg import register_vector
 from sqlmodel import Session
 
-from models import facts
-from models import recall as retrieval
+from models import facts, retrieval
 from models.db import session_scope
 from models.migrate import upgrade
 from ops import processes
@@ -129,8 +128,9 @@ def pick_sources(rng: np.random.Generator, corpus: Corpus, count: int) -> list[t
     return sources
 
 
-def load(dsn: str, corpus: Corpus, rng: np.random.Generator, keep: set[int]
-         ) -> tuple[float, dict[int, Vectors]]:  # fmt: skip
+def load(
+    dsn: str, corpus: Corpus, rng: np.random.Generator, keep: set[int]
+) -> tuple[float, dict[int, Vectors]]:
     """COPY every row, a batch a transaction (rows made before the clock starts); the seconds in
     COPY and commit, and the vectors of the rows in `keep`."""
     copy_s, kept = 0.0, {}
@@ -180,13 +180,21 @@ SWEEP: dict[str, Config] = {
 Runner = Callable[[Session, retrieval.Search], list[int]]
 
 
-def ids(session: Session, s: retrieval.Search, template: str = "", config: Config = SHIPPED
-        ) -> list[int]:  # fmt: skip
+def ids(
+    session: Session, s: retrieval.Search, template: str = "", config: Config = SHIPPED
+) -> list[int]:
     """The ids a named query finds under `config`; no `template`: `retrieval.nearest`'s (indexed,
     then exact if it found fewer than the pool); "recall": `facts.recall`'s, as shipped."""
     if template == "recall":
-        found = facts.recall(session, user_id=s.user_id, query_text=s.query_text, k=K,
-            query_embedding=s.embedding, embedding_model=MODEL, min_similarity=-1.0)  # fmt: skip
+        found = facts.recall(
+            session,
+            user_id=s.user_id,
+            query_text=s.query_text,
+            k=K,
+            query_embedding=s.embedding,
+            embedding_model=MODEL,
+            min_similarity=-1.0,
+        )
         return [r.item.id or 0 for r in found]
     with retrieval.search_settings(session, pool=config[0], iterative_scan=config[1]):
         for statement in config[2]:
@@ -195,8 +203,13 @@ def ids(session: Session, s: retrieval.Search, template: str = "", config: Confi
     return [h.id for h in hits]
 
 
-def measure(session: Session, label: str, run: Runner, searches: list[retrieval.Search],
-            truth: list[list[int]] | None) -> list[str]:  # fmt: skip
+def measure(
+    session: Session,
+    label: str,
+    run: Runner,
+    searches: list[retrieval.Search],
+    truth: list[list[int]] | None,
+) -> list[str]:
     """Run all searches twice; the second pass's latency, HNSW index scans, recall@10 against
     `truth` (own / other queries) and answers short of 10: a row of the result table."""
     for _ in range(2):
@@ -229,8 +242,10 @@ def run_queries(searches: list[retrieval.Search]) -> list[list[str]]:
     runs += [(name, partial(ids, template=indexed, config=c), True) for name, c in SWEEP.items()]
     with session_scope() as session:
         truth = [ids(session, s, exact) for s in searches]
-        return [measure(session, label, run, searches, truth if scored else None)
-                for label, run, scored in runs]  # fmt: skip
+        return [
+            measure(session, label, run, searches, truth if scored else None)
+            for label, run, scored in runs
+        ]
 
 
 def prepare(args: argparse.Namespace, url: str) -> tuple[dict[str, str], list[retrieval.Search]]:

@@ -38,7 +38,7 @@ from models.settings import get_settings
 from models.submissions import RunRequest, submit
 from ops.bench.agentq_peer import BENCH_USER, plan_of
 from ops.stack import LocalStack
-from worker import memory, steps, synthesis
+from worker import remembering, steps, synthesis
 
 PHASES = ("submit", "claim", "finish", "synthesize", "remember")
 
@@ -122,7 +122,7 @@ def one_run(plan: PlanSpec, tally: Tally, messages: Collected) -> None:
             claimed = done.next
     for (remembered,) in messages.take(queue.TASK_REMEMBER_RUN):
         with tally.timing("remember"):
-            memory.remember_ended_run(remembered)
+            remembering.remember_ended_run(remembered)
     leftover = [task for task, _ in messages.sent if task != queue.TASK_EXECUTE_STEP]
     if leftover:
         raise RuntimeError(f"run {run_id}: messages no phase took: {leftover}")

@@ -32,8 +32,12 @@ def main() -> int:
         )
         mark = "ok  " if verdict.passed else "FAIL"
         print(f"{mark} {name} ({scenario.what}), {took:.0f} s: {verdict.summary()}", flush=True)
-        for problem in (verdict.lost_runs + [str(s) for s in verdict.committed_twice]
-                        + verdict.effects_again + verdict.paid_twice)[:10]:  # fmt: skip
+        for problem in (
+            verdict.lost_runs
+            + [str(s) for s in verdict.committed_twice]
+            + verdict.effects_again
+            + verdict.paid_twice
+        )[:10]:
             print(f"     {problem}")
         failed |= not verdict.passed
     return 1 if failed else 0

@@ -82,11 +82,25 @@ def plan_for(effects: Path, steps: int = STEPS) -> Any:
             marker = f"{run}/step-{i}"
             if i % 2 == 0:
                 args = {"path": str(effects), "marker": marker}
-                planned.append({"name": f"effect_{i}", "kind": "tool", "tool": "append_marker",
-                                "instruction": f"Record {marker}.", "args": args})  # fmt: skip
+                planned.append(
+                    {
+                        "name": f"effect_{i}",
+                        "kind": "tool",
+                        "tool": "append_marker",
+                        "instruction": f"Record {marker}.",
+                        "args": args,
+                    }
+                )
             else:
-                planned.append({"name": f"call_{i}", "kind": "model", "tool": None, "args": {},
-                                "instruction": f"Write one line for {marker}."})  # fmt: skip
+                planned.append(
+                    {
+                        "name": f"call_{i}",
+                        "kind": "model",
+                        "tool": None,
+                        "args": {},
+                        "instruction": f"Write one line for {marker}.",
+                    }
+                )
         return {"steps": planned}
 
     return plan

@@ -60,8 +60,9 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         assert f"api       http://127.0.0.1:{port}/api/v1" in out, out
         base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/healthz", trust_env=False).json() == {
-            "status": "ok", "checks": {},
-        }  # fmt: skip
+            "status": "ok",
+            "checks": {},
+        }
         ready = httpx.get(f"{base}/readyz", trust_env=False)
         assert ready.status_code == 200, ready.text
         assert httpx.get(f"{base}/api/v1/runs", trust_env=False).status_code == 401
@@ -79,8 +80,9 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         listed = agentq(home, "token", "list")
         assert "ci" in listed.stdout and "admin" in listed.stdout
         assert token.group(1) not in listed.stdout
-        bobsub = agentq(home, "token", "create", "--name", "bobsub", "--role", "submitter",
-                        "--user", "bob")  # fmt: skip
+        bobsub = agentq(
+            home, "token", "create", "--name", "bobsub", "--role", "submitter", "--user", "bob"
+        )
         assert "name 'bobsub', role submitter, acting for user 'bob'" in bobsub.stdout
         twice = agentq(home, "token", "create", "--name", "ci", "--role", "reviewer")
         assert twice.returncode == 2 and "name: token 1 is named 'ci' already" in twice.stdout

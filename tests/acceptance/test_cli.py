@@ -285,8 +285,17 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     assert "later" in agentq(home, "runs").stdout
 
     goal = "Submit 473.43 EUR to CC-4410"
-    pinned = agentq(home, "submit", goal, "--plan", str(plan), "--fact", "currency=USD",
-                    "--pin-from-goal", "--watch")  # fmt: skip
+    pinned = agentq(
+        home,
+        "submit",
+        goal,
+        "--plan",
+        str(plan),
+        "--fact",
+        "currency=USD",
+        "--pin-from-goal",
+        "--watch",
+    )
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
     assert "pinned from the goal: amount=473.43 cost_centre=CC-4410" in pinned.stdout
     assert "your --fact won over the goal's currency=EUR" in pinned.stdout

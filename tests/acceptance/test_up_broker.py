@@ -91,8 +91,9 @@ def test_every_process_uses_the_printed_broker_whatever_the_environment_says(
         plan.write_text(json.dumps({"steps": [{"name": "a", "kind": "tool", "tool": "noop"}]}))
         for submit_env in ({}, env):  # a clean terminal, and one with the same variables
             started = time.monotonic()
-            done = agentq(home, "submit", "one broker", "--plan", str(plan), "--watch",
-                          env=submit_env)  # fmt: skip
+            done = agentq(
+                home, "submit", "one broker", "--plan", str(plan), "--watch", env=submit_env
+            )
             took_s = time.monotonic() - started
             assert done.returncode == 0 and "succeeded" in done.stdout, done.stdout + done.stderr
             assert took_s < RECONCILE_INTERVAL_S, f"took {took_s:.1f} s: the reconciler moved it"

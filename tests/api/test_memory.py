@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from models import memory
+from models import memory_admin
 from models.db import session_scope
 from models.embeddings import HashEmbedder
 from models.facts import remember
@@ -17,12 +17,18 @@ pytestmark = pytest.mark.integration
 
 
 def store(user: str, text: str, attribute: str) -> None:
-    model = memory.embedder()
+    model = memory_admin.embedder()
     with session_scope() as session:
         remember(
-            session, user_id=user, subject="user", attribute=attribute, category="preference",
-            text=text, embedding=model.embed([text])[0], embedding_model=model.model,
-        )  # fmt: skip
+            session,
+            user_id=user,
+            subject="user",
+            attribute=attribute,
+            category="preference",
+            text=text,
+            embedding=model.embed([text])[0],
+            embedding_model=model.model,
+        )
 
 
 @pytest.fixture
@@ -71,9 +77,15 @@ def test_search_of_memory_another_model_embedded_is_refused(
     text = "Dora's reports are in EUR"
     with session_scope() as session:
         remember(
-            session, user_id=user, subject="user", attribute="currency", category="preference",
-            text=text, embedding=other.embed([text])[0], embedding_model=other.model,
-        )  # fmt: skip
+            session,
+            user_id=user,
+            subject="user",
+            attribute="currency",
+            category="preference",
+            text=text,
+            embedding=other.embed([text])[0],
+            embedding_model=other.model,
+        )
     refused = client(make_token("submitter", user=user)).get(
         "/api/v1/memory/search", params={"q": "which currency, EUR?"}
     )
@@ -84,7 +96,7 @@ def test_search_of_memory_another_model_embedded_is_refused(
         f"the memory of user '{user}' holds embeddings of hash-64 of 64 dimensions (1 row)"
         in body["detail"]
     )
-    configured = memory.embedder()
+    configured = memory_admin.embedder()
     assert (
         f"AGENTQ_EMBEDDING_MODEL/AGENTQ_EMBEDDING_DIM give {configured.model} of "
         f"{configured.dim} dimensions" in body["detail"]

@@ -42,8 +42,9 @@ def test_listing_reading_and_claiming(client: Client, escalated: Escalated) -> N
     claimed = rita.post(f"/api/v1/reviews/{esc_id}/claim")
     assert claimed.status_code == 200 and claimed.json()["escalation"]["claimed_by"] == "rita"
     assert ralf.post(f"/api/v1/reviews/{esc_id}/claim").status_code == 409
-    assert [r["escalation"]["id"] for r in rita.get(
-        "/api/v1/reviews", params={"mine": True}).json()] == [esc_id]  # fmt: skip
+    assert [
+        r["escalation"]["id"] for r in rita.get("/api/v1/reviews", params={"mine": True}).json()
+    ] == [esc_id]
     assert ralf.get("/api/v1/reviews", params={"mine": True}).json() == []
     claimed_list = ralf.get("/api/v1/reviews", params={"status": "claimed"}).json()
     assert esc_id in [r["escalation"]["id"] for r in claimed_list]
@@ -56,8 +57,12 @@ def test_listing_reading_and_claiming(client: Client, escalated: Escalated) -> N
     )
     released = rita.post(f"/api/v1/reviews/{esc_id}/release")
     assert released.status_code == 200 and released.json()["escalation"]["status"] == "open"
-    assert client("admin").post(f"/api/v1/reviews/{esc_id}/reject", json={
-        "comment": "cleaning up"}).status_code == 200  # fmt: skip
+    assert (
+        client("admin")
+        .post(f"/api/v1/reviews/{esc_id}/reject", json={"comment": "cleaning up"})
+        .status_code
+        == 200
+    )
     assert rita.get("/api/v1/reviews/999999").status_code == 404
 
 

@@ -28,16 +28,27 @@ def test_a_submitter_submits_an_explicit_plan_and_reads_the_whole_run(client: Cl
         "goal": "two no-ops",
         "facts": {"currency": "EUR"},
         "budgets": {"replans": 1, "tokens": 5000, "cost_usd": 0.5, "wall_time_s": 600},
-        "plan": {"steps": [noop("a"), {"name": "b", "kind": "tool", "tool": "echo",
-                                        "args": {"value": "${facts.currency}"}}]},
-    }  # fmt: skip
+        "plan": {
+            "steps": [
+                noop("a"),
+                {
+                    "name": "b",
+                    "kind": "tool",
+                    "tool": "echo",
+                    "args": {"value": "${facts.currency}"},
+                },
+            ]
+        },
+    }
     created = alice.post("/api/v1/runs", json=body)
     assert created.status_code == 201, created.text
     run = created.json()["run"]
     assert created.json()["notified"] is True
     assert (run["status"], run["plan_version"], run["user_id"]) == (
-        "running", 1, user_of(client, "alice"),
-    )  # fmt: skip
+        "running",
+        1,
+        user_of(client, "alice"),
+    )
     assert run["spend"]["replans_limit"] == 1 and run["spend"]["tokens_limit"] == 5000
     assert run["spend"]["cost_limit_usd"] == 0.5 and run["spend"]["wall_time_limit_s"] == 600
     assert wait_for_run(run["id"]).status == "succeeded"
@@ -116,8 +127,13 @@ def after(step: dict[str, object], *names: str) -> dict[str, object]:
 
 def test_a_graph_plan_runs_and_its_detail_returns_the_graph(client: Client) -> None:
     """Two steps that wait for nothing, and a join that waits for both and uses their results."""
-    join = {"name": "join", "kind": "tool", "tool": "echo",
-            "args": {"value": "${steps.right.value}"}, "after": ["left", "right"]}  # fmt: skip
+    join = {
+        "name": "join",
+        "kind": "tool",
+        "tool": "echo",
+        "args": {"value": "${steps.right.value}"},
+        "after": ["left", "right"],
+    }
     right = {"name": "right", "kind": "tool", "tool": "echo", "args": {"value": 2}, "after": []}
     body = {"goal": "fan out and join", "plan": {"steps": [after(noop("left")), right, join]}}
     created = client("alice").post("/api/v1/runs", json=body)
@@ -218,8 +234,11 @@ DEEP_PLAN = {
 def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> None:
     before = run_count()
     admin, alice = client("admin"), client("alice")
-    unknown_tool = {"goal": "g", "user": "u",
-                    "plan": {"steps": [{"name": "a", "kind": "tool", "tool": "nope"}]}}  # fmt: skip
+    unknown_tool = {
+        "goal": "g",
+        "user": "u",
+        "plan": {"steps": [{"name": "a", "kind": "tool", "tool": "nope"}]},
+    }
     response = admin.post("/api/v1/runs", json=unknown_tool)
     assert response.status_code == 400 and "steps.0.tool: unknown tool 'nope'" in response.text
     fact_ref = {

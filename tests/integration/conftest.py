@@ -19,7 +19,7 @@ from sqlmodel import col, select
 
 from models import queue, step_transitions, submissions
 from models.db import session_scope
-from models.memory import memory_ended
+from models.memory_admin import memory_ended
 from models.plans import parse_plan
 from models.runs import submit_run
 from models.settings import get_settings
@@ -198,7 +198,7 @@ def wait_for_run(
 
 
 def wait_for_memory(run_id: int, timeout_s: float = 60) -> RunEvent:
-    """Poll until the run's memory task has ended (`models.memory.memory_ended`: its
+    """Poll until the run's memory task has ended (`models.memory_admin.memory_ended`: its
     `memory.remembered`, `memory.failed` or `memory.dropped` event, which it returns). A run is
     `succeeded` before its episode and facts are written (on the `memory` queue), so a test that
     reads them waits for this first."""

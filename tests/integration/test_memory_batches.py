@@ -4,7 +4,7 @@ with one embedding call, a run batched by another task's message left alone when
 comes, and two writers of overlapping batches writing each run once.
 
 The runs here end through the transitions, with no `agentq.remember_run` sent, so only this
-process remembers them (`worker.memory.remember_ended_run`, called in-process)."""
+process remembers them (`worker.remembering.remember_ended_run`, called in-process)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import ended_runs, memory, run_transitions
+from models import ended_runs, memory_admin, run_transitions
 from models.db import session_scope
 from models.episodes import NewEpisode, episodes_of, remember_episodes
 from models.facts import facts_of
 from models.tables import Run, RunEvent, utcnow
 from worker import extraction
-from worker import memory as worker_memory
+from worker import remembering as worker_memory
 from worker.prompts import FactSpec
 from worker.structured import InvalidOutput
 
@@ -68,7 +68,7 @@ def _events(run_id: int, kind: str) -> list[RunEvent]:
 
 def _counting_embeds(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Record every `embed` call of this process's embedder (the texts of each)."""
-    model = memory.embedder()
+    model = memory_admin.embedder()
     calls: list[list[str]] = []
     embed = model.embed
 
@@ -176,14 +176,14 @@ def test_a_forgotten_users_run_records_its_drop_once(
 ) -> None:
     user = _user("gone")
     run_id = _ended_run(make_run, user, ended_s_ago=WAITED_S)
-    memory.forget(user)
+    memory_admin.forget(user)
     calls = _counting_embeds(monkeypatch)
     worker_memory.remember_ended_run(run_id)
     worker_memory.remember_ended_run(run_id)  # delivered twice
     (dropped,) = _events(run_id, "memory.dropped")
     assert dropped.detail["what"] == "run" and calls == []  # nothing embedded for it
     with session_scope() as session:
-        assert memory.memory_ended(session, run_id) == dropped
+        assert memory_admin.memory_ended(session, run_id) == dropped
         assert episodes_of(session, user_id=user) == []
 
 
@@ -241,7 +241,7 @@ def _episode(run_id: int, text: str) -> NewEpisode:
         outcome="succeeded",
         final_answer="",
         summary=text,
-        embedding=memory.embedder().embed([text])[0],
+        embedding=memory_admin.embedder().embed([text])[0],
         event_kind="memory.remembered",
         event_detail={"by": text},
     )
@@ -250,7 +250,7 @@ def _episode(run_id: int, text: str) -> NewEpisode:
 def test_two_writers_of_overlapping_batches_write_each_run_once(make_run: MakeRun) -> None:
     user = _user("overlap")
     a, b, c = (_ended_run(make_run, user) for _ in range(3))
-    model = memory.embedder().model
+    model = memory_admin.embedder().model
     first = [_episode(a, "first"), _episode(b, "first")]
     second = [_episode(c, "second"), _episode(b, "second")]  # out of order on purpose
 
@@ -281,8 +281,8 @@ def test_a_batch_write_after_a_forget_drops_the_episodes_and_records_it(
 ) -> None:
     user = _user("forgot")
     run_id = _ended_run(make_run, user)
-    model = memory.embedder().model
-    point = memory.forget(user).erased_at
+    model = memory_admin.embedder().model
+    point = memory_admin.forget(user).erased_at
     with session_scope() as session:
         written = remember_episodes(
             session, user_id=user, episodes=[_episode(run_id, "late")], embedding_model=model
@@ -302,7 +302,7 @@ def test_a_batch_write_waits_for_a_forget_holding_the_lock_then_is_dropped(
 ) -> None:
     user = _user("race-b")
     run_id = _ended_run(make_run, user)
-    model = memory.embedder().model
+    model = memory_admin.embedder().model
     episode = _episode(run_id, "racing")
 
     def write() -> dict[int, Any]:
@@ -312,7 +312,7 @@ def test_a_batch_write_waits_for_a_forget_holding_the_lock_then_is_dropped(
             )
 
     with session_scope() as forgetting:
-        memory.forget_user(forgetting, user_id=user)
+        memory_admin.forget_user(forgetting, user_id=user)
         done, out = threading.Event(), {}
         thread = threading.Thread(target=lambda: (out.update(v=write()), done.set()))
         thread.start()

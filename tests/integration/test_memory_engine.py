@@ -10,11 +10,11 @@ from collections.abc import Callable
 import pytest
 from sqlmodel import col, select
 
-from models import memory
+from models import memory_admin
 from models.db import session_scope
 from models.episodes import episodes_of
 from models.facts import facts_of
-from models.memory import recall_for
+from models.memory_admin import recall_for
 from models.messages import RunSummary, add_message
 from models.runs import get_run
 from models.settings import get_settings
@@ -88,7 +88,7 @@ def test_a_newer_fact_supersedes_and_forget_removes_everything(make_run: MakeRun
     new = next(f for f in current if f.attribute == "currency")
     assert old.valid_to is not None and old.superseded_by == new.id
     with session_scope() as session:
-        counts = memory.forget_user(session, user_id=cara)
+        counts = memory_admin.forget_user(session, user_id=cara)
     assert counts["facts"] == len(history) and counts["episodes"] == 2 and counts["messages"] >= 2
     with session_scope() as session:
         assert facts_of(session, user_id=cara, include_history=True) == []

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory, reviews, run_transitions, tool_journal
+from models import memory_admin, reviews, run_transitions, tool_journal
 from models.db import session_scope
 from models.episodes import episodes_of, record_episode
 from models.erasures import ERASED
@@ -62,7 +62,7 @@ def _events(run_id: int, kind: str) -> list[RunEvent]:
 
 
 def _fact(session: Any, user: str, text: str, *, run_id: int | None, attribute: str) -> Any:
-    model = memory.embedder()
+    model = memory_admin.embedder()
     return remember(
         session,
         user_id=user,
@@ -99,7 +99,7 @@ def test_a_write_holding_the_lock_makes_the_forget_wait_then_is_deleted(make_run
     run_id = _waiting_run(make_run, user)  # nothing else writes for it
     with session_scope() as writer:
         assert add_message(writer, run_id=run_id, user_id=user, role="user", content="hi")
-        thread, done, out = _in_thread(lambda: memory.forget(user))
+        thread, done, out = _in_thread(lambda: memory_admin.forget(user))
         assert not done.wait(LOCK_WAIT_S), "the forget did not wait for the writer's lock"
     thread.join(30)
     assert done.is_set() and out["value"].deleted["messages"] == 1
@@ -116,7 +116,7 @@ def test_a_write_racing_a_forget_waits_and_is_dropped(make_run: MakeRun) -> None
             return add_message(session, run_id=run_id, user_id=user, role="user", content="late")
 
     with session_scope() as forgetting:
-        memory.forget_user(forgetting, user_id=user)
+        memory_admin.forget_user(forgetting, user_id=user)
         thread, done, out = _in_thread(write)
         assert not done.wait(LOCK_WAIT_S), "the write did not wait for the forget's lock"
     thread.join(30)
@@ -131,9 +131,9 @@ def test_every_memory_write_of_an_older_run_is_dropped_and_newer_runs_write(
 ) -> None:
     user = _user("erased")
     old = _waiting_run(make_run, user)
-    memory.forget(user)
+    memory_admin.forget(user)
     new = _waiting_run(make_run, user)
-    model = memory.embedder()
+    model = memory_admin.embedder()
     with session_scope() as session:
         assert _fact(session, user, "old run", run_id=old, attribute="a").outcome == "dropped"
         assert add_message(session, run_id=old, user_id=user, role="tool", content="x") is None
@@ -170,7 +170,7 @@ def test_every_memory_write_of_an_older_run_is_dropped_and_newer_runs_write(
 def test_forget_then_a_reviewers_answer_leaves_no_memory(make_run: MakeRun) -> None:
     user = _user("bob")
     run_id = _waiting_run(make_run, user, facts={"currency": "EUR"})
-    memory.forget(user)
+    memory_admin.forget(user)
     with session_scope() as session:
         reviews.respond(session, _escalation_of(run_id), reviewer="rita", answer={"x": 1})
     send(TASK_COORDINATE, run_id)
@@ -190,7 +190,7 @@ def test_forget_runs_is_refused_while_runs_are_active_and_changes_nothing(
     with session_scope() as session:
         assert add_message(session, run_id=run_id, user_id=user, role="user", content="kept")
     with pytest.raises(Conflict, match=f"active runs \\({run_id}\\).*cancel"):
-        memory.forget(user, runs=True)
+        memory_admin.forget(user, runs=True)
     with session_scope() as session:
         assert [m.content for m in turns(session, run_id)] == ["kept"]
         assert session.get(Run, run_id).status == "waiting_review"  # type: ignore[union-attr]
@@ -199,7 +199,7 @@ def test_forget_runs_is_refused_while_runs_are_active_and_changes_nothing(
 def test_forget_cancel_runs_cancels_and_withdraws_the_escalation(make_run: MakeRun) -> None:
     user, other = _user("cancel"), _user("other")
     waiting, others = _waiting_run(make_run, user), _waiting_run(make_run, other)
-    done = memory.forget(user, cancel_runs=True)
+    done = memory_admin.forget(user, cancel_runs=True)
     assert done.cancelled_runs == (waiting,)
     with session_scope() as session:
         assert session.get(Run, waiting).status == "cancelled"  # type: ignore[union-attr]
@@ -235,7 +235,7 @@ def test_forget_runs_erases_the_content_and_keeps_ids_statuses_timings_and_spend
             arguments={"value": "s3cr3t"},
             recorded=quoted,
         )
-    done = memory.forget(user, runs=True)
+    done = memory_admin.forget(user, runs=True)
     assert done.erased_runs["runs"] == 1 and done.erased_runs["pinned facts"] == 1
     assert done.erased_runs["tool journal"] == 1
     with session_scope() as session:
@@ -272,9 +272,9 @@ def test_deleting_a_fact_takes_its_history_and_only_the_owners(make_run: MakeRun
         theirs = _fact(session, other, "Reports in CHF", run_id=None, attribute="currency")
     assert new.superseded_ids == (old.fact_id,)
     with session_scope() as session, pytest.raises(NotFound):
-        memory.forget_fact(session, fact_id=new.fact_id, user_id=other)
+        memory_admin.forget_fact(session, fact_id=new.fact_id, user_id=other)
     with session_scope() as session:
-        done = memory.forget_fact(session, fact_id=new.fact_id, user_id=user)
+        done = memory_admin.forget_fact(session, fact_id=new.fact_id, user_id=user)
     assert done.user_id == user and done.counts["facts"] == 2
     with session_scope() as session:
         left = facts_of(session, user_id=user, include_history=True)
@@ -297,9 +297,9 @@ def test_deleting_a_fact_or_an_episode_takes_it_out_of_the_recall_events(
     assert any(fact_text in e.detail["facts"] for e in recalled)
     with session_scope() as session:
         episode = next(e for e in episodes_of(session, user_id=user) if e.run_id == run_id)
-        done = memory.forget_episode(session, episode_id=episode.id or 0)
+        done = memory_admin.forget_episode(session, episode_id=episode.id or 0)
         fact = next(f for f in facts_of(session, user_id=user) if f.text == fact_text)
-        gone = memory.forget_fact(session, fact_id=fact.id or 0)
+        gone = memory_admin.forget_fact(session, fact_id=fact.id or 0)
     assert done.user_id == user and done.counts["episodes"] == 1
     assert done.counts["recall events"] >= 1 and gone.counts["recall events"] >= 1
     after = _events(later, "memory.recalled")

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from models import facts as facts_module
-from models import recall as retrieval
+from models import retrieval
 from models.db import get_engine, session_scope
 from models.embeddings import HashEmbedder
 from models.episodes import forget_episodes, recall_episodes, record_episode
@@ -75,20 +75,30 @@ def ask(user_id: str, text: str, embedder: HashEmbedder = EMBEDDER, **kw: Any) -
     """The texts `recall` returns for `text`, best first."""
     with session_scope() as session:
         found = recall(
-            session, user_id=user_id, query_text=text, query_embedding=embed(text, embedder),
-            embedding_model=embedder.model, **kw,
-        )  # fmt: skip
+            session,
+            user_id=user_id,
+            query_text=text,
+            query_embedding=embed(text, embedder),
+            embedding_model=embedder.model,
+            **kw,
+        )
         return [f.item.text for f in found]
 
 
 def episode(session: Session, user_id: str, run_id: int, summary: str) -> int:
     row = record_episode(
-        session, user_id=user_id, run_id=run_id, goal=summary, outcome="succeeded",
+        session,
+        user_id=user_id,
+        run_id=run_id,
+        goal=summary,
+        outcome="succeeded",
         plan=[{"name": "search", "tool": "web", "status": "succeeded"}],
         failures=[{"step": "search", "tool": "web", "error": "timeout", "fixed_by": "retry"}],
-        final_answer="done", summary=summary, embedding=embed(summary),
+        final_answer="done",
+        summary=summary,
+        embedding=embed(summary),
         embedding_model=EMBEDDER.model,
-    )  # fmt: skip
+    )
     return row.id or 0
 
 
@@ -111,11 +121,16 @@ def test_no_path_returns_another_users_memory(new_user: Callable[[], str]) -> No
     assert ask(b, text) == []
     with session_scope() as session:
         assert facts_of(session, user_id=b, include_history=True) == []
-        assert recall_episodes(
-            session, user_id=b, query_text="Booked a flight to Lisbon with an aisle seat",
-            query_embedding=embed("Booked a flight to Lisbon with an aisle seat"),
-            embedding_model=EMBEDDER.model,
-        ) == []  # fmt: skip
+        assert (
+            recall_episodes(
+                session,
+                user_id=b,
+                query_text="Booked a flight to Lisbon with an aisle seat",
+                query_embedding=embed("Booked a flight to Lisbon with an aisle seat"),
+                embedding_model=EMBEDDER.model,
+            )
+            == []
+        )
         with pytest.raises(ValueError, match="another user"):
             episode(session, b, a_run, "hijack")
 
@@ -162,9 +177,15 @@ def test_without_the_lock_on_conflict_still_keeps_one_row(
     user, text = new_user(), "Was born in Coimbra"
     first = Session(get_engine(), expire_on_commit=False)
     added = remember(
-        first, user_id=user, subject="user", attribute=None, category="profile", text=text,
-        embedding=embed(text), embedding_model=EMBEDDER.model,
-    )  # fmt: skip
+        first,
+        user_id=user,
+        subject="user",
+        attribute=None,
+        category="profile",
+        text=text,
+        embedding=embed(text),
+        embedding_model=EMBEDDER.model,
+    )
     second: list[Remembered] = []
     writer = threading.Thread(target=lambda: second.append(store(user, text, category="profile")))
     writer.start()
@@ -216,9 +237,12 @@ def test_an_episode_is_recorded_once_per_run_and_recalled(new_user: Callable[[],
     with session_scope() as session:
         assert episode(session, user, run, "a redelivered task writes nothing") == first
         found = recall_episodes(
-            session, user_id=user, query_text="Lisbon hotel", query_embedding=embed("Lisbon hotel"),
+            session,
+            user_id=user,
+            query_text="Lisbon hotel",
+            query_embedding=embed("Lisbon hotel"),
             embedding_model=EMBEDDER.model,
-        )  # fmt: skip
+        )
     assert [e.item.id for e in found] == [first]
     assert found[0].item.summary == summary
     assert found[0].item.failures[0]["fixed_by"] == "retry"
@@ -263,9 +287,12 @@ def test_a_rare_keyword_finds_a_far_vector_and_far_rows_are_dropped(
     assert cosine(q, embed("Enjoys hiking in the Alps")) < retrieval.MIN_SIMILARITY
     with session_scope() as session:
         found = recall(
-            session, user_id=user, query_text=question, query_embedding=q,
+            session,
+            user_id=user,
+            query_text=question,
+            query_embedding=q,
             embedding_model=EMBEDDER.model,
-        )  # fmt: skip
+        )
     assert [f.item.text for f in found] == [named]
     assert found[0].text_match and found[0].text_rank > 0
     assert found[0].similarity < retrieval.MIN_SIMILARITY
@@ -278,9 +305,13 @@ def test_of_two_equally_similar_facts_the_newer_ranks_first(new_user: Callable[[
     store(user, "Drinks black coffee", embedding=same, now=now - timedelta(days=1))
     with session_scope() as session:
         found = recall(
-            session, user_id=user, query_text="favourite beverage", query_embedding=same,
-            embedding_model=EMBEDDER.model, now=now,
-        )  # fmt: skip
+            session,
+            user_id=user,
+            query_text="favourite beverage",
+            query_embedding=same,
+            embedding_model=EMBEDDER.model,
+            now=now,
+        )
     assert [f.item.text for f in found] == ["Drinks black coffee", "Drinks green tea"]
     assert found[0].similarity == pytest.approx(found[1].similarity)
     assert found[0].relevance == found[1].relevance
@@ -344,14 +375,18 @@ def test_recall_leaves_the_callers_settings_as_they_were(new_user: Callable[[], 
     with session_scope() as session:
         before = session.scalar(sa.text("SELECT current_setting('hnsw.ef_search', true)"))
         recall(
-            session, user_id=user, query_text="anything", query_embedding=embed("anything"),
-            embedding_model=EMBEDDER.model, k=50,
-        )  # fmt: skip
+            session,
+            user_id=user,
+            query_text="anything",
+            query_embedding=embed("anything"),
+            embedding_model=EMBEDDER.model,
+            k=50,
+        )
         after = session.execute(sa.text(SHOW_SEARCH_SETTINGS)).one()
     assert after == (before or "40", "off", "auto")
 
 
-# show_search_settings: the settings `models.recall.search_settings` changes
+# show_search_settings: the settings `models.retrieval.search_settings` changes
 SHOW_SEARCH_SETTINGS = """SELECT current_setting('hnsw.ef_search'),
     current_setting('hnsw.iterative_scan'), current_setting('plan_cache_mode')"""
 
@@ -385,11 +420,18 @@ def bulk_row(user_id: str, i: int, rng: random.Random) -> dict[str, Any]:
     digest = content_hash(subject="user", attribute=None, category="knowledge", text=text)
     now = utcnow()
     return {
-        "user_id": user_id, "subject": "user", "attribute": None, "category": "knowledge",
-        "text": text, "content_hash": digest, "embedding": [x / norm for x in vector],
-        "embedding_model": BULK_MODEL, "embedding_dim": BULK.dim, "valid_from": now,
+        "user_id": user_id,
+        "subject": "user",
+        "attribute": None,
+        "category": "knowledge",
+        "text": text,
+        "content_hash": digest,
+        "embedding": [x / norm for x in vector],
+        "embedding_model": BULK_MODEL,
+        "embedding_dim": BULK.dim,
+        "valid_from": now,
         "created_at": now,
-    }  # fmt: skip
+    }
 
 
 def bulk_search(user_id: str, k: int = 10) -> retrieval.Search:
@@ -414,9 +456,14 @@ def test_filtered_top_k_returns_min_of_k_and_the_users_rows(bulk: dict[str, str]
     with session_scope() as session:
         for name, expected in (("three", 3), ("two-hundred", 10), ("heavy", 10)):
             found = recall(
-                session, user_id=bulk[name], query_text="qqqzzz", embedding_model=BULK_MODEL,
-                query_embedding=bulk_search(bulk[name]).embedding, k=10, min_similarity=-1.0,
-            )  # fmt: skip
+                session,
+                user_id=bulk[name],
+                query_text="qqqzzz",
+                embedding_model=BULK_MODEL,
+                query_embedding=bulk_search(bulk[name]).embedding,
+                k=10,
+                min_similarity=-1.0,
+            )
             assert len(found) == expected, name
             assert {f.item.user_id for f in found} == {bulk[name]}
 

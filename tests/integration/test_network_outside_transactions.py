@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from models import memory, run_transitions
+from models import memory_admin, run_transitions
 from models.db import get_engine, session_scope
 from models.embeddings import HashEmbedder
 from models.settings import get_settings
@@ -49,12 +49,12 @@ def test_a_plan_embeds_its_recall_query_outside_any_transaction(
 ) -> None:
     load_tool_modules(get_settings().tool_modules)
     remote = RemoteEmbedder()
-    monkeypatch.setattr(memory, "embedder", lambda: remote)
+    monkeypatch.setattr(memory_admin, "embedder", lambda: remote)
     monkeypatch.setattr(calls, "provider", lambda: Answers())
     run_id = make_run(None, user="remote-embedder", start=False)
     with session_scope() as session:
         run_transitions.start_planning(session, run_id)
-    assert memory.embeds_remotely()
+    assert memory_admin.embeds_remotely()
     assert planner.plan(run_id)
     with session_scope() as session:
         run = session.get(Run, run_id)

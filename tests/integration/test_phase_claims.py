@@ -23,7 +23,7 @@ from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, utcnow
 from models.tools import load_tool_modules
 from scheduler import tasks
-from worker import calls, memory, planner, synthesis
+from worker import calls, planner, remembering, synthesis
 from worker.providers import Completion, ModelRequest
 
 pytestmark = pytest.mark.integration
@@ -221,7 +221,7 @@ def test_a_fact_extraction_delivered_twice_at_once_calls_the_model_once(
     with session_scope() as session:
         run_transitions.start_synthesis(session, run_id)
         run_transitions.succeed_run(session, run_id, final_result={"answer": "done"})
-    _twice_at_once(lambda: memory.remember_ended_run(run_id))
+    _twice_at_once(lambda: remembering.remember_ended_run(run_id))
     assert len(fake.requests) == 1
     assert len(_events(run_id, "memory.remembered")) == 1
 

@@ -16,7 +16,7 @@ from models.db import session_scope
 from models.embeddings import HashEmbedder
 from models.errors import DatabaseError
 from models.facts import FACTS, Fact, ensure_vector_indexes, recall, remember
-from models.recall import Search, search_settings
+from models.retrieval import Search, search_settings
 from ops.stack import LocalStack
 
 pytestmark = pytest.mark.integration

@@ -25,8 +25,8 @@ from models.episodes import record_episode
 from models.errors import ConfigurationError
 from models.facts import facts_of, recall, remember
 from models.migrate import upgrade
-from models.recall import vector_index_name
 from models.reembedding import check_embedding_model, reembed
+from models.retrieval import vector_index_name
 from ops.fake_provider import FakeOpenAI
 from tests.integration.conftest import REPO_ROOT
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory, reviews, run_transitions
+from models import memory_admin, reviews, run_transitions
 from models.authorship import reviewer_words, reviewers_steps, steps_with_versions
 from models.db import session_scope
 from models.facts import remember
@@ -31,7 +31,7 @@ def _waiting_run(make_run: MakeRun) -> tuple[str, int, int]:
     (user, run id, escalation id). The coordinator is never told, so nothing else runs."""
     user = f"rita-{uuid.uuid4().hex[:8]}"
     text = "The user pays the rent from the iban DE00123"
-    model = memory.embedder()
+    model = memory_admin.embedder()
     # embedded before the submit: a first embedding can take longer than AGENTQ_PHASE_STALE_S,
     # and the reconciler would then nudge the quiet running run on to its end before it waits
     vector = model.embed([text])[0]

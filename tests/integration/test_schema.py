@@ -2,7 +2,7 @@
 every column, index and constraint, so a table changed without a migration (or the reverse)
 fails here rather than in a user's upgraded database. The one kind of object neither declares
 is left out: each embedding model's HNSW index, which memory builds when the model is first used
-(`models.recall.ensure_vector_index`). Comments are compared by neither: the migrations write
+(`models.retrieval.ensure_vector_index`). Comments are compared by neither: the migrations write
 them (`models.migrate.AUTOGENERATE_PLUGINS`), and tests/integration/test_sql_views.py checks
 that every column has one."""
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 def _built_by_memory(index: sa.Index) -> bool:
-    """An embedding model's HNSW index (`models.recall.VECTOR_INDEX`), by its access method."""
+    """An embedding model's HNSW index (`models.retrieval.VECTOR_INDEX`), by its access method."""
     return bool(index.dialect_options["postgresql"]["using"] == "hnsw")
 
 

@@ -78,8 +78,10 @@ def test_services_answer_and_stop_cleanly(stack: LocalStack) -> None:
     state = read_stack_file(stack.data_dir)
     assert state is not None
     assert (state["database_url"], state["broker_url"], state["pid"]) == (
-        database_url, broker_url, os.getpid()
-    )  # fmt: skip
+        database_url,
+        broker_url,
+        os.getpid(),
+    )
 
     child = stack.start_process("sleeper", SLEEPER, {"AGENTQ_PROBE": "1"})
     stack.wait_for_log("sleeper", "ready.", timeout_s=10)

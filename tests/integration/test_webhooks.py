@@ -13,7 +13,9 @@ import hashlib
 import hmac
 import json
 import os
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -229,3 +231,41 @@ def test_a_webhook_is_delivered_signed_retried_and_not_lost_across_a_worker_rest
     assert [(a.attempt, a.status_code) for a in logged] == [(1, None), (2, 500), (3, 200)]
     assert logged[0].error == deliveries.LOST_ATTEMPT
     assert delivery.attempts == 3
+
+
+def agentq(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as an operator runs it, on this engine (its URLs are in this environment)."""
+    return subprocess.run(
+        [shutil.which("agentq") or "agentq", *args],
+        env={**os.environ, "COLUMNS": "250"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_an_operator_adds_a_webhook_from_the_cli_and_reads_its_log(
+    webhook_engine: LocalStack,
+) -> None:
+    refused = agentq("webhook", "add", "http://127.0.0.1:9/", "--event", "review.needed")
+    assert refused.returncode == 2
+    assert "events: review.needed is not an event; use one or more of" in refused.stdout
+    with Receiver() as receiver:
+        added = agentq("webhook", "add", receiver.url, "--event", "escalation.opened")
+        assert added.returncode == 0, added.stdout + added.stderr
+        assert "gets escalation.opened of every user's runs" in added.stdout
+        run_id = escalate("hook-cli")
+        receiver.wait_for(1, ARRIVE_S)
+        delivery = wait_for_status(run_id, "delivered")
+    listed = agentq("webhook", "list")
+    assert receiver.url in listed.stdout and "default (set, ends …cdef)" in listed.stdout
+    assert SECRET not in listed.stdout + added.stdout
+    log = agentq("webhook", "deliveries", "--status", "delivered", "--limit", "1000")
+    (line,) = [ln for ln in log.stdout.splitlines() if ln.split()[1:2] == [str(delivery.id)]]
+    assert line.split()[2:6] == ["│", "escalation.opened", "│", str(run_id)], line
+    assert "delivered" in line and "200" in line
+    webhook_id = added.stdout.split()[1]
+    removed = agentq("webhook", "remove", webhook_id)
+    assert removed.returncode == 0 and f"webhook {webhook_id} removed" in removed.stdout
+    assert deliveries_of(run_id) == []  # its log went with it

@@ -85,9 +85,16 @@ def test_token_roles_and_users_are_checked_before_anything_is_stored(
 def test_field_errors_never_echo_the_input_and_always_encode() -> None:
     lone = "\ud800"
     exc = RequestValidationError(
-        [{"type": "value_error", "loc": ("body", lone), "msg": f"bad {lone}",
-          "input": {"goal": lone}, "ctx": {"error": ValueError(lone), "limit": 3}}]
-    )  # fmt: skip
+        [
+            {
+                "type": "value_error",
+                "loc": ("body", lone),
+                "msg": f"bad {lone}",
+                "input": {"goal": lone},
+                "ctx": {"error": ValueError(lone), "limit": 3},
+            }
+        ]
+    )
     (error,) = field_errors(exc)
     assert "input" not in error and error["ctx"]["limit"] == 3
     assert error["loc"] == ["body", "\\ud800"] and error["msg"] == "bad \\ud800"

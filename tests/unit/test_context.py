@@ -105,7 +105,7 @@ def test_budget_arithmetic() -> None:
 def test_recalled_facts_about_pinned_keys_are_left_out() -> None:
     from types import SimpleNamespace
 
-    from models.memory import Recalled
+    from models.memory_admin import Recalled
     from worker.working_memory import without_pinned
 
     def fact(subject: str, attribute: str | None) -> object:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.memory import Recalled
+from models.memory_admin import Recalled
 from models.messages import Message
 from models.tables import Run, Step
 from models.tokens import count_message_tokens, count_tokens

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.auth import Principal, Role
-from models import memory
+from models import memory_admin
 from models.tables import Escalation, Run, RunEvent
 from worker.prompts import extract_prompt
 from worker.run_memory import answer_fact
@@ -41,13 +41,13 @@ def _recalled() -> RunEvent:
 def test_events_quoting_memory_are_hidden_from_readers_who_may_not_read_it() -> None:
     recalled = _recalled()
     other = RunEvent(id=8, run_id=1, at=datetime.now(UTC), kind="step.queued", detail={"x": 1})
-    hidden, kept = memory.shown_events([recalled, other], memory_readable=False)
+    hidden, kept = memory_admin.shown_events([recalled, other], memory_readable=False)
     assert kept is other
     assert hidden.id == 7 and hidden.kind == "memory.recalled"
     assert "DE00" not in json.dumps(hidden.detail)
     assert hidden.detail["recalled_facts"] == 1 and hidden.detail["recalled_episodes"] == 2
     assert "DE00" in recalled.detail["facts"][0]  # the row itself is left as it was
-    assert memory.shown_events([recalled], memory_readable=True) == [recalled]
+    assert memory_admin.shown_events([recalled], memory_readable=True) == [recalled]
 
 
 def test_state_text_labels_what_a_reviewer_pinned() -> None:

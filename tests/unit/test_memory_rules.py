@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models import recall as retrieval
+from models import retrieval
 from models.errors import ConfigurationError
-from models.facts import FACTS, Decision, Fact, content_hash, decide, normalise
-from models.recall import Hit, Search, fuse, recency_weight, rrf, tied_ranks
+from models.facts import FACTS, Fact, FactWrite, content_hash, decide, normalise
+from models.retrieval import Hit, Search, fuse, recency_weight, rrf, tied_ranks
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 H = content_hash(subject="user", attribute="preferred_currency", category="preference", text="EUR")
@@ -25,9 +25,14 @@ def fact(
 
 def query(**overrides: object) -> Search:
     fields: dict[str, object] = {
-        "source": FACTS, "user_id": "u", "model": "m", "query_text": "q",
-        "embedding": [1.0, 0.0], "k": 5, "now": NOW,
-    }  # fmt: skip
+        "source": FACTS,
+        "user_id": "u",
+        "model": "m",
+        "query_text": "q",
+        "embedding": [1.0, 0.0],
+        "k": 5,
+        "now": NOW,
+    }
     return Search(**{**fields, **overrides})  # type: ignore[arg-type]
 
 
@@ -40,7 +45,7 @@ def hit(id: int, distance: float, text_rank: float = 0.0, age_days: float = 0.0)
 
 
 def test_no_candidates_means_add() -> None:
-    assert decide([], content_hash=H, embedding_model="m", now=NOW) == Decision()
+    assert decide([], content_hash=H, embedding_model="m", now=NOW) == FactWrite()
 
 
 def test_same_content_and_model_is_a_duplicate_and_nothing_is_superseded() -> None:
@@ -171,9 +176,15 @@ def test_index_names_are_short_and_keep_similar_models_apart() -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"k": 0}, {"k": 251}, {"now": datetime(2026, 1, 1)}, {"embedding": []},
-     {"embedding": [math.nan, 1.0]}, {"model": "bad model"}],
-)  # fmt: skip
+    [
+        {"k": 0},
+        {"k": 251},
+        {"now": datetime(2026, 1, 1)},
+        {"embedding": []},
+        {"embedding": [math.nan, 1.0]},
+        {"model": "bad model"},
+    ],
+)
 def test_bad_searches_are_refused(overrides: dict[str, object]) -> None:
     with pytest.raises((ValueError, ConfigurationError)):
         query(**overrides)

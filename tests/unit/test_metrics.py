@@ -109,9 +109,12 @@ print(json.dumps({{
 
 
 @pytest.mark.parametrize("port", [0, 70000])
-def test_a_metrics_port_out_of_range_is_refused_naming_the_setting(port: int) -> None:
+def test_a_metrics_port_out_of_range_is_refused_naming_the_setting(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from models.errors import ConfigurationError
-    from models.settings import use_settings
+    from models.settings import read_settings
 
+    monkeypatch.setenv("AGENTQ_METRICS_PORT", str(port))
     with pytest.raises(ConfigurationError, match="AGENTQ_METRICS_PORT"):
-        use_settings(metrics_port=port)
+        read_settings()

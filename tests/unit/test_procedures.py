@@ -12,7 +12,7 @@ from models.errors import ConfigurationError, InvalidInput
 from models.procedure_admin import template_from
 from models.procedure_recall import PROCEDURES, hidden_detail, rank
 from models.procedures import Actor, Procedure, checked
-from models.recall import Hit, Scored, Search
+from models.retrieval import Hit, Scored, Search
 from models.settings import Settings
 from models.tables import Step
 from models.tokens import count_tokens

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from models.facts import FACTS
-from models.recall import Scored, Search
 from models.rerank import CONTEXT_WEIGHT, TEXT_WEIGHT, Candidate, Weights, neighbours, rescore
+from models.retrieval import Scored, Search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

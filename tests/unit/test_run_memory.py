@@ -16,19 +16,36 @@ SUBMITTER = VersionRow("submitter", None)
 
 def step(id: int, name: str, status: str = "succeeded", **fields: Any) -> StepRow:
     row: dict[str, Any] = {
-        "id": id, "plan_version": 1, "name": name, "instruction": "", "kind": "tool",
-        "tool": "noop", "args": {}, "tools": [], "status": status, "error": None,
-    }  # fmt: skip
+        "id": id,
+        "plan_version": 1,
+        "name": name,
+        "instruction": "",
+        "kind": "tool",
+        "tool": "noop",
+        "args": {},
+        "tools": [],
+        "status": status,
+        "error": None,
+    }
     return StepRow(**(row | fields))
 
 
 def ended(steps: list[tuple[StepRow, VersionRow | None]], **fields: Any) -> EndedRun:
     run: dict[str, Any] = {
-        "id": 7, "user_id": "ana", "goal": "File my report", "outcome": "succeeded",
-        "created_at": datetime(2026, 1, 1, tzinfo=UTC), "final_answer": "done",
-        "memory_ended": False, "erased_at": None, "steps": steps,
-        "current": [s for s, _ in steps], "user_facts": {}, "reviewer_facts": {}, "answers": [],
-    }  # fmt: skip
+        "id": 7,
+        "user_id": "ana",
+        "goal": "File my report",
+        "outcome": "succeeded",
+        "created_at": datetime(2026, 1, 1, tzinfo=UTC),
+        "final_answer": "done",
+        "memory_ended": False,
+        "erased_at": None,
+        "steps": steps,
+        "current": [s for s, _ in steps],
+        "user_facts": {},
+        "reviewer_facts": {},
+        "answers": [],
+    }
     return EndedRun(**(run | fields))
 
 

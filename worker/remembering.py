@@ -38,7 +38,7 @@ from models.ended_runs import EndedRun
 from models.episodes import NewEpisode, remember_episodes
 from models.errors import AgentqError, DatabaseUnavailable, NotFound
 from models.facts import remember
-from models.memory import embedder
+from models.memory_admin import embedder
 from models.reembedding import check_embedding_model
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
