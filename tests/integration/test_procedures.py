@@ -155,7 +155,7 @@ def test_a_reviewer_saves_a_run_as_its_users_own_and_forget_takes_every_copy(
 ) -> None:
     """A run's plan holds its user's values: saved by a reviewer it stays the user's own
     unless everyone's is asked for, and forgetting the user deletes both."""
-    from models import memory
+    from models import memory_admin as memory
 
     user = _user("ed")
     done = wait_for_run(make_run(STEPS, user=user, goal="Tally the Nice receipts"))

@@ -70,7 +70,9 @@ def test_a_step_is_counted_with_its_tool_or_kind() -> None:
 
 
 def test_the_metrics_dir_defaults_under_the_home(tmp_path: Path) -> None:
-    assert metrics_dir(Settings(home=tmp_path)) == (tmp_path / "metrics").resolve()
+    assert (
+        metrics_dir(Settings(home=tmp_path, metrics_dir=None)) == (tmp_path / "metrics").resolve()
+    )
     assert metrics_dir(Settings(home=tmp_path, metrics_dir=tmp_path / "m")) == tmp_path / "m"
 
 
