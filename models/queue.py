@@ -148,14 +148,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_read_url": url,
         "broker_write_url": url,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {
-            # Redis: an unacknowledged message returns to the queue after this long.
-            "visibility_timeout": settings.visibility_timeout_s,
-            # A broker that accepts connections but never answers (paused, overloaded) must not
-            # hang a sender: without these the Redis client waits forever (celery/celery#1221).
-            "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
-            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
-        },
+        "broker_transport_options": transport_options(url, settings),
         "broker_connection_timeout": BROKER_SOCKET_TIMEOUT_S,  # AMQP's connect timeout
         "task_routes": ROUTES,
         "task_default_queue": QUEUE_STEPS,
@@ -170,6 +163,31 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "accept_content": ["json"],
         "worker_send_task_events": False,
         "worker_proc_alive_timeout": WORKER_PROC_ALIVE_TIMEOUT_S,
+    }
+
+
+AMQP_SCHEMES: Final = ("amqp", "amqps", "pyamqp")
+
+
+def transport_options(url: str, settings: Settings) -> dict[str, Any]:
+    """kombu's transport options for the broker of `url`, which differ by transport.
+
+    Redis: an unacknowledged message returns to the queue after the visibility timeout, and a
+    broker that accepts connections but never answers (paused, overloaded) must not hang a
+    sender: without socket timeouts the Redis client waits forever (celery/celery#1221).
+    RabbitMQ (`amqp://`): there is no visibility timeout; an unacknowledged message returns when
+    its consumer's connection closes, or when RabbitMQ's `consumer_timeout` (30 min by default;
+    RabbitMQ docs, "Consumers", "Delivery Acknowledgement Timeout") closes its channel, which
+    plays the top rung of the timeout ladder: keep it above `AGENTQ_VISIBILITY_TIMEOUT_S`.
+    Publisher confirms are on (kombu's pyamqp transport, "Publisher confirms"): a send returns
+    once RabbitMQ holds the message, and a message it refuses raises instead of vanishing.
+    """
+    if url.partition("://")[0] in AMQP_SCHEMES:
+        return {"confirm_publish": True}
+    return {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
     }
 
 

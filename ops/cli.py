@@ -30,7 +30,7 @@ from models.settings import get_settings
 from models.sql import PG_INT_MAX
 from models.submissions import RunRequest
 from models.tools import catalog, configured_tool_names, describe_parameters
-from ops import views
+from ops import deployment_commands, views
 from ops.connection import connect
 from ops.demo import run_demo
 from ops.demo_local import MODEL_HELP
@@ -41,6 +41,7 @@ from ops.inputs import (
     replan_check_value,
 )
 from ops.json_output import JsonFlag, print_json
+from ops.listen import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT, Listen
 from ops.memory_commands import memory_app
 from ops.procedure_commands import procedure_app
 from ops.processes import interrupt_on_sigterm
@@ -68,6 +69,12 @@ PIN_FROM_GOAL_HELP = (
 WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 days by default)."
 
 
+LISTEN_HELP = (
+    "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
+    "with passwords; prints the URLs their `agentq worker` needs."
+)
+
+
 RunId = Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Run id.")]
 
 
@@ -81,6 +88,13 @@ def up(
         int,
         typer.Option(min=1, max=16, help="Coordinator processes on the coordinator queue."),
     ] = 1,
+    listen: Annotated[str | None, typer.Option(metavar="HOST", help=LISTEN_HELP)] = None,
+    postgres_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Postgres's TCP port, with --listen.")
+    ] = DEFAULT_POSTGRES_PORT,
+    redis_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Redis's TCP port, with --listen.")
+    ] = DEFAULT_REDIS_PORT,
 ) -> None:
     """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat.
 
@@ -92,8 +106,12 @@ def up(
     settings = get_settings()
     home = settings.home
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
+    opened = None if listen is None else Listen(listen, postgres_port, redis_port)
     stack = start_engine(
-        home, worker_concurrency=workers or settings.worker_concurrency, coordinators=coordinators
+        home,
+        worker_concurrency=workers or settings.worker_concurrency,
+        coordinators=coordinators,
+        listen=opened,
     )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
@@ -117,6 +135,11 @@ def up(
             'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
         )
     )
+    if stack.remote_urls:
+        lines = "".join(f"\n  {name}={url}" for name, url in stack.remote_urls.items())
+        console.print(
+            Text(f"Other machines: agentq worker (or scheduler, api) with{lines}"), soft_wrap=True
+        )
     try:
         supervise(stack)
     except KeyboardInterrupt:
@@ -262,6 +285,11 @@ def demo(
 ) -> None:
     """The expense-report demo on the embedded stack (or the configured one)."""
     raise typer.Exit(run_demo(console, model=model, scenarios=scenarios))
+
+
+app.command()(deployment_commands.worker)
+app.command()(deployment_commands.scheduler)
+app.command()(deployment_commands.api)
 
 
 def main() -> None:

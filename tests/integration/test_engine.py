@@ -1,4 +1,8 @@
-"""The plan engine end to end on real Postgres, Redis and Celery worker processes."""
+"""The plan engine end to end on real Postgres, a broker and Celery worker processes.
+
+Every test runs on each broker of the matrix (tests/support/brokers.py): the embedded Redis, and
+RabbitMQ and an external Redis when `AGENTQ_TEST_AMQP_URL` / `AGENTQ_TEST_REDIS_URL` are set.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +22,19 @@ from models.errors import IllegalTransition
 from models.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, RunEvent, StepAttempt
+from ops.stack import LocalStack
 from tests.integration.conftest import run_steps, wait_for_run
+from tests.support.brokers import broker_params, engine_on
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]
+
+
+@pytest.fixture(scope="module", autouse=True, params=broker_params())
+def broker(request: pytest.FixtureRequest, engine: LocalStack) -> Iterator[str | None]:
+    """The broker URL these tests run on (None: the session engine's embedded Redis)."""
+    with engine_on(request.param):
+        yield request.param
 
 
 def _noop(name: str) -> dict[str, object]:

@@ -19,11 +19,13 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from models.db import normalize_url
 from models.errors import ConfigurationError
 from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
 from models.settings import Settings
+from ops import cli
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -94,6 +96,28 @@ def option(cmd: list[str], *flags: str) -> str | None:
             if flag.startswith("--") and arg.startswith(flag + "="):
                 return arg.split("=", 1)[1]
     return None
+
+
+AGENTQ_PROCESSES = ("worker", "scheduler", "api")  # `agentq <name>`: ops/deployment_commands.py
+
+
+def process_argv(svc: Mapping[str, Any]) -> list[str]:
+    """What the container runs: for `agentq worker|scheduler|api ...`, the command line that
+    command execs (ops/deployment.py), from the real CLI with the service's environment and
+    `os.execve` caught, from `celery` or `uvicorn` on; any other command as it stands."""
+    cmd = command(svc)
+    if cmd[:1] != ["agentq"] or cmd[1:2] not in ([p] for p in AGENTQ_PROCESSES):
+        return cmd
+    with (
+        mock.patch.dict(os.environ, environment(svc, {}), clear=True),
+        mock.patch("ops.deployment_commands.os.execve") as execve,
+        mock.patch("ops.deployment_commands.os.chdir"),
+    ):
+        result = CliRunner().invoke(cli.app, cmd[1:])
+    assert execve.called, f"{cmd} does not start its process: {result.output}"
+    argv = list(execve.call_args.args[1])
+    assert argv[1:3] == ["-P", "-m"], argv
+    return argv[3:]
 
 
 def service(compose: Compose, name: str) -> dict[str, Any]:
@@ -229,11 +253,11 @@ def check_one_beat(compose: Compose) -> None:
     assert deploy.get("replicas") == 1, f"scheduler replicas {deploy.get('replicas')!r}"
     assert deploy.get("mode", "replicated") == "replicated", "scheduler deploy mode"
     assert scheduler.get("scale", 1) == 1, "scheduler scale"
-    cmd = command(scheduler)
+    cmd = process_argv(scheduler)
     assert "-B" in cmd or "--beat" in cmd, f"scheduler does not run beat: {cmd}"
     for name, svc in compose["services"].items():
         if name != "scheduler":
-            assert not {"-B", "--beat"} & set(command(svc)), f"{name} also runs beat"
+            assert not {"-B", "--beat"} & set(process_argv(svc)), f"{name} also runs beat"
 
 
 def check_queues(compose: Compose) -> None:
@@ -241,7 +265,7 @@ def check_queues(compose: Compose) -> None:
         ("worker", "worker.app", list(WORKER_QUEUES)),
         ("scheduler", "scheduler.app", [QUEUE_COORDINATOR]),
     ):
-        cmd = command(service(compose, name))
+        cmd = process_argv(service(compose, name))
         assert cmd[:1] == ["celery"] and "worker" in cmd, f"{name} is not a celery worker: {cmd}"
         assert option(cmd, "-A", "--app") == app, f"{name} app {option(cmd, '-A', '--app')}"
         queues = option(cmd, "-Q", "--queues")
@@ -251,12 +275,25 @@ def check_queues(compose: Compose) -> None:
 def check_liveness_pings_own_node(compose: Compose) -> None:
     for name in ("worker", "scheduler"):
         svc = service(compose, name)
-        node = option(command(svc), "-n", "--hostname")
+        node = option(process_argv(svc), "-n", "--hostname")
         assert node and node.endswith("@%h"), f"{name} node name {node!r}"
         check = interpolate(healthcheck_text(svc), {})  # `$$HOSTNAME` reaches the shell as-is
         assert "inspect ping" in check or "status" in check, f"{name} healthcheck {check!r}"
         if "inspect ping" in check:
             assert f"-d {node.replace('%h', '$HOSTNAME')}" in check, f"{name}: pings {check!r}"
+
+
+def check_processes_are_agentq_commands(compose: Compose) -> None:
+    """The worker, scheduler and API run `agentq worker|scheduler|api`: the one definition of
+    their command lines that `agentq up` uses too, not a copy that can drift from it."""
+    for name in AGENTQ_PROCESSES:
+        cmd = command(service(compose, name))
+        assert cmd[:2] == ["agentq", name], f"{name} runs {cmd}, not `agentq {name}`"
+    api = process_argv(service(compose, "api"))
+    assert api[:1] == ["uvicorn"] and option(api, "--host") == "0.0.0.0", f"api runs {api}"
+    published = [str(p) for p in service(compose, "api").get("ports") or []]
+    port = option(api, "--port")
+    assert any(p.endswith(f":{port}") for p in published), f"api port {port} vs {published}"
 
 
 def check_dockerfile(text: str, compose: Compose) -> None:
@@ -297,6 +334,7 @@ COMPOSE_CHECKS: list[Callable[[Compose], None]] = [
     check_one_beat,
     check_queues,
     check_liveness_pings_own_node,
+    check_processes_are_agentq_commands,
 ]
 
 # --- the rules hold --------------------------------------------------------------------------
@@ -353,14 +391,6 @@ def _set(path: str, value: Any) -> Callable[[Compose], None]:
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-
-    return mutate
-
-
-def _replace_arg(name: str, old: str, new: str | None) -> Callable[[Compose], None]:
-    def mutate(c: Compose) -> None:
-        cmd = command(_svc(c, name))
-        _svc(c, name)["command"] = [a for a in (new if a == old else a for a in cmd) if a]
 
     return mutate
 
@@ -433,23 +463,54 @@ BREAKAGES: list[tuple[Callable[[Compose], None], str, Callable[[Compose], None]]
     (check_startup_order, "migrate-command", _set("migrate.command", ["agentq", "up"])),
     (check_one_beat, "two-schedulers", _set("scheduler.deploy.replicas", 2)),
     (check_one_beat, "global-scheduler", _set("scheduler.deploy.mode", "global")),
-    (check_one_beat, "no-beat", _replace_arg("scheduler", "-B", None)),
     (
         check_one_beat,
         "worker-beat",
         _set("worker.command", ["celery", "-A", "worker.app", "worker", "-B"]),
     ),
-    (check_queues, "worker-queue", _replace_arg("worker", "steps,memory", "celery")),
-    (check_queues, "worker-no-memory", _replace_arg("worker", "steps,memory", "steps")),
-    (check_queues, "scheduler-queue", _replace_arg("scheduler", "coordinator", "steps")),
+    (
+        check_one_beat,
+        "no-beat-flag",
+        _set("scheduler.command", ["agentq", "scheduler", "--no-beat"]),
+    ),
+    (
+        check_queues,
+        "worker-queue",
+        _set("worker.command", ["celery", "-A", "worker.app", "worker", "-Q", "celery"]),
+    ),
+    (
+        check_queues,
+        "worker-no-memory",
+        _set("worker.command", ["celery", "-A", "worker.app", "worker", "-Q", "steps"]),
+    ),
+    (check_queues, "scheduler-queue", _set("scheduler.command", ["agentq", "worker"])),
     (
         check_queues,
         "worker-extra-queue",
-        _replace_arg("worker", "steps,memory", "steps,memory,coordinator"),
+        _set("worker.command", ["celery", "-A", "worker.app", "worker", "-Q", "steps,memory,x"]),
     ),
-    (check_queues, "scheduler-app", _replace_arg("scheduler", "scheduler.app", "worker.app")),
-    (check_liveness_pings_own_node, "other-node", _replace_arg("worker", "steps@%h", "w@%h")),
+    (check_queues, "worker-runs-scheduler", _set("worker.command", ["agentq", "scheduler"])),
+    (
+        check_liveness_pings_own_node,
+        "other-node",
+        _set("worker.command", ["agentq", "worker", "--name", "w@%h"]),
+    ),
     (check_liveness_pings_own_node, "no-healthcheck", _set("scheduler.healthcheck", None)),
+    (
+        check_processes_are_agentq_commands,
+        "raw-celery",
+        _set("worker.command", ["celery", "-A", "worker.app", "worker", "-Q", "steps,memory"]),
+    ),
+    (
+        check_processes_are_agentq_commands,
+        "api-on-loopback",
+        _set("api.command", ["agentq", "api", "--host", "127.0.0.1", "--port", "8765"]),
+    ),
+    (
+        check_processes_are_agentq_commands,
+        "api-port-unpublished",
+        _set("api.command", ["agentq", "api", "--host", "0.0.0.0", "--port", "9000"]),
+    ),
 ]
 
 
@@ -479,8 +540,8 @@ def test_every_compose_check_is_shown_to_fail() -> None:
         ("USER agentq\n", ""),
         ("PYTHONUNBUFFERED=1", "PYTHONUNBUFFERED=0"),
         ("RUN pip install /app", "RUN true"),
-        ('"-Q", "steps,memory"', '"-Q", "coordinator"'),
-        ('"-Q", "steps,memory"', '"-Q", "steps"'),
+        ('"agentq", "worker"', '"agentq", "scheduler"'),
+        ('"--concurrency", "2"', '"--concurrency", "3"'),
     ],
 )
 def test_dockerfile_check_can_fail(old: str, new: str) -> None:

