@@ -246,7 +246,8 @@ def drop_other_dims(session: Session, *, table: str, model: str, dim: int) -> li
 
 
 def ensure_vector_index(session: Session, *, table: str, model: str, dim: int) -> None:
-    """Create `model`'s HNSW index on `table` (`facts` or `episodes`) unless it exists.
+    """Create `model`'s HNSW index on `table` (`facts` or `episodes`) unless it exists (then
+    nothing is run that needs the table's owner).
 
     Raises `ConfigurationError` for another table, an unsafe model name, or a dim outside
     1..2000. The build holds a SHARE lock on the table (writes wait) until the caller commits;
@@ -254,6 +255,8 @@ def ensure_vector_index(session: Session, *, table: str, model: str, dim: int) -
     """
     name = vector_index_name(check_table(table), check_model(model), check_dim(dim))
     session.execute(sa.text(INDEX_LOCK), {"name": name})
+    if name in session.scalars(sa.text(VECTOR_INDEXES), {"table": table}).all():
+        return  # no DDL, which needs the table's owner: a remote role (models.remote_access)
     session.execute(sa.text(VECTOR_INDEX.format(name=name, table=table, dim=dim, model=model)))
 
 

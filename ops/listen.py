@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
+from psycopg.conninfo import make_conninfo
+
 from models.private_files import read_or_create_secret
 from models.remote_access import REMOTE_ROLE, ensure_remote_role
 
@@ -113,5 +115,8 @@ def start_listening(server: PostgresServer, listen: Listen) -> None:
 def open_remote_role(server: PostgresServer, data_dir: Path) -> str:
     """Create or update role `agentq` with the data dir's password; returns the password."""
     password = postgres_password(data_dir)
-    ensure_remote_role(server.get_uri(), password)
+    info = server.get_postmaster_info()  # its socket, named after its port
+    socket_dir = str(info.socket_dir)
+    conninfo = make_conninfo(host=socket_dir, port=info.port, user="postgres", dbname="postgres")
+    ensure_remote_role(conninfo, password)
     return password

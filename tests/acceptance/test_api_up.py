@@ -28,12 +28,12 @@ def home() -> Iterator[Path]:
 
 
 def start_up(
-    home: Path, port: int, env: dict[str, str] | None = None
+    home: Path, port: int, env: dict[str, str] | None = None, *, args: list[str] | None = None
 ) -> tuple[subprocess.Popen[str], str]:
-    """`agentq up` on `port`, `env` added to its environment; returns the process and what it
-    printed until it was up (or until it exited)."""
+    """`agentq up` on `port` with `args`, `env` added to its environment; returns the process
+    and what it printed until it was up (or until it exited)."""
     proc = subprocess.Popen(
-        [AGENTQ, "up"],
+        [AGENTQ, "up", *(args or [])],
         env={**_env(home), "AGENTQ_API_PORT": str(port), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
