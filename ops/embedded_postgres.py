@@ -34,15 +34,22 @@ def start_postgres(pgdata: Path, listen: Listen | None) -> tuple[PostgresServer,
         server = get_server(pgdata, cleanup_mode=None, start=False)
         server.ensure_pgdata_inited()  # initdb on a new dir, so the block goes in before start
         postgres_tuning.tune(pgdata)
-        if listen is not None and not running(pgdata):
-            start_listening(server, listen)
-        server.start()  # adopts the server running now
+        restart_postgres(server, listen)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc
     info = server.get_postmaster_info()
     url = f"postgresql+psycopg://postgres@/postgres?host={quote(str(info.socket_dir))}"
     # The socket is named after the port (`.s.PGSQL.<port>`): libpq assumes 5432 when not told.
     return server, url if info.port in (None, DEFAULT_PG_PORT) else f"{url}&port={info.port}"
+
+
+def restart_postgres(server: PostgresServer, listen: Listen | None) -> None:
+    """Start the (initialised) Postgres of `server`, also on TCP with `listen`, or adopt the one
+    running on its data dir. Raises `OSError`, `RuntimeError` or `subprocess.SubprocessError`
+    if it does not start."""
+    if listen is not None and not running(server.pgdata):
+        start_listening(server, listen)
+    server.start()  # adopts the server running now
 
 
 def running(pgdata: Path) -> bool:

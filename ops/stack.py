@@ -40,7 +40,7 @@ from models.settings import Settings, get_settings
 from ops import data_dir as modes
 from ops import deployment, processes
 from ops.deployment import SCHEDULE_FILE_NAME
-from ops.embedded_postgres import start_postgres
+from ops.embedded_postgres import restart_postgres, start_postgres
 from ops.embedded_redis import (
     CONFIG_FILE_NAME,
     HOST,
@@ -94,6 +94,7 @@ class LocalStack:
         self._redis: tuple[int, str] | None = None  # its port and password
         self._lock: IO[bytes] | None = None
         self.remote_urls: dict[str, str] = {}  # for other machines (`start_services(listen=)`)
+        self._listen: Listen | None = None
 
     def start_services(
         self, *, broker_url: str | None = None, listen: Listen | None = None
@@ -112,6 +113,7 @@ class LocalStack:
         """
         self._make_private()
         self._claim_data_dir()
+        self._listen = listen
         try:
             self._postgres, database_url = start_postgres(self.data_dir / "pgdata", listen)
             self._lock_down(self._postgres.get_postmaster_info().pid)  # pgserver widened them
@@ -257,7 +259,7 @@ class LocalStack:
         `StackError` if it does not start, or if this stack did not start it."""
         server = self._started_postgres()
         try:
-            server.start()
+            restart_postgres(server, self._listen)  # on TCP again with `listen`
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             raise StackError(f"Postgres did not start again: {exc}") from exc
         self._lock_down(server.get_postmaster_info().pid)
