@@ -122,18 +122,29 @@ def up(
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
     """
-    from kombu.utils.url import maybe_sanitize_url
-
-    from models.formats import provider_label
     from models.settings import get_settings
-    from ops.local import ignored_broker_variables, start_api, start_engine
-    from ops.processes import interrupt_on_sigterm
+    from ops import preflight
 
     settings = get_settings()
     home = settings.home
+    # Each in one line, before anything starts and before the heavy imports below.
+    preflight.check_data_dir(home)
+    preflight.check_port_free(settings.api_host, settings.api_port)
+    notice = preflight.check_embedder(settings)
+    from kombu.utils.url import maybe_sanitize_url
+
+    from models.formats import provider_label
+    from ops.local import ignored_broker_variables, start_api, start_engine
+    from ops.processes import interrupt_on_sigterm
+
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
+    if notice:
+        console.print(Text(notice, style="yellow"), soft_wrap=True)
     stack = start_engine(
-        home, worker_concurrency=workers or settings.worker_concurrency, coordinators=coordinators
+        home,
+        worker_concurrency=workers or settings.worker_concurrency,
+        coordinators=coordinators,
+        say=lambda line: console.print(Text(line)),
     )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
@@ -338,7 +349,8 @@ def main() -> None:
         app()
     except AgentqError as exc:
         # Text, not markup: messages quote user input and patterns such as `^[a-z]{0,99}$`.
-        console.print(Text.assemble(("error:", "red"), " ", str(exc)))
+        # One line however narrow the terminal: it wraps the line itself.
+        console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
         sys.exit(2)
 
 

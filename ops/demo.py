@@ -31,7 +31,7 @@ from models.formats import provider_label
 from models.runs import get_run
 from models.settings import get_settings
 from models.submissions import RunRequest
-from ops import views
+from ops import preflight, views
 from ops.demo_local import (
     DEMO_USER,
     engine_configured,
@@ -88,10 +88,17 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
         named = "" if settings.provider == "offline" else f", model {settings.model}"
         console.print(Text(f"provider: {label}{named}"))
         if not configured:
+            preflight.check_data_dir(settings.home / "demo")
             console.print(Text(f"starting the embedded stack in {settings.home / 'demo'} …"))
+        if notice := preflight.check_embedder(settings):
+            console.print(Text(notice, style="yellow"), soft_wrap=True)
         from ops.local import start_engine
 
-        stack = nullcontext() if configured else start_engine(settings.home / "demo")
+        stack = (
+            nullcontext()
+            if configured
+            else start_engine(settings.home / "demo", say=lambda line: console.print(Text(line)))
+        )
         with stack:
             _forget_demo_user(console)  # its procedures too: a local demo's are seeded again
             if model not in (None, "offline"):
