@@ -94,13 +94,21 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
             console.print(Text(notice, style="yellow"), soft_wrap=True)
         from ops.local import start_engine
 
+        # Its user's memory is forgotten first (its procedures too: a local demo's are seeded
+        # again), before the workers check the memory's embedding model: a demo run before the
+        # `local` extra was installed left hash vectors.
         stack = (
             nullcontext()
             if configured
-            else start_engine(settings.home / "demo", say=lambda line: console.print(Text(line)))
+            else start_engine(
+                settings.home / "demo",
+                say=lambda line: console.print(Text(line)),
+                prepare=lambda: _forget_demo_user(console),
+            )
         )
         with stack:
-            _forget_demo_user(console)  # its procedures too: a local demo's are seeded again
+            if configured:
+                _forget_demo_user(console)
             if model not in (None, "offline"):
                 seed_procedures(console)
             results = [_scenario(console, s) for s in SCENARIOS[:scenarios]]

@@ -20,9 +20,12 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
+from models.db import session_scope
 from models.embedding_choice import LOCAL_MODEL, provider_in_use
+from models.memory_admin import embedder
 from models.migrate import upgrade
 from models.queue import CELERY_BROKER_VARIABLES, QUEUE_COORDINATOR, WORKER_QUEUES
+from models.reembedding import check_embedding_model
 from models.settings import Settings, get_settings, setting_name
 from ops.preflight import check_port_free
 from ops.stack import UVICORN_READY, LocalStack
@@ -95,6 +98,7 @@ def start_engine(
     extra_env: dict[str, str] | None = None,
     loglevel: str = "INFO",
     say: Callable[[str], object] = lambda _line: None,
+    prepare: Callable[[], object] = lambda: None,
 ) -> LocalStack:
     """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
     scheduler (with beat) and `coordinators - 1` more coordinator processes (`coordinator-2`,
@@ -107,7 +111,10 @@ def start_engine(
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack, and
     `AGENTQ_METRICS_DIR` (`fresh_metrics_dir`) so its API serves the processes' metrics. When
     the workers load a model in-process (the `local` embedder: 5-30 s, torch's import mostly),
-    `say` gets a line as they start and one with the seconds once all have it. Raises
+    `say` gets a line as they start and one with the seconds once all have it. `prepare` runs
+    after the migrations, before the memory's embedding model is checked
+    (`models.reembedding.check_embedding_model`, which raises `ConfigurationError` here rather
+    than in a worker) and the workers start. Raises
     `StackError` when anything fails to start, after stopping what did start.
     """
     stack = LocalStack(data_dir)
@@ -118,6 +125,8 @@ def start_engine(
         os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
+        prepare()
+        _check_memory_model()  # one line here, not a worker's traceback in its log
         env = engine_env(database_url, broker_url, extra_env)
         loading = _loading_line(worker_concurrency)
         started = time.monotonic()
@@ -202,3 +211,10 @@ def _loading_line(worker_concurrency: int) -> str | None:
         return None
     processes = "process" if worker_concurrency == 1 else f"{worker_concurrency} processes"
     return f"loading the embedding model {LOCAL_MODEL} in the worker's {processes} …"
+
+
+def _check_memory_model() -> None:
+    """`models.reembedding.check_embedding_model` with this process's embedder: the check each
+    worker makes at start, made first here, where its error is one line."""
+    with session_scope() as session:
+        check_embedding_model(session, embedder())
