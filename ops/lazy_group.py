@@ -31,22 +31,17 @@ class LazyApp:
 
 class LazyGroup(TyperGroup):
     """A `TyperGroup` with the sub-apps of `lazy` (name -> `LazyApp`, set by a subclass) after
-    its own commands, each imported on first use."""
+    its own commands: each is a placeholder group carrying its help (all `--help` lists, and
+    what "did you mean" suggests from) until it runs."""
 
     lazy: ClassVar[dict[str, LazyApp]] = {}
 
-    def list_commands(self, ctx: Context) -> list[str]:
-        """Own commands first, then the lazy sub-apps, in the order given."""
-        own = super().list_commands(ctx)
-        return [*own, *(name for name in self.lazy if name not in own)]
-
-    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        """The command `cmd_name`; a lazy sub-app not yet imported is a placeholder group that
-        carries its help (enough for the listing of `--help`)."""
-        found = super().get_command(ctx, cmd_name)
-        if found is None and cmd_name in self.lazy:
-            return TyperGroup(name=cmd_name, help=self.lazy[cmd_name].help)
-        return found
+    def __init__(self, **attrs: Any) -> None:
+        """As `TyperGroup`, plus a placeholder for each lazy sub-app."""
+        super().__init__(**attrs)
+        self.loaded: set[str] = set()
+        for name, app in self.lazy.items():
+            self.commands.setdefault(name, TyperGroup(name=name, help=app.help))
 
     def resolve_command(
         self, ctx: Context, args: list[str]
@@ -57,9 +52,11 @@ class LazyGroup(TyperGroup):
         return super().resolve_command(ctx, args)
 
     def load(self, name: str) -> Command:
-        """The real command of lazy sub-app `name`, imported and added on first use."""
-        if name not in self.commands:
+        """The real command of lazy sub-app `name`, imported in place of its placeholder on
+        first use."""
+        if name not in self.loaded:
             self.add_command(typer.main.get_group(self.lazy[name].load()), name)
+            self.loaded.add(name)
         return self.commands[name]
 
 

