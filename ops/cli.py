@@ -134,7 +134,7 @@ def up(
     from kombu.utils.url import maybe_sanitize_url
 
     from models.formats import provider_label
-    from ops.local import ignored_broker_variables, start_api, start_engine
+    from ops.local import check_memory_model, ignored_broker_variables, start_api, start_engine
     from ops.processes import interrupt_on_sigterm
 
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
@@ -145,6 +145,7 @@ def up(
         worker_concurrency=workers or settings.worker_concurrency,
         coordinators=coordinators,
         say=lambda line: console.print(Text(line)),
+        prepare=check_memory_model,
     )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)

@@ -103,7 +103,7 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
             else start_engine(
                 settings.home / "demo",
                 say=lambda line: console.print(Text(line)),
-                prepare=lambda: _forget_demo_user(console),
+                prepare=lambda: _prepare(console),
             )
         )
         with stack:
@@ -138,6 +138,15 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
     reported = _report(console, run_id)
     _wait_for_memory(console, run_id)  # the next scenario recalls what this run wrote
     return reported
+
+
+def _prepare(console: Console) -> None:
+    """Before the embedded stack's workers start: forget the demo user, then check the memory's
+    embedding model (`ops.local.check_memory_model`)."""
+    from ops.local import check_memory_model
+
+    _forget_demo_user(console)
+    check_memory_model()
 
 
 def _forget_demo_user(console: Console) -> None:

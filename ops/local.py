@@ -97,7 +97,7 @@ def start_engine(
     coordinators: int = 1,
     extra_env: dict[str, str] | None = None,
     loglevel: str = "INFO",
-    say: Callable[[str], object] = lambda _line: None,
+    say: Callable[[str], object] | None = None,
     prepare: Callable[[], object] = lambda: None,
 ) -> LocalStack:
     """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
@@ -110,11 +110,10 @@ def start_engine(
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack, and
     `AGENTQ_METRICS_DIR` (`fresh_metrics_dir`) so its API serves the processes' metrics. When
-    the workers load a model in-process (the `local` embedder: 5-30 s, torch's import mostly),
-    `say` gets a line as they start and one with the seconds once all have it. `prepare` runs
-    after the migrations, before the memory's embedding model is checked
-    (`models.reembedding.check_embedding_model`, which raises `ConfigurationError` here rather
-    than in a worker) and the workers start. Raises
+    the workers load a model in-process (the `local` embedder of this process's settings: 5-45 s,
+    torch's import mostly), `say` gets a line as they start and one with the seconds once all
+    have it. `prepare` runs after the migrations, before the workers start (`agentq up` and
+    `agentq demo` run `check_memory_model` there). Raises
     `StackError` when anything fails to start, after stopping what did start.
     """
     stack = LocalStack(data_dir)
@@ -126,11 +125,10 @@ def start_engine(
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
         prepare()
-        _check_memory_model()  # one line here, not a worker's traceback in its log
         env = engine_env(database_url, broker_url, extra_env)
-        loading = _loading_line(worker_concurrency)
+        loading = _loading_line(worker_concurrency) if say is not None else None
         started = time.monotonic()
-        if loading:
+        if say is not None and loading:
             say(loading)
         stack.start_process(
             "worker",
@@ -171,7 +169,7 @@ def start_engine(
             stack.wait_for_log(
                 "worker", WORKER_WARM, WORKER_WARM_TIMEOUT_S, count=worker_concurrency
             )
-            if loading:
+            if say is not None and loading:
                 say(f"embedding model loaded in {time.monotonic() - started:.1f} s")
     except BaseException:
         stack.stop()
@@ -213,8 +211,10 @@ def _loading_line(worker_concurrency: int) -> str | None:
     return f"loading the embedding model {LOCAL_MODEL} in the worker's {processes} …"
 
 
-def _check_memory_model() -> None:
+def check_memory_model() -> None:
     """`models.reembedding.check_embedding_model` with this process's embedder: the check each
-    worker makes at start, made first here, where its error is one line."""
+    worker makes at start, made before they start, where its `ConfigurationError` is one line
+    rather than a worker's traceback in its log. For a stack whose workers have this process's
+    settings (no embedding setting in `extra_env`)."""
     with session_scope() as session:
         check_embedding_model(session, embedder())
