@@ -8,6 +8,7 @@ a deployment machine, as docker-compose.yml runs them:
   (beat in the same process; a second scheduler without `-B` only takes coordinator messages);
 - api: `uvicorn api.app:create_app --factory --no-access-log --host H --port P`.
 Python runs with `-P`, so the current directory is not put on `sys.path` (ops/stack.py says why).
+Light to import (no Celery): `agentq --help` loads it (tests/acceptance/test_first_run.py).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
-
 WORKER_APP: Final = "worker.app"
 SCHEDULER_APP: Final = "scheduler.app"
 API_APP_FACTORY: Final = "api.app:create_app"
 WORKER_NODE: Final = "steps@%h"  # Celery node names; `%h` is the machine's host name
 SCHEDULER_NODE: Final = "coordinator@%h"
 SCHEDULE_FILE_NAME: Final = "celerybeat-schedule"
+DEFAULT_POSTGRES_PORT: Final = 5432  # the ports of `agentq up --listen`: their usual numbers
+DEFAULT_REDIS_PORT: Final = 6379  # (IANA registry)
 
 
 def celery_argv(
@@ -49,6 +50,8 @@ def worker_argv(
     *, concurrency: int, hostname: str = WORKER_NODE, loglevel: str = "INFO"
 ) -> list[str]:
     """The step worker: `celery_argv` of `worker.app` on `models.queue.WORKER_QUEUES`."""
+    from models.queue import WORKER_QUEUES
+
     queues = ",".join(WORKER_QUEUES)
     return celery_argv(
         WORKER_APP, queues, concurrency=concurrency, hostname=hostname, loglevel=loglevel
@@ -60,6 +63,8 @@ def scheduler_argv(
 ) -> list[str]:
     """The scheduler: one coordinator process on the `coordinator` queue, with beat when
     `schedule` (its state file) is given; one beat per deployment sends (scheduler/beat.py)."""
+    from models.queue import QUEUE_COORDINATOR
+
     return celery_argv(
         SCHEDULER_APP,
         QUEUE_COORDINATOR,

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Final, NoReturn
+from typing import TYPE_CHECKING, Annotated, Final, NoReturn
 
 import typer
 
 from models.errors import ConfigurationError
-from models.settings import Settings
 from ops.deployment import (
     SCHEDULE_FILE_NAME,
     SCHEDULER_NODE,
@@ -28,7 +27,9 @@ from ops.deployment import (
     scheduler_argv,
     worker_argv,
 )
-from ops.local import engine_env
+
+if TYPE_CHECKING:
+    from models.settings import Settings
 
 DATABASE_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 BROKER_SCHEMES: Final = ("redis", "rediss", "amqp", "amqps", "pyamqp")
@@ -39,6 +40,8 @@ def deployment_env(settings: Settings) -> dict[str, str]:
     """The environment of a deployment process: `ops.local.engine_env` with the configured
     URLs. Raises `ConfigurationError` naming the variable when a URL is unset, or its scheme
     is not one of `DATABASE_SCHEMES` / `BROKER_SCHEMES`."""
+    from ops.local import engine_env  # SQLAlchemy, Celery: not at `agentq --help`
+
     database = _required(settings.database_url, "AGENTQ_DATABASE_URL", DATABASE_SCHEMES)
     broker = _required(settings.broker_url, "AGENTQ_BROKER_URL", BROKER_SCHEMES)
     return engine_env(database, broker)
@@ -65,6 +68,13 @@ def run_foreground(argv: list[str], settings: Settings) -> NoReturn:
     os.execve(argv[0], argv, env)
 
 
+def _settings() -> Settings:
+    """The settings as the environment and `.env` give them now (never `agentq up`'s)."""
+    from models.settings import Settings
+
+    return Settings()
+
+
 def _level(value: str) -> str:
     if value.upper() not in LOG_LEVELS:
         raise typer.BadParameter(f"{value!r}; allowed: {', '.join(LOG_LEVELS)}")
@@ -85,7 +95,7 @@ def worker(
 ) -> None:
     """Run a step worker (queues steps and memory) in the foreground, from AGENTQ_DATABASE_URL
     and AGENTQ_BROKER_URL; SIGTERM lets running steps finish."""
-    settings = Settings()
+    settings = _settings()
     pool = concurrency or settings.worker_concurrency
     run_foreground(worker_argv(concurrency=pool, hostname=name, loglevel=loglevel), settings)
 
@@ -103,7 +113,7 @@ def scheduler(
 ) -> None:
     """Run the scheduler (coordinator queue, and beat) in the foreground, from
     AGENTQ_DATABASE_URL and AGENTQ_BROKER_URL; SIGTERM lets a running decision finish."""
-    settings = Settings()
+    settings = _settings()
     state = None
     if beat:
         state = (schedule or settings.home / SCHEDULE_FILE_NAME).expanduser().resolve()
@@ -119,6 +129,6 @@ def api(
 ) -> None:
     """Serve the HTTP API and the review console in the foreground, from AGENTQ_DATABASE_URL
     and AGENTQ_BROKER_URL; SIGTERM finishes open requests."""
-    settings = Settings()
+    settings = _settings()
     argv = api_argv(host=host or settings.api_host, port=port or settings.api_port)
     run_foreground(argv, settings)

