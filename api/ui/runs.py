@@ -151,14 +151,14 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "procedures_used": used_by_run(session, run_id, memory_readable=readable),
             "offer_procedure": procedure_admin.offers_procedure(session, run),
         }
-    live = run.status not in RUN_TERMINAL
+    live, base = run.status not in RUN_TERMINAL, f"{base_path(request)}/runs/{run_id}"
     return render(
         request,
         "run.html",
         principal=principal,
         title=f"Run {run_id}",
-        poll_url=f"{base_path(request)}/runs/{run_id}/version.json" if live else None,
-        stream_url=f"{base_path(request)}/runs/{run_id}/events/stream" if live else None,
+        poll_url=f"{base}/version.json" if live else None,
+        stream_url=f"{base}/events/stream?after={version}" if live else None,  # since read
         **context,
     )
 

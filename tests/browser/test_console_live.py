@@ -14,10 +14,11 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from models import run_transitions
+from models import run_transitions, transitions
 from models.events import record_event
 from models.runs import submit_run
 from models.settings import get_settings
+from models.states import RUN_TERMINAL
 from tests.support.console import Console
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
@@ -45,6 +46,19 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def left_open(console: Console) -> Iterator[list[int]]:
+    """The runs this module leaves waiting for review: cancelled at its end, so the inbox the
+    README's screenshots show (tests/browser/test_review_console.py) does not list them."""
+    runs: list[int] = []
+    yield runs
+    with console.db() as session:
+        for run_id in runs:
+            run = transitions.lock_run(session, run_id)
+            if run is not None and run.status not in RUN_TERMINAL:
+                transitions.cancel_run(session, run_id)
+
+
 def _signed_in(page: Page, console: Console, token: str, path: str) -> list[str]:
     """Sign `page` in with `token` at `path`, mark its window; the main frame's navigations
     from then on (the list the caller checks stays empty when nothing reloads)."""
@@ -59,9 +73,9 @@ def _signed_in(page: Page, console: Console, token: str, path: str) -> list[str]
     return navigations
 
 
-def _escalated(console: Console, user: str) -> tuple[int, int]:
-    """A run waiting for review (an `invalid_plan` escalation), written in one transaction:
-    (run id, escalation id)."""
+def _escalated(console: Console, user: str, left_open: list[int]) -> tuple[int, int]:
+    """A run waiting for review (an `invalid_plan` escalation), written in one transaction,
+    cancelled at the module's end: (run id, escalation id)."""
     with console.db() as session:
         run = submit_run(session, settings=get_settings(), user_id=user, goal=f"live {user}")
         run_id = run.id or 0
@@ -75,7 +89,8 @@ def _escalated(console: Console, user: str) -> tuple[int, int]:
             timeout_s=3600,
         )
         assert esc is not None
-        return run_id, esc.id or 0
+    left_open.append(run_id)
+    return run_id, esc.id or 0
 
 
 def _shown_in_place(page: Page, navigations: list[str], locator_text: str, css: str) -> float:
@@ -90,12 +105,14 @@ def _shown_in_place(page: Page, navigations: list[str], locator_text: str, css: 
 
 
 def test_a_run_page_shows_a_new_event_in_place_within_2_s(
-    console: Console, make_token: MakeToken, page: Page
+    console: Console, make_token: MakeToken, page: Page, left_open: list[int]
 ) -> None:
-    run_id, _ = _escalated(console, "live-run")
+    run_id, _ = _escalated(console, "live-run", left_open)
     _, token = make_token("reviewer", "live-rita")
     navigations = _signed_in(page, console, token, f"/runs/{run_id}")
     expect(page.locator("body")).to_have_attribute("data-live", "stream")
+    page.wait_for_timeout(500)  # the stream starts at the page's version: nothing to refresh
+    assert page.locator("body").get_attribute("data-refreshed") is None
     note = f"note-{uuid.uuid4().hex[:8]}"
     with console.db() as session:
         record_event(session, run_id, "note.operator", text=note)
@@ -105,23 +122,23 @@ def test_a_run_page_shows_a_new_event_in_place_within_2_s(
 
 
 def test_the_review_inbox_shows_a_new_escalation_in_place_within_2_s(
-    console: Console, make_token: MakeToken, page: Page
+    console: Console, make_token: MakeToken, page: Page, left_open: list[int]
 ) -> None:
     _, token = make_token("reviewer", "live-ria")
     navigations = _signed_in(page, console, token, "/reviews")
     expect(page.locator("body")).to_have_attribute("data-live", "stream")
-    run_id, esc_id = _escalated(console, "live-inbox")
+    run_id, esc_id = _escalated(console, "live-inbox", left_open)
     took = _shown_in_place(page, navigations, f"run {run_id}", "table")
     print(f"inbox: escalation shown {took:.2f} s after its commit")
     expect(page.locator(f"tr.inbox-row[data-escalation='{esc_id}']")).to_have_count(1)
 
 
 def test_the_runs_list_swaps_in_place_on_its_poll(
-    console: Console, make_token: MakeToken, page: Page
+    console: Console, make_token: MakeToken, page: Page, left_open: list[int]
 ) -> None:
     _, token = make_token("admin", "live-ada")
     navigations = _signed_in(page, console, token, "/runs")
-    run_id, _ = _escalated(console, "live-list")
+    run_id, _ = _escalated(console, "live-list", left_open)
     expect(page.locator("body")).to_have_attribute("data-live", "poll")
     started = time.monotonic()
     expect(page.locator("main")).to_contain_text("live live-list", timeout=5_000)
@@ -131,9 +148,9 @@ def test_the_runs_list_swaps_in_place_on_its_poll(
 
 
 def test_the_console_streams_want_the_session_not_a_token(
-    console: Console, make_token: MakeToken, sign_in: SignIn
+    console: Console, make_token: MakeToken, sign_in: SignIn, left_open: list[int]
 ) -> None:
-    run_id, _ = _escalated(console, "live-auth")
+    run_id, _ = _escalated(console, "live-auth", left_open)
     _, reviewer_token = make_token("reviewer", "live-rex")
     _, other_token = make_token("submitter", "live-sue", user="someone-else")
     anonymous = httpx.Client(base_url=console.ui_url.removesuffix("/ui"), trust_env=False)
