@@ -18,8 +18,8 @@ from api.ui.security import reviewer
 from api.ui.templating import render
 from models import deliveries
 from models.db import session_scope
+from models.webhook_tables import DELIVERY_STATUSES
 
-DELIVERY_STATUSES: Final = ("pending", "delivering", "delivered", "failed")
 DELIVERIES_SHOWN: Final = 100
 BAD_REQUEST: Final = 400
 router = APIRouter()
