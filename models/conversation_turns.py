@@ -1,13 +1,17 @@
-"""Remembering a conversation: each turn as a fact in its thread, with the facts it states.
+"""Remembering a conversation: each turn as a fact in its thread, optionally with the facts it
+states.
 
 `remember_turns` is the write path for conversation turns: every turn is stored as a fact
-(category "event", `turn` = its thread and position, `models.facts.remember`), and the facts
-`models.conversation_facts.extract` finds in it are stored beside it, at the same thread and
-position, under their kind ("preference", "plan", "relation", "event"). Recall returns a turn
-and the facts extracted from it together, as one result (`models.rerank.group_turns`): the fact
-matches the question's words, the turn gives the context. Relative time expressions are
-resolved against the turn's date before anything is stored (`models.time_expressions`).
-All texts are embedded in one call of `embed`.
+(category "event", `turn` = its thread and position, `models.facts.remember`); relative time
+expressions are resolved against the turn's date first (`models.time_expressions`). With
+`extract_facts`, the facts `models.conversation_facts.extract` finds in a turn are stored beside
+it, at the same thread and position, under their kind ("preference", "plan", "relation",
+"event"), and recall returns a turn and its facts together, as one result
+(`models.rerank.group_turns`). Off by default, by measurement (README "Memory benchmarks",
+LoCoMo development set): the facts raised multi-hop and temporal recall@10 but lowered
+single-hop and adversarial more (a fact names its speaker, so a question naming the wrong
+person finds the wrong person's facts), and the whole set's. All texts are embedded in one
+call of `embed`.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def remember_turns(
     turns: Sequence[Turn],
     embed: Embed,
     embedding_model: str,
-    extract_facts: bool = True,
+    extract_facts: bool = False,
 ) -> list[TurnWritten]:
     """Store each of `turns` and (with `extract_facts`) the facts it states, for `user_id`, in
     order; one `TurnWritten` per turn. `embed` maps texts to vectors of `embedding_model`, one

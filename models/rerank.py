@@ -6,6 +6,7 @@ cosine (through the model's HNSW index, as `models.retrieval.nearest`), its best
 conversation neighbours of both, and every one's scores, and ranks them in Python (`rescore`):
 
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
+                + DATE_WEIGHT (a question asking when, a row holding a resolved date)
     relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
     score     = relevance * recency weight (`models.retrieval.recency_weight`)
 
@@ -23,6 +24,12 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
   stored at the turn's position, with that turn), and a neighbour of a relevant row may be
   recalled though it shares no word with the question. Rows without a thread (episodes, facts
   of runs) have no neighbours.
+- Dates: a question asking when, how long ago or what year (`asks_when`) is answered by a row
+  saying when something happened; a row holding a date resolved at write time
+  (`models.time_expressions.RESOLVED_DATE`: "yesterday (7 May 2023)") gains DATE_WEIGHT.
+- A turn and the facts extracted from it (`models.conversation_turns`, same thread and
+  position) are one result (`group_turns`): they are returned next to each other, at the place
+  of the best of them, and count once towards `k`.
 - A row is relevant when its similarity reaches `min_similarity` or all the query's words match
   (`websearch_to_tsquery`); a row neither relevant nor next to a relevant row is dropped.
 

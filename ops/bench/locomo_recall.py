@@ -156,8 +156,8 @@ class Stored:
 def store(session: Session, conv: Conversation, embed: Embed, *, extract_facts: bool) -> Stored:
     """Remember every turn (and with `extract_facts` the facts it states) through the product
     path, `models.conversation_turns.remember_turns`, as tenant `locomo-<sample_id>` (suffix
-    "-turns" without facts), after forgetting what a previous run on this data dir left."""
-    user_id = f"locomo-{conv.sample_id}" + ("" if extract_facts else "-turns")
+    WITH_FACTS with facts), after forgetting what a previous run on this data dir left."""
+    user_id = f"locomo-{conv.sample_id}" + (WITH_FACTS if extract_facts else "")
     facts.forget_facts(session, user_id=user_id)
     model = LocalEmbedder.model
     written = conversation_turns.remember_turns(
@@ -210,20 +210,24 @@ def rrf_before(session: Session, query: retrieval.Search) -> list[retrieval.Scor
 
 
 Retriever = Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]
-TURNS_ONLY = "-turns"  # the tenant holding the turns alone (no extracted facts)
-# The retrievers compared, by row label: agentq's recall as shipped, then one row per part
-# (`rerank.Weights`, or the tenant without extracted facts), and the recalls it replaced.
+WITH_FACTS = "-facts"  # the tenant holding the turns and the facts extracted from them
+# The retrievers compared, by row label: agentq's recall as shipped (turns as
+# `remember_turns` stores them by default), then one row per part (`rerank.Weights`, or the
+# tenant with extracted facts), and the recall the second stage replaced.
 VARIANTS: dict[str, tuple[Retriever, str]] = {
     AGENTQ: (rerank.hybrid, ""),
-    "without extracted facts (turns only)": (rerank.hybrid, TURNS_ONLY),
-    "without date boost": (partial(rerank.hybrid, weights=rerank.Weights(dates=0)), ""),
+    "with extracted facts (one result with their turn)": (rerank.hybrid, WITH_FACTS),
+    "with extracted facts, each its own result": (
+        partial(rerank.hybrid, weights=rerank.Weights(grouped=False)),
+        WITH_FACTS,
+    ),
+    "without date boost (the previous recall)": (
+        partial(rerank.hybrid, weights=rerank.Weights(dates=0)),
+        "",
+    ),
     "without context": (partial(rerank.hybrid, weights=rerank.Weights(context=0)), ""),
     "without BM25": (partial(rerank.hybrid, weights=rerank.Weights(text=0)), ""),
-    "before: BM25 + context, turns only": (
-        partial(rerank.hybrid, weights=rerank.Weights(dates=0)),
-        TURNS_ONLY,
-    ),
-    "before that: RRF of HNSW + ts_rank_cd": (rrf_before, TURNS_ONLY),
+    "before: RRF of HNSW + ts_rank_cd": (rrf_before, ""),
 }
 
 
@@ -274,11 +278,11 @@ def evaluate(
 
 
 def ingest(url: str, conv: Conversation, embed: CachedEmbedder) -> dict[str, Stored]:
-    """Store `conv` twice (with and without extracted facts), then ANALYZE; by tenant suffix."""
+    """Store `conv` twice (without and with extracted facts), then ANALYZE; by tenant suffix."""
     with session_scope(url) as session:
         stores = {
-            tenant: store(session, conv, embed, extract_facts=not tenant)
-            for tenant in ("", TURNS_ONLY)
+            tenant: store(session, conv, embed, extract_facts=bool(tenant))
+            for tenant in ("", WITH_FACTS)
         }
     with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
         session.execute(sa.text("ANALYZE facts"))

@@ -16,7 +16,7 @@ from models.conversation_turns import Turn, TurnWritten, remember_turns
 from models.db import session_scope
 from models.embeddings import HashEmbedder
 from models.errors import DatabaseError
-from models.facts import FACTS, Fact, ensure_vector_indexes, recall, remember
+from models.facts import FACTS, Fact, ensure_vector_indexes, facts_of, recall, remember
 from models.retrieval import Search, search_settings
 from ops.stack import LocalStack
 
@@ -142,7 +142,9 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def remember_conversation(user_id: str, turns: list[Turn]) -> list[TurnWritten]:
+def remember_conversation(
+    user_id: str, turns: list[Turn], *, extract_facts: bool = True
+) -> list[TurnWritten]:
     """`turns` through the product path (`remember_turns`), embedded by the hash embedder."""
     with session_scope() as session:
         return remember_turns(
@@ -151,6 +153,7 @@ def remember_conversation(user_id: str, turns: list[Turn]) -> list[TurnWritten]:
             turns=turns,
             embed=EMBEDDER.embed,
             embedding_model=EMBEDDER.model,
+            extract_facts=extract_facts,
         )
 
 
@@ -176,6 +179,20 @@ def test_remembered_turns_bring_their_extracted_facts_and_are_recalled_with_them
     with session_scope() as session:
         row = session.get(Fact, written[1].fact_ids[0])
         assert row is not None and (row.thread, row.position, row.category) == ("D1", 2, "event")
+
+
+def test_by_default_only_the_turns_are_stored_with_their_dates_resolved(
+    new_user: Callable[[], str],
+) -> None:
+    user = new_user()
+    turn = Turn("Caroline", "I went to a support group yesterday.", "D1", 2, date(2023, 1, 1))
+    written = remember_conversation(user, [turn], extract_facts=False)
+    assert written[0].fact_ids == ()
+    with session_scope() as session:
+        stored = facts_of(session, user_id=user)
+    assert [f.text for f in stored] == [
+        "Caroline: I went to a support group yesterday (31 December 2022)."
+    ]
 
 
 def test_with_facts_and_dates_recall_still_never_returns_another_users_rows(
