@@ -4,18 +4,22 @@
 [--no-dates]`
 
 LoCoMo (Maharana et al., ACL 2024): long two-person conversations; each question's `evidence`
-names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant, a
-turn one fact ("<speaker> (<session date>): <text> [image: <caption>]", category "event", its
-relative time expressions resolved against the session's date unless `--no-dates`) in its
-session's thread, embedded in batches by all-MiniLM-L6-v2. Per question, in turn: agentq's
-recall as `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context,
-recency, default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one
-part off (`rerank.Weights`: an ablation row each), the recall it replaced (RRF of HNSW and
-`ts_rank_cd`), and exact cosine top k over the same embeddings (numpy). recall@n: the share of
-the question's evidence turns in the first n results (n = 5, k), averaged by category. Evidence
-is parsed leniently ("D8:6; D9:17" is two turns); what is unusable is counted and skipped. Also:
-tokens (`count_tokens`) of the k results against the whole conversation's; ms per call (after a
-warm-up, query embedding excluded), p50 and p95; ingest time; results cut by the threshold.
+names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant,
+written through the product's path, `models.conversation_turns.remember_turns`: a turn is one
+fact ("<speaker> (<session date>): <text> [image: <caption>]", its relative time expressions
+resolved against the session's date unless `--no-dates`) in its session's thread, embedded by
+all-MiniLM-L6-v2 (each text once, `CachedEmbedder`); a second tenant holds the same turns and
+the facts extracted from them (`extract_facts=True`). Per question, in turn: agentq's recall as
+`models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context, date boost,
+default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one part off
+or on the tenant with facts (an ablation row each), the recall it replaced (RRF of HNSW and
+`ts_rank_cd`), and exact cosine top k over the turns' embeddings (numpy). recall@n: the share
+of the question's evidence turns in the first n results (n = 5, k; a turn and the facts
+extracted from it are one result), averaged by category. Evidence is parsed leniently ("D8:6;
+D9:17" is two turns); what is unusable is counted and skipped. Also: tokens (`count_tokens`) of
+the k results against the whole conversation's; ms per call (after a warm-up, query embedding
+excluded), p50 and p95; ingest time; results cut by the threshold. Tables:
+`ops.bench.locomo_report`.
 """
 
 from __future__ import annotations
