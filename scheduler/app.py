@@ -26,7 +26,7 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-from models import metrics, metrics_export
+from models import metrics, metrics_export, tracing
 from models.db import dispose_engines
 from models.logs import configure_logging
 from models.orphans import die_with_parent
@@ -114,6 +114,7 @@ def deliver_webhooks() -> None:
 def _fresh_engine(**_: Any) -> None:
     die_with_parent(MAIN_PID)
     dispose_engines()
+    tracing.setup(settings, service="scheduler")  # after the fork: the SDK's export thread
 
 
 @beat_embedded_init.connect  # type: ignore[untyped-decorator]

@@ -31,10 +31,10 @@ import structlog
 from celery import Task
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
-from models import metrics_export, queue
+from models import metrics_export, queue, tracing
 from models.db import dispose_engines
 from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
-from models.logs import configure_logging
+from models.logs import bind_work, configure_logging
 from models.orphans import die_with_parent
 from models.queue import (
     OUTAGE_RETRIES,
@@ -79,7 +79,7 @@ def plan(run_id: int) -> None:
     """Write the first plan of a run; rate-limited, the task is sent again later."""
     moved = False  # a crash escalated: nothing to tell the coordinator
     try:
-        with escalated_on_crash(run_id, "planning"):
+        with tracing.span("agentq.plan", run_id=run_id), escalated_on_crash(run_id, "planning"):
             moved = planner.plan(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_PLAN, "planning", run_id)
@@ -96,7 +96,10 @@ def replan(run_id: int, step_id: int) -> None:
     """Splice new steps in after a failed step; rate-limited, the task is sent again later."""
     moved = False  # a crash escalated: nothing to tell the coordinator
     try:
-        with escalated_on_crash(run_id, "replanning"):
+        with (
+            tracing.span("agentq.replan", run_id=run_id, step_id=step_id),
+            escalated_on_crash(run_id, "replanning"),
+        ):
             moved = planner.replan(run_id, step_id)
     except RateLimited as exc:
         _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
@@ -132,9 +135,14 @@ def execute_step(
         recovery.check_later(step_id)  # its worker was lost mid-step: back when its lease ends
     chain = steps.Chain.from_settings(settings)
     while claimed is not None:
+        step = claimed.step
+        bind_work(run_id=step.run_id, step_id=step.id, attempt=step.attempt)
         try:
-            outcome = outcome or _perform(claimed)
-            done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
+            with tracing.span(
+                "agentq.step", run_id=step.run_id, step_id=step.id, attempt=step.attempt
+            ):
+                outcome = outcome or _perform(claimed)
+                done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
         except DatabaseUnavailable as exc:
             countdown = queue.outage_countdown_s(task.request.retries)
             carried = {"held": outages.carry(claimed, outcome, exc)}
@@ -195,7 +203,10 @@ def synthesize_run(run_id: int) -> None:
     user released (`worker.synthesis.synthesize`); rate-limited, the task is sent again later."""
     sends: list[tuple[str, tuple[int, ...]]] = []  # a crash escalated: nothing to send
     try:
-        with escalated_on_crash(run_id, "synthesizing"):
+        with (
+            tracing.span("agentq.synthesize", run_id=run_id),
+            escalated_on_crash(run_id, "synthesizing"),
+        ):
             sends = synthesis.synthesize(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
@@ -211,7 +222,8 @@ def synthesize_run(run_id: int) -> None:
 @app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def remember_run(run_id: int) -> None:
     """Write the episode and facts of a run that has ended (succeeded, failed, cancelled)."""
-    remembering.remember_ended_run(run_id)
+    with tracing.span("agentq.remember", run_id=run_id):
+        remembering.remember_ended_run(run_id)
 
 
 @app.task(name=TASK_RAW_NOOP)  # type: ignore[untyped-decorator]
@@ -230,6 +242,7 @@ def _fresh_engine(**_: Any) -> None:
     # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
     # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
     remembering.warm_up()
+    tracing.setup(settings, service="worker")  # after the fork: the SDK's export thread
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]
