@@ -235,6 +235,8 @@ def raw_noop(_previous: object = None) -> None:
 def _fresh_engine(**_: Any) -> None:
     die_with_parent(MAIN_PID)  # no pool process outlives a killed worker
     dispose_engines()
+    # After the fork (the SDK's export thread), before any engine (SQLAlchemy's spans).
+    tracing.setup(settings, service="worker")
     # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
     # by the warm-up below) would otherwise start a thread per core in every process.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -242,7 +244,6 @@ def _fresh_engine(**_: Any) -> None:
     # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
     # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
     remembering.warm_up()
-    tracing.setup(settings, service="worker")  # after the fork: the SDK's export thread
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]
