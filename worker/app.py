@@ -34,7 +34,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 from models import metrics_export, queue, tracing
 from models.db import dispose_engines
 from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
-from models.logs import bind_work, configure_logging
+from models.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.queue import (
     OUTAGE_RETRIES,
@@ -77,38 +77,40 @@ log = structlog.get_logger("agentq.worker")
 @app.task(name=TASK_PLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def plan(run_id: int) -> None:
     """Write the first plan of a run; rate-limited, the task is sent again later."""
-    moved = False  # a crash escalated: nothing to tell the coordinator
-    try:
-        with tracing.span("agentq.plan", run_id=run_id), escalated_on_crash(run_id, "planning"):
-            moved = planner.plan(run_id)
-    except RateLimited as exc:
-        _defer(exc, TASK_PLAN, "planning", run_id)
-        return
-    except PhaseNotDue as early:
-        queue.send(TASK_PLAN, run_id, countdown=early.due_in_s)
-        return
-    if moved:
-        queue.send(TASK_COORDINATE, run_id)
+    with task_bound(run_id=run_id):
+        moved = False  # a crash escalated: nothing to tell the coordinator
+        try:
+            with tracing.span("agentq.plan", run_id=run_id), escalated_on_crash(run_id, "planning"):
+                moved = planner.plan(run_id)
+        except RateLimited as exc:
+            _defer(exc, TASK_PLAN, "planning", run_id)
+            return
+        except PhaseNotDue as early:
+            queue.send(TASK_PLAN, run_id, countdown=early.due_in_s)
+            return
+        if moved:
+            queue.send(TASK_COORDINATE, run_id)
 
 
 @app.task(name=TASK_REPLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def replan(run_id: int, step_id: int) -> None:
     """Splice new steps in after a failed step; rate-limited, the task is sent again later."""
-    moved = False  # a crash escalated: nothing to tell the coordinator
-    try:
-        with (
-            tracing.span("agentq.replan", run_id=run_id, step_id=step_id),
-            escalated_on_crash(run_id, "replanning"),
-        ):
-            moved = planner.replan(run_id, step_id)
-    except RateLimited as exc:
-        _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
-        return
-    except PhaseNotDue as early:
-        queue.send(TASK_REPLAN, run_id, step_id, countdown=early.due_in_s)
-        return
-    if moved:
-        queue.send(TASK_COORDINATE, run_id)
+    with task_bound(run_id=run_id, step_id=step_id):
+        moved = False  # a crash escalated: nothing to tell the coordinator
+        try:
+            with (
+                tracing.span("agentq.replan", run_id=run_id, step_id=step_id),
+                escalated_on_crash(run_id, "replanning"),
+            ):
+                moved = planner.replan(run_id, step_id)
+        except RateLimited as exc:
+            _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
+            return
+        except PhaseNotDue as early:
+            queue.send(TASK_REPLAN, run_id, step_id, countdown=early.due_in_s)
+            return
+        if moved:
+            queue.send(TASK_COORDINATE, run_id)
 
 
 def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> None:
@@ -128,6 +130,12 @@ def execute_step(
     (`worker.outages`): the attempt it holds, whose outcome is recorded instead of a claim.
     `after_lost`: sent for when the lease of a lost worker's attempt ends (`worker.recovery`),
     the step is taken back first."""
+    with task_bound(step_id=step_id):
+        _execute_step(task, step_id, held, after_lost)
+
+
+def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_lost: bool) -> None:
+    """`execute_step`'s work, inside its bound log context."""
     if after_lost and not recovery.take_back(step_id):
         return
     claimed, outcome = _start(step_id, held)
@@ -195,7 +203,8 @@ def _synthesize_after_step(run_id: int) -> None:
 @app.task(name=TASK_SYNTHESIZE, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def synthesize(run_id: int) -> None:
     """Write the final answer of a run (`synthesize_run`)."""
-    synthesize_run(run_id)
+    with task_bound(run_id=run_id):
+        synthesize_run(run_id)
 
 
 def synthesize_run(run_id: int) -> None:
@@ -222,7 +231,7 @@ def synthesize_run(run_id: int) -> None:
 @app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def remember_run(run_id: int) -> None:
     """Write the episode and facts of a run that has ended (succeeded, failed, cancelled)."""
-    with tracing.span("agentq.remember", run_id=run_id):
+    with task_bound(run_id=run_id), tracing.span("agentq.remember", run_id=run_id):
         remembering.remember_ended_run(run_id)
 
 
