@@ -194,7 +194,8 @@ def _synthesize_after_step(run_id: int) -> None:
     the synthesis is sent as a task of its own, which waits out the outage (the step's outcome
     is committed: its own task must not run again)."""
     try:
-        synthesize_run(run_id)
+        with task_bound(run_id=run_id):  # the synthesis's lines are not the step's
+            synthesize_run(run_id)
     except DatabaseUnavailable:
         log.warning("synthesize.database_unavailable", run_id=run_id)
         queue.send(TASK_SYNTHESIZE, run_id, countdown=queue.outage_countdown_s(0))

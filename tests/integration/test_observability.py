@@ -148,3 +148,6 @@ def test_json_log_lines_of_a_task_carry_run_step_and_attempt(traced: Traced) -> 
     assert of_step and all(r["attempt"] == step.attempt for r in of_step), of_step
     celery = [line for line in text.splitlines() if "Task agentq.execute_step[" in line]
     assert celery and all(json.loads(line)["logger"].startswith("celery") for line in celery)
+    api_lines = traced.stack.log_path("api").read_text().splitlines()
+    submits = [json.loads(line) for line in api_lines if "/api/v1/runs" in line]
+    assert any(r.get("status") == 201 for r in submits), api_lines[-5:]  # the access log, as JSON
