@@ -83,9 +83,14 @@ def test_one_run_is_one_trace_from_submit_to_synthesis(traced: Traced) -> None:
     trace = trace_id(run.traceparent)
     assert trace is not None, run.traceparent
 
-    def complete(spans: list[Span]) -> bool:
-        names = {span.name for span in of_run(spans, run_id)}
-        return {"agentq.synthesize", "agentq.remember"} <= names
+    def complete(spans: list[Span]) -> bool:  # with the task spans, which end after them
+        ours = of_run(spans, run_id)
+        names = {span.name for span in ours}
+        rooted = all(ancestors(span, spans)[-1:] == [root(spans)] for span in ours)
+        return {"agentq.synthesize", "agentq.remember"} <= names and rooted
+
+    def root(spans: list[Span]) -> Span | None:
+        return next((span for span in spans if span.name == "POST /api/v1/runs"), None)
 
     spans = wait_for_spans(traced.receiver, complete)
     ours = of_run(spans, run_id)
@@ -121,8 +126,9 @@ def test_a_step_the_reconciler_sends_joins_its_run(traced: Traced) -> None:
         step_transitions.enqueue_step(session, step.id or 0)
     wait_for_run(run_id, ("succeeded",))
 
-    def stepped(spans: list[Span]) -> bool:
-        return any(span.name == "agentq.step" for span in of_run(spans, run_id))
+    def stepped(spans: list[Span]) -> bool:  # the step's span and its task's (which ends later)
+        steps = [span for span in of_run(spans, run_id) if span.name == "agentq.step"]
+        return any(ancestors(span, spans) for span in steps)
 
     spans = wait_for_spans(traced.receiver, stepped)
     (step_span,) = [span for span in of_run(spans, run_id) if span.name == "agentq.step"]
@@ -133,7 +139,7 @@ def test_a_step_the_reconciler_sends_joins_its_run(traced: Traced) -> None:
 
 
 def test_json_log_lines_of_a_task_carry_run_step_and_attempt(traced: Traced) -> None:
-    plan = {"steps": [{"name": "a", "kind": "tool", "tool": "noop"}]}
+    plan = {"steps": [{"name": "a", "kind": "model", "instruction": "Write one line."}]}
     created = traced.api.post("/api/v1/runs", json={"goal": "json logs", "plan": plan})
     assert created.status_code == 201, created.text
     run_id = created.json()["run"]["id"]
@@ -144,8 +150,10 @@ def test_json_log_lines_of_a_task_carry_run_step_and_attempt(traced: Traced) -> 
     records = [json.loads(line) for line in lines]  # each one parses whole
     assert records, "no line of the run in the worker's log"
     assert {"event", "level", "logger", "timestamp"} <= set(records[0])
-    of_step = [r for r in records if r.get("step_id") == step.id]
-    assert of_step and all(r["attempt"] == step.attempt for r in of_step), of_step
+    of_step = [r for r in records if r.get("step_id") == step.id]  # its model call, at least
+    assert of_step and all(r["attempt"] == step.attempt for r in of_step), records
+    synthesis = [r for r in records if r.get("purpose") == "synthesize"]
+    assert synthesis and synthesis[0]["step_id"] is None, records  # not the step's any more
     celery = [line for line in text.splitlines() if "Task agentq.execute_step[" in line]
     assert celery and all(json.loads(line)["logger"].startswith("celery") for line in celery)
     api_lines = traced.stack.log_path("api").read_text().splitlines()
