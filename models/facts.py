@@ -318,8 +318,9 @@ def recall(
     neighbours, re-scored (`models.rerank`).
 
     Only current, unexpired facts of `embedding_model` unless `include_history` (then closed and
-    expired versions too). Best first; fewer than `k` when fewer rows pass the relevance
-    threshold. Raises as `models.retrieval.Search` does.
+    expired versions too). Best first; `k` results, a turn with the facts extracted from it
+    being one (`models.rerank.group_turns`), fewer when fewer rows pass the relevance threshold.
+    Raises as `models.retrieval.Search` does.
     """
     query = retrieval.Search(
         FACTS,

@@ -26,6 +26,7 @@ from sqlmodel import Session, col, select
 from models import erasures, queue, transitions
 from models.db import session_scope
 from models.embedders import LocalEmbedder, make_embedder
+from models.embedding_choice import provider_in_use
 from models.embeddings import Embedder, HashEmbedder
 from models.episodes import (
     Episode,
@@ -57,10 +58,11 @@ MODEL_MIN_SIMILARITY = 0.2  # all-MiniLM-L6-v2 on LoCoMo dev: keeps 96% of evide
 
 @lru_cache(maxsize=1)
 def embedder() -> Embedder:
-    """The configured embedder (`AGENTQ_EMBEDDING_PROVIDER`), built once per process."""
+    """The configured embedder (`AGENTQ_EMBEDDING_PROVIDER`, or the model-free fallback of
+    `models.embedding_choice.provider_in_use`), built once per process."""
     s = get_settings()
     return make_embedder(
-        s.embedding_provider,
+        provider_in_use(s),
         model=s.embedding_model,
         dim=s.embedding_dim,
         base_url=s.openai_base_url,
@@ -75,7 +77,7 @@ def min_similarity() -> float:
     s = get_settings()
     if s.recall_min_similarity is not None:
         return s.recall_min_similarity
-    return HASH_MIN_SIMILARITY if s.embedding_provider == "hash" else MODEL_MIN_SIMILARITY
+    return HASH_MIN_SIMILARITY if provider_in_use(s) == "hash" else MODEL_MIN_SIMILARITY
 
 
 @dataclass(frozen=True)

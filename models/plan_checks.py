@@ -18,11 +18,11 @@ from typing import Final, Literal
 from sqlmodel import Field, Session, SQLModel
 
 from models import sql
+from models.bounds import REPLAN_CHECKS as REPLAN_CHECKS
 from models.tables import created_field
 
 Verdict = Literal["continue", "replan"]  # and "overruled": a reviewer approved going on
 VERDICTS: Final = ("continue", "replan")
-REPLAN_CHECKS: Final = ("off", "model")  # AGENTQ_REPLAN_CHECK, and a run's `replan_check`
 REASON_MAX_CHARS: Final = 1000
 
 

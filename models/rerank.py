@@ -6,6 +6,7 @@ cosine (through the model's HNSW index, as `models.retrieval.nearest`), its best
 conversation neighbours of both, and every one's scores, and ranks them in Python (`rescore`):
 
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
+                + DATE_WEIGHT (a question asking when, a row holding a resolved date)
     relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
     score     = relevance * recency weight (`models.retrieval.recency_weight`)
 
@@ -23,16 +24,24 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
   stored at the turn's position, with that turn), and a neighbour of a relevant row may be
   recalled though it shares no word with the question. Rows without a thread (episodes, facts
   of runs) have no neighbours.
+- Dates: a question asking when, how long ago or what year (`asks_when`) is answered by a row
+  saying when something happened; a row holding a date resolved at write time
+  (`models.time_expressions.RESOLVED_DATE`: "yesterday (7 May 2023)") gains DATE_WEIGHT.
+- A turn and the facts extracted from it (`models.conversation_turns`, same thread and
+  position) are one result (`group_turns`): they are returned next to each other, at the place
+  of the best of them, and count once towards `k`.
 - A row is relevant when its similarity reaches `min_similarity` or all the query's words match
   (`websearch_to_tsquery`); a row neither relevant nor next to a relevant row is dropped.
 
 The weights are round values from the LoCoMo development set (`ops/bench/locomo_recall.py`,
-README "Memory"): recall@10 held within 0.76-0.78 for TEXT_WEIGHT 0.3-0.7 and CONTEXT_WEIGHT
-0.3-0.5, so they are not fitted to it.
+README "Memory benchmarks"): recall@10 held within 0.76-0.78 for TEXT_WEIGHT 0.3-0.7 and
+CONTEXT_WEIGHT 0.3-0.5, and within 0.766-0.768 for DATE_WEIGHT 0.05-0.2 (temporal questions
+0.834-0.845, against 0.823 without it), so they are not fitted to it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,10 +50,17 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from models.retrieval import Scored, Search, recency_weight, search_settings
+from models.time_expressions import RESOLVED_DATE
 
 K1, B = 1.2, 0.75  # Robertson and Zaragoza 2009, section 3.4
 TEXT_WEIGHT = 0.5  # of the best candidate's BM25, against cosine similarity in [-1, 1]
 CONTEXT_WEIGHT = 0.3  # share of the best relevant neighbour's base score a row gains
+DATE_WEIGHT = 0.1  # added to a dated row's base score for a question asking when
+# A question asking when, how long or what year ("When did ...", "How long ago was ...").
+TEMPORAL_QUESTION = re.compile(
+    r"\b(when|since when|how long|what (year|month|date|day|time)|which (year|month|day))\b",
+    re.IGNORECASE,
+)
 IDF_SAMPLE = 5_000  # rows of the tenant read for n, df and the mean length
 
 # The query's words, once: each lexeme (with a tsquery matching it alone; a lexeme holding a
@@ -116,7 +132,7 @@ _AROUND = """, around AS MATERIALIZED (
 )"""
 
 
-def _scored(rows: str, thread: str, position: str) -> str:
+def _scored(rows: str, thread: str, position: str, dated: str) -> str:
     return f""", bm25 AS MATERIALIZED (
     SELECT f.id, sum({_TERM_BM25}) AS score
     FROM {{table}} AS f CROSS JOIN corpus
@@ -126,16 +142,18 @@ def _scored(rows: str, thread: str, position: str) -> str:
 SELECT f.id, f.{{born}} AS born,
        {_DISTANCE} AS distance,
        coalesce(bm25.score, 0) AS text_rank, f.tsv @@ query_terms.all_words AS text_match,
-       {thread} AS thread, {position} AS position
+       {thread} AS thread, {position} AS position, {dated} AS dated
 FROM {{table}} AS f CROSS JOIN query_terms LEFT JOIN bm25 ON bm25.id = f.id
 WHERE {_TENANT} AND f.id IN (SELECT id FROM {rows})"""
 
 
 _WITH = f"WITH {_QUERY_WORDS}, {_TERM_STATS}, {_PICKED}"
 # candidates: the best rows by BM25 and by cosine and `:ids`, scored for `rescore` (episodes).
-CANDIDATES = _WITH + _scored("picked", "NULL::text", "NULL::int")
+CANDIDATES = _WITH + _scored("picked", "NULL::text", "NULL::int", "false")
 # candidates_in_threads: the same, and each one's neighbours in its thread (facts).
-CANDIDATES_IN_THREADS = _WITH + _AROUND + _scored("around", "f.thread", "f.position")
+CANDIDATES_IN_THREADS = (
+    _WITH + _AROUND + _scored("around", "f.thread", "f.position", "f.text ~ :dated")
+)
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,8 @@ class Weights:
 
     text: float = TEXT_WEIGHT
     context: float = CONTEXT_WEIGHT
+    dates: float = DATE_WEIGHT
+    grouped: bool = True
 
 
 @dataclass(frozen=True)
@@ -160,6 +180,7 @@ class Candidate:
     text_match: bool
     thread: str | None = None
     position: int | None = None
+    dated: bool = False
 
 
 def hybrid(session: Session, query: Search, weights: Weights = Weights()) -> list[Scored[int]]:
@@ -167,7 +188,8 @@ def hybrid(session: Session, query: Search, weights: Weights = Weights()) -> lis
     docstring); one SQL statement, scoped to the tenant and the embedding model."""
     with search_settings(session, pool=query.pool):  # iterative HNSW scans, custom plans
         found = candidates(session, query)
-    return rescore(found, query, weights)[: query.k]
+    ranked = rescore(found, query, weights)
+    return group_turns(ranked, found, query.k) if weights.grouped else ranked[: query.k]
 
 
 def candidates(session: Session, query: Search, ids: Collection[int] = ()) -> list[Candidate]:
@@ -175,7 +197,12 @@ def candidates(session: Session, query: Search, ids: Collection[int] = ()) -> li
     others are ignored), and for facts their thread neighbours, each with what `rescore` needs:
     one query. Call it inside `models.retrieval.search_settings`, as `hybrid` does."""
     template = CANDIDATES_IN_THREADS if query.source.threads else CANDIDATES
-    params = {**query.params(), "idf_sample": IDF_SAMPLE, "ids": sorted(ids)}
+    params = {
+        **query.params(),
+        "idf_sample": IDF_SAMPLE,
+        "ids": sorted(ids),
+        "dated": RESOLVED_DATE,
+    }
     rows = session.execute(sa.text(query.sql(template)), params)
     return [Candidate(**row._mapping) for row in rows]
 
@@ -186,7 +213,8 @@ def rescore(
     """All of `found` worth returning, best first, scored as the module docstring says;
     `Scored.relevance` is the score before recency. Ties: higher similarity, then newer id."""
     best_text = max((c.text_rank for c in found), default=0.0)
-    base = {c.id: _base(c, best_text, weights.text) for c in found}
+    dates = weights.dates if asks_when(query.query_text) else 0.0
+    base = {c.id: _base(c, best_text, weights.text) + dates * c.dated for c in found}
     relevant = {c.id for c in found if _relevant(c, query.min_similarity)}
     at: dict[tuple[str, int], list[int]] = {}
     for c in found:
@@ -205,6 +233,25 @@ def rescore(
         results.append(Scored(c.id, *parts, max(relevance, 0.0) * recency))
     results.sort(key=lambda r: (-r.score, -r.similarity, -r.item))
     return results
+
+
+def asks_when(question: str) -> bool:
+    """Whether `question` asks when something happened or how long ago (`TEMPORAL_QUESTION`:
+    "when", "how long", "what/which year, month, date, day, time")."""
+    return TEMPORAL_QUESTION.search(question) is not None
+
+
+def group_turns(
+    ranked: Sequence[Scored[int]], found: Sequence[Candidate], k: int
+) -> list[Scored[int]]:
+    """The first `k` results of `ranked` (best first), where the rows at one thread position (a
+    turn and the facts extracted from it, `models.conversation_turns`) are one result: they
+    follow each other, at the place of the best of them. Rows outside a thread are one each."""
+    place = {c.id: (c.thread, c.position) for c in found if c.thread is not None}
+    groups: dict[object, list[Scored[int]]] = {}
+    for r in ranked:
+        groups.setdefault(place.get(r.item, r.item), []).append(r)
+    return [r for group in list(groups.values())[:k] for r in group]
 
 
 def neighbours(c: Candidate, at: dict[tuple[str, int], list[int]]) -> list[int]:

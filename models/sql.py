@@ -32,7 +32,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, SQLModel
 
-PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
+from models.bounds import PG_INT_MAX as PG_INT_MAX
+
 _PARAM: Final = re.compile(r"(?<![:\w]):(\w+)")
 M = TypeVar("M", bound=SQLModel)
 _DRIVER: Final = "agentq.sql.driver"  # Session.info key: (transaction, connection, driver)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Field, SQLModel
 
 from models.tables import created_field, timestamp_field
+
+# What `webhook_deliveries.status` may hold: waiting for a sender, leased by one, told, given up.
+DELIVERY_STATUSES: Final = ("pending", "delivering", "delivered", "failed")
 
 
 class WebhookSubscription(SQLModel, table=True):

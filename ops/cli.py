@@ -11,53 +11,88 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from kombu.utils.url import maybe_sanitize_url
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from models import commands
-from models.db import session_scope
+from models.bounds import PG_INT_MAX, REPLAN_CHECKS
 from models.errors import AgentqError
-from models.formats import provider_label
-from models.migrate import upgrade
-from models.plan_checks import REPLAN_CHECKS
-from models.runs import get_run
-from models.settings import get_settings
-from models.sql import PG_INT_MAX
-from models.submissions import RunRequest
-from models.tools import catalog, configured_tool_names, describe_parameters
-from ops import views
-from ops.connection import connect
-from ops.demo import run_demo
-from ops.demo_local import MODEL_HELP
-from ops.inputs import (
-    not_blank,
-    parse_facts,
-    read_plan,
-    replan_check_value,
-)
-from ops.json_output import JsonFlag, print_json
-from ops.memory_commands import memory_app
-from ops.procedure_commands import procedure_app
-from ops.processes import interrupt_on_sigterm
-from ops.review_commands import review_app
-from ops.run_commands import runs_app
-from ops.stack import LocalStack
-from ops.token_commands import token_app
-from ops.watch import watch_until_settled
-from ops.webhook_commands import webhook_app
+from ops.json_output import JsonFlag
+from ops.lazy_group import LazyApp, lazy_group
+from ops.local_model import MODEL_HELP
+from ops.option_values import not_blank, replan_check_value
 
-app = typer.Typer(help="agentq: a durable plan engine for AI agents.", no_args_is_help=True)
-app.add_typer(review_app, name="review")
-app.add_typer(memory_app, name="memory")
-app.add_typer(procedure_app, name="procedure")
-app.add_typer(token_app, name="token")
-app.add_typer(webhook_app, name="webhook")
-app.add_typer(runs_app, name="runs")
+if TYPE_CHECKING:
+    from ops.stack import LocalStack
+
+# What runs a command is imported when it runs, not at start (issue 15, part 10: `agentq --help`
+# took 2.7-15 s importing SQLAlchemy, Celery and FastAPI); tests/acceptance/test_first_run.py
+# checks `import ops.cli` loads none of them.
+
+
+def _review() -> typer.Typer:
+    from ops.review_commands import review_app
+
+    return review_app
+
+
+def _memory() -> typer.Typer:
+    from ops.memory_commands import memory_app
+
+    return memory_app
+
+
+def _procedure() -> typer.Typer:
+    from ops.procedure_commands import procedure_app
+
+    return procedure_app
+
+
+def _token() -> typer.Typer:
+    from ops.token_commands import token_app
+
+    return token_app
+
+
+def _webhook() -> typer.Typer:
+    from ops.webhook_commands import webhook_app
+
+    return webhook_app
+
+
+def _runs() -> typer.Typer:
+    from ops.run_commands import runs_app
+
+    return runs_app
+
+
+# Each help is the sub-app's own (tests/acceptance/test_first_run.py compares them).
+SUBCOMMANDS = {
+    "review": LazyApp(
+        "Work the human-review queue. Decisions and claims are recorded as $AGENTQ_REVIEWER, "
+        "else your login name.",
+        _review,
+    ),
+    "memory": LazyApp("A user's long-term memory: facts and episodes.", _memory),
+    "procedure": LazyApp(
+        "Procedural memory: how-tos and plan templates that planning and steps recall.",
+        _procedure,
+    ),
+    "token": LazyApp("Bearer tokens of the HTTP API (roles: submitter, reviewer, admin).", _token),
+    "webhook": LazyApp(
+        "Webhooks told of escalation.opened, escalation.deadline_passed, run.finished (signed, "
+        "retried, logged).",
+        _webhook,
+    ),
+    "runs": LazyApp("The newest runs (no subcommand), and the purge of ended ones.", _runs),
+}
+app = typer.Typer(
+    cls=lazy_group(SUBCOMMANDS),
+    help="agentq: a durable plan engine for AI agents.",
+    no_args_is_help=True,
+)
 console = Console()
 SUPERVISE_INTERVAL_S = 1.0
 WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
@@ -87,13 +122,30 @@ def up(
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
     """
-    from ops.local import ignored_broker_variables, start_api, start_engine
+    from models.settings import get_settings
+    from ops import preflight
 
     settings = get_settings()
     home = settings.home
+    # Each in one line, before anything starts and before the heavy imports below.
+    preflight.check_data_dir(home)
+    preflight.check_port_free(settings.api_host, settings.api_port)
+    notice = preflight.check_embedder(settings)
+    from kombu.utils.url import maybe_sanitize_url
+
+    from models.formats import provider_label
+    from ops.local import check_memory_model, ignored_broker_variables, start_api, start_engine
+    from ops.processes import interrupt_on_sigterm
+
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
+    if notice:
+        console.print(Text(notice, style="yellow"), soft_wrap=True)
     stack = start_engine(
-        home, worker_concurrency=workers or settings.worker_concurrency, coordinators=coordinators
+        home,
+        worker_concurrency=workers or settings.worker_concurrency,
+        coordinators=coordinators,
+        say=lambda line: console.print(Text(line)),
+        prepare=check_memory_model,
     )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
@@ -148,6 +200,9 @@ def supervise(stack: LocalStack) -> None:
 @app.command()
 def migrate() -> None:
     """Apply the database migrations (an explicit step; workers never migrate)."""
+    from models.migrate import upgrade
+    from ops.connection import connect
+
     connect()
     upgrade()
     console.print("database is at the latest migration")
@@ -185,6 +240,13 @@ def submit(
     watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
 ) -> None:
     """Submit a goal; prints the run id."""
+    from models import commands
+    from models.submissions import RunRequest
+    from ops import views
+    from ops.connection import connect
+    from ops.inputs import parse_facts, read_plan
+    from ops.watch import watch_until_settled
+
     connect()
     facts = parse_facts(fact)
     spec = read_plan(plan, facts) if plan else None
@@ -212,6 +274,12 @@ def submit(
 @app.command()
 def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
     """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
+    from models.db import session_scope
+    from models.runs import get_run
+    from ops import views
+    from ops.connection import connect
+    from ops.json_output import print_json
+
     connect()
     with session_scope() as session:
         run = get_run(session, run_id)
@@ -226,6 +294,9 @@ def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
 @app.command()
 def watch(run_id: RunId) -> None:
     """A live table of the run's steps until it ends or waits for review."""
+    from ops.connection import connect
+    from ops.watch import watch_until_settled
+
     connect()
     raise typer.Exit(watch_until_settled(console, run_id))
 
@@ -234,6 +305,10 @@ def watch(run_id: RunId) -> None:
 def tools() -> None:
     """The tools plans can call (`AGENTQ_TOOL_MODULES`): name, what it does, its arguments and
     the keys of its result."""
+    from rich.table import Table
+
+    from models.tools import catalog, configured_tool_names, describe_parameters
+
     configured_tool_names()
     table = Table("tool", "description", "arguments", "returns")
     for entry in catalog():
@@ -250,6 +325,9 @@ def tools() -> None:
 def cancel(run_id: RunId) -> None:
     """Cancel an active run: steps not yet running are cancelled, a running step finishes and
     nothing follows it, and an escalation waiting for review is withdrawn."""
+    from models import commands
+    from ops.connection import connect
+
     connect()
     commands.cancel(run_id)  # its follow-up writes the cancelled run's episode
     console.print(f"run {run_id} cancelled")
@@ -261,6 +339,8 @@ def demo(
     scenarios: Annotated[int, typer.Option(min=1, max=2, help="How many scenarios to run.")] = 2,
 ) -> None:
     """The expense-report demo on the embedded stack (or the configured one)."""
+    from ops.demo import run_demo
+
     raise typer.Exit(run_demo(console, model=model, scenarios=scenarios))
 
 
@@ -270,7 +350,8 @@ def main() -> None:
         app()
     except AgentqError as exc:
         # Text, not markup: messages quote user input and patterns such as `^[a-z]{0,99}$`.
-        console.print(Text.assemble(("error:", "red"), " ", str(exc)))
+        # One line however narrow the terminal: it wraps the line itself.
+        console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
         sys.exit(2)
 
 

@@ -126,6 +126,25 @@ def open_private_append(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "ab")
 
 
+def check_writable(data_dir: Path) -> None:
+    """Raise `StackError` naming `data_dir` (AGENTQ_HOME) unless it is a directory this user may
+    write, or can be made one: its nearest existing ancestor must be a directory this user may
+    write and enter. Checked before anything starts (issue 15, part 10: a data dir under a file
+    or on a read-only mount ended in a 47-line traceback). Root passes `os.access` on any mode,
+    but not under a file or on a read-only file system (`EROFS`)."""
+    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        why = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"this user may not write in {existing}"
+    else:
+        return
+    raise StackError(
+        f"cannot use the data directory {data_dir} (AGENTQ_HOME): {why}; "
+        "set AGENTQ_HOME to a directory you may write"
+    )
+
+
 def check_ownership(data_dir: Path, home: Path) -> None:
     """Refuse a data dir that another user could change under agentq (the module docstring says
     what and why): each directory above it, the data dir (and `home` down to it, see

@@ -31,7 +31,7 @@ from models.formats import provider_label
 from models.runs import get_run
 from models.settings import get_settings
 from models.submissions import RunRequest
-from ops import views
+from ops import preflight, views
 from ops.demo_local import (
     DEMO_USER,
     engine_configured,
@@ -88,12 +88,27 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
         named = "" if settings.provider == "offline" else f", model {settings.model}"
         console.print(Text(f"provider: {label}{named}"))
         if not configured:
+            preflight.check_data_dir(settings.home / "demo")
             console.print(Text(f"starting the embedded stack in {settings.home / 'demo'} …"))
+        if notice := preflight.check_embedder(settings):
+            console.print(Text(notice, style="yellow"), soft_wrap=True)
         from ops.local import start_engine
 
-        stack = nullcontext() if configured else start_engine(settings.home / "demo")
+        # Its user's memory is forgotten first (its procedures too: a local demo's are seeded
+        # again), before the workers check the memory's embedding model: a demo run before the
+        # `local` extra was installed left hash vectors.
+        stack = (
+            nullcontext()
+            if configured
+            else start_engine(
+                settings.home / "demo",
+                say=lambda line: console.print(Text(line)),
+                prepare=lambda: _prepare(console),
+            )
+        )
         with stack:
-            _forget_demo_user(console)  # its procedures too: a local demo's are seeded again
+            if configured:
+                _forget_demo_user(console)
             if model not in (None, "offline"):
                 seed_procedures(console)
             results = [_scenario(console, s) for s in SCENARIOS[:scenarios]]
@@ -123,6 +138,15 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
     reported = _report(console, run_id)
     _wait_for_memory(console, run_id)  # the next scenario recalls what this run wrote
     return reported
+
+
+def _prepare(console: Console) -> None:
+    """Before the embedded stack's workers start: forget the demo user, then check the memory's
+    embedding model (`ops.local.check_memory_model`)."""
+    from ops.local import check_memory_model
+
+    _forget_demo_user(console)
+    check_memory_model()
 
 
 def _forget_demo_user(console: Console) -> None:

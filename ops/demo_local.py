@@ -29,14 +29,11 @@ from models.errors import InvalidInput
 from models.procedures import Actor
 from models.settings import get_settings
 from ops.llama_server import LOCAL_MODELS, LlamaServer
+from ops.local_model import MODEL_HELP as MODEL_HELP
 from ops.local_model import local_env
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 
 DEMO_USER: Final = "demo"  # the user of every demo run
-MODEL_HELP: Final = (
-    "offline, or a local model served here: local (smollm2), gemma3; default: the configured "
-    "provider."
-)
 SEEDER: Final = Actor("demo", "admin")
 DEFAULT_LOCAL: Final = "smollm2"  # `--model local`; measured against gemma3: README
 

@@ -1,6 +1,6 @@
 """What a user names on the command line: pinned facts (`--fact KEY=VALUE`), plan files
-(`--plan`, `agentq review edit --plan`), option values (Typer callbacks) and who reviews
-(`$AGENTQ_REVIEWER`), read and checked before anything is written."""
+(`--plan`, `agentq review edit --plan`) and who reviews (`$AGENTQ_REVIEWER`), read and checked
+before anything is written. Single option values are checked by `ops.option_values`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,11 @@ import getpass
 import re
 from pathlib import Path
 
-import typer
-
 from models import commands, escalations
 from models.errors import ConfigurationError
-from models.plan_checks import REPLAN_CHECKS
 from models.plans import PlanSpec
 from models.runs import FACT_KEY_PATTERN
 from models.settings import get_settings
-from models.states import RUN_STATUSES
 
 
 def parse_facts(pairs: list[str]) -> dict[str, str]:
@@ -55,29 +51,6 @@ def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
     """A plan from a JSON file (`{"steps": [...]}`), validated against the registered tools,
     their arguments and the pinned `facts`; raises `ConfigurationError` or `InvalidPlan`."""
     return commands.checked_plan(read_plan_text(path), facts=facts)
-
-
-def not_blank(value: str | None) -> str | None:
-    """Typer callback: refuse an empty or all-blank value (None, not given, passes)."""
-    if value is not None and not value.strip():
-        raise typer.BadParameter("must not be empty")
-    return value
-
-
-def run_status(value: str | None) -> str | None:
-    """Typer callback: refuse anything but a run status, naming the allowed ones."""
-    if value is not None and value not in RUN_STATUSES:
-        raise typer.BadParameter(
-            f"{value!r} is not a run status; use one of {', '.join(RUN_STATUSES)}"
-        )
-    return value
-
-
-def replan_check_value(value: str | None) -> str | None:
-    """Typer callback: refuse anything but a `replan_check` (`models.plan_checks`)."""
-    if value is not None and value not in REPLAN_CHECKS:
-        raise typer.BadParameter(f"{value!r}: use one of {', '.join(REPLAN_CHECKS)}")
-    return value
 
 
 def reviewer_name() -> str:

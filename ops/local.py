@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dotenv import dotenv_values
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from models.errors import StackError
+from models.db import session_scope
+from models.embedding_choice import LOCAL_MODEL, provider_in_use
+from models.memory_admin import embedder
 from models.migrate import upgrade
 from models.queue import CELERY_BROKER_VARIABLES, QUEUE_COORDINATOR, WORKER_QUEUES
+from models.reembedding import check_embedding_model
 from models.settings import Settings, get_settings, setting_name
+from ops.preflight import check_port_free
 from ops.stack import UVICORN_READY, LocalStack
 
 CELERY_READY_TIMEOUT_S = 90.0
@@ -94,6 +98,8 @@ def start_engine(
     coordinators: int = 1,
     extra_env: dict[str, str] | None = None,
     loglevel: str = "INFO",
+    say: Callable[[str], object] | None = None,
+    prepare: Callable[[], object] = lambda: None,
 ) -> LocalStack:
     """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
     scheduler (with beat) and `coordinators - 1` more coordinator processes (`coordinator-2`,
@@ -104,7 +110,11 @@ def start_engine(
 
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack, and
-    `AGENTQ_METRICS_DIR` (`fresh_metrics_dir`) so its API serves the processes' metrics. Raises
+    `AGENTQ_METRICS_DIR` (`fresh_metrics_dir`) so its API serves the processes' metrics. When
+    the workers load a model in-process (the `local` embedder of this process's settings: 5-45 s,
+    torch's import mostly), `say` gets a line as they start and one with the seconds once all
+    have it. `prepare` runs after the migrations, before the workers start (`agentq up` and
+    `agentq demo` run `check_memory_model` there). Raises
     `StackError` when anything fails to start, after stopping what did start.
     """
     stack = LocalStack(data_dir)
@@ -115,7 +125,12 @@ def start_engine(
         os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
+        prepare()
         env = engine_env(database_url, broker_url, extra_env)
+        loading = _loading_line(worker_concurrency) if say is not None else None
+        started = time.monotonic()
+        if say is not None and loading:
+            say(loading)
         stack.start_process(
             "worker",
             stack.celery_argv(
@@ -154,6 +169,8 @@ def start_engine(
         if logging.getLevelNamesMapping().get(loglevel.upper(), logging.INFO) <= logging.INFO:
             warm = WORKER_WARM_JSON if env.get("AGENTQ_LOG_FORMAT") == "json" else WORKER_WARM
             stack.wait_for_log("worker", warm, WORKER_WARM_TIMEOUT_S, count=worker_concurrency)
+            if say is not None and loading:
+                say(f"embedding model loaded in {time.monotonic() - started:.1f} s")
     except BaseException:
         stack.stop()
         raise
@@ -177,7 +194,7 @@ def start_api(
     """Start the HTTP API and web UI (uvicorn, process `api`, restarted by `agentq up` like the
     Celery processes) on `host`:`port` against the running stack; returns its base URL once it
     listens. Raises `StackError` with the end of its log if it does not start (a port in use)."""
-    _check_port_free(host, port)
+    check_port_free(host, port)
     settings = get_settings()
     env = engine_env(settings.database_url or "", settings.broker_url or "", extra_env)
     stack.start_process("api", stack.uvicorn_argv(API_APP_FACTORY, host=host, port=port), env)
@@ -185,14 +202,19 @@ def start_api(
     return f"http://{host}:{port}"
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Raise `StackError` naming the settings when `host`:`port` cannot be listened on."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise StackError(
-                f"the API cannot listen on {host}:{port} ({exc.strerror}): set AGENTQ_API_PORT "
-                "(or AGENTQ_API_HOST) to a free one"
-            ) from exc
+def _loading_line(worker_concurrency: int) -> str | None:
+    """What `start_engine` says while the worker's pool processes load the `local` embedding
+    model (`worker.remembering.warm_up`); None for a provider with nothing to load."""
+    if provider_in_use(get_settings()) != "local":
+        return None
+    processes = "process" if worker_concurrency == 1 else f"{worker_concurrency} processes"
+    return f"loading the embedding model {LOCAL_MODEL} in the worker's {processes} …"
+
+
+def check_memory_model() -> None:
+    """`models.reembedding.check_embedding_model` with this process's embedder: the check each
+    worker makes at start, made before they start, where its `ConfigurationError` is one line
+    rather than a worker's traceback in its log. For a stack whose workers have this process's
+    settings (no embedding setting in `extra_env`)."""
+    with session_scope() as session:
+        check_embedding_model(session, embedder())

@@ -14,6 +14,11 @@ from __future__ import annotations
 import json
 from typing import Final
 
+# `agentq demo --model`: its help, here so that the command tree builds without the model server
+MODEL_HELP: Final = (
+    "offline, or a local model served here: local (smollm2), gemma3; default: the configured "
+    "provider."
+)
 CONTEXT_TOKENS: Final = 8192  # the server's --n_ctx (SmolLM2's training context)
 MODEL_TIMEOUT_S: Final = 120.0  # per model call; each step limit above it by STEP_LIMIT_MARGINS_S
 STEP_LIMIT_MARGINS_S: Final = {

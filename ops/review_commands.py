@@ -22,8 +22,9 @@ from models.sql import PG_INT_MAX
 from models.tables import Escalation
 from ops import views
 from ops.connection import connect
-from ops.inputs import not_blank, read_plan_text, reviewer_name
+from ops.inputs import read_plan_text, reviewer_name
 from ops.json_output import JsonFlag, print_json
+from ops.option_values import not_blank
 
 REVIEWER_HELP = "Decisions and claims are recorded as $AGENTQ_REVIEWER, else your login name."
 review_app = typer.Typer(help=f"Work the human-review queue. {REVIEWER_HELP}", no_args_is_help=True)

@@ -19,8 +19,8 @@ from models.db import session_scope
 from models.states import RUN_STATUSES
 from ops import views
 from ops.connection import connect
-from ops.inputs import run_status
 from ops.json_output import JsonFlag, print_json
+from ops.option_values import run_status
 
 runs_app = typer.Typer(
     help="The newest runs (no subcommand), and the purge of ended ones.",

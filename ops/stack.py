@@ -309,6 +309,7 @@ class LocalStack:
     def _make_private(self) -> None:
         """Create the dirs 0700, or narrow them and the files in them (an older version's);
         refuse another user's (before writing anything, and again for what was just made)."""
+        modes.check_writable(self.data_dir)
         modes.check_ownership(self.data_dir, get_settings().home)
         try:
             for sub in ("logs", "redis"):

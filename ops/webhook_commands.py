@@ -17,6 +17,7 @@ from models.formats import utc
 from models.notifications import EVENTS
 from models.settings import get_settings
 from models.sql import PG_INT_MAX
+from models.webhook_tables import DELIVERY_STATUSES
 from ops.connection import connect
 from ops.views import cell
 
@@ -24,7 +25,6 @@ webhook_app = typer.Typer(
     help=f"Webhooks told of {', '.join(EVENTS)} (signed, retried, logged).", no_args_is_help=True
 )
 console = Console()
-DELIVERY_STATUSES = ("pending", "delivering", "delivered", "failed")
 
 
 @webhook_app.command("add")

@@ -321,11 +321,14 @@ def check_memory_model() -> None:
 
 def warm_up() -> float:
     """Load the configured embedder in this process (`models.embedders.warm_up`), so no run
-    waits for it; logs `worker.warm` with `seconds`, `embedder` (the model) and `warmed` (False
-    for an API embedder, or when loading failed: then `error`, and the first real embedding will
-    fail and be recorded as `memory.failed`). Returns the seconds it took."""
+    waits for it; logs `worker.warming` (with `embedder`, the model) first, then `worker.warm`
+    with `seconds`, `embedder` and `warmed` (False for an API embedder, or when loading failed:
+    then `error`, and the first real embedding will fail and be recorded as `memory.failed`).
+    Returns the seconds it took."""
     start = time.monotonic()
     model = embedder()
+    # Said before the load too: with the local model a pool process is silent for 5-30 s.
+    log.info("worker.warming", embedder=model.model, pid=os.getpid())
     try:
         warmed, error = embedders.warm_up(model), None
     except Exception as exc:  # a failed warm-up must not stop the pool process from starting

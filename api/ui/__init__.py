@@ -4,7 +4,9 @@
 rows, `api.ui.security`), CSRF check and HTML error pages, so the JSON API's bearer-token
 requests never meet a cookie. The API app's middleware (`api.headers`) gives its pages their
 Content-Security-Policy, `X-Frame-Options: DENY` and `Cache-Control: no-store`.
-Pages: `/ui/login`, `/ui/runs`, `/ui/runs/{id}`, `/ui/reviews` (the inbox), `/ui/reviews/{id}`.
+Pages: `/ui/login`, `/ui/runs`, `/ui/runs/{id}`, `/ui/reviews` (the inbox), `/ui/reviews/{id}`,
+`/ui/webhooks` (the webhook delivery log, `api.ui.webhooks`); the live streams
+`/ui/runs/{id}/events/stream` and `/ui/reviews/stream` (`api.ui.live`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from api.errors import status_of
-from api.ui import reviews, runs, signin
+from api.ui import live, reviews, runs, signin, webhooks
 from api.ui.security import (
     SESSION_COOKIE,
     ConsoleConfig,
@@ -51,7 +53,8 @@ def create_ui(settings: Settings | None = None) -> FastAPI:
     )
     ui.state.console = ConsoleConfig.from_settings(settings)
     ui.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    for module in (signin, runs, reviews):
+    # `live` before `reviews`: /reviews/stream is no escalation id
+    for module in (signin, live, runs, reviews, webhooks):
         ui.include_router(module.router)
     ui.add_exception_handler(SignInRequired, _sign_in_first)
     ui.add_exception_handler(Forbidden, _refused)

@@ -58,6 +58,7 @@ def inbox_page(request: Request, tab: str = "open") -> HTMLResponse:
         tabs=review_details.TABS,
         counts=counts,
         poll_url=f"{base_path(request)}/reviews/version.json",
+        stream_url=f"{base_path(request)}/reviews/stream?after={version}",
         poll_version=version,
     )
 

@@ -1,8 +1,10 @@
 """The runs pages: the list with live progress, and one run in full.
 
 A submitter sees only the runs of the user its token acts for; another user's run is "not
-found", exactly like one that does not exist. Pages of live runs poll `.../version.json` (the
-newest event id of what they show) and reload when it changes. A submitter (or an admin)
+found", exactly like one that does not exist. A live run's page follows its event stream
+(`api.ui.live`) and the list polls `.../version.json` (the newest event id of what it shows,
+also the run page's fallback when its stream drops); on a change `static/console.js` fetches
+the page again and swaps its live region in place. A submitter (or an admin)
 cancels an active run from its page, as `POST /api/v1/runs/{id}/cancel` does. A run page shows
 its newest events (older ones page back with `?events_before=`) and large results as previews;
 `/runs/{id}/steps/{step_id}/result` shows one step's whole result, visible as the run is.
@@ -149,13 +151,14 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "procedures_used": used_by_run(session, run_id, memory_readable=readable),
             "offer_procedure": procedure_admin.offers_procedure(session, run),
         }
-    live = run.status not in RUN_TERMINAL
+    live, base = run.status not in RUN_TERMINAL, f"{base_path(request)}/runs/{run_id}"
     return render(
         request,
         "run.html",
         principal=principal,
         title=f"Run {run_id}",
-        poll_url=f"{base_path(request)}/runs/{run_id}/version.json" if live else None,
+        poll_url=f"{base}/version.json" if live else None,
+        stream_url=f"{base}/events/stream?after={version}" if live else None,  # since read
         **context,
     )
 

@@ -7,7 +7,7 @@ last used. The cookie (`agentq_ui`, HttpOnly, SameSite=Lax, Secure with
 Every request loads the row and its token again, so signing out (the row is deleted), revoking
 the token (its rows are deleted) or `AGENTQ_UI_SESSION_IDLE_S` without a request ends the
 session at once: a copied cookie is worth nothing afterwards (issue 9, finding 8). A page's live
-refresh (`.../version.json`) does not count as activity.
+refresh (`.../version.json`) and its event stream (`.../stream`) do not count as activity.
 
 SameSite=Lax rather than Strict: a link to an escalation pasted in chat or mail opens it signed
 in; every change is a POST, which Lax keeps from other sites, and which must carry the CSRF
@@ -46,6 +46,7 @@ CSRF_FIELD: Final = "csrf_token"
 LOGIN_NONCE_BYTES: Final = 32
 REVIEW_ROLES: Final = frozenset({"reviewer", "admin"})
 POLL_SUFFIX: Final = "/version.json"  # a live page's refresh: not a person's activity
+STREAM_SUFFIX: Final = "/stream"  # a live page's event stream (`api.ui.live`): nor is this
 
 
 class SignInRequired(Exception):
@@ -116,7 +117,7 @@ def signed_in(request: Request) -> SignedIn | None:
     request.state.signed_in = None  # so an error page after a failed lookup does not retry it
     raw = request.cookies.get(SESSION_COOKIE)
     if raw:
-        touch = not request.url.path.endswith(POLL_SUFFIX)
+        touch = not request.url.path.endswith((POLL_SUFFIX, STREAM_SUFFIX))
         with session_scope() as session:
             loaded = ui_sessions.load(session, raw, lifetime=_config(request).lifetime, touch=touch)
             if loaded is not None:
@@ -124,6 +125,17 @@ def signed_in(request: Request) -> SignedIn | None:
                 found = SignedIn(row.id or 0, row.csrf_token, _principal(token), bool(row.flashes))
     request.state.signed_in = found
     return found
+
+
+def session_alive(request: Request) -> bool:
+    """Whether the request's session is still live now (looked up again, not counted as
+    activity): what an open stream checks (`api.ui.live`)."""
+    raw = request.cookies.get(SESSION_COOKIE) or ""
+    with session_scope() as session:
+        return (
+            ui_sessions.load(session, raw, lifetime=_config(request).lifetime, touch=False)
+            is not None
+        )
 
 
 def _principal(row: ApiToken) -> Principal:

@@ -49,6 +49,8 @@ STATUS_TONE: Final = {
     "synthesizing": "busy",
     "waiting_review": "review",
     "open": "review",
+    "delivered": "ok",  # webhook deliveries (api.ui.webhooks)
+    "delivering": "busy",
 }
 
 
@@ -142,6 +144,7 @@ def render(
         "nav": "",
         "poll_url": None,
         "poll_version": None,
+        "stream_url": None,
         "title": "agentq",
     }
     response = templates.TemplateResponse(

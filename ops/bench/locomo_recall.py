@@ -4,18 +4,22 @@
 [--no-dates]`
 
 LoCoMo (Maharana et al., ACL 2024): long two-person conversations; each question's `evidence`
-names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant, a
-turn one fact ("<speaker> (<session date>): <text> [image: <caption>]", category "event", its
-relative time expressions resolved against the session's date unless `--no-dates`) in its
-session's thread, embedded in batches by all-MiniLM-L6-v2. Per question, in turn: agentq's
-recall as `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context,
-recency, default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one
-part off (`rerank.Weights`: an ablation row each), the recall it replaced (RRF of HNSW and
-`ts_rank_cd`), and exact cosine top k over the same embeddings (numpy). recall@n: the share of
-the question's evidence turns in the first n results (n = 5, k), averaged by category. Evidence
-is parsed leniently ("D8:6; D9:17" is two turns); what is unusable is counted and skipped. Also:
-tokens (`count_tokens`) of the k results against the whole conversation's; ms per call (after a
-warm-up, query embedding excluded), p50 and p95; ingest time; results cut by the threshold.
+names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant,
+written through the product's path, `models.conversation_turns.remember_turns`: a turn is one
+fact ("<speaker> (<session date>): <text> [image: <caption>]", its relative time expressions
+resolved against the session's date unless `--no-dates`) in its session's thread, embedded by
+all-MiniLM-L6-v2 (each text once, `CachedEmbedder`); a second tenant holds the same turns and
+the facts extracted from them (`extract_facts=True`). Per question, in turn: agentq's recall as
+`models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context, date boost,
+default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one part off
+or on the tenant with facts (an ablation row each), the recall it replaced (RRF of HNSW and
+`ts_rank_cd`), and exact cosine top k over the turns' embeddings (numpy). recall@n: the share
+of the question's evidence turns in the first n results (n = 5, k; a turn and the facts
+extracted from it are one result), averaged by category. Evidence is parsed leniently ("D8:6;
+D9:17" is two turns); what is unusable is counted and skipped. Also: tokens (`count_tokens`) of
+the k results against the whole conversation's; ms per call (after a warm-up, query embedding
+excluded), p50 and p95; ingest time; results cut by the threshold. Tables:
+`ops.bench.locomo_report`.
 """
 
 from __future__ import annotations
@@ -33,22 +37,21 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from functools import partial
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import facts, rerank, retrieval
+from models import conversation_turns, facts, rerank, retrieval
+from models.conversation_facts import extract
+from models.conversation_turns import Embed, Turn
 from models.db import session_scope
 from models.embedders import LocalEmbedder
 from models.migrate import upgrade
-from models.retrieval import MIN_SIMILARITY
-from models.time_expressions import annotate
 from models.tokens import count_tokens
 from ops import processes
-from ops.bench.figures import percentile
+from ops.bench.locomo_report import AGENTQ, COSINE, Outcome, report
 from ops.stack import LocalStack
 
 # The development conversations beside the repository (`../shared/data` from its root), never an
@@ -56,8 +59,6 @@ from ops.stack import LocalStack
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
 DEFAULT_K, SHORT_K, WARMUP_CALLS = 10, 5, 5
-# The released data's codes (not the paper's order): 2 ask "When ...", 5 have adversarial answers.
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 # The date at the end of a session's `session_<n>_date_time` ("1:56 pm on 8 May, 2023").
 SESSION_DATE = re.compile(r"(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$")
 EVIDENCE_ID = re.compile(r"D\s*(\d+)\s*:\s*(\d+)")
@@ -75,7 +76,8 @@ class Question:
 
 @dataclass(frozen=True)
 class Conversation:
-    """One LoCoMo sample: turn i is `dia_ids[i]`, `speakers[i]`, `texts[i]`, `tokens[i]`."""
+    """One LoCoMo sample: turn i is `dia_ids[i]`, `speakers[i]`, `texts[i]` (as stored),
+    `tokens[i]`, and `turns[i]` (what `models.conversation_turns.remember_turns` stores)."""
 
     sample_id: str
     dia_ids: list[str]
@@ -83,19 +85,7 @@ class Conversation:
     texts: list[str]
     tokens: list[int]
     questions: list[Question]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One retriever on one question: `recall` at (5, k); `share`: of the conversation's tokens."""
-
-    category: int
-    recall: tuple[float, float]
-    tokens: int
-    share: float
-    latency_ms: float
-    short: bool = False
-    text_match: bool = False
+    turns: list[Turn]
 
 
 def parse_evidence(entries: Sequence[object]) -> tuple[list[str], int]:
@@ -136,14 +126,16 @@ def load_conversation(
         if evidence:
             questions.append(Question(int(qa["category"]), qa["question"], evidence))
     captions = [f" [image: {t['blip_caption']}]" if t.get("blip_caption") else "" for t, _ in turns]
-    said = [annotate(t["text"], session_date(d)) if resolve_dates else t["text"] for t, d in turns]
-    texts = [
-        f"{t['speaker']} ({d}): {text}{c}"
-        for (t, d), text, c in zip(turns, said, captions, strict=True)
-    ]
+    stored = []
+    for (t, d), caption in zip(turns, captions, strict=True):
+        thread, position = t["dia_id"].split(":")
+        on = session_date(d) if resolve_dates else None
+        turn = Turn(t["speaker"], t["text"], thread, int(position), on)
+        stored.append(replace(turn, text=f"{turn.speaker} ({d}): {turn.resolved()}{caption}"))
+    texts = [s.stored() for s in stored]
     dia_ids, speakers = [t["dia_id"] for t, _ in turns], [t["speaker"] for t, _ in turns]
     tokens = [count_tokens(text) for text in texts]
-    return Conversation(item["sample_id"], dia_ids, speakers, texts, tokens, questions)
+    return Conversation(item["sample_id"], dia_ids, speakers, texts, tokens, questions, stored)
 
 
 def session_date(text: str) -> date:
@@ -155,27 +147,55 @@ def session_date(text: str) -> date:
     return datetime.strptime(" ".join(found.groups()), "%d %B %Y").date()
 
 
-def store(session: Session, conv: Conversation, vectors: Matrix) -> dict[int, list[int]]:
-    """Remember every turn as a fact of tenant `locomo-<sample_id>` (after forgetting what a
-    previous run on this data dir left), placed in its session's thread ("D3" for "D3:5");
-    fact id -> turn indices (a duplicate text shares one)."""
-    user_id, turns = f"locomo-{conv.sample_id}", dict[int, list[int]]()
+@dataclass(frozen=True)
+class Stored:
+    """One tenant's rows of a conversation: fact id -> the turn indices it stands for (a turn,
+    a fact extracted from it, a duplicate text shared by several) and its tokens."""
+
+    user_id: str
+    turns: dict[int, list[int]]
+    tokens: dict[int, int]
+
+
+def store(session: Session, conv: Conversation, embed: Embed, *, extract_facts: bool) -> Stored:
+    """Remember every turn (and with `extract_facts` the facts it states) through the product
+    path, `models.conversation_turns.remember_turns`, as tenant `locomo-<sample_id>` (suffix
+    WITH_FACTS with facts), after forgetting what a previous run on this data dir left."""
+    user_id = f"locomo-{conv.sample_id}" + (WITH_FACTS if extract_facts else "")
     facts.forget_facts(session, user_id=user_id)
-    for i, text in enumerate(conv.texts):
-        thread, position = conv.dia_ids[i].split(":")
-        done = facts.remember(
-            session,
-            user_id=user_id,
-            subject=conv.speakers[i],
-            attribute=None,
-            category="event",
-            text=text,
-            embedding=vectors[i].tolist(),
-            embedding_model=LocalEmbedder.model,
-            turn=(thread, int(position)),
-        )
-        turns.setdefault(done.fact_id, []).append(i)
-    return turns
+    model = LocalEmbedder.model
+    written = conversation_turns.remember_turns(
+        session,
+        user_id=user_id,
+        turns=conv.turns,
+        embed=embed,
+        embedding_model=model,
+        extract_facts=extract_facts,
+    )
+    turns, tokens = dict[int, list[int]](), dict[int, int]()
+    for i, (turn, done) in enumerate(zip(conv.turns, written, strict=True)):
+        said = [f.text for f in extract(turn.speaker, turn.resolved())] if extract_facts else []
+        for fact_id, text in [
+            (done.turn_id, conv.texts[i]),
+            *zip(done.fact_ids, said, strict=True),
+        ]:
+            turns.setdefault(fact_id, []).append(i)
+            tokens[fact_id] = count_tokens(text)
+    return Stored(user_id, turns, tokens)
+
+
+class CachedEmbedder:
+    """`LocalEmbedder` remembering every text's vector: each text is embedded once per run,
+    whichever tenant stores it (the ablation without facts stores the same turns again)."""
+
+    def __init__(self) -> None:
+        self.embedder, self.vectors = LocalEmbedder(), dict[str, list[float]]()
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        """The vectors of `texts`, in order; the new ones embedded in one call."""
+        new = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        self.vectors.update(zip(new, self.embedder.embed(new) if new else [], strict=True))
+        return [self.vectors[t] for t in texts]
 
 
 def cosine_top(turns: Matrix, vector: Matrix, k: int) -> list[int]:
@@ -193,29 +213,49 @@ def rrf_before(session: Session, query: retrieval.Search) -> list[retrieval.Scor
     return retrieval.fuse(by_vector, by_text, query)
 
 
-# The retrievers compared, by row label: agentq's recall as shipped, then one row per part.
-AGENTQ = "agentq: BM25 + context"
-VARIANTS: dict[str, Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]] = {
-    AGENTQ: rerank.hybrid,
-    "without context (BM25 + cosine)": partial(rerank.hybrid, weights=rerank.Weights(context=0)),
-    "without BM25 (cosine + context)": partial(rerank.hybrid, weights=rerank.Weights(text=0)),
-    "before: RRF of HNSW + ts_rank_cd": rrf_before,
+Retriever = Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]
+WITH_FACTS = "-facts"  # the tenant holding the turns and the facts extracted from them
+# The retrievers compared, by row label: agentq's recall as shipped (turns as
+# `remember_turns` stores them by default), then one row per part (`rerank.Weights`, or the
+# tenant with extracted facts), and the recall the second stage replaced.
+VARIANTS: dict[str, tuple[Retriever, str]] = {
+    AGENTQ: (rerank.hybrid, ""),
+    "with extracted facts (one result with their turn)": (rerank.hybrid, WITH_FACTS),
+    "with extracted facts, each its own result": (
+        partial(rerank.hybrid, weights=rerank.Weights(grouped=False)),
+        WITH_FACTS,
+    ),
+    "without date boost (the previous recall)": (
+        partial(rerank.hybrid, weights=rerank.Weights(dates=0)),
+        "",
+    ),
+    "without context": (partial(rerank.hybrid, weights=rerank.Weights(context=0)), ""),
+    "without BM25": (partial(rerank.hybrid, weights=rerank.Weights(text=0)), ""),
+    "before: RRF of HNSW + ts_rank_cd": (rrf_before, ""),
 }
-COSINE = "plain cosine (exact, numpy)"
 
 
-def outcome(conv: Conversation, q: Question, ranked: list[list[int]], ms: float, k: int) -> Outcome:
-    """Score one retrieval: `ranked` holds turn indices per result, best first."""
-    ids = [[conv.dia_ids[i] for i in group] for group in ranked]
-    used = sum(conv.tokens[i] for group in ranked[:k] for i in group)
+def outcome(
+    conv: Conversation, q: Question, ranked: list[tuple[list[int], int]], ms: float, k: int
+) -> Outcome:
+    """Score one retrieval: `ranked` holds (turn indices, tokens) per row, best first; rows
+    standing for the same turns one after another are one result (a turn with its facts)."""
+    results: list[tuple[list[int], int]] = []
+    for turns, tokens in ranked:
+        if results and results[-1][0] == turns:
+            results[-1] = (turns, results[-1][1] + tokens)
+        else:
+            results.append((turns, tokens))
+    ids = [[conv.dia_ids[i] for i in turns] for turns, _ in results]
+    used = sum(tokens for _, tokens in results[:k])
     scores = (recall_at(ids, q.evidence, SHORT_K), recall_at(ids, q.evidence, k))
-    return Outcome(q.category, scores, used, used / sum(conv.tokens), ms, len(ranked) < k)
+    return Outcome(q.category, scores, used, used / sum(conv.tokens), ms, len(results) < k)
 
 
 def evaluate(
     session: Session,
     conv: Conversation,
-    fact_turns: dict[int, list[int]],
+    stores: dict[str, Stored],
     vectors: Matrix,
     queries: Matrix,
     k: int,
@@ -223,128 +263,60 @@ def evaluate(
     """Every retriever on each question of `conv`, in turn, each call timed."""
     found: dict[str, list[Outcome]] = {name: [] for name in [*VARIANTS, COSINE]}
     for q, vector in zip(conv.questions, queries, strict=True):
-        user_id, model, now = f"locomo-{conv.sample_id}", LocalEmbedder.model, datetime.now(UTC)
-        search = retrieval.Search(facts.FACTS, user_id, model, q.text, vector.tolist(), k, now)
-        for name, retriever in VARIANTS.items():
+        for name, (retriever, tenant) in VARIANTS.items():
+            rows, model, now = stores[tenant], LocalEmbedder.model, datetime.now(UTC)
+            search = retrieval.Search(
+                facts.FACTS, rows.user_id, model, q.text, vector.tolist(), k, now
+            )
             start = time.perf_counter()
             ranked = retriever(session, search)
             ms = 1000 * (time.perf_counter() - start)
-            scored = outcome(conv, q, [fact_turns[r.item] for r in ranked], ms, k)
+            groups = [(rows.turns[r.item], rows.tokens[r.item]) for r in ranked]
+            scored = outcome(conv, q, groups, ms, k)
             found[name].append(replace(scored, text_match=any(r.text_match for r in ranked)))
         start = time.perf_counter()
         top = cosine_top(vectors, vector, k)
         ms = 1000 * (time.perf_counter() - start)
-        found[COSINE].append(outcome(conv, q, [[i] for i in top], ms, k))
+        found[COSINE].append(outcome(conv, q, [([i], conv.tokens[i]) for i in top], ms, k))
     return found
+
+
+def ingest(url: str, conv: Conversation, embed: CachedEmbedder) -> dict[str, Stored]:
+    """Store `conv` twice (without and with extracted facts), then ANALYZE; by tenant suffix."""
+    with session_scope(url) as session:
+        stores = {
+            tenant: store(session, conv, embed, extract_facts=bool(tenant))
+            for tenant in ("", WITH_FACTS)
+        }
+    with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
+        session.execute(sa.text("ANALYZE facts"))
+    return stores
 
 
 def run_all(convs: list[Conversation], k: int, url: str) -> dict[str, Any]:
     """Embed, store and query every conversation; outcomes by retriever, and timings (s)."""
-    embedder = LocalEmbedder()
-    embedder.embed(["warm-up"])  # loads the model, so embed_s is embedding alone
+    embed = CachedEmbedder()
+    embed(["warm-up"])  # loads the model, so embed_s is embedding alone
     results: dict[str, Any] = {"found": {}, "embed_s": 0.0, "store_s": 0.0}
     for conv in convs:
         start = time.perf_counter()
-        vectors = np.asarray(embedder.embed(conv.texts), dtype=np.float32)
-        queries = np.asarray(embedder.embed([q.text for q in conv.questions]), dtype=np.float32)
+        facts_said = [f.text for t in conv.turns for f in extract(t.speaker, t.resolved())]
+        vectors = np.asarray(embed([*conv.texts, *facts_said])[: len(conv.texts)], np.float32)
+        queries = np.asarray(embed([q.text for q in conv.questions]), dtype=np.float32)
         embedded = time.perf_counter()
-        with session_scope(url) as session:
-            fact_turns = store(session, conv, vectors)
-        with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
-            session.execute(sa.text("ANALYZE facts"))
+        stores = ingest(url, conv, embed)
         results["embed_s"] += embedded - start
         results["store_s"] += time.perf_counter() - embedded
         with session_scope(url) as session:
             first = replace(conv, questions=conv.questions[:WARMUP_CALLS])  # untimed warm-up
-            evaluate(session, first, fact_turns, vectors, queries[:WARMUP_CALLS], k)
-            for name, outcomes in evaluate(session, conv, fact_turns, vectors, queries, k).items():
+            evaluate(session, first, stores, vectors, queries[:WARMUP_CALLS], k)
+            for name, outcomes in evaluate(session, conv, stores, vectors, queries, k).items():
                 results["found"].setdefault(name, []).extend(outcomes)
-        print(f"{conv.sample_id}: {len(conv.texts)} turns, {len(conv.questions)} questions")
+        print(
+            f"{conv.sample_id}: {len(conv.texts)} turns, {len(facts_said)} facts extracted, "
+            f"{len(conv.questions)} questions"
+        )
     return results
-
-
-def recall_rows(agentq: list[Outcome], cosine: list[Outcome]) -> list[list[str]]:
-    """Rows: group, questions, agentq recall@5 and @k, cosine recall@5 and @k; groups: the
-    categories, all, all split by a full-text match in agentq's results."""
-    pairs = list(zip(agentq, cosine, strict=True))
-    groups = {f"{c} {n}": [p for p in pairs if p[0].category == c] for c, n in CATEGORIES.items()}
-    groups["all"] = pairs
-    groups["all, full-text match in agentq's"] = [p for p in pairs if p[0].text_match]
-    groups["all, no full-text match"] = [p for p in pairs if not p[0].text_match]
-    rows = []
-    for label, group in groups.items():
-        cells = [fmean(p[i].recall[n] for p in group) for i in (0, 1) for n in (0, 1)]
-        rows += [[label, str(len(group)), *(f"{x:.3f}" for x in cells)]] if group else []
-    return rows
-
-
-def ablation_rows(found: dict[str, list[Outcome]]) -> list[list[str]]:
-    """Rows: retriever, recall@5 and @k, recall@k of each category, mean tokens of its top k,
-    latency p95 (ms)."""
-    rows = []
-    for name, outcomes in found.items():
-        recall = [fmean(o.recall[n] for o in outcomes) for n in (0, 1)]
-        by_category = [
-            fmean([o.recall[1] for o in outcomes if o.category == c] or [0.0]) for c in CATEGORIES
-        ]
-        tokens, p95 = (
-            fmean(o.tokens for o in outcomes),
-            percentile([o.latency_ms for o in outcomes], 95),
-        )
-        cells = [*(f"{x:.3f}" for x in [*recall, *by_category]), f"{tokens:.0f}", f"{p95:.2f}"]
-        rows.append([name, *cells])
-    return rows
-
-
-def cost_rows(found: dict[str, list[Outcome]]) -> list[list[str]]:
-    """Rows: context tokens per question, share of the conversation, latency p50 and p95."""
-    rows = []
-    for name in (AGENTQ, COSINE):
-        outcomes = found[name]
-        ms = [o.latency_ms for o in outcomes]
-        tokens, share = (
-            fmean([o.tokens for o in outcomes]),
-            100 * fmean([o.share for o in outcomes]),
-        )
-        latency = [f"{percentile(ms, p):.2f}" for p in (50, 95)]
-        rows.append([name, f"{tokens:.0f}", f"{share:.2f}%", *latency])
-    return rows
-
-
-def render(header: list[str], rows: list[list[str]], markdown: bool) -> str:
-    """An aligned text table, or a GitHub markdown table."""
-    if markdown:
-        lines = [header, ["---"] * len(header), *rows]
-        return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(map(str.ljust, row, widths)) for row in [header, *rows])
-
-
-def report(results: dict[str, Any], convs: list[Conversation], skips: Counter[str], k: int) -> None:
-    """Print the counts, then the tables (plain, then markdown)."""
-    found, agentq = results["found"], results["found"][AGENTQ]
-    turns = sum(len(c.texts) for c in convs)
-    recall_head = ["questions", "agentq R@5", f"agentq R@{k}", "cosine R@5", f"cosine R@{k}"]
-    names = [n.split()[0] for n in CATEGORIES.values()]
-    ablation_head = ["retriever", "R@5", f"R@{k}", *names, f"tokens of top {k}", "p95 ms"]
-    cost_head = ["retriever", f"tokens of top {k}", "of conversation", "p50 ms", "p95 ms"]
-    tables = [
-        (["category", *recall_head], recall_rows(agentq, found[COSINE])),
-        (ablation_head, ablation_rows(found)),
-        (cost_head, cost_rows(found)),
-    ]
-    print(f"""
-LoCoMo: {len(convs)} conversations, {turns} turns, {len(agentq)} questions, k={k}
-skipped: {skips["questions"]} questions without valid evidence, {skips["malformed"]} malformed \
-evidence entries, {skips["unknown"]} evidence ids of missing turns
-ingest: embedding {results["embed_s"]:.1f} s (turns and questions), remember \
-{results["store_s"]:.1f} s ({1000 * results["store_s"] / turns:.1f} ms/turn)
-conversation tokens: mean {fmean([sum(c.tokens) for c in convs]):.0f}
-agentq returned fewer than {k} (min_similarity {MIN_SIMILARITY}): {sum(o.short for o in agentq)} \
-questions; with a full-text match in its top {k}: {sum(o.text_match for o in agentq)}""")
-    for markdown in (False, True):
-        for header, rows in tables:
-            print("\n" + render(header, rows, markdown))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -378,7 +350,8 @@ def main() -> None:
         upgrade(url)
         with session_scope(url) as session:
             facts.ensure_vector_indexes(session, model=LocalEmbedder.model, dim=LocalEmbedder.dim)
-        report(run_all(convs, args.k, url), convs, skips, args.k)
+        sizes = [(len(c.texts), sum(c.tokens)) for c in convs]
+        report(run_all(convs, args.k, url), sizes, skips, args.k)
     finally:
         stack.stop()
         if args.data_dir is None:

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
 
 from models import rerank
+from models.conversation_turns import Turn, TurnWritten, remember_turns
 from models.db import session_scope
 from models.embeddings import HashEmbedder
 from models.errors import DatabaseError
-from models.facts import FACTS, Fact, ensure_vector_indexes, recall, remember
+from models.facts import FACTS, Fact, ensure_vector_indexes, facts_of, recall, remember
 from models.retrieval import Search, search_settings
 from ops.stack import LocalStack
 
@@ -139,3 +140,73 @@ def test_a_turn_needs_a_thread_and_a_position(new_user: Callable[[], str]) -> No
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def remember_conversation(
+    user_id: str, turns: list[Turn], *, extract_facts: bool = True
+) -> list[TurnWritten]:
+    """`turns` through the product path (`remember_turns`), embedded by the hash embedder."""
+    with session_scope() as session:
+        return remember_turns(
+            session,
+            user_id=user_id,
+            turns=turns,
+            embed=EMBEDDER.embed,
+            embedding_model=EMBEDDER.model,
+            extract_facts=extract_facts,
+        )
+
+
+def test_remembered_turns_bring_their_extracted_facts_and_are_recalled_with_them(
+    new_user: Callable[[], str],
+) -> None:
+    user, said_on = new_user(), date(2023, 5, 8)
+    written = remember_conversation(
+        user,
+        [
+            Turn("Melanie", "How have you been lately?", "D1", 1, said_on),
+            Turn("Caroline", "Great! I went to a support group yesterday.", "D1", 2, said_on),
+            Turn("Melanie", "That sounds lovely, tell me more.", "D1", 3, said_on),
+        ],
+    )
+    assert [len(w.fact_ids) for w in written] == [0, 1, 0]
+    found = ask(user, "When did Caroline go to the support group?")
+    texts = [text for text, _ in found]
+    fact = "Caroline went to a support group yesterday (7 May 2023)."
+    turn = "Caroline: Great! I went to a support group yesterday (7 May 2023)."
+    assert fact in texts and turn in texts
+    assert abs(texts.index(fact) - texts.index(turn)) == 1  # one result: next to each other
+    with session_scope() as session:
+        row = session.get(Fact, written[1].fact_ids[0])
+        assert row is not None and (row.thread, row.position, row.category) == ("D1", 2, "event")
+
+
+def test_by_default_only_the_turns_are_stored_with_their_dates_resolved(
+    new_user: Callable[[], str],
+) -> None:
+    user = new_user()
+    turn = Turn("Caroline", "I went to a support group yesterday.", "D1", 2, date(2023, 1, 1))
+    written = remember_conversation(user, [turn], extract_facts=False)
+    assert written[0].fact_ids == ()
+    with session_scope() as session:
+        stored = facts_of(session, user_id=user)
+    assert [f.text for f in stored] == [
+        "Caroline: I went to a support group yesterday (31 December 2022)."
+    ]
+
+
+def test_with_facts_and_dates_recall_still_never_returns_another_users_rows(
+    new_user: Callable[[], str],
+) -> None:
+    mine, theirs, said_on = new_user(), new_user(), date(2023, 5, 8)
+    remember_conversation(mine, [Turn("Ann", "I baked bread last week.", "D1", 0, said_on)])
+    their_turns = [
+        Turn("Bo", "When did you bake the bread?", "D1", 0, said_on),
+        Turn("Bo", "I baked bread yesterday with my kids.", "D1", 1, said_on),
+    ]
+    remember_conversation(theirs, their_turns)
+    found = ask(mine, "When was bread baked?")
+    assert sorted(text for text, _ in found) == [
+        "Ann baked bread last week (the week of 1 May 2023).",  # the fact extracted
+        "Ann: I baked bread last week (the week of 1 May 2023).",  # its turn
+    ]

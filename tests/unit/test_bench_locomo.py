@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ops.bench.figures import percentile
 from ops.bench.locomo_recall import (
     DEFAULT_DATA,
     REPO_ROOT,
     load_conversation,
     parse_args,
     parse_evidence,
-    percentile,
     recall_at,
     session_date,
 )

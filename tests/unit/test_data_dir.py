@@ -279,3 +279,17 @@ def test_read_stack_file_refuses_a_stack_json_others_may_write(data_dir: Path) -
         read_stack_file(data_dir)
     (data_dir / "stack.json").unlink()
     assert read_stack_file(data_dir) is None
+
+
+def test_check_writable_names_the_file_in_the_way(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(StackError, match=f"{blocker} is not a directory") as raised:
+        modes.check_writable(blocker / "agentq" / "demo")
+    assert str(blocker / "agentq" / "demo") in str(raised.value)
+    assert "AGENTQ_HOME" in str(raised.value)
+
+
+def test_check_writable_passes_a_dir_that_can_be_made(tmp_path: Path) -> None:
+    modes.check_writable(tmp_path / "new" / "agentq")  # nothing raised, nothing made
+    assert not (tmp_path / "new").exists()

@@ -3,12 +3,23 @@ conversation context from the rows around a turn, the relevance threshold, recen
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from models.facts import FACTS
-from models.rerank import CONTEXT_WEIGHT, TEXT_WEIGHT, Candidate, Weights, neighbours, rescore
+from models.rerank import (
+    CONTEXT_WEIGHT,
+    DATE_WEIGHT,
+    TEXT_WEIGHT,
+    Candidate,
+    Weights,
+    asks_when,
+    group_turns,
+    neighbours,
+    rescore,
+)
 from models.retrieval import Scored, Search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -106,3 +117,39 @@ def test_equal_scores_prefer_the_newer_id() -> None:
 
 def test_no_candidates_is_no_results() -> None:
     assert rescore([], query()) == []
+
+
+@pytest.mark.parametrize(
+    ("question", "temporal"),
+    [
+        ("When did Caroline go to the support group?", True),
+        ("How long ago was Caroline's 18th birthday?", True),
+        ("In what year did Melanie start running?", True),
+        ("Which month did they move?", True),
+        ("What does Melanie like to paint?", False),
+        ("Where has Melanie camped?", False),
+    ],
+)
+def test_asks_when_finds_questions_about_time(question: str, temporal: bool) -> None:
+    assert asks_when(question) is temporal
+
+
+def test_a_dated_row_gains_only_for_a_question_asking_when() -> None:
+    plain, dated = row(1, 0.5), replace(row(2, 0.5), dated=True)
+    when = replace(query(), query_text="When did she go?")
+    boosted = by_id(rescore([plain, dated], when))
+    assert boosted[2].relevance == pytest.approx(boosted[1].relevance + DATE_WEIGHT)
+    unboosted = by_id(rescore([plain, dated], replace(query(), query_text="Where did she go?")))
+    assert unboosted[2].relevance == pytest.approx(unboosted[1].relevance)
+    off = by_id(rescore([plain, dated], when, Weights(dates=0)))
+    assert off[2].relevance == pytest.approx(off[1].relevance)
+
+
+def test_a_turn_and_its_facts_are_one_result_at_the_place_of_the_best() -> None:
+    turn, fact, other = row(1, 0.3, at=("D1", 4)), row(2, 0.9, at=("D1", 4)), row(3, 0.6)
+    later, episode = row(4, 0.5, at=("D2", 1)), row(5, 0.4)
+    found = [turn, fact, other, later, episode]
+    ranked = rescore(found, query(), Weights(context=0))
+    assert [r.item for r in ranked] == [2, 3, 4, 5, 1]
+    assert [r.item for r in group_turns(ranked, found, 2)] == [2, 1, 3]
+    assert [r.item for r in group_turns(ranked, found, 10)] == [2, 1, 3, 4, 5]

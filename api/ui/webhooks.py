@@ -1,0 +1,50 @@
+"""The webhook delivery log: `/ui/webhooks`, for reviewers and admins (issue 15, part 4).
+
+The newest deliveries of the outbox (`models.deliveries.recent`, the query behind `agentq
+webhook deliveries`), each with its event, run, URL, status, attempts, the last HTTP status and
+error, and when the next attempt is due (a delivery still `pending`); `?status=` shows one
+status only, an unknown one is a 400 naming the known ones. Bodies and secrets are not shown:
+a body can quote a run's goal, and the page is for seeing whether receivers get their calls.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from api.ui.security import reviewer
+from api.ui.templating import render
+from models import deliveries
+from models.db import session_scope
+from models.webhook_tables import DELIVERY_STATUSES
+
+DELIVERIES_SHOWN: Final = 100
+BAD_REQUEST: Final = 400
+router = APIRouter()
+
+
+@router.get("/webhooks", response_class=HTMLResponse)
+def webhooks_page(request: Request, status: str | None = None) -> HTMLResponse:
+    """The newest `DELIVERIES_SHOWN` webhook deliveries (in `status`, one of
+    `DELIVERY_STATUSES`), newest first. Reviewers and admins; a submitter gets 403."""
+    principal = reviewer(request)
+    status = status or None  # `?status=` is no filter
+    error = None
+    if status is not None and status not in DELIVERY_STATUSES:
+        error = f"status: {status!r} is not one of {', '.join(DELIVERY_STATUSES)}"
+    with session_scope() as session:
+        rows = [] if error else deliveries.recent(session, limit=DELIVERIES_SHOWN, status=status)
+    return render(
+        request,
+        "webhooks.html",
+        principal=principal,
+        status_code=BAD_REQUEST if error else 200,
+        title="Webhook deliveries",
+        nav="webhooks",
+        rows=rows,
+        error=error,
+        status_filter=status,
+        statuses=DELIVERY_STATUSES,
+    )

@@ -1,0 +1,114 @@
+"""Remembering a conversation: each turn as a fact in its thread, optionally with the facts it
+states.
+
+`remember_turns` is the write path for conversation turns: every turn is stored as a fact
+(category "event", `turn` = its thread and position, `models.facts.remember`); relative time
+expressions are resolved against the turn's date first (`models.time_expressions`). With
+`extract_facts`, the facts `models.conversation_facts.extract` finds in a turn are stored beside
+it, at the same thread and position, under their kind ("preference", "plan", "relation",
+"event"), and recall returns a turn and its facts together, as one result
+(`models.rerank.group_turns`). Off by default, by measurement (README "Memory benchmarks",
+LoCoMo development set): the facts raised multi-hop and temporal recall@10 but lowered
+single-hop and adversarial more (a fact names its speaker, so a question naming the wrong
+person finds the wrong person's facts), and the whole set's. All texts are embedded in one
+call of `embed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date
+
+from sqlmodel import Session
+
+from models import facts
+from models.conversation_facts import Extracted, extract
+from models.time_expressions import annotate
+
+Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn: `speaker`, the words `said`, the date it was `said_on` (None: unknown, nothing
+    resolved), its `thread` (a conversation or a session of it) and `position` (>= 0) there, and
+    `text`, the row as stored (default: "<speaker>: <said>", time expressions resolved)."""
+
+    speaker: str
+    said: str
+    thread: str
+    position: int
+    said_on: date | None = None
+    text: str | None = None
+
+    def resolved(self) -> str:
+        """`said` with its relative time expressions resolved against `said_on`."""
+        return self.said if self.said_on is None else annotate(self.said, self.said_on)
+
+    def stored(self) -> str:
+        """The turn's row text."""
+        return self.text or f"{self.speaker}: {self.resolved()}"
+
+
+@dataclass(frozen=True)
+class TurnWritten:
+    """What `remember_turns` wrote for one turn: the turn's fact id and its extracted facts'."""
+
+    turn_id: int
+    fact_ids: tuple[int, ...]
+
+
+def remember_turns(
+    session: Session,
+    *,
+    user_id: str,
+    turns: Sequence[Turn],
+    embed: Embed,
+    embedding_model: str,
+    extract_facts: bool = False,
+) -> list[TurnWritten]:
+    """Store each of `turns` and (with `extract_facts`) the facts it states, for `user_id`, in
+    order; one `TurnWritten` per turn. `embed` maps texts to vectors of `embedding_model`, one
+    each. Raises what `models.facts.remember` raises (a bad thread or position: `ValueError`)."""
+    found = [extract(t.speaker, t.resolved()) if extract_facts else [] for t in turns]
+    texts = [t.stored() for t in turns] + [f.text for fs in found for f in fs]
+    vectors = iter(embed(texts))
+    turn_vectors = [next(vectors) for _ in turns]
+    written = []
+    for turn, vector, extracted in zip(turns, turn_vectors, found, strict=True):
+        turn_id = _write(session, user_id, turn, "event", turn.stored(), vector, embedding_model)
+        ids = tuple(
+            _extracted(session, user_id, turn, f, next(vectors), embedding_model) for f in extracted
+        )
+        written.append(TurnWritten(turn_id, ids))
+    return written
+
+
+def _extracted(
+    session: Session, user_id: str, turn: Turn, fact: Extracted, vector: Sequence[float], model: str
+) -> int:
+    return _write(session, user_id, turn, fact.kind, fact.text, vector, model)
+
+
+def _write(
+    session: Session,
+    user_id: str,
+    turn: Turn,
+    category: str,
+    text: str,
+    vector: Sequence[float],
+    model: str,
+) -> int:
+    done = facts.remember(
+        session,
+        user_id=user_id,
+        subject=turn.speaker,
+        attribute=None,
+        category=category,
+        text=text,
+        embedding=list(vector),
+        embedding_model=model,
+        turn=(turn.thread, turn.position),
+    )
+    return done.fact_id

@@ -1,0 +1,79 @@
+"""The console's webhook delivery log (`/ui/webhooks`) over HTTP: each delivery's event, run,
+URL, status, attempts, last error and next retry; reviewers and admins only; linked from the
+navigation; an unknown status filter named with the known ones."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from models.tables import utcnow
+from models.webhook_tables import WebhookDelivery, WebhookSubscription
+from tests.support.console import Console
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
+MakeToken = Callable[..., tuple[int, str]]
+SignIn = Callable[[str], httpx.Client]
+
+
+def _deliveries(console: Console, url: str) -> tuple[int, int, str]:
+    """A subscription to `url` (disabled: later escalations of the session write nothing for
+    it) with a delivery retrying (due in an hour: no sender takes it during the test) and one
+    given up: (retrying id, failed id, the retry's time as shown)."""
+    now = utcnow()
+    with console.db() as session:
+        sub = WebhookSubscription(url=url, events=["escalation.opened"], enabled=False)
+        session.add(sub)
+        session.flush()
+        common = {"subscription_id": sub.id or 0, "body": "{}", "give_up_at": now}
+        retrying = WebhookDelivery(
+            **common,
+            event="escalation.opened",
+            status="pending",
+            attempts=2,
+            last_status_code=503,
+            last_error="HTTP 503: receiver restarting",
+            next_attempt_at=now + timedelta(hours=1),
+        )
+        failed = WebhookDelivery(
+            **common, event="run.finished", status="failed", attempts=7, last_error="timed out"
+        )
+        session.add_all([retrying, failed])
+        session.flush()
+        return retrying.id or 0, failed.id or 0, f"{retrying.next_attempt_at:%Y-%m-%d %H:%M:%S}"
+
+
+def test_the_delivery_log_lists_what_was_sent_and_what_is_retried(
+    console: Console, make_token: MakeToken, sign_in: SignIn
+) -> None:
+    url = f"http://127.0.0.1:9/hooks/{uuid.uuid4().hex[:8]}"
+    retrying, failed, next_retry = _deliveries(console, url)
+    reviewer = sign_in(make_token("reviewer", "hooks-rory")[1])
+    page = reviewer.get("/ui/webhooks")
+    assert page.status_code == 200
+    assert 'href="/ui/webhooks" class="active">Webhooks</a>' in page.text
+    row = page.text.split(f'data-delivery="{retrying}"')[1].split("</tr>")[0]
+    expected = ("escalation.opened", url, "pending", ">2<", ">503<", "receiver restarting")
+    for shown in (*expected, next_retry):
+        assert shown in row, shown
+    only_failed = reviewer.get("/ui/webhooks", params={"status": "failed"}).text
+    assert f'data-delivery="{failed}"' in only_failed
+    assert f'data-delivery="{retrying}"' not in only_failed
+
+
+def test_only_reviewers_and_admins_see_the_delivery_log(
+    make_token: MakeToken, sign_in: SignIn
+) -> None:
+    submitter = sign_in(make_token("submitter", "hooks-sam", user="hooks")[1])
+    assert submitter.get("/ui/webhooks").status_code == 403
+    assert "/ui/webhooks" not in submitter.get("/ui/runs").text
+    admin = sign_in(make_token("admin", "hooks-ada")[1])
+    refused = admin.get("/ui/webhooks", params={"status": "lost"})
+    assert refused.status_code == 400
+    assert "status: &#39;lost&#39; is not one of pending, delivering, delivered, failed" in (
+        refused.text
+    )
