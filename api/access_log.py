@@ -18,7 +18,8 @@ import structlog
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models.logs import configure_logging
+from models.logs import configure_logging, formatter, use_formatter
+from models.settings import get_settings
 
 LOGGER_NAME = "agentq.api"
 log = structlog.get_logger(LOGGER_NAME)
@@ -71,7 +72,10 @@ def configure() -> None:
     logger.setLevel(logging.INFO)
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(formatter(get_settings().log_format))
         logger.addHandler(handler)
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True
+    if get_settings().log_format == "json":  # uvicorn's own lines too
+        for name in ("uvicorn", "uvicorn.error"):
+            use_formatter(logging.getLogger(name), formatter("json"))

@@ -27,6 +27,7 @@ from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.openapi import state_rules
 from api.responses import ErrorOut, PrincipalOut
+from models import tracing
 from models.settings import BUDGET_CEILINGS, get_settings
 from models.tools import catalog
 
@@ -77,8 +78,10 @@ def create_app() -> FastAPI:
     from api.ui import install
 
     access_log.configure()
+    tracing.setup(get_settings(), service="api")
     app = create_api()
     install(app)
+    tracing.instrument_app(app)  # a server span per request, when AGENTQ_OTLP_ENDPOINT is set
     return app
 
 

@@ -191,6 +191,24 @@ def transport_options(url: str, settings: Settings) -> dict[str, Any]:
     }
 
 
+# The tasks of a run, by what their first arguments name: `(run_id, ...)` or `(step_id, ...)`.
+RUN_TASKS: Final = frozenset(
+    {TASK_COORDINATE, TASK_PLAN, TASK_REPLAN, TASK_SYNTHESIZE, TASK_REMEMBER_RUN}
+)
+
+
+def task_subject(task: str, args: tuple[Any, ...]) -> tuple[int | None, int | None]:
+    """`(run_id, step_id)` that a message of `task` with `args` is about, each None where the
+    task does not name it: `agentq.replan(run_id, step_id)`, `agentq.execute_step(step_id)`,
+    `agentq.plan(run_id)` and the other run tasks; `(None, None)` for periodic work."""
+    if task == TASK_EXECUTE_STEP and args:
+        return None, int(args[0])
+    if task in RUN_TASKS and args:
+        step_id = int(args[1]) if task == TASK_REPLAN and len(args) > 1 else None
+        return int(args[0]), step_id
+    return None, None
+
+
 def make_celery(main: str, settings: Settings | None = None) -> Celery:
     """A Celery app configured from `settings` (default: the settings as they are now,
     `read_settings`, so a new app connects to the broker the environment names then)."""

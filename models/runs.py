@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import events, quotas, sql, transitions
+from models import events, quotas, sql, tracing, transitions
 from models.errors import InvalidInput, NotFound
 from models.graph import ancestors
 from models.plan_checks import REPLAN_CHECKS
@@ -62,7 +62,8 @@ def submit_run(
     which makes its first decision in the same transaction and sends after the commit. Raises
     `InvalidInput` naming the field, or `UserQuotaExceeded` when the user's quotas
     (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`; `models.quotas`) refuse
-    it; either way nothing is written.
+    it; either way nothing is written. The run keeps the current span's W3C traceparent (or a
+    fresh one), which its tasks join (`models.tracing`).
     """
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
     criteria = [*(success_criteria or []), *(plan.success_criteria if plan else [])]
@@ -85,6 +86,7 @@ def submit_run(
         wall_time_limit_s=budgets["wall_time_s"],
         deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
         replan_check=replan_check,
+        traceparent=tracing.new_traceparent(),
     )
     add_criteria(run, criteria, by="user")
     session.add(run)

@@ -9,7 +9,7 @@ feature these switch on is off by default.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
@@ -60,6 +60,19 @@ class OperationsSettings(BaseSettings):
         le=300,
         description="Seconds between the keep-alive comments of an idle event stream, so that "
         "proxies do not close it.",
+    )
+
+    # --- tracing and logs (issue 15, parts 2 and 3: README "Tracing and logs") ---
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="Base URL of an OTLP/HTTP collector (spans go to <url>/v1/traces); unset: "
+        "no tracing, no exporter (`models.tracing`).",
+    )
+    log_format: Literal["console", "json"] = Field(
+        default="console",
+        description="`console`: `event key=value` lines in Celery's format; `json`: one JSON "
+        "object a line, with run_id, step_id and attempt bound during a task (`models.logs`).",
     )
 
     # --- webhooks (issue 15, part 4: README "Notifications by webhook") ---

@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from sqlmodel import Session
 
-from models import decisions, queue
+from models import decisions, queue, tracing
 from models.db import session_scope
 from models.dispatch import Send
 from models.goal_values import GoalPins, pins
@@ -137,8 +137,10 @@ def submit(
     """Submit `request` in one transaction (`insert_and_decide`), commit, then send its messages
     (`models.queue.send_all`: a broker that is down is not an error). `describe(session, run)`,
     if given, reads what the caller shows of the run, in that transaction after the decision.
-    Raises what `insert_and_decide` raises, or `DatabaseError`; nothing is sent then."""
-    with session_scope() as session:
-        run, sends = insert_and_decide(session, request, settings=settings)
-        seen = describe(session, run) if describe is not None else None
-    return Submitted(run.id or 0, queue.send_all(sends), seen, request.goal_pins())
+    Raises what `insert_and_decide` raises, or `DatabaseError`; nothing is sent then.
+    Traced as `agentq.submit`, the root of the run's trace (`models.tracing`)."""
+    with tracing.span("agentq.submit"):
+        with session_scope() as session:
+            run, sends = insert_and_decide(session, request, settings=settings)
+            seen = describe(session, run) if describe is not None else None
+        return Submitted(run.id or 0, queue.send_all(sends), seen, request.goal_pins())

@@ -108,6 +108,9 @@ class Run(SQLModel, table=True):
     # "model" (`models.plan_checks`; `AGENTQ_REPLAN_CHECK` at submit).
     replan_check: str = Field(default="off", max_length=10)
     error: str | None = None
+    # The W3C traceparent of the run's submit span (`models.tracing`): every task of the run
+    # joins that trace. None for runs submitted before migration 0028.
+    traceparent: str | None = Field(default=None, max_length=55)
     created_at: datetime = created_field()
     updated_at: datetime = created_field()
     finished_at: datetime | None = timestamp_field()

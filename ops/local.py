@@ -41,6 +41,7 @@ CELERY_READY_TIMEOUT_S = 90.0
 # How long the worker's pool processes may take to load the embedding model, together.
 WORKER_WARM_TIMEOUT_S = 180.0
 WORKER_WARM = "event='worker.warm'"  # what each pool process logs once its embedder is loaded
+WORKER_WARM_JSON = '"event": "worker.warm"'  # the same, with AGENTQ_LOG_FORMAT=json
 API_READY_TIMEOUT_S = 60.0
 
 
@@ -150,9 +151,8 @@ def start_engine(
         for name in ("worker", "scheduler", *extra):
             stack.wait_for_log(name, "ready.", CELERY_READY_TIMEOUT_S)
         if logging.getLevelNamesMapping().get(loglevel.upper(), logging.INFO) <= logging.INFO:
-            stack.wait_for_log(
-                "worker", WORKER_WARM, WORKER_WARM_TIMEOUT_S, count=worker_concurrency
-            )
+            warm = WORKER_WARM_JSON if env.get("AGENTQ_LOG_FORMAT") == "json" else WORKER_WARM
+            stack.wait_for_log("worker", warm, WORKER_WARM_TIMEOUT_S, count=worker_concurrency)
             if say is not None and loading:
                 say(f"embedding model loaded in {time.monotonic() - started:.1f} s")
     except BaseException:

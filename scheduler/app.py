@@ -26,9 +26,9 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-from models import metrics, metrics_export
+from models import metrics, metrics_export, tracing
 from models.db import dispose_engines
-from models.logs import configure_logging
+from models.logs import configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.queue import (
     OUTAGE_RETRIES,
@@ -77,7 +77,8 @@ if settings.run_retention_days is not None:
 @app.task(name=TASK_COORDINATE, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def coordinate(run_id: int) -> None:
     """Decide and apply the next action for one run."""
-    tasks.coordinate(run_id)
+    with task_bound(run_id=run_id):
+        tasks.coordinate(run_id)
 
 
 @app.task(name=TASK_RECONCILE)  # type: ignore[untyped-decorator]
@@ -114,6 +115,7 @@ def deliver_webhooks() -> None:
 def _fresh_engine(**_: Any) -> None:
     die_with_parent(MAIN_PID)
     dispose_engines()
+    tracing.setup(settings, service="scheduler")  # after the fork: the SDK's export thread
 
 
 @beat_embedded_init.connect  # type: ignore[untyped-decorator]

@@ -31,10 +31,10 @@ import structlog
 from celery import Task
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
-from models import metrics_export, queue
+from models import metrics_export, queue, tracing
 from models.db import dispose_engines
 from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
-from models.logs import configure_logging
+from models.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.queue import (
     OUTAGE_RETRIES,
@@ -77,35 +77,40 @@ log = structlog.get_logger("agentq.worker")
 @app.task(name=TASK_PLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def plan(run_id: int) -> None:
     """Write the first plan of a run; rate-limited, the task is sent again later."""
-    moved = False  # a crash escalated: nothing to tell the coordinator
-    try:
-        with escalated_on_crash(run_id, "planning"):
-            moved = planner.plan(run_id)
-    except RateLimited as exc:
-        _defer(exc, TASK_PLAN, "planning", run_id)
-        return
-    except PhaseNotDue as early:
-        queue.send(TASK_PLAN, run_id, countdown=early.due_in_s)
-        return
-    if moved:
-        queue.send(TASK_COORDINATE, run_id)
+    with task_bound(run_id=run_id):
+        moved = False  # a crash escalated: nothing to tell the coordinator
+        try:
+            with tracing.span("agentq.plan", run_id=run_id), escalated_on_crash(run_id, "planning"):
+                moved = planner.plan(run_id)
+        except RateLimited as exc:
+            _defer(exc, TASK_PLAN, "planning", run_id)
+            return
+        except PhaseNotDue as early:
+            queue.send(TASK_PLAN, run_id, countdown=early.due_in_s)
+            return
+        if moved:
+            queue.send(TASK_COORDINATE, run_id)
 
 
 @app.task(name=TASK_REPLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def replan(run_id: int, step_id: int) -> None:
     """Splice new steps in after a failed step; rate-limited, the task is sent again later."""
-    moved = False  # a crash escalated: nothing to tell the coordinator
-    try:
-        with escalated_on_crash(run_id, "replanning"):
-            moved = planner.replan(run_id, step_id)
-    except RateLimited as exc:
-        _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
-        return
-    except PhaseNotDue as early:
-        queue.send(TASK_REPLAN, run_id, step_id, countdown=early.due_in_s)
-        return
-    if moved:
-        queue.send(TASK_COORDINATE, run_id)
+    with task_bound(run_id=run_id, step_id=step_id):
+        moved = False  # a crash escalated: nothing to tell the coordinator
+        try:
+            with (
+                tracing.span("agentq.replan", run_id=run_id, step_id=step_id),
+                escalated_on_crash(run_id, "replanning"),
+            ):
+                moved = planner.replan(run_id, step_id)
+        except RateLimited as exc:
+            _defer(exc, TASK_REPLAN, "replanning", run_id, step_id)
+            return
+        except PhaseNotDue as early:
+            queue.send(TASK_REPLAN, run_id, step_id, countdown=early.due_in_s)
+            return
+        if moved:
+            queue.send(TASK_COORDINATE, run_id)
 
 
 def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> None:
@@ -125,6 +130,12 @@ def execute_step(
     (`worker.outages`): the attempt it holds, whose outcome is recorded instead of a claim.
     `after_lost`: sent for when the lease of a lost worker's attempt ends (`worker.recovery`),
     the step is taken back first."""
+    with task_bound(step_id=step_id):
+        _execute_step(task, step_id, held, after_lost)
+
+
+def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_lost: bool) -> None:
+    """`execute_step`'s work, inside its bound log context."""
     if after_lost and not recovery.take_back(step_id):
         return
     claimed, outcome = _start(step_id, held)
@@ -132,9 +143,14 @@ def execute_step(
         recovery.check_later(step_id)  # its worker was lost mid-step: back when its lease ends
     chain = steps.Chain.from_settings(settings)
     while claimed is not None:
+        step = claimed.step
+        bind_work(run_id=step.run_id, step_id=step.id, attempt=step.attempt)
         try:
-            outcome = outcome or _perform(claimed)
-            done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
+            with tracing.span(
+                "agentq.step", run_id=step.run_id, step_id=step.id, attempt=step.attempt
+            ):
+                outcome = outcome or _perform(claimed)
+                done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
         except DatabaseUnavailable as exc:
             countdown = queue.outage_countdown_s(task.request.retries)
             carried = {"held": outages.carry(claimed, outcome, exc)}
@@ -178,7 +194,8 @@ def _synthesize_after_step(run_id: int) -> None:
     the synthesis is sent as a task of its own, which waits out the outage (the step's outcome
     is committed: its own task must not run again)."""
     try:
-        synthesize_run(run_id)
+        with task_bound(run_id=run_id):  # the synthesis's lines are not the step's
+            synthesize_run(run_id)
     except DatabaseUnavailable:
         log.warning("synthesize.database_unavailable", run_id=run_id)
         queue.send(TASK_SYNTHESIZE, run_id, countdown=queue.outage_countdown_s(0))
@@ -187,7 +204,8 @@ def _synthesize_after_step(run_id: int) -> None:
 @app.task(name=TASK_SYNTHESIZE, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def synthesize(run_id: int) -> None:
     """Write the final answer of a run (`synthesize_run`)."""
-    synthesize_run(run_id)
+    with task_bound(run_id=run_id):
+        synthesize_run(run_id)
 
 
 def synthesize_run(run_id: int) -> None:
@@ -195,7 +213,10 @@ def synthesize_run(run_id: int) -> None:
     user released (`worker.synthesis.synthesize`); rate-limited, the task is sent again later."""
     sends: list[tuple[str, tuple[int, ...]]] = []  # a crash escalated: nothing to send
     try:
-        with escalated_on_crash(run_id, "synthesizing"):
+        with (
+            tracing.span("agentq.synthesize", run_id=run_id),
+            escalated_on_crash(run_id, "synthesizing"),
+        ):
             sends = synthesis.synthesize(run_id)
     except RateLimited as exc:
         _defer(exc, TASK_SYNTHESIZE, "synthesizing", run_id)
@@ -211,7 +232,8 @@ def synthesize_run(run_id: int) -> None:
 @app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
 def remember_run(run_id: int) -> None:
     """Write the episode and facts of a run that has ended (succeeded, failed, cancelled)."""
-    remembering.remember_ended_run(run_id)
+    with task_bound(run_id=run_id), tracing.span("agentq.remember", run_id=run_id):
+        remembering.remember_ended_run(run_id)
 
 
 @app.task(name=TASK_RAW_NOOP)  # type: ignore[untyped-decorator]
@@ -223,6 +245,8 @@ def raw_noop(_previous: object = None) -> None:
 def _fresh_engine(**_: Any) -> None:
     die_with_parent(MAIN_PID)  # no pool process outlives a killed worker
     dispose_engines()
+    # After the fork (the SDK's export thread), before any engine (SQLAlchemy's spans).
+    tracing.setup(settings, service="worker")
     # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
     # by the warm-up below) would otherwise start a thread per core in every process.
     os.environ.setdefault("OMP_NUM_THREADS", "1")

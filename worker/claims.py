@@ -19,6 +19,7 @@ from sqlmodel import Session
 from models import phases
 from models.db import session_scope
 from models.errors import PhaseNotDue
+from models.logs import bind_work
 from models.settings import get_settings
 from models.tables import utcnow
 from worker.heartbeats import PhaseHeld, heartbeat
@@ -35,7 +36,8 @@ def claim_phase_in(
     session: Session, run_id: int, statuses: tuple[str, ...]
 ) -> phases.Claimed | None:
     """Claim run `run_id`'s phase (its status one of `statuses`) in the caller's transaction, for
-    a lease of `AGENTQ_LEASE_S` (renew it with `renewed` once the transaction has committed);
+    a lease of `AGENTQ_LEASE_S` (renew it with `renewed` once the transaction has committed),
+    its attempt bound on the task's log lines;
     None, logged as `phase.skipped`, when another delivery holds it or the run is in none of
     `statuses`. Raises `PhaseNotDue` for a deferred phase not due yet."""
     claimed = phases.claim(
@@ -47,6 +49,7 @@ def claim_phase_in(
         now=utcnow(),
     )
     if isinstance(claimed, phases.Claimed):
+        bind_work(attempt=claimed.attempt)  # on the task's following log lines
         return claimed
     if claimed.due_in_s is not None:
         raise PhaseNotDue(run_id, due_in_s=claimed.due_in_s)
