@@ -24,6 +24,7 @@ from sqlmodel import Session
 
 from models import facts
 from models.conversation_facts import Extracted, extract
+from models.session_summaries import SUMMARY_CATEGORY, SessionSummary, summarize
 from models.time_expressions import annotate
 
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
@@ -67,13 +68,17 @@ def remember_turns(
     embed: Embed,
     embedding_model: str,
     extract_facts: bool = False,
+    summarize_sessions: bool = False,
 ) -> list[TurnWritten]:
     """Store each of `turns` and (with `extract_facts`) the facts it states, for `user_id`, in
-    order; one `TurnWritten` per turn. `embed` maps texts to vectors of `embedding_model`, one
-    each. Raises what `models.facts.remember` raises (a bad thread or position: `ValueError`)."""
+    order; one `TurnWritten` per turn. With `summarize_sessions`, then one summary row per
+    thread of `turns` (`models.session_summaries`; category SUMMARY_CATEGORY, at its first
+    turn's position). `embed` maps texts to vectors of `embedding_model`, one each. Raises what
+    `models.facts.remember` raises (a bad thread or position: `ValueError`)."""
     found = [extract(t.speaker, t.resolved()) if extract_facts else [] for t in turns]
+    summaries = summarize(turns) if summarize_sessions else []
     texts = [t.stored() for t in turns] + [f.text for fs in found for f in fs]
-    vectors = iter(embed(texts))
+    vectors = iter(embed(texts + [s.text for s in summaries]))
     turn_vectors = [next(vectors) for _ in turns]
     written = []
     for turn, vector, extracted in zip(turns, turn_vectors, found, strict=True):
@@ -82,7 +87,22 @@ def remember_turns(
             _extracted(session, user_id, turn, f, next(vectors), embedding_model) for f in extracted
         )
         written.append(TurnWritten(turn_id, ids))
+    for summary in summaries:
+        _summary(session, user_id, turns, summary, next(vectors), embedding_model)
     return written
+
+
+def _summary(
+    session: Session,
+    user_id: str,
+    turns: Sequence[Turn],
+    summary: SessionSummary,
+    vector: Sequence[float],
+    model: str,
+) -> int:
+    speakers = " and ".join(dict.fromkeys(t.speaker for t in turns if t.thread == summary.thread))
+    turn = Turn(speakers, summary.text, summary.thread, summary.position, summary.said_on)
+    return _write(session, user_id, turn, SUMMARY_CATEGORY, summary.text, vector, model)
 
 
 def _extracted(

@@ -9,7 +9,8 @@ written through the product's path, `models.conversation_turns.remember_turns`: 
 fact ("<speaker> (<session date>): <text> [image: <caption>]", its relative time expressions
 resolved against the session's date unless `--no-dates`) in its session's thread, embedded by
 all-MiniLM-L6-v2 (each text once, `CachedEmbedder`); a second tenant holds the same turns and
-the facts extracted from them (`extract_facts=True`). Per question, in turn: agentq's recall as
+the facts extracted from them (`extract_facts=True`), a third the turns and one summary per
+session (`summarize_sessions=True`). Per question, in turn: agentq's recall as
 `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context, date boost,
 default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one part off
 or on the tenant with facts (an ablation row each), the recall it replaced (RRF of HNSW and
@@ -157,11 +158,11 @@ class Stored:
     tokens: dict[int, int]
 
 
-def store(session: Session, conv: Conversation, embed: Embed, *, extract_facts: bool) -> Stored:
-    """Remember every turn (and with `extract_facts` the facts it states) through the product
-    path, `models.conversation_turns.remember_turns`, as tenant `locomo-<sample_id>` (suffix
-    WITH_FACTS with facts), after forgetting what a previous run on this data dir left."""
-    user_id = f"locomo-{conv.sample_id}" + (WITH_FACTS if extract_facts else "")
+def store(session: Session, conv: Conversation, embed: Embed, *, tenant: str) -> Stored:
+    """Remember every turn (with `tenant` WITH_FACTS also the facts it states, WITH_SUMMARIES
+    its session's summary) through the product path, `models.conversation_turns.remember_turns`,
+    as user `locomo-<sample_id><tenant>`, after forgetting what a previous run here left."""
+    user_id, extract_facts = f"locomo-{conv.sample_id}{tenant}", tenant == WITH_FACTS
     facts.forget_facts(session, user_id=user_id)
     model = LocalEmbedder.model
     written = conversation_turns.remember_turns(
@@ -171,6 +172,7 @@ def store(session: Session, conv: Conversation, embed: Embed, *, extract_facts: 
         embed=embed,
         embedding_model=model,
         extract_facts=extract_facts,
+        summarize_sessions=tenant == WITH_SUMMARIES,
     )
     turns, tokens = dict[int, list[int]](), dict[int, int]()
     for i, (turn, done) in enumerate(zip(conv.turns, written, strict=True)):
@@ -215,6 +217,7 @@ def rrf_before(session: Session, query: retrieval.Search) -> list[retrieval.Scor
 
 Retriever = Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]
 WITH_FACTS = "-facts"  # the tenant holding the turns and the facts extracted from them
+WITH_SUMMARIES = "-summaries"  # the tenant holding the turns and their sessions' summaries
 # The retrievers compared, by row label: agentq's recall as shipped (turns as
 # `remember_turns` stores them by default), then one row per part (`rerank.Weights`, or the
 # tenant with extracted facts), and the recall the second stage replaced.
@@ -224,6 +227,15 @@ VARIANTS: dict[str, tuple[Retriever, str]] = {
     "with extracted facts, each its own result": (
         partial(rerank.hybrid, weights=rerank.Weights(grouped=False)),
         WITH_FACTS,
+    ),
+    "with session summaries (weight 0.2)": (rerank.hybrid, WITH_SUMMARIES),
+    "with session summaries, weight 0.1": (
+        partial(rerank.hybrid, weights=rerank.Weights(summaries=0.1)),
+        WITH_SUMMARIES,
+    ),
+    "with session summaries, weight 0.3": (
+        partial(rerank.hybrid, weights=rerank.Weights(summaries=0.3)),
+        WITH_SUMMARIES,
     ),
     "without date boost (the previous recall)": (
         partial(rerank.hybrid, weights=rerank.Weights(dates=0)),
@@ -282,11 +294,12 @@ def evaluate(
 
 
 def ingest(url: str, conv: Conversation, embed: CachedEmbedder) -> dict[str, Stored]:
-    """Store `conv` twice (without and with extracted facts), then ANALYZE; by tenant suffix."""
+    """Store `conv` three times (as is, with extracted facts, with session summaries), then
+    ANALYZE; by tenant suffix."""
     with session_scope(url) as session:
         stores = {
-            tenant: store(session, conv, embed, extract_facts=bool(tenant))
-            for tenant in ("", WITH_FACTS)
+            tenant: store(session, conv, embed, tenant=tenant)
+            for tenant in ("", WITH_FACTS, WITH_SUMMARIES)
         }
     with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
         session.execute(sa.text("ANALYZE facts"))
