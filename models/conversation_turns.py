@@ -10,8 +10,11 @@ it, at the same thread and position, under their kind ("preference", "plan", "re
 (`models.rerank.group_turns`). Off by default, by measurement (README "Memory benchmarks",
 LoCoMo development set): the facts raised multi-hop and temporal recall@10 but lowered
 single-hop and adversarial more (a fact names its speaker, so a question naming the wrong
-person finds the wrong person's facts), and the whole set's. All texts are embedded in one
-call of `embed`.
+person finds the wrong person's facts), and the whole set's. With `summarize_sessions` (on by
+default, by the same measurement: recall@10 0.768 to 0.779, no category lower by more than
+0.005), one summary row per session, with its date (`models.session_summaries`), which lifts
+its session's turns in recall and is never returned itself. All texts are embedded in one call
+of `embed`.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def remember_turns(
     embed: Embed,
     embedding_model: str,
     extract_facts: bool = False,
-    summarize_sessions: bool = False,
+    summarize_sessions: bool = True,
 ) -> list[TurnWritten]:
     """Store each of `turns` and (with `extract_facts`) the facts it states, for `user_id`, in
     order; one `TurnWritten` per turn. With `summarize_sessions`, then one summary row per

@@ -7,13 +7,14 @@ LoCoMo (Maharana et al., ACL 2024): long two-person conversations; each question
 names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant,
 written through the product's path, `models.conversation_turns.remember_turns`: a turn is one
 fact ("<speaker> (<session date>): <text> [image: <caption>]", its relative time expressions
-resolved against the session's date unless `--no-dates`) in its session's thread, embedded by
-all-MiniLM-L6-v2 (each text once, `CachedEmbedder`); a second tenant holds the same turns and
-the facts extracted from them (`extract_facts=True`), a third the turns and one summary per
-session (`summarize_sessions=True`). Per question, in turn: agentq's recall as
-`models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context, date boost,
-default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one part off
-or on the tenant with facts (an ablation row each), the recall it replaced (RRF of HNSW and
+resolved against the session's date unless `--no-dates`) in its session's thread, with one
+summary row per session (the default), embedded by all-MiniLM-L6-v2 (each text once,
+`CachedEmbedder`); a second tenant holds the same and the facts extracted from the turns
+(`extract_facts=True`), a third the turns alone (`summarize_sessions=False`). Per question, in
+turn: agentq's recall as `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine,
+BM25, context, date boost, session summaries, default `min_similarity`; Postgres 18 + pgvector
+from `LocalStack`), the same with one part off or changed, on the tenant with facts or without
+summaries, or split into clauses (an ablation row each), the recall it replaced (RRF of HNSW and
 `ts_rank_cd`), and exact cosine top k over the turns' embeddings (numpy). recall@n: the share
 of the question's evidence turns in the first n results (n = 5, k; a turn and the facts
 extracted from it are one result), averaged by category. Evidence is parsed leniently ("D8:6;
@@ -160,9 +161,10 @@ class Stored:
 
 
 def store(session: Session, conv: Conversation, embed: Embed, *, tenant: str) -> Stored:
-    """Remember every turn (with `tenant` WITH_FACTS also the facts it states, WITH_SUMMARIES
-    its session's summary) through the product path, `models.conversation_turns.remember_turns`,
-    as user `locomo-<sample_id><tenant>`, after forgetting what a previous run here left."""
+    """Remember every turn and its session's summary (with `tenant` WITH_FACTS also the facts
+    it states; WITHOUT_SUMMARIES no summaries) through the product path,
+    `models.conversation_turns.remember_turns`, as user `locomo-<sample_id><tenant>`, after
+    forgetting what a previous run here left."""
     user_id, extract_facts = f"locomo-{conv.sample_id}{tenant}", tenant == WITH_FACTS
     facts.forget_facts(session, user_id=user_id)
     model = LocalEmbedder.model
@@ -173,7 +175,7 @@ def store(session: Session, conv: Conversation, embed: Embed, *, tenant: str) ->
         embed=embed,
         embedding_model=model,
         extract_facts=extract_facts,
-        summarize_sessions=tenant == WITH_SUMMARIES,
+        summarize_sessions=tenant != WITHOUT_SUMMARIES,
     )
     turns, tokens = dict[int, list[int]](), dict[int, int]()
     for i, (turn, done) in enumerate(zip(conv.turns, written, strict=True)):
@@ -229,10 +231,11 @@ def rrf_before(session: Session, query: retrieval.Search) -> list[retrieval.Scor
 
 Retriever = Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]
 WITH_FACTS = "-facts"  # the tenant holding the turns and the facts extracted from them
-WITH_SUMMARIES = "-summaries"  # the tenant holding the turns and their sessions' summaries
+WITHOUT_SUMMARIES = "-turns"  # the tenant holding the turns alone, no session summaries
 # The retrievers compared, by row label: agentq's recall as shipped (turns as
-# `remember_turns` stores them by default), then one row per part (`rerank.Weights`, or the
-# tenant with extracted facts), and the recall the second stage replaced.
+# `remember_turns` stores them by default), then one row per part (`rerank.Weights`, the
+# tenant with extracted facts or without summaries, sub-queries), and the recall the second
+# stage replaced.
 VARIANTS: dict[str, tuple[Retriever, str]] = {
     AGENTQ: (rerank.hybrid, ""),
     "with extracted facts (one result with their turn)": (rerank.hybrid, WITH_FACTS),
@@ -240,23 +243,23 @@ VARIANTS: dict[str, tuple[Retriever, str]] = {
         partial(rerank.hybrid, weights=rerank.Weights(grouped=False)),
         WITH_FACTS,
     ),
-    "with session summaries (weight 0.2)": (rerank.hybrid, WITH_SUMMARIES),
-    "with session summaries, weight 0.1": (
+    "without session summaries (the previous recall)": (rerank.hybrid, WITHOUT_SUMMARIES),
+    "session summary weight 0.1 (shipped: 0.2)": (
         partial(rerank.hybrid, weights=rerank.Weights(summaries=0.1)),
-        WITH_SUMMARIES,
+        "",
     ),
-    "with session summaries, weight 0.3": (
+    "session summary weight 0.3": (
         partial(rerank.hybrid, weights=rerank.Weights(summaries=0.3)),
-        WITH_SUMMARIES,
+        "",
     ),
     "with multi-hop sub-queries (clauses, CombMAX)": (by_clauses, ""),
-    "without date boost (the previous recall)": (
+    "without date boost": (
         partial(rerank.hybrid, weights=rerank.Weights(dates=0)),
         "",
     ),
     "without context": (partial(rerank.hybrid, weights=rerank.Weights(context=0)), ""),
     "without BM25": (partial(rerank.hybrid, weights=rerank.Weights(text=0)), ""),
-    "before: RRF of HNSW + ts_rank_cd": (rrf_before, ""),
+    "before: RRF of HNSW + ts_rank_cd": (rrf_before, WITHOUT_SUMMARIES),
 }
 
 
@@ -307,12 +310,12 @@ def evaluate(
 
 
 def ingest(url: str, conv: Conversation, embed: CachedEmbedder) -> dict[str, Stored]:
-    """Store `conv` three times (as is, with extracted facts, with session summaries), then
-    ANALYZE; by tenant suffix."""
+    """Store `conv` three times (as `remember_turns` does by default, with extracted facts,
+    without session summaries), then ANALYZE; by tenant suffix."""
     with session_scope(url) as session:
         stores = {
             tenant: store(session, conv, embed, tenant=tenant)
-            for tenant in ("", WITH_FACTS, WITH_SUMMARIES)
+            for tenant in ("", WITH_FACTS, WITHOUT_SUMMARIES)
         }
     with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
         session.execute(sa.text("ANALYZE facts"))
