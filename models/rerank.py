@@ -8,6 +8,7 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
                 + DATE_WEIGHT (a question asking when, a row holding a resolved date)
     relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
+                + SUMMARY_WEIGHT * (the base of its session's summary, if relevant and > 0)
     score     = relevance * recency weight (`models.retrieval.recency_weight`)
 
 - BM25 (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009;
@@ -27,6 +28,11 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
 - Dates: a question asking when, how long ago or what year (`asks_when`) is answered by a row
   saying when something happened; a row holding a date resolved at write time
   (`models.time_expressions.RESOLVED_DATE`: "yesterday (7 May 2023)") gains DATE_WEIGHT.
+- Session summaries (`models.session_summaries`, category SUMMARY_CATEGORY, in the session's
+  thread): a summary is fetched with every candidate of its thread and lifts each of them by
+  SUMMARY_WEIGHT of its base score when it is relevant (a question about the session's topics
+  finds the turn that answers it though they share no word); it keeps such a turn among the
+  results, is no position neighbour, and is never returned itself (the evidence is the turns).
 - A turn and the facts extracted from it (`models.conversation_turns`, same thread and
   position) are one result (`group_turns`): they are returned next to each other, at the place
   of the best of them, and count once towards `k`.
@@ -36,7 +42,8 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
 The weights are round values from the LoCoMo development set (`ops/bench/locomo_recall.py`,
 README "Memory benchmarks"): recall@10 held within 0.76-0.78 for TEXT_WEIGHT 0.3-0.7 and
 CONTEXT_WEIGHT 0.3-0.5, and within 0.766-0.768 for DATE_WEIGHT 0.05-0.2 (temporal questions
-0.834-0.845, against 0.823 without it), so they are not fitted to it.
+0.834-0.845, against 0.823 without it), and 0.773-0.783 for SUMMARY_WEIGHT 0.1-0.3 (0.768
+without summaries), so they are not fitted to it.
 """
 
 from __future__ import annotations
