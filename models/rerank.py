@@ -8,6 +8,7 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
                 + DATE_WEIGHT (a question asking when, a row holding a resolved date)
     relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
+                + SUMMARY_WEIGHT * (the base of its session's summary, if relevant and > 0)
     score     = relevance * recency weight (`models.retrieval.recency_weight`)
 
 - BM25 (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009;
@@ -27,6 +28,11 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
 - Dates: a question asking when, how long ago or what year (`asks_when`) is answered by a row
   saying when something happened; a row holding a date resolved at write time
   (`models.time_expressions.RESOLVED_DATE`: "yesterday (7 May 2023)") gains DATE_WEIGHT.
+- Session summaries (`models.session_summaries`, category SUMMARY_CATEGORY, in the session's
+  thread): a summary is fetched with every candidate of its thread and lifts each of them by
+  SUMMARY_WEIGHT of its base score when it is relevant (a question about the session's topics
+  finds the turn that answers it though they share no word); it keeps such a turn among the
+  results, is no position neighbour, and is never returned itself (the evidence is the turns).
 - A turn and the facts extracted from it (`models.conversation_turns`, same thread and
   position) are one result (`group_turns`): they are returned next to each other, at the place
   of the best of them, and count once towards `k`.
@@ -36,7 +42,8 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
 The weights are round values from the LoCoMo development set (`ops/bench/locomo_recall.py`,
 README "Memory benchmarks"): recall@10 held within 0.76-0.78 for TEXT_WEIGHT 0.3-0.7 and
 CONTEXT_WEIGHT 0.3-0.5, and within 0.766-0.768 for DATE_WEIGHT 0.05-0.2 (temporal questions
-0.834-0.845, against 0.823 without it), so they are not fitted to it.
+0.834-0.845, against 0.823 without it), and 0.773-0.783 for SUMMARY_WEIGHT 0.1-0.3 (0.768
+without summaries), so they are not fitted to it.
 """
 
 from __future__ import annotations
@@ -50,12 +57,14 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from models.retrieval import Scored, Search, recency_weight, search_settings
+from models.session_summaries import SUMMARY_CATEGORY
 from models.time_expressions import RESOLVED_DATE
 
 K1, B = 1.2, 0.75  # Robertson and Zaragoza 2009, section 3.4
 TEXT_WEIGHT = 0.5  # of the best candidate's BM25, against cosine similarity in [-1, 1]
 CONTEXT_WEIGHT = 0.3  # share of the best relevant neighbour's base score a row gains
 DATE_WEIGHT = 0.1  # added to a dated row's base score for a question asking when
+SUMMARY_WEIGHT = 0.2  # share of its session summary's base score a turn gains
 # A question asking when, how long or what year ("When did ...", "How long ago was ...").
 TEMPORAL_QUESTION = re.compile(
     r"\b(when|since when|how long|what (year|month|date|day|time)|which (year|month|day))\b",
@@ -119,20 +128,24 @@ _PICKED = f"""by_text AS MATERIALIZED (
     UNION SELECT unnest(CAST(:ids AS bigint[]))
 )"""
 # The picked rows and the rows at their thread positions -1, 0 and +1 (through `facts_thread`).
-_AROUND = """, around AS MATERIALIZED (
+_AROUND = f""", around AS MATERIALIZED (
     SELECT id FROM picked
     UNION
-    SELECT n.id FROM picked JOIN {table} AS p ON p.id = picked.id
+    SELECT n.id FROM picked JOIN {{table}} AS p ON p.id = picked.id
     CROSS JOIN LATERAL (
-        SELECT id FROM {table}
+        SELECT id FROM {{table}}
         WHERE user_id = :user_id AND thread = p.thread
           AND position BETWEEN p.position - 1 AND p.position + 1
     ) AS n
     WHERE p.user_id = :user_id AND p.thread IS NOT NULL
+    UNION
+    SELECT s.id FROM picked JOIN {{table}} AS p ON p.id = picked.id
+    JOIN {{table}} AS s ON s.user_id = :user_id AND s.thread = p.thread
+    WHERE p.user_id = :user_id AND s.category = '{SUMMARY_CATEGORY}'
 )"""
 
 
-def _scored(rows: str, thread: str, position: str, dated: str) -> str:
+def _scored(rows: str, thread: str, position: str, dated: str, summary: str) -> str:
     return f""", bm25 AS MATERIALIZED (
     SELECT f.id, sum({_TERM_BM25}) AS score
     FROM {{table}} AS f CROSS JOIN corpus
@@ -142,17 +155,21 @@ def _scored(rows: str, thread: str, position: str, dated: str) -> str:
 SELECT f.id, f.{{born}} AS born,
        {_DISTANCE} AS distance,
        coalesce(bm25.score, 0) AS text_rank, f.tsv @@ query_terms.all_words AS text_match,
-       {thread} AS thread, {position} AS position, {dated} AS dated
+       {thread} AS thread, {position} AS position, {dated} AS dated, {summary} AS summary
 FROM {{table}} AS f CROSS JOIN query_terms LEFT JOIN bm25 ON bm25.id = f.id
 WHERE {_TENANT} AND f.id IN (SELECT id FROM {rows})"""
 
 
 _WITH = f"WITH {_QUERY_WORDS}, {_TERM_STATS}, {_PICKED}"
 # candidates: the best rows by BM25 and by cosine and `:ids`, scored for `rescore` (episodes).
-CANDIDATES = _WITH + _scored("picked", "NULL::text", "NULL::int", "false")
+CANDIDATES = _WITH + _scored("picked", "NULL::text", "NULL::int", "false", "false")
 # candidates_in_threads: the same, and each one's neighbours in its thread (facts).
 CANDIDATES_IN_THREADS = (
-    _WITH + _AROUND + _scored("around", "f.thread", "f.position", "f.text ~ :dated")
+    _WITH
+    + _AROUND
+    + _scored(
+        "around", "f.thread", "f.position", "f.text ~ :dated", f"f.category = '{SUMMARY_CATEGORY}'"
+    )
 )
 
 
@@ -164,6 +181,7 @@ class Weights:
     text: float = TEXT_WEIGHT
     context: float = CONTEXT_WEIGHT
     dates: float = DATE_WEIGHT
+    summaries: float = SUMMARY_WEIGHT
     grouped: bool = True
 
 
@@ -171,7 +189,8 @@ class Weights:
 class Candidate:
     """One row to rank: cosine `distance` in [0, 2], `text_rank` its BM25 (0 without a shared
     word), `text_match` whether every query word matches, `born` (UTC), and its place in a
-    conversation (`thread`, `position`; both None outside one)."""
+    conversation (`thread`, `position`; both None outside one); `summary`: a session summary
+    (`models.session_summaries`), which lifts its thread's rows and is never returned."""
 
     id: int
     born: datetime
@@ -181,6 +200,7 @@ class Candidate:
     thread: str | None = None
     position: int | None = None
     dated: bool = False
+    summary: bool = False
 
 
 def hybrid(session: Session, query: Search, weights: Weights = Weights()) -> list[Scored[int]]:
@@ -218,21 +238,34 @@ def rescore(
     relevant = {c.id for c in found if _relevant(c, query.min_similarity)}
     at: dict[tuple[str, int], list[int]] = {}
     for c in found:
-        if c.thread is not None and c.position is not None:
+        if c.thread is not None and c.position is not None and not c.summary:
             at.setdefault((c.thread, c.position), []).append(c.id)
+    summaries = session_lift(found, base, relevant) if weights.summaries else {}
     results = []
     for c in found:
-        around = neighbours(c, at)
-        if c.id not in relevant and (not weights.context or relevant.isdisjoint(around)):
+        around, lift = neighbours(c, at), summaries.get(c.thread or "", 0.0)
+        if c.summary or not (c.id in relevant or lift or _in_context(around, relevant, weights)):
             continue
         context = max((base[i] for i in around if i in relevant), default=0.0)
-        relevance = base[c.id] + weights.context * max(context, 0.0)
+        relevance = base[c.id] + weights.context * max(context, 0.0) + weights.summaries * lift
         age_s = (query.now - c.born).total_seconds()
         recency = recency_weight(age_s, half_life_days=query.half_life_days)
         parts = (1.0 - c.distance, c.text_rank, c.text_match, relevance, recency)
         results.append(Scored(c.id, *parts, max(relevance, 0.0) * recency))
     results.sort(key=lambda r: (-r.score, -r.similarity, -r.item))
     return results
+
+
+def session_lift(
+    found: Sequence[Candidate], base: dict[int, float], relevant: Collection[int]
+) -> dict[str, float]:
+    """thread -> the best base score (> 0) among the relevant session summaries of `found` in
+    that thread (`base`: id -> base score), which every row of the thread gains a share of."""
+    lift: dict[str, float] = {}
+    for c in found:
+        if c.summary and c.thread is not None and c.id in relevant and base[c.id] > 0:
+            lift[c.thread] = max(lift.get(c.thread, 0.0), base[c.id])
+    return lift
 
 
 def asks_when(question: str) -> bool:
@@ -265,6 +298,10 @@ def neighbours(c: Candidate, at: dict[tuple[str, int], list[int]]) -> list[int]:
 
 def _base(c: Candidate, best_text: float, weight: float) -> float:
     return 1.0 - c.distance + (weight * c.text_rank / best_text if best_text > 0 else 0.0)
+
+
+def _in_context(around: Collection[int], relevant: Collection[int], weights: Weights) -> bool:
+    return bool(weights.context) and any(i in relevant for i in around)
 
 
 def _relevant(c: Candidate, min_similarity: float) -> bool:

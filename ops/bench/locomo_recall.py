@@ -7,12 +7,14 @@ LoCoMo (Maharana et al., ACL 2024): long two-person conversations; each question
 names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant,
 written through the product's path, `models.conversation_turns.remember_turns`: a turn is one
 fact ("<speaker> (<session date>): <text> [image: <caption>]", its relative time expressions
-resolved against the session's date unless `--no-dates`) in its session's thread, embedded by
-all-MiniLM-L6-v2 (each text once, `CachedEmbedder`); a second tenant holds the same turns and
-the facts extracted from them (`extract_facts=True`). Per question, in turn: agentq's recall as
-`models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine, BM25, context, date boost,
-default `min_similarity`; Postgres 18 + pgvector from `LocalStack`), the same with one part off
-or on the tenant with facts (an ablation row each), the recall it replaced (RRF of HNSW and
+resolved against the session's date unless `--no-dates`) in its session's thread, with one
+summary row per session (the default), embedded by all-MiniLM-L6-v2 (each text once,
+`CachedEmbedder`); a second tenant holds the same and the facts extracted from the turns
+(`extract_facts=True`), a third the turns alone (`summarize_sessions=False`). Per question, in
+turn: agentq's recall as `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine,
+BM25, context, date boost, session summaries, default `min_similarity`; Postgres 18 + pgvector
+from `LocalStack`), the same with one part off or changed, on the tenant with facts or without
+summaries, or split into clauses (an ablation row each), the recall it replaced (RRF of HNSW and
 `ts_rank_cd`), and exact cosine top k over the turns' embeddings (numpy). recall@n: the share
 of the question's evidence turns in the first n results (n = 5, k; a turn and the facts
 extracted from it are one result), averaged by category. Evidence is parsed leniently ("D8:6;
@@ -35,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ from models.migrate import upgrade
 from models.tokens import count_tokens
 from ops import processes
 from ops.bench.locomo_report import AGENTQ, COSINE, Outcome, report
+from ops.bench.locomo_subqueries import clauses, hybrid_of_clauses
 from ops.stack import LocalStack
 
 # The development conversations beside the repository (`../shared/data` from its root), never an
@@ -157,11 +160,12 @@ class Stored:
     tokens: dict[int, int]
 
 
-def store(session: Session, conv: Conversation, embed: Embed, *, extract_facts: bool) -> Stored:
-    """Remember every turn (and with `extract_facts` the facts it states) through the product
-    path, `models.conversation_turns.remember_turns`, as tenant `locomo-<sample_id>` (suffix
-    WITH_FACTS with facts), after forgetting what a previous run on this data dir left."""
-    user_id = f"locomo-{conv.sample_id}" + (WITH_FACTS if extract_facts else "")
+def store(session: Session, conv: Conversation, embed: Embed, *, tenant: str) -> Stored:
+    """Remember every turn and its session's summary (with `tenant` WITH_FACTS also the facts
+    it states; WITHOUT_SUMMARIES no summaries) through the product path,
+    `models.conversation_turns.remember_turns`, as user `locomo-<sample_id><tenant>`, after
+    forgetting what a previous run here left."""
+    user_id, extract_facts = f"locomo-{conv.sample_id}{tenant}", tenant == WITH_FACTS
     facts.forget_facts(session, user_id=user_id)
     model = LocalEmbedder.model
     written = conversation_turns.remember_turns(
@@ -171,6 +175,7 @@ def store(session: Session, conv: Conversation, embed: Embed, *, extract_facts: 
         embed=embed,
         embedding_model=model,
         extract_facts=extract_facts,
+        summarize_sessions=tenant != WITHOUT_SUMMARIES,
     )
     turns, tokens = dict[int, list[int]](), dict[int, int]()
     for i, (turn, done) in enumerate(zip(conv.turns, written, strict=True)):
@@ -198,6 +203,17 @@ class CachedEmbedder:
         return [self.vectors[t] for t in texts]
 
 
+@cache
+def embedder() -> CachedEmbedder:
+    """The run's one `CachedEmbedder` (loaded on first use)."""
+    return CachedEmbedder()
+
+
+def by_clauses(session: Session, query: retrieval.Search) -> list[retrieval.Scored[int]]:
+    """`ops.bench.locomo_subqueries.hybrid_of_clauses`, clauses embedded by `embedder()`."""
+    return hybrid_of_clauses(session, query, embedder())
+
+
 def cosine_top(turns: Matrix, vector: Matrix, k: int) -> list[int]:
     """Exact top `k` turn indices by cosine (the vectors are unit length), best first."""
     scores = turns @ vector
@@ -215,9 +231,11 @@ def rrf_before(session: Session, query: retrieval.Search) -> list[retrieval.Scor
 
 Retriever = Callable[[Session, retrieval.Search], list[retrieval.Scored[int]]]
 WITH_FACTS = "-facts"  # the tenant holding the turns and the facts extracted from them
+WITHOUT_SUMMARIES = "-turns"  # the tenant holding the turns alone, no session summaries
 # The retrievers compared, by row label: agentq's recall as shipped (turns as
-# `remember_turns` stores them by default), then one row per part (`rerank.Weights`, or the
-# tenant with extracted facts), and the recall the second stage replaced.
+# `remember_turns` stores them by default), then one row per part (`rerank.Weights`, the
+# tenant with extracted facts or without summaries, sub-queries), and the recall the second
+# stage replaced.
 VARIANTS: dict[str, tuple[Retriever, str]] = {
     AGENTQ: (rerank.hybrid, ""),
     "with extracted facts (one result with their turn)": (rerank.hybrid, WITH_FACTS),
@@ -225,13 +243,23 @@ VARIANTS: dict[str, tuple[Retriever, str]] = {
         partial(rerank.hybrid, weights=rerank.Weights(grouped=False)),
         WITH_FACTS,
     ),
-    "without date boost (the previous recall)": (
+    "without session summaries (the previous recall)": (rerank.hybrid, WITHOUT_SUMMARIES),
+    "session summary weight 0.1 (shipped: 0.2)": (
+        partial(rerank.hybrid, weights=rerank.Weights(summaries=0.1)),
+        "",
+    ),
+    "session summary weight 0.3": (
+        partial(rerank.hybrid, weights=rerank.Weights(summaries=0.3)),
+        "",
+    ),
+    "with multi-hop sub-queries (clauses, CombMAX)": (by_clauses, ""),
+    "without date boost": (
         partial(rerank.hybrid, weights=rerank.Weights(dates=0)),
         "",
     ),
     "without context": (partial(rerank.hybrid, weights=rerank.Weights(context=0)), ""),
     "without BM25": (partial(rerank.hybrid, weights=rerank.Weights(text=0)), ""),
-    "before: RRF of HNSW + ts_rank_cd": (rrf_before, ""),
+    "before: RRF of HNSW + ts_rank_cd": (rrf_before, WITHOUT_SUMMARIES),
 }
 
 
@@ -282,11 +310,12 @@ def evaluate(
 
 
 def ingest(url: str, conv: Conversation, embed: CachedEmbedder) -> dict[str, Stored]:
-    """Store `conv` twice (without and with extracted facts), then ANALYZE; by tenant suffix."""
+    """Store `conv` three times (as `remember_turns` does by default, with extracted facts,
+    without session summaries), then ANALYZE; by tenant suffix."""
     with session_scope(url) as session:
         stores = {
-            tenant: store(session, conv, embed, extract_facts=bool(tenant))
-            for tenant in ("", WITH_FACTS)
+            tenant: store(session, conv, embed, tenant=tenant)
+            for tenant in ("", WITH_FACTS, WITHOUT_SUMMARIES)
         }
     with session_scope(url) as session:  # the planner's statistics, as autovacuum keeps them
         session.execute(sa.text("ANALYZE facts"))
@@ -295,7 +324,7 @@ def ingest(url: str, conv: Conversation, embed: CachedEmbedder) -> dict[str, Sto
 
 def run_all(convs: list[Conversation], k: int, url: str) -> dict[str, Any]:
     """Embed, store and query every conversation; outcomes by retriever, and timings (s)."""
-    embed = CachedEmbedder()
+    embed = embedder()
     embed(["warm-up"])  # loads the model, so embed_s is embedding alone
     results: dict[str, Any] = {"found": {}, "embed_s": 0.0, "store_s": 0.0}
     for conv in convs:
@@ -303,6 +332,7 @@ def run_all(convs: list[Conversation], k: int, url: str) -> dict[str, Any]:
         facts_said = [f.text for t in conv.turns for f in extract(t.speaker, t.resolved())]
         vectors = np.asarray(embed([*conv.texts, *facts_said])[: len(conv.texts)], np.float32)
         queries = np.asarray(embed([q.text for q in conv.questions]), dtype=np.float32)
+        embed([part for q in conv.questions for part in clauses(q.text)])  # timed calls embed none
         embedded = time.perf_counter()
         stores = ingest(url, conv, embed)
         results["embed_s"] += embedded - start

@@ -13,7 +13,7 @@ from ops.bench.figures import percentile
 
 # The released data's codes (not the paper's order): 2 ask "When ...", 5 have adversarial answers.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-AGENTQ = "agentq: BM25 + context + date boost"
+AGENTQ = "agentq: BM25 + context + date boost + session summaries"
 COSINE = "plain cosine (exact, numpy)"
 
 

@@ -181,7 +181,7 @@ def test_remembered_turns_bring_their_extracted_facts_and_are_recalled_with_them
         assert row is not None and (row.thread, row.position, row.category) == ("D1", 2, "event")
 
 
-def test_by_default_only_the_turns_are_stored_with_their_dates_resolved(
+def test_by_default_the_turns_are_stored_with_their_dates_resolved_and_a_session_summary(
     new_user: Callable[[], str],
 ) -> None:
     user = new_user()
@@ -189,10 +189,12 @@ def test_by_default_only_the_turns_are_stored_with_their_dates_resolved(
     written = remember_conversation(user, [turn], extract_facts=False)
     assert written[0].fact_ids == ()
     with session_scope() as session:
-        stored = facts_of(session, user_id=user)
-    assert [f.text for f in stored] == [
-        "Caroline: I went to a support group yesterday (31 December 2022)."
-    ]
+        stored = {f.category: f.text for f in facts_of(session, user_id=user)}
+    assert stored == {
+        "event": "Caroline: I went to a support group yesterday (31 December 2022).",
+        "session_summary": "On 1 January 2023 (session D1), Caroline talked about: "
+        "group, support, went, yesterday.",
+    }
 
 
 def test_with_facts_and_dates_recall_still_never_returns_another_users_rows(
