@@ -5,7 +5,7 @@ The rule is offline and plain: a session is summarised by its most distinctive c
 scored by tf-idf (Sparck Jones 1972; Salton and Buckley 1988) with the sessions written
 together as the documents: tf = the word's count in the session, idf = ln(1 + n / df) over the
 n sessions (a word every session uses, "today", "really", weighs little; one session's topic,
-"adoption", "pottery", much). Stop words are scikit-learn's English list, and the speakers'
+"adoption", "pottery", much). Stop words: scikit-learn's list (`models.stop_words`); the speakers'
 names are left out (every turn carries them). Words rather than the first sentences of the
 longest turns: a list of topics covers the whole session, a few sentences only a few turns.
 
@@ -23,8 +23,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from functools import cache
 from typing import Protocol
+
+from models.stop_words import ENGLISH_STOP_WORDS
 
 SUMMARY_CATEGORY = "session_summary"  # the category of a summary row (`models.facts.Fact`)
 SUMMARY_WORDS = 12  # topic words per summary: about a line, at most 12 ideas (round number)
@@ -101,13 +102,5 @@ def _summary(turns: list[TurnLike], words: list[str]) -> SessionSummary:
 
 def _counts(turns: list[TurnLike]) -> Counter[str]:
     names = {part for t in turns for part in WORD.findall(t.speaker.lower())}
-    skip = _stop_words() | names
+    skip = ENGLISH_STOP_WORDS | names
     return Counter(w for t in turns for w in WORD.findall(t.said.lower()) if w not in skip)
-
-
-@cache
-def _stop_words() -> frozenset[str]:
-    # Imported here: scikit-learn's import is slow, and only writing summaries needs it.
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-    return frozenset(ENGLISH_STOP_WORDS)
