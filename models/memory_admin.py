@@ -225,7 +225,7 @@ def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Fo
         if runs and active and not cancel_runs:
             listed = ", ".join(str(i) for i in active)
             raise Conflict(
-                f"runs: {user_id!r} has active runs ({listed}) whose content would be written "
+                f"runs: {user_id!r} has active runs (ids {listed}) whose content would be written "
                 "again; cancel them too (--cancel-runs, cancel_runs) or wait until they end"
             )
         erased_at, deleted = _forget_memory(session, user_id=user_id)

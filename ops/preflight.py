@@ -10,26 +10,48 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Final
 
 from models.embedding_choice import fallback_notice, provider_in_use, require_local
 from models.errors import StackError
 from models.settings import Settings
 from ops.data_dir import check_writable
 
+API_PORT_REMEDY: Final = "set AGENTQ_API_PORT (or AGENTQ_API_HOST) to a free one"
 
-def check_port_free(host: str, port: int) -> None:
-    """Raise `StackError` naming the settings when `host`:`port` cannot be listened on. `agentq
-    up` asks before it starts anything, and `ops.local.start_api` again (the port may have been
-    taken since)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+
+def check_port_free(
+    host: str, port: int, *, what: str = "the API", remedy: str = API_PORT_REMEDY
+) -> None:
+    """Raise `StackError` naming `remedy` when `host`:`port` cannot be listened on for `what`.
+    `agentq up` asks before it starts anything, and `ops.local.start_api` again (the port may
+    have been taken since)."""
+    probe_host = "0.0.0.0" if host == "*" else host  # Postgres's "every address"
+    with socket.socket(socket.AF_INET6 if ":" in probe_host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host, port))
+            probe.bind((probe_host, port))
         except OSError as exc:
-            raise StackError(
-                f"the API cannot listen on {host}:{port} ({exc.strerror}): set AGENTQ_API_PORT "
-                "(or AGENTQ_API_HOST) to a free one"
-            ) from exc
+            reason = exc.strerror or str(exc)
+            raise StackError(f"{what} cannot listen on {host}:{port} ({reason}): {remedy}") from exc
+
+
+def check_listen_ports(
+    host: str, postgres_port: int, redis_port: int, *, postgres_running: bool
+) -> None:
+    """`agentq up --listen`: raise `StackError` when Postgres's or Redis's TCP port is taken on
+    `host` (Redis binds 127.0.0.1 too: `ops.listen.Listen.redis_bind`). Without this check a
+    taken Redis port let the stack's workers join whatever Redis answered there (a new user's
+    tryout), and a taken Postgres port ended in pg_ctl's dump. `postgres_running`: this data
+    directory's Postgres runs already (left by a crash) and is adopted, so its port is its own."""
+    if not postgres_running:
+        check_port_free(
+            host, postgres_port, what="Postgres", remedy="choose a free one with --postgres-port"
+        )
+    for address in dict.fromkeys((host, "127.0.0.1")):
+        check_port_free(
+            address, redis_port, what="Redis", remedy="choose a free one with --redis-port"
+        )
 
 
 def check_embedder(settings: Settings) -> str | None:

@@ -144,6 +144,29 @@ def test_a_taken_api_port_is_reported_first(home: Path) -> None:
     assert took_s < 20, took_s  # it was 25 s and more, after Postgres, Redis and the workers
 
 
+@pytest.mark.parametrize(
+    ("option", "service"), [("--postgres-port", "Postgres"), ("--redis-port", "Redis")]
+)
+def test_a_taken_listen_port_is_reported_first(home: Path, option: str, service: str) -> None:
+    """`up --listen` with Redis's port taken ran its workers on whatever Redis answered there
+    (a new user's tryout: this machine's own, without a password); Postgres's gave pg_ctl's dump."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        others = {"--postgres-port": str(free_port()), "--redis-port": str(free_port())}
+        ports = [
+            arg for name, value in {**others, option: str(port)}.items() for arg in (name, value)
+        ]
+        result = agentq(home, "up", "--listen", "127.0.0.1", *ports, timeout_s=60)
+    assert result.returncode == 2
+    assert lines(result) == [
+        f"error: {service} cannot listen on 127.0.0.1:{port} (Address already in use): "
+        f"choose a free one with {option}"
+    ]
+    assert not (home / "pgdata").exists()  # nothing was started
+
+
 def test_help_is_fast() -> None:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
