@@ -75,7 +75,7 @@ class OperationsSettings(BaseSettings):
         "object a line, with run_id, step_id and attempt bound during a task (`models.logs`).",
     )
 
-    # --- webhooks (issue 15, part 4: README "Notifications by webhook") ---
+    # --- webhooks (issue 15, part 4: README "Webhooks") ---
     webhook_secret: SecretStr | None = Field(
         default=None,
         description="The shared secret that signs the bodies of subscriptions whose secret is "

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -51,6 +50,7 @@ from models.conversation_turns import Embed, Turn
 from models.db import session_scope
 from models.embedders import LocalEmbedder
 from models.migrate import upgrade
+from models.settings import use_settings
 from models.tokens import count_tokens
 from ops import processes
 from ops.bench.locomo_report import AGENTQ, COSINE, Outcome, report
@@ -376,7 +376,7 @@ def main() -> None:
     processes.exit_on_sigterm()  # a TERM stops the stack too
     try:
         url, _ = stack.start_services()
-        os.environ["AGENTQ_DATABASE_URL"] = url
+        use_settings(database_url=url)
         upgrade(url)
         with session_scope(url) as session:
             facts.ensure_vector_indexes(session, model=LocalEmbedder.model, dim=LocalEmbedder.dim)

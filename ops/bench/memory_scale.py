@@ -37,6 +37,7 @@ from sqlmodel import Session
 from models import facts, retrieval
 from models.db import session_scope
 from models.migrate import upgrade
+from models.settings import use_settings
 from ops import processes
 from ops.stack import LocalStack
 
@@ -298,7 +299,7 @@ def main() -> None:
     processes.exit_on_sigterm()  # a TERM stops the stack too
     try:
         url, _ = stack.start_services()
-        os.environ["AGENTQ_DATABASE_URL"] = url
+        use_settings(database_url=url)
         upgrade(url)
         setup, searches = prepare(args, url)
         rows = run_queries(searches)
