@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from models import run_transitions, transitions
 from models.events import record_event
@@ -23,21 +23,11 @@ from models.states import RUN_TERMINAL
 from tests.support.console import Console
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
-CHROMIUM = "/usr/bin/chromium"  # Debian's package; `playwright install` is never run
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 SHOWN_WITHIN_MS = 2_000  # the "within ~2 s of it being written"
 POLL_WITHIN_MS = 5_000  # the fallback's poll: every 2 s, then the page is fetched
 MARKER = "window.__agentqLiveMarker"
 MakeToken = Callable[..., tuple[int, str]]
 SignIn = Callable[[str], httpx.Client]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

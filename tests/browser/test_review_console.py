@@ -9,34 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from ops.demo import DEMO_FACTS, DEMO_GOAL, DEMO_USER, SCENARIOS
 from tests.support.console import Console, submitted_id, wait_for_status
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
-CHROMIUM = "/usr/bin/chromium"  # Debian's package; `playwright install` is never run
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 RUN_DONE_MS = 120_000
 PHONE_WIDTH_PX = 390
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

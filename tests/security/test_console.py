@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 import sqlalchemy as sa
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlmodel import col, select
 
@@ -41,28 +41,9 @@ from tests.support.net import free_port
 pytestmark = pytest.mark.security
 MakeToken = Callable[..., tuple[int, str]]
 SignIn = Callable[[str], httpx.Client]
-CHROMIUM = "/usr/bin/chromium"  # as tests/browser: Debian's package, never `playwright install`
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CLICK_TIMEOUT_MS = 5_000
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
 IDLE_DEFAULT_S = Settings.model_fields["ui_session_idle_s"].default
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
 
 
 def _site(console: Console) -> str:
