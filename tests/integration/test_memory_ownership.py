@@ -189,7 +189,7 @@ def test_forget_runs_is_refused_while_runs_are_active_and_changes_nothing(
     run_id = _waiting_run(make_run, user)
     with session_scope() as session:
         assert add_message(session, run_id=run_id, user_id=user, role="user", content="kept")
-    with pytest.raises(Conflict, match=f"active runs \\({run_id}\\).*cancel"):
+    with pytest.raises(Conflict, match=f"active runs \\(ids {run_id}\\).*cancel"):
         memory_admin.forget(user, runs=True)
     with session_scope() as session:
         assert [m.content for m in turns(session, run_id)] == ["kept"]

@@ -71,6 +71,7 @@ def test_bad_operations_settings_name_the_field(field: str, value: str) -> None:
 
 
 def test_a_json_line_carries_what_the_task_bound() -> None:
+    structlog.contextvars.clear_contextvars()  # what an earlier test in this process bound
     record = logging.LogRecord("celery.app.trace", logging.INFO, "", 0, "done %s", ("x",), None)
     with task_bound(step_id=5):
         bind_work(run_id=3, step_id=5, attempt=2)
