@@ -29,12 +29,18 @@ MAX_BACKOFF_S: Final = 3600.0  # one wait between attempts at most, however many
 LOST_ATTEMPT: Final = "lease expired: the sender stopped before it recorded a response"
 ERROR_MAX_CHARS: Final = 500
 
-# Due deliveries (pending and due, or held under an expired lease), locked past other senders'
-# and leased to this one; an expired holder's attempt is logged as lost.
+# Due deliveries (pending and due within their retry window, or held under an expired lease),
+# locked past other senders' and leased to this one; an expired holder's attempt is logged as
+# lost. A pending delivery whose window ended before a sender got to it (a retry due just
+# before `give_up_at`, claimed a tick later) is failed instead: no attempt starts after the
+# window. A lost attempt had started within it, so it is sent again even then (at least once).
 CLAIM: Final = """
-WITH due AS (
+WITH expired AS (
+    UPDATE webhook_deliveries SET status = 'failed', updated_at = :now
+    WHERE status = 'pending' AND give_up_at < :now
+), due AS (
     SELECT id, status AS was, updated_at AS held_since FROM webhook_deliveries
-    WHERE (status = 'pending' AND next_attempt_at <= :now)
+    WHERE (status = 'pending' AND next_attempt_at <= :now AND give_up_at >= :now)
        OR (status = 'delivering' AND lease_expires_at <= :now)
     ORDER BY next_attempt_at, id
     LIMIT :limit
