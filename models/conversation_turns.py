@@ -26,7 +26,7 @@ from datetime import date
 from sqlmodel import Session
 
 from models import facts
-from models.conversation_facts import Extracted, extract
+from models.conversation_facts import extract
 from models.session_summaries import SUMMARY_CATEGORY, SessionSummary, summarize
 from models.time_expressions import annotate
 
@@ -57,10 +57,12 @@ class Turn:
 
 @dataclass(frozen=True)
 class TurnWritten:
-    """What `remember_turns` wrote for one turn: the turn's fact id and its extracted facts'."""
+    """What `remember_turns` wrote for one turn: the turn's fact id, and its extracted facts'
+    ids with their texts (in the same order)."""
 
     turn_id: int
     fact_ids: tuple[int, ...]
+    fact_texts: tuple[str, ...] = ()
 
 
 def remember_turns(
@@ -80,16 +82,18 @@ def remember_turns(
     `models.facts.remember` raises (a bad thread or position: `ValueError`)."""
     found = [extract(t.speaker, t.resolved()) if extract_facts else [] for t in turns]
     summaries = summarize(turns) if summarize_sessions else []
-    texts = [t.stored() for t in turns] + [f.text for fs in found for f in fs]
+    stored = [t.stored() for t in turns]
+    texts = stored + [f.text for fs in found for f in fs]
     vectors = iter(embed(texts + [s.text for s in summaries]))
     turn_vectors = [next(vectors) for _ in turns]
     written = []
-    for turn, vector, extracted in zip(turns, turn_vectors, found, strict=True):
-        turn_id = _write(session, user_id, turn, "event", turn.stored(), vector, embedding_model)
+    for turn, text, vector, extracted in zip(turns, stored, turn_vectors, found, strict=True):
+        turn_id = _write(session, user_id, turn, "event", text, vector, embedding_model)
         ids = tuple(
-            _extracted(session, user_id, turn, f, next(vectors), embedding_model) for f in extracted
+            _write(session, user_id, turn, f.kind, f.text, next(vectors), embedding_model)
+            for f in extracted
         )
-        written.append(TurnWritten(turn_id, ids))
+        written.append(TurnWritten(turn_id, ids, tuple(f.text for f in extracted)))
     for summary in summaries:
         _summary(session, user_id, turns, summary, next(vectors), embedding_model)
     return written
@@ -106,12 +110,6 @@ def _summary(
     speakers = " and ".join(dict.fromkeys(t.speaker for t in turns if t.thread == summary.thread))
     turn = Turn(speakers, summary.text, summary.thread, summary.position, summary.said_on)
     return _write(session, user_id, turn, SUMMARY_CATEGORY, summary.text, vector, model)
-
-
-def _extracted(
-    session: Session, user_id: str, turn: Turn, fact: Extracted, vector: Sequence[float], model: str
-) -> int:
-    return _write(session, user_id, turn, fact.kind, fact.text, vector, model)
 
 
 def _write(

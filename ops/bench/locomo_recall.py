@@ -178,11 +178,10 @@ def store(session: Session, conv: Conversation, embed: Embed, *, tenant: str) ->
         summarize_sessions=tenant != WITHOUT_SUMMARIES,
     )
     turns, tokens = dict[int, list[int]](), dict[int, int]()
-    for i, (turn, done) in enumerate(zip(conv.turns, written, strict=True)):
-        said = [f.text for f in extract(turn.speaker, turn.resolved())] if extract_facts else []
+    for i, done in enumerate(written):
         for fact_id, text in [
             (done.turn_id, conv.texts[i]),
-            *zip(done.fact_ids, said, strict=True),
+            *zip(done.fact_ids, done.fact_texts, strict=True),
         ]:
             turns.setdefault(fact_id, []).append(i)
             tokens[fact_id] = count_tokens(text)
