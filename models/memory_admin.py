@@ -73,11 +73,13 @@ def embedder() -> Embedder:
 
 
 def min_similarity() -> float:
-    """The recall threshold: `AGENTQ_RECALL_MIN_SIMILARITY`, else the provider's default."""
+    """The recall threshold: `AGENTQ_RECALL_MIN_SIMILARITY`, else the default of the embedder
+    this process runs (`embedder`: the configured provider or the hash fallback, decided once,
+    so a recall does not look up installed packages again)."""
     s = get_settings()
     if s.recall_min_similarity is not None:
         return s.recall_min_similarity
-    return HASH_MIN_SIMILARITY if provider_in_use(s) == "hash" else MODEL_MIN_SIMILARITY
+    return HASH_MIN_SIMILARITY if isinstance(embedder(), HashEmbedder) else MODEL_MIN_SIMILARITY
 
 
 @dataclass(frozen=True)
