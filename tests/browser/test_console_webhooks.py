@@ -29,9 +29,10 @@ def _deliveries(console: Console, url: str) -> tuple[int, int, str]:
         sub = WebhookSubscription(url=url, events=["escalation.opened"], enabled=False)
         session.add(sub)
         session.flush()
-        common = {"subscription_id": sub.id or 0, "body": "{}", "give_up_at": now}
-        retrying = WebhookDelivery(
+        common = {"subscription_id": sub.id or 0, "body": "{}"}
+        retrying = WebhookDelivery(  # its retry is within its window, as the sender sets it
             **common,
+            give_up_at=now + timedelta(hours=2),
             event="escalation.opened",
             status="pending",
             attempts=2,
@@ -40,7 +41,12 @@ def _deliveries(console: Console, url: str) -> tuple[int, int, str]:
             next_attempt_at=now + timedelta(hours=1),
         )
         failed = WebhookDelivery(
-            **common, event="run.finished", status="failed", attempts=7, last_error="timed out"
+            **common,
+            give_up_at=now,
+            event="run.finished",
+            status="failed",
+            attempts=7,
+            last_error="timed out",
         )
         session.add_all([retrying, failed])
         session.flush()

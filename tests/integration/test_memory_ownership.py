@@ -223,7 +223,10 @@ def test_forget_runs_erases_the_content_and_keeps_ids_statuses_timings_and_spend
         before = session.get(Run, run_id)
         assert before is not None
         kept = (before.status, before.created_at, before.finished_at, before.tokens_used)
-        step_ids = [s.id for s in session.exec(select(Step).where(Step.run_id == run_id))]
+        step_ids = [
+            s.id
+            for s in session.exec(select(Step).where(Step.run_id == run_id).order_by(col(Step.id)))
+        ]
         # a model step's journaled tool call quotes its arguments and result (`tool_journal`)
         quoted = tool_journal.Recorded({"value": "s3cr3t"}, None, attempt=1)
         key = tool_journal.call_key("echo", "0" * 64, occurrence=1)
@@ -243,7 +246,7 @@ def test_forget_runs_erases_the_content_and_keeps_ids_statuses_timings_and_spend
         assert run is not None and run.goal == ERASED and run.error == ERASED
         assert (run.status, run.created_at, run.finished_at, run.tokens_used) == kept
         assert pinned_facts(session, run_id) == {}
-        steps = list(session.exec(select(Step).where(Step.run_id == run_id)))
+        steps = list(session.exec(select(Step).where(Step.run_id == run_id).order_by(col(Step.id))))
         assert [s.id for s in steps] == step_ids
         assert {s.status for s in steps} == {"succeeded", "failed"}
         assert all(s.args == {} and s.result is None and s.name == ERASED for s in steps)
