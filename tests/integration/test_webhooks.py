@@ -384,9 +384,10 @@ def test_forget_with_runs_leaves_the_goal_in_no_delivery(webhook_engine: LocalSt
 
 
 def run_time_s(user: str) -> float:
-    """Seconds from submitting a one-step run of `user` to seeing it succeed."""
+    """Seconds from submitting a run of `user` that the planner plans (so the coordinator
+    decides on the plan's result) to seeing it succeed."""
     started = time.monotonic()
-    request = RunRequest(user_id=user, goal="timed", plan=parse_plan(NOOP, tools={"noop"}))
+    request = RunRequest(user_id=user, goal="Summarise the week's expenses", plan=None)
     run_id = submissions.submit(request, settings=get_settings()).run_id
     assert wait_for_run(run_id).status == "succeeded"
     return time.monotonic() - started
@@ -395,15 +396,15 @@ def run_time_s(user: str) -> float:
 def test_a_hanging_receiver_does_not_delay_another_users_run(webhook_engine: LocalStack) -> None:
     """With a receiver that never answers and a backlog of deliveries for it, another user's
     run takes as long as with none: the sender that waits for it decides no run."""
-    alone = statistics.median(run_time_s("h-timed") for _ in range(3))
+    alone = statistics.median(run_time_s("h-timed") for _ in range(5))
     with Receiver([HANG] * 50) as hanging:
         commands.add_webhook(url=hanging.url, events=["escalation.opened"], user_id="h-hang")
         for _ in range(6):
             escalate("h-hang")
         hanging.wait_for(1, ARRIVE_S)  # a sender waits for it now
-        beside = statistics.median(run_time_s("h-timed") for _ in range(3))
+        beside = statistics.median(run_time_s("h-timed") for _ in range(5))
     print(f"median run time: {alone:.2f} s alone, {beside:.2f} s beside a hanging receiver")
-    assert beside < alone + 1.5, (alone, beside)
+    assert beside < alone + 1.0, (alone, beside)
 
 
 def subscription(subscription_id: int) -> WebhookSubscription:
