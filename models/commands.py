@@ -25,6 +25,7 @@ from typing_extensions import TypeVar
 from models import (
     answers,
     api_tokens,
+    destinations,
     escalations,
     memory_admin,
     queue,
@@ -318,20 +319,25 @@ def purge_runs(before: datetime) -> dict[str, int]:
 
 
 def add_webhook(
-    *, url: str, events: Collection[str], user_id: str | None = None, secret_ref: str = "default"
+    *, url: str, events: Collection[str], user_id: str | None = None
 ) -> WebhookSubscription:
-    """Subscribe `url` to `events` of `user_id`'s runs (None: every user's), signed with the
-    secret `secret_ref` names (`webhooks.add_subscription`). Raises `InvalidInput` naming the
-    field."""
+    """Subscribe `url` to `events` of `user_id`'s runs (None: every user's), with a secret of
+    its own (`webhooks.add_subscription`; the row holds it: show it once). The URL's host is
+    resolved first, outside the transaction, and refused when it is not public, unless
+    `AGENTQ_WEBHOOK_ALLOW_PRIVATE_NETWORKS` (`destinations.resolve`). Raises `InvalidInput`
+    naming the field."""
+    settings = get_settings()
+    webhooks.check_url(url)
+    destinations.resolve(url, allow_private=settings.webhook_allow_private_networks)
     with session_scope() as session:
-        return webhooks.add_subscription(
-            session,
-            url=url,
-            events=list(events),
-            user_id=user_id,
-            secret_ref=secret_ref,
-            settings=get_settings(),
-        )
+        return webhooks.add_subscription(session, url=url, events=list(events), user_id=user_id)
+
+
+def rotate_webhook(subscription_id: int) -> WebhookSubscription:
+    """Give a subscription a new secret of its own (`webhooks.rotate_secret`; the row holds
+    it: show it once). Raises `NotFound`."""
+    with session_scope() as session:
+        return webhooks.rotate_secret(session, subscription_id)
 
 
 def remove_webhook(subscription_id: int) -> WebhookSubscription:

@@ -1,12 +1,19 @@
 """Webhook deliveries from the outbox (issue 15): the sender's claim with a lease, the rule for
 what an attempt's response means, the signed headers, and the delivery log.
 
-A sender (`scheduler.webhooks`) claims due rows `FOR UPDATE SKIP LOCKED` with a lease
-(`AGENTQ_WEBHOOK_LEASE_S`) in one short transaction, posts them with none open (DESIGN.md,
-invariant 11), then records each attempt in another. A sender that dies mid-delivery leaves its
-lease to expire: the next claim takes the row over (logging the lost attempt) and sends it again
-with the same `Idempotency-Key`, so delivery is at least once. The record is fenced by the
-attempt number, so a late sender whose lease was taken over changes nothing but its log line.
+A sender (`scheduler.webhooks`, in the webhook sender process) claims due rows `FOR UPDATE SKIP
+LOCKED` with a lease (`AGENTQ_WEBHOOK_LEASE_S`) in one short transaction, posts them with none
+open (DESIGN.md, invariant 11), then records each attempt in another. A sender that dies
+mid-delivery leaves its lease to expire: the next claim takes the row over (logging the lost
+attempt) and sends it again with the same `Idempotency-Key`, so delivery is at least once. The
+record is fenced by the attempt number, so a late sender whose lease was taken over changes
+nothing but its log line. Deliveries of a subscription whose circuit is open are not claimed,
+and one of a half-open one only as its probe (`models.circuit_breakers`).
+
+The claim reads the run's goal and error from the run's row, and the body is built from them
+and the delivery's snapshot at each attempt (`Claimed.body`): the outbox holds no user text, so
+a forget that erases the run's content (`models.erasures`) erases it from every delivery not
+yet sent too.
 """
 
 from __future__ import annotations
@@ -18,47 +25,63 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from sqlmodel import Session, col, select
 
-from models import sql
+from models import destinations, notifications, sql
+from models.circuit_breakers import DUE
 from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 MAX_BACKOFF_S: Final = 3600.0  # one wait between attempts at most, however many failed
 LOST_ATTEMPT: Final = "lease expired: the sender stopped before it recorded a response"
 ERROR_MAX_CHARS: Final = 500
 
-# Due deliveries (pending and due within their retry window, or held under an expired lease),
-# locked past other senders' and leased to this one; an expired holder's attempt is logged as
-# lost. A pending delivery whose window ended before a sender got to it (a retry due just
-# before `give_up_at`, claimed a tick later) is failed instead: no attempt starts after the
-# window. A lost attempt had started within it, so it is sent again even then (at least once).
-CLAIM: Final = """
+# Due deliveries (`DUE`) of subscriptions whose circuit is closed, and one of each subscription
+# this sender probes (:probing, `models.circuit_breakers.take_probes`), locked past other
+# senders' and leased to this one; an expired holder's attempt is logged as lost. A pending
+# delivery whose window ended before a sender got to it (a retry due just before `give_up_at`,
+# claimed a tick later) is failed instead: no attempt starts after the window. A lost attempt
+# had started within it, so it is sent again even then (at least once). Each row comes with
+# its subscription's URL and secret and its run's goal and error, as they are now.
+CLAIM: Final = f"""
 WITH expired AS (
     UPDATE webhook_deliveries SET status = 'failed', updated_at = :now
     WHERE status = 'pending' AND give_up_at < :now
-), due AS (
-    SELECT id, status AS was, updated_at AS held_since FROM webhook_deliveries
-    WHERE (status = 'pending' AND next_attempt_at <= :now AND give_up_at >= :now)
-       OR (status = 'delivering' AND lease_expires_at <= :now)
-    ORDER BY next_attempt_at, id
+), closed AS (
+    SELECT d.id, d.status AS was, d.updated_at AS held_since
+    FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+    WHERE {DUE} AND s.circuit_open_until IS NULL
+    ORDER BY d.next_attempt_at, d.id
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
+), probes AS (
+    SELECT p.id, p.was, p.held_since FROM unnest(CAST(:probing AS integer[])) AS sub(id)
+    CROSS JOIN LATERAL (
+        SELECT d.id, d.status AS was, d.updated_at AS held_since FROM webhook_deliveries d
+        WHERE d.subscription_id = sub.id AND {DUE}
+        ORDER BY d.next_attempt_at, d.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) p
+), due AS (
+    SELECT id, was, held_since FROM closed UNION ALL SELECT id, was, held_since FROM probes
 ), claimed AS (
     UPDATE webhook_deliveries d
     SET status = 'delivering', attempts = d.attempts + 1, lease_expires_at = :lease_until,
         updated_at = :now
     FROM due WHERE d.id = due.id
-    RETURNING d.id, d.key, d.event, d.body, d.attempts, d.give_up_at, d.subscription_id,
-        due.was, due.held_since
+    RETURNING d.id, d.key, d.event, d.snapshot, d.attempts, d.give_up_at, d.subscription_id,
+        d.run_id, due.was, due.held_since
 ), lost AS (
     INSERT INTO webhook_attempts (delivery_id, attempt, started_at, error)
     SELECT id, attempts - 1, held_since, :lost FROM claimed WHERE was = 'delivering'
     ON CONFLICT (delivery_id, attempt) DO NOTHING
 )
-SELECT c.id, c.key, c.event, c.body, c.attempts, c.give_up_at, s.url, s.secret_ref
+SELECT c.id, c.key, c.event, c.snapshot, c.attempts, c.give_up_at, c.subscription_id, s.url,
+    s.secret, s.secret_ref, r.goal, r.error
 FROM claimed c JOIN webhook_subscriptions s ON s.id = c.subscription_id
+LEFT JOIN runs r ON r.id = c.run_id
 ORDER BY c.id
 """
 
@@ -82,42 +105,94 @@ RETURNING id
 """
 
 
+# A claimed delivery not attempted (its receiver failed just before, in the same pass): back
+# to pending, due when the failed one is retried (within its window), its claim not counted.
+RELEASE: Final = """
+UPDATE webhook_deliveries
+SET status = 'pending', attempts = attempts - 1, lease_expires_at = NULL, updated_at = :now,
+    next_attempt_at = least(CAST(:next_at AS timestamptz), give_up_at)
+WHERE id = :id AND status = 'delivering' AND attempts = :attempt
+RETURNING id
+"""
+
+
 @dataclass(frozen=True)
 class Claimed:
-    """A delivery leased to this sender: what to post where, as its `attempt`-th attempt."""
+    """A delivery leased to this sender, as its `attempt`-th attempt: what to post (`body`)
+    where, signed with `secret` (or, for a subscription older than its own secret, the shared
+    one `secret_ref` names); `goal` and `error` are its run's, as the run's row holds them."""
 
     id: int
     key: uuid.UUID
     event: str
-    body: str
+    snapshot: dict[str, Any]
     attempt: int
     give_up_at: datetime
+    subscription_id: int
     url: str
-    secret_ref: str
+    secret: str | None = None
+    secret_ref: str | None = None
+    goal: str | None = None
+    error: str | None = None
+
+    @property
+    def body(self) -> str:
+        """The JSON this attempt sends and signs (`models.notifications.body`)."""
+        return notifications.body(self.snapshot, goal=self.goal, error=self.error)
 
 
 @dataclass(frozen=True)
 class Response:
-    """What one attempt got: the HTTP status (None: no response) and the error (None: 2xx)."""
+    """What one attempt got: the HTTP status (None: no response), the error (None: 2xx), and
+    whether it reached for the network (False: refused before connecting, which says nothing
+    of the receiver to its circuit breaker)."""
 
     status_code: int | None
     error: str | None
     started_at: datetime
     duration_ms: float
+    contacted: bool = True
+
+    @property
+    def succeeded(self) -> bool:
+        """A 2xx."""
+        return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def claim(session: Session, *, now: datetime, lease_s: float, limit: int) -> list[Claimed]:
-    """Up to `limit` due deliveries, leased to the caller until `now + lease_s`, oldest due
-    first; rows another sender holds are skipped, not waited for."""
+def claim(
+    session: Session,
+    *,
+    now: datetime,
+    lease_s: float,
+    limit: int,
+    probing: list[int] | None = None,
+) -> list[Claimed]:
+    """Up to `limit` due deliveries of subscriptions whose circuit is closed, plus one of each
+    subscription in `probing`, leased to the caller until `now + lease_s`, oldest due first;
+    rows another sender holds are skipped, not waited for."""
     params = {
         "now": now,
         "lease_until": now + timedelta(seconds=lease_s),
         "limit": limit,
         "lost": LOST_ATTEMPT,
+        "probing": list(probing or []),
     }
     rows = sql.execute(session, CLAIM, params).fetchall()
     return [
-        Claimed(r.id, r.key, r.event, r.body, r.attempts, r.give_up_at, r.url, r.secret_ref)
+        Claimed(
+            r.id,
+            r.key,
+            r.event,
+            r.snapshot,
+            r.attempts,
+            r.give_up_at,
+            r.subscription_id,
+            r.url,
+            r.secret,
+            r.secret_ref,
+            r.goal,
+            r.error,
+        )
         for r in rows
     ]
 
@@ -142,7 +217,7 @@ def outcome(
     """The delivery's status after `response` and when it is due next: ("delivered", now) for
     a 2xx; else ("pending", now + `backoff_s`), or ("failed", that time) when it falls after
     the delivery's `give_up_at` (the end of its retry window): it is not tried again."""
-    if response.status_code is not None and 200 <= response.status_code < 300:
+    if response.succeeded:
         return "delivered", now
     due = now + timedelta(seconds=backoff_s(delivery.attempt, first_backoff_s, rng))
     return ("failed" if due > delivery.give_up_at else "pending"), due
@@ -174,6 +249,14 @@ def record(
     return sql.one(session, FINISH, {**finish, "delivered_at": delivered_at}) is not None
 
 
+def release(session: Session, delivery: Claimed, *, next_at: datetime, now: datetime) -> bool:
+    """Give back a claimed delivery this sender did not attempt (its receiver failed in the
+    same pass): pending again, due at `next_at` (at the latest its `give_up_at`), its claim not
+    counted; returns False when its lease was taken over meanwhile (nothing changes)."""
+    params = {"id": delivery.id, "attempt": delivery.attempt, "next_at": next_at, "now": now}
+    return sql.one(session, RELEASE, params) is not None
+
+
 def signature(secret: str, timestamp: int, body: str) -> str:
     """`sha256=` and the hex HMAC-SHA256, keyed with `secret`, of `"<timestamp>.<body>"`: the
     timestamp is signed too, so a receiver that refuses old timestamps refuses a replayed
@@ -182,24 +265,26 @@ def signature(secret: str, timestamp: int, body: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
-def signed_headers(delivery: Claimed, secret: str, *, timestamp: int) -> dict[str, str]:
-    """The headers of one attempt: `Idempotency-Key` (the delivery's key, the same at every
-    attempt), `X-Agentq-Event`, `X-Agentq-Timestamp` (Unix seconds) and `X-Agentq-Signature`."""
+def signed_headers(delivery: Claimed, body: str, secret: str, *, timestamp: int) -> dict[str, str]:
+    """The headers of one attempt posting `body`: `Idempotency-Key` (the delivery's key, the
+    same at every attempt), `X-Agentq-Event`, `X-Agentq-Timestamp` (Unix seconds) and
+    `X-Agentq-Signature` (of `body`)."""
     return {
         "Content-Type": "application/json",
         "Idempotency-Key": str(delivery.key),
         "X-Agentq-Event": delivery.event,
         "X-Agentq-Timestamp": str(timestamp),
-        "X-Agentq-Signature": signature(secret, timestamp, delivery.body),
+        "X-Agentq-Signature": signature(secret, timestamp, body),
     }
 
 
 @dataclass(frozen=True)
 class LoggedDelivery:
-    """A delivery as the console and CLI list it, with its subscription's URL."""
+    """A delivery as the console and CLI list it, with its subscription's URL as shown
+    (`models.destinations.shown`: no userinfo, no query string)."""
 
     delivery: WebhookDelivery
-    url: str
+    shown_url: str
 
 
 def recent(session: Session, *, limit: int, status: str | None = None) -> list[LoggedDelivery]:
@@ -213,7 +298,7 @@ def recent(session: Session, *, limit: int, status: str | None = None) -> list[L
     )
     if status is not None:
         stmt = stmt.where(col(WebhookDelivery.status) == status)
-    return [LoggedDelivery(d, url) for d, url in session.exec(stmt)]
+    return [LoggedDelivery(d, destinations.shown(url)) for d, url in session.exec(stmt)]
 
 
 def attempts_of(session: Session, delivery_id: int) -> list[WebhookAttempt]:

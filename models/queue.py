@@ -6,8 +6,10 @@ acknowledged late and requeued when a worker process is lost, and the reconciler
 broker loses.
 
 Queues: `steps` (plan, replan, execute step, synthesize: a run's hot path), `memory` (a run's
-episode and facts, written by `agentq.remember_run` after the run has ended, off the hot path) and
-`coordinator`. A worker consumes `steps` and `memory` (`WORKER_QUEUES`, as the embedded stack and
+episode and facts, written by `agentq.remember_run` after the run has ended, off the hot path),
+`coordinator`, and `webhooks` (`agentq.deliver_webhooks`, consumed by the webhook sender alone,
+`scheduler.sender`: a receiver that hangs holds a sender, never a coordinator decision). A
+worker consumes `steps` and `memory` (`WORKER_QUEUES`, as the embedded stack and
 docker-compose.yml run it); a deployment may also run workers on `memory` alone, so memory writes
 (embeddings, fact extraction) never wait behind steps, nor steps behind them.
 """
@@ -34,6 +36,7 @@ log = structlog.get_logger("agentq.queue")
 QUEUE_STEPS: Final = "steps"
 QUEUE_MEMORY: Final = "memory"
 QUEUE_COORDINATOR: Final = "coordinator"
+QUEUE_WEBHOOKS: Final = "webhooks"
 WORKER_QUEUES: Final = (QUEUE_STEPS, QUEUE_MEMORY)  # what `celery -A worker.app worker` consumes
 
 TASK_COORDINATE: Final = "agentq.coordinate"
@@ -60,7 +63,7 @@ ROUTES: Final = {
     TASK_EXPIRE_MEMORY: {"queue": QUEUE_COORDINATOR},
     TASK_ESCALATION_DEADLINES: {"queue": QUEUE_COORDINATOR},
     TASK_PURGE_RUNS: {"queue": QUEUE_COORDINATOR},
-    TASK_DELIVER_WEBHOOKS: {"queue": QUEUE_COORDINATOR},
+    TASK_DELIVER_WEBHOOKS: {"queue": QUEUE_WEBHOOKS},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 

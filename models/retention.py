@@ -2,8 +2,9 @@
 that belongs to them, a batch of runs per transaction.
 
 What goes: the run and its plan versions, steps, step attempts, journaled tool calls, replan
-checks, pinned facts, escalations, events, conversation turns and rolling summaries (every table
-with a foreign key to `runs` or `steps`: `PURGED`, in the order it is deleted, children first).
+checks, pinned facts, escalations, events, conversation turns, rolling summaries, and its webhook
+deliveries with their attempts (every table that holds a run's or a step's rows: `PURGED`, in
+the order it is deleted, children first).
 Each batch is one transaction that locks its runs (`FOR UPDATE SKIP LOCKED`: a run another
 transaction holds is left for the next pass) and deletes at most `batch` of them, so a purge of a
 large backlog never holds a long lock or builds one huge transaction.
@@ -20,6 +21,9 @@ What stays, and why:
   run. Its `run_id`, and a fact's `source_run_id` and `source` (`run:<id>`), are then the id
   of a run that no longer exists: no foreign key holds them, run ids are never reused (a
   sequence), so `episodes.run_id` stays unique and a late memory task still writes nothing twice.
+- A run with a webhook delivery still to send (`pending` or `delivering`): its attempts read the
+  run's goal and error to build the body (`models.notifications.body`); it goes once the
+  delivery is delivered or given up (`AGENTQ_WEBHOOK_RETRY_WINDOW_S` after its event at most).
 - A run a procedure was saved from (`procedures.source_run_id`), while that procedure exists:
   `agentq memory forget` finds a procedure of any scope through the run it was saved from
   (`models.procedures.forget_procedures`), so deleting the run would let the procedure, which
@@ -41,14 +45,17 @@ from models.ended_runs import MEMORY_ENDED_OF
 
 DAY_S: Final = 86_400
 IN_BATCH: Final = "= ANY(CAST(:ids AS integer[]))"
-# retired_runs: up to :batch runs that ended before :before, whose memory task has ended and
-# from which no procedure was saved, oldest end first, locked for this transaction (runs that
-# another transaction has locked are skipped: the next pass takes them).
+# retired_runs: up to :batch runs that ended before :before, whose memory task has ended, from
+# which no procedure was saved and with no webhook delivery still to send, oldest end first,
+# locked for this transaction (runs that another transaction has locked are skipped: the next
+# pass takes them).
 RETIRED_RUNS: Final = f"""
 SELECT r.id FROM runs r
 WHERE r.finished_at < :before AND r.status IN ('succeeded', 'failed', 'cancelled')
     AND {MEMORY_ENDED_OF}
     AND NOT EXISTS (SELECT 1 FROM procedures p WHERE p.source_run_id = r.id)
+    AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
+        WHERE w.run_id = r.id AND w.status IN ('pending', 'delivering'))
 ORDER BY r.finished_at, r.id
 LIMIT :batch
 FOR UPDATE OF r SKIP LOCKED"""
@@ -66,6 +73,9 @@ PURGED: Final = {
     "run_events": f"DELETE FROM run_events WHERE run_id {IN_BATCH}",
     "messages": f"DELETE FROM messages WHERE run_id {IN_BATCH}",
     "run_summaries": f"DELETE FROM run_summaries WHERE run_id {IN_BATCH}",
+    "webhook_attempts": "DELETE FROM webhook_attempts WHERE delivery_id IN "
+    f"(SELECT id FROM webhook_deliveries WHERE run_id {IN_BATCH})",
+    "webhook_deliveries": f"DELETE FROM webhook_deliveries WHERE run_id {IN_BATCH}",
     "runs": f"DELETE FROM runs WHERE id {IN_BATCH}",
 }
 

@@ -75,16 +75,17 @@ class OperationsSettings(BaseSettings):
         "object a line, with run_id, step_id and attempt bound during a task (`models.logs`).",
     )
 
-    # --- webhooks (issue 15, part 4: README "Webhooks") ---
+    # --- webhooks (issue 15, part 4; issue 27, item 8: README "Webhooks") ---
     webhook_secret: SecretStr | None = Field(
         default=None,
-        description="The shared secret that signs the bodies of subscriptions whose secret is "
-        '"default"; unset: those deliveries fail until it is set.',
+        description="The shared secret of subscriptions made before each got its own (their "
+        'secret is "default"), until `agentq webhook rotate` gives them one; new '
+        "subscriptions never use it.",
     )
     webhook_secrets: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description='More shared secrets by name, as JSON ({"ops": "..."}); a subscription\'s '
-        "secret names one (`agentq webhook add --secret ops`).",
+        description='More shared secrets by name, as JSON ({"ops": "..."}), for subscriptions '
+        "made before each got its own and named one (`--secret ops`), until rotated.",
     )
     webhook_retry_window_s: float = Field(
         default=86_400.0,
@@ -103,7 +104,29 @@ class OperationsSettings(BaseSettings):
         description="How long a sender holds a delivery it claimed, s; longer than the timeout.",
     )
     webhook_poll_interval_s: float = Field(
-        default=2.0, gt=0, description="How often the scheduler's beat sends due deliveries, s."
+        default=2.0,
+        gt=0,
+        description="How often the scheduler's beat asks the webhook sender for due deliveries, s.",
+    )
+    webhook_allow_private_networks: bool = Field(
+        default=False,
+        description="Let webhooks go to loopback, private, link-local, carrier-grade NAT and "
+        "other non-public addresses (`models.destinations`); off: such a URL is refused at "
+        "subscribe and at every attempt.",
+    )
+    webhook_breaker_failures: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="Consecutive failed attempts to one subscription that open its circuit: "
+        "none of its deliveries is tried until the circuit's window ends.",
+    )
+    webhook_breaker_open_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="A circuit's first open window, s; doubled at each failed probe, at most "
+        "an hour.",
     )
 
     @model_validator(mode="after")

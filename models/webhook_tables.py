@@ -1,17 +1,18 @@
-"""The webhook tables (issue 15): who is told of what (`webhook_subscriptions`), the outbox of
-what is to be told (`webhook_deliveries`, one row per subscription and event, written in the
-transaction of the change it reports: `models.notifications`) and every attempt to tell it
-(`webhook_attempts`, the delivery log). Migration 0026.
+"""The webhook tables (issue 15): who is told of what (`webhook_subscriptions`, with each
+receiver's secret and circuit breaker), the outbox of what is to be told (`webhook_deliveries`,
+one row per subscription and event, written in the transaction of the change it reports:
+`models.notifications`) and every attempt to tell it (`webhook_attempts`, the delivery log).
+Migrations 0026 and 0032.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlmodel import Field, SQLModel
 
 from models.tables import created_field, timestamp_field
@@ -22,26 +23,41 @@ DELIVERY_STATUSES: Final = ("pending", "delivering", "delivered", "failed")
 
 class WebhookSubscription(SQLModel, table=True):
     """A URL told of `events` (`models.notifications.EVENTS`) of one user's runs, or of every
-    user's (`user_id` NULL). `secret_ref` names the shared secret that signs its bodies, read
-    from the settings (`AGENTQ_WEBHOOK_SECRET` for "default", else a key of
-    `AGENTQ_WEBHOOK_SECRETS`): the secret itself is never in the database."""
+    user's (`user_id` NULL). `secret` signs its bodies: generated for it alone, shown once
+    (`models.webhooks`). A subscription made before that has none, and `secret_ref` names the
+    shared secret of the settings that signs for it until it is rotated (`AGENTQ_WEBHOOK_SECRET`
+    for "default", else a key of `AGENTQ_WEBHOOK_SECRETS`); exactly one of the two is set.
+    `failures` counts its consecutive failed attempts, and `circuit_open_until` is its circuit
+    breaker: NULL closed, later than now open (nothing is sent), past half-open (one probe is
+    sent; `models.circuit_breakers`)."""
 
     __tablename__ = "webhook_subscriptions"
+    __table_args__ = (
+        sa.CheckConstraint(
+            "(secret IS NULL) <> (secret_ref IS NULL)", name="webhook_subscriptions_one_secret"
+        ),
+    )
     id: int | None = Field(default=None, primary_key=True)
     url: str = Field(max_length=2000)
     events: list[str] = Field(sa_type=ARRAY(sa.String(length=40)), nullable=False)
     user_id: str | None = Field(default=None, max_length=200)
-    secret_ref: str = Field(default="default", max_length=100)
+    secret: str | None = Field(default=None, max_length=100)
+    secret_ref: str | None = Field(default=None, max_length=100)
     enabled: bool = True
     created_at: datetime = created_field()
+    failures: int = Field(default=0, sa_column_kwargs={"server_default": sa.text("0")})
+    circuit_open_until: datetime | None = timestamp_field()
 
 
 class WebhookDelivery(SQLModel, table=True):
-    """One event for one subscription: `body` is the exact JSON sent (and signed) at every
-    attempt, `key` its `Idempotency-Key`. Status `pending` (due at `next_attempt_at`),
-    `delivering` (a sender holds it until `lease_expires_at`; an expired lease is claimed
-    again), `delivered` or `failed` (given up at `give_up_at`, the end of the retry window).
-    `attempts` counts the claims so far (`models.deliveries`)."""
+    """One event for one subscription: `snapshot` is what the event says (ids, statuses, times:
+    no user text), from which each attempt builds its body with the run's goal and error as
+    the run's row holds them then (`models.notifications.body`), `key` its `Idempotency-Key`.
+    Status `pending` (due at `next_attempt_at`), `delivering` (a sender holds it until
+    `lease_expires_at`; an expired lease is claimed again), `delivered` or `failed` (given up
+    at `give_up_at`, the end of the retry window). `attempts` counts the claims so far
+    (`models.deliveries`); `last_status_code` is the receiver's last HTTP status (its body is
+    never kept), `last_error` why the last attempt failed."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
@@ -64,7 +80,7 @@ class WebhookDelivery(SQLModel, table=True):
     )
     event: str = Field(max_length=40)
     run_id: int | None = Field(default=None, index=True)
-    body: str
+    snapshot: dict[str, Any] = Field(sa_type=JSONB, nullable=False)
     status: str = Field(default="pending", max_length=20)
     attempts: int = 0
     created_at: datetime = created_field()

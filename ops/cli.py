@@ -132,7 +132,8 @@ def up(
         int, typer.Option(min=1, max=65535, help="Redis's TCP port, with --listen.")
     ] = DEFAULT_REDIS_PORT,
 ) -> None:
-    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat.
+    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat,
+    webhook sender, API.
 
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
@@ -196,7 +197,8 @@ def up(
     if stack.remote_urls:
         lines = "".join(f"\n  {name}={url}" for name, url in stack.remote_urls.items())
         console.print(
-            Text(f"Other machines: agentq worker (or scheduler, api) with{lines}"), soft_wrap=True
+            Text(f"Other machines: agentq worker (or scheduler, sender, api) with{lines}"),
+            soft_wrap=True,
         )
     try:
         supervise(stack)
@@ -375,6 +377,7 @@ def demo(
 
 app.command()(deployment_commands.worker)
 app.command()(deployment_commands.scheduler)
+app.command()(deployment_commands.sender)
 app.command()(deployment_commands.api)
 
 

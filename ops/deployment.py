@@ -6,6 +6,8 @@ a deployment machine, as docker-compose.yml runs them:
 - worker: `celery -A worker.app worker -Q steps,memory -c N -n steps@%h --pool prefork`;
 - scheduler: `celery -A scheduler.app worker -Q coordinator -c 1 -n coordinator@%h -B -s FILE`
   (beat in the same process; a second scheduler without `-B` only takes coordinator messages);
+- sender: `celery -A scheduler.sender worker -Q webhooks -c N -n webhooks@%h` (webhook
+  deliveries only, so a receiver that hangs never holds a coordinator decision);
 - api: `uvicorn api.app:create_app --factory --no-access-log --host H --port P`.
 Python runs with `-P`, so the current directory is not put on `sys.path` (ops/stack.py says why).
 Light to import (no Celery): `agentq --help` loads it (tests/acceptance/test_first_run.py).
@@ -22,6 +24,9 @@ SCHEDULER_APP: Final = "scheduler.app"
 API_APP_FACTORY: Final = "api.app:create_app"
 WORKER_NODE: Final = "steps@%h"  # Celery node names; `%h` is the machine's host name
 SCHEDULER_NODE: Final = "coordinator@%h"
+SENDER_APP: Final = "scheduler.sender"
+SENDER_NODE: Final = "webhooks@%h"
+SENDER_CONCURRENCY: Final = 2  # passes at once: a pass held by a hanging receiver leaves one
 SCHEDULE_FILE_NAME: Final = "celerybeat-schedule"
 DEFAULT_POSTGRES_PORT: Final = 5432  # the ports of `agentq up --listen`: their usual numbers
 DEFAULT_REDIS_PORT: Final = 6379  # (IANA registry)
@@ -72,6 +77,17 @@ def scheduler_argv(
         hostname=hostname,
         schedule=schedule,
         loglevel=loglevel,
+    )
+
+
+def sender_argv(
+    *, concurrency: int = SENDER_CONCURRENCY, hostname: str = SENDER_NODE, loglevel: str = "INFO"
+) -> list[str]:
+    """The webhook sender: `celery_argv` of `scheduler.sender` on the `webhooks` queue."""
+    from models.queue import QUEUE_WEBHOOKS
+
+    return celery_argv(
+        SENDER_APP, QUEUE_WEBHOOKS, concurrency=concurrency, hostname=hostname, loglevel=loglevel
     )
 
 

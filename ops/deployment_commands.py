@@ -1,4 +1,5 @@
-"""`agentq worker`, `agentq scheduler`, `agentq api`: one deployment process each, foreground.
+"""`agentq worker`, `agentq scheduler`, `agentq sender`, `agentq api`: one deployment process
+each, foreground.
 
 Each runs the command line `agentq up` runs (ops/deployment.py) from the configured settings
 alone: `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` (or `DATABASE_URL`, `BROKER_URL`) must be
@@ -22,9 +23,12 @@ from models.errors import ConfigurationError
 from ops.deployment import (
     SCHEDULE_FILE_NAME,
     SCHEDULER_NODE,
+    SENDER_CONCURRENCY,
+    SENDER_NODE,
     WORKER_NODE,
     api_argv,
     scheduler_argv,
+    sender_argv,
     worker_argv,
 )
 
@@ -119,6 +123,20 @@ def scheduler(
         state = (schedule or settings.home / SCHEDULE_FILE_NAME).expanduser().resolve()
         state.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     run_foreground(scheduler_argv(schedule=state, hostname=name, loglevel=loglevel), settings)
+
+
+def sender(
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=64, help="Pool processes, each sending one pass at a time.")
+    ] = SENDER_CONCURRENCY,
+    name: Annotated[str, typer.Option(help=NodeHelp)] = SENDER_NODE,
+    loglevel: LogLevel = "INFO",
+) -> None:
+    """Run the webhook sender (webhooks queue) in the foreground, from AGENTQ_DATABASE_URL and
+    AGENTQ_BROKER_URL; SIGTERM lets a running pass finish."""
+    settings = _settings()
+    argv = sender_argv(concurrency=concurrency, hostname=name, loglevel=loglevel)
+    run_foreground(argv, settings)
 
 
 def api(

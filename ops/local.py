@@ -1,8 +1,10 @@
-"""The whole engine on this machine: the embedded services, migrations, worker and scheduler.
+"""The whole engine on this machine: the embedded services, migrations, worker, scheduler and
+webhook sender.
 
 Used by `agentq up`, `agentq demo`, the integration tests and the benchmark, so all of them run
-the same processes a deployment runs: `celery -A worker.app worker -Q steps,memory` and
-`celery -A scheduler.app worker -Q coordinator -B`. They run in the data dir, never the caller's
+the same processes a deployment runs: `celery -A worker.app worker -Q steps,memory`,
+`celery -A scheduler.app worker -Q coordinator -B` and `celery -A scheduler.sender worker -Q
+webhooks`. They run in the data dir, never the caller's
 directory (ops/stack.py says why), so what `Settings` reads from the caller's `.env` is passed to
 them in their environment. The engine counts as started once every pool process of the worker
 has loaded its embedding model (`worker.warm`), so no run waits for that.
@@ -31,6 +33,7 @@ from ops.deployment import (
     SCHEDULE_FILE_NAME,
     api_argv,
     scheduler_argv,
+    sender_argv,
     worker_argv,
 )
 from ops.listen import Listen
@@ -110,8 +113,9 @@ def start_engine(
     listen: Listen | None = None,
 ) -> LocalStack:
     """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
-    scheduler (with beat) and `coordinators - 1` more coordinator processes (`coordinator-2`,
-    ... without beat: one beat per deployment) on the same queue; return once all consume and
+    scheduler (with beat), `coordinators - 1` more coordinator processes (`coordinator-2`,
+    ... without beat: one beat per deployment) on the same queue, and the webhook sender
+    (`sender`, on `webhooks`); return once all consume and
     each of the worker's `worker_concurrency` pool processes has loaded its embedding model
     (`worker.warm` in its log; not waited for with a `loglevel` above INFO, which hides that
     line). With `broker_url` (a Redis or RabbitMQ elsewhere) that broker is used and no Redis
@@ -148,7 +152,8 @@ def start_engine(
         for name in extra:
             argv = scheduler_argv(schedule=None, hostname=f"{name}@%h", loglevel=loglevel)
             stack.start_process(name, argv, env)
-        for name in ("worker", "scheduler", *extra):
+        stack.start_process("sender", sender_argv(loglevel=loglevel), env)
+        for name in ("worker", "scheduler", *extra, "sender"):
             stack.wait_for_log(name, "ready.", CELERY_READY_TIMEOUT_S)
         if logging.getLevelNamesMapping().get(loglevel.upper(), logging.INFO) <= logging.INFO:
             warm = WORKER_WARM_JSON if env.get("AGENTQ_LOG_FORMAT") == "json" else WORKER_WARM

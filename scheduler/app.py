@@ -3,10 +3,11 @@
 It consumes the `coordinator` queue and runs one beat that sends `agentq.reconcile` and
 `agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds,
 `agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`, `agentq.deliver_webhooks` every
-`AGENTQ_WEBHOOK_POLL_INTERVAL_S` (and, with `AGENTQ_RUN_RETENTION_DAYS` set, `agentq.purge_runs`
-every `AGENTQ_RUN_RETENTION_INTERVAL_S`): one beat per database, the one that holds the beat lock
-(`scheduler.beat`). The beat and the pool process die with the main process (`models.orphans`),
-so a killed scheduler leaves no beat sending.
+`AGENTQ_WEBHOOK_POLL_INTERVAL_S` (to the `webhooks` queue: the webhook sender runs it,
+`scheduler.sender`, never this process) and, with `AGENTQ_RUN_RETENTION_DAYS` set,
+`agentq.purge_runs` every `AGENTQ_RUN_RETENTION_INTERVAL_S`: one beat per database, the one that
+holds the beat lock (`scheduler.beat`). The beat and the pool process die with the main process
+(`models.orphans`), so a killed scheduler leaves no beat sending.
 
 A coordinate task that finds the database unavailable sends itself again after a backoff
 (`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
@@ -42,7 +43,7 @@ from models.queue import (
     make_celery,
 )
 from models.settings import get_settings
-from scheduler import tasks, webhooks
+from scheduler import tasks
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
@@ -59,8 +60,8 @@ app.conf.beat_schedule = {
         "task": TASK_ESCALATION_DEADLINES,
         "schedule": settings.reconcile_interval_s,
     },
-    # Due webhook deliveries (`scheduler.webhooks`); a tick not taken within its interval is
-    # dropped, as the next one claims the same rows.
+    # Due webhook deliveries, for the webhook sender (`scheduler.sender`); a tick not taken
+    # within its interval is dropped, as the next one claims the same rows.
     "deliver-webhooks": {
         "task": TASK_DELIVER_WEBHOOKS,
         "schedule": settings.webhook_poll_interval_s,
@@ -103,12 +104,6 @@ def escalation_deadlines() -> None:
 def purge_runs() -> None:
     """Delete the runs that ended more than `AGENTQ_RUN_RETENTION_DAYS` ago, with their rows."""
     tasks.purge_runs()
-
-
-@app.task(name=TASK_DELIVER_WEBHOOKS)  # type: ignore[untyped-decorator]
-def deliver_webhooks() -> None:
-    """Post the webhook deliveries that are due, and record each attempt."""
-    webhooks.deliver_due()
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

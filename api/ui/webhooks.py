@@ -1,10 +1,13 @@
 """The webhook delivery log: `/ui/webhooks`, for reviewers and admins (issue 15, part 4).
 
-The newest deliveries of the outbox (`models.deliveries.recent`, the query behind `agentq
-webhook deliveries`), each with its event, run, URL, status, attempts, the last HTTP status and
-error, and when the next attempt is due (a delivery still `pending`); `?status=` shows one
-status only, an unknown one is a 400 naming the known ones. Bodies and secrets are not shown:
-a body can quote a run's goal, and the page is for seeing whether receivers get their calls.
+The subscriptions (`models.webhooks.listed`, as `agentq webhook list` shows them: each URL, its
+events and user, and its circuit breaker's state), then the newest deliveries of the outbox
+(`models.deliveries.recent`, the query behind `agentq webhook deliveries`), each with its event,
+run, URL, status, attempts, the receiver's last HTTP status and the last error, and when the
+next attempt is due (a delivery still `pending`); `?status=` shows one status only, an unknown
+one is a 400 naming the known ones. Admins see the same as reviewers: URLs without userinfo or
+query string (where receivers put passwords and tokens), no secret, no body (a body quotes a
+run's goal), and of a receiver's answer only its status code (agentq never keeps its body).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from fastapi.responses import HTMLResponse
 
 from api.ui.security import reviewer
 from api.ui.templating import render
-from models import deliveries
+from models import deliveries, webhooks
 from models.db import session_scope
+from models.settings import get_settings
+from models.tables import utcnow
 from models.webhook_tables import DELIVERY_STATUSES
 
 DELIVERIES_SHOWN: Final = 100
@@ -36,6 +41,7 @@ def webhooks_page(request: Request, status: str | None = None) -> HTMLResponse:
         error = f"status: {status!r} is not one of {', '.join(DELIVERY_STATUSES)}"
     with session_scope() as session:
         rows = [] if error else deliveries.recent(session, limit=DELIVERIES_SHOWN, status=status)
+        subscriptions = webhooks.listed(session, settings=get_settings(), now=utcnow())
     return render(
         request,
         "webhooks.html",
@@ -44,6 +50,7 @@ def webhooks_page(request: Request, status: str | None = None) -> HTMLResponse:
         title="Webhook deliveries",
         nav="webhooks",
         rows=rows,
+        subscriptions=subscriptions,
         error=error,
         status_filter=status,
         statuses=DELIVERY_STATUSES,

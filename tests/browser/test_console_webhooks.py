@@ -1,6 +1,8 @@
 """The console's webhook delivery log (`/ui/webhooks`) over HTTP: each delivery's event, run,
-URL, status, attempts, last error and next retry; reviewers and admins only; linked from the
-navigation; an unknown status filter named with the known ones."""
+URL, status, attempts, last error and next retry; the subscriptions with their circuit
+breakers; URLs without userinfo or query string, and of a receiver's answer only its status;
+reviewers and admins only; linked from the navigation; an unknown status filter named with the
+known ones."""
 
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ def _deliveries(console: Console, url: str) -> tuple[int, int, str]:
     given up: (retrying id, failed id, the retry's time as shown)."""
     now = utcnow()
     with console.db() as session:
-        sub = WebhookSubscription(url=url, events=["escalation.opened"], enabled=False)
+        sub = WebhookSubscription(
+            url=url, events=["escalation.opened"], enabled=False, secret="whsec_console"
+        )
         session.add(sub)
         session.flush()
-        common = {"subscription_id": sub.id or 0, "body": "{}"}
+        common = {"subscription_id": sub.id or 0, "snapshot": {}}
         retrying = WebhookDelivery(  # its retry is within its window, as the sender sets it
             **common,
             give_up_at=now + timedelta(hours=2),
@@ -69,6 +73,46 @@ def test_the_delivery_log_lists_what_was_sent_and_what_is_retried(
     only_failed = reviewer.get("/ui/webhooks", params={"status": "failed"}).text
     assert f'data-delivery="{failed}"' in only_failed
     assert f'data-delivery="{retrying}"' not in only_failed
+
+
+def test_reviewers_see_urls_without_credentials_or_query_and_only_status_codes(
+    console: Console, make_token: MakeToken, sign_in: SignIn
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    url = f"https://rx:pw-{tag}@hooks-{tag}.example.com/in?token=tok-{tag}"
+    now = utcnow()
+    with console.db() as session:
+        sub = WebhookSubscription(
+            url=url,
+            events=["run.finished"],
+            enabled=False,
+            secret=f"whsec_{tag}",
+            failures=5,
+            circuit_open_until=now + timedelta(minutes=10),
+        )
+        session.add(sub)
+        session.flush()
+        session.add(
+            WebhookDelivery(
+                subscription_id=sub.id or 0,
+                snapshot={},
+                give_up_at=now + timedelta(hours=1),
+                event="run.finished",
+                attempts=5,
+                last_status_code=502,
+                last_error="HTTP 502",
+                next_attempt_at=now + timedelta(minutes=30),
+            )
+        )
+        sub_id = sub.id
+    for role in ("reviewer", "admin"):
+        page = sign_in(make_token(role, f"hooks-{role}-{tag}")[1]).get("/ui/webhooks").text
+        row = page.split(f'data-webhook="{sub_id}"')[1].split("</tr>")[0]
+        assert f"https://***@hooks-{tag}.example.com/in?…" in row
+        assert "open until" in row and "5 failed in a row" in row
+        for secret in (f"pw-{tag}", f"tok-{tag}", f"whsec_{tag}"):
+            assert secret not in page, (role, secret)
+        assert ">502<" in page
 
 
 def test_only_reviewers_and_admins_see_the_delivery_log(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -18,7 +18,8 @@ from models.episodes import Episode
 from models.errors import InvalidInput
 from models.procedures import Procedure
 from models.settings import get_settings
-from models.tables import Run
+from models.tables import Run, utcnow
+from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from ops.stack import LocalStack
 from scheduler import tasks
 from tests.integration.conftest import wait_for_run
@@ -39,6 +40,9 @@ ROWS_OF = {
 RUN_FOREIGN_KEYS = """
 SELECT DISTINCT conrelid::regclass::text FROM pg_constraint
 WHERE contype = 'f' AND confrelid IN ('runs'::regclass, 'steps'::regclass)"""
+
+
+WEBHOOK_TABLES = ("webhook_deliveries", "webhook_attempts")
 
 
 def rows_of(run_ids: list[int]) -> dict[str, int]:
@@ -78,7 +82,9 @@ def episodes_of(run_ids: list[int]) -> int:
 def test_the_purge_covers_every_table_that_refers_to_runs_or_steps(engine: LocalStack) -> None:
     with session_scope() as session:
         referring = set(session.execute(sa.text(RUN_FOREIGN_KEYS)).scalars())
-    assert referring == set(retention.PURGED) - {"runs"}
+    # the webhook outbox names its run by id alone (`webhook_deliveries.run_id`), and its
+    # attempts their delivery
+    assert referring | set(WEBHOOK_TABLES) == set(retention.PURGED) - {"runs"}
 
 
 def test_purge_deletes_exactly_the_old_ended_runs_and_keeps_their_memory(
@@ -120,6 +126,45 @@ def test_purge_deletes_exactly_the_old_ended_runs_and_keeps_their_memory(
     assert rows_of(kept) == before_kept
     assert episodes_of(gone) == 2  # memory outlives the run record
     assert retention.purge(before=CUTOFF, batch=10)["runs"] == 0  # nothing left that may go
+
+
+def test_a_purged_run_takes_its_webhook_deliveries_and_one_still_to_send_keeps_its_run(
+    make_run: Callable[..., int],
+) -> None:
+    told, waiting = (ended_long_ago(make_run, "retention-hooks") for _ in range(2))
+    later = utcnow() + timedelta(days=1)  # no sender takes the pending one during the test
+    with session_scope() as session:
+        sub = WebhookSubscription(  # disabled: later runs' ends write no delivery for it
+            url="https://hooks.example.com/in",
+            events=["run.finished"],
+            secret="whsec_r",
+            enabled=False,
+        )
+        session.add(sub)
+        session.flush()
+        for run_id, status in ((told, "delivered"), (waiting, "pending")):
+            delivery = WebhookDelivery(
+                subscription_id=sub.id or 0,
+                event="run.finished",
+                run_id=run_id,
+                snapshot={},
+                status=status,
+                attempts=1,
+                give_up_at=later,
+                next_attempt_at=later,
+            )
+            session.add(delivery)
+            session.flush()
+            session.add(
+                WebhookAttempt(delivery_id=delivery.id or 0, attempt=1, started_at=LONG_AGO)
+            )
+    assert rows_of([told])["webhook_attempts"] == 1
+
+    retention.purge(before=CUTOFF, batch=10)
+
+    assert set(rows_of([told]).values()) == {0}
+    kept = rows_of([waiting])
+    assert kept["runs"] == 1 and kept["webhook_deliveries"] == 1 and kept["webhook_attempts"] == 1
 
 
 def test_beat_purges_only_with_retention_set(

@@ -18,7 +18,7 @@ from kombu import Connection
 from kombu.exceptions import ChannelError
 from kombu.utils.url import maybe_sanitize_url
 
-from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
+from models.queue import QUEUE_COORDINATOR, QUEUE_WEBHOOKS, WORKER_QUEUES
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine
 
@@ -49,7 +49,7 @@ def empty_broker(url: str) -> str:
         if driver == "redis":
             connection.default_channel.client.flushdb()
         else:
-            for name in (*WORKER_QUEUES, QUEUE_COORDINATOR):
+            for name in (*WORKER_QUEUES, QUEUE_COORDINATOR, QUEUE_WEBHOOKS):
                 _purge(connection, name)
     return driver
 

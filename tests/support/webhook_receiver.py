@@ -25,16 +25,19 @@ class Received:
 
 class Receiver:
     """`with Receiver([500, 500]) as r:` answers 500, 500, then 200 to everything after, at
-    `r.url`; `HANG` in the script holds that request open. `r.requests` lists what came."""
+    `r.url`; `HANG` in the script holds that request open; `refusing` (a status), while set,
+    answers every request with it instead. `r.requests` lists what came."""
 
-    def __init__(self, script: list[int | str] | None = None) -> None:
+    def __init__(self, script: list[int | str] | None = None, refusing: int | None = None) -> None:
         self.script = list(script or [])
+        self.refusing = refusing
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        self.port = int(self._server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}/hook"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -60,6 +63,8 @@ class Receiver:
     def _answer(self, request: Received) -> int | str:
         with self._lock:
             self.requests.append(request)
+            if self.refusing is not None:
+                return self.refusing
             return self.script.pop(0) if self.script else 200
 
     def wait_for(self, count: int, timeout_s: float) -> list[Received]:

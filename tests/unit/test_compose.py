@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from models.db import normalize_url
 from models.errors import ConfigurationError
-from models.queue import QUEUE_COORDINATOR, WORKER_QUEUES
+from models.queue import QUEUE_COORDINATOR, QUEUE_WEBHOOKS, WORKER_QUEUES
 from models.settings import Settings
 from ops import cli
 
@@ -32,7 +32,7 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "ops" / "docker" / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 
-AGENTQ_SERVICES = ("migrate", "worker", "scheduler")
+AGENTQ_SERVICES = ("migrate", "worker", "scheduler", "sender")
 # The only shared variable allowed to resolve to "" when unset in the shell (offline needs none).
 MAY_BE_EMPTY = {"OPENAI_API_KEY"}
 
@@ -98,7 +98,8 @@ def option(cmd: list[str], *flags: str) -> str | None:
     return None
 
 
-AGENTQ_PROCESSES = ("worker", "scheduler", "api")  # `agentq <name>`: ops/deployment_commands.py
+# `agentq <name>`: ops/deployment_commands.py
+AGENTQ_PROCESSES = ("worker", "scheduler", "sender", "api")
 
 
 def process_argv(svc: Mapping[str, Any]) -> list[str]:
@@ -238,7 +239,7 @@ def check_startup_order(compose: Compose) -> None:
     deps = migrate.get("depends_on") or {}
     assert isinstance(deps, dict), "migrate depends_on must name conditions"
     assert (deps.get("postgres") or {}).get("condition") == "service_healthy", deps
-    for name in ("worker", "scheduler"):
+    for name in ("worker", "scheduler", "sender"):
         deps = service(compose, name).get("depends_on") or {}
         assert isinstance(deps, dict), f"{name} depends_on must name conditions"
         migrate_dep = (deps.get("migrate") or {}).get("condition")
@@ -264,6 +265,7 @@ def check_queues(compose: Compose) -> None:
     for name, app, wanted in (
         ("worker", "worker.app", list(WORKER_QUEUES)),
         ("scheduler", "scheduler.app", [QUEUE_COORDINATOR]),
+        ("sender", "scheduler.sender", [QUEUE_WEBHOOKS]),
     ):
         cmd = process_argv(service(compose, name))
         assert cmd[:1] == ["celery"] and "worker" in cmd, f"{name} is not a celery worker: {cmd}"
@@ -273,7 +275,7 @@ def check_queues(compose: Compose) -> None:
 
 
 def check_liveness_pings_own_node(compose: Compose) -> None:
-    for name in ("worker", "scheduler"):
+    for name in ("worker", "scheduler", "sender"):
         svc = service(compose, name)
         node = option(process_argv(svc), "-n", "--hostname")
         assert node and node.endswith("@%h"), f"{name} node name {node!r}"

@@ -37,7 +37,7 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[Any, mock.MagicMock]:
     return result, execve
 
 
-@pytest.mark.parametrize("command", ["worker", "scheduler", "api"])
+@pytest.mark.parametrize("command", ["worker", "scheduler", "sender", "api"])
 @pytest.mark.parametrize("missing", ["AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL"])
 def test_refuses_without_a_url_and_names_it(command: str, missing: str, tmp_path: Path) -> None:
     env = {k: v for k, v in URLS.items() if k != missing} | {"AGENTQ_HOME": str(tmp_path)}
@@ -78,6 +78,15 @@ def test_scheduler_runs_beat_with_its_state_in_home(tmp_path: Path) -> None:
     assert (tmp_path / "h").is_dir()
     result, execve = run_cli(["scheduler", "--no-beat"], {**URLS, "AGENTQ_HOME": str(tmp_path)})
     assert "-B" not in execve.call_args.args[1]
+
+
+def test_sender_consumes_the_webhooks_queue_alone(tmp_path: Path) -> None:
+    result, execve = run_cli(["sender"], {**URLS, "AGENTQ_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    argv = execve.call_args.args[1]
+    assert argv[3:8] == ["celery", "-A", "scheduler.sender", "worker", "-Q"]
+    assert argv[argv.index("-Q") + 1] == "webhooks" and "-B" not in argv
+    assert argv[argv.index("-n") + 1] == "webhooks@%h"
 
 
 def test_api_execs_uvicorn_on_the_given_address(tmp_path: Path) -> None:
