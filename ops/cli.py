@@ -107,7 +107,7 @@ WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 
 
 LISTEN_HELP = (
     "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
-    "with passwords; prints the URLs their `agentq worker` needs."
+    "with passwords; writes the URLs their `agentq worker` needs to AGENTQ_HOME/remote.env."
 )
 
 
@@ -155,7 +155,7 @@ def up(
     from kombu.utils.url import maybe_sanitize_url
 
     from models.formats import provider_label
-    from ops.listen import Listen
+    from ops.listen import Listen, other_machines_text
     from ops.local import check_memory_model, ignored_broker_variables, start_api, start_engine
     from ops.processes import interrupt_on_sigterm
 
@@ -182,22 +182,20 @@ def up(
     ignored = ", ".join(ignored_broker_variables(os.environ))
     running = get_settings()  # with the stack's URLs (`start_engine`)
     every = f" (every process; {ignored} ignored)" if ignored else " (every process)"
+    redis = f"  redis     {stack.redis_server.describe()}\n" if stack.redis_server else ""
     console.print(Text("agentq is up", style="green"))
     console.print(
         Text(
             f"  database  {running.database_url}\n"
-            f"  broker    {maybe_sanitize_url(running.broker_url or '')}{every}\n"
+            f"  broker    {maybe_sanitize_url(running.broker_url or '')}{every}\n{redis}"
             f"  logs      {home / 'logs'}\n"
             f"  provider  {provider_label(running.provider)}\n"
             f"  api       {api_url}/api/v1 (spec {api_url}/openapi.json, web UI {api_url}/ui)\n"
             'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
         )
     )
-    if stack.remote_urls:
-        lines = "".join(f"\n  {name}={url}" for name, url in stack.remote_urls.items())
-        console.print(
-            Text(f"Other machines: agentq worker (or scheduler, api) with{lines}"), soft_wrap=True
-        )
+    if opened is not None:
+        console.print(Text(other_machines_text(opened, stack.data_dir)), soft_wrap=True)
     try:
         supervise(stack)
     except KeyboardInterrupt:
