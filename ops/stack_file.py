@@ -3,11 +3,12 @@ terminal (ops/stack.py writes it on start and removes it on stop)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -61,3 +62,25 @@ def write_stack_file(data_dir: Path, database_url: str, broker_url: str) -> None
         "started_at": datetime.now(UTC).isoformat(),
     }
     write_private(data_dir / STACK_FILE_NAME, json.dumps(state, indent=2) + "\n")
+
+
+def claim_data_dir(data_dir: Path) -> IO[bytes]:
+    """Lock `<data>/stack.lock` for the stack about to start on `data_dir`; the open file (its
+    flock lasts while it is open). Raises `StackError` if a stack runs there already.
+
+    The flock closes the window between checking stack.json and writing it, and a crash
+    releases it; stack.json alone still counts where flock is a no-op (some NFS)."""
+    lock = modes.open_private_append(data_dir / "stack.lock")
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            running = read_stack_file(data_dir)
+        except BlockingIOError:
+            running = read_stack_file(data_dir) or {"pid": "unknown"}
+    except BaseException:
+        lock.close()
+        raise
+    if running is not None:
+        lock.close()
+        raise StackError(f"agentq up is already running on {data_dir} (pid {running['pid']})")
+    return lock

@@ -1,6 +1,6 @@
 """Several machines, as an operator runs them: `agentq up --listen` on one, and `agentq worker`
-on another with nothing but the two URLs it printed. The CLI in subprocesses; "another machine"
-is a process with a clean environment that reaches the stack over TCP only."""
+on another with nothing but the two URLs of its `remote.env`. The CLI in subprocesses; "another
+machine" is a process with a clean environment that reaches the stack over TCP only."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -23,6 +24,7 @@ from models.plans import parse_plan
 from models.settings import get_settings
 from models.submissions import RunRequest, submit
 from models.tables import Run, StepAttempt
+from ops.listen import REMOTE_ENV_FILE_NAME
 from ops.local import WORKER_WARM
 from tests.acceptance.test_api_up import start_up
 from tests.acceptance.test_cli import AGENTQ
@@ -31,6 +33,8 @@ from tests.support.net import free_port
 
 pytestmark = pytest.mark.acceptance
 URL_LINE = re.compile(r"^\s+(AGENTQ_DATABASE_URL|AGENTQ_BROKER_URL)=(\S+)$", re.MULTILINE)
+ENV_LINE = re.compile(r"^(AGENTQ_DATABASE_URL|AGENTQ_BROKER_URL)=(\S+)$", re.MULTILINE)
+LAST_LINE = "(all 0600)"  # the end of what `agentq up --listen` prints for other machines
 REMOTE_NODE = "remote@%h"
 REMOTE_POOL = 2  # its pool processes
 READY_TIMEOUT_S = 180  # the worker's start loads the embedding model: 5-30 s on 2 busy cores
@@ -43,19 +47,30 @@ def home() -> Iterator[Path]:
     yield from engine_dir()
 
 
+@dataclass(frozen=True)
+class Listening:
+    """A running `agentq up --listen 127.0.0.1`: what it printed, the URLs of its `remote.env`,
+    and its Postgres and Redis ports."""
+
+    printed: str
+    urls: dict[str, str]
+    pg_port: int
+    redis_port: int
+
+
 @pytest.fixture(scope="module")  # one stack for the module: each start takes 30-60 s here
-def listening(home: Path) -> Iterator[tuple[dict[str, str], int, int]]:
-    """`agentq up --listen 127.0.0.1` (one pool process), the URLs it printed for other
-    machines, and its Postgres and Redis ports."""
+def listening(home: Path) -> Iterator[Listening]:
+    """`agentq up --listen 127.0.0.1` (one pool process)."""
     pg_port, redis_port = free_port(), free_port()
     args = ["--listen", "127.0.0.1", "--postgres-port", str(pg_port)]
     env = {**TEST_ENV, "AGENTQ_WORKER_CONCURRENCY": "1"}
     proc, out = start_up(home, free_port(), env, args=[*args, "--redis-port", str(redis_port)])
     try:
         assert proc.stdout is not None
-        while len(URL_LINE.findall(out)) < 2 and proc.poll() is None:
+        while LAST_LINE not in out and proc.poll() is None:
             out += proc.stdout.readline()
-        yield dict(URL_LINE.findall(out)), pg_port, redis_port
+        urls = dict(ENV_LINE.findall((home / REMOTE_ENV_FILE_NAME).read_text()))
+        yield Listening(out, urls, pg_port, redis_port)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=90) == 0
     finally:
@@ -123,36 +138,79 @@ def pids_of(proc: subprocess.Popen[bytes]) -> set[int]:
     return {main.pid, *(child.pid for child in main.children(recursive=True))}
 
 
-def test_listen_prints_urls_that_need_the_passwords(
-    listening: tuple[dict[str, str], int, int], home: Path
-) -> None:
-    urls, pg_port, redis_port = listening
-    assert set(urls) == {"AGENTQ_DATABASE_URL", "AGENTQ_BROKER_URL"}, urls
+def test_listen_prints_the_urls_without_their_passwords(listening: Listening, home: Path) -> None:
+    """Issue 27, item 9: `agentq up`'s output ends up in journald or `docker logs`."""
     pg_password = (home / "postgres_password").read_text().strip()
     redis_password = (home / "redis_password").read_text().strip()
-    assert urls["AGENTQ_DATABASE_URL"] == (
-        f"postgresql://agentq:{pg_password}@127.0.0.1:{pg_port}/postgres"
-    )
-    assert urls["AGENTQ_BROKER_URL"] == f"redis://:{redis_password}@127.0.0.1:{redis_port}/0"
-    for secret in ("postgres_password", "redis_password"):
+    assert dict(URL_LINE.findall(listening.printed)) == {
+        "AGENTQ_DATABASE_URL": f"postgresql://agentq:**@127.0.0.1:{listening.pg_port}/postgres",
+        "AGENTQ_BROKER_URL": f"redis://:**@127.0.0.1:{listening.redis_port}/0",
+    }
+    for secret in ("postgres_password", "redis_password", REMOTE_ENV_FILE_NAME):
+        assert str(home / secret) in listening.printed, secret
         assert (home / secret).stat().st_mode & 0o777 == 0o600, secret
-    with psycopg.connect(urls["AGENTQ_DATABASE_URL"]) as connection:  # the role reads the data
+    logs = [*(home / "logs").glob("*.log"), home / "pgdata" / "log"]
+    assert len(logs) > 4
+    for password in (pg_password, redis_password):
+        assert password not in listening.printed
+        assert [log.name for log in logs if password in log.read_text(errors="replace")] == []
+    assert listening.urls == {
+        "AGENTQ_DATABASE_URL": (
+            f"postgresql://agentq:{pg_password}@127.0.0.1:{listening.pg_port}/postgres"
+        ),
+        "AGENTQ_BROKER_URL": f"redis://:{redis_password}@127.0.0.1:{listening.redis_port}/0",
+    }
+
+
+def test_the_urls_need_the_passwords(listening: Listening) -> None:
+    port = listening.pg_port
+    with psycopg.connect(listening.urls["AGENTQ_DATABASE_URL"]) as connection:  # reads the data
         (count,) = connection.execute("SELECT count(*) FROM runs").fetchone() or (None,)
         assert isinstance(count, int)
     for refused in (
-        f"postgresql://agentq:wrong@127.0.0.1:{pg_port}/postgres",
-        f"postgresql://postgres@127.0.0.1:{pg_port}/postgres",  # initdb's trust is gone on TCP
+        f"postgresql://agentq:wrong@127.0.0.1:{port}/postgres",
+        f"postgresql://postgres@127.0.0.1:{port}/postgres",  # initdb's trust is gone on TCP
     ):
         with pytest.raises(psycopg.OperationalError, match=r"authentication failed|no pg_hba"):
             psycopg.connect(refused, connect_timeout=5).close()
 
 
+FORBIDDEN = [
+    "INSERT INTO api_tokens (name, role, token_hash, created_at)"
+    " VALUES ('planted', 'admin', repeat('a', 64), now())",
+    "SELECT token_hash FROM api_tokens",
+    "DELETE FROM console_sessions",
+    "INSERT INTO webhook_subscriptions (url, events, enabled, secret_ref, created_at)"
+    " VALUES ('http://x.test/', ARRAY['run.succeeded'], true, 'default', now())",
+    "UPDATE alembic_version SET version_num = version_num",
+    "CREATE TABLE planted (id int)",
+]
+
+
+@pytest.mark.parametrize("statement", FORBIDDEN)
+def test_a_worker_machine_cannot_mint_credentials(listening: Listening, statement: str) -> None:
+    """Role `agentq` writes the engine's tables but not the API's credentials (item 9)."""
+    url = listening.urls["AGENTQ_DATABASE_URL"]
+    with psycopg.connect(url) as connection, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        connection.execute(statement)
+
+
+def test_a_worker_machine_writes_the_engine_tables(listening: Listening) -> None:
+    with psycopg.connect(listening.urls["AGENTQ_DATABASE_URL"]) as connection:
+        granted = connection.execute(
+            "SELECT pg_has_role('agentq', 'pg_write_all_data', 'MEMBER'),"
+            " has_table_privilege('agentq', 'steps', 'INSERT, UPDATE, DELETE'),"
+            " has_table_privilege('agentq', 'webhook_deliveries', 'INSERT, UPDATE, DELETE'),"
+            " has_table_privilege('agentq', 'run_progress', 'SELECT')"
+        ).fetchone()
+        assert granted == (False, True, True, True)
+        connection.rollback()
+
+
 def test_a_worker_with_only_the_two_urls_takes_steps(
-    listening: tuple[dict[str, str], int, int],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    listening: Listening, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    urls = listening[0]
+    urls = listening.urls
     log = tmp_path / "remote-worker.log"
     worker = remote_worker(urls, log)
     try:

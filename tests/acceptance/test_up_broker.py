@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from ops.embedded_redis import redis_executable
+from ops.redis_server import find_redis_server
 from tests.acceptance.test_api_up import start_up
 from tests.acceptance.test_cli import agentq
 from tests.integration.conftest import engine_dir
@@ -42,7 +42,8 @@ def decoy() -> Iterator[redis.Redis]:
     """A Redis of its own (no password) on a free port: the broker the environment names."""
     port = free_port()
     with tempfile.TemporaryDirectory() as scratch:
-        argv = [redis_executable(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        server = find_redis_server(None).path
+        argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
         server = subprocess.Popen(argv, cwd=scratch, stdout=subprocess.DEVNULL)
         client = redis.Redis(port=port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 10

