@@ -3,7 +3,8 @@ that belongs to them, a batch of runs per transaction.
 
 What goes: the run and its plan versions, steps, step attempts, journaled tool calls, replan
 checks, pinned facts, escalations, events, conversation turns and rolling summaries (every table
-with a foreign key to `runs` or `steps`: `PURGED`, in the order it is deleted, children first).
+with a foreign key to `runs` or `steps`: `PURGED`, in the order it is deleted, children first);
+the runs' step data leaves their users' totals (`models.storage.release_purged`).
 Each batch is one transaction that locks its runs (`FOR UPDATE SKIP LOCKED`: a run another
 transaction holds is left for the next pass) and deletes at most `batch` of them, so a purge of a
 large backlog never holds a long lock or builds one huge transaction.
@@ -36,6 +37,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from models import storage
 from models.db import session_scope
 from models.ended_runs import MEMORY_ENDED_OF
 
@@ -89,6 +91,7 @@ def purge_batch(session: Session, *, before: datetime, batch: int) -> dict[str, 
     ids = [int(run_id) for run_id in found.scalars()]
     if not ids:
         return dict.fromkeys(PURGED, 0)
+    storage.release_purged(session, ids)  # their step data leaves their users' totals
     return {
         table: int(getattr(session.execute(sa.text(sql), {"ids": ids}), "rowcount", 0))
         for table, sql in PURGED.items()
