@@ -36,7 +36,9 @@ BYTES = "Bytes of compact JSON; checked against AGENTQ_USER_STEP_DATA_MAX_BYTES.
 BACKFILL_RUNS = """
 UPDATE runs r SET step_data_bytes = held.bytes
 FROM (
-    SELECT s.run_id, sum(coalesce(octet_length(s.result::text), 0) + coalesce(j.bytes, 0)) AS bytes
+    SELECT s.run_id,
+        sum(coalesce(octet_length(nullif(s.result, 'null'::jsonb)::text), 0) + coalesce(j.bytes, 0))
+            AS bytes
     FROM steps s LEFT JOIN (
         SELECT step_id, sum(octet_length(arguments::text)
             + coalesce(octet_length(result::text), octet_length(error), 0)) AS bytes
