@@ -60,11 +60,19 @@ def charging(run_of: str) -> str:
     (under `:user_max_bytes`, 0: no limit), for a statement that begins with them: `fits` is that
     run when its budget has room; `user_charged` its user, when the user's total took the bytes;
     `run_charged` the run, charged only then. A statement storing its data only `WHERE EXISTS
-    (SELECT 1 FROM run_charged)` stores it with its charge or not at all."""
+    (SELECT 1 FROM run_charged)` stores it with its charge or not at all.
+
+    `fits` locks the run's row (`FOR UPDATE`): a charge that waited for another transaction's
+    (a sibling step's end) checks the budget again on the row that one committed, as Postgres
+    does under READ COMMITTED, so two charges can never both pass on the same room; the user's
+    upsert (`ON CONFLICT DO UPDATE ... WHERE`) checks the newest row likewise. Every statement
+    here locks the run before the user's row, as the step's end (`models.decisions.lock`) and the
+    purge do, so none waits on another in a cycle."""
     return f"""
 WITH fits AS (
     SELECT r.id, r.user_id FROM runs r
     WHERE r.id = ({run_of}) AND r.step_data_bytes + :bytes <= r.step_data_limit_bytes
+    FOR UPDATE OF r
 ), user_charged AS (
     INSERT INTO user_step_data AS u (user_id, bytes)
     SELECT user_id, CAST(:bytes AS bigint) FROM fits

@@ -152,7 +152,7 @@ def perform(claimed: Claimed) -> Outcome:
             result = _run(claimed)
         return checked_outcome(step, result)
     except STEP_FAILURES as exc:
-        return failure_outcome(exc, step, max_deferrals=get_settings().model_max_deferrals)
+        return failure_outcome(exc, step, max_deferrals=settings.model_max_deferrals)
     except DatabaseUnavailable:  # no failure of the step: its task waits out the outage
         raise
     except Exception as exc:  # a bug must fail its step, not the worker
