@@ -21,10 +21,11 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import select
 
-from models import memory_admin, retention, reviews, storage, submissions
+from models import memory_admin, queue, retention, reviews, storage, submissions
 from models.db import session_scope
 from models.errors import InvalidInput
 from models.plans import parse_plan
+from models.queue import TASK_COORDINATE
 from models.settings import get_settings
 from models.step_data import json_bytes
 from models.submissions import RunRequest
@@ -214,6 +215,17 @@ def test_a_model_steps_tool_calls_are_charged_and_one_over_the_budget_is_kept_ou
     assert len(kept_out) == 1 and kept_out[0].startswith(
         f"not kept: the call of tool 'echo' (its arguments and result): {call:,} bytes as JSON"
     )
+    # approving grants the budget once more, as for tokens: the step's retry (the model answers
+    # in text now) is stored
+    with session_scope() as session:
+        reviews.approve(session, escalation_of(run_id).id or 0, reviewer="rita", max_attempts=3)
+    queue.send(TASK_COORDINATE, run_id)
+    assert wait_for_run(run_id, ("succeeded", "failed")).status == "succeeded"
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+    assert run.step_data_limit_bytes == 2 * call + USER_MAX_BYTES
+    assert run.step_data_bytes == stored(run_id) > 2 * call
 
 
 # -- item 14: the wall-time budget inside a running step -----------------------------------------
