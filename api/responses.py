@@ -40,6 +40,8 @@ class Spend(BaseModel):
     wall_time_limit_s: float
     deadline_at: datetime | None
     deferrals: int
+    step_data_bytes: int = Field(description="Step data the run's steps hold, bytes.")
+    step_data_limit_bytes: int = Field(description="The run's step-data budget, bytes.")
 
 
 class Criterion(BaseModel):

@@ -84,6 +84,8 @@ def run_out(run: Run) -> RunOut:
             wall_time_limit_s=run.wall_time_limit_s,
             deadline_at=run.deadline_at,
             deferrals=run.deferrals,
+            step_data_bytes=run.step_data_bytes,
+            step_data_limit_bytes=run.step_data_limit_bytes,
         ),
     )
 

@@ -28,7 +28,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel
 
-from models import events
+from models import events, storage
 from models.tables import created_field
 
 ERASED: Final = "[erased]"  # what a text column of an erased run holds
@@ -142,10 +142,13 @@ def erase_runs(session: Session, *, user_id: str) -> dict[str, int]:
     """Erase the content of every ended run of `user_id` (goals, pinned facts, step names,
     instructions, arguments, results and errors, journaled tool calls, plan reasons, event
     details, escalation details, comments and answers), keeping ids, statuses, timings and
-    spend (budgets, tokens, cost, `model.call` numbers). Returns the rows touched per table.
+    spend (budgets, tokens, cost, `model.call` numbers); the step data they held (none now) is
+    taken off the user's total (`models.storage.release_erased`). Returns the rows touched per
+    table.
     Runs still active are left alone (the caller cancels them first); running it again erases
     what ended since."""
     params = {"user_id": user_id, "erased": ERASED}
+    storage.release_erased(session, user_id)  # before their statuses could change: same runs
     return {
         table: int(getattr(session.execute(sa.text(sql), params), "rowcount", 0))
         for table, sql in ERASE_RUN_CONTENT.items()

@@ -120,6 +120,18 @@ class CostBudgetSpent(BudgetExhausted):
     reason = "cost_budget_spent"
 
 
+class StepDataBudgetSpent(BudgetExhausted):
+    """A run's step-data budget has no room left for this step's data (`models.storage`)."""
+
+    reason = "step_data_budget_spent"
+
+
+class UserStepDataSpent(BudgetExhausted):
+    """A user's runs hold all the step data they may (`AGENTQ_USER_STEP_DATA_MAX_BYTES`)."""
+
+    reason = "user_step_data_spent"
+
+
 class InvalidPlan(AgentqError):
     """A plan (from a model, a reviewer or a user) does not validate."""
 

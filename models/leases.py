@@ -17,13 +17,13 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql
+from models import sql, storage
 from models.errors import IllegalTransition, StepNotDue
 from models.tables import Step
 
 # claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
 # row and event; returns the step, its run's user, its run's pinned facts and how many attempts
-# steps of its name have had in the run, this one included.
+# steps of its name have had in the run, this one included, and its run's wall-time deadline.
 CLAIM_STEP: Final = """
 WITH claimed AS (
     UPDATE steps SET status = 'running', attempt = attempt + 1, started_at = :now,
@@ -38,19 +38,20 @@ WITH claimed AS (
     SELECT run_id, id, :now, 'step.running', jsonb_build_object('attempt', attempt) FROM claimed
 )
 SELECT claimed.*, r.user_id AS run_user_id, r.replan_check AS run_replan_check,
+    r.deadline_at AS run_deadline_at,
     (SELECT coalesce(jsonb_object_agg(f.key, f.value), '{}'::jsonb)
      FROM pinned_facts f WHERE f.run_id = claimed.run_id) AS run_facts,
     1 + (SELECT count(*) FROM step_attempts a JOIN steps s ON s.id = a.step_id
          WHERE s.run_id = claimed.run_id AND s.name = claimed.name) AS run_tries
 FROM claimed JOIN runs r ON r.id = claimed.run_id"""
 
-# end_attempt: running -> :to (succeeded or failed) for attempt :attempt only, releasing the
-# lease; closes the attempt row and records the event.
-END_ATTEMPT: Final = """
-WITH done AS (
+
+def _ending(guard: str) -> str:
+    """The CTEs that end attempt :attempt of step :step_id, when `guard` (SQL) holds too."""
+    return f"""done AS (
     UPDATE steps SET status = :to, result = CAST(:result AS jsonb), error = :error,
         finished_at = :now, lease_expires_at = NULL
-    WHERE id = :step_id AND status = 'running' AND attempt = :attempt
+    WHERE id = :step_id AND status = 'running' AND attempt = :attempt{guard}
     RETURNING id, run_id, attempt
 ), attempt_row AS (
     UPDATE step_attempts a SET outcome = :to, error = :error, finished_at = :now
@@ -60,6 +61,20 @@ WITH done AS (
     SELECT run_id, id, :now, 'step.' || :to, CAST(:detail AS jsonb) || jsonb_build_object(
         'attempt', attempt) FROM done
 )"""
+
+
+# end_attempt: running -> :to (succeeded or failed) for attempt :attempt only, releasing the
+# lease; closes the attempt row and records the event.
+END_ATTEMPT: Final = "\nWITH " + _ending("")
+# end_attempt_charged: the same for a result of :bytes, stored only with its charge to the run's
+# step-data budget and its user's total (`models.storage.charging`).
+END_ATTEMPT_CHARGED: Final = (
+    storage.charging(
+        "SELECT run_id FROM steps WHERE id = :step_id AND status = 'running' AND attempt = :attempt"
+    )
+    + ", "
+    + _ending(" AND EXISTS (SELECT 1 FROM run_charged)")
+)
 # ... and the step's conversation turn, unless the run's user was forgotten after the run was
 # created (`models.erasures`: the caller holds the user's erasure lock shared, taken in an
 # earlier statement), when `memory.dropped` is recorded instead.
@@ -77,11 +92,16 @@ WITH_TURN: Final = """, erased AS (
     FROM done, erased
 )"""
 RETURN_DONE: Final = "\nSELECT id FROM done"
+RETURN_CHARGED: Final = (
+    "\nSELECT (SELECT id FROM done) AS id, EXISTS (SELECT 1 FROM run_charged) AS charged"
+)
 # renew_lease: a heartbeat of the attempt that holds a running step.
 RENEW_LEASE: Final = """
 UPDATE steps SET lease_expires_at = :lease_until
 WHERE id = :step_id AND status = 'running' AND attempt = :attempt
 RETURNING id"""
+# step_held: whether attempt :attempt still holds step :step_id.
+STEP_HELD: Final = "SELECT status = 'running' AND attempt = :attempt FROM steps WHERE id = :step_id"
 # step_state: what a refused claim found: the status, and when a queued step is due.
 STEP_STATE: Final = "SELECT status, queued_at FROM steps WHERE id = :step_id"
 
@@ -95,6 +115,7 @@ class Claim:
     facts: dict[str, str]
     tries: int
     replan_check: str = "off"  # the run's (`models.plan_checks`)
+    deadline_at: datetime | None = None  # the run's wall-time deadline (`worker.time_limits`)
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,7 @@ def claim(
         dict(row.run_facts),
         int(row.run_tries),
         row.run_replan_check,
+        row.run_deadline_at,
     )
 
 
@@ -151,12 +173,17 @@ def end_attempt(
     error: str | None = None,
     turn: Turn | None = None,
     user_id: str = "",
+    charge: storage.Charge | None = None,
     **detail: Any,
 ) -> None:
     """running -> `to` ("succeeded" with `result`, or "failed" with `error`) for the attempt
     that holds `step` (`step.attempt`), with its `turn` of the conversation (written for
     `user_id` unless they were forgotten after the run was created). `detail` goes to the event.
-    Raises `IllegalTransition` when another attempt holds the step, or it is not running."""
+    With `charge` (the result's size), the attempt ends only with the result charged to its
+    run's step-data budget and its user's total (`models.storage`).
+    Raises `IllegalTransition` when another attempt holds the step, or it is not running;
+    `StepDataBudgetSpent` or `UserStepDataSpent` when the charge does not fit (nothing
+    changed: the caller may end the attempt otherwise)."""
     if to not in ("succeeded", "failed"):
         raise ValueError(f"steps: running -> {to} is not an end of an attempt")
     params: dict[str, Any] = {
@@ -168,12 +195,29 @@ def end_attempt(
         "error": error,
         "detail": json.dumps({**detail, **({"error": error} if error else {})}),
     }
-    statement = END_ATTEMPT
+    statement = END_ATTEMPT if charge is None else END_ATTEMPT_CHARGED
     if turn is not None:
         statement += WITH_TURN
         params |= {"run_id": step.run_id, "user_id": user_id, **turn.__dict__}
-    if sql.one(session, statement + RETURN_DONE, params) is None:
-        raise _refused(session, step.id or 0, f"'running' at attempt {step.attempt}")
+    if charge is None:
+        if sql.one(session, statement + RETURN_DONE, params) is None:
+            raise _refused(session, step.id or 0, f"'running' at attempt {step.attempt}")
+        return
+    ended = sql.one(session, statement + RETURN_CHARGED, params | charge.params())
+    if ended.id is None:
+        raise _uncharged(session, step, charge, charged=bool(ended.charged))
+
+
+def _uncharged(session: Session, step: Step, charge: storage.Charge, *, charged: bool) -> Exception:
+    """Why a charged end of `step`'s attempt stored nothing: the charge did not fit (the attempt
+    still holds the step), or the attempt lost the step; a charge its statement made all the
+    same (the step changed under it) is refunded first."""
+    if charged:
+        storage.refund(session, step.run_id, charge)
+    params = {"step_id": step.id, "attempt": step.attempt}
+    if not charged and sql.scalar(session, STEP_HELD, params):
+        return storage.refusal(session, step.run_id, charge)
+    return _refused(session, step.id or 0, f"'running' at attempt {step.attempt}")
 
 
 def _refused(

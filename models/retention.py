@@ -4,7 +4,8 @@ that belongs to them, a batch of runs per transaction.
 What goes: the run and its plan versions, steps, step attempts, journaled tool calls, replan
 checks, pinned facts, escalations, events, conversation turns, rolling summaries, and its webhook
 deliveries with their attempts (every table that holds a run's or a step's rows: `PURGED`, in
-the order it is deleted, children first).
+the order it is deleted, children first); the runs' step data leaves their users' totals
+(`models.storage.release_purged`).
 Each batch is one transaction that locks its runs (`FOR UPDATE SKIP LOCKED`: a run another
 transaction holds is left for the next pass) and deletes at most `batch` of them, so a purge of a
 large backlog never holds a long lock or builds one huge transaction.
@@ -40,6 +41,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from models import storage
 from models.db import session_scope
 from models.ended_runs import MEMORY_ENDED_OF
 
@@ -99,6 +101,7 @@ def purge_batch(session: Session, *, before: datetime, batch: int) -> dict[str, 
     ids = [int(run_id) for run_id in found.scalars()]
     if not ids:
         return dict.fromkeys(PURGED, 0)
+    storage.release_purged(session, ids)  # their step data leaves their users' totals
     return {
         table: int(getattr(session.execute(sa.text(sql), {"ids": ids}), "rowcount", 0))
         for table, sql in PURGED.items()

@@ -36,7 +36,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import escalations, plan_checks, transitions
+from models import escalations, plan_checks, storage, transitions
 from models.answers import answer_problem
 from models.errors import InvalidInput, NotFound
 from models.escalations import (
@@ -71,6 +71,7 @@ BUDGET_REASONS = {
     "wall_time_budget_spent": "wall_time",
     "token_budget_spent": "tokens",
     "cost_budget_spent": "cost",
+    "step_data_budget_spent": "step_data",
 }
 
 
@@ -291,6 +292,7 @@ def respond(
     )
     esc.remember_answer = remember
     run = _locked_run(session, esc.run_id)
+    storage.charge_answer(session, run.id or 0, answer)  # InvalidInput when it does not fit
     failed = session.get(Step, esc.step_id) if esc.step_id else None
     if failed is None:
         _pin_answer(session, run.id or 0, answer, set_by=f"reviewer:{reviewer}")

@@ -84,6 +84,7 @@ def submit_run(
         tokens_limit=int(budgets["tokens"]),
         cost_limit_usd=budgets["cost_usd"],
         wall_time_limit_s=budgets["wall_time_s"],
+        step_data_limit_bytes=settings.run_step_data_max_bytes,  # the operator's: `models.storage`
         deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
         replan_check=replan_check,
         traceparent=tracing.new_traceparent(),

@@ -27,6 +27,7 @@ from pydantic_settings import SettingsConfigDict, SettingsError
 from models.errors import ConfigurationError
 from models.settings_errors import describe_parse_error, describe_settings_error
 from models.settings_operations import OperationsSettings
+from models.settings_storage import StepDataSettings
 
 OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
 
@@ -49,7 +50,7 @@ DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
 }
 
 
-class Settings(OperationsSettings):
+class Settings(OperationsSettings, StepDataSettings):
     """All of agentq's configuration; each field's default is the documented default."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTQ_", env_file=".env", extra="ignore")
@@ -227,16 +228,7 @@ class Settings(OperationsSettings):
         default=["submitter", "admin"],
         description="Roles that may submit an explicit plan over the API; admin always may.",
     )
-    # 256 KiB: a quarter of the API's request body limit (api.limits.BODY_MAX_BYTES, 1 MiB) and
-    # about 64,000 tokens of text, far more than a model is shown of one result
-    # (AGENTQ_TOOL_RESULT_MAX_TOKENS); the demo's largest result is under 1 KiB. Issue 9 saw
-    # 300 references to one 60,000-character value build an 18 MB result.
-    step_data_max_bytes: int = Field(
-        default=256 * 1024,
-        ge=1024,
-        le=64 * 1024 * 1024,
-        description="Largest resolved arguments or result of one step, bytes of compact JSON.",
-    )
+    # Step data per step, run and user: `models.settings_storage`.
 
     @field_validator(
         "database_url",

@@ -91,6 +91,9 @@ class Run(SQLModel, table=True):
     cost_limit_usd: float = 1.0
     cost_used_usd: float = 0.0
     wall_time_limit_s: float = 3600.0
+    # Step data the run's steps hold, and its budget (`models.storage`), bytes of compact JSON.
+    step_data_bytes: int = Field(default=0, sa_type=sa.BigInteger, nullable=False)
+    step_data_limit_bytes: int = Field(default=8 << 20, sa_type=sa.BigInteger, nullable=False)
     deferrals: int = 0
     # The claim of the phase whose task is out (`models.phases`): the attempts so far, the live
     # attempt's lease (None: no attempt holds the phase) and its worker.

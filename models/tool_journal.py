@@ -12,6 +12,11 @@ its own (`record`), never holding one open across the tool (invariant 11).
 Only calls whose tool ran are journaled: a result, or an error the model was told (a crash, a
 result over the cap). A call refused before its tool ran, or a `RetryableToolError` (which fails
 the attempt so the tool runs again), is not.
+
+A journaled call is step data (`models.storage`): its arguments and its result (or error) are
+stored only with their charge to the run's step-data budget and its user's total. A call that
+does not fit is journaled without them, its error saying so, and `record` raises the refusal
+(the run escalates): a replay answers that error rather than run the tool again.
 """
 
 from __future__ import annotations
@@ -25,8 +30,13 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql
+from models import sql, storage
+from models.errors import BudgetExhausted
+from models.settings import get_settings
+from models.step_data import json_bytes
 
+# run_of_step: the run of step :step_id.
+RUN_OF_STEP: Final = "SELECT run_id FROM steps WHERE id = :step_id"
 # find_call: the journaled call `:call_key` of step `:step_id`, if its tool ran.
 FIND_CALL: Final = """
 SELECT result, error, attempt FROM tool_journal WHERE step_id = :step_id AND call_key = :call_key"""
@@ -38,6 +48,20 @@ INSERT INTO tool_journal (step_id, call_key, tool, arguments, result, error, att
 VALUES (:step_id, :call_key, :tool, CAST(:arguments AS jsonb), CAST(:result AS jsonb), :error,
     :attempt)
 ON CONFLICT (step_id, call_key) DO NOTHING"""
+# record_charged_call: the same, only with :bytes charged to the step's run and its user
+# (`models.storage.charging`); says whether they were charged and whether the row was stored.
+RECORD_CHARGED_CALL: Final = (
+    storage.charging("SELECT run_id FROM steps WHERE id = :step_id")
+    + """, journaled AS (
+    INSERT INTO tool_journal (step_id, call_key, tool, arguments, result, error, attempt)
+    SELECT :step_id, :call_key, :tool, CAST(:arguments AS jsonb), CAST(:result AS jsonb), :error,
+        :attempt
+    FROM run_charged
+    ON CONFLICT (step_id, call_key) DO NOTHING
+    RETURNING step_id
+)
+SELECT EXISTS (SELECT 1 FROM run_charged) AS charged, EXISTS (SELECT 1 FROM journaled) AS stored"""
+)
 
 
 @dataclass(frozen=True)
@@ -92,9 +116,18 @@ def record(
     tool: str,
     arguments: Mapping[str, Any],
     recorded: Recorded,
-) -> None:
+) -> BudgetExhausted | None:
     """Journal call `key` of step `step_id` (`tool` on `arguments`, JSON objects within
-    `AGENTQ_STEP_DATA_MAX_BYTES`) as `recorded`; a call already journaled is left as it is."""
+    `AGENTQ_STEP_DATA_MAX_BYTES`) as `recorded`, charged to its run's step data and its user's
+    (`models.storage`); a call already journaled is left as it is. When the charge does not
+    fit, the call is journaled without its arguments and result, its error saying why (a replay
+    answers that), and the refusal is returned (`StepDataBudgetSpent` or `UserStepDataSpent`,
+    for the caller to raise once this is committed); else None."""
+    charge = storage.Charge(
+        f"the call of tool {tool!r} (its arguments and result)",
+        json_bytes(dict(arguments)) + _recorded_bytes(recorded),
+        get_settings().user_step_data_max_bytes,
+    )
     params = {
         "step_id": step_id,
         "call_key": key,
@@ -104,4 +137,21 @@ def record(
         "error": recorded.error,
         "attempt": recorded.attempt,
     }
-    sql.execute(session, RECORD_CALL, params)
+    journaled = sql.one(session, RECORD_CHARGED_CALL, params | charge.params())
+    if journaled.stored:
+        return None
+    run_id = int(sql.scalar(session, RUN_OF_STEP, {"step_id": step_id}))
+    if journaled.charged:  # journaled by another attempt first: its charge stands, not this one
+        storage.refund(session, run_id, charge)
+        return None
+    refused = storage.refusal(session, run_id, charge)
+    kept = {"arguments": "{}", "result": None, "error": f"not kept: {refused}"}
+    sql.execute(session, RECORD_CALL, params | kept)
+    return refused
+
+
+def _recorded_bytes(recorded: Recorded) -> int:
+    """The size of what a call's tool returned: its result as compact JSON, or its error text."""
+    if recorded.result is not None:
+        return json_bytes(recorded.result)
+    return len((recorded.error or "").encode("utf-8"))

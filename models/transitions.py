@@ -72,10 +72,12 @@ def cancel_run(session: Session, run_id: int) -> Run:
 
 
 def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
-    """Give a run waiting for review its `what` budget again ("tokens", "cost" or "wall_time").
+    """Give a run waiting for review its `what` budget again ("tokens", "cost", "step_data" or
+    "wall_time").
 
-    Tokens and cost: the limit becomes what was used plus the original limit, or plus the default
-    budget (`AGENTQ_DEFAULT_TOKEN_BUDGET`, `AGENTQ_DEFAULT_COST_BUDGET_USD`) when that is larger:
+    Tokens, cost and step data: the limit becomes what was used plus the original limit, or plus
+    the default (`AGENTQ_DEFAULT_TOKEN_BUDGET`, `AGENTQ_DEFAULT_COST_BUDGET_USD`,
+    `AGENTQ_RUN_STEP_DATA_MAX_BYTES`) when that is larger:
     a run submitted with a budget too small for one model call can go on once approved. Wall
     time: the deadline moves to now plus the run's wall-time budget. Only a run in
     `waiting_review` can be granted.
@@ -88,6 +90,9 @@ def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
     elif what == "cost":
         more = sa.func.greatest(Run.cost_limit_usd, settings.default_cost_budget_usd)
         values = {"cost_limit_usd": Run.cost_used_usd + more}
+    elif what == "step_data":
+        more = sa.func.greatest(Run.step_data_limit_bytes, settings.run_step_data_max_bytes)
+        values = {"step_data_limit_bytes": Run.step_data_bytes + more}
     else:
         interval = sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
         values = {"deadline_at": utcnow() + interval}

@@ -192,7 +192,8 @@ def render_run(
         "spend",
         Text(
             f"replans {run.replans_used}/{run.replans_limit}, tokens {run.tokens_used}/"
-            f"{run.tokens_limit}, cost ${run.cost_used_usd:.4f}/${run.cost_limit_usd:.2f}"
+            f"{run.tokens_limit}, cost ${run.cost_used_usd:.4f}/${run.cost_limit_usd:.2f}, "
+            f"step data {run.step_data_bytes:,}/{run.step_data_limit_bytes:,} bytes"
         ),
     )
     head.add_row("wall time", wall_time(run))

@@ -7,6 +7,7 @@ the outage retry that carries one (`worker.outages`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from models.tables import Step
@@ -41,3 +42,4 @@ class Claimed:
     tries: int
     user_id: str = ""
     replan_check: str = "off"  # the run's (`models.plan_checks`)
+    deadline_at: datetime | None = None  # the run's wall-time deadline (`worker.time_limits`)

@@ -9,16 +9,18 @@ the task is sent again with the server's `retry-after` as countdown, so no worke
 an exhausted quota or a spent token or cost budget fails the step and escalates the run. A
 result that leaves one of the step's expectations unmet (`expect`) fails the step for good.
 
+A step stops at its time limit, or its run's wall-time deadline if sooner (`worker.time_limits`).
+
 Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
-(`StepDataTooLarge`; it would build the same data again). An error that is not one agentq
+(`StepDataTooLarge`; it would build the same data again); a result over its run's or user's
+step data (`models.storage`) is not stored, and the run escalates. An error that is not one agentq
 raises on purpose is recorded as "failed with an internal error (<type>); see the worker log":
 its text, which may hold host paths, goes to this worker's log only.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +29,15 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import decisions, escalation_rules, leases, metrics, queue, step_transitions
+from models import (
+    decisions,
+    escalation_rules,
+    leases,
+    metrics,
+    queue,
+    step_transitions,
+    storage,
+)
 from models.coordinator import decide
 from models.db import retry_dropped, session_scope
 from models.dispatch import Send
@@ -50,13 +60,14 @@ from models.queue import TASK_EXECUTE_STEP
 from models.references import has_reference, resolve
 from models.runs import upstream_results
 from models.settings import Settings, get_settings
-from models.step_data import check_step_data
+from models.step_data import check_step_data, json_bytes
 from models.tables import Step, utcnow
-from models.tokens import count_tokens
 from models.tools import ToolContext, enabled_tool
-from worker import replan_checks
+from worker import replan_checks, time_limits
 from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
+from worker.step_turns import step_turn
+from worker.time_limits import StepTimeLimit, StepTimeLimitExceeded
 from worker.tool_use import model_step
 
 log = structlog.get_logger("agentq.worker")
@@ -97,7 +108,13 @@ def _with_results(
     needed = step.kind == "model" or has_reference(step.args)
     results = upstream_results(session, step.run_id, step.id or 0, after=after) if needed else {}
     return Claimed(
-        step, claimed.facts, results, claimed.tries, claimed.user_id, claimed.replan_check
+        step,
+        claimed.facts,
+        results,
+        claimed.tries,
+        claimed.user_id,
+        claimed.replan_check,
+        claimed.deadline_at,
     )
 
 
@@ -128,11 +145,14 @@ def perform(claimed: Claimed) -> Outcome:
     """Run the step's tool or model call; every failure becomes an `Outcome`, never a crash.
     Raises `DatabaseUnavailable` (a model step's budget or journal write met an outage), which
     is no failure of the step (`worker.outages`)."""
-    step = claimed.step
+    step, settings = claimed.step, get_settings()
+    limit = StepTimeLimit.of(settings.step_time_limit_s, claimed.deadline_at, utcnow())
     try:
-        return checked_outcome(step, _run(claimed))
+        with time_limits.enforced(limit):  # raises inside the step at its limit
+            result = _run(claimed)
+        return checked_outcome(step, result)
     except STEP_FAILURES as exc:
-        return failure_outcome(exc, step, max_deferrals=get_settings().model_max_deferrals)
+        return failure_outcome(exc, step, max_deferrals=settings.model_max_deferrals)
     except DatabaseUnavailable:  # no failure of the step: its task waits out the outage
         raise
     except Exception as exc:  # a bug must fail its step, not the worker
@@ -166,11 +186,14 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
     """What a failed attempt of `step` comes to (the rule alone: no effects).
 
     - rate-limited, with fewer than `max_deferrals` deferrals: deferred by the `retry-after`;
-    - quota exhausted, token or cost budget spent, tool calls still invalid after their re-asks:
-      escalated with that reason (and the raw calls); the run state alone overflowing the context
-      window: escalated `context_overflow`;
-    - a retryable tool error, a provider failure (a rate limit deferred too often included) or
-      the soft time limit: retry while `attempt - deferrals < max_attempts`, else failed;
+    - quota exhausted, a token, cost or step-data budget spent (or the user's step data),
+      tool calls still invalid after their re-asks: escalated with that reason (and the raw
+      calls); the run state alone overflowing the context window: escalated
+      `context_overflow`; the step stopped at its run's wall-time deadline (`worker.
+      time_limits`): escalated `wall_time_budget_spent`;
+    - a retryable tool error, a provider failure (a rate limit deferred too often included),
+      the step's own time limit or the soft time limit: retry while `attempt - deferrals <
+      max_attempts`, else failed;
     - any other tool error: failed.
     """
     error = _describe(exc)
@@ -180,6 +203,8 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
         return Outcome("escalated", error=error, reason=exc.reason)
     if isinstance(exc, InvalidToolCalls):
         return Outcome("escalated", error=error, reason=exc.reason, raw=exc.raw)
+    if isinstance(exc, StepTimeLimitExceeded) and exc.reason:  # the run's wall time is spent
+        return Outcome("escalated", error=error, reason=exc.reason)
     if isinstance(exc, RetryableToolError | SoftTimeLimitExceeded | ProviderError):
         retryable = step_transitions.failed_attempts(step) < step.max_attempts
         return Outcome("retry" if retryable else "failed", error=error)
@@ -187,6 +212,8 @@ def failure_outcome(exc: BaseException, step: Step, *, max_deferrals: int) -> Ou
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, StepTimeLimitExceeded):
+        return str(exc)
     if isinstance(exc, SoftTimeLimitExceeded):
         return "step exceeded its soft time limit"
     return str(exc) or type(exc).__name__
@@ -233,14 +260,14 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     or a deferral only puts the step back in the queue. A lost lease (another attempt holds the
     step) changes nothing."""
     step, settings = claimed.step, get_settings()
-    turn = _turn(step, outcome, settings)
+    turn = step_turn(step, outcome, settings)
     with session_scope() as session:
         erasure_key = lock_key(claimed.user_id) if turn is not None else None
         locked = decisions.lock(session, step.run_id, erasure_key=erasure_key)
         if locked is None:
             return Finished()
         try:
-            _record(session, step, outcome, turn, claimed.user_id)
+            outcome = _record(session, step, outcome, turn, claimed.user_id)
         except IllegalTransition as exc:
             log.warning("execute_step.lost_lease", step_id=step.id, reason=str(exc))
             return Finished()
@@ -278,20 +305,13 @@ def _claim_next(session: Session, step_id: int) -> leases.Claim:
     )
 
 
-def _turn(step: Step, outcome: Outcome, settings: Settings) -> leases.Turn | None:
-    """The step's conversation turn; none for a retry or a deferral (the step goes on)."""
-    if outcome.kind in ("retry", "deferred"):
-        return None
-    content = turn_text(step, outcome)
-    role = "assistant" if step.kind == "model" else "tool"
-    return leases.Turn(role, content, count_tokens(content, settings.model))
-
-
 def _record(
     session: Session, step: Step, outcome: Outcome, turn: leases.Turn | None, user_id: str
-) -> None:
-    """Write `outcome` for the attempt that holds `step`; raises `IllegalTransition` if another
-    attempt holds it (its lease expired and it was claimed again)."""
+) -> Outcome:
+    """Write `outcome` for the attempt that holds `step`, and return what was written: a result
+    that does not fit the run's step-data budget or its user's total (`models.storage`) is not
+    stored, and the step is escalated for it instead. Raises `IllegalTransition` if another
+    attempt holds the step (its lease expired and it was claimed again)."""
     step_id, attempt, now = step.id or 0, step.attempt, utcnow()
     if outcome.kind == "retry":
         step_transitions.retry_step(
@@ -310,14 +330,38 @@ def _record(
             error=outcome.error,
         )
     elif outcome.kind == "succeeded":
-        result = outcome.result or {}
-        leases.end_attempt(
-            session, step, to="succeeded", now=now, result=result, turn=turn, user_id=user_id
-        )
+        return _succeed(session, step, outcome, turn, user_id)
     else:
         leases.end_attempt(
             session, step, to="failed", now=now, error=outcome.error, turn=turn, user_id=user_id
         )
+    return outcome
+
+
+def _succeed(
+    session: Session, step: Step, outcome: Outcome, turn: leases.Turn | None, user_id: str
+) -> Outcome:
+    """End the attempt with its result, charged to the run's step-data budget and its user's
+    total (`models.storage`); a result that does not fit is not stored, and the step is
+    escalated for it instead (DESIGN.md, invariant 4: the run's state is kept)."""
+    result = outcome.result or {}
+    what = f"the result of step {step.name!r}"
+    charge = storage.Charge(what, json_bytes(result), get_settings().user_step_data_max_bytes)
+    try:
+        leases.end_attempt(
+            session,
+            step,
+            to="succeeded",
+            now=utcnow(),
+            result=result,
+            turn=turn,
+            user_id=user_id,
+            charge=charge,
+        )
+    except BudgetExhausted as refused:  # nothing was stored: the run escalates for it
+        spent = failure_outcome(refused, step, max_deferrals=0)
+        return _record(session, step, spent, step_turn(step, spent, get_settings()), user_id)
+    return outcome
 
 
 def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: Outcome) -> None:
@@ -330,30 +374,6 @@ def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: O
         locked.status = "waiting_review"
     else:
         log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
-
-
-def turn_text(step: Step, outcome: Outcome) -> str:
-    """The step's outcome as a conversation turn: a model's text (its fields as JSON, for a step
-    that declares `output`), or a tool call and its result; at most `AGENTQ_STEP_DATA_MAX_BYTES`
-    (the step's row keeps the whole result)."""
-    if outcome.kind in ("failed", "escalated"):
-        return f"step {step.name} ({step.tool or step.kind}) failed: {outcome.error}"
-    result = outcome.result or {}
-    if step.kind == "model":
-        said = json.dumps(result) if step.output else str(result.get("text", ""))
-        return _clipped(said)
-    return _clipped(
-        f"step {step.name}: {step.tool}({json.dumps(step.args)}) -> {json.dumps(result)}"
-    )
-
-
-def _clipped(text: str) -> str:
-    """`text`, or its start and a note when it is over `AGENTQ_STEP_DATA_MAX_BYTES` in UTF-8."""
-    encoded, cap = text.encode("utf-8"), get_settings().step_data_max_bytes
-    if len(encoded) <= cap:
-        return text
-    note = f" ... [shortened from {len(encoded):,} bytes; the step's result has it whole]"
-    return encoded[: cap - len(note)].decode("utf-8", errors="ignore") + note
 
 
 def retry_countdown_s(attempt: int) -> float:

@@ -97,8 +97,10 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     (its answers stayed unfit for its `output`),
     `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls), `ToolNotEnabled`
     (a listed tool is not enabled here), `RetryableToolError` from a tool, `ContextOverflow`,
-    `DatabaseUnavailable` (the journal could not be read or written), and what `call_model`
-    raises. A call the tool journal holds for this step is answered from it (`journaled_call`).
+    `DatabaseUnavailable` (the journal could not be read or written), `StepDataBudgetSpent` or
+    `UserStepDataSpent` (a call's arguments and result did not fit its run's or user's step
+    data: `models.tool_journal.record`), and what `call_model` raises. A call the tool journal
+    holds for this step is answered from it (`journaled_call`).
     """
     tools = {name: enabled_tool(name) for name in step.tools}
     prompt = step_prompt(
@@ -243,9 +245,11 @@ def _find(step_id: int, key: str) -> tool_journal.Recorded | None:
 
 @waits_out_outages  # the tool ran: its run is journaled once Postgres is back
 def _journal(ctx: ToolContext, key: str, answered: Answered) -> None:
+    """Raises the refusal (`BudgetExhausted`) of a call over its run's or user's step data,
+    once it is journaled without its data (`models.tool_journal.record`)."""
     recorded = tool_journal.Recorded(answered.result, answered.error, ctx.attempt)
     with session_scope() as session:
-        tool_journal.record(
+        refused = tool_journal.record(
             session,
             step_id=ctx.step_id,
             key=key,
@@ -253,6 +257,8 @@ def _journal(ctx: ToolContext, key: str, answered: Answered) -> None:
             arguments=answered.arguments or {},
             recorded=recorded,
         )
+    if refused is not None:
+        raise refused
 
 
 def _refused(call: ToolCall, why: str) -> Answered:

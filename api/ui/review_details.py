@@ -30,6 +30,10 @@ REASON_TEXT: Final = {
     "token_budget_spent": "The run spent its token budget.",
     "cost_budget_spent": "The run spent its cost budget.",
     "wall_time_budget_spent": "The run ran out of wall time.",
+    "step_data_budget_spent": "A step's result does not fit the run's step-data budget: it was "
+    "not stored. Approve grants the budget once more; edit asks for less data.",
+    "user_step_data_spent": "A step's result does not fit what its user's runs may store "
+    "together: it was not stored. Purged or erased runs give theirs back.",
     "budget_spent": "The run spent a budget.",
     "quota_exhausted": "The model provider's account has no quota left.",
     "rate_limited": "The model provider kept refusing requests (rate limited).",

@@ -156,7 +156,7 @@ def _share(used: float, limit: float) -> float:
 
 
 def spend(run: Run, now: datetime | None = None) -> list[Meter]:
-    """The run's replans, tokens, cost and wall time against their budgets."""
+    """The run's replans, tokens, cost, wall time and step data against their budgets."""
     end = run.finished_at if run.status in RUN_TERMINAL and run.finished_at else now or utcnow()
     elapsed_s = (end - run.created_at).total_seconds()
     wall_s = run.wall_time_limit_s
@@ -182,6 +182,12 @@ def spend(run: Run, now: datetime | None = None) -> list[Meter]:
             _share(run.cost_used_usd, run.cost_limit_usd),
         ),
         Meter("wall time", f"{elapsed_s:,.0f} s", f"{wall_s:,.0f} s", _share(elapsed_s, wall_s)),
+        Meter(
+            "step data",
+            f"{run.step_data_bytes:,} B",
+            f"{run.step_data_limit_bytes:,} B",
+            _share(run.step_data_bytes, run.step_data_limit_bytes),
+        ),
     ]
 
 

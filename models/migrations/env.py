@@ -11,6 +11,7 @@ import models.facts
 import models.messages
 import models.plan_checks
 import models.procedures
+import models.storage
 import models.tables
 import models.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from models.migrate import AUTOGENERATE_PLUGINS

@@ -1,18 +1,28 @@
 """The budget statements on the real Postgres: `RESERVE` guards with the rule `fits` states, and
 `SETTLE` replaces what a call held with what it spent (DESIGN.md invariant 4), folding in the
-server's token count of the prompt when it is given (`models.token_calibrations`)."""
+server's token count of the prompt when it is given (`models.token_calibrations`); a step-data
+charge takes what fits both the run's budget and its user's total, and two charges racing for
+the last room cannot both pass (`models.storage`)."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
-from models import budgets, token_calibrations
+from models import budgets, storage, token_calibrations
 from models.db import session_scope
-from models.errors import CostBudgetSpent, NotFound, TokenBudgetSpent
+from models.errors import (
+    CostBudgetSpent,
+    NotFound,
+    StepDataBudgetSpent,
+    TokenBudgetSpent,
+    UserStepDataSpent,
+)
 from models.tables import Run, TokenCalibration
 
 LIMIT_TOKENS, LIMIT_COST = 1000, 0.5
@@ -124,3 +134,91 @@ def test_a_refusals_sample_is_folded_in_alone_and_the_mean_forgets_slowly() -> N
         after = token_calibrations.record(session, token_calibrations.Sample(model, 1000, 3000))
     assert after == pytest.approx(1.0 + 2.0 / window)  # one of the newest `window`, not of 151
     assert _calibration(model).samples == window + 51  # type: ignore[union-attr]
+
+
+# -- step data (models.storage): the run's budget and the user's total ----------------------------
+
+RUN_BYTES, USER_BYTES = 1000, 1500
+
+
+def _run_holding(make_run: Callable[..., int], *, run_bytes: int, user_bytes: int) -> int:
+    """A run of a new user, holding `run_bytes` of its `RUN_BYTES` budget, whose user's runs hold
+    `user_bytes`."""
+    user = f"stores-{uuid.uuid4().hex[:8]}"
+    run_id = make_run(None, start=False, user=user)
+    with session_scope() as session:
+        session.execute(
+            sa.update(Run)
+            .where(Run.id == run_id)  # type: ignore[arg-type]
+            .values(step_data_bytes=run_bytes, step_data_limit_bytes=RUN_BYTES)
+        )
+        session.add(storage.UserStepData(user_id=user, bytes=user_bytes))
+    return run_id
+
+
+def _held(run_id: int) -> tuple[int, int]:
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        return run.step_data_bytes, storage.user_bytes(session, run.user_id)
+
+
+@pytest.mark.parametrize(
+    ("run_bytes", "user_bytes", "asked", "user_max", "refused"),
+    [
+        (900, 900, 100, USER_BYTES, None),  # exactly the run's budget: fits
+        (900, 900, 101, USER_BYTES, StepDataBudgetSpent),  # one byte over it
+        (0, 1400, 100, USER_BYTES, None),  # exactly the user's total
+        (0, 1401, 100, USER_BYTES, UserStepDataSpent),  # one byte over it
+        (0, 10**9, 100, 0, None),  # the user's total off: counted, not capped
+        (1000, 1000, 0, USER_BYTES, None),  # nothing asked of a full run
+    ],
+)
+def test_a_step_data_charge_takes_what_fits_the_run_and_its_user(
+    make_run: Callable[..., int],
+    run_bytes: int,
+    user_bytes: int,
+    asked: int,
+    user_max: int,
+    refused: type[Exception] | None,
+) -> None:
+    run_id = _run_holding(make_run, run_bytes=run_bytes, user_bytes=user_bytes)
+    charge = storage.Charge("the result of step 's'", asked, user_max)
+    try:
+        with session_scope() as session:
+            storage.charge(session, run_id, charge)
+    except (StepDataBudgetSpent, UserStepDataSpent) as exc:
+        assert type(exc) is refused, exc
+        assert _held(run_id) == (run_bytes, user_bytes)  # nothing charged
+        setting = storage.RUN_SETTING if refused is StepDataBudgetSpent else storage.USER_SETTING
+        assert f"{asked:,} bytes as JSON" in str(exc) and setting in str(exc)
+    else:
+        assert refused is None
+        assert _held(run_id) == (run_bytes + asked, user_bytes + asked)
+
+
+def test_two_charges_on_the_last_room_cannot_both_pass(make_run: Callable[..., int]) -> None:
+    """The second charge waits for the first's lock and checks the budget again on the row the
+    first committed (`models.storage.charging`), rather than on the one it saw when it began."""
+    run_id = _run_holding(make_run, run_bytes=0, user_bytes=0)
+    charge = storage.Charge("the result of step 's'", 600, USER_BYTES)
+    second: list[BaseException | None] = []
+
+    def charge_again() -> None:
+        try:
+            with session_scope() as session:
+                storage.charge(session, run_id, charge)
+        except StepDataBudgetSpent as exc:
+            second.append(exc)
+        else:
+            second.append(None)
+
+    with session_scope() as session:
+        storage.charge(session, run_id, charge)  # holds the run's row until it commits
+        waiting = threading.Thread(target=charge_again)
+        waiting.start()
+        time.sleep(0.5)  # the second charge has begun, and waits for the lock
+        assert waiting.is_alive()
+    waiting.join(timeout=30)
+    assert len(second) == 1 and isinstance(second[0], StepDataBudgetSpent)
+    assert _held(run_id) == (600, 600)

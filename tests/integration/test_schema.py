@@ -17,6 +17,7 @@ from sqlmodel import SQLModel
 import models.episodes  # the memory tables, as in models/migrations/env.py
 import models.plan_checks
 import models.procedures
+import models.storage
 import models.tables
 import models.webhook_tables  # noqa: F401
 from models.db import database_url

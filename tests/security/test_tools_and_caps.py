@@ -184,6 +184,55 @@ def test_references_cannot_amplify_a_result_past_the_cap(
     assert largest <= CAP
 
 
+RUN_BUDGET = 8 * 1024 * 1024  # AGENTQ_RUN_STEP_DATA_MAX_BYTES's default
+# what each step of the run stores, as compact JSON (`models.step_data.json_bytes`)
+# (a step not run yet holds JSON null: the ORM writes None so)
+STORED = sa.text(
+    "SELECT name, result FROM steps WHERE run_id = :run AND jsonb_typeof(result) = 'object'"
+)
+
+
+def test_many_results_within_the_step_cap_stop_at_the_runs_step_data_budget(
+    console: Console, make_token: MakeToken
+) -> None:
+    """Issue 27, item 5: a 68 KB request made 49 steps of 240 KB each, 11.8 MB of results. The
+    48 copies run side by side (each waits only for the seed), so their charges race."""
+    user = f"hoarder-{uuid.uuid4().hex[:6]}"
+    _, raw = make_token("submitter", user, user)
+    seed = {"name": "s0", "kind": "tool", "tool": "echo", "args": {"value": "a" * 60_000}}
+    four = {"value": ["${steps.s0.value}"] * 4}  # 240,023 bytes once resolved, under the cap
+    copies = [
+        {"name": f"s{i}", "kind": "tool", "tool": "echo", "args": four, "after": ["s0"]}
+        for i in range(1, 49)
+    ]
+    body = {"goal": "hoard", "plan": {"steps": [seed, *copies]}, "budgets": {"replans": 0}}
+    assert len(json.dumps(body)) < 70_000  # the issue's 68 KB request
+    with api(console, raw) as mallory:
+        created = mallory.post("/api/v1/runs", json=body)
+        assert created.status_code == 201, created.text
+        run_id = created.json()["run"]["id"]
+        wait_for_status(console, run_id, ("waiting_review", "failed", "succeeded"))
+        detail = mallory.get(f"/api/v1/runs/{run_id}").json()
+    assert detail["status"] == "waiting_review"
+    assert detail["escalations"][0]["reason"] == "step_data_budget_spent"
+    refused = [s for s in detail["steps"] if s["status"] == "failed"]
+    assert refused and all(s["result"] is None for s in refused)
+    assert "do not fit run" in refused[0]["error"]
+    assert "(AGENTQ_RUN_STEP_DATA_MAX_BYTES)" in refused[0]["error"]
+    with console.db() as session:
+        results = session.execute(STORED, {"run": run_id}).all()
+        run = session.get(Run, run_id)
+        total = session.execute(
+            sa.text("SELECT bytes FROM user_step_data WHERE user_id = :u"), {"u": user}
+        ).scalar_one()
+    stored = sum(len(json.dumps(r, separators=(",", ":")).encode()) for _, r in results)
+    assert run is not None and run.step_data_bytes == stored == total  # each with its charge
+    assert RUN_BUDGET - 240_023 < stored <= RUN_BUDGET  # was 11.8 MB
+    assert len(results) == 35  # the seed and 34 copies
+    spend = detail["spend"]
+    assert (spend["step_data_bytes"], spend["step_data_limit_bytes"]) == (stored, RUN_BUDGET)
+
+
 # -- finding 1: errors do not tell which host paths exist ------------------------------------
 
 

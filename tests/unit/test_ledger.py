@@ -14,7 +14,7 @@ from worker import ledger
 from worker.attempts import Outcome
 from worker.context import VERBATIM_TURNS, assemble, usable_budget
 from worker.prompts import step_prompt
-from worker.steps import turn_text
+from worker.step_turns import turn_text
 from worker.working_memory import RunRead, layers_of
 
 WINDOW_TOKENS = 4096

@@ -24,7 +24,7 @@ from worker.attempts import Outcome
 from worker.offline import OfflineProvider, offline_fields
 from worker.prompts import plan_schema, replan_prompt, step_prompt
 from worker.providers import ModelRequest
-from worker.steps import turn_text
+from worker.step_turns import turn_text
 
 OUTPUT = {"total": "number", "currency": "string", "lines": "integer", "paid": "boolean"}
 MODEL = {"name": "read", "kind": "model", "instruction": "Read the total"}
