@@ -26,10 +26,12 @@ from models import (
     answers,
     api_tokens,
     escalations,
+    idempotency,
     memory_admin,
     queue,
     retention,
     reviews,
+    stack_limits,
     submissions,
     transitions,
     webhooks,
@@ -84,6 +86,34 @@ def submit(
     transaction, then its messages); raises `InvalidInput`, `InvalidPlan`,
     `UserQuotaExceeded`, and then nothing is written."""
     return submissions.submit(request, settings=get_settings(), describe=describe)
+
+
+def submit_once(
+    request: RunRequest,
+    key: idempotency.Key,
+    *,
+    describe: Callable[[Session, Run], dict[str, Any]],
+) -> Submitted[dict[str, Any]]:
+    """`submit` under an idempotency key (`models.submissions.submit_once`): the run the same
+    request made with `key` within `AGENTQ_IDEMPOTENCY_WINDOW_S` (`replayed`), else a new one
+    whose `describe(session, run)` (JSON) is kept as the key's answer. Raises as `submit`, and
+    `IdempotencyKeyReused` when another request made the key."""
+    return submissions.submit_once(request, key, settings=get_settings(), describe=describe)
+
+
+def limits_notice() -> str | None:
+    """One line when this process's environment sets a limit of the stack otherwise than the
+    stack holds it (`models.stack_limits.notice`: the stack's apply); None when none does."""
+    with session_scope() as session:
+        return stack_limits.notice(session, get_settings())
+
+
+def publish_limits(*, by: str) -> list[tuple[str, Any, Any]]:
+    """Write the limits this process's environment sets as the stack's, and the defaults of
+    those it holds none of (`models.stack_limits.publish`, as a deployment's migration step);
+    `(variable, old, new)` for each that changed."""
+    with session_scope() as session:
+        return stack_limits.publish(session, get_settings(), by=by, only_set=True)
 
 
 def cancel(

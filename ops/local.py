@@ -20,6 +20,7 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
+from models import stack_limits
 from models.db import session_scope
 from models.embedding_choice import LOCAL_MODEL, provider_in_use
 from models.memory_admin import embedder
@@ -108,8 +109,10 @@ def start_engine(
     prepare: Callable[[], object] = lambda: None,
     broker_url: str | None = None,
     listen: Listen | None = None,
+    owner: str = "agentq up",
 ) -> LocalStack:
-    """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
+    """Start Postgres, Redis, run migrations, write the stack's limits (`owner_settings`, set
+    by `owner`: `models.stack_limits`), then the worker (on `steps` and `memory`), the
     scheduler (with beat) and `coordinators - 1` more coordinator processes (`coordinator-2`,
     ... without beat: one beat per deployment) on the same queue; return once all consume and
     each of the worker's `worker_concurrency` pool processes has loaded its embedding model
@@ -134,6 +137,9 @@ def start_engine(
         os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
+        with session_scope() as session:
+            by = f"{owner} (pid {os.getpid()})"
+            stack_limits.publish(session, owner_settings(extra_env), by=by)
         prepare()
         env = engine_env(database_url, broker_url, extra_env)
         loading = _loading_line(worker_concurrency) if say is not None else None
@@ -159,6 +165,19 @@ def start_engine(
         stack.stop()
         raise
     return stack
+
+
+def owner_settings(extra_env: Mapping[str, str] | None) -> Settings:
+    """What the stack's processes are told of its limits (`models.stack_limits.LIMITS`): this
+    process's settings, with the limits `extra_env` (their environment's additions) sets over
+    them. Raises `ConfigurationError` naming the setting for a value it cannot take."""
+    extra = extra_env or {}
+    given = {
+        name: stack_limits.parsed(name, extra[setting_name(name)])
+        for name in stack_limits.LIMITS
+        if setting_name(name) in extra
+    }
+    return get_settings().model_copy(update=given)
 
 
 def fresh_metrics_dir(data_dir: Path) -> Path:
