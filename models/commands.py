@@ -14,7 +14,7 @@ back as `seen`. An error leaves the transaction rolled back whole, and nothing i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic
@@ -208,11 +208,16 @@ def approve(
     *,
     reviewer: str,
     comment: str | None = None,
+    budget: Mapping[str, float] | None = None,
     token_id: int | None = None,
     describe: DecisionView[T] = _nothing,  # type: ignore[assignment]
 ) -> Done[T]:
-    """Approve (`reviews.approve`, with `AGENTQ_STEP_MAX_ATTEMPTS`): the run resumes. Raises
+    """Approve (`reviews.approve`, with `AGENTQ_STEP_MAX_ATTEMPTS`): the run resumes with the
+    budgets the reviewer chose (`budget`: `{"tokens": N, "cost_usd", "wall_time_s", "replans"}`,
+    the new limits), a spent one not chosen with its default (`models.budget_grants`; the
+    escalation's `granted` says which). Raises `InvalidInput` naming `budget.<name>`,
     `NotFound`, `IllegalTransition` (decided already), `ClaimedByAnother`."""
+    settings = get_settings()
     return _decide(
         escalation_id,
         lambda session, _esc: reviews.approve(
@@ -220,8 +225,10 @@ def approve(
             escalation_id,
             reviewer=reviewer,
             comment=comment,
-            max_attempts=get_settings().step_max_attempts,
+            max_attempts=settings.step_max_attempts,
             token_id=token_id,
+            budget=dict(budget or {}),
+            settings=settings,
         ),
         describe,
     )

@@ -22,7 +22,8 @@ from rich.table import Column, Table
 from rich.text import Text
 from sqlmodel import Session
 
-from models import queries
+from models import budget_grants, queries, stack_limits
+from models.budget_grants import Standing
 from models.display import visible
 from models.escalations import deadline_left_s, waiting_s
 from models.formats import (
@@ -42,6 +43,7 @@ from models.plans import current_graph
 from models.procedure_admin import SAVE_HINT, offers_procedure
 from models.procedure_recall import Used, used_by_run
 from models.runs import pinned_facts
+from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
 
@@ -288,10 +290,16 @@ def nothing_to_claim(claims: dict[str, int]) -> Text:
 
 
 def render_escalation(
-    esc: Escalation, *, run: Run | None, step: Step | None, facts: dict[str, str]
+    esc: Escalation,
+    *,
+    run: Run | None,
+    step: Step | None,
+    facts: dict[str, str],
+    budget: Standing | None = None,
 ) -> RenderableType:
     """Why the run escalated, the failing step and its error (or the stored error when no step
-    failed), the budget used, pinned facts, and the decision once there is one."""
+    failed), the budget used (and the spent `budget`: what approve would set), pinned facts,
+    and the decision once there is one."""
     grid = Table.grid(padding=(0, 2))
     grid.add_row("reason", literal(esc.reason))
     grid.add_row("status", styled(esc.status))
@@ -306,6 +314,8 @@ def render_escalation(
         grid.add_row("run", literal(f"{run.id}: {run.goal} ({run.status})"))
         grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")
         grid.add_row("pinned facts", facts_text(facts))
+    if budget is not None:
+        grid.add_row("budget", literal(budget_text(budget), style="magenta"))
     if step is not None:
         grid.add_row(
             "failed step", literal(f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
@@ -327,6 +337,8 @@ def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
         return []
     when = f" at {utc(esc.decided_at)}" if esc.decided_at else ""
     rows = [("decision", literal(f"{esc.decision} by {esc.decided_by}{when}"))]
+    if esc.granted:
+        rows.append(("budgets set", literal(budget_grants.describe(esc.granted))))
     if esc.answer is not None:
         rows.append(("answer", cell(esc.answer, DETAIL_MAX_CHARS)))
     if esc.comment:
@@ -337,12 +349,33 @@ def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
 def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
     """`render_escalation` for `esc`, with its run, failed step and the run's pinned facts."""
     run = session.get(Run, esc.run_id)
+    budget = None
+    if run is not None and esc.status != "decided":
+        limits = stack_limits.effective(session, get_settings())
+        budget = budget_grants.spent(session, esc, run, settings=limits, now=utcnow())
     return render_escalation(
         esc,
         run=run,
         step=session.get(Step, esc.step_id) if esc.step_id else None,
         facts=pinned_facts(session, esc.run_id) if run is not None else {},
+        budget=budget,
     )
+
+
+def budget_text(budget: Standing) -> str:
+    """`tokens: 512 spent of 500 (original 500); approve sets 1012 (spent + original) unless
+    --tokens N (at most 1000000, AGENTQ_MAX_TOKEN_BUDGET)`."""
+    option = {"cost_usd": "--cost-usd", "wall_time_s": "--wall-time"}.get(budget.name)
+    return (
+        f"{budget.name}: {_n(budget.used)} spent of {_n(budget.limit)} (original "
+        f"{_n(budget.original)}); approve sets {_n(budget.default)} (spent + original, at most "
+        f"the ceiling) unless {option or '--' + budget.name} N (at most {_n(budget.ceiling)}, "
+        f"{budget.setting})"
+    )
+
+
+def _n(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else f"{number:.6g}"
 
 
 def said(notified: bool, done: str) -> RenderableType:
