@@ -230,10 +230,10 @@ class Client:
     def release(self, escalation_id: int) -> ReviewOut:
         return self._call(routes.release(escalation_id))
 
-    def approve(self, escalation_id: int, *, comment: str | None = None) -> DecisionOut:
-        """Retry the failed step once more (or re-plan, or carry on)."""
-        body = Approve() if comment is None else Approve(comment=comment)
-        return self._call(routes.decide(escalation_id, body))
+    def approve(self, escalation_id: int, **fields: Any) -> DecisionOut:
+        """Retry the failed step once more (or re-plan, or carry on); `fields`: `comment`,
+        `budget` (the new limits, `{"tokens": N, ...}`; the answer's `said` states them)."""
+        return self._call(routes.decide(escalation_id, Approve.model_validate(fields)))
 
     def reject(self, escalation_id: int, *, comment: str) -> DecisionOut:
         """End the run `failed`, with the comment."""
@@ -380,9 +380,8 @@ class AsyncClient:
     async def release(self, escalation_id: int) -> ReviewOut:
         return await self._call(routes.release(escalation_id))
 
-    async def approve(self, escalation_id: int, *, comment: str | None = None) -> DecisionOut:
-        body = Approve() if comment is None else Approve(comment=comment)
-        return await self._call(routes.decide(escalation_id, body))
+    async def approve(self, escalation_id: int, **fields: Any) -> DecisionOut:
+        return await self._call(routes.decide(escalation_id, Approve.model_validate(fields)))
 
     async def reject(self, escalation_id: int, *, comment: str) -> DecisionOut:
         return await self._call(routes.decide(escalation_id, Reject(comment=comment)))

@@ -205,11 +205,9 @@ class EscalationOut(BaseModel):
     created_at: datetime
     deadline_at: datetime | None = None
     waiting_s: float = 0.0
-    granted: dict[str, Any] | None = Field(
-        default=None,
-        description='The budgets its approval set: `{"tokens": {"used", "limit_before", '
-        '"original_limit", "limit", "chosen": "reviewer" | "default"}}`.',
-    )
+    # The budgets its approval set: {"tokens": {"used", "limit_before", "original_limit",
+    # "limit", "chosen": "reviewer" | "default"}} (`models.budget_grants`).
+    granted: dict[str, Any] | None = None
 
 
 class BudgetStanding(BaseModel):
