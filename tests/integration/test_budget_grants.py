@@ -34,8 +34,9 @@ def _escalated(make_run: Callable[..., int], reason: str, **spend: Any) -> tuple
 
 
 def _approve(esc_id: int, **budget: float) -> None:
+    chosen = {"budget": budget} if budget else {}  # a bare approve, as before
     with session_scope() as session:
-        reviews.approve(session, esc_id, reviewer="rita", max_attempts=3, budget=budget)
+        reviews.approve(session, esc_id, reviewer="rita", max_attempts=3, **chosen)
 
 
 def _rows(run_id: int, esc_id: int) -> tuple[Run, Escalation, list[dict[str, Any]]]:
