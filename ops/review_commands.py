@@ -21,6 +21,7 @@ from models.db import session_scope
 from models.sql import PG_INT_MAX
 from models.tables import Escalation
 from ops import views
+from ops.budget_views import queue_budgets
 from ops.connection import connect
 from ops.inputs import read_plan_text, reviewer_name
 from ops.json_output import JsonFlag, print_json
@@ -49,7 +50,7 @@ def review_list(
         if as_json:
             print_json([review_out(session, e) for e in queue])
         else:
-            console.print(views.escalations_table(queue))
+            console.print(views.escalations_table(queue, budgets=queue_budgets(session, queue)))
 
 
 @review_app.command("show")

@@ -46,6 +46,7 @@ from models.runs import pinned_facts
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
+from ops.budget_views import budget_text, spent_text
 
 STATUS_STYLE = {
     "succeeded": "green",
@@ -254,19 +255,25 @@ def deadline_left(esc: Escalation, now: datetime | None = None) -> Text:
     return Text(f"passed {span(-left_s)} ago", style="red")
 
 
-def escalations_table(rows: list[Escalation], now: datetime | None = None) -> Table:
+def escalations_table(
+    rows: list[Escalation],
+    now: datetime | None = None,
+    budgets: Mapping[int, Standing] | None = None,
+) -> Table:
     """The review queue, oldest first; `waiting` stops at the decision for decided ones, and
-    `deadline` is the time left before the escalation's deadline."""
-    now = now or utcnow()
+    `deadline` is the time left before the escalation's deadline. A spent budget in `budgets`
+    (by escalation id) shows in `reason` as `tokens 512/500`: spent of its limit."""
+    now, budgets = now or utcnow(), budgets or {}
     table = Table()
     headers = ("id", "run", "reason", "step", "status", "claimed by", "waiting", "deadline")
     for header in headers:
         table.add_column(header, no_wrap=header not in ("step", "claimed by"))
     for e in rows:
+        spent = budgets.get(e.id or 0)
         table.add_row(
             str(e.id),
             str(e.run_id),
-            literal(e.reason),
+            literal(e.reason + (spent_text(spent) if spent is not None else "")),
             cell(e.detail.get("step", ""), 40),
             styled(e.status),
             literal(e.claimed_by or ""),
@@ -360,22 +367,6 @@ def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
         facts=pinned_facts(session, esc.run_id) if run is not None else {},
         budget=budget,
     )
-
-
-def budget_text(budget: Standing) -> str:
-    """`tokens: 512 spent of 500 (original 500); approve sets 1012 (spent + original) unless
-    --tokens N (at most 1000000, AGENTQ_MAX_TOKEN_BUDGET)`."""
-    option = {"cost_usd": "--cost-usd", "wall_time_s": "--wall-time"}.get(budget.name)
-    return (
-        f"{budget.name}: {_n(budget.used)} spent of {_n(budget.limit)} (original "
-        f"{_n(budget.original)}); approve sets {_n(budget.default)} (spent + original, at most "
-        f"the ceiling) unless {option or '--' + budget.name} N (at most {_n(budget.ceiling)}, "
-        f"{budget.setting})"
-    )
-
-
-def _n(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() else f"{number:.6g}"
 
 
 def said(notified: bool, done: str) -> RenderableType:
