@@ -170,11 +170,12 @@ def approve(
 ) -> DecisionOut:
     """Retry the failed step once more (or re-plan when there was no plan, or carry on). The
     body (`{"comment", "budget"}`) is optional. `budget` sets new limits (`{"tokens": N,
-    "cost_usd", "wall_time_s", "replans"}`), each at least what the run spent and at most the
-    operator's ceiling (400 naming `budget.<name>`); a spent budget left out gets the default,
-    spent plus its original limit (`GET` the escalation: `budget.default_limit`). The answer's
-    `said` and `escalation.granted` state the limits set; the run's timeline records them
-    (`run.budget_granted`). 409 when already decided."""
+    "cost_usd", "wall_time_s", "replans"}`), each at most the operator's ceiling (400 naming
+    `budget.<name>`) and at least what the run spent (409 naming it: the run's state decides);
+    a spent budget left out gets the default, spent plus its original limit (`GET` the
+    escalation: `budget.default_limit`). The answer's `said` and `escalation.granted` state
+    the limits set; the run's timeline records them (`run.budget_granted`). 409 when already
+    decided."""
     comment = body.comment if body is not None else None
     chosen = body.budget.model_dump(exclude_none=True) if body and body.budget else {}
     return _sent(

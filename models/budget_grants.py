@@ -10,8 +10,9 @@ and the default budget: a run submitted with `--tokens 500` went on with 200,000
   operator's ceiling (`AGENTQ_MAX_*`, the stack's: `models.stack_limits`) and the default new
   limit: spent plus the original limit, at most the ceiling;
 - approve takes new limits (`{"tokens": N, "cost_usd": X, "wall_time_s": S, "replans": R}`), each
-  checked: not below what the run spent, not over its ceiling (`InvalidInput` naming
-  `budget.<name>`); the spent budget not given takes the default, said in the answer;
+  checked: not over its ceiling (`InvalidInput` naming `budget.<name>`) and not below what the
+  run spent (`Conflict`, naming it: the run's state decides); the spent budget not given takes
+  the default, said in the answer;
 - the limits set go into the escalation row (`Escalation.granted`) and the run's timeline
   (`run.budget_granted`), in the transaction that decides the escalation and resumes the run.
 
@@ -28,7 +29,7 @@ from typing import Any, Final, Literal
 
 from sqlmodel import Session, col, select
 
-from models.errors import InvalidInput
+from models.errors import Conflict, InvalidInput
 from models.events import record_event
 from models.guards import guarded
 from models.settings import Settings, setting_name
@@ -125,8 +126,9 @@ def grants(
 ) -> dict[str, dict[str, Any]]:
     """The new limits approving `esc` sets: each of `asked` (by `BUDGETS` name), and the spent
     budget's default when it is not asked for; `{name: {"used", "limit_before", "limit",
-    "chosen"}}`. Raises `InvalidInput` naming `budget.<name>` for an unknown budget, a limit
-    below what the run spent or over its ceiling (nothing is written)."""
+    "chosen"}}`. Raises `InvalidInput` naming `budget.<name>` for an unknown budget or a limit
+    over its ceiling, `Conflict` naming it for a limit below what the run spent (or a default
+    that cannot be above it); nothing is written."""
     unknown = sorted(set(asked) - set(BUDGETS))
     if unknown:
         raise InvalidInput(f"budget.{unknown[0]}: not a budget; one of {', '.join(BUDGETS)}")
@@ -159,7 +161,7 @@ def _check(budget: Standing, limit: float, how: Chosen) -> None:
             f"{field}: at most {_plain(budget.ceiling)} ({budget.setting}); got {_plain(limit)}"
         )
     if limit <= budget.used if how == "default" else limit < budget.used:
-        raise InvalidInput(
+        raise Conflict(  # the run's spend, not the request, decides: a 409 over HTTP
             f"{field}: the run has spent {_plain(budget.used)} and {budget.setting} is "
             f"{_plain(budget.ceiling)}: no more can be granted; reject, or edit the plan"
             if how == "default"

@@ -25,6 +25,7 @@ from models import budget_grants, commands
 from models.db import session_scope
 from models.errors import (
     ClaimedByAnother,
+    Conflict,
     IllegalTransition,
     InvalidInput,
     InvalidPlan,
@@ -127,10 +128,11 @@ def _decide(
     except (IllegalTransition, ClaimedByAnother) as exc:
         problem = {"action": action, "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)
-    except (InvalidPlan, InvalidInput) as exc:
+    except (InvalidPlan, InvalidInput, Conflict) as exc:  # Conflict: a budget below the spend
         problem = {"action": action, "message": str(exc), "kind": "invalid"}
+        code = 409 if isinstance(exc, Conflict) else 400
         return _review(
-            request, principal, escalation_id, status_code=400, problem=problem, typed=typed
+            request, principal, escalation_id, status_code=code, problem=problem, typed=typed
         )
     run_id = decided.run_id
     message = done.format(id=escalation_id, run=run_id)

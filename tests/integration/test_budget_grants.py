@@ -16,7 +16,7 @@ from sqlmodel import col, select
 
 from models import reviews, run_transitions
 from models.db import session_scope
-from models.errors import InvalidInput
+from models.errors import Conflict, InvalidInput
 from models.tables import Escalation, Run, RunEvent
 
 pytestmark = pytest.mark.integration
@@ -76,13 +76,13 @@ def test_the_reviewers_limit_is_set_within_the_ceiling_and_not_below_the_spend(
     make_run: Callable[..., int],
 ) -> None:
     run_id, esc_id = _escalated(make_run, "token_budget_spent", tokens_limit=500, tokens_used=512)
-    for budget, says in (
-        ({"tokens": 511}, "budget.tokens: not below what the run spent, 512"),
-        ({"tokens": 2_000_000}, "budget.tokens: at most 1000000 (AGENTQ_MAX_TOKEN_BUDGET)"),
-        ({"tokens": 600.5}, "budget.tokens: a whole number"),
-        ({"coins": 3}, "budget.coins: not a budget"),
+    for budget, error, says in (
+        ({"tokens": 511}, Conflict, "budget.tokens: not below what the run spent, 512"),
+        ({"tokens": 2_000_000}, InvalidInput, "budget.tokens: at most 1000000 (AGENTQ_MAX_TOKEN"),
+        ({"tokens": 600.5}, InvalidInput, "budget.tokens: a whole number"),
+        ({"coins": 3}, InvalidInput, "budget.coins: not a budget"),
     ):
-        with pytest.raises(InvalidInput, match=re.escape(says)):
+        with pytest.raises(error, match=re.escape(says)):
             _approve(esc_id, **budget)
     run, esc, events = _rows(run_id, esc_id)
     assert (run.status, run.tokens_limit, esc.status, events) == ("waiting_review", 500, "open", [])
