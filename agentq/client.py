@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -128,12 +129,28 @@ class Client:
         """Who the token acts as."""
         return self._call(routes.me())
 
-    def submit(self, goal: str, **fields: Any) -> SubmittedOut:
+    def submit(
+        self, goal: str, *, idempotency_key: str | None = None, **fields: Any
+    ) -> SubmittedOut:
         """Submit a goal; `fields` are the API's `RunSubmit` fields: `user`, `facts` (key ->
         value), `budgets` (`{"replans", "tokens", "cost_usd", "wall_time_s"}`), `plan`
         (`{"steps": [...]}`), `success_criteria`, `replan_check`, `pin_from_goal`. Raises
-        pydantic's `ValidationError` (naming the field) before sending a bad one."""
-        return self._call(routes.submit(goal, **fields))
+        pydantic's `ValidationError` (naming the field) before sending a bad one.
+
+        Sent with an `Idempotency-Key` (`idempotency_key`, else a new UUID 4), and sent again
+        after a connection error, a timeout or a 502/503/504 (`routes.sends_again`): the server
+        answers a retry with the run the first attempt made. The last error is raised."""
+        call, attempt = routes.submit(goal, idempotency_key or str(uuid.uuid4()), **fields), 1
+        while True:
+            try:
+                response = self._http.send(call.request(self._http))
+                if not routes.sends_again(attempt, response):
+                    return call.answer(response)
+            except httpx.TransportError:
+                if not routes.sends_again(attempt):
+                    raise
+            time.sleep(routes.retry_delay_s(attempt))
+            attempt += 1
 
     def get(self, run_id: int, *, events_limit: int | None = None) -> RunDetail:
         """One run whole, with its newest `events_limit` events (the server's default: 200)."""
@@ -213,10 +230,10 @@ class Client:
     def release(self, escalation_id: int) -> ReviewOut:
         return self._call(routes.release(escalation_id))
 
-    def approve(self, escalation_id: int, *, comment: str | None = None) -> DecisionOut:
-        """Retry the failed step once more (or re-plan, or carry on)."""
-        body = Approve() if comment is None else Approve(comment=comment)
-        return self._call(routes.decide(escalation_id, body))
+    def approve(self, escalation_id: int, **fields: Any) -> DecisionOut:
+        """Retry the failed step once more (or re-plan, or carry on); `fields`: `comment`,
+        `budget` (the new limits, `{"tokens": N, ...}`; the answer's `said` states them)."""
+        return self._call(routes.decide(escalation_id, Approve.model_validate(fields)))
 
     def reject(self, escalation_id: int, *, comment: str) -> DecisionOut:
         """End the run `failed`, with the comment."""
@@ -271,9 +288,21 @@ class AsyncClient:
     async def me(self) -> PrincipalOut:
         return await self._call(routes.me())
 
-    async def submit(self, goal: str, **fields: Any) -> SubmittedOut:
-        """As `Client.submit`."""
-        return await self._call(routes.submit(goal, **fields))
+    async def submit(
+        self, goal: str, *, idempotency_key: str | None = None, **fields: Any
+    ) -> SubmittedOut:
+        """As `Client.submit`, retries included."""
+        call, attempt = routes.submit(goal, idempotency_key or str(uuid.uuid4()), **fields), 1
+        while True:
+            try:
+                response = await self._http.send(call.request(self._http))
+                if not routes.sends_again(attempt, response):
+                    return call.answer(response)
+            except httpx.TransportError:
+                if not routes.sends_again(attempt):
+                    raise
+            await asyncio.sleep(routes.retry_delay_s(attempt))
+            attempt += 1
 
     async def get(self, run_id: int, *, events_limit: int | None = None) -> RunDetail:
         return await self._call(routes.get_run(run_id, events_limit))
@@ -351,9 +380,8 @@ class AsyncClient:
     async def release(self, escalation_id: int) -> ReviewOut:
         return await self._call(routes.release(escalation_id))
 
-    async def approve(self, escalation_id: int, *, comment: str | None = None) -> DecisionOut:
-        body = Approve() if comment is None else Approve(comment=comment)
-        return await self._call(routes.decide(escalation_id, body))
+    async def approve(self, escalation_id: int, **fields: Any) -> DecisionOut:
+        return await self._call(routes.decide(escalation_id, Approve.model_validate(fields)))
 
     async def reject(self, escalation_id: int, *, comment: str) -> DecisionOut:
         return await self._call(routes.decide(escalation_id, Reject(comment=comment)))

@@ -34,6 +34,11 @@ M = TypeVar("M", bound=BaseModel)
 API_PREFIX = "/api/v1"
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})  # models.states.RUN_TERMINAL
 ReviewStatus = Literal["undecided", "open", "claimed", "decided", "all"]
+# A submit is sent again, with the same Idempotency-Key, after a connection error, a timeout or
+# one of these answers (the server or a proxy in front of it could not answer: 503 is also the
+# API's "database busy"), at most SUBMIT_ATTEMPTS times in all.
+SUBMIT_ATTEMPTS = 3
+RETRY_STATUSES = frozenset({502, 503, 504})
 StreamItem = RunStatusOut | StreamEventOut
 """What a run's stream yields: a `RunStatusOut` first and at each change of status (the last one
 final), and a `StreamEventOut` for each timeline event."""
@@ -69,11 +74,12 @@ class Call(Generic[T]):
     parse: Callable[[httpx.Response], T]
     params: dict[str, Any] = field(default_factory=dict)
     body: BaseModel | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
         """The request, built on `http` (its base URL, token and timeouts)."""
         content = None if self.body is None else self.body.model_dump_json(exclude_unset=True)
-        headers = {"Content-Type": "application/json"} if content else None
+        headers = {"Content-Type": "application/json", **self.headers} if content else None
         params = {k: v for k, v in self.params.items() if v is not None}
         return http.build_request(
             self.method, API_PREFIX + self.path, params=params, content=content, headers=headers
@@ -100,10 +106,25 @@ def review_or_none(response: httpx.Response) -> ReviewOut | None:
     return None if response.status_code == 204 else ReviewOut.model_validate_json(response.content)
 
 
-def submit(goal: str, **fields: Any) -> Call[SubmittedOut]:
-    """`POST /runs`: `fields` are `RunSubmit`'s (user, facts, budgets, plan, success_criteria,
-    replan_check, pin_from_goal)."""
-    return Call("POST", "/runs", model(SubmittedOut), body=RunSubmit(goal=goal, **fields))
+def submit(goal: str, idempotency_key: str, **fields: Any) -> Call[SubmittedOut]:
+    """`POST /runs` with `Idempotency-Key: idempotency_key`: `fields` are `RunSubmit`'s (user,
+    facts, budgets, plan, success_criteria, replan_check, pin_from_goal)."""
+    body = RunSubmit(goal=goal, **fields)
+    headers = {"Idempotency-Key": idempotency_key}
+    return Call("POST", "/runs", model(SubmittedOut), body=body, headers=headers)
+
+
+def retry_delay_s(attempt: int) -> float:
+    """The wait after failed submit attempt `attempt` (1-based): 0.5 s, doubling."""
+    return 0.5 * float(2 ** (attempt - 1))
+
+
+def sends_again(attempt: int, response: httpx.Response | None = None) -> bool:
+    """Whether submit attempt `attempt` (1-based), which got no answer (`response` None: a
+    connection error or a timeout) or `response`, is sent again: when it got no answer or one
+    of `RETRY_STATUSES`, and fewer than `SUBMIT_ATTEMPTS` were sent."""
+    failed = response is None or response.status_code in RETRY_STATUSES
+    return failed and attempt < SUBMIT_ATTEMPTS
 
 
 def get_run(run_id: int, events_limit: int | None = None) -> Call[RunDetail]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from fastapi import APIRouter, Depends, FastAPI
 
 from api import (
@@ -27,8 +28,10 @@ from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.openapi import state_rules
 from api.responses import ErrorOut, PrincipalOut
-from models import tracing
-from models.settings import BUDGET_CEILINGS, get_settings
+from models import stack_limits, tracing
+from models.db import session_scope
+from models.errors import AgentqError
+from models.settings import BUDGET_CEILINGS, Settings, get_settings
 from models.tools import catalog
 
 API_PREFIX = "/api/v1"
@@ -45,6 +48,7 @@ of the wrong shape) has FastAPI's list of field errors as its `detail`. Request 
 """
 
 me_router = APIRouter(tags=["auth"])
+log = structlog.get_logger("agentq.api")
 
 
 class AgentqAPI(FastAPI):
@@ -54,10 +58,22 @@ class AgentqAPI(FastAPI):
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
             spec = document_validation_errors(super().openapi())
-            settings = get_settings()
+            settings = _stack_settings()
             ceilings = {name: getattr(settings, most) for name, _, most in BUDGET_CEILINGS}
             self.openapi_schema = state_rules(spec, catalog(), ceilings)
         return self.openapi_schema
+
+
+def _stack_settings() -> Settings:
+    """The settings with the stack's limits (`models.stack_limits`): the ceilings the spec
+    states are those every submit enforces. With no database to read (a spec built offline),
+    this process's own, logged."""
+    try:
+        with session_scope() as session:
+            return stack_limits.effective(session, get_settings())
+    except AgentqError as exc:
+        log.warning("openapi.own_limits", error=str(exc))
+        return get_settings()
 
 
 @me_router.get("/me", response_model=PrincipalOut, summary="Who this token acts as")

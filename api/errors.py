@@ -79,6 +79,11 @@ QUOTA_REFUSAL: Final = {
         }
     },
 }
+# The submit route's refusal of an Idempotency-Key sent before with another body.
+IDEMPOTENCY_REUSED: Final = {
+    "description": "this Idempotency-Key was sent before with another request body "
+    "(`IdempotencyKeyReused`); nothing was written: send a new key with a new request",
+}
 HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")  # what an API route may serve
 # The `error` of refusals whose HTTP phrase differs between Python versions (3.13 renamed both).
 KIND_OF_STATUS: Final = {413: "BodyTooLarge", 422: "ValidationError"}

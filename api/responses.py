@@ -207,6 +207,24 @@ class EscalationOut(BaseModel):
     created_at: datetime
     deadline_at: datetime | None = None
     waiting_s: float = 0.0
+    # The budgets its approval set: {"tokens": {"used", "limit_before", "original_limit",
+    # "limit", "chosen": "reviewer" | "default"}} (`models.budget_grants`).
+    granted: dict[str, Any] | None = None
+
+
+class BudgetStanding(BaseModel):
+    """The budget a budget escalation is about, as approving it finds it: `used` of `limit`
+    (`original_limit`: before any reviewer's grant), the operator's `ceiling` (the setting
+    `ceiling_setting`), and `default_limit`, what approve sets unless given another: used plus
+    the original limit, at most the ceiling. Wall time counts seconds since the submit."""
+
+    name: str
+    used: float
+    limit: float
+    original_limit: float
+    ceiling: float
+    ceiling_setting: str
+    default_limit: float
 
 
 class RunDetail(RunOut):
@@ -267,6 +285,9 @@ class ReviewOut(BaseModel):
     run: RunOut
     failed_step: StepOut | None
     pinned_facts: dict[str, str]
+    budget: BudgetStanding | None = Field(
+        default=None, description="A spent budget's standing, while the escalation is undecided."
+    )
 
 
 class DecisionOut(BaseModel):
@@ -275,6 +296,7 @@ class DecisionOut(BaseModel):
     escalation: EscalationOut
     run: RunOut
     notified: bool
+    said: str = Field(default="", description="What the decision did, in words (budgets set).")
 
 
 class FactOut(BaseModel):

@@ -18,14 +18,15 @@ from fastapi import APIRouter, Path, Query, Response, status
 from sqlmodel import Session
 
 from api.auth import Reviewer
-from api.responses import DecisionOut, ReviewOut, StepOut
+from api.responses import BudgetStanding, DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
-from models import commands, escalations, queries
+from models import budget_grants, commands, escalations, queries, stack_limits
 from models.db import session_scope
 from models.errors import ClaimedByAnother, InvalidInput
 from models.runs import get_run, pinned_facts
-from models.tables import Escalation, Run, Step
+from models.settings import get_settings
+from models.tables import Escalation, Run, Step, utcnow
 
 router = APIRouter(prefix="/reviews", tags=["reviews"])
 EscalationId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Escalation id.")]
@@ -33,13 +34,36 @@ Which = Literal["undecided", "open", "claimed", "decided", "all"]
 
 
 def review_out(session: Session, esc: Escalation) -> ReviewOut:
-    """The escalation with its run, failed step and the run's pinned facts."""
+    """The escalation with its run, failed step, the run's pinned facts and, undecided, the
+    spent budget it is about (`budget_standing`)."""
     step = session.get(Step, esc.step_id) if esc.step_id else None
+    run = get_run(session, esc.run_id)
     return ReviewOut(
         escalation=escalation_out(esc),
-        run=run_out(get_run(session, esc.run_id)),
+        run=run_out(run),
         failed_step=StepOut.model_validate(step) if step is not None else None,
         pinned_facts=pinned_facts(session, esc.run_id),
+        budget=budget_standing(session, esc, run),
+    )
+
+
+def budget_standing(session: Session, esc: Escalation, run: Run) -> BudgetStanding | None:
+    """The spent budget an undecided escalation is about, under the stack's ceilings
+    (`models.budget_grants.spent`); None otherwise."""
+    if esc.status == "decided":
+        return None
+    limits = stack_limits.effective(session, get_settings())
+    found = budget_grants.spent(session, esc, run, settings=limits, now=utcnow())
+    if found is None:
+        return None
+    return BudgetStanding(
+        name=found.name,
+        used=found.used,
+        limit=found.limit,
+        original_limit=found.original,
+        ceiling=found.ceiling,
+        ceiling_setting=found.setting,
+        default_limit=found.default,
     )
 
 
@@ -128,7 +152,10 @@ def decision_out(session: Session, esc: Escalation, run: Run) -> DecisionOut:
     is filled in once the follow-up was sent, after the commit."""
     session.refresh(esc)
     return DecisionOut(
-        escalation=escalation_out(esc), run=run_out(get_run(session, run.id or 0)), notified=False
+        escalation=escalation_out(esc),
+        run=run_out(get_run(session, run.id or 0)),
+        notified=False,
+        said=budget_grants.describe(esc.granted or {}),
     )
 
 
@@ -141,15 +168,22 @@ def _sent(done: commands.Done[DecisionOut]) -> DecisionOut:
 def approve(
     escalation_id: EscalationId, principal: Reviewer, body: Approve | None = None
 ) -> DecisionOut:
-    """Retry the failed step once more (or re-plan when there was no plan, or carry on); a spent
-    wall-time, token or cost budget is granted once more. The body (`{"comment"}`) is optional.
-    409 when already decided."""
+    """Retry the failed step once more (or re-plan when there was no plan, or carry on). The
+    body (`{"comment", "budget"}`) is optional. `budget` sets new limits (`{"tokens": N,
+    "cost_usd", "wall_time_s", "replans"}`), each at most the operator's ceiling (400 naming
+    `budget.<name>`) and at least what the run spent (409 naming it: the run's state decides);
+    a spent budget left out gets the default, spent plus its original limit (`GET` the
+    escalation: `budget.default_limit`). The answer's `said` and `escalation.granted` state
+    the limits set; the run's timeline records them (`run.budget_granted`). 409 when already
+    decided."""
     comment = body.comment if body is not None else None
+    chosen = body.budget.model_dump(exclude_none=True) if body and body.budget else {}
     return _sent(
         commands.approve(
             escalation_id,
             reviewer=principal.name,
             comment=comment,
+            budget=chosen,
             token_id=principal.token_id,
             describe=decision_out,
         )

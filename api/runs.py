@@ -11,13 +11,13 @@ it did not exist. Reviewers read every run; admins do everything. Each write is 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Response, status
 from sqlmodel import Session
 
 from api.auth import AnyPrincipal, Principal, Submitter
-from api.errors import QUOTA_REFUSAL
+from api.errors import IDEMPOTENCY_REUSED, QUOTA_REFUSAL
 from api.memory import without_memory
 from api.responses import (
     Criterion,
@@ -35,13 +35,15 @@ from api.responses import (
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from models import commands, escalations, previews, queries
+from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from models.db import session_scope
 from models.errors import NotFound
+from models.idempotency import Key
 from models.layout import by_wave
 from models.plans import dependencies
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.settings import get_settings
-from models.submissions import RunRequest
+from models.submissions import RunRequest, Submitted
 from models.tables import Escalation, PlanVersion, Run, utcnow
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -56,6 +58,19 @@ EventsBefore = Annotated[
         "last.",
     ),
 ]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=IDEMPOTENCY_KEY_MAX_CHARS,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="Any unique string (a UUID) the client keeps for this submit: sent again "
+        "with the same body within AGENTQ_IDEMPOTENCY_WINDOW_S (24 h), it answers with the run "
+        "the first request made, 201 with the body it had then and `Idempotent-Replayed: "
+        "true`; with another body, 409. Keys are this token's own.",
+    ),
+]
+REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name for it
 EventsLimit = Annotated[
     int, Query(ge=1, le=previews.EVENTS_PAGE_MAX, description="Events in the page, the newest.")
 ]
@@ -169,9 +184,26 @@ def visible_run(session: Session, run_id: int, principal: Principal) -> Run:
     status_code=status.HTTP_201_CREATED,
     response_model=SubmittedOut,
     summary="Submit a goal",
-    responses={429: {"model": ErrorOut, **QUOTA_REFUSAL}},
+    responses={
+        201: {
+            "headers": {
+                REPLAYED_HEADER: {
+                    "description": "`true` on an Idempotency-Key's "
+                    "replay: the run an earlier request made; nothing new was submitted.",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            }
+        },
+        409: {"model": ErrorOut, **IDEMPOTENCY_REUSED},
+        429: {"model": ErrorOut, **QUOTA_REFUSAL},
+    },
 )
-def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
+def submit(
+    body: RunSubmit,
+    principal: Submitter,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> SubmittedOut:
     """Submit a goal, or an explicit plan (status `running`, no planning call), and start it
     in the same transaction (`models.submissions`): the plan's first steps are `queued`, or a
     goal's run is `planning`, as far as the user's dispatch cap allows (else they wait, `ready`
@@ -186,6 +218,11 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
 
     `from_goal` shows the values the goal states (amounts, currencies, ISO dates, identifiers:
     `models.goal_values`) and, with `pin_from_goal`, those the run pinned; `facts` win.
+
+    With `Idempotency-Key` a retry is safe (`models.idempotency`): the same key and body within
+    the window answer with the first run (the same 201 body, `Idempotent-Replayed: true`), the
+    same key with another body is a 409 (`IdempotencyKeyReused`), and concurrent requests with
+    one key make one run. A refused submit keeps no key.
     """
     user_id = principal.acting_for(body.user)
     plan = None
@@ -206,10 +243,24 @@ def submit(body: RunSubmit, principal: Submitter) -> SubmittedOut:
         replan_check=body.replan_check,
         pin_from_goal=body.pin_from_goal,
     )
-    submitted = commands.submit(request, describe=run_detail)
+    if idempotency_key is None:
+        submitted = commands.submit(request, describe=run_detail)
+        return _submitted_out(submitted.seen, submitted)
+    key = Key(f"token:{principal.token_id}", idempotency_key)
+    once = commands.submit_once(request, key, describe=_run_json)
+    if once.replayed:
+        response.headers[REPLAYED_HEADER] = "true"
+    return _submitted_out(RunDetail.model_validate(once.seen), once)
+
+
+def _run_json(session: Session, run: Run) -> dict[str, Any]:
+    return run_detail(session, run).model_dump(mode="json")
+
+
+def _submitted_out(run: RunDetail, submitted: Submitted[Any]) -> SubmittedOut:
     pins = submitted.from_goal
     from_goal = GoalValuesOut(found=pins.found, pinned=pins.pinned, overridden=pins.overridden)
-    return SubmittedOut(run=submitted.seen, notified=submitted.notified, from_goal=from_goal)
+    return SubmittedOut(run=run, notified=submitted.notified, from_goal=from_goal)
 
 
 def check_plan_role(principal: Principal) -> None:

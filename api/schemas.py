@@ -152,9 +152,13 @@ class RunSubmit(Body):
 
 
 class Approve(Body):
-    """Approve: retry the failed step once more (or re-plan, or carry on)."""
+    """Approve: retry the failed step once more (or re-plan, or carry on). `budget` sets new
+    limits: each at most its ceiling (`AGENTQ_MAX_*`, 400 naming `budget.<name>`) and at least
+    what the run spent (409 naming it); a spent budget left out gets the default, spent plus
+    its original limit, which the answer states (`said`, `escalation.granted`)."""
 
     comment: Comment | None = None
+    budget: Budgets | None = None
 
 
 class Reject(Body):

@@ -14,7 +14,7 @@ back as `seen`. An error leaves the transaction rolled back whole, and nothing i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic
@@ -27,10 +27,12 @@ from models import (
     api_tokens,
     destinations,
     escalations,
+    idempotency,
     memory_admin,
     queue,
     retention,
     reviews,
+    stack_limits,
     submissions,
     transitions,
     webhooks,
@@ -85,6 +87,34 @@ def submit(
     transaction, then its messages); raises `InvalidInput`, `InvalidPlan`,
     `UserQuotaExceeded`, and then nothing is written."""
     return submissions.submit(request, settings=get_settings(), describe=describe)
+
+
+def submit_once(
+    request: RunRequest,
+    key: idempotency.Key,
+    *,
+    describe: Callable[[Session, Run], dict[str, Any]],
+) -> Submitted[dict[str, Any]]:
+    """`submit` under an idempotency key (`models.submissions.submit_once`): the run the same
+    request made with `key` within `AGENTQ_IDEMPOTENCY_WINDOW_S` (`replayed`), else a new one
+    whose `describe(session, run)` (JSON) is kept as the key's answer. Raises as `submit`, and
+    `IdempotencyKeyReused` when another request made the key."""
+    return submissions.submit_once(request, key, settings=get_settings(), describe=describe)
+
+
+def limits_notice() -> str | None:
+    """One line when this process's environment sets a limit of the stack otherwise than the
+    stack holds it (`models.stack_limits.notice`: the stack's apply); None when none does."""
+    with session_scope() as session:
+        return stack_limits.notice(session, get_settings())
+
+
+def publish_limits(*, by: str) -> list[tuple[str, Any, Any]]:
+    """Write the limits this process's environment sets as the stack's, and the defaults of
+    those it holds none of (`models.stack_limits.publish`, as a deployment's migration step);
+    `(variable, old, new)` for each that changed."""
+    with session_scope() as session:
+        return stack_limits.publish(session, get_settings(), by=by, only_set=True)
 
 
 def cancel(
@@ -179,11 +209,16 @@ def approve(
     *,
     reviewer: str,
     comment: str | None = None,
+    budget: Mapping[str, float] | None = None,
     token_id: int | None = None,
     describe: DecisionView[T] = _nothing,  # type: ignore[assignment]
 ) -> Done[T]:
-    """Approve (`reviews.approve`, with `AGENTQ_STEP_MAX_ATTEMPTS`): the run resumes. Raises
+    """Approve (`reviews.approve`, with `AGENTQ_STEP_MAX_ATTEMPTS`): the run resumes with the
+    budgets the reviewer chose (`budget`: `{"tokens": N, "cost_usd", "wall_time_s", "replans"}`,
+    the new limits), a spent one not chosen with its default (`models.budget_grants`; the
+    escalation's `granted` says which). Raises `InvalidInput` naming `budget.<name>`,
     `NotFound`, `IllegalTransition` (decided already), `ClaimedByAnother`."""
+    settings = get_settings()
     return _decide(
         escalation_id,
         lambda session, _esc: reviews.approve(
@@ -191,8 +226,10 @@ def approve(
             escalation_id,
             reviewer=reviewer,
             comment=comment,
-            max_attempts=get_settings().step_max_attempts,
+            max_attempts=settings.step_max_attempts,
             token_id=token_id,
+            budget=dict(budget or {}),
+            settings=settings,
         ),
         describe,
     )

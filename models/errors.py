@@ -264,3 +264,8 @@ class PhaseNotDue(AgentqError):
     def __init__(self, run_id: int, *, due_in_s: float) -> None:
         super().__init__(f"run {run_id}: its phase is due in {due_in_s:.1f} s")
         self.due_in_s = due_in_s
+
+
+class IdempotencyKeyReused(Conflict):
+    """This Idempotency-Key was sent before with another request; nothing was written. Send a
+    new key with a new request (`models.idempotency`)."""

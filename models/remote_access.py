@@ -5,8 +5,10 @@ It gets what a worker or a scheduler needs and no more, table by table:
   escalations, memory, the webhook outbox, ...), and their sequences: a worker machine runs
   every user's steps, so it is trusted with every user's data;
 - SELECT alone on the views and on `READ_ONLY_TABLES`: `alembic_version` (migrations run on
-  the machine of `agentq up`, over its Unix socket) and `webhook_subscriptions` (an operator adds
-  and removes them; the scheduler only reads them to fill the outbox);
+  the machine of `agentq up`, over its Unix socket), `stack_limits` (the stack's quotas and
+  caps, written by `agentq up` itself: `models.stack_limits`) and `webhook_subscriptions` (an
+  operator adds and removes them; the scheduler only reads them to fill the outbox, and the
+  webhook sender, which writes their circuit state, runs on the machine of `agentq up`);
 - nothing on `NO_ACCESS_TABLES`, the API's credentials (`api_tokens`, `console_sessions`): a
   holder of this password can neither mint an admin token or a console session, which would
   outlive a change of the password, nor read the tokens' hashes. So `agentq api` runs where
@@ -28,7 +30,7 @@ from psycopg.rows import TupleRow
 
 REMOTE_ROLE: Final = "agentq"
 NO_ACCESS_TABLES: Final = frozenset({"api_tokens", "console_sessions"})
-READ_ONLY_TABLES: Final = frozenset({"alembic_version", "webhook_subscriptions"})
+READ_ONLY_TABLES: Final = frozenset({"alembic_version", "stack_limits", "webhook_subscriptions"})
 READ_WRITE: Final = "SELECT, INSERT, UPDATE, DELETE"
 OLD_GRANTS: Final = ("pg_read_all_data", "pg_write_all_data")  # what older versions granted
 

@@ -6,7 +6,8 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
 
 - approve: retry the failed step once more (a new plan version with a fresh copy in its place,
   waiting for what it waited for), or re-plan when there was no plan yet, or carry on when no
-  step failed; approving a spent wall-time or token budget grants the run that budget again, once;
+  step failed; it sets the budgets the reviewer chose, and a spent budget not chosen gets its
+  default, spent plus the original limit (`models.budget_grants`, recorded with the decision);
 - edit: the reviewer's steps replace every step that has not run yet, and the failures of other
   branches not answered yet (they may wait for the steps that succeeded, or still run, by
   naming them in `after`);
@@ -36,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import escalations, plan_checks, storage, transitions
+from models import budget_grants, escalations, plan_checks, stack_limits, storage, transitions
 from models.answers import answer_problem
 from models.errors import InvalidInput, NotFound
 from models.escalations import (
@@ -58,21 +59,14 @@ from models.plans import (
     parse_plan,
 )
 from models.runs import add_criteria, pinned_facts
+from models.settings import Settings, get_settings
 from models.states import STEP_NOT_STARTED
-from models.tables import Escalation, PinnedFact, Run, Step
+from models.tables import Escalation, PinnedFact, Run, Step, utcnow
 
 # Where the scheduler and the tests have always found them; `models.escalations` holds them.
 next_due = escalations.next_due
 waiting_s = escalations.waiting_s
 deadline_left_s = escalations.deadline_left_s
-
-# Approving an escalation for a spent budget grants the run that budget once more.
-BUDGET_REASONS = {
-    "wall_time_budget_spent": "wall_time",
-    "token_budget_spent": "tokens",
-    "cost_budget_spent": "cost",
-    "step_data_budget_spent": "step_data",
-}
 
 
 def claim_next(
@@ -163,9 +157,18 @@ def approve(
     max_attempts: int,
     comment: str | None = None,
     token_id: int | None = None,
+    budget: dict[str, float] | None = None,
+    settings: Settings | None = None,
 ) -> Run:
-    """Decide `approve` (see the module docstring); returns the run. `token_id`: the API token
-    deciding (None: the CLI); every decision takes it, see `transitions.decide_escalation`."""
+    """Decide `approve` (see the module docstring); returns the run. `budget`: the new limits
+    the reviewer chose (`models.budget_grants.grants`, under the stack's ceilings over those of
+    `settings`, default the process's); `InvalidInput` naming `budget.<name>` changes nothing.
+    `token_id`: the API token deciding (None: the CLI); every decision takes it, see
+    `transitions.decide_escalation`."""
+    asked = get_escalation(session, escalation_id)
+    run = _locked_run(session, asked.run_id)
+    limits = stack_limits.effective(session, settings or get_settings())
+    granted = budget_grants.grants(session, asked, run, budget or {}, settings=limits, now=utcnow())
     esc = _decide(
         session,
         escalation_id,
@@ -174,9 +177,7 @@ def approve(
         comment=comment,
         token_id=token_id,
     )
-    run = _locked_run(session, esc.run_id)
-    if esc.reason in BUDGET_REASONS:
-        transitions.grant_budget(session, esc.run_id, what=BUDGET_REASONS[esc.reason])
+    budget_grants.apply(session, esc, granted, reviewer=reviewer)
     if run.plan_version == 0:
         transitions.requeue_run(session, esc.run_id)
         return run

@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import events, quotas, sql, tracing, transitions
+from models import events, quotas, sql, stack_limits, tracing, transitions
 from models.errors import InvalidInput, NotFound
 from models.graph import ancestors
 from models.plan_checks import REPLAN_CHECKS
@@ -53,7 +53,9 @@ def submit_run(
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
     of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`, as does
-    `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plan_checks`).
+    `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plan_checks`). The
+    quotas, default budgets and ceilings are the stack's (`models.stack_limits.effective`),
+    whatever `settings` says.
     `from_goal` names those of `facts` found in the goal (`models.goal_values`), which the
     `run.submitted` event records apart.
 
@@ -65,6 +67,7 @@ def submit_run(
     it; either way nothing is written. The run keeps the current span's W3C traceparent (or a
     fresh one), which its tasks join (`models.tracing`).
     """
+    settings = stack_limits.effective(session, settings)
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
     criteria = [*(success_criteria or []), *(plan.success_criteria if plan else [])]
     _check_criteria(criteria, facts or {})

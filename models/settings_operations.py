@@ -38,6 +38,15 @@ class OperationsSettings(BaseSettings):
     run_retention_interval_s: float = Field(
         default=3_600.0, gt=0, description="How often beat purges ended runs, s."
     )
+    # How long a submit's Idempotency-Key answers with its first run (`models.idempotency`): 24 h,
+    # as Stripe keeps its keys (https://docs.stripe.com/api/idempotent_requests), covers a
+    # client's retries and a day's replays from a queue; after it, the key makes a new run.
+    idempotency_window_s: float = Field(
+        default=86_400.0,
+        ge=60,
+        le=30 * 86_400.0,
+        description="How long a submit's Idempotency-Key answers with its first run, s.",
+    )
     metrics_dir: Path | None = Field(
         default=None,
         description="prometheus-client's multiprocess directory (PROMETHEUS_MULTIPROC_DIR) of the "

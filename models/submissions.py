@@ -32,14 +32,16 @@ asks (`pin_from_goal`); the submitter is shown what was found and what was pinne
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar, overload
 
+import structlog
 from sqlmodel import Session
 
-from models import decisions, queue, tracing
+from models import decisions, idempotency, queue, stack_limits, tracing
 from models.db import session_scope
 from models.dispatch import Send
+from models.errors import AgentqError
 from models.goal_values import GoalPins, pins
 from models.plans import PlanSpec
 from models.runs import MAX_PINNED_FACTS, submit_run
@@ -47,6 +49,7 @@ from models.settings import Settings
 from models.tables import Run
 
 T = TypeVar("T")
+log = structlog.get_logger("agentq.submissions")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,13 @@ class RunRequest:
         """The values the goal states, and the facts the run pins with them (see the class)."""
         return pins(self.goal, self.facts, pin=self.pin_from_goal, room=MAX_PINNED_FACTS)
 
+    def fingerprint(self) -> str:
+        """The SHA-256 of everything asked (`models.idempotency.fingerprint`): an idempotency
+        key answers only a request with the same one."""
+        asked = {f.name: getattr(self, f.name) for f in fields(self)}
+        asked["plan"] = None if self.plan is None else self.plan.model_dump(mode="json")
+        return idempotency.fingerprint(asked)
+
 
 @dataclass(frozen=True)
 class Submitted(Generic[T]):
@@ -86,23 +96,27 @@ class Submitted(Generic[T]):
     broker could not be reached, and the reconciler sends them once it is back; True too when
     there was none, the user's dispatch slots being full). `seen`: what the caller's `describe`
     read of the run in the submit transaction, after the decision (None without one).
-    `from_goal`: the values found in the goal and those pinned (`RunRequest.pin_from_goal`)."""
+    `from_goal`: the values found in the goal and those pinned (`RunRequest.pin_from_goal`).
+    `replayed`: an idempotency key answered with the run an earlier request made
+    (`submit_once`); nothing was written or sent now."""
 
     run_id: int
     notified: bool
     seen: T
     from_goal: GoalPins = field(default_factory=GoalPins)
+    replayed: bool = False
 
 
 def insert_and_decide(
     session: Session, request: RunRequest, *, settings: Settings
 ) -> tuple[Run, list[Send]]:
     """Insert the run (`models.runs.submit_run`) and apply its first decision
-    (`models.decisions.advance`, under `settings.user_max_running_steps`), in the caller's
-    transaction; the run and the `(task, args)` to send once the caller has committed. Raises
-    what `submit_run` raises (`InvalidInput`, `InvalidPlan`, `UserQuotaExceeded`), and then
-    nothing is written."""
+    (`models.decisions.advance`, under the stack's `user_max_running_steps`:
+    `models.stack_limits`), in the caller's transaction; the run and the `(task, args)` to
+    send once the caller has committed. Raises what `submit_run` raises (`InvalidInput`,
+    `InvalidPlan`, `UserQuotaExceeded`), and then nothing is written."""
     goal_pins = request.goal_pins()
+    settings = stack_limits.effective(session, settings)
     run = submit_run(
         session,
         settings=settings,
@@ -144,3 +158,42 @@ def submit(
             run, sends = insert_and_decide(session, request, settings=settings)
             seen = describe(session, run) if describe is not None else None
         return Submitted(run.id or 0, queue.send_all(sends), seen, request.goal_pins())
+
+
+def submit_once(
+    request: RunRequest,
+    key: idempotency.Key,
+    *,
+    settings: Settings,
+    describe: Callable[[Session, Run], dict[str, Any]],
+) -> Submitted[dict[str, Any]]:
+    """`submit` under an idempotency key (`models.idempotency`), claimed first in the submit
+    transaction: a key the same request made within `AGENTQ_IDEMPOTENCY_WINDOW_S` answers with
+    that run (`replayed`; `seen` is the response stored with it, nothing is written or sent),
+    one another request made raises `IdempotencyKeyReused` (and nothing is written); a new key
+    submits, storing `describe(session, run)` (JSON) as its response. Raises as `submit`, and
+    then the key is not kept."""
+    with tracing.span("agentq.submit"):
+        with session_scope() as session:
+            sha256, window_s = request.fingerprint(), settings.idempotency_window_s
+            replay = idempotency.claim(session, key, sha256=sha256, window_s=window_s)
+            if replay is None:
+                run, sends = insert_and_decide(session, request, settings=settings)
+                seen = describe(session, run)
+                idempotency.answered(session, key, run_id=run.id or 0, response=seen)
+        if replay is not None:
+            notified = bool(replay.notified)
+            return Submitted(replay.run_id, notified, replay.response, request.goal_pins(), True)
+        notified = queue.send_all(sends)
+        _note_sent(key, notified)
+        return Submitted(run.id or 0, notified, seen, request.goal_pins())
+
+
+def _note_sent(key: idempotency.Key, notified: bool) -> None:
+    """Keep whether the first answer's messages were sent; the run is committed either way, so
+    a database that fails now is logged, not raised (a replay then says they were not)."""
+    try:
+        with session_scope() as session:
+            idempotency.sent(session, key, notified=notified)
+    except AgentqError as exc:
+        log.warning("submit.unrecorded_notified", key=key.key, error=str(exc))

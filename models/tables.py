@@ -309,6 +309,9 @@ class Escalation(SQLModel, table=True):
     # The reviewer asked that the answer be remembered: a fact of the run's user, written when
     # the run is remembered (source `reviewer:<decided_by>`); otherwise it is run state only.
     remember_answer: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
+    # The budgets an approval set (`models.budget_grants`), by name: `{"tokens": {"used",
+    # "limit_before", "limit", "chosen": "reviewer" | "default"}}`; NULL when it set none.
+    granted: dict[str, Any] | None = _json_dict(nullable=True)
     created_at: datetime = created_field()
     deadline_at: datetime | None = timestamp_field()
     deadline_passed_at: datetime | None = timestamp_field()

@@ -20,7 +20,6 @@ from models import notifications
 from models.errors import ClaimedByAnother, IllegalTransition
 from models.events import record_event
 from models.guards import guarded, move_run
-from models.settings import get_settings
 from models.states import RUN_ACTIVE, STEP_NOT_STARTED, WITHDRAWN
 from models.tables import Escalation, Run, Step, utcnow
 
@@ -68,36 +67,6 @@ def cancel_run(session: Session, run_id: int) -> Run:
             comment="the run was cancelled",
             override_claim=True,
         )
-    return run
-
-
-def grant_budget(session: Session, run_id: int, *, what: str) -> Run:
-    """Give a run waiting for review its `what` budget again ("tokens", "cost", "step_data" or
-    "wall_time").
-
-    Tokens, cost and step data: the limit becomes what was used plus the original limit, or plus
-    the default (`AGENTQ_DEFAULT_TOKEN_BUDGET`, `AGENTQ_DEFAULT_COST_BUDGET_USD`,
-    `AGENTQ_RUN_STEP_DATA_MAX_BYTES`) when that is larger:
-    a run submitted with a budget too small for one model call can go on once approved. Wall
-    time: the deadline moves to now plus the run's wall-time budget. Only a run in
-    `waiting_review` can be granted.
-    """
-    values: dict[str, Any]
-    settings = get_settings()
-    if what == "tokens":
-        more = sa.func.greatest(Run.tokens_limit, settings.default_token_budget)
-        values = {"tokens_limit": Run.tokens_used + more}
-    elif what == "cost":
-        more = sa.func.greatest(Run.cost_limit_usd, settings.default_cost_budget_usd)
-        values = {"cost_limit_usd": Run.cost_used_usd + more}
-    elif what == "step_data":
-        more = sa.func.greatest(Run.step_data_limit_bytes, settings.run_step_data_max_bytes)
-        values = {"step_data_limit_bytes": Run.step_data_bytes + more}
-    else:
-        interval = sa.func.make_interval(0, 0, 0, 0, 0, 0, Run.wall_time_limit_s)
-        values = {"deadline_at": utcnow() + interval}
-    run = guarded(session, Run, run_id, to="waiting_review", expected=["waiting_review"], **values)
-    record_event(session, run_id, "run.budget_granted", budget=what)
     return run
 
 

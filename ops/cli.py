@@ -10,21 +10,19 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from models.bounds import PG_INT_MAX, REPLAN_CHECKS
+from models.bounds import PG_INT_MAX
 from models.errors import AgentqError
-from ops import deployment_commands
+from ops import deployment_commands, submit_command
 from ops.deployment import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT
 from ops.json_output import JsonFlag
 from ops.lazy_group import LazyApp, lazy_group
 from ops.local_model import MODEL_HELP
-from ops.option_values import not_blank, replan_check_value
 
 if TYPE_CHECKING:
     from ops.stack import LocalStack
@@ -97,14 +95,6 @@ app = typer.Typer(
 )
 console = Console()
 SUPERVISE_INTERVAL_S = 1.0
-WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
-PIN_FROM_GOAL_HELP = (
-    "Also pin the amounts, currencies, ISO dates and identifiers (CC-4410) the goal states; "
-    "a --fact of the same key wins. Off by default: a pin binds every step and the goal check."
-)
-WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 days by default)."
-
-
 LISTEN_HELP = (
     "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
     "with passwords; writes the URLs their `agentq worker` needs to AGENTQ_HOME/remote.env."
@@ -226,76 +216,23 @@ def supervise(stack: LocalStack) -> None:
 
 @app.command()
 def migrate() -> None:
-    """Apply the database migrations (an explicit step; workers never migrate)."""
+    """Apply the database migrations (an explicit step; workers never migrate). With
+    DATABASE_URL set (a deployment), also write the stack's limits this environment sets
+    (quotas, dispatch cap, default budgets, ceilings); an `agentq up` stack's are its own."""
+    from models import commands
     from models.migrate import upgrade
+    from models.settings import get_settings
     from ops.connection import connect
 
+    deployment = bool(get_settings().database_url)  # else `connect` finds the `agentq up`
     connect()
     upgrade()
     console.print("database is at the latest migration")
+    for variable, old, new in commands.publish_limits(by="agentq migrate") if deployment else []:
+        console.print(f"stack limit {variable}: {'unset' if old is None else old} -> {new}")
 
 
-@app.command()
-def submit(
-    goal: Annotated[str, typer.Argument(callback=not_blank, help="What the agent should achieve.")],
-    user: Annotated[
-        str, typer.Option(callback=not_blank, help="Who the run belongs to.")
-    ] = "local",
-    fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
-    pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
-    plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
-    criterion: Annotated[
-        list[str],
-        typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
-    ] = [],  # noqa: B006
-    replan_check: Annotated[
-        str | None,
-        typer.Option(
-            callback=replan_check_value,
-            help=f"{' or '.join(REPLAN_CHECKS)}: ask after each step whether the rest of the "
-            "plan still makes sense (default AGENTQ_REPLAN_CHECK).",
-        ),
-    ] = None,
-    replans: Annotated[
-        int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
-    ] = None,
-    tokens: Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")] = None,
-    wall_time: Annotated[
-        float | None,
-        typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP),
-    ] = None,
-    watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
-) -> None:
-    """Submit a goal; prints the run id."""
-    from models import commands
-    from models.submissions import RunRequest
-    from ops import views
-    from ops.connection import connect
-    from ops.inputs import parse_facts, read_plan
-    from ops.watch import watch_until_settled
-
-    connect()
-    facts = parse_facts(fact)
-    spec = read_plan(plan, facts) if plan else None
-    request = RunRequest(
-        user_id=user,
-        goal=goal,
-        facts=facts,
-        plan=spec,
-        replans=replans,
-        tokens=tokens,
-        wall_time_s=wall_time,
-        success_criteria=criterion,
-        replan_check=replan_check,
-        pin_from_goal=pin_from_goal,
-    )
-    submitted = commands.submit(request)
-    run_id = submitted.run_id
-    console.print(views.said(submitted.notified, f"run {run_id} submitted"))
-    if found := views.goal_values_text(submitted.from_goal, asked=pin_from_goal):
-        console.print(found)
-    if watch_run:
-        raise typer.Exit(watch_until_settled(console, run_id))
+app.command()(submit_command.submit)
 
 
 @app.command()

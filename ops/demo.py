@@ -104,6 +104,7 @@ def run_demo(console: Console, *, model: str | None = None, scenarios: int = len
                 settings.home / "demo",
                 say=lambda line: console.print(Text(line)),
                 prepare=lambda: _prepare(console),
+                owner="agentq demo",
             )
         )
         with stack:

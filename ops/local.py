@@ -22,6 +22,7 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
+from models import stack_limits
 from models.db import session_scope
 from models.embedding_choice import LOCAL_MODEL, provider_in_use
 from models.memory_admin import embedder
@@ -111,8 +112,10 @@ def start_engine(
     prepare: Callable[[], object] = lambda: None,
     broker_url: str | None = None,
     listen: Listen | None = None,
+    owner: str = "agentq up",
 ) -> LocalStack:
-    """Start Postgres, Redis, run migrations, then the worker (on `steps` and `memory`), the
+    """Start Postgres, Redis, run migrations, write the stack's limits (`owner_settings`, set
+    by `owner`: `models.stack_limits`), then the worker (on `steps` and `memory`), the
     scheduler (with beat), `coordinators - 1` more coordinator processes (`coordinator-2`,
     ... without beat: one beat per deployment) on the same queue, and the webhook sender
     (`sender`, on `webhooks`); return once all consume and
@@ -139,6 +142,9 @@ def start_engine(
         os.environ["AGENTQ_METRICS_DIR"] = str(fresh_metrics_dir(data_dir))
         get_settings.cache_clear()  # read again: this process's settings have the stack's URLs
         upgrade(database_url)
+        with session_scope() as session:
+            by = f"{owner} (pid {os.getpid()})"
+            stack_limits.publish(session, owner_settings(extra_env), by=by)
         if listen is not None:
             stack.open_to_other_machines()  # grants per table: after the migrations
         prepare()
@@ -167,6 +173,19 @@ def start_engine(
         stack.stop()
         raise
     return stack
+
+
+def owner_settings(extra_env: Mapping[str, str] | None) -> Settings:
+    """What the stack's processes are told of its limits (`models.stack_limits.LIMITS`): this
+    process's settings, with the limits `extra_env` (their environment's additions) sets over
+    them. Raises `ConfigurationError` naming the setting for a value it cannot take."""
+    extra = extra_env or {}
+    given = {
+        name: stack_limits.parsed(name, extra[setting_name(name)])
+        for name in stack_limits.LIMITS
+        if setting_name(name) in extra
+    }
+    return get_settings().model_copy(update=given)
 
 
 def fresh_metrics_dir(data_dir: Path) -> Path:

@@ -16,11 +16,12 @@ from rich.text import Text
 from sqlmodel import Session
 
 from api.reviews import review_out
-from models import commands, drafts, escalations, queries, reviews
+from models import budget_grants, commands, drafts, escalations, queries, reviews
 from models.db import session_scope
 from models.sql import PG_INT_MAX
 from models.tables import Escalation
 from ops import views
+from ops.budget_views import queue_budgets
 from ops.connection import connect
 from ops.inputs import read_plan_text, reviewer_name
 from ops.json_output import JsonFlag, print_json
@@ -49,7 +50,7 @@ def review_list(
         if as_json:
             print_json([review_out(session, e) for e in queue])
         else:
-            console.print(views.escalations_table(queue))
+            console.print(views.escalations_table(queue, budgets=queue_budgets(session, queue)))
 
 
 @review_app.command("show")
@@ -104,15 +105,53 @@ def review_release(
     console.print(f"escalation {escalation_id} released: open for any reviewer to claim")
 
 
+NEW_LIMIT = (
+    "New {} limit: at least what the run spent, at most {}; a spent budget not given gets "
+    "spent + its original limit (see `review show`)."
+)
+
+
 @review_app.command("approve")
-def review_approve(escalation_id: EscalationId, comment: Comment = None) -> None:
-    """Approve: retry the failed step once more (or re-plan, or carry on). Recorded as
-    $AGENTQ_REVIEWER, else your login name."""
+def review_approve(
+    escalation_id: EscalationId,
+    comment: Comment = None,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=PG_INT_MAX, help=NEW_LIMIT.format("token", "AGENTQ_MAX_TOKEN_BUDGET")
+        ),
+    ] = None,
+    cost_usd: Annotated[
+        float | None,
+        typer.Option(min=0, help=NEW_LIMIT.format("cost (USD)", "AGENTQ_MAX_COST_BUDGET_USD")),
+    ] = None,
+    wall_time: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help=NEW_LIMIT.format("wall-time (s since submit)", "AGENTQ_MAX_WALL_TIME_BUDGET_S"),
+        ),
+    ] = None,
+    replans: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=PG_INT_MAX, help=NEW_LIMIT.format("replan", "AGENTQ_MAX_REPLAN_BUDGET")
+        ),
+    ] = None,
+) -> None:
+    """Approve: retry the failed step once more (or re-plan, or carry on), with the budget
+    limits given; says the limits it set. Recorded as $AGENTQ_REVIEWER, else your login name."""
     connect()
-    done = commands.approve(escalation_id, reviewer=reviewer_name(), comment=comment)
-    console.print(
-        views.said(done.notified, f"escalation decided: approved; run {done.run_id} resumes")
+    chosen = {"tokens": tokens, "cost_usd": cost_usd, "wall_time_s": wall_time, "replans": replans}
+    done = commands.approve(
+        escalation_id,
+        reviewer=reviewer_name(),
+        comment=comment,
+        budget={name: value for name, value in chosen.items() if value is not None},
+        describe=lambda _session, esc, _run: budget_grants.describe(esc.granted or {}),
     )
+    said = f"escalation decided: approved; run {done.run_id} resumes"
+    console.print(views.said(done.notified, said + (f"; {done.seen}" if done.seen else "")))
 
 
 @review_app.command("reject")

@@ -22,7 +22,8 @@ from rich.table import Column, Table
 from rich.text import Text
 from sqlmodel import Session
 
-from models import queries
+from models import budget_grants, queries, stack_limits
+from models.budget_grants import Standing
 from models.display import visible
 from models.escalations import deadline_left_s, waiting_s
 from models.formats import (
@@ -42,8 +43,10 @@ from models.plans import current_graph
 from models.procedure_admin import SAVE_HINT, offers_procedure
 from models.procedure_recall import Used, used_by_run
 from models.runs import pinned_facts
+from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
+from ops.budget_views import budget_text, spent_text
 
 STATUS_STYLE = {
     "succeeded": "green",
@@ -253,19 +256,25 @@ def deadline_left(esc: Escalation, now: datetime | None = None) -> Text:
     return Text(f"passed {span(-left_s)} ago", style="red")
 
 
-def escalations_table(rows: list[Escalation], now: datetime | None = None) -> Table:
+def escalations_table(
+    rows: list[Escalation],
+    now: datetime | None = None,
+    budgets: Mapping[int, Standing] | None = None,
+) -> Table:
     """The review queue, oldest first; `waiting` stops at the decision for decided ones, and
-    `deadline` is the time left before the escalation's deadline."""
-    now = now or utcnow()
+    `deadline` is the time left before the escalation's deadline. A spent budget in `budgets`
+    (by escalation id) shows in `reason` as `tokens 512/500`: spent of its limit."""
+    now, budgets = now or utcnow(), budgets or {}
     table = Table()
     headers = ("id", "run", "reason", "step", "status", "claimed by", "waiting", "deadline")
     for header in headers:
         table.add_column(header, no_wrap=header not in ("step", "claimed by"))
     for e in rows:
+        spent = budgets.get(e.id or 0)
         table.add_row(
             str(e.id),
             str(e.run_id),
-            literal(e.reason),
+            literal(e.reason + (spent_text(spent) if spent is not None else "")),
             cell(e.detail.get("step", ""), 40),
             styled(e.status),
             literal(e.claimed_by or ""),
@@ -289,10 +298,16 @@ def nothing_to_claim(claims: dict[str, int]) -> Text:
 
 
 def render_escalation(
-    esc: Escalation, *, run: Run | None, step: Step | None, facts: dict[str, str]
+    esc: Escalation,
+    *,
+    run: Run | None,
+    step: Step | None,
+    facts: dict[str, str],
+    budget: Standing | None = None,
 ) -> RenderableType:
     """Why the run escalated, the failing step and its error (or the stored error when no step
-    failed), the budget used, pinned facts, and the decision once there is one."""
+    failed), the budget used (and the spent `budget`: what approve would set), pinned facts,
+    and the decision once there is one."""
     grid = Table.grid(padding=(0, 2))
     grid.add_row("reason", literal(esc.reason))
     grid.add_row("status", styled(esc.status))
@@ -307,6 +322,8 @@ def render_escalation(
         grid.add_row("run", literal(f"{run.id}: {run.goal} ({run.status})"))
         grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")
         grid.add_row("pinned facts", facts_text(facts))
+    if budget is not None:
+        grid.add_row("budget", literal(budget_text(budget), style="magenta"))
     if step is not None:
         grid.add_row(
             "failed step", literal(f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
@@ -328,6 +345,8 @@ def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
         return []
     when = f" at {utc(esc.decided_at)}" if esc.decided_at else ""
     rows = [("decision", literal(f"{esc.decision} by {esc.decided_by}{when}"))]
+    if esc.granted:
+        rows.append(("budgets set", literal(budget_grants.describe(esc.granted))))
     if esc.answer is not None:
         rows.append(("answer", cell(esc.answer, DETAIL_MAX_CHARS)))
     if esc.comment:
@@ -338,11 +357,16 @@ def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
 def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
     """`render_escalation` for `esc`, with its run, failed step and the run's pinned facts."""
     run = session.get(Run, esc.run_id)
+    budget = None
+    if run is not None and esc.status != "decided":
+        limits = stack_limits.effective(session, get_settings())
+        budget = budget_grants.spent(session, esc, run, settings=limits, now=utcnow())
     return render_escalation(
         esc,
         run=run,
         step=session.get(Step, esc.step_id) if esc.step_id else None,
         facts=pinned_facts(session, esc.run_id) if run is not None else {},
+        budget=budget,
     )
 
 

@@ -22,12 +22,13 @@ from typing import Any, Final
 
 from celery.signals import (
     beat_embedded_init,
+    task_prerun,
     worker_init,
     worker_process_init,
     worker_process_shutdown,
 )
 
-from models import metrics, metrics_export, tracing
+from models import metrics, metrics_export, stack_limits, tracing
 from models.db import dispose_engines
 from models.logs import configure_logging, task_bound
 from models.orphans import die_with_parent
@@ -111,6 +112,11 @@ def _fresh_engine(**_: Any) -> None:
     die_with_parent(MAIN_PID)
     dispose_engines()
     tracing.setup(settings, service="scheduler")  # after the fork: the SDK's export thread
+
+
+@task_prerun.connect  # type: ignore[untyped-decorator]
+def _stack_limits(**_: Any) -> None:
+    stack_limits.refresh()  # the dispatch cap is the stack's, whatever this machine's env says
 
 
 @beat_embedded_init.connect  # type: ignore[untyped-decorator]

@@ -29,9 +29,9 @@ from typing import Any, Final
 
 import structlog
 from celery import Task
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import task_prerun, worker_init, worker_process_init, worker_process_shutdown
 
-from models import metrics_export, queue, tracing
+from models import metrics_export, queue, stack_limits, tracing
 from models.db import dispose_engines
 from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import bind_work, configure_logging, task_bound
@@ -254,6 +254,11 @@ def _fresh_engine(**_: Any) -> None:
     # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
     # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
     remembering.warm_up()
+
+
+@task_prerun.connect  # type: ignore[untyped-decorator]
+def _stack_limits(**_: Any) -> None:
+    stack_limits.refresh()  # the dispatch cap is the stack's, whatever this machine's env says
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]

@@ -13,12 +13,13 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from api.ui import run_details
-from models import escalations, queries
+from models import budget_grants, escalations, queries, stack_limits
 from models.drafts import starting_plan
 from models.formats import DETAIL_SHOWN_ELSEWHERE
 from models.layout import places, runs_together
 from models.plans import current_graph, handled_failures
 from models.runs import pinned_facts
+from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 
 TABS: Final = ("open", "claimed", "mine", "decided")
@@ -78,7 +79,8 @@ def tab_counts(session: Session, *, me: int) -> dict[str, int]:
 
 
 def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
-    """Everything the review page shows: why, the failing step and its error, the budget used,
+    """Everything the review page shows: why, the failing step and its error, the budget used
+    (and the spent budget approve would grant: `budget`, a `models.budget_grants.Standing`),
     pinned facts, the current plan with each step's wave and dependencies (`places`, by step
     id), the decision, and the edit form's starting plan (`models.drafts`). Raises `NotFound`."""
     esc = escalations.get_escalation(session, escalation_id)
@@ -89,6 +91,10 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     after = (graph.after if graph is not None else None) or {}
     found = places([s.id or 0 for s in steps], after, {s.id or 0: s.name for s in steps})
     now = utcnow()
+    budget = None
+    if run is not None and esc.status != "decided":
+        limits = stack_limits.effective(session, get_settings())
+        budget = budget_grants.spent(session, esc, run, settings=limits, now=now)
     return {
         "esc": esc,
         "run": run,
@@ -105,6 +111,8 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         "places": found,
         "together": runs_together(found),
         "meters": run_details.spend(run, now) if run is not None else [],
+        "budget": budget,
+        "granted": budget_grants.describe(esc.granted or {}),
         "waiting_s": escalations.waiting_s(esc, now),
         "left_s": escalations.deadline_left_s(esc, now),
         "start": starting_plan(

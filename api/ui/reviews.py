@@ -11,7 +11,7 @@ reload after such a re-shown form) leads back to the escalation's page.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -21,10 +21,11 @@ from api.reviews import EscalationId
 from api.ui import review_details
 from api.ui.security import reviewer
 from api.ui.templating import base_path, flash, render
-from models import commands
+from models import budget_grants, commands
 from models.db import session_scope
 from models.errors import (
     ClaimedByAnother,
+    Conflict,
     IllegalTransition,
     InvalidInput,
     InvalidPlan,
@@ -107,7 +108,7 @@ def _review(
     )
 
 
-ReviewAction = Callable[[Principal], commands.Done[None]]
+ReviewAction = Callable[[Principal], commands.Done[Any]]
 
 
 def _decide(
@@ -127,13 +128,16 @@ def _decide(
     except (IllegalTransition, ClaimedByAnother) as exc:
         problem = {"action": action, "message": str(exc), "kind": "conflict"}
         return _review(request, principal, escalation_id, status_code=409, problem=problem)
-    except (InvalidPlan, InvalidInput) as exc:
+    except (InvalidPlan, InvalidInput, Conflict) as exc:  # Conflict: a budget below the spend
         problem = {"action": action, "message": str(exc), "kind": "invalid"}
+        code = 409 if isinstance(exc, Conflict) else 400
         return _review(
-            request, principal, escalation_id, status_code=400, problem=problem, typed=typed
+            request, principal, escalation_id, status_code=code, problem=problem, typed=typed
         )
     run_id = decided.run_id
     message = done.format(id=escalation_id, run=run_id)
+    if isinstance(decided.seen, str) and decided.seen:
+        message += f" Budgets set: {decided.seen}."
     if not decided.notified:
         message += " The broker could not be reached: the reconciler will send it later."
     flash(request, message)
@@ -141,8 +145,16 @@ def _decide(
 
 
 @router.post("/reviews/{escalation_id}/approve")
-def approve(request: Request, escalation_id: EscalationId, comment: Text = "") -> Response:
-    """Approve: retry the failed step once more (or re-plan, or carry on)."""
+def approve(
+    request: Request,
+    escalation_id: EscalationId,
+    comment: Text = "",
+    budget_name: Text = "",
+    budget_limit: Text = "",
+) -> Response:
+    """Approve: retry the failed step once more (or re-plan, or carry on); `budget_limit`, if
+    given, is the new limit of the spent budget `budget_name` (else its default), and the
+    page the reviewer lands on says the limits set."""
     return _decide(
         request,
         escalation_id,
@@ -151,11 +163,24 @@ def approve(request: Request, escalation_id: EscalationId, comment: Text = "") -
             escalation_id,
             reviewer=who.name,
             comment=comment.strip() or None,
+            budget=_chosen(budget_name, budget_limit),
             token_id=who.token_id,
+            describe=lambda _session, esc, _run: budget_grants.describe(esc.granted or {}),
         ),
-        typed={"approve_comment": comment},
+        typed={"approve_comment": comment, "budget_limit": budget_limit},
         done="Escalation {id} approved; run {run} resumes.",
     )
+
+
+def _chosen(name: str, limit: str) -> dict[str, float]:
+    """The budget form's new limit, `{name: limit}`, or {} when left empty; `InvalidInput`
+    naming `budget.<name>` for text that is not a number."""
+    if not limit.strip():
+        return {}
+    try:
+        return {name: float(limit)}
+    except ValueError:
+        raise InvalidInput(f"budget.{name}: a number, got {limit!r}") from None
 
 
 @router.post("/reviews/{escalation_id}/reject")

@@ -8,9 +8,11 @@ from sqlmodel import SQLModel
 
 import models.episodes  # the memory tables, for autogenerate
 import models.facts
+import models.idempotency
 import models.messages
 import models.plan_checks
 import models.procedures
+import models.stack_limits
 import models.storage
 import models.tables
 import models.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import redis
 from psycopg import conninfo
@@ -91,13 +92,21 @@ def settings_here(env: dict[str, str]) -> Iterator[None]:
         get_settings.cache_clear()
 
 
+UNLIMITED_SUBMITS: Final = {
+    "AGENTQ_USER_MAX_ACTIVE_RUNS": "0",
+    "AGENTQ_USER_SUBMITS_PER_MINUTE": "0",
+}
+
+
 @contextmanager
 def engine(
     root: Path | None, workers: int, extra_env: dict[str, str] | None = None
 ) -> Iterator[Engine]:
     """An engine on `root` (default: a temp dir, removed after) with `workers` worker
     processes and `extra_env` in their environment and this process's (`settings_here`);
-    stopped on leaving."""
+    stopped on leaving. Its submit quotas are off unless `extra_env` sets them: a benchmark
+    submits in bursts, and the quotas are the stack's, whoever submits (`models.stack_limits`)."""
+    extra_env = {**UNLIMITED_SUBMITS, **(extra_env or {})}
     data_dir = root or Path(tempfile.mkdtemp(prefix="agentq-bench-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     try:

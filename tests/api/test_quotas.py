@@ -1,17 +1,14 @@
 """Submit quotas over real HTTP: 429 with `Retry-After` on the rate limit and on the active-run
 limit, nothing written, and concurrent submits of one user counted one at a time.
 
-These need small limits, so this module starts an API process of its own (uvicorn on a free
-port, against the session's engine) with AGENTQ_USER_MAX_ACTIVE_RUNS=3 and
-AGENTQ_USER_SUBMITS_PER_MINUTE=5; the session's API keeps TEST_ENV's (off).
+These need small limits, so this module makes the stack's AGENTQ_USER_MAX_ACTIVE_RUNS 3 and
+AGENTQ_USER_SUBMITS_PER_MINUTE 5 (`models.stack_limits`), while the session API's own
+environment keeps TEST_ENV's (off): the stack's apply.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,50 +19,31 @@ import sqlalchemy as sa
 from httpx import Client as Http
 from sqlmodel import col
 
+from models import stack_limits
 from models.db import session_scope
+from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run, RunEvent
-from ops.deployment import API_APP_FACTORY
-from ops.local import engine_env
-from ops.stack import LocalStack
 from tests.api.conftest import MakeToken, noop
-from tests.support.net import free_port
 
 pytestmark = pytest.mark.integration
 MAX_ACTIVE, PER_MINUTE = 3, 5
-READY_TIMEOUT_S = 60
 FAILS = {"name": "x", "kind": "tool", "tool": "always_fails", "args": {}}
 
 
 @pytest.fixture(scope="module")
-def quota_url(engine: LocalStack) -> Iterator[str]:
-    port = free_port()
-    limits = {
-        "AGENTQ_USER_MAX_ACTIVE_RUNS": str(MAX_ACTIVE),
-        "AGENTQ_USER_SUBMITS_PER_MINUTE": str(PER_MINUTE),
-    }
-    env = engine_env(os.environ["AGENTQ_DATABASE_URL"], os.environ["AGENTQ_BROKER_URL"], limits)
-    argv = engine.uvicorn_argv(API_APP_FACTORY, host="127.0.0.1", port=port)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def _wait_until_up(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", trust_env=False).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "the quota API did not start"
-        time.sleep(0.2)
+def quota_url(api_url: str) -> Iterator[str]:
+    """The session's API, whose own environment turns the quotas off (TEST_ENV), with the
+    stack's quotas made small for this module as the stack's owner writes them
+    (`models.stack_limits.publish`), then as they were: the API enforces the stack's."""
+    strict = get_settings().model_copy(
+        update={"user_max_active_runs": MAX_ACTIVE, "user_submits_per_minute": PER_MINUTE}
+    )
+    with session_scope() as session:
+        stack_limits.publish(session, strict, by="tests/api/test_quotas.py")
+    yield api_url
+    with session_scope() as session:
+        stack_limits.publish(session, get_settings(), by="agentq up (tests)")
 
 
 @pytest.fixture

@@ -226,3 +226,48 @@ def test_a_second_decision_is_refused_and_changes_nothing(
             assert "decided" in again.json()["detail"]
         assert who.post(f"/api/v1/reviews/{esc_id}/claim").status_code == 409
     assert snapshot(run_id) == before
+
+
+def _token_escalation(client: Client, user: str) -> tuple[int, int]:
+    """A goal whose 500-token budget cannot pay for its planning call: it escalates
+    `token_budget_spent` (the case of issue 27, item 11)."""
+    body = {"goal": "plan with too few tokens", "user": user, "budgets": {"tokens": 500}}
+    created = client("admin").post("/api/v1/runs", json=body)
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run"]["id"]
+    assert wait_for_run(run_id).status == "waiting_review"
+    return run_id, open_escalation(run_id)
+
+
+def test_a_budget_escalation_shows_the_spend_and_approve_says_the_limit_it_sets(
+    client: Client,
+) -> None:
+    rita = client("reviewer")
+    run_id, esc_id = _token_escalation(client, "budgets")
+    shown = rita.get(f"/api/v1/reviews/{esc_id}").json()
+    assert shown["escalation"]["reason"] == "token_budget_spent"
+    budget = shown["budget"]
+    used = budget["used"]
+    assert (budget["name"], budget["limit"], budget["original_limit"]) == ("tokens", 500, 500)
+    assert budget["default_limit"] == used + 500 and budget["ceiling"] == 1_000_000
+    assert budget["ceiling_setting"] == "AGENTQ_MAX_TOKEN_BUDGET"
+    over = {"budget": {"tokens": 2_000_000}}
+    refused = rita.post(f"/api/v1/reviews/{esc_id}/approve", json=over)
+    assert refused.status_code == 400, refused.text
+    assert "budget.tokens: at most 1000000 (AGENTQ_MAX_TOKEN_BUDGET)" in refused.json()["detail"]
+    approved = rita.post(f"/api/v1/reviews/{esc_id}/approve")
+    assert approved.status_code == 200, approved.text
+    decided = approved.json()
+    assert decided["run"]["spend"]["tokens_limit"] == used + 500  # not 200,000 more
+    assert decided["escalation"]["granted"]["tokens"]["chosen"] == "default"
+    assert (
+        f"tokens 500 -> {used + 500:g} (the default: {used:g} spent + the original limit 500)"
+        in (decided["said"])
+    )
+    other_run, other_esc = _token_escalation(client, "budgets-2")
+    chosen = rita.post(f"/api/v1/reviews/{other_esc}/approve", json={"budget": {"tokens": 50_000}})
+    assert chosen.status_code == 200, chosen.text
+    assert chosen.json()["run"]["spend"]["tokens_limit"] == 50_000
+    assert "tokens 500 -> 50000 (chosen by the reviewer" in chosen.json()["said"]
+    for run in (run_id, other_run):
+        client("admin").post(f"/api/v1/runs/{run}/cancel")

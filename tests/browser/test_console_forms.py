@@ -173,3 +173,26 @@ def test_revoking_the_token_ends_its_sessions(
     console.agentq("token", "revoke", str(token_id))
     gone = http.get("/ui/reviews")
     assert gone.status_code == 303 and gone.headers["location"].startswith("/ui/login")
+
+
+def test_a_spent_budget_is_shown_and_approve_sets_the_limit_typed(
+    console: Console, reviewer: httpx.Client
+) -> None:
+    out = console.agentq("submit", "plan this", "--user", "forms-budget", "--tokens", "500")
+    run_id = submitted_id(out.stdout)
+    wait_for_status(console, run_id, ("waiting_review",))
+    with console.db() as session:
+        esc = session.exec(select(Escalation).where(Escalation.run_id == run_id)).one()
+    page = reviewer.get(f"/ui/reviews/{esc.id}").text
+    assert 'id="budget-standing"' in page and "AGENTQ_MAX_TOKEN_BUDGET" in page, page
+    assert "of its tokens limit 500" in page and 'name="budget_limit"' in page
+    form = {"budget_name": "tokens", "budget_limit": "lots", "csrf_token": csrf_of(page)}
+    refused = reviewer.post(f"/ui/reviews/{esc.id}/approve", data=form)
+    assert refused.status_code == 400 and "budget.tokens: a number" in refused.text
+    decided = reviewer.post(f"/ui/reviews/{esc.id}/approve", data={**form, "budget_limit": "40000"})
+    assert decided.status_code == 303, decided.text
+    landed = reviewer.get(decided.headers["location"]).text
+    assert "tokens 500 -&gt; 40000 (chosen by the reviewer" in landed, landed
+    with console.db() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.tokens_limit == 40000

@@ -15,8 +15,10 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import models.episodes  # the memory tables, as in models/migrations/env.py
+import models.idempotency
 import models.plan_checks
 import models.procedures
+import models.stack_limits
 import models.storage
 import models.tables
 import models.webhook_tables  # noqa: F401

@@ -6,13 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from sqlmodel import col, select
 
 from models import leases, run_transitions, step_transitions, transitions
 from models.db import session_scope
 from models.errors import BudgetExhausted, IllegalTransition
-from models.settings import get_settings
 from models.states import RUN_MOVES, RUN_STATUSES, STEP_MOVES, STEP_STATUSES
 from models.tables import Escalation, Run, RunEvent, Step, utcnow
 from tests.integration.conftest import run_steps
@@ -157,24 +155,6 @@ def test_cancelling_a_waiting_run_withdraws_its_claimed_escalation(
     assert (decided["decided_by"], decided["comment"]) == ("agentq", "the run was cancelled")
     with session_scope() as session, pytest.raises(IllegalTransition):
         transitions.decide_escalation(session, esc.id or 0, decision="approve", reviewer="absent")
-
-
-def test_a_granted_budget_is_at_least_the_default(make_run: Callable[..., int]) -> None:
-    run_id = make_run([NOOP], start=False)
-    with session_scope() as session:
-        session.execute(
-            sa.update(Run)
-            .where(col(Run.id) == run_id)
-            .values(tokens_limit=10, tokens_used=8, cost_limit_usd=5000.0, cost_used_usd=1.0)
-        )
-        run_transitions.escalate(session, run_id, expected="running", reason="token_budget_spent")
-    with session_scope() as session:
-        transitions.grant_budget(session, run_id, what="tokens")
-        transitions.grant_budget(session, run_id, what="cost")
-    run = _snapshot(Run, run_id)
-    # too small a budget is granted the default; a large one its own size again
-    assert run["tokens_limit"] == 8 + get_settings().default_token_budget
-    assert run["cost_limit_usd"] == pytest.approx(1.0 + 5000.0)
 
 
 def test_json_columns_keep_in_place_edits_and_timestamps_are_aware(

@@ -1,7 +1,7 @@
 """Webhooks: a secret and a circuit breaker per subscription; an outbox with no user text.
 
 Revision ID: 0032
-Revises: 0030
+Revises: 0031
 
 - `webhook_subscriptions.secret`: the subscription's own signing secret. Existing rows keep
   `secret_ref` (now nullable) and sign with the shared secret it names until `agentq webhook
@@ -26,7 +26,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0032"
-down_revision = "0030"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 

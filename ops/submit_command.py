@@ -1,0 +1,119 @@
+"""`agentq submit`: a goal (or an explicit plan) as a new run, through `models.commands.submit`,
+the function every front end submits with.
+
+The run is held to the stack's limits (`models.stack_limits`: its quotas, default budgets and
+ceilings), not this shell's: when this shell's environment sets one otherwise, a line says so.
+With `--idempotency-key`, running the same command again (a script retrying after a timeout)
+answers with the run the first one made (`models.idempotency`, scoped to the run's user).
+Heavy modules are imported when it runs, not when `agentq --help` builds the command tree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from models.bounds import PG_INT_MAX, REPLAN_CHECKS
+from ops.option_values import not_blank, replan_check_value
+
+if TYPE_CHECKING:
+    from models.submissions import RunRequest, Submitted
+
+WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
+PIN_FROM_GOAL_HELP = (
+    "Also pin the amounts, currencies, ISO dates and identifiers (CC-4410) the goal states; "
+    "a --fact of the same key wins. Off by default: a pin binds every step and the goal check."
+)
+WALL_TIME_HELP = "Wall-time budget, s (at most AGENTQ_MAX_WALL_TIME_BUDGET_S: 7 days by default)."
+IDEMPOTENCY_HELP = (
+    "Submitting again with this key (within AGENTQ_IDEMPOTENCY_WINDOW_S, 24 h) answers with the "
+    "run the first submit made; the same key with another request is refused."
+)
+console = Console()
+notes = Console(stderr=True)
+
+
+def submit(
+    goal: Annotated[str, typer.Argument(callback=not_blank, help="What the agent should achieve.")],
+    user: Annotated[
+        str, typer.Option(callback=not_blank, help="Who the run belongs to.")
+    ] = "local",
+    fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
+    pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
+    plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
+    criterion: Annotated[
+        list[str],
+        typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
+    ] = [],  # noqa: B006
+    replan_check: Annotated[
+        str | None,
+        typer.Option(
+            callback=replan_check_value,
+            help=f"{' or '.join(REPLAN_CHECKS)}: ask after each step whether the rest of the "
+            "plan still makes sense (default AGENTQ_REPLAN_CHECK).",
+        ),
+    ] = None,
+    replans: Annotated[
+        int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
+    ] = None,
+    tokens: Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")] = None,
+    wall_time: Annotated[
+        float | None,
+        typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(metavar="KEY", help=IDEMPOTENCY_HELP)
+    ] = None,
+    watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
+) -> None:
+    """Submit a goal; prints the run id."""
+    from models import commands
+    from models.submissions import RunRequest
+    from ops import views
+    from ops.connection import connect
+    from ops.inputs import parse_facts, read_plan
+    from ops.watch import watch_until_settled
+
+    connect()
+    if notice := commands.limits_notice():
+        notes.print(Text(notice, style="yellow"), soft_wrap=True)
+    facts = parse_facts(fact)
+    spec = read_plan(plan, facts) if plan else None
+    request = RunRequest(
+        user_id=user,
+        goal=goal,
+        facts=facts,
+        plan=spec,
+        replans=replans,
+        tokens=tokens,
+        wall_time_s=wall_time,
+        success_criteria=criterion,
+        replan_check=replan_check,
+        pin_from_goal=pin_from_goal,
+    )
+    submitted = _submitted(request, idempotency_key)
+    run_id = submitted.run_id
+    if submitted.replayed:
+        console.print(f"run {run_id} submitted (before, with this key; nothing new submitted)")
+    else:
+        console.print(views.said(submitted.notified, f"run {run_id} submitted"))
+    if found := views.goal_values_text(submitted.from_goal, asked=pin_from_goal):
+        console.print(found)
+    if watch_run:
+        raise typer.Exit(watch_until_settled(console, run_id))
+
+
+def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:
+    """`request` submitted (`models.commands.submit`), or under the idempotency key `key`,
+    whose scope is the run's user (`models.commands.submit_once`)."""
+    from models import commands
+    from models.idempotency import Key
+
+    if key is None:
+        return commands.submit(request)
+    scoped = Key(f"user:{request.user_id}", key, field="--idempotency-key")
+    return commands.submit_once(request, scoped, describe=lambda _, run: {"run_id": run.id})
