@@ -18,8 +18,8 @@ over HTTP only (and the CLI, for tokens), so it runs against any version of the 
    `/proc/<pid>/stat` via psutil; the process is the one listening on the URL's port) while the
    other user sends `GET /api/v1/runs` one after another, with their latency's median and p95;
 4. one watch token opening `--cap-probe` streams at once: how many were refused (429);
-5. `--searches` calls of `GET /api/v1/memory/search`, one after another: the API's CPU per
-   call, and how many were refused (429, with their `Retry-After`).
+5. `--searches` calls of `GET /api/v1/memory/search`, one after another (after one that loads
+   the embedding model): the API's CPU per call, answered and refused (429, `Retry-After`).
 
 The machine's load average is printed before and after: on a shared machine, compare figures
 taken in the same hour and say what else ran.
@@ -192,24 +192,24 @@ class Streams:
 
 
 def searches(url: str, raw: str, proc: psutil.Process, count: int) -> str:
-    """`count` memory searches one after another: CPU per call, statuses, `Retry-After`s."""
-    statuses: Counter[int] = Counter()
+    """`count` memory searches one after another: the API's CPU per call, for the answered
+    ones and for the refused ones (429, with their `Retry-After`)."""
+    spent: dict[int, list[float]] = {}
     retry_after: set[str] = set()
     with client(url, raw) as http:
-        http.get(f"{API}/me")
-        cpu0 = cpu_s(proc)
-        started = time.monotonic()
+        http.get(f"{API}/memory/search", params={"q": "warm up"})  # loads the embedding model
         for i in range(count):
+            before = cpu_s(proc)
             answer = http.get(f"{API}/memory/search", params={"q": f"expense policy {i}"})
-            statuses[answer.status_code] += 1
+            spent.setdefault(answer.status_code, []).append(cpu_s(proc) - before)
             if answer.status_code == 429:
                 retry_after.add(answer.headers.get("Retry-After", "missing"))
-        spent, wall = cpu_s(proc) - cpu0, time.monotonic() - started
-    return (
-        f"/memory/search x{count}: API CPU {1000 * spent / count:.1f} ms per call "
-        f"({1000 * spent:.0f} ms over {wall:.1f} s)  statuses {dict(statuses)}"
-        + (f"  Retry-After {sorted(retry_after)}" if retry_after else "")
-    )
+    parts = [
+        f"{status}: {len(times)} calls, {1000 * statistics.mean(times):.1f} ms CPU each"
+        for status, times in sorted(spent.items())
+    ]
+    extra = f"  Retry-After {sorted(retry_after)}" if retry_after else ""
+    return f"/memory/search x{count} in a row: " + "; ".join(parts) + extra
 
 
 def cap_probe(url: str, run_id: int, raw: str, count: int) -> str:
