@@ -157,7 +157,6 @@ class StreamHub:
         self.joining: list[Subscriber] = []
         self.feed: EventFeed | None = None
         self.checked_at = float("-inf")
-        self.cycles = 0
         self._task: asyncio.Task[None] | None = None
 
     def join(self, sub: Subscriber) -> None:
@@ -200,7 +199,6 @@ class StreamHub:
                 sub.inbox.put_nowait(Delivery(ended="the poll failed"))
             self.streams.clear()
             return
-        self.cycles += 1
         if recheck:
             self.checked_at = time.monotonic()
         self._deliver(reading, joining)
