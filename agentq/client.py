@@ -11,8 +11,9 @@
 base URL is the server's (what `agentq up` prints; a trailing `/api/v1` is allowed). Answers are
 the API's own response models (`api.responses`); a refusal raises `ApiError` with the HTTP
 status and the API's message. `events` and `review_events` follow the server-sent event streams
-(`api.streams`), resuming with `Last-Event-ID` after a dropped connection. README, "Python
-client", has the whole tour.
+(`api.streams`), resuming with `Last-Event-ID` after a dropped connection and when the server
+ends a stream at its lifetime (`event: reconnect`), so a caller sees one stream with no event
+missed or repeated. README, "Python client", has the whole tour.
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ class _Stream:
         if self.failures > STREAM_RETRIES:
             raise exc
         return 0.2 * (1 << self.failures)
+
+    def ended(self, last: str) -> float | None:
+        """After the server closed the stream, its last message's event being `last`: None when
+        the stream is over (`end`), else seconds to wait before resuming: 0 after `reconnect`
+        (its lifetime ended), a back-off after a close with neither (its token was revoked or
+        its run purged, which the next request says with an `ApiError`; or a restart)."""
+        if last == "end":
+            return None
+        if last == "reconnect":
+            return 0.0
+        return self.failed(httpx.RemoteProtocolError("the server closed the stream"))
 
 
 class Client:
@@ -194,6 +206,7 @@ class Client:
     def _stream(self, path: str, after: int | None, deadline: float | None) -> Iterator[Any]:
         state = _Stream(after, deadline)
         while True:
+            last = ""  # the event of the last message before the server closed the stream
             try:
                 with connect_sse(
                     self._http,
@@ -208,11 +221,16 @@ class Client:
                     for sse in source.iter_sse():
                         if (item := state.seen(sse)) is not None:
                             yield item
-                        if sse.event == "end":
-                            return
-                return  # the server ended it: the run is gone
+                        last = sse.event
+                        if last in ("end", "reconnect"):
+                            break
             except httpx.TransportError as exc:
                 time.sleep(state.failed(exc))
+                continue
+            wait_s = state.ended(last)
+            if wait_s is None:
+                return
+            time.sleep(wait_s)
 
     def reviews(
         self, *, status: ReviewStatus = "undecided", mine: bool = False, limit: int = 100
@@ -346,6 +364,7 @@ class AsyncClient:
     ) -> AsyncIterator[Any]:
         state = _Stream(after, deadline)
         while True:
+            last = ""  # the event of the last message before the server closed the stream
             try:
                 async with aconnect_sse(
                     self._http,
@@ -360,11 +379,16 @@ class AsyncClient:
                     async for sse in source.aiter_sse():
                         if (item := state.seen(sse)) is not None:
                             yield item
-                        if sse.event == "end":
-                            return
-                return
+                        last = sse.event
+                        if last in ("end", "reconnect"):
+                            break
             except httpx.TransportError as exc:
                 await asyncio.sleep(state.failed(exc))
+                continue
+            wait_s = state.ended(last)
+            if wait_s is None:
+                return
+            await asyncio.sleep(wait_s)
 
     async def reviews(
         self, *, status: ReviewStatus = "undecided", mine: bool = False, limit: int = 100

@@ -6,7 +6,8 @@ in another state (`IllegalTransition`: a second decision, a run already ended),
 `PlanConflict`) -> 409, with nothing changed (the transaction rolled back);
 `BrokerUnavailable`, `DatabaseError`, `ConfigurationError` (the server's settings) and a wait
 for a pooled database connection that timed out -> 503. `UserQuotaExceeded` (a user's submit
-quota) -> 429 with `Retry-After` in whole seconds (RFC 9110, section 10.2.3).
+quota) and `TokenLimitExceeded` (a token's open streams or costly reads, `api.token_limits`)
+-> 429 with `Retry-After` in whole seconds (RFC 9110, section 10.2.3).
 FastAPI's own refusals (401, 403, 404 of an unknown path) get the same body, and so does a body
 over `api.limits.BODY_MAX_BYTES` (413, `BodyTooLarge`). A body or parameter of the wrong shape is
 a 422 whose `detail` is FastAPI's list of field errors, `{"detail": [...], "error":
@@ -42,6 +43,7 @@ from models.errors import (
     NotAllowed,
     NotFound,
     PlanConflict,
+    TokenLimitExceeded,
     UserQuotaExceeded,
 )
 
@@ -56,6 +58,7 @@ STATUS_OF: dict[type[AgentqError], int] = {
     BrokerUnavailable: 503,
     DatabaseError: 503,
     UserQuotaExceeded: 429,
+    TokenLimitExceeded: 429,
     PlanConflict: 409,
     Conflict: 409,
 }
@@ -83,6 +86,13 @@ QUOTA_REFUSAL: Final = {
 IDEMPOTENCY_REUSED: Final = {
     "description": "this Idempotency-Key was sent before with another request body "
     "(`IdempotencyKeyReused`); nothing was written: send a new key with a new request",
+}
+# The refusal of a token's limits (`api.token_limits`), for the `responses` of the routes they
+# guard (the body is `ErrorOut`'s).
+TOKEN_LIMIT_REFUSAL: Final = {
+    "description": "the token holds as many event streams as it may, or made as many costly "
+    "reads as it may this minute (`TokenLimitExceeded`, naming the setting); nothing was done",
+    "headers": QUOTA_REFUSAL["headers"],
 }
 HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")  # what an API route may serve
 # The `error` of refusals whose HTTP phrase differs between Python versions (3.13 renamed both).
@@ -135,7 +145,7 @@ def _context(ctx: dict[str, Any]) -> dict[str, Any]:
 async def _agentq_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AgentqError)
     response = error_body(status_of(exc), str(exc), type(exc).__name__)
-    if isinstance(exc, UserQuotaExceeded):
+    if isinstance(exc, UserQuotaExceeded | TokenLimitExceeded):
         response.headers["Retry-After"] = str(exc.retry_after_s)
     return response
 

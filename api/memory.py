@@ -27,6 +27,7 @@ from api.responses import (
     SearchOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
+from api.token_limits import LIMITED, charge_costly_read
 from models import commands, memory_admin
 from models.db import session_scope
 from models.facts import facts_of
@@ -100,15 +101,17 @@ def own_user(principal: Principal) -> str | None:
     return principal.user_id or "" if principal.role == "submitter" else None
 
 
-@router.get("/facts", response_model=list[FactOut], summary="A user's facts")
+@router.get("/facts", response_model=list[FactOut], summary="A user's facts", responses=LIMITED)
 def facts(
     principal: Submitter,
     user: UserQuery = None,
     history: Annotated[bool, Query(description="Include superseded and expired facts.")] = False,
 ) -> list[FactOut]:
     """The user's current facts, oldest first; with `history`, every version (closed ones have
-    `valid_to` and, when replaced, `superseded_by`)."""
+    `valid_to` and, when replaced, `superseded_by`). A costly read (429 beyond the token's
+    `AGENTQ_COSTLY_READS_PER_MINUTE`): it is not paged."""
     user_id = memory_user(user, principal)
+    charge_costly_read(principal)
     with session_scope() as session:
         rows = facts_of(session, user_id=user_id, include_history=history)
         return [FactOut.model_validate(f) for f in rows]
@@ -118,7 +121,7 @@ def facts(
     "/search",
     response_model=SearchOut,
     summary="Search a user's memory",
-    responses={503: {"model": ErrorOut, "description": STALE_MEMORY}},
+    responses={503: {"model": ErrorOut, "description": STALE_MEMORY}, **LIMITED},
 )
 def search(
     principal: Submitter,
@@ -128,8 +131,10 @@ def search(
     """Hybrid recall (pgvector cosine + full text, fused) over the user's facts and episodes,
     best first, as the planner recalls them. 503 (`ConfigurationError`, naming the settings)
     when the user's memory was embedded by another embedding model or dimension than the
-    server's, until `agentq memory reembed` has rewritten it."""
+    server's, until `agentq memory reembed` has rewritten it. A costly read: 429 beyond the
+    token's `AGENTQ_COSTLY_READS_PER_MINUTE`."""
     user_id = memory_user(user, principal)
+    charge_costly_read(principal)
     found = memory_admin.search(user_id=user_id, query=q)
     return SearchOut(
         facts=[

@@ -21,6 +21,7 @@ from api.auth import Reviewer
 from api.responses import BudgetStanding, DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
+from api.token_limits import LIMITED, REVIEWS_PAGE_FREE, charge_page
 from models import budget_grants, commands, escalations, queries, stack_limits
 from models.db import session_scope
 from models.errors import ClaimedByAnother, InvalidInput
@@ -67,7 +68,7 @@ def budget_standing(session: Session, esc: Escalation, run: Run) -> BudgetStandi
     )
 
 
-@router.get("", response_model=list[ReviewOut], summary="The review queue")
+@router.get("", response_model=list[ReviewOut], summary="The review queue", responses=LIMITED)
 def list_reviews(
     principal: Reviewer,
     which: Annotated[Which, Query(alias="status", description="undecided: open or claimed.")] = (
@@ -77,7 +78,9 @@ def list_reviews(
     order: Annotated[Literal["oldest", "newest"], Query(description="By age.")] = "oldest",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ReviewOut]:
-    """Escalations by age (oldest first unless `order=newest`), by status, or claimed by you."""
+    """Escalations by age (oldest first unless `order=newest`), by status, or claimed by you.
+    A page over 100 is a costly read (429 beyond the token's `AGENTQ_COSTLY_READS_PER_MINUTE`)."""
+    charge_page(principal, limit, REVIEWS_PAGE_FREE)
     with session_scope() as session:
         rows = queries.escalations(
             session,

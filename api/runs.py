@@ -34,6 +34,7 @@ from api.responses import (
     SubmittedOut,
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
+from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_page
 from models import commands, escalations, previews, queries
 from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from models.db import session_scope
@@ -277,7 +278,7 @@ def check_plan_role(principal: Principal) -> None:
         )
 
 
-@router.get("", response_model=list[RunOut], summary="List runs, newest first")
+@router.get("", response_model=list[RunOut], summary="List runs, newest first", responses=LIMITED)
 def list_runs(
     principal: AnyPrincipal,
     status_: Annotated[RunStatus | None, Query(alias="status")] = None,
@@ -289,8 +290,11 @@ def list_runs(
 ) -> list[RunOut]:
     """Runs newest first, filtered by `status` and `user`; page with `before` (the last id seen).
 
-    A submitter token lists only its own user's runs (another `user` gives an empty list).
+    A submitter token lists only its own user's runs (another `user` gives an empty list). A
+    page over 100 runs is a costly read (429 beyond the token's
+    `AGENTQ_COSTLY_READS_PER_MINUTE`).
     """
+    charge_page(principal, limit, RUNS_PAGE_FREE)
     owner = (principal.user_id or "") if principal.role == "submitter" else None
     with session_scope() as session:
         runs = queries.newest_runs(
@@ -305,7 +309,7 @@ def list_runs(
         return [run_out(r) for r in runs]
 
 
-@router.get("/{run_id}", response_model=RunDetail, summary="One run, whole")
+@router.get("/{run_id}", response_model=RunDetail, summary="One run, whole", responses=LIMITED)
 def read_run(
     run_id: RunId,
     principal: AnyPrincipal,
@@ -317,7 +321,9 @@ def read_run(
     page before). Args, results and details over 2 KiB are previews (`shortened` says which);
     `/runs/{run_id}/steps/{step_id}/result` has a whole result. 404 when the run does not exist
     or (for a submitter) is another user's. Recalled memory quoted by events is hidden from
-    a token that may not read the user's memory (a reviewer: `api.memory.without_memory`)."""
+    a token that may not read the user's memory (a reviewer: `api.memory.without_memory`).
+    More than 200 events is a costly read (429 beyond `AGENTQ_COSTLY_READS_PER_MINUTE`)."""
+    charge_page(principal, events_limit, EVENTS_PAGE_FREE)
     with session_scope() as session:
         run = visible_run(session, run_id, principal)
         detail = run_detail(session, run, events_before=events_before, events_limit=events_limit)

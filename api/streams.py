@@ -4,43 +4,49 @@
 whenever the run's status changes, `event: timeline` (a `StreamEventOut`, `id:` its event id)
 for each event, oldest first, and `event: end` (a `RunStatusOut`) once the run is final, then
 closes. `GET /api/v1/reviews/stream` sends `event: timeline` for every `escalation.*` event of
-any run, and stays open. Both resume after the `Last-Event-ID` header (what `EventSource` sends
-when it reconnects) or the `after` query parameter: a run's stream starts at its first event
-without them, the review stream at the newest one. Idle streams send a keep-alive comment every
+any run. Both resume after the `Last-Event-ID` header (what `EventSource` sends when it
+reconnects) or the `after` query parameter: a run's stream starts at its first event without
+them, the review stream at the newest one. Idle streams send a keep-alive comment every
 `AGENTQ_STREAM_KEEPALIVE_S`.
+
+Every stream lives at most `AGENTQ_STREAM_LIFETIME_S`; then the server sends `event:
+reconnect` (`{"reason": "lifetime"}`) whose `id:` is the stream's exact position
+(`models.event_feed.EventFeed.cursor`) and closes it: a client that reconnects with it as
+`Last-Event-ID` (an `EventSource` does so by itself) gets every event it has not had, and none
+twice. A stream ends without a message when its token is revoked (checked every
+`AGENTQ_STREAM_RECHECK_S`, `api.stream_hub`) or its run is purged.
 
 The same rules as the plain reads: a submitter streams only its own user's runs (another's is
 a 404), the review stream is for reviewers and admins, and events quoting recalled memory are
 reduced for a token that may not read the user's memory (`api.memory.without_memory`'s rule).
-The token is checked when the stream opens.
-
-The source is a poll of `models.event_feed.events_after` every `AGENTQ_STREAM_POLL_INTERVAL_S`
-(0.2 s) on a pooled connection, not LISTEN/NOTIFY: a listener holds a connection of its own
-for as long as a client watches, and the writers (`models.events.record_event`, on every
-transition) would pay for a NOTIFY each; polling costs one indexed query per stream per poll
-and reaches a client within the interval (`tests/api/test_streams.py` measures it).
+A token holds at most `AGENTQ_STREAM_MAX_PER_TOKEN` streams at once (429 beyond,
+`api.token_limits`). The events come from the process's one poller (`api.stream_hub`), every
+`AGENTQ_STREAM_POLL_INTERVAL_S`, however many streams are open.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
 
 from api.auth import AnyPrincipal, Principal, Reviewer
 from api.responses import RunStatusOut, StreamEventOut
 from api.runs import RunId, visible_run
 from api.schemas import PG_INT_MAX
+from api.stream_hub import Delivery, Subscriber, deliveries
+from api.token_limits import LIMITED, give_back_stream_slot, take_stream_slot
 from models import memory_admin, queries
 from models.db import session_scope
-from models.event_feed import EventFeed, events_after
-from models.previews import EVENTS_PAGE_MAX, EventShown
+from models.event_feed import EventFeed, RunState
+from models.previews import EventShown
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
-from models.tables import Run, utcnow
+from models.tables import utcnow
 
 router = APIRouter(tags=["streams"])
 After = Annotated[
@@ -48,18 +54,26 @@ After = Annotated[
     Query(ge=0, le=PG_INT_MAX, description="Send only events with ids above this."),
 ]
 LastEventId = Annotated[
-    str | None, Header(description="Resume after this event id (sent by `EventSource`).")
+    str | None,
+    Header(
+        description="Resume after this: an event id, or a `reconnect` message's id (sent by "
+        "`EventSource`)."
+    ),
 ]
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "A server-sent event stream."}
+    200: {"content": {"text/event-stream": {}}, "description": "A server-sent event stream."},
+    **LIMITED,
 }
 
 
-def start_after(last_event_id: str | None, after: int | None) -> int | None:
-    """Where a stream resumes: `Last-Event-ID` when it is an event id, else `after`."""
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        return min(int(last_event_id), PG_INT_MAX)
-    return after
+def start_feed(last_event_id: str | None, after: int | None) -> EventFeed | None:
+    """Where a stream resumes: `Last-Event-ID` when it is an event id or a `reconnect` cursor
+    (`EventFeed.resumed`), else `after`; None when neither is given."""
+    if last_event_id is not None:
+        resumed = EventFeed.resumed(last_event_id, utcnow())
+        if resumed is not None:
+            return resumed
+    return None if after is None else EventFeed(after)
 
 
 def stream_event(event: EventShown, principal: Principal, user_id: str) -> ServerSentEvent:
@@ -79,62 +93,55 @@ def stream_event(event: EventShown, principal: Principal, user_id: str) -> Serve
     return ServerSentEvent(out.model_dump_json(), event="timeline", id=str(event.id))
 
 
-def read_all(after: int, **where: Any) -> list[EventShown]:
-    """Every event above `after` matching `where` (`events_after`'s filters), page by page."""
-    rows: list[EventShown] = []
-    with session_scope() as session:
-        while True:
-            batch = events_after(session, after=rows[-1].id if rows else after, **where)
-            rows += batch
-            if len(batch) < EVENTS_PAGE_MAX:
-                return rows
-
-
-def poll_run(run_id: int, after: int) -> tuple[Run | None, list[EventShown]]:
-    """The run (read first: once it is final, the events read next include its last one) and
-    its events above `after`."""
-    with session_scope() as session:
-        run = session.get(Run, run_id)
-        if run is not None:
-            session.expunge(run)
-    return run, read_all(after, run_id=run_id)
-
-
-def status_event(run: Run, kind: str) -> ServerSentEvent:
-    out = RunStatusOut(run_id=run.id or 0, status=run.status, plan_version=run.plan_version)
+def status_event(state: RunState, kind: str) -> ServerSentEvent:
+    out = RunStatusOut(run_id=state.run_id, status=state.status, plan_version=state.plan_version)
     return ServerSentEvent(out.model_dump_json(), event=kind)
 
 
-async def run_messages(
-    run_id: int, principal: Principal, after: int | None
-) -> AsyncIterator[ServerSentEvent]:
-    """The messages of a run's stream until the run is final (or gone)."""
-    feed, interval_s, status = EventFeed(after or 0), get_settings().stream_poll_interval_s, ""
-    while True:
-        run, rows = await anyio.to_thread.run_sync(poll_run, run_id, feed.after)
-        if run is None:
-            return
-        if run.status != status:
-            status = run.status
-            yield status_event(run, "status")
-        for event in feed.take(rows, utcnow()):
-            yield stream_event(event, principal, run.user_id)
-        if run.status in RUN_TERMINAL:
-            yield status_event(run, "end")
-            return
-        await anyio.sleep(interval_s)
+def reconnect_event(feed: EventFeed) -> ServerSentEvent:
+    """The last message of a stream whose lifetime is over: its `id` resumes it exactly."""
+    return ServerSentEvent(json.dumps({"reason": "lifetime"}), event="reconnect", id=feed.cursor())
 
 
-async def review_messages(principal: Principal, after: int) -> AsyncIterator[ServerSentEvent]:
-    """The messages of the review stream: every `escalation.*` event above `after`."""
-    feed, interval_s = EventFeed(after), get_settings().stream_poll_interval_s
-    while True:
-        rows = await anyio.to_thread.run_sync(
-            lambda: read_all(feed.after, kind_prefix="escalation.")
-        )
-        for event in feed.take(rows, utcnow()):
-            yield stream_event(event, principal, "")  # escalation events quote no memory
-        await anyio.sleep(interval_s)
+def timeline(
+    sub: Subscriber, delivery: Delivery, principal: Principal, user_id: str
+) -> list[ServerSentEvent]:
+    """The `timeline` messages of a delivery's rows that the stream has not sent yet."""
+    return [
+        stream_event(event, principal, user_id) for event in sub.feed.take(delivery.rows, utcnow())
+    ]
+
+
+async def run_messages(sub: Subscriber, principal: Principal) -> AsyncIterator[ServerSentEvent]:
+    """The messages of a run's stream until the run is final (or gone, or the stream's token
+    revoked), or a `reconnect` at its lifetime."""
+    status, state = "", None
+    async for delivery in deliveries(sub, get_settings().stream_lifetime_s):
+        if delivery is None:
+            yield reconnect_event(sub.feed)
+            return
+        state = delivery.state or state  # (the hub's `sub.state` may be ahead of this delivery)
+        if state is None:  # a run's stream has its state from its first delivery on
+            return
+        if state.status != status:
+            status = state.status
+            yield status_event(state, "status")
+        for message in timeline(sub, delivery, principal, state.user_id):
+            yield message
+        if state.status in RUN_TERMINAL:
+            yield status_event(state, "end")
+            return
+
+
+async def review_messages(sub: Subscriber, principal: Principal) -> AsyncIterator[ServerSentEvent]:
+    """The messages of the review stream: every `escalation.*` event after its cursor, until
+    its token is revoked, or a `reconnect` at its lifetime."""
+    async for delivery in deliveries(sub, get_settings().stream_lifetime_s):
+        if delivery is None:
+            yield reconnect_event(sub.feed)
+            return
+        for message in timeline(sub, delivery, principal, ""):  # escalations quote no memory
+            yield message
 
 
 def newest_review_event() -> int:
@@ -143,9 +150,29 @@ def newest_review_event() -> int:
         return queries.last_event_id(session, kind_prefix="escalation.")
 
 
-def responding(messages: Callable[[], AsyncIterator[ServerSentEvent]]) -> EventSourceResponse:
-    """The stream's response, with keep-alive comments."""
-    return EventSourceResponse(messages(), ping=int(max(1, get_settings().stream_keepalive_s)))
+class HeldStream(EventSourceResponse):
+    """An event stream holding one of its token's stream slots until its response ends,
+    however it ends (the client went away, the server shut down, the body never started)."""
+
+    def __init__(self, messages: AsyncIterator[ServerSentEvent], release: Callable[[], None]):
+        super().__init__(messages, ping=int(max(1, get_settings().stream_keepalive_s)))
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def responding(
+    principal: Principal,
+    messages: Callable[[], AsyncIterator[ServerSentEvent]],
+) -> EventSourceResponse:
+    """The stream's response, with keep-alive comments, once its token has a slot left
+    (`TokenLimitExceeded`, 429, otherwise)."""
+    take_stream_slot(principal)
+    return HeldStream(messages(), lambda: give_back_stream_slot(principal))
 
 
 @router.get(
@@ -161,11 +188,13 @@ def stream_run(
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
     """The run's timeline as server-sent events until it is final (the module's doc has the
-    messages). 404 as for `GET /runs/{run_id}`."""
+    messages). 404 as for `GET /runs/{run_id}`; 429 when the token holds
+    `AGENTQ_STREAM_MAX_PER_TOKEN` streams already."""
     with session_scope() as session:
         visible_run(session, run_id, principal)
-    start = start_after(last_event_id, after)
-    return responding(lambda: run_messages(run_id, principal, start))
+    feed = start_feed(last_event_id, after) or EventFeed(0)
+    sub = Subscriber(feed, principal.token_id, run_id=run_id)
+    return responding(principal, lambda: run_messages(sub, principal))
 
 
 @router.get(
@@ -178,7 +207,7 @@ def stream_reviews(
     principal: Reviewer, after: After = None, last_event_id: LastEventId = None
 ) -> EventSourceResponse:
     """Every `escalation.*` event (raised, claimed, released, decided, ...) as server-sent
-    events, from the newest on unless resumed. Reviewer or admin."""
-    start = start_after(last_event_id, after)
-    first = newest_review_event() if start is None else start
-    return responding(lambda: review_messages(principal, first))
+    events, from the newest on unless resumed. Reviewer or admin; 429 as for a run's stream."""
+    feed = start_feed(last_event_id, after) or EventFeed(newest_review_event())
+    sub = Subscriber(feed, principal.token_id)
+    return responding(principal, lambda: review_messages(sub, principal))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -118,6 +119,18 @@ def lookup(session: Session, raw: str) -> ApiToken | None:
     if row is not None:
         _touch(session, row)
     return row
+
+
+def live_token_ids(session: Session, token_ids: Collection[int]) -> set[int]:
+    """Which of `token_ids` are live (exist, not revoked): what an open event stream checks
+    again every `AGENTQ_STREAM_RECHECK_S` (`api.stream_hub`). One statement for every stream of
+    a process, on the primary key."""
+    if not token_ids:
+        return set()
+    stmt = select(ApiToken.id).where(
+        col(ApiToken.id).in_(sorted(token_ids)), col(ApiToken.revoked_at).is_(None)
+    )
+    return {token_id for token_id in session.exec(stmt) if token_id is not None}
 
 
 def _touch(session: Session, row: ApiToken) -> None:

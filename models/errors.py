@@ -79,6 +79,21 @@ class UserQuotaExceeded(AgentqError):
         self.retry_after_s = retry_after_s
 
 
+class TokenLimitExceeded(AgentqError):
+    """The token has reached a limit of the API for now (its open event streams, or its costly
+    reads a minute); nothing was done.
+
+    `setting` names the limit (`AGENTQ_STREAM_MAX_PER_TOKEN`, `AGENTQ_COSTLY_READS_PER_MINUTE`)
+    and `retry_after_s` (whole seconds, at least 1) is when trying again may pass: the HTTP API
+    answers 429 with it as `Retry-After`.
+    """
+
+    def __init__(self, message: str | None = None, *, setting: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.retry_after_s = retry_after_s
+
+
 class BrokerUnavailable(AgentqError):
     """The message broker could not be reached; Postgres still holds the truth."""
 

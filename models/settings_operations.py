@@ -75,6 +75,42 @@ class OperationsSettings(BaseSettings):
         description="Seconds between the keep-alive comments of an idle event stream, so that "
         "proxies do not close it.",
     )
+    # Issue 27, items 3 and 4 (`api.stream_hub`, `api.token_limits`). 5 s: a revoked token's
+    # stream stops within a few seconds, at one query per process per check, whatever the
+    # number of streams. 15 min: a stream re-authenticates and re-counts against the caps that
+    # often even while its checks pass, and a reconnect costs one read of what it missed.
+    stream_recheck_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="How often the open event streams' tokens and console sessions are looked "
+        "up again, s: a stream ends within this long of its token's revocation or its session's "
+        "end.",
+    )
+    stream_lifetime_s: float = Field(
+        default=900.0,
+        ge=1,
+        le=86_400,
+        description="The longest an event stream stays open, s; then the server ends it with a "
+        "`reconnect` message whose id resumes it exactly (`Last-Event-ID`).",
+    )
+    # 32: above the 20 active runs one user may have (AGENTQ_USER_MAX_ACTIVE_RUNS), each
+    # followed by the Python client's `wait`, plus a few console tabs.
+    stream_max_per_token: int = Field(
+        default=32,
+        ge=0,
+        description="Event streams one token may hold open at once in one API process (console "
+        "streams count for the session's token); more get 429. 0: no limit.",
+    )
+    # 30 a minute: a person searching by hand asks a few times a minute; a search cost about
+    # 100 ms of CPU (issue 27), so one token's share of the API stays near 5% of a core.
+    costly_reads_per_minute: int = Field(
+        default=30,
+        ge=0,
+        description="Costly reads one token may make a minute in one API process (memory "
+        "search, and pages over their default size: `api.token_limits`); beyond it, 429 with "
+        "Retry-After. 0: no limit.",
+    )
 
     # --- tracing and logs (issue 15, parts 2 and 3: README "Tracing and logs") ---
     otlp_endpoint: str | None = Field(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -97,6 +98,28 @@ def load(
         row.last_seen_at = now
         session.add(row)
     return row, token
+
+
+def live_session_ids(
+    session: Session, session_ids: Collection[int], *, lifetime: Lifetime, now: datetime
+) -> set[int]:
+    """Which of the sessions `session_ids` are live at `now`: the row exists, its token is not
+    revoked, and it has neither idled out nor outlived its maximum age (`Lifetime.expired`).
+    What the console's open streams check again (`api.stream_hub`); it touches nothing and
+    deletes nothing (the next request presenting an expired session deletes it)."""
+    if not session_ids:
+        return set()
+    stmt = (
+        select(ConsoleSession.id)
+        .join(ApiToken, col(ApiToken.id) == col(ConsoleSession.token_id))
+        .where(
+            col(ConsoleSession.id).in_(sorted(session_ids)),
+            col(ApiToken.revoked_at).is_(None),
+            col(ConsoleSession.last_seen_at) >= now - timedelta(seconds=lifetime.idle_s),
+            col(ConsoleSession.created_at) >= now - timedelta(seconds=lifetime.max_age_s),
+        )
+    )
+    return {session_id for session_id in session.exec(stmt) if session_id is not None}
 
 
 def end(session: Session, raw: str) -> bool:

@@ -33,7 +33,7 @@ from api.ui.security import (
     forget_cookie,
 )
 from api.ui.templating import base_path, render
-from models.errors import AgentqError, NotFound
+from models.errors import AgentqError, NotFound, TokenLimitExceeded
 from models.settings import Settings, get_settings
 
 UI_PREFIX: Final = "/ui"
@@ -107,7 +107,7 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 async def _failed(request: Request, exc: Exception) -> Response:
     """Any other agentq error (the database is down, a setting is wrong) with the API's status."""
     assert isinstance(exc, AgentqError)
-    return render(
+    response = render(
         request,
         "error.html",
         principal=None,
@@ -115,6 +115,9 @@ async def _failed(request: Request, exc: Exception) -> Response:
         title="Something went wrong",
         message=str(exc),
     )
+    if isinstance(exc, TokenLimitExceeded):  # a stream over its token's cap
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -1,29 +1,27 @@
 """The console's live streams: the API's server-sent event streams behind the session cookie.
 
 `GET /ui/runs/{run_id}/events/stream` and `GET /ui/reviews/stream` send the same messages as
-`/api/v1/runs/{run_id}/events/stream` and `/api/v1/reviews/stream` (`api.streams`, over the
-same `models.event_feed` cursor), for a signed-in console user: the browser's `EventSource`
+`/api/v1/runs/{run_id}/events/stream` and `/api/v1/reviews/stream` (`api.streams`, fed by the
+same poller, `api.stream_hub`), for a signed-in console user: the browser's `EventSource`
 sends the session cookie, so no API token ever reaches the page's JavaScript. Visibility is
 the API's: another user's run is "not found" for a submitter, the review stream is for
 reviewers and admins. `static/console.js` opens them and, on each message, fetches the page
 again and swaps its live region in place (no navigation).
 
-A stream is not a person's activity (it does not keep an idle session alive), and the session
-is checked again every `SESSION_RECHECK_S` while events flow: signing out, revoking the token
-or letting the session expire ends an open stream at its next message.
+A stream is not a person's activity (it does not keep an idle session alive). Its session is
+checked again every `AGENTQ_STREAM_RECHECK_S`, whether events flow or not: signing out, revoking
+the token or letting the session expire ends an open stream within that time. It counts against
+its token's `AGENTQ_STREAM_MAX_PER_TOKEN` and ends at `AGENTQ_STREAM_LIFETIME_S` with a
+`reconnect` message, after which `EventSource` resumes it by itself.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator
-from typing import Final
-
-import anyio
 from fastapi import APIRouter, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from api.runs import RunId, visible_run
+from api.stream_hub import Subscriber
 from api.streams import (
     SSE_RESPONSE,
     After,
@@ -32,29 +30,20 @@ from api.streams import (
     responding,
     review_messages,
     run_messages,
-    start_after,
+    start_feed,
 )
-from api.ui.security import current_principal, reviewer, session_alive
+from api.ui.security import current_principal, reviewer, signed_in
 from models.db import session_scope
+from models.event_feed import EventFeed
 
-SESSION_RECHECK_S: Final = 30.0
-"""How often (seconds, at most) an open stream looks its session up again: a signed-out
-console stops receiving within this much time of its next event."""
 router = APIRouter()
 
 
-async def while_signed_in(
-    request: Request, messages: AsyncIterator[ServerSentEvent]
-) -> AsyncIterator[ServerSentEvent]:
-    """`messages` until they end or the request's session has ended (checked before a message
-    once `SESSION_RECHECK_S` passed since the last check)."""
-    checked = time.monotonic()
-    async for message in messages:
-        if time.monotonic() - checked >= SESSION_RECHECK_S:
-            if not await anyio.to_thread.run_sync(session_alive, request):
-                return
-            checked = time.monotonic()
-        yield message
+def session_id(request: Request) -> int:
+    """The row id of the request's live session (`current_principal` found it already)."""
+    found = signed_in(request)
+    assert found is not None
+    return found.session_id
 
 
 @router.get(
@@ -68,8 +57,9 @@ def run_stream(
     principal = current_principal(request)
     with session_scope() as session:
         visible_run(session, run_id, principal)
-    start = start_after(last_event_id, after)
-    return responding(lambda: while_signed_in(request, run_messages(run_id, principal, start)))
+    feed = start_feed(last_event_id, after) or EventFeed(0)
+    sub = Subscriber(feed, principal.token_id, run_id=run_id, session_id=session_id(request))
+    return responding(principal, lambda: run_messages(sub, principal))
 
 
 @router.get("/reviews/stream", response_class=EventSourceResponse, responses=SSE_RESPONSE)
@@ -79,6 +69,6 @@ def review_stream(
     """Every `escalation.*` event, live, as `GET /api/v1/reviews/stream` sends it, from the
     newest on unless resumed. Reviewers and admins; a submitter gets 403."""
     principal = reviewer(request)
-    start = start_after(last_event_id, after)
-    first = newest_review_event() if start is None else start
-    return responding(lambda: while_signed_in(request, review_messages(principal, first)))
+    feed = start_feed(last_event_id, after) or EventFeed(newest_review_event())
+    sub = Subscriber(feed, principal.token_id, session_id=session_id(request))
+    return responding(principal, lambda: review_messages(sub, principal))

@@ -127,17 +127,6 @@ def signed_in(request: Request) -> SignedIn | None:
     return found
 
 
-def session_alive(request: Request) -> bool:
-    """Whether the request's session is still live now (looked up again, not counted as
-    activity): what an open stream checks (`api.ui.live`)."""
-    raw = request.cookies.get(SESSION_COOKIE) or ""
-    with session_scope() as session:
-        return (
-            ui_sessions.load(session, raw, lifetime=_config(request).lifetime, touch=False)
-            is not None
-        )
-
-
 def _principal(row: ApiToken) -> Principal:
     return Principal(
         token_id=row.id or 0, name=row.name, role=cast(Role, row.role), user_id=row.user_id

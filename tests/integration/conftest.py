@@ -55,6 +55,10 @@ TEST_ENV = {
     # default here, so every engine test runs under it.
     "AGENTQ_USER_MAX_ACTIVE_RUNS": "0",
     "AGENTQ_USER_SUBMITS_PER_MINUTE": "0",
+    # Costly reads unlimited too: the spec's fuzzing (tests/api/test_schema.py) sends pages of
+    # up to 1000 rows and searches as one token, and should reach the 200s. The token limits are
+    # tested with their own (tests/api/test_stream_limits.py); the stream cap keeps its default.
+    "AGENTQ_COSTLY_READS_PER_MINUTE": "0",
     # The default tools plus the test-only `append_marker` (tests/support/tools.py), which the
     # worker processes import through PYTHONPATH.
     "AGENTQ_TOOL_MODULES": json.dumps([*DEFAULT_TOOL_MODULES, "tests.support.tools"]),

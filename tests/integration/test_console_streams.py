@@ -1,6 +1,6 @@
 """A console stream (`api.ui.live`) ends once its session does: signed out while the review
 stream is open, the next event is not sent and the stream closes. In process (FastAPI's
-TestClient on the real database), with the session checked before every message."""
+TestClient on the real database), with the session checked every poll."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.ui import live
 from models import api_tokens
 from models.db import session_scope
 from models.events import record_event
+from models.settings import get_settings
 from ops.stack import LocalStack
 from tests.support.console import csrf_of
 
@@ -39,7 +39,8 @@ def _signed_in(role: str) -> TestClient:
 def test_signing_out_ends_an_open_review_stream(
     engine: LocalStack, make_run: Callable[..., int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(live, "SESSION_RECHECK_S", 0.0)
+    monkeypatch.setenv("AGENTQ_STREAM_RECHECK_S", "0.01")
+    get_settings.cache_clear()
     run_id = make_run([{"name": "only", "kind": "tool", "tool": "noop"}], start=False)
     watcher = _signed_in("reviewer")
     received: list[str] = []

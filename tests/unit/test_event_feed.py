@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from models.event_feed import SETTLE_S, EventFeed
+from models.event_feed import CURSOR_IDS_MAX, SETTLE_S, EventFeed
 from models.previews import EventShown, Shown
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -32,3 +32,22 @@ def test_the_bound_moves_past_settled_events_only() -> None:
     feed.take([event(6, SETTLE_S + 1), event(7, 1)], NOW)
     assert (feed.after, sorted(feed.sent)) == (6, [7])
     assert ids(feed.take([event(7, 1), event(8, 0)], NOW)) == [8]
+
+
+def test_a_cursor_resumes_the_feed_exactly_and_bad_ones_are_refused() -> None:
+    feed = EventFeed(after=5)
+    feed.take([event(6, SETTLE_S + 1), event(8, 1), event(9, 1)], NOW)
+    assert feed.cursor() == "6;8,9"
+    resumed = EventFeed.resumed(feed.cursor(), NOW)
+    assert resumed is not None and (resumed.after, sorted(resumed.sent)) == (6, [8, 9])
+    # 7 committed late: the resumed feed sends it, and not 8 or 9 again
+    assert ids(resumed.take([event(7, 2), event(8, 1), event(9, 1), event(10, 0)], NOW)) == [7, 10]
+    assert EventFeed.resumed("42", NOW) == EventFeed(42)  # a plain event id: a bound
+    for bad in ("", "x", "6;5", "6;", "6;8,,9", f"{2**31};1", "-1"):
+        assert EventFeed.resumed(bad, NOW) is None, bad
+
+
+def test_a_cursor_over_its_size_is_the_bound_alone() -> None:
+    feed = EventFeed(after=0)
+    feed.take([event(i, 1) for i in range(1, CURSOR_IDS_MAX + 2)], NOW)
+    assert feed.cursor() == "0"  # the ids above it are sent again on resume: none is missed
