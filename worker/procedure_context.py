@@ -4,7 +4,7 @@ A call with a recall query (`Prompt.query`: the goal for a plan or replan, the i
 model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.procedure_recall`):
 everyone's, the run's user's, and those of the tools the call's catalogue, the plan's steps or
 the step's own tools name. Once a reviewer's words are in the run (`models.authorship.
-reviewer_words`) the user's own procedures are left out, as the user's memory is
+reviewer_in_run`) the user's own procedures are left out, as the user's memory is
 (`worker.working_memory.recall_or_withhold`); everyone's and the tools' still come. In a plan or
 replan call a procedure's plan template is shown as a worked example to adapt, never as the
 run's plan; other calls see its how-to only.
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.authorship import reviewer_words
+from models.authorship import reviewer_in_run
 from models.memory_admin import embedder, min_similarity
 from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.settings import get_settings
@@ -44,7 +44,7 @@ def visible(session: Session, run: Run, prompt: Prompt, steps: Sequence[Step]) -
     catalogue = [t.get("name") for t in prompt.payload.get("tools") or [] if isinstance(t, dict)]
     offered = [t.get("function", {}).get("name") for t in prompt.tools]
     planned = [s.tool for s in steps] + [t for s in steps for t in s.tools]
-    user = None if reviewer_words(session, run.id or 0) is not None else run.user_id
+    user = None if reviewer_in_run(session, run.id or 0) is not None else run.user_id
     return Visible(user, tools_of([*catalogue, *offered, *planned]))
 
 
@@ -114,7 +114,9 @@ def _shown(value: Any) -> str:
 
 def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[str, Any]]:
     """The procedures the context carried (ids `used`, in order), as the payload lists them:
-    id, version, title, scope and plan template (the offline planner reads it)."""
+    id, version, title, scope, plan template (the offline planner reads it) and the role its
+    version's writer wrote with (`written_as`: whose rights an adopted template acts with,
+    `worker.adoption.author`)."""
     by_id = {f.item.id: f.item for f in found}
     return [
         {
@@ -123,6 +125,7 @@ def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[
             "title": p.title,
             "scope": p.scope,
             "plan_template": p.plan_template,
+            "written_as": p.written_as,
         }
         for p in (by_id[i] for i in used if i in by_id)
     ]

@@ -20,7 +20,7 @@ from typing import Any
 from sqlmodel import Session
 
 from models import events, token_calibrations
-from models.authorship import reviewer_words
+from models.authorship import reviewer_in_run
 from models.db import session_scope
 from models.erasures import may_write
 from models.errors import ContextOverflow, ContextTooLong
@@ -213,23 +213,23 @@ def recall_or_withhold(
     session: Session, run: Run, prompt: Prompt, pinned: dict[str, str]
 ) -> Recalled:
     """What the user's memory offers this call: nothing for a call that asks for nothing
-    (`prompt.query` None); nothing, recorded as a `memory.withheld` event, once a reviewer's
-    words are in the run (`models.authorship.reviewer_words`: they are in this call's context,
-    and a call holding them beside the user's memory acts with the reviewer's rights, who may not
-    read it); else the recalled facts and episodes, less those about what the run pins
+    (`prompt.query` None); nothing, recorded as a `memory.withheld` event (its detail:
+    `purpose`, `reason`, and `models.authorship.reviewer_in_run`'s keys), once a reviewer's
+    words are in the run (a reviewer's decision with words, or a step a reviewer authored, such
+    as one adopted from a reviewer's procedure: they are in this call's context, and a call
+    holding them beside the user's memory acts with the reviewer's rights, who may not read
+    it); else the recalled facts and episodes, less those about what the run pins
     (`pinned`, key -> value)."""
     if not prompt.query:
         return Recalled()
-    words = reviewer_words(session, run.id or 0)
+    words = reviewer_in_run(session, run.id or 0)
     if words is not None:
         events.record_event(
             session,
             run.id or 0,
             "memory.withheld",
             purpose=prompt.purpose,
-            escalation=words.id,
-            decision=words.decision,
-            reviewer=words.decided_by,
+            **words,
             reason="a reviewer's words are in this run's context; the user's memory is not "
             "recalled beside them",
         )

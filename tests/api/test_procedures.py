@@ -100,10 +100,15 @@ def test_a_run_edited_to_success_offers_its_plan_and_saves_it(
     plan = {"plan": {"steps": [noop("instead")]}, "comment": "simpler"}
     assert client("reviewer").post(f"/api/v1/reviews/{esc_id}/edit", json=plan).status_code == 200
     assert wait_for_run(run_id, ("succeeded", "failed")).status == "succeeded"
-    with signed_in(make_token("reviewer")) as console:
+    with signed_in(make_token("admin")) as console:
         page = console.get(f"/ui/runs/{run_id}").text
         assert 'id="offer-procedure"' in page and f"--from-run {run_id}" in page
-    saved = client("reviewer").post(saving, json={"title": "Do it simpler"})
+    with signed_in(make_token("reviewer")) as console:  # it would be the user's memory
+        assert 'id="offer-procedure"' not in console.get(f"/ui/runs/{run_id}").text
+    refused = client("reviewer").post(saving, json={"title": "Do it simpler"})
+    assert refused.status_code == 403, refused.text
+    assert "scope: a reviewer does not save run" in refused.text
+    saved = client("admin").post(saving, json={"title": "Do it simpler"})
     assert saved.status_code == 201, saved.text
     procedure = saved.json()
     try:
