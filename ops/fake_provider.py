@@ -227,9 +227,7 @@ class FakeOpenAI:
         self.requests: list[Received] = []
         self.embedding_dim = EMBEDDING_DIM  # of an embedding request that names no `dimensions`
         self.latency_s = 0.0  # how long each chat answer takes, as a model's would
-        # answer a request for text (no `response_format`) with the request's own messages, as
-        # a model told to repeat its context would: what a step's result could carry
-        self.echo_text = False
+        self.echo_text = False  # answer a text request with its messages, as an obedient model
         # a tokenizer of this many characters a token at `tokenize_path` (llama.cpp's
         # `/tokenize`, or llama-cpp-python's `/extras/tokenize/count`), or none (404) when
         # `chars_per_token` is None; tokenize requests take no scripted reply

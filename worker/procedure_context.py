@@ -5,7 +5,10 @@ model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.proce
 everyone's, the run's user's, and those of the tools the call's catalogue, the plan's steps or
 the step's own tools name. Once a reviewer's words are in the run (`models.authorship.
 reviewer_in_run`) the user's own procedures are left out, as the user's memory is
-(`worker.working_memory.recall_or_withhold`); everyone's and the tools' still come. In a plan or
+(`worker.withholding.recall_or_withhold`); everyone's and the tools' still come. A shared
+procedure a reviewer wrote is a reviewer's words too (`reviewers_procedure`): a call that
+recalls one gets none of the user's memory, and a plan it writes is the reviewer's
+(`worker.adoption.author`). In a plan or
 replan call a procedure's plan template is shown as a worked example to adapt, never as the
 run's plan; other calls see its how-to only.
 """
@@ -18,7 +21,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.authorship import reviewer_in_run
+from models.authorship import USER_WRITERS, reviewer_in_run
 from models.memory_admin import embedder, min_similarity
 from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.settings import get_settings
@@ -67,6 +70,19 @@ def recalled(
         k=get_settings().recall_procedures_k,
         min_similarity=min_similarity(),
     )
+
+
+def reviewers_procedure(found: Sequence[ScoredProcedure]) -> dict[str, Any] | None:
+    """The first of `found` whose current version a reviewer wrote, or a writer of unknown role
+    (`written_as` not in `models.authorship.USER_WRITERS`), as a `memory.withheld` event's
+    detail, `{"procedure", "version", "author"}`; None when the user or an admin wrote each.
+    Its how-to (or template) is a reviewer's words in the call's context: the call recalls none
+    of the user's memory, the user's own procedures included (issue 27)."""
+    for f in found:
+        if f.item.written_as not in USER_WRITERS:
+            author = f.item.written_as or "unknown"
+            return {"procedure": f.item.id, "version": f.item.version, "author": author}
+    return None
 
 
 def text_of(found: ScoredProcedure, prompt: Prompt) -> str:
