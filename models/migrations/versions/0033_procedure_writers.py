@@ -7,9 +7,10 @@ Revises: 0028
 `written_by` names the writer (`cli:<name>`, `token:<name>`); `written_as` is the role it wrote
 with (`submitter`, `reviewer`, `admin`), so a plan that adopts a template knows whose rights its
 steps act with (`models.authorship`). Rows written before this migration get the role of their
-writer where it is known: `cli:` writers are admins, `token:<name>` writers have their token's
-role (when every token of that name had one role). Otherwise (a deleted token) the role stays
-NULL, and such a version acts for a reviewer, the safe side, until someone edits it.
+writer where it is known: `cli:` writers and the demo's seeder (`demo`) are admins,
+`token:<name>` writers have their token's role (when every token of that name had one role).
+Otherwise (a deleted token) the role stays NULL, and such a version acts for a reviewer, the
+safe side, until someone edits it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ CURRENT = "Role the writer of the current version wrote with (procedure_versions
 # backfill_written_as: the role of each version's writer, where it is known.
 BACKFILL = """
 UPDATE {table} AS p SET written_as = CASE
-    WHEN p.{by} LIKE 'cli:%' THEN 'admin'
+    WHEN p.{by} LIKE 'cli:%' OR p.{by} = 'demo' THEN 'admin'
     ELSE (SELECT CASE WHEN count(DISTINCT t.role) = 1 THEN min(t.role) END
           FROM api_tokens t WHERE 'token:' || t.name = p.{by})
 END"""
