@@ -103,6 +103,8 @@ def reviewer_in_run(session: Session, run_id: int) -> dict[str, Any] | None:
     words = reviewer_words(session, run_id)
     if words is not None:
         return {"escalation": words.id, "decision": words.decision, "reviewer": words.decided_by}
+    if not _other_authors(session, run_id):
+        return None  # each step is the submitter's, the planner's or the replanner's for them
     rows = steps_with_versions(session, run_id)
     theirs = reviewers_steps(rows)
     for step, version in rows:
@@ -110,6 +112,24 @@ def reviewer_in_run(session: Session, run_id: int) -> dict[str, Any] | None:
             author = version.created_by if version is not None else None
             return {"step": step.name, "plan_version": step.plan_version, "author": author}
     return None
+
+
+def _other_authors(session: Session, run_id: int) -> bool:
+    """Whether a step of the run has a version by another author than the submitter, the
+    planner or the replanner (or none): only then may `reviewers_steps` find one. Reads ids
+    only, not the steps' arguments and results, as every model call asks (`reviewer_in_run`)."""
+    created = sa.and_(
+        col(PlanVersion.run_id) == col(Step.run_id),
+        col(PlanVersion.version) == col(Step.plan_version),
+    )
+    usual = col(PlanVersion.created_by).in_([*USER_AUTHORS, "replanner"])
+    stmt = (
+        select(col(Step.id))
+        .join(PlanVersion, created, isouter=True)
+        .where(Step.run_id == run_id, sa.or_(col(PlanVersion.id).is_(None), sa.not_(usual)))
+        .limit(1)
+    )
+    return session.exec(stmt).first() is not None
 
 
 def steps_with_versions(session: Session, run_id: int) -> list[tuple[Step, PlanVersion | None]]:

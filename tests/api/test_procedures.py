@@ -57,7 +57,7 @@ def test_users_own_procedures_are_theirs_and_shared_ones_need_a_reviewer(
     shared = added("reviewer", scope="everyone", plan_template=TEMPLATE)
     stored = shared["plan_template"]["steps"]  # normalised: defaults such as `args: {}` left out
     assert [(s["name"], s.get("after")) for s in stored] == [("first", None), ("second", ["first"])]
-    assert shared["created_by"] == "token:rita"
+    assert (shared["created_by"], shared["written_as"]) == ("token:rita", "reviewer")
     assert bob.get(f"/api/v1/procedures/{shared['id']}").status_code == 200  # everyone reads it
     assert bob.delete(f"/api/v1/procedures/{shared['id']}").status_code == 403
     tool = {**body, "scope": "tool", "tool": "no_such_tool"}
@@ -114,6 +114,7 @@ def test_a_run_edited_to_success_offers_its_plan_and_saves_it(
     try:
         # the run's user's own (its values are theirs): everyone's only when asked for
         assert (procedure["scope"], procedure["source_run_id"]) == ("user", run_id)
+        assert procedure["written_as"] == "admin"
         names = [s["name"] for s in procedure["plan_template"]["steps"]]
         assert names == ["a", "instead"]  # the failed step is left out
         assert "after a reviewer's edit" in procedure["body"]
