@@ -117,6 +117,10 @@ class ProcedureOut(BaseModel):
     source_run_id: int | None = Field(description="The run it was saved from, if any.")
     created_by: str
     updated_by: str
+    written_as: str | None = Field(
+        description="The role the current version was written with (submitter, reviewer, "
+        "admin; null: unknown, acts as a reviewer's): whose rights an adopted template acts with."
+    )
     created_at: datetime
     updated_at: datetime
     embedding_model: str
@@ -135,6 +139,7 @@ class ProcedureVersionOut(BaseModel):
     body: str
     plan_template: dict[str, Any] | None
     written_by: str
+    written_as: str | None = Field(description="The role it was written with (null: unknown).")
     written_at: datetime
 
 
@@ -173,7 +178,8 @@ def listing(
 )
 def add(principal: AnyPrincipal, body: NewProcedure) -> ProcedureOut:
     """Add a procedure (version 1), embedded for recall. 403 for a scope the token may not
-    write; 400 naming the field for what the schema cannot say (a tool not enabled, a plan
+    write, or a model step in a shared template from a token that is not an admin's; 400
+    naming the field for what the schema cannot say (a tool not enabled, a plan
     template whose graph does not hold)."""
     data: dict[str, Any] = body.model_dump(include={"title", "when_to_use", "body", "scope"})
     data["plan_template"] = _template(body.plan_template)
@@ -229,7 +235,8 @@ def save_from_run(
 ) -> ProcedureOut:
     """The run's final plan as a procedure: title and when-to-use from its goal, the plan
     template from the steps that did not fail. 409 unless the run succeeded; 404 for another
-    user's run (a submitter token)."""
+    user's run (a submitter token); 403 for a reviewer saving it as the user's own (the user's
+    memory, which a reviewer can neither read nor delete)."""
     body = body or SaveFromRun()
     actor = actor_of(principal)
     row = procedure_admin.save_from_run(

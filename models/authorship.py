@@ -12,6 +12,11 @@ reviewer's rights, never the user's:
 - `reviewers_steps`: the steps a reviewer wrote, and those built from what a reviewer wrote.
   Nothing they produce (arguments, errors, results) becomes the user's memory
   (`worker.run_memory.run_memory`).
+- A plan that adopts a procedure's template (`worker.adoption`) is written by the procedure
+  version's writer: a version a reviewer wrote (`Procedure.written_as`, not in `USER_WRITERS`)
+  makes a plan version `created_by` `reviewer`, so its steps are reviewer's steps, however they
+  reached the plan (issue 27). `reviewer_in_run` says when either rule puts a reviewer's words
+  in the run: from then on no call of the run recalls the user's memory.
 
 Both read rows only; the caller's session is never committed.
 """
@@ -29,6 +34,10 @@ from models.references import referenced_facts, references
 from models.tables import Escalation, PlanVersion, Step
 
 USER_AUTHORS: Final = frozenset({"submitter", "planner"})  # `PlanVersion.created_by` values
+# `Procedure.written_as` roles whose templates act for the user who adopts them: the user's own
+# submitter, or an admin, who may read every user's memory. A reviewer's, or an unknown writer's
+# (a version from before roles were recorded), acts for a reviewer.
+USER_WRITERS: Final = frozenset({"submitter", "admin"})
 WORDS_DECISIONS: Final = ("edit", "respond")  # decisions that always carry a reviewer's words
 
 
@@ -81,6 +90,46 @@ def reviewer_words(session: Session, run_id: int) -> Escalation | None:
         .limit(1)
     )
     return session.exec(stmt).first()
+
+
+def reviewer_in_run(session: Session, run_id: int) -> dict[str, Any] | None:
+    """Why a reviewer's words are in the run's context, or None when they are not: the
+    escalation that put them there (`reviewer_words`: `{"escalation", "decision",
+    "reviewer"}`), else the first step that acts for a reviewer (`reviewers_steps`, such as a
+    template adopted from a reviewer's procedure: `{"step", "plan_version", "author"}`, the
+    author being that version's `created_by`). The run's plan, with every step's instruction
+    and arguments, is in each later call's context, so from then on no call recalls the user's
+    memory (issue 27)."""
+    words = reviewer_words(session, run_id)
+    if words is not None:
+        return {"escalation": words.id, "decision": words.decision, "reviewer": words.decided_by}
+    if not _other_authors(session, run_id):
+        return None  # each step is the submitter's, the planner's or the replanner's for them
+    rows = steps_with_versions(session, run_id)
+    theirs = reviewers_steps(rows)
+    for step, version in rows:
+        if step.id in theirs:
+            author = version.created_by if version is not None else None
+            return {"step": step.name, "plan_version": step.plan_version, "author": author}
+    return None
+
+
+def _other_authors(session: Session, run_id: int) -> bool:
+    """Whether a step of the run has a version by another author than the submitter, the
+    planner or the replanner (or none): only then may `reviewers_steps` find one. Reads ids
+    only, not the steps' arguments and results, as every model call asks (`reviewer_in_run`)."""
+    created = sa.and_(
+        col(PlanVersion.run_id) == col(Step.run_id),
+        col(PlanVersion.version) == col(Step.plan_version),
+    )
+    usual = col(PlanVersion.created_by).in_([*USER_AUTHORS, "replanner"])
+    stmt = (
+        select(col(Step.id))
+        .join(PlanVersion, created, isouter=True)
+        .where(Step.run_id == run_id, sa.or_(col(PlanVersion.id).is_(None), sa.not_(usual)))
+        .limit(1)
+    )
+    return session.exec(stmt).first() is not None
 
 
 def steps_with_versions(session: Session, run_id: int) -> list[tuple[Step, PlanVersion | None]]:

@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 from models import procedures as book
 from models.db import session_scope
 from models.drafts import spec_of
-from models.errors import Conflict, InvalidInput, NotFound
+from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.memory_admin import embedder
 from models.plans import current_steps, dependencies
 from models.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
@@ -48,11 +48,20 @@ def add(actor: Actor, data: dict[str, Any]) -> Procedure:
     if data.get("scope", "user") == "user" and data.get("user_id") is None and actor.user_id:
         data = {**data, "user_id": actor.user_id}
     spec = book.checked(data, tools=configured_tool_names())
-    if not actor.may_write(spec.scope, spec.user_id):
-        raise book.refused(actor, spec.scope, spec.user_id)
+    check_writer(actor, spec)
     vector = embedded(spec)
     with session_scope() as session:
-        return book.insert(session, spec, vector, by=actor.name)
+        return book.insert(session, spec, vector, by=actor)
+
+
+def check_writer(actor: Actor, spec: ProcedureSpec) -> None:
+    """Raise `NotAllowed` unless `actor` may write `spec`: its scope (`Actor.may_write`) and,
+    in a shared procedure, its template's model steps (`models.procedures.template_refused`)."""
+    if not actor.may_write(spec.scope, spec.user_id):
+        raise book.refused(actor, spec.scope, spec.user_id)
+    refused = book.template_refused(actor, spec)
+    if refused is not None:
+        raise refused
 
 
 def listing(
@@ -109,12 +118,11 @@ def edit(
         spec = book.checked({**current, **changes}, tools=configured_tool_names())
     except InvalidInput as exc:  # the stored content and the changes together
         raise Conflict(f"procedure {procedure_id} with these changes: {exc}") from exc
-    if not actor.may_write(spec.scope, spec.user_id):
-        raise book.refused(actor, spec.scope, spec.user_id)
+    check_writer(actor, spec)
     vector = embedded(spec)
     with session_scope() as session:
         return book.update(
-            session, procedure_id, expected=version, spec=spec, embedded=vector, by=actor.name
+            session, procedure_id, expected=version, spec=spec, embedded=vector, by=actor
         )
 
 
@@ -140,10 +148,12 @@ def save_from_run(
 ) -> Procedure:
     """Save succeeded run `run_id`'s final plan as a procedure of `scope` (default, whoever
     saves it: the run's user's own, since the plan holds that user's values; everyone's only
-    when asked for), titled `title` (default: the goal). A reviewer may save a run as its
-    user's own procedure (recorded as written by the reviewer). Raises `NotFound` (no such
-    run, or another user's for a submitter), `Conflict` (the run has not succeeded, or has no
-    plan that makes a valid procedure), `NotAllowed` (a scope `actor` may not write)."""
+    when asked for), titled `title` (default: the goal). A reviewer may not save a run as its
+    user's own: that is the user's memory, which a reviewer can neither read nor delete
+    (issue 27); it saves `everyone` or `tool` ones (tool steps only, `check_writer`). Raises
+    `NotFound` (no such run, or another user's for a submitter), `Conflict` (the run has not
+    succeeded, or has no plan that makes a valid procedure), `NotAllowed` (a scope or a
+    template `actor` may not write)."""
     with session_scope() as session:
         run = session.get(Run, run_id)
         if run is None or (actor.role == "submitter" and run.user_id != actor.user_id):
@@ -160,12 +170,16 @@ def save_from_run(
         spec = book.checked(data, tools=configured_tool_names())
     except InvalidInput as exc:  # the run's goal and plan, and the scope asked for
         raise Conflict(f"run {run_id} does not make a valid procedure: {exc}") from exc
-    owners = spec.scope == "user" and spec.user_id == data["user_id"]
-    if not (actor.may_write(spec.scope, spec.user_id) or (owners and actor.role == "reviewer")):
-        raise book.refused(actor, spec.scope, spec.user_id)
+    if actor.role == "reviewer" and spec.scope == "user":
+        raise NotAllowed(
+            f"scope: a reviewer does not save run {run_id} as its user's own procedure: that is "
+            "the user's memory, which a reviewer can neither read nor delete; save it with scope "
+            "everyone or tool (tool steps only), or ask the user or an admin"
+        )
+    check_writer(actor, spec)
     vector = embedded(spec)
     with session_scope() as session:
-        return book.insert(session, spec, vector, by=actor.name, source_run_id=run_id)
+        return book.insert(session, spec, vector, by=actor, source_run_id=run_id)
 
 
 def draft(session: Session, run: Run, *, edited: bool) -> dict[str, Any]:

@@ -11,7 +11,10 @@ the `procedures.recalled` events of the runs that used it keep its id, version a
 
 Who may do what (`Actor`): an admin anything; a submitter reads everyone's and tool procedures
 and its own user's, and writes only its own user's; a reviewer reads and writes everyone's and
-tool procedures, and nobody's user-scoped ones (as reviewers read nobody's memory, issue 9).
+tool procedures, and nobody's user-scoped ones (as reviewers read nobody's memory, issue 9), and
+its shared plan templates hold tool steps only (`template_refused`). Each version records its
+writer's role (`written_as`): the steps a plan adopts from it act with that role's rights
+(`models.authorship`).
 Another user's user-scoped procedure is "not found", as one that does not exist. Forgetting a
 user deletes their user-scoped procedures and those saved from their runs (`forget_procedures`;
 DESIGN.md, invariant 7).
@@ -83,6 +86,7 @@ class Procedure(SQLModel, table=True):
     source_run_id: int | None = None  # the run it was saved from (`agentq procedure save`)
     created_by: str = Column(max_length=200)
     updated_by: str = Column(max_length=200)
+    written_as: str | None = Column(default=None, max_length=10)  # the current version's
     created_at: datetime = created_field()
     updated_at: datetime = created_field()
     tsv: str | None = Column(
@@ -106,6 +110,7 @@ class ProcedureVersion(SQLModel, table=True):
     body: str
     plan_template: dict[str, Any] | None = _template_column()
     written_by: str = Column(max_length=200)
+    written_as: str | None = Column(default=None, max_length=10)  # `Role`; None: unknown
     written_at: datetime = created_field()
 
 
@@ -206,6 +211,24 @@ def refused(actor: Actor, scope: str, user_id: str | None) -> NotAllowed:
     )
 
 
+def template_refused(actor: Actor, spec: ProcedureSpec) -> NotAllowed | None:
+    """The error for a shared (`everyone` or `tool`) plan template with a model step written by
+    anyone but an admin; None when `actor` may write `spec`'s template. Any user's planner may
+    adopt a shared template, and a model step is the one that could be told to repeat the user's
+    memory in a result its writer reads: so only admins, who may read every user's memory, write
+    them; a reviewer's shared template holds tool steps (issue 27)."""
+    if actor.role == "admin" or spec.scope == "user" or spec.plan_template is None:
+        return None
+    steps = spec.plan_template.get("steps") or []
+    model = [str(s.get("name")) for s in steps if s.get("kind") == "model"]
+    if not model:
+        return None
+    return NotAllowed(
+        f"plan_template: step {model[0]!r} is a model step; in an {spec.scope}-scoped procedure "
+        f"only an admin writes model steps (a {actor.role}'s shared template holds tool steps)"
+    )
+
+
 def readable(session: Session, procedure_id: int, actor: Actor) -> Procedure:
     """Procedure `procedure_id` if `actor` may read it; `NotFound` otherwise (alike)."""
     row = session.get(Procedure, procedure_id)
@@ -250,17 +273,19 @@ def insert(
     spec: ProcedureSpec,
     embedded: Embedded,
     *,
-    by: str,
+    by: Actor,
     source_run_id: int | None = None,
 ) -> Procedure:
-    """Write a new procedure (version 1) and its first version row; returns it with its id."""
+    """Write a new procedure (version 1) and its first version row, written by `by` (its name
+    and role); returns it with its id."""
     row = Procedure(
         **_content(spec),
         **embedded.columns(),
         version=1,
         source_run_id=source_run_id,
-        created_by=by,
-        updated_by=by,
+        created_by=by.name,
+        updated_by=by.name,
+        written_as=by.role,
     )
     session.add(row)
     session.flush()
@@ -275,7 +300,7 @@ def update(
     expected: int,
     spec: ProcedureSpec,
     embedded: Embedded,
-    by: str,
+    by: Actor,
 ) -> Procedure:
     """Make `spec` version `expected + 1` of the procedure, if it is still at `expected` (a
     guarded UPDATE); `Conflict` when another edit got there first, `NotFound` when it is gone."""
@@ -286,7 +311,8 @@ def update(
             **_content(spec),
             **embedded.columns(),
             version=Procedure.version + 1,
-            updated_by=by,
+            updated_by=by.name,
+            written_as=by.role,
             updated_at=sa.func.now(),
         )
         .returning(col(Procedure.id))
@@ -335,9 +361,14 @@ def _content(spec: ProcedureSpec) -> dict[str, Any]:
     return spec.model_dump(include=set(CONTENT))
 
 
-def _add_version(session: Session, row: Procedure, by: str) -> None:
+def _add_version(session: Session, row: Procedure, by: Actor) -> None:
     values = {k: getattr(row, k) for k in CONTENT}
-    session.add(
-        ProcedureVersion(procedure_id=row.id or 0, version=row.version, written_by=by, **values)
+    version = ProcedureVersion(
+        procedure_id=row.id or 0,
+        version=row.version,
+        written_by=by.name,
+        written_as=by.role,
+        **values,
     )
+    session.add(version)
     session.flush()

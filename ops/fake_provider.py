@@ -8,7 +8,8 @@ so concurrent runs of an engine test each meet only their own misbehaviour. A re
 matches gets a normal answer for its purpose (a plan: `DEFAULT_PLAN`, or what the server's
 `plans` function makes of the request's text; `{"facts": []}`; a goal check that passes; for
 any other `response_format` json_schema of an object, such as a model step's declared output,
-an object of its properties with a placeholder of each one's type, `PLACEHOLDERS`; or text),
+an object of its properties with a placeholder of each one's type, `PLACEHOLDERS`; or text, the
+request's own messages with `echo_text` set),
 with usage
 `PROMPT_TOKENS` + `COMPLETION_TOKENS`.
 
@@ -226,6 +227,7 @@ class FakeOpenAI:
         self.requests: list[Received] = []
         self.embedding_dim = EMBEDDING_DIM  # of an embedding request that names no `dimensions`
         self.latency_s = 0.0  # how long each chat answer takes, as a model's would
+        self.echo_text = False  # answer a text request with its messages, as an obedient model
         # a tokenizer of this many characters a token at `tokenize_path` (llama.cpp's
         # `/tokenize`, or llama-cpp-python's `/extras/tokenize/count`), or none (404) when
         # `chars_per_token` is None; tokenize requests take no scripted reply
@@ -297,13 +299,16 @@ class FakeOpenAI:
 
 
 def completion_body(
-    reply: Reply, request: dict[str, Any], plans: Callable[[str], dict[str, Any]] | None = None
+    reply: Reply,
+    request: dict[str, Any],
+    plans: Callable[[str], dict[str, Any]] | None = None,
+    echo: bool = False,
 ) -> dict[str, Any]:
-    """The `chat.completion` object for an `ok`-like reply to `request` (`plans`: see
-    `FakeOpenAI`)."""
+    """The `chat.completion` object for an `ok`-like reply to `request` (`plans`, `echo`: see
+    `FakeOpenAI`'s `plans` and `echo_text`)."""
     content = reply.content
     if content is None:
-        content = _default_content(request, plans)
+        content = _default_content(request, plans, echo)
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reply.tool_calls:
         calls = [
@@ -328,7 +333,9 @@ def completion_body(
     }
 
 
-def _default_content(request: dict[str, Any], plans: Callable[[str], dict[str, Any]] | None) -> str:
+def _default_content(
+    request: dict[str, Any], plans: Callable[[str], dict[str, Any]] | None, echo: bool
+) -> str:
     schema = (request.get("response_format") or {}).get("json_schema") or {}
     if schema.get("name") in ("plan", "replan"):
         return json.dumps(plans(message_text(request)) if plans else DEFAULT_PLAN)
@@ -339,7 +346,7 @@ def _default_content(request: dict[str, Any], plans: Callable[[str], dict[str, A
     properties = (schema.get("schema") or {}).get("properties")
     if isinstance(properties, dict):
         return json.dumps({k: PLACEHOLDERS.get(v.get("type")) for k, v in properties.items()})
-    return "fake answer"
+    return message_text(request) if echo and not schema else "fake answer"
 
 
 def message_text(request: dict[str, Any]) -> str:
@@ -369,7 +376,8 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             elif reply.body is not None:
                 self._send(reply.status, reply.body, reply.headers)
             else:
-                self._send(200, completion_body(reply, body, server.plans), reply.headers)
+                echo = server.echo_text
+                self._send(200, completion_body(reply, body, server.plans, echo), reply.headers)
 
         def _send(self, status: int, data: dict[str, Any], headers: dict[str, str]) -> None:
             payload = json.dumps(data).encode()

@@ -126,9 +126,10 @@ def show(
             raise InvalidInput(f"--version {version}: procedure {procedure_id} has {known}")
         chosen = older[0]
     console.print(panel(chosen, found.procedure))
-    history = Table("version", "by", "at")
+    history = Table("version", "by", "as", "at")
     for v in found.versions:
-        history.add_row(str(v.version), cell(v.written_by), utc(v.written_at))
+        role = v.written_as or "unknown"  # unknown acts as a reviewer's (models.authorship)
+        history.add_row(str(v.version), cell(v.written_by), role, utc(v.written_at))
     console.print(history)
 
 

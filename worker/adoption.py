@@ -14,8 +14,10 @@ key, SmolLM2 wrote steps (in the run tried).
 
 In a replan, a template step whose name the plan already has (a step kept from the current
 version) is left out, so adopting a whole-plan template fills in only what the plan lacks: the
-failed step's place. A template that would call the failed step's tool again with the same
-arguments is not offered (the replan's own rule: never repeat a known failure).
+failed step's place. The steps are written by the writer of the procedures the call carried
+(`author`): a reviewer's template, adopted or followed, makes a reviewer's plan version. A
+template that would call the failed step's tool again with the same arguments is not offered
+(the replan's own rule: never repeat a known failure).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import copy
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from models.authorship import USER_WRITERS
 from models.errors import InvalidPlan
 from models.storable import parse_json
 
@@ -104,6 +107,19 @@ def adopted_id(text: str) -> int | None:
     if isinstance(data, dict) and set(data) == {KEY} and type(data[KEY]) is int:
         return int(data[KEY])
     return None
+
+
+def author(payload: Mapping[str, Any], *, default: str) -> str:
+    """Who the steps a plan call answered are written by, as `PlanVersion.created_by`, from
+    the call's `payload`: `reviewer` when its context carried a procedure whose version a
+    reviewer wrote, or a writer whose role is unknown (`written_as` not in
+    `models.authorship.USER_WRITERS`), whether the answer adopts its template or writes steps
+    after its how-to: the steps then act with a reviewer's rights (issue 27); else `default`
+    (`planner`, `replanner`)."""
+    carried = payload.get("procedures") or []
+    if any(p.get("written_as") not in USER_WRITERS for p in carried):
+        return "reviewer"
+    return default
 
 
 def expand(text: str, payload: Mapping[str, Any], *, kept: Collection[str]) -> Any:

@@ -134,7 +134,7 @@ def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) 
             locked,
             splice=Splice(),
             new=answer.value.steps,
-            created_by="planner",
+            created_by=adoption.author(answer.payload, default="planner"),
             max_attempts=get_settings().step_max_attempts,
         )
         add_criteria(locked, answer.value.success_criteria, by="planner")
@@ -192,7 +192,7 @@ def _write_replan(
                     locked,
                     splice=splice,
                     new=answer.value.steps,
-                    created_by="replanner",
+                    created_by=adoption.author(answer.payload, default="replanner"),
                     reason=f"{why}: {failed.error}" if failed.error else why,
                     max_attempts=get_settings().step_max_attempts,
                 )

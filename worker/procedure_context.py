@@ -4,8 +4,11 @@ A call with a recall query (`Prompt.query`: the goal for a plan or replan, the i
 model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.procedure_recall`):
 everyone's, the run's user's, and those of the tools the call's catalogue, the plan's steps or
 the step's own tools name. Once a reviewer's words are in the run (`models.authorship.
-reviewer_words`) the user's own procedures are left out, as the user's memory is
-(`worker.working_memory.recall_or_withhold`); everyone's and the tools' still come. In a plan or
+reviewer_in_run`) the user's own procedures are left out, as the user's memory is
+(`worker.withholding.recall_or_withhold`); everyone's and the tools' still come. A shared
+procedure a reviewer wrote is a reviewer's words too (`reviewers_procedure`): a call that
+recalls one gets none of the user's memory, and a plan it writes is the reviewer's
+(`worker.adoption.author`). In a plan or
 replan call a procedure's plan template is shown as a worked example to adapt, never as the
 run's plan; other calls see its how-to only.
 """
@@ -18,7 +21,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.authorship import reviewer_words
+from models.authorship import USER_WRITERS, reviewer_in_run
 from models.memory_admin import embedder, min_similarity
 from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.settings import get_settings
@@ -44,7 +47,7 @@ def visible(session: Session, run: Run, prompt: Prompt, steps: Sequence[Step]) -
     catalogue = [t.get("name") for t in prompt.payload.get("tools") or [] if isinstance(t, dict)]
     offered = [t.get("function", {}).get("name") for t in prompt.tools]
     planned = [s.tool for s in steps] + [t for s in steps for t in s.tools]
-    user = None if reviewer_words(session, run.id or 0) is not None else run.user_id
+    user = None if reviewer_in_run(session, run.id or 0) is not None else run.user_id
     return Visible(user, tools_of([*catalogue, *offered, *planned]))
 
 
@@ -67,6 +70,19 @@ def recalled(
         k=get_settings().recall_procedures_k,
         min_similarity=min_similarity(),
     )
+
+
+def reviewers_procedure(found: Sequence[ScoredProcedure]) -> dict[str, Any] | None:
+    """The first of `found` whose current version a reviewer wrote, or a writer of unknown role
+    (`written_as` not in `models.authorship.USER_WRITERS`), as a `memory.withheld` event's
+    detail, `{"procedure", "version", "author"}`; None when the user or an admin wrote each.
+    Its how-to (or template) is a reviewer's words in the call's context: the call recalls none
+    of the user's memory, the user's own procedures included (issue 27)."""
+    for f in found:
+        if f.item.written_as not in USER_WRITERS:
+            author = f.item.written_as or "unknown"
+            return {"procedure": f.item.id, "version": f.item.version, "author": author}
+    return None
 
 
 def text_of(found: ScoredProcedure, prompt: Prompt) -> str:
@@ -114,7 +130,9 @@ def _shown(value: Any) -> str:
 
 def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[str, Any]]:
     """The procedures the context carried (ids `used`, in order), as the payload lists them:
-    id, version, title, scope and plan template (the offline planner reads it)."""
+    id, version, title, scope, plan template (the offline planner reads it) and the role its
+    version's writer wrote with (`written_as`: whose rights an adopted template acts with,
+    `worker.adoption.author`)."""
     by_id = {f.item.id: f.item for f in found}
     return [
         {
@@ -123,6 +141,7 @@ def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[
             "title": p.title,
             "scope": p.scope,
             "plan_template": p.plan_template,
+            "written_as": p.written_as,
         }
         for p in (by_id[i] for i in used if i in by_id)
     ]

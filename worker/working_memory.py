@@ -2,7 +2,7 @@
 
 `request_for(run_id, prompt)` reads the run state, pinned facts, the ledger of the current plan,
 recalled procedures (`worker.procedure_context`), recalled facts and episodes (none once a
-reviewer's words are in the run: `recall_or_withhold`), the rolling summary and the recent
+reviewer's words are in the call: `worker.withholding`), the rolling summary and the recent
 turns, and assembles them with `worker.context.assemble` under the budget
 `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
 `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the model's server counts
@@ -20,18 +20,17 @@ from typing import Any
 from sqlmodel import Session
 
 from models import events, token_calibrations
-from models.authorship import reviewer_words
 from models.db import session_scope
 from models.erasures import may_write
 from models.errors import ContextOverflow, ContextTooLong
-from models.memory_admin import Recalled, embeds_remotely, query_vector, recall_for, recalls
+from models.memory_admin import Recalled, embeds_remotely, query_vector, recalls
 from models.messages import Message, RunSummary, latest_summary, save_summary, turns
 from models.plans import current_steps
 from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
-from worker import adoption, ledger, procedure_context
+from worker import adoption, ledger, procedure_context, withholding
 from worker.calls import call_model
 from worker.context import (
     Context,
@@ -91,9 +90,13 @@ def _layers(
     recalled: Recalled,
     read: RunRead,
     procedures: list[Piece],
+    *,
+    own_words: bool = False,
 ) -> Layers:
-    history = turns(session, run.id or 0)
-    summary = latest_summary(session, run.id or 0)
+    """`layers_of` from the run's rows; with `own_words` (`worker.withholding.own_words_only`),
+    without its turns and summary."""
+    history = [] if own_words else turns(session, run.id or 0)
+    summary = None if own_words else latest_summary(session, run.id or 0)
     return layers_of(run, prompt, recalled, read, history, summary, procedures=procedures)
 
 
@@ -168,15 +171,6 @@ class RunRead:
         return cls(by_user, by_reviewers, current_steps(session, run) if steps is None else steps)
 
 
-def without_pinned(recalled: Recalled, pinned: dict[str, str]) -> Recalled:
-    """`recalled` less the user's facts about what this run pins: the pinned value is the user's
-    word for this run, and an older remembered value must not sit beside it in the prompt."""
-    facts = [
-        f for f in recalled.facts if not (f.item.subject == "user" and f.item.attribute in pinned)
-    ]
-    return Recalled(facts=facts, episodes=recalled.episodes)
-
-
 def budget(prompt: Prompt, factor: float = 1.0) -> int:
     """The prompt budget of this call, in tokens: `prompt.budget_tokens` when a refusal set it
     (`worker.refits`: measured against the server's own count), else the window less the
@@ -209,36 +203,6 @@ def schema_tokens(prompt: Prompt) -> int:
     return count_tool_schema_tokens([*schemas, *prompt.tools]) if schemas or prompt.tools else 0
 
 
-def recall_or_withhold(
-    session: Session, run: Run, prompt: Prompt, pinned: dict[str, str]
-) -> Recalled:
-    """What the user's memory offers this call: nothing for a call that asks for nothing
-    (`prompt.query` None); nothing, recorded as a `memory.withheld` event, once a reviewer's
-    words are in the run (`models.authorship.reviewer_words`: they are in this call's context,
-    and a call holding them beside the user's memory acts with the reviewer's rights, who may not
-    read it); else the recalled facts and episodes, less those about what the run pins
-    (`pinned`, key -> value)."""
-    if not prompt.query:
-        return Recalled()
-    words = reviewer_words(session, run.id or 0)
-    if words is not None:
-        events.record_event(
-            session,
-            run.id or 0,
-            "memory.withheld",
-            purpose=prompt.purpose,
-            escalation=words.id,
-            decision=words.decision,
-            reviewer=words.decided_by,
-            reason="a reviewer's words are in this run's context; the user's memory is not "
-            "recalled beside them",
-        )
-        return Recalled()
-    vector = list(prompt.query_vector) if prompt.query_vector is not None else None
-    recalled = recall_for(session, user_id=run.user_id, query=prompt.query, vector=vector)
-    return without_pinned(recalled, pinned)
-
-
 def recalls_remotely(prompt: Prompt) -> bool:
     """Whether assembling `prompt`'s context would call a remote embedder: then it must not be
     assembled inside a transaction (DESIGN.md, invariant 11) until `with_query_vector`."""
@@ -263,12 +227,18 @@ def build(
     payload (with what memory recalled, and the procedures the context carried: `procedures`,
     `worker.procedure_context.entries`). Raises `ContextOverflow`."""
     read = RunRead.of(session, run, steps)
-    recalled = recall_or_withhold(session, run, prompt, read.facts)
+    own_words = withholding.own_words_only(session, run, prompt)
+    if own_words:
+        read = RunRead(read.by_user, {}, [])
     found = procedure_context.recalled(session, run, prompt, read.steps)
+    theirs = procedure_context.reviewers_procedure(found)
+    if theirs is not None:  # the user's own procedures are the user's memory
+        found = [f for f in found if f.item.scope != "user"]
+    recalled = withholding.recall_or_withhold(session, run, prompt, read.facts, words=theirs)
     pieces = [_piece("user", procedure_context.text_of(f, prompt), f.item.id) for f in found]
     s = get_settings()
     context = assemble(
-        _layers(session, run, prompt, recalled, read, pieces),
+        _layers(session, run, prompt, recalled, read, pieces, own_words=own_words),
         budget=budget(prompt, calibration(session)),
         recall_share=s.recall_share,
         procedure_share=s.context_procedure_share,

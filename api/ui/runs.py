@@ -10,8 +10,9 @@ its newest events (older ones page back with `?events_before=`) and large result
 `/runs/{id}/steps/{step_id}/result` shows one step's whole result, visible as the run is.
 A run page lists the procedures its plans used (`procedures.recalled` events; the titles of the
 user's own hidden from readers of no memory of theirs), and a run that succeeded after a
-reviewer's edit offers to save its final plan as a procedure (`POST .../save-procedure`, as
-`agentq procedure save --from-run` does).
+reviewer's edit offers whoever may read its user's memory (its submitter, an admin) to save its
+final plan as the user's procedure (`POST .../save-procedure`, as `agentq procedure save
+--from-run` does).
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "poll_version": version,
             "may_cancel": may_cancel(principal, run),
             "procedures_used": used_by_run(session, run_id, memory_readable=readable),
-            "offer_procedure": procedure_admin.offers_procedure(session, run),
+            # saved as the user's own: offered to who may read (and delete) the user's memory
+            "offer_procedure": readable and procedure_admin.offers_procedure(session, run),
         }
     live, base = run.status not in RUN_TERMINAL, f"{base_path(request)}/runs/{run_id}"
     return render(
@@ -228,7 +230,8 @@ def cancel_page(request: Request, run_id: RunId) -> Response:
 @router.post("/runs/{run_id}/save-procedure")
 def save_procedure(request: Request, run_id: RunId) -> Response:
     """Save the succeeded run's final plan as a procedure (`models.procedure_admin.
-    save_from_run`): the run's user's own, whoever saves it."""
+    save_from_run`): the run's user's own; refused to a reviewer (flashed), who may not write
+    that user's memory."""
     principal = current_principal(request)
     with session_scope() as session:
         visible_run(session, run_id, principal)

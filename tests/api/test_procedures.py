@@ -57,7 +57,7 @@ def test_users_own_procedures_are_theirs_and_shared_ones_need_a_reviewer(
     shared = added("reviewer", scope="everyone", plan_template=TEMPLATE)
     stored = shared["plan_template"]["steps"]  # normalised: defaults such as `args: {}` left out
     assert [(s["name"], s.get("after")) for s in stored] == [("first", None), ("second", ["first"])]
-    assert shared["created_by"] == "token:rita"
+    assert (shared["created_by"], shared["written_as"]) == ("token:rita", "reviewer")
     assert bob.get(f"/api/v1/procedures/{shared['id']}").status_code == 200  # everyone reads it
     assert bob.delete(f"/api/v1/procedures/{shared['id']}").status_code == 403
     tool = {**body, "scope": "tool", "tool": "no_such_tool"}
@@ -100,15 +100,21 @@ def test_a_run_edited_to_success_offers_its_plan_and_saves_it(
     plan = {"plan": {"steps": [noop("instead")]}, "comment": "simpler"}
     assert client("reviewer").post(f"/api/v1/reviews/{esc_id}/edit", json=plan).status_code == 200
     assert wait_for_run(run_id, ("succeeded", "failed")).status == "succeeded"
-    with signed_in(make_token("reviewer")) as console:
+    with signed_in(make_token("admin")) as console:
         page = console.get(f"/ui/runs/{run_id}").text
         assert 'id="offer-procedure"' in page and f"--from-run {run_id}" in page
-    saved = client("reviewer").post(saving, json={"title": "Do it simpler"})
+    with signed_in(make_token("reviewer")) as console:  # it would be the user's memory
+        assert 'id="offer-procedure"' not in console.get(f"/ui/runs/{run_id}").text
+    refused = client("reviewer").post(saving, json={"title": "Do it simpler"})
+    assert refused.status_code == 403, refused.text
+    assert "scope: a reviewer does not save run" in refused.text
+    saved = client("admin").post(saving, json={"title": "Do it simpler"})
     assert saved.status_code == 201, saved.text
     procedure = saved.json()
     try:
         # the run's user's own (its values are theirs): everyone's only when asked for
         assert (procedure["scope"], procedure["source_run_id"]) == ("user", run_id)
+        assert procedure["written_as"] == "admin"
         names = [s["name"] for s in procedure["plan_template"]["steps"]]
         assert names == ["a", "instead"]  # the failed step is left out
         assert "after a reviewer's edit" in procedure["body"]

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from api.app import create_app
 from models import api_tokens, procedure_admin
 from models.db import session_scope
-from models.errors import Conflict, InvalidInput, NotFound
+from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.procedure_recall import Used, used_by_run
 from models.procedures import Actor
 from ops.procedure_commands import procedure_app
@@ -150,17 +150,20 @@ def test_the_cli_adds_shows_edits_saves_and_deletes(make_run: MakeRun, tmp_path:
     procedure_admin.remove(OPERATOR, int(saved.output.split()[1]))
 
 
-def test_a_reviewer_saves_a_run_as_its_users_own_and_forget_takes_every_copy(
+def test_a_run_saved_is_its_users_own_a_reviewer_may_not_and_forget_takes_every_copy(
     make_run: MakeRun,
 ) -> None:
-    """A run's plan holds its user's values: saved by a reviewer it stays the user's own
-    unless everyone's is asked for, and forgetting the user deletes both."""
+    """A run's plan holds its user's values: saved it stays the user's own unless everyone's
+    is asked for; a reviewer may not write it into the user's memory, which it can neither read
+    nor delete (issue 27); forgetting the user deletes every copy."""
     from models import memory_admin as memory
 
     user = _user("ed")
     done = wait_for_run(make_run(STEPS, user=user, goal="Tally the Nice receipts"))
     rita = Actor("rita", "reviewer")
-    own = procedure_admin.save_from_run(rita, done.id or 0)
+    with pytest.raises(NotAllowed, match="scope: a reviewer does not save run"):
+        procedure_admin.save_from_run(rita, done.id or 0)
+    own = procedure_admin.save_from_run(OPERATOR, done.id or 0)
     shared = procedure_admin.save_from_run(rita, done.id or 0, scope="everyone")
     assert (own.scope, own.user_id) == ("user", user)
     assert shared.scope == "everyone"

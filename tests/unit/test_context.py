@@ -106,7 +106,7 @@ def test_recalled_facts_about_pinned_keys_are_left_out() -> None:
     from types import SimpleNamespace
 
     from models.memory_admin import Recalled
-    from worker.working_memory import without_pinned
+    from worker.withholding import without_pinned
 
     def fact(subject: str, attribute: str | None) -> object:
         return SimpleNamespace(item=SimpleNamespace(subject=subject, attribute=attribute))

@@ -203,6 +203,7 @@ def procedure(**fields: object) -> Procedure:
         "body": "Total them in EUR.",
         "plan_template": TEMPLATE,
         "version": 2,
+        "written_as": "submitter",
     }
     return Procedure(**{**base, **fields})
 
@@ -226,6 +227,7 @@ def test_a_plan_call_sees_the_template_as_a_worked_example_a_step_does_not() -> 
         "title": "Tally receipts",
         "scope": "user",
         "plan_template": TEMPLATE,
+        "written_as": "submitter",
     }
     assert entries([found], []) == []  # what the budget left out is not listed
 
