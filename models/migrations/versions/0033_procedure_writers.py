@@ -2,7 +2,7 @@
 written_as` (issue 27, item 1).
 
 Revision ID: 0033
-Revises: 0028
+Revises: 0032
 
 `written_by` names the writer (`cli:<name>`, `token:<name>`); `written_as` is the role it wrote
 with (`submitter`, `reviewer`, `admin`), so a plan that adopts a template knows whose rights its
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0033"
-down_revision = "0028"
+down_revision = "0032"
 branch_labels = None
 depends_on = None
 
