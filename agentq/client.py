@@ -27,17 +27,17 @@ from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
 import httpx
-from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
+from httpx_sse import aconnect_sse, connect_sse
 
 from agentq import routes
-from agentq.routes import API_PREFIX, FINAL_STATUSES, ApiError, ReviewStatus, StreamItem
+from agentq.routes import API_PREFIX, ApiError, ReviewStatus, StreamItem
+from agentq.stream_state import STREAM_READ_TIMEOUT_S, TIMEOUT_S, StreamState, settled
 from api.responses import (
     DecisionOut,
     PrincipalOut,
     ReviewOut,
     RunDetail,
     RunOut,
-    RunStatusOut,
     StreamEventOut,
     SubmittedOut,
 )
@@ -45,61 +45,12 @@ from api.schemas import Approve, Edit, Reject, Respond
 
 __all__ = ["ApiError", "AsyncClient", "Client", "StreamItem"]
 T = TypeVar("T")
-TIMEOUT_S: Final = 30.0  # one request, connect to answer
-STREAM_READ_TIMEOUT_S: Final = 60.0  # silence on a stream: 4 missed keep-alives (every 15 s)
-STREAM_RETRIES: Final = 3  # reconnects in a row before a dropped stream's error is raised
 STATUS_ONLY: Final = 2**31 - 1  # `wait` resumes after the highest id: only status messages
 
 
 def _base(url: str) -> str:
     url = url.rstrip("/")
     return url.removesuffix(API_PREFIX)
-
-
-def _settled(item: StreamItem, or_review: bool) -> bool:
-    if not isinstance(item, RunStatusOut):
-        return False
-    return item.status in FINAL_STATUSES or (or_review and item.status == "waiting_review")
-
-
-class _Stream:
-    """Where a stream stands across reconnects: the last event id and the failures in a row."""
-
-    def __init__(self, after: int | None, deadline: float | None) -> None:
-        self.last_id = None if after is None else str(after)
-        self.deadline, self.failures = deadline, 0
-
-    def timeout(self, read_s: float) -> httpx.Timeout:
-        """The connection's timeout: reads wait at most until the deadline."""
-        if self.deadline is not None:
-            read_s = max(0.0, min(read_s, self.deadline - time.monotonic()))
-        return httpx.Timeout(TIMEOUT_S, read=read_s)
-
-    def seen(self, sse: ServerSentEvent) -> StreamItem | None:
-        self.failures = 0
-        self.last_id = sse.id or self.last_id
-        return routes.stream_item(sse.event, sse.data)
-
-    def failed(self, exc: httpx.TransportError) -> float:
-        """Seconds to wait before reconnecting; raises `TimeoutError` past the deadline, and
-        `exc` after `STREAM_RETRIES` failures in a row."""
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise TimeoutError("the stream's deadline passed") from exc
-        self.failures += 1
-        if self.failures > STREAM_RETRIES:
-            raise exc
-        return 0.2 * (1 << self.failures)
-
-    def ended(self, last: str) -> float | None:
-        """After the server closed the stream, its last message's event being `last`: None when
-        the stream is over (`end`), else seconds to wait before resuming: 0 after `reconnect`
-        (its lifetime ended), a back-off after a close with neither (its token was revoked or
-        its run purged, which the next request says with an `ApiError`; or a restart)."""
-        if last == "end":
-            return None
-        if last == "reconnect":
-            return 0.0
-        return self.failed(httpx.RemoteProtocolError("the server closed the stream"))
 
 
 class Client:
@@ -188,7 +139,7 @@ class Client:
         review) and return the run; `TimeoutError` after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         for item in self._stream(f"/runs/{run_id}/events/stream", STATUS_ONLY, deadline):
-            if _settled(item, or_review):
+            if settled(item, or_review):
                 break
         return self.get(run_id)
 
@@ -204,7 +155,7 @@ class Client:
                 yield item
 
     def _stream(self, path: str, after: int | None, deadline: float | None) -> Iterator[Any]:
-        state = _Stream(after, deadline)
+        state = StreamState(after, deadline)
         while True:
             last = ""  # the event of the last message before the server closed the stream
             try:
@@ -345,7 +296,7 @@ class AsyncClient:
         """As `Client.wait`."""
         deadline = time.monotonic() + timeout_s
         async for item in self._stream(f"/runs/{run_id}/events/stream", STATUS_ONLY, deadline):
-            if _settled(item, or_review):
+            if settled(item, or_review):
                 break
         return await self.get(run_id)
 
@@ -362,7 +313,7 @@ class AsyncClient:
     async def _stream(
         self, path: str, after: int | None, deadline: float | None
     ) -> AsyncIterator[Any]:
-        state = _Stream(after, deadline)
+        state = StreamState(after, deadline)
         while True:
             last = ""  # the event of the last message before the server closed the stream
             try:

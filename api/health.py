@@ -14,16 +14,24 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Final
+from typing import Final, Literal
 
 import sqlalchemy as sa
 import structlog
 from fastapi import APIRouter, Response, status
 from kombu.connection import Connection
+from pydantic import BaseModel
 
-from api.responses import HealthOut
 from models.db import get_engine
 from models.queue import broker_url
+
+
+class HealthOut(BaseModel):
+    """`ok`, or what is not reachable."""
+
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = {}
+
 
 router = APIRouter(tags=["health"])
 log = structlog.get_logger("agentq.api")

@@ -391,10 +391,3 @@ class TokenOut(BaseModel):
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
-
-
-class HealthOut(BaseModel):
-    """`ok`, or what is not reachable."""
-
-    status: Literal["ok", "unavailable"]
-    checks: dict[str, str] = {}

@@ -122,7 +122,8 @@ def up(
         int, typer.Option(min=1, max=65535, help="Redis's TCP port, with --listen.")
     ] = DEFAULT_REDIS_PORT,
 ) -> None:
-    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat.
+    """Start the embedded stack in the foreground: Postgres, Redis, worker, scheduler and beat,
+    webhook sender, API.
 
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
@@ -310,6 +311,7 @@ def demo(
 
 app.command()(deployment_commands.worker)
 app.command()(deployment_commands.scheduler)
+app.command()(deployment_commands.sender)
 app.command()(deployment_commands.api)
 
 
