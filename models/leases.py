@@ -23,12 +23,19 @@ from models.tables import Step
 
 # claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
 # row and event; returns the step, its run's user, its run's pinned facts and how many attempts
-# steps of its name have had in the run, this one included.
+# steps of its name have had in the run, this one included. The run's row is locked (key share)
+# before the step's, the order every path takes (a cancel locks the run, then its steps): the
+# event's foreign key used to lock the run after the step, and a cancel between the two met
+# `deadlock detected` (issue 27, item 10).
 CLAIM_STEP: Final = """
-WITH claimed AS (
+WITH run_locked AS (
+    SELECT r.id FROM runs r WHERE r.id = (SELECT run_id FROM steps WHERE id = :step_id)
+    FOR KEY SHARE
+), claimed AS (
     UPDATE steps SET status = 'running', attempt = attempt + 1, started_at = :now,
         lease_expires_at = :lease_until, queued_at = coalesce(queued_at, :now)
     WHERE id = :step_id AND status = :expected AND (queued_at IS NULL OR queued_at <= :now)
+        AND run_id = (SELECT id FROM run_locked)
     RETURNING *
 ), attempt_row AS (
     INSERT INTO step_attempts (step_id, attempt, worker, started_at)
