@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql
+from models import fair_queue, sql
 from models.errors import IllegalTransition, StepNotDue
 from models.tables import Step
 
@@ -52,13 +52,15 @@ SELECT claimed.*, r.user_id AS run_user_id, r.replan_check AS run_replan_check,
 FROM claimed JOIN runs r ON r.id = claimed.run_id"""
 
 # end_attempt: running -> :to (succeeded or failed) for attempt :attempt only, releasing the
-# lease; closes the attempt row and records the event.
-END_ATTEMPT: Final = """
+# lease; closes the attempt row, records the event and charges the attempt's seconds to its
+# run's user (`models.fair_queue`).
+END_ATTEMPT: Final = (
+    """
 WITH done AS (
     UPDATE steps SET status = :to, result = CAST(:result AS jsonb), error = :error,
         finished_at = :now, lease_expires_at = NULL
     WHERE id = :step_id AND status = 'running' AND attempt = :attempt
-    RETURNING id, run_id, attempt
+    RETURNING id, run_id, attempt, started_at
 ), attempt_row AS (
     UPDATE step_attempts a SET outcome = :to, error = :error, finished_at = :now
     FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
@@ -67,6 +69,8 @@ WITH done AS (
     SELECT run_id, id, :now, 'step.' || :to, CAST(:detail AS jsonb) || jsonb_build_object(
         'attempt', attempt) FROM done
 )"""
+    + fair_queue.CHARGE_STEP
+)
 # ... and the step's conversation turn, unless the run's user was forgotten after the run was
 # created (`models.erasures`: the caller holds the user's erasure lock shared, taken in an
 # earlier statement), when `memory.dropped` is recorded instead.

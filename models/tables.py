@@ -384,3 +384,13 @@ class TokenCalibration(SQLModel, table=True):
     ratio: float
     samples: int
     updated_at: datetime = created_field()
+
+
+class UserService(SQLModel, table=True):
+    """The worker time a user's tasks have had (`models.fair_queue`): fair dispatch serves the
+    waiting user with the least `service_s` first; a user submitting after a pause is lifted to
+    the least value among the active users (migration 0029)."""
+
+    __tablename__ = "user_service"
+    user_id: str = Field(primary_key=True, max_length=200)
+    service_s: float = 0.0
