@@ -142,9 +142,7 @@ def expire_lease(session: Session, step_id: int) -> Step:
     step = session.get(Step, step_id)
     spent = step is not None and failed_attempts(step) >= step.max_attempts
     error = f"lease expired at attempt {step.attempt if step else '?'}"
-    values: dict[str, Any] = (
-        {"error": error, "finished_at": now} if spent else {"error": error}
-    )
+    values: dict[str, Any] = {"error": error, "finished_at": now} if spent else {"error": error}
     step = guarded(
         session,
         Step,
