@@ -85,13 +85,13 @@ CHARGE_STEP: Final = """, charged AS (
 # run active (0 when there are none); a user with a run active keeps what they have.
 LIFT: Final = """
 INSERT INTO user_service (user_id, service_s)
-SELECT :user_id, coalesce(min(u.service_s), 0) FROM user_service u
-WHERE u.user_id <> :user_id AND EXISTS (
+SELECT CAST(:user_id AS varchar), coalesce(min(u.service_s), 0) FROM user_service u
+WHERE u.user_id <> CAST(:user_id AS varchar) AND EXISTS (
     SELECT 1 FROM runs r WHERE r.user_id = u.user_id
         AND r.status NOT IN ('succeeded', 'failed', 'cancelled'))
 ON CONFLICT (user_id) DO UPDATE SET service_s = greatest(user_service.service_s, excluded.service_s)
 WHERE NOT EXISTS (
-    SELECT 1 FROM runs r WHERE r.user_id = :user_id
+    SELECT 1 FROM runs r WHERE r.user_id = CAST(:user_id AS varchar)
         AND r.status NOT IN ('succeeded', 'failed', 'cancelled'))"""
 
 
