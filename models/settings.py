@@ -118,14 +118,8 @@ class Settings(OperationsSettings):
     chain_max_steps: int = Field(
         default=20, ge=1, le=1000, description="Steps one execute-step task runs in a row."
     )
-    # ... and for at most this long (issue 27: a chain of 20 x 60 s steps held its worker 20
-    # minutes): a worker chains only while no other user is owed a turn (`models.fair_queue`),
-    # so this bounds how long a task keeps its worker from the broker, whose next message may be
-    # a lost worker's step or a new user's. A broker hop costs milliseconds, so 10 s loses
-    # nothing measurable.
-    chain_max_s: float = Field(
-        default=10.0, gt=0, le=3600, description="Seconds one execute-step task chains steps."
-    )
+    # ... and for at most this long (issue 27: 20 x 60 s held a worker 20 min; a hop costs ms).
+    chain_max_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds chained, at most.")
     phase_stale_s: float = Field(default=120.0, gt=0, description="Re-send plan/synthesize after.")
     reconcile_interval_s: float = Field(default=10.0, gt=0)
 
