@@ -12,7 +12,8 @@ the run's lock in `models.decisions`).
 Waiting items, each with its due time: a queued step due now (`queued_at`), a running step whose
 lease expired (its original `queued_at`: a step taken back from a lost worker sorts first among
 its user's), and a run in `planning`, `replanning` or `synthesizing` whose phase no live lease
-holds and that is due (`updated_at`). Every kind counts.
+holds and that is due (`updated_at`: when the phase started, or a deferral's due time). Every
+kind counts.
 
 The order is fair queueing by service received (start-time fair queueing, Goyal, Vin & Cheng,
 SIGCOMM 1996; Linux CFS's virtual runtime): each user's `service_s` (`user_service`) grows by the
@@ -51,7 +52,7 @@ WAITING: Final = """
     WHERE r.status IN ('planning', 'replanning', 'synthesizing')
         AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
         AND (r.phase_lease_expires_at IS NULL OR r.phase_lease_expires_at < :now)
-        AND (r.deferrals = 0 OR r.updated_at <= :now)"""
+        AND r.updated_at <= :now"""
 # next_item: the fair-next waiting item (least-served user, then oldest due), and for a run in
 # `replanning` the failed step its replan answers (the newest failed step no version replaced).
 NEXT_ITEM: Final = sql.Replanned(f"""

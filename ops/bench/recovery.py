@@ -72,7 +72,9 @@ def waiting_steps(run_ids: list[int]) -> int:
 def kill_in_backlog(sleep_s: float, runs: int, backlog: list[int]) -> float:
     """Seconds from killing the worker running one of a backlog's steps (fresh, attempt 1) to
     that step committed again; `backlog` (run ids) is topped up to `runs` runs of 5 steps."""
-    settings = get_settings()
+    settings = get_settings().model_copy(  # one user's backlog, over the submit quotas
+        update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
+    )
     if waiting_steps(backlog) < runs:
         backlog += [
             submit("backlog", plan_of("sleep", 5, seconds=sleep_s), settings) for _ in range(runs)
