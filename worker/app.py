@@ -59,6 +59,7 @@ from worker import (
     replan_checks,
     steps,
     synthesis,
+    wakeups,
 )
 from worker.attempts import Claimed, Outcome
 from worker.crashes import escalated_on_crash
@@ -209,10 +210,12 @@ def _start(
         return outages.resume(step_id, held) or (None, None)
     if not wake:
         return steps.claim(step_id), None
-    claimed, phase = steps.claim_woken(step_id)
-    if phase is not None:
-        _run_phase(phase)
-    return claimed, None
+    for _ in range(wakeups.PHASES_PER_WAKEUP):
+        claimed, phase = steps.claim_woken(step_id)
+        if phase is None:
+            return claimed, None
+        _run_phase(phase)  # then pick again: the phase may have released the next item
+    return steps.claim(step_id), None
 
 
 def _run_phase(item: fair_queue.Item) -> None:

@@ -4,9 +4,11 @@ The broker's FIFO order is not the order of work (`models.fair_queue`): the work
 fresh message asks Postgres for the fair-next waiting item of any user and kind, and claims it
 with its own guarded transition (a step: `models.leases.claim`, taken back first if a lost
 worker's lease expired; a phase: run in this task, claimed by its own code, `models.phases`). When
-that item is not the message's own step and that step still waits, the step is sent a wake-up
-of its own after the commit, so every waiting item keeps a message; a message left over later
-finds nothing, or the next item. A redelivered message, one carrying a held attempt
+that item is another step and the message's own step still waits, the own step is sent a
+wake-up of its own after the commit, so every waiting item keeps a message; a message left over
+later finds nothing, or the next item. After a phase the message picks again, at most
+`PHASES_PER_WAKEUP` times, then claims its own step: a phase item whose claim keeps doing
+nothing cannot hold the queue. A redelivered message, one carrying a held attempt
 (`worker.outages`) and a recovery check (`worker.recovery`) are not wake-ups: they name their step.
 """
 
@@ -27,6 +29,7 @@ from models.tables import Step
 from worker.claims import worker_name
 
 log = structlog.get_logger("agentq.worker")
+PHASES_PER_WAKEUP = 3  # phases one message runs before it claims its own step
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,12 @@ def take_next(session: Session, own_step_id: int, *, now: datetime) -> Taken | N
     item = fair_queue.next_item(session, now=now)
     if item is None or item.step_id == own_step_id:
         return None
-    wake: list[Send] = [(TASK_EXECUTE_STEP, (own_step_id,))] if _waits(session, own_step_id) else []
-    if item.step_id is None:
+    if item.step_id is None:  # run here, then this message picks again (`worker.app._start`)
+        if item.status == "replanning" and item.failed_step_id is None:
+            return None  # nothing a replan could answer: the reconciler's to look at
         log.info("wakeup.phase", run_id=item.run_id, phase=item.status, for_step=own_step_id)
-        return Taken(phase=item, sends=wake)
+        return Taken(phase=item)
+    wake: list[Send] = [(TASK_EXECUTE_STEP, (own_step_id,))] if _waits(session, own_step_id) else []
     try:
         claimed, sends = _claim(session, item, now)
     except IllegalTransition:  # another worker took it since the read: claim the own step
