@@ -1,8 +1,11 @@
 """The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
 Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`.
-A step's task advances its own run (`worker.steps.finish`) and may run the next steps and the
-synthesis in-process; a plan or replan tells the coordinator, by name, that the run has moved.
+A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next waiting item of any
+user (`worker.wakeups`, `models.fair_queue`), its own step only when that is next. A step's
+task advances its own run (`worker.steps.finish`) and may run the next steps and the synthesis
+in-process; a plan or replan applies its run's next decision itself (the coordinator's, by
+name, only if that fails).
 `agentq.remember_run` runs on the `memory` queue (`models.queue`): a worker started with
 `-Q memory` alone writes memory only.
 Each pool process loads the embedding model when it starts (`worker.remembering.warm_up`, logged as
