@@ -4,25 +4,27 @@ The `steps` broker queue is FIFO, and a user's released work (up to `AGENTQ_USER
 tasks, `models.dispatch`) waits there in front of everyone who submits later: 1 worker, one user's
 4 runs of 3 x 15 s steps took another user's one-step run from 0.2 s to 179 s (issue 27, item 2).
 So the broker's order is not the order of work. A message is a wake-up: the worker that takes a
-fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is, and sends the message's
-own item a wake-up of its own if it ran another (`worker.steps.claim`). The worker that ends a
-step runs its run's next step itself only when no other user is owed a turn (`OWED`, read with
-the run's lock in `models.decisions`).
+fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is (`worker.wakeups`). The
+worker that ends a step runs its run's next step itself only when no other user is owed a turn
+(`OWED`, read with the run's lock in `models.decisions`).
 
 Waiting items, each with its due time: a queued step due now (`queued_at`), a running step whose
-lease expired (its original `queued_at`: a step taken back from a lost worker sorts first among
-its user's), and a run in `planning`, `replanning` or `synthesizing` whose phase no live lease
-holds and that is due (`updated_at`: when the phase started, or a deferral's due time). Every
-kind counts.
+lease expired (its worker was lost: taken back in the claim), and a run in `planning`,
+`replanning` or `synthesizing` whose phase no live lease holds and that is due (`updated_at`:
+when the phase started, or a deferral's due time). Every kind counts.
 
 The order is fair queueing by service received (start-time fair queueing, Goyal, Vin & Cheng,
 SIGCOMM 1996; Linux CFS's virtual runtime): each user's `service_s` (`user_service`) grows by the
 worker seconds of each task of theirs when it ends (`charge`; a step's in `models.leases.
-END_ATTEMPT`), and the waiting user with the least goes first, oldest due item first within the
-user. A user who submits with no run active is lifted to the least `service_s` among the users
-still active (`lift`), so idle time banks no credit. Item-level round robin would not do: a run
-is several items (plan, steps, synthesis), and 1 worker would make it wait one busy user's step
-per item; by service, its short items all go before the busy user's next long step.
+END_ATTEMPT`), and the waiting user with the least goes first. Within a user, the oldest run's
+items go first, then the oldest due: a step's due time says little of how long its work has
+waited (a step claimed in-process is due when claimed, and the reconciler's re-send moves it),
+while its run's submit time does; so a step taken back from a lost worker goes before younger
+runs' work however deep the backlog, and a user's runs end in the order they came. A user who
+submits with no run active is lifted to the least `service_s` among the users still active
+(`lift`), so idle time banks no credit. Item-level round robin would not do: a run is several
+items (plan, steps, synthesis), and 1 worker would make it wait one busy user's step per item;
+by service, its short items all go before the busy user's next long step.
 """
 
 from __future__ import annotations
@@ -40,20 +42,22 @@ from models import sql
 # running only while released under its user's cap, so few), runs by the partial index of runs
 # not ended (`ix_runs_user_active`: the status list repeats its predicate so the planner sees it).
 WAITING: Final = """
-    SELECT r.user_id, s.queued_at AS due, s.id AS step_id, s.run_id, s.status
+    SELECT r.user_id, r.created_at AS run_at, s.queued_at AS due, s.id AS step_id, s.run_id,
+        s.status
     FROM steps s JOIN runs r ON r.id = s.run_id
     WHERE s.status = 'queued' AND s.queued_at <= :now
     UNION ALL
-    SELECT r.user_id, coalesce(s.queued_at, s.started_at), s.id, s.run_id, s.status
+    SELECT r.user_id, r.created_at, s.queued_at, s.id, s.run_id, s.status
     FROM steps s JOIN runs r ON r.id = s.run_id
     WHERE s.status = 'running' AND s.lease_expires_at < :now AND r.status = 'running'
     UNION ALL
-    SELECT r.user_id, r.updated_at, NULL, r.id, r.status FROM runs r
+    SELECT r.user_id, r.created_at, r.updated_at, NULL, r.id, r.status FROM runs r
     WHERE r.status IN ('planning', 'replanning', 'synthesizing')
         AND r.status NOT IN ('succeeded', 'failed', 'cancelled')
         AND (r.phase_lease_expires_at IS NULL OR r.phase_lease_expires_at < :now)
         AND r.updated_at <= :now"""
-# next_item: the fair-next waiting item (least-served user, then oldest due), and for a run in
+# next_item: the fair-next waiting item (least-served user, then oldest run, then oldest due),
+# and for a run in
 # `replanning` the failed step its replan answers (the newest failed step no version replaced).
 NEXT_ITEM: Final = sql.Replanned(f"""
 SELECT n.*, CASE WHEN n.status = 'replanning' THEN (
@@ -62,7 +66,8 @@ SELECT n.*, CASE WHEN n.status = 'replanning' THEN (
                         WHERE v.run_id = n.run_id AND v.replaces_step_id = s.id)
     ORDER BY s.id DESC LIMIT 1) END AS failed_step_id
 FROM (SELECT w.* FROM ({WAITING}) w LEFT JOIN user_service u ON u.user_id = w.user_id
-      ORDER BY coalesce(u.service_s, 0), w.due, w.run_id, w.step_id NULLS FIRST LIMIT 1) n""")
+      ORDER BY coalesce(u.service_s, 0), w.run_at, w.run_id, w.due, w.step_id NULLS FIRST
+      LIMIT 1) n""")
 # owed: whether another user's waiting item is owed a turn before user :user_id's next step (that
 # user has had no more service than :user_id will have once :used_s is charged), or a step of a
 # lost worker waits to be taken back (it goes before any younger work, whoever's).

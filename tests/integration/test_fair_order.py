@@ -1,5 +1,5 @@
-"""The fair order on real Postgres (`models.fair_queue`): least-served user first, oldest due
-within a user, a lost worker's step before its user's younger work, a returning user lifted.
+"""The fair order on real Postgres (`models.fair_queue`): least-served user first, oldest run
+within a user, a lost worker's step before its user's younger runs, a returning user lifted.
 
 Each test sets its rows up in one transaction, reads the order there and rolls back, so the
 engine's reconciler and workers never see them; other tests' rows share this database, so the
@@ -61,7 +61,7 @@ def _done(session: Session, step_id: int) -> None:
     session.flush()
 
 
-def test_the_least_served_user_goes_first_then_the_oldest_due(
+def test_the_least_served_user_goes_first_then_the_oldest_run(
     make_run: Callable[..., int],
 ) -> None:
     busy, light = _user("busy"), _user("light")
@@ -69,8 +69,8 @@ def test_the_least_served_user_goes_first_then_the_oldest_due(
         _served(session, busy, FLOOR_S + 15)
         _served(session, light, FLOOR_S)
         old_busy = _waiting_step(session, make_run, busy, due_ago_s=60)  # older, but served more
-        light_new = _waiting_step(session, make_run, light, due_ago_s=1)
-        light_old = _waiting_step(session, make_run, light, due_ago_s=2)
+        light_old = _waiting_step(session, make_run, light, due_ago_s=1)  # the older run
+        light_new = _waiting_step(session, make_run, light, due_ago_s=2)  # due earlier, run newer
         order = []
         for _ in range(3):
             item = _next(session)
@@ -81,7 +81,7 @@ def test_the_least_served_user_goes_first_then_the_oldest_due(
     assert order == [light_old, light_new, old_busy]
 
 
-def test_two_equally_served_users_take_turns_by_due_time(make_run: Callable[..., int]) -> None:
+def test_two_equally_served_users_take_turns(make_run: Callable[..., int]) -> None:
     a, b = _user("a"), _user("b")
     with session_scope() as session:
         _served(session, a, FLOOR_S)
@@ -98,14 +98,14 @@ def test_two_equally_served_users_take_turns_by_due_time(make_run: Callable[...,
     assert second is not None and second.step_id == b_step and a_next != b_step
 
 
-def test_a_lost_workers_step_goes_before_its_users_younger_work(
+def test_a_lost_workers_step_goes_before_its_users_younger_runs(
     make_run: Callable[..., int],
 ) -> None:
     user = _user("lost")
     with session_scope() as session:
         _served(session, user, FLOOR_S)
-        _waiting_step(session, make_run, user, due_ago_s=5)
-        lost = _waiting_step(session, make_run, user, due_ago_s=30)
+        lost = _waiting_step(session, make_run, user, due_ago_s=1)  # claimed in-process: due late
+        _waiting_step(session, make_run, user, due_ago_s=30)  # a younger run's, due earlier
         step = session.get(Step, lost)
         assert step is not None  # running under a lease that ran out: its worker died
         step.status, step.attempt = "running", 1
