@@ -20,7 +20,15 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import dispatch, leases, plan_checks, run_transitions, sql, step_transitions
+from models import (
+    dispatch,
+    fair_queue,
+    leases,
+    plan_checks,
+    run_transitions,
+    sql,
+    step_transitions,
+)
 from models.coordinator import Decision, RunView, StepView, decide
 from models.dispatch import Send
 from models.errors import BudgetExhausted
@@ -40,10 +48,10 @@ FOR UPDATE OF r"""
 # run_graph: the current version's steps, in order, and what each waits for; the name and
 # status of every step of the run; the failed steps a version answered; the steps of the current
 # version after which the should-replan check answered `replan` (read only for a run that
-# checks: `models.plan_checks`); whether a step of another user is due in the broker (queued,
-# not deferred to later), waiting for a worker. A statement of
-# its own, after the lock, so that it sees what committed while the lock was awaited.
-RUN_GRAPH: Final = """
+# checks: `models.plan_checks`); whether another user's waiting item is owed a turn first
+# (`models.fair_queue.OWED`). A statement of its own, after the lock, so that it sees what
+# committed while the lock was awaited.
+RUN_GRAPH: Final = f"""
 SELECT
     (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v
      WHERE v.run_id = :run_id AND v.version = :plan_version) AS version,
@@ -54,17 +62,15 @@ SELECT
     (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c
      WHERE :checking AND c.run_id = :run_id AND c.plan_version = :plan_version
         AND c.verdict = 'replan') AS doubted,
-    EXISTS (SELECT 1 FROM steps s JOIN runs o ON o.id = s.run_id
-            WHERE s.status = 'queued' AND s.queued_at <= :now AND o.user_id <> :user_id)
-        AS others_waiting"""
+    {fair_queue.OWED} AS others_waiting"""
 
 
 @dataclass
 class Locked:
     """A run locked for this transaction: its row's values and its current plan graph.
-    `others_waiting`: another user's step waits in the broker for a worker, so a worker that
-    ends a step of this run hands the next one to the queue rather than run it itself (it would
-    hold the worker for one more step: fair dispatch, `models.dispatch`)."""
+    `others_waiting`: another user's waiting item (of any kind) is owed a turn first, or a lost
+    worker's step waits to be taken back (`models.fair_queue.OWED`), so a worker that ends a
+    step of this run hands the next one to the fair queue rather than run it itself."""
 
     run_id: int
     status: str
@@ -109,8 +115,12 @@ class Locked:
         return {s.id: s.after for s in self.steps}
 
 
-def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Locked | None:
-    """Lock run `run_id` and read its graph (two statements); None when there is no such run."""
+def lock(
+    session: Session, run_id: int, *, erasure_key: str | None = None, used_s: float = 0.0
+) -> Locked | None:
+    """Lock run `run_id` and read its graph (two statements); None when there is no such run.
+    `used_s`: the seconds the step being ended has had, which its user is about to be charged
+    (`others_waiting` compares the users' service with it counted)."""
     row = sql.one(session, LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key})
     if row is None:
         return None
@@ -130,7 +140,7 @@ def lock(session: Session, run_id: int, *, erasure_key: str | None = None) -> Lo
         "user_id": row.user_id,
         "checking": row.replan_check != "off",
     }
-    graph = sql.one(session, RUN_GRAPH, {**params, "now": utcnow()})
+    graph = sql.one(session, RUN_GRAPH, {**params, "now": utcnow(), "used_s": used_s})
     if graph.version is not None:
         step_ids, after = graph.version
         known = {s[0]: (s[1], s[2]) for s in graph.steps}

@@ -17,18 +17,25 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql, storage
+from models import fair_queue, sql, storage
 from models.errors import IllegalTransition, StepNotDue
 from models.tables import Step
 
 # claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
 # row and event; returns the step, its run's user, its run's pinned facts and how many attempts
 # steps of its name have had in the run, this one included, and its run's wall-time deadline.
+# The run's row is locked (key share) before the step's, the order every path takes (a cancel
+# locks the run, then its steps): the event's foreign key used to lock the run after the step,
+# and a cancel between the two met `deadlock detected` (issue 27, item 10).
 CLAIM_STEP: Final = """
-WITH claimed AS (
+WITH run_locked AS (
+    SELECT r.id FROM runs r WHERE r.id = (SELECT run_id FROM steps WHERE id = :step_id)
+    FOR KEY SHARE
+), claimed AS (
     UPDATE steps SET status = 'running', attempt = attempt + 1, started_at = :now,
         lease_expires_at = :lease_until, queued_at = coalesce(queued_at, :now)
     WHERE id = :step_id AND status = :expected AND (queued_at IS NULL OR queued_at <= :now)
+        AND run_id = (SELECT id FROM run_locked)
     RETURNING *
 ), attempt_row AS (
     INSERT INTO step_attempts (step_id, attempt, worker, started_at)
@@ -52,7 +59,7 @@ def _ending(guard: str) -> str:
     UPDATE steps SET status = :to, result = CAST(:result AS jsonb), error = :error,
         finished_at = :now, lease_expires_at = NULL
     WHERE id = :step_id AND status = 'running' AND attempt = :attempt{guard}
-    RETURNING id, run_id, attempt
+    RETURNING id, run_id, attempt, started_at
 ), attempt_row AS (
     UPDATE step_attempts a SET outcome = :to, error = :error, finished_at = :now
     FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
@@ -64,8 +71,9 @@ def _ending(guard: str) -> str:
 
 
 # end_attempt: running -> :to (succeeded or failed) for attempt :attempt only, releasing the
-# lease; closes the attempt row and records the event.
-END_ATTEMPT: Final = "\nWITH " + _ending("")
+# lease; closes the attempt row, records the event and charges the attempt's seconds to its
+# run's user (`models.fair_queue`).
+END_ATTEMPT: Final = "\nWITH " + _ending("") + fair_queue.CHARGE_STEP
 # end_attempt_charged: the same for a result of :bytes, stored only with its charge to the run's
 # step-data budget and its user's total (`models.storage.charging`).
 END_ATTEMPT_CHARGED: Final = (
@@ -74,6 +82,7 @@ END_ATTEMPT_CHARGED: Final = (
     )
     + ", "
     + _ending(" AND EXISTS (SELECT 1 FROM run_charged)")
+    + fair_queue.CHARGE_STEP
 )
 # ... and the step's conversation turn, unless the run's user was forgotten after the run was
 # created (`models.erasures`: the caller holds the user's erasure lock shared, taken in an

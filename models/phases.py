@@ -29,7 +29,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import sql
-from models.tables import Run
+from models.tables import Run, utcnow
 
 # claim_phase: the next phase attempt, with a lease, for a run in one of :statuses whose phase no
 # other attempt holds (never claimed, released, or its lease expired) and, when deferred, is due;
@@ -44,12 +44,19 @@ RETURNING *"""
 # phase_state: why a claim was refused.
 PHASE_STATE: Final = """
 SELECT status, deferrals, updated_at, phase_lease_expires_at FROM runs WHERE id = :run_id"""
-# end_phase: release the phase if attempt :attempt still holds it; the row stays locked until the
-# transaction ends, so what the attempt writes next is written by the phase's holder.
+# end_phase: release the phase if attempt :attempt still holds it, charging :used_s worker
+# seconds to the run's user (`models.fair_queue`); the row stays locked until the transaction
+# ends, so what the attempt writes next is written by the phase's holder.
 END_PHASE: Final = """
-UPDATE runs SET phase_lease_expires_at = NULL
-WHERE id = :run_id AND phase_attempt = :attempt AND status = ANY(:statuses)
-RETURNING id"""
+WITH ended AS (
+    UPDATE runs SET phase_lease_expires_at = NULL
+    WHERE id = :run_id AND phase_attempt = :attempt AND status = ANY(:statuses)
+    RETURNING id, user_id
+), charged AS (
+    INSERT INTO user_service (user_id, service_s) SELECT user_id, :used_s FROM ended
+    ON CONFLICT (user_id) DO UPDATE SET service_s = user_service.service_s + excluded.service_s
+)
+SELECT id FROM ended"""
 # renew_phase: a heartbeat of attempt :attempt while it holds the phase (not released, not
 # taken over by a later attempt, and the run has not left the phase, which releases it too).
 RENEW_PHASE: Final = """
@@ -69,10 +76,16 @@ RETURNING id"""
 
 @dataclass(frozen=True)
 class Claimed:
-    """A phase held by this attempt: the run as the claim left it, and the attempt number."""
+    """A phase held by this attempt: the run as the claim left it, the attempt number, and when
+    it was claimed (`at`: `held_s` charges the phase's time to its user)."""
 
     run: Run
     attempt: int
+    at: datetime | None = None
+
+    def held_s(self) -> float:
+        """Seconds since the claim (0 when unknown): the worker time the phase has had."""
+        return 0.0 if self.at is None else max(0.0, (utcnow() - self.at).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -105,7 +118,7 @@ def claim(
     }
     row = sql.one(session, CLAIM_PHASE, params)
     if row is not None:
-        return Claimed(sql.loaded(session, Run, row._asdict()), int(row.phase_attempt))
+        return Claimed(sql.loaded(session, Run, row._asdict()), int(row.phase_attempt), now)
     state = sql.one(session, PHASE_STATE, {"run_id": run_id})
     if state is None:
         return Refused(None)
@@ -115,10 +128,23 @@ def claim(
     return Refused(state.status)
 
 
-def end(session: Session, run_id: int, attempt: int, *, statuses: tuple[str, ...]) -> bool:
-    """Release the phase that `attempt` holds, keeping the run row locked for the caller's writes;
-    False when another attempt took the phase over or the run left `statuses` (write nothing)."""
-    params = {"run_id": run_id, "attempt": attempt, "statuses": list(statuses)}
+def end(
+    session: Session,
+    run_id: int,
+    attempt: int,
+    *,
+    statuses: tuple[str, ...],
+    used_s: float = 0.0,
+) -> bool:
+    """Release the phase that `attempt` holds, keeping the run row locked for the caller's writes,
+    and charge its `used_s` worker seconds (`Claimed.held_s`) to the run's user; False when
+    another attempt took the phase over or the run left `statuses` (write nothing)."""
+    params = {
+        "run_id": run_id,
+        "attempt": attempt,
+        "statuses": list(statuses),
+        "used_s": max(0.0, used_s),
+    }
     return sql.one(session, END_PHASE, params) is not None
 
 

@@ -119,6 +119,8 @@ class Settings(OperationsSettings, StepDataSettings):
     chain_max_steps: int = Field(
         default=20, ge=1, le=1000, description="Steps one execute-step task runs in a row."
     )
+    # ... and for at most this long (issue 27: 20 x 60 s held a worker 20 min; a hop costs ms).
+    chain_max_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds chained, at most.")
     phase_stale_s: float = Field(default=120.0, gt=0, description="Re-send plan/synthesize after.")
     reconcile_interval_s: float = Field(default=10.0, gt=0)
 

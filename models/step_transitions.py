@@ -134,15 +134,15 @@ def failed_attempts(step: Step) -> int:
 
 
 def expire_lease(session: Session, step_id: int) -> Step:
-    """running with an expired lease -> queued, or -> failed when its attempts are spent."""
+    """running with an expired lease -> queued, or -> failed when its attempts are spent. A
+    step queued again keeps its `queued_at`, its due time, so it goes before its user's younger
+    work in the fair queue (`models.fair_queue`)."""
     now = utcnow()
     expired = [Step.lease_expires_at < now]  # type: ignore[operator]
     step = session.get(Step, step_id)
     spent = step is not None and failed_attempts(step) >= step.max_attempts
     error = f"lease expired at attempt {step.attempt if step else '?'}"
-    values: dict[str, Any] = (
-        {"error": error, "finished_at": now} if spent else {"queued_at": now, "error": error}
-    )
+    values: dict[str, Any] = {"error": error, "finished_at": now} if spent else {"error": error}
     step = guarded(
         session,
         Step,

@@ -15,13 +15,15 @@ dispatch, `models.dispatch`):
   free slot; otherwise it stays `queued` until a later dispatch of the user starts it.
 Either way the user's older held work goes first, as it would at the coordinator.
 
-Locks are taken in the order of every other transaction that dispatches: the user's submit lock
-(`models.quotas`, when quotas are on), the run's row (a new row nobody else sees yet), then the
-user's dispatch lock; dispatch takes other rows `SKIP LOCKED`. The messages are sent after the
-commit. One the broker does not take is recovered by the reconciler (`scheduler.tasks.reconcile`):
-a step queued for longer than `AGENTQ_QUEUED_STALE_S` is sent again, a run planning or queued
-with no news for `AGENTQ_PHASE_STALE_S` gets its task again, a user whose steps stayed ready is
-dispatched. The CLI, the HTTP API, the demo and the benchmarks all submit here.
+Locks are taken in the order of every other transaction that dispatches: the user's service row
+(`models.fair_queue.lift`: a user with no run active is lifted to the least service of the
+active users), the user's submit lock (`models.quotas`, when quotas are on), the run's row (a
+new row nobody else sees yet), then the user's dispatch lock; dispatch takes other rows `SKIP
+LOCKED`. The messages are sent after the commit. One the broker does not take is recovered by
+the reconciler (`scheduler.tasks.reconcile`): a step queued for longer than
+`AGENTQ_QUEUED_STALE_S` is sent again, a run planning or queued with no news for
+`AGENTQ_PHASE_STALE_S` gets its task again, a user whose steps stayed ready is dispatched. The
+CLI, the HTTP API, the demo and the benchmarks all submit here.
 
 Here too the goal is read for the values it states exactly (`models.goal_values`: amounts,
 currencies, ISO dates, identifiers such as `CC-4410`), which the run pins when the submitter
@@ -38,7 +40,7 @@ from typing import Any, Generic, TypeVar, overload
 import structlog
 from sqlmodel import Session
 
-from models import decisions, idempotency, queue, stack_limits, tracing
+from models import decisions, fair_queue, idempotency, queue, stack_limits, tracing
 from models.db import session_scope
 from models.dispatch import Send
 from models.errors import AgentqError
@@ -117,6 +119,7 @@ def insert_and_decide(
     `InvalidPlan`, `UserQuotaExceeded`), and then nothing is written."""
     goal_pins = request.goal_pins()
     settings = stack_limits.effective(session, settings)
+    fair_queue.lift(session, request.user_id)  # a user back from a pause banks no credit
     run = submit_run(
         session,
         settings=settings,

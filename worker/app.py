@@ -1,8 +1,11 @@
 """The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
 Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`.
-A step's task advances its own run (`worker.steps.finish`) and may run the next steps and the
-synthesis in-process; a plan or replan tells the coordinator, by name, that the run has moved.
+A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next waiting item of any
+user (`worker.wakeups`, `models.fair_queue`), its own step only when that is next. A step's
+task advances its own run (`worker.steps.finish`) and may run the next steps and the synthesis
+in-process; a plan or replan applies its run's next decision itself (the coordinator's, by
+name, only if that fails).
 `agentq.remember_run` runs on the `memory` queue (`models.queue`): a worker started with
 `-Q memory` alone writes memory only.
 Each pool process loads the embedding model when it starts (`worker.remembering.warm_up`, logged as
@@ -31,9 +34,9 @@ import structlog
 from celery import Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_process_shutdown
 
-from models import metrics_export, queue, stack_limits, tracing
-from models.db import dispose_engines
-from models.errors import DatabaseUnavailable, PhaseNotDue, RateLimited
+from models import decisions, fair_queue, metrics_export, queue, stack_limits, tracing
+from models.db import dispose_engines, session_scope
+from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.queue import (
@@ -51,6 +54,7 @@ from models.settings import get_settings
 from models.tokens import check_tokenizer
 from models.tools import load_tool_modules
 from worker import (
+    chains,
     deferrals,
     outages,
     planner,
@@ -59,6 +63,7 @@ from worker import (
     replan_checks,
     steps,
     synthesis,
+    wakeups,
 )
 from worker.attempts import Claimed, Outcome
 from worker.crashes import escalated_on_crash
@@ -89,7 +94,7 @@ def plan(run_id: int) -> None:
             queue.send(TASK_PLAN, run_id, countdown=early.due_in_s)
             return
         if moved:
-            queue.send(TASK_COORDINATE, run_id)
+            _advance(run_id)
 
 
 @app.task(name=TASK_REPLAN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
@@ -110,7 +115,23 @@ def replan(run_id: int, step_id: int) -> None:
             queue.send(TASK_REPLAN, run_id, step_id, countdown=early.due_in_s)
             return
         if moved:
-            queue.send(TASK_COORDINATE, run_id)
+            _advance(run_id)
+
+
+def _advance(run_id: int) -> None:
+    """Apply the next decision of run `run_id`, whose plan or replan this task just wrote, here
+    (`models.decisions.advance`, as the coordinator would), so its steps enter the fair queue
+    with no hop through the coordinator's queue (a worker free meanwhile would take another
+    user's step first); any error, and the coordinator is asked instead."""
+    try:
+        with session_scope() as session:
+            advanced = decisions.advance(session, run_id, cap=settings.user_max_running_steps)
+    except AgentqError as exc:
+        log.warning("advance.handed_over", run_id=run_id, error=str(exc))
+        queue.try_send(TASK_COORDINATE, run_id)
+        return
+    for task, args in advanced[1].sends if advanced is not None else []:
+        queue.try_send(task, *args)
 
 
 def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> None:
@@ -138,10 +159,11 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
     """`execute_step`'s work, inside its bound log context."""
     if after_lost and not recovery.take_back(step_id):
         return
-    claimed, outcome = _start(step_id, held)
-    if claimed is None and held is None and (task.request.delivery_info or {}).get("redelivered"):
+    redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+    claimed, outcome = _start(step_id, held, wake=not (after_lost or redelivered))
+    if claimed is None and held is None and redelivered:
         recovery.check_later(step_id)  # its worker was lost mid-step: back when its lease ends
-    chain = steps.Chain.from_settings(settings)
+    chain = chains.Chain.from_settings(settings)
     while claimed is not None:
         step = claimed.step
         bind_work(run_id=step.run_id, step_id=step.id, attempt=step.attempt)
@@ -182,11 +204,33 @@ def _perform(claimed: Claimed) -> Outcome:
         return replan_checks.with_check(claimed, steps.perform(claimed))
 
 
-def _start(step_id: int, held: dict[str, Any] | None) -> tuple[Claimed | None, Outcome | None]:
-    """The claimed step and, for a retry that holds its attempt, the outcome it carries."""
-    if held is None:
+def _start(
+    step_id: int, held: dict[str, Any] | None, *, wake: bool
+) -> tuple[Claimed | None, Outcome | None]:
+    """The claimed step and, for a retry that holds its attempt, the outcome it carries. A
+    fresh message (`wake`) takes the fair-next item instead (`worker.wakeups`): a step, or a
+    run's phase, run here before the task ends."""
+    if held is not None:
+        return outages.resume(step_id, held) or (None, None)
+    if not wake:
         return steps.claim(step_id), None
-    return outages.resume(step_id, held) or (None, None)
+    for _ in range(wakeups.PHASES_PER_WAKEUP):
+        claimed, phase = steps.claim_woken(step_id)
+        if phase is None:
+            return claimed, None
+        _run_phase(phase)  # then pick again: the phase may have released the next item
+    return steps.claim(step_id), None
+
+
+def _run_phase(item: fair_queue.Item) -> None:
+    """Run the plan, replan or synthesis of `item` in this task, as its own task would (its
+    claim takes the phase, or finds another worker holds it and does nothing)."""
+    if item.status == "planning":
+        plan(item.run_id)
+    elif item.status == "replanning" and item.failed_step_id is not None:
+        replan(item.run_id, item.failed_step_id)
+    elif item.status == "synthesizing":
+        synthesize_run(item.run_id)
 
 
 def _synthesize_after_step(run_id: int) -> None:

@@ -94,7 +94,9 @@ def replan(run_id: int, failed_step_id: int) -> bool:
         failed = next((s for s in splice.kept if s.id == failed_step_id), None)
         if failed is None:  # not this run's failed step: a message from before the claim's time
             log.info("replan.skipped", run_id=run_id, step_id=failed_step_id)
-            phases.end(session, run_id, claimed.attempt, statuses=("replanning",))
+            phases.end(
+                session, run_id, claimed.attempt, statuses=("replanning",), used_s=claimed.held_s()
+            )
             return False
         facts = set(pinned_facts(session, run_id))
         unmet = last_unmet(session, run) if failed.status == "succeeded" and not doubt else None
@@ -121,7 +123,9 @@ def _splice(session: Session, run: Run, step_id: int, doubt: str | None) -> Spli
 def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) -> bool:
     """End the planning `claimed` holds with `answer`'s plan, or escalate (one transaction)."""
     with session_scope() as session:
-        if not phases.end(session, run_id, claimed.attempt, statuses=("planning",)):
+        if not phases.end(
+            session, run_id, claimed.attempt, statuses=("planning",), used_s=claimed.held_s()
+        ):
             return False
         locked = transitions.lock_run(session, run_id)
         if locked is None:
@@ -178,7 +182,9 @@ def _write_replan(
     (where `_splice` puts them; the version's reason: `why`), or escalate when there are none
     or they no longer fit the graph (one transaction)."""
     with session_scope() as session:
-        if not phases.end(session, run_id, claimed.attempt, statuses=("replanning",)):
+        if not phases.end(
+            session, run_id, claimed.attempt, statuses=("replanning",), used_s=claimed.held_s()
+        ):
             return False
         locked = transitions.lock_run(session, run_id)
         if locked is None:

@@ -34,7 +34,7 @@ def check_later(step_id: int) -> bool:
     """Send `agentq.execute_step` again, marked `after_lost`, for when the lease of the running
     attempt the lost worker may have held ends: step `step_id`'s, or, when that step has ended,
     each running step of its run (the worker went on to run them in the same task, `worker.
-    steps.Chain`, so the message that came back names the chain's first step). False when
+    chains.Chain`, so the message that came back names the chain's first step). False when
     nothing is running: nothing sent."""
     with session_scope() as session:
         step = session.get(Step, step_id)

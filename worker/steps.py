@@ -21,7 +21,6 @@ its text, which may hold host paths, goes to this worker's log only.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +31,7 @@ from sqlmodel import Session
 from models import (
     decisions,
     escalation_rules,
+    fair_queue,
     leases,
     metrics,
     queue,
@@ -59,11 +59,11 @@ from models.expectations import loaded, unmet
 from models.queue import TASK_EXECUTE_STEP
 from models.references import has_reference, resolve
 from models.runs import upstream_results
-from models.settings import Settings, get_settings
+from models.settings import get_settings
 from models.step_data import check_step_data, json_bytes
 from models.tables import Step, utcnow
 from models.tools import ToolContext, enabled_tool
-from worker import replan_checks, time_limits
+from worker import replan_checks, time_limits, wakeups
 from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
 from worker.step_turns import step_turn
@@ -83,22 +83,44 @@ def claim(step_id: int) -> Claimed | None:
     delivery already has it (`models.leases.claim`), or when the step is not due yet (a retry's
     backoff or a rate limit's retry-after, in `steps.queued_at`): then the message is sent again
     for the time left, so an early redelivery (kombu#337) never runs a step before its time."""
+    return claim_woken(step_id, wake=False)[0]
+
+
+@retry_dropped
+def claim_woken(
+    step_id: int, *, wake: bool = True
+) -> tuple[Claimed | None, fair_queue.Item | None]:
+    """A fresh message's claim (`worker.wakeups`): the fair-next waiting step claimed, or the
+    run phase to run in this task, in one transaction with the read; when the fair-next item is
+    step `step_id` itself (or without `wake`), `claim`'s claim of it."""
     with session_scope() as session:
-        try:
-            claimed = leases.claim(
-                session, step_id, worker=worker_name(), lease_s=get_settings().lease_s, now=utcnow()
-            )
-        except StepNotDue as early:  # delivered before its due time: send it for the time left
-            due_in_s = early.due_in_s
-        except IllegalTransition as exc:
-            log.info("execute_step.skipped", step_id=step_id, reason=str(exc))
-            return None
+        taken = wakeups.take_next(session, step_id, now=utcnow()) if wake else None
+        if taken is not None:
+            other = _with_results(session, taken.step) if taken.step is not None else None
         else:
-            metrics.step_dispatched(session, claimed.step)
-            return _with_results(session, claimed)
+            try:
+                claimed = leases.claim(
+                    session,
+                    step_id,
+                    worker=worker_name(),
+                    lease_s=get_settings().lease_s,
+                    now=utcnow(),
+                )
+            except StepNotDue as early:  # delivered before its due time: sent for the time left
+                due_in_s = early.due_in_s
+            except IllegalTransition as exc:
+                log.info("execute_step.skipped", step_id=step_id, reason=str(exc))
+                return None, None
+            else:
+                metrics.step_dispatched(session, claimed.step)
+                return _with_results(session, claimed), None
+    if taken is not None:
+        for task, args in taken.sends:  # a broker that is down: the reconciler re-sends
+            queue.try_send(task, *args)
+        return other, taken.phase
     log.info("execute_step.early", step_id=step_id, due_in_s=round(due_in_s, 3))
     queue.send(TASK_EXECUTE_STEP, step_id, countdown=due_in_s)
-    return None
+    return None, None
 
 
 def _with_results(
@@ -116,29 +138,6 @@ def _with_results(
         claimed.replan_check,
         claimed.deadline_at,
     )
-
-
-@dataclass
-class Chain:
-    """The steps one `execute_step` task runs in a row: the first, then each next step it claims
-    itself, at most `max_steps` in all and only while more than one step time limit is left
-    before the soft time limit (issue 10), so the timeout ladder holds and one run cannot hold a
-    worker for ever; then the next step goes back to the queue."""
-
-    max_steps: int
-    room_s: float  # soft time limit less one step time limit
-    started: float = field(default_factory=time.monotonic)
-    done: int = 0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Chain:
-        """The bounds of `AGENTQ_CHAIN_MAX_STEPS` and the timeout ladder."""
-        room = settings.soft_time_limit_s - settings.step_time_limit_s
-        return cls(max_steps=settings.chain_max_steps, room_s=room)
-
-    def may_continue(self) -> bool:
-        """Whether the step being finished may be followed by another in this task."""
-        return self.done + 1 < self.max_steps and time.monotonic() - self.started < self.room_s
 
 
 def perform(claimed: Claimed) -> Outcome:
@@ -256,14 +255,15 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     """Record `outcome` for the attempt that holds the step and advance its run, in one
     transaction under the run's lock (`models.decisions`): the coordinator's decision is applied
     here, and with `may_chain` one step that can start now is claimed for this process, unless
-    another user's step waits for a worker (`Locked.others_waiting`). A retry
+    another user is owed a turn first (`Locked.others_waiting`, `models.fair_queue`). A retry
     or a deferral only puts the step back in the queue. A lost lease (another attempt holds the
     step) changes nothing."""
     step, settings = claimed.step, get_settings()
     turn = step_turn(step, outcome, settings)
+    used_s = (utcnow() - step.started_at).total_seconds() if step.started_at else 0.0
     with session_scope() as session:
         erasure_key = lock_key(claimed.user_id) if turn is not None else None
-        locked = decisions.lock(session, step.run_id, erasure_key=erasure_key)
+        locked = decisions.lock(session, step.run_id, erasure_key=erasure_key, used_s=used_s)
         if locked is None:
             return Finished()
         try:
@@ -274,6 +274,8 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         metrics.step_ended(
             session, step.kind, step.tool, outcome.kind, started_at=step.started_at, now=utcnow()
         )
+        if outcome.kind in ("retry", "deferred"):  # a step's end charges it in `_record`
+            fair_queue.charge(session, claimed.user_id, used_s)
         if outcome.kind == "retry":
             return Finished(again_in_s=retry_countdown_s(step.attempt))
         if outcome.kind == "deferred":  # the worker is free now; the step is due after the wait

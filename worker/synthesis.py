@@ -157,7 +157,9 @@ def _finish(
     with session_scope() as session:
         if answered is not None:
             calls.settle(session, *answered)  # the call was made: it is charged
-        if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+        if not phases.end(
+            session, run_id, claimed.attempt, statuses=SYNTHESIZING, used_s=claimed.held_s()
+        ):
             log.info("synthesize.skipped", run_id=run_id, reason="the phase was taken over")
             return []
         if verdict is not None:
@@ -174,7 +176,9 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
     that leaves; nothing when the phase was taken over."""
     with session_scope() as session:
         held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
-        if not held or not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+        if not held or not phases.end(
+            session, run_id, claimed.attempt, statuses=SYNTHESIZING, used_s=claimed.held_s()
+        ):
             return []
         goal_checks.record(session, claimed.run, verdict)
         locked = decisions.lock(session, run_id)
@@ -252,7 +256,9 @@ def _escalate(run_id: int, claimed: phases.Claimed, report: Reported, cap: int) 
     as `models.escalation_rules` decides) in one transaction; returns what the dispatch of its
     user released, nothing when the phase was taken over."""
     with session_scope() as session:
-        if not phases.end(session, run_id, claimed.attempt, statuses=SYNTHESIZING):
+        if not phases.end(
+            session, run_id, claimed.attempt, statuses=SYNTHESIZING, used_s=claimed.held_s()
+        ):
             return []  # another delivery took the phase over: it escalates, or not
         escalation_rules.escalate(session, run_id, report)
         return dispatch.dispatch(session, claimed.run.user_id, cap=cap)

@@ -8,6 +8,7 @@ from sqlmodel import SQLModel
 
 import models.episodes  # the memory tables, for autogenerate
 import models.facts
+import models.fair_queue
 import models.idempotency
 import models.messages
 import models.plan_checks

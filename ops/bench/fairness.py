@@ -1,6 +1,7 @@
 """Fairness between users: user B's one-step run latency, idle and behind user A's backlog.
 
 `python -m ops.bench.fairness [--workers 2] [--samples 12] [--data-dir DIR]`
+`python -m ops.bench.fairness --busy [--step-s 15] [--samples 8]`: issue 27's scenario (below).
 
 Issue 9, finding 3: four runs of one user took another user's one-step run from 0.7 s to 88 s.
 Each engine below (`ops.local.start_engine`: embedded Postgres and Redis, the `steps` worker with
@@ -15,6 +16,11 @@ default (4: the dispatch cap on) and then at 0 (off), in the same invocation:
      off (they are the stack's, so off for B too, whose few submits never meet them): the
      deepest backlog one user could put in the broker (and what a plan graph, issue 10,
      allows within one run).
+
+With `--busy`, issue 27's scenario instead: 1 worker process, A submits 4 runs of 3 x `sleep
+--step-s`, and while any of A's steps waits B submits a one-step run and a run with no plan (the
+worker plans it), waits for both, and again (at most `--samples` pairs); printed: p50 and p99
+of each kind of B's run, idle and behind A. Fair means within about one of A's steps.
 
 B's latency is its run's `finished_at - created_at` (submit to succeeded, synthesis included).
 Reported: p50 and p95 per configuration, their ratio to the same engine's idle figures, and
@@ -224,6 +230,60 @@ def report(figures: list[Figures], workers: int) -> None:
         print("| " + " | ".join((*cells, *ratios, *spent)) + " |")
 
 
+def busy_user(root: Path, step_s: float, samples: int) -> list[Figures]:
+    """Issue 27's scenario on 1 worker process, cap at its default: A submits 4 runs of 3 x
+    `sleep step_s`; while any of A's steps waits, B submits a one-step (`noop`) run and a run
+    with no plan (planned by the worker), waits for both to end, and again, at most `samples`
+    pairs. Figures for B's two kinds of run, idle (before A) and behind A."""
+    env = {"AGENTQ_EMBEDDING_PROVIDER": "hash"}
+    with settings_here(env):
+        stack = start_engine(root, worker_concurrency=1, extra_env=env)
+        get_settings.cache_clear()
+        queue._client.clear()
+        try:
+            return _busy(step_s, samples)
+        finally:
+            stack.stop()
+
+
+def _pair(settings: Settings) -> tuple[int, int]:
+    """B's one-step run and B's run with no plan, submitted together, once both ended."""
+    one = submit(USER_B, plan_of("noop", 1), settings)
+    request = RunRequest(user_id=USER_B, goal="answer one question", plan=None)
+    planned = submissions.submit(request, settings=settings).run_id
+    latencies([one, planned])
+    return one, planned
+
+
+def _busy(step_s: float, samples: int) -> list[Figures]:
+    settings = get_settings()
+    _pair(settings)  # warm-up
+    idle_pairs = [_pair(settings) for _ in range(3)]
+    a_runs = [submit(USER_A, plan_of("sleep", 3, seconds=step_s), settings) for _ in range(4)]
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < samples and a_waiting(a_runs):
+        pairs.append(_pair(settings))
+        print(f"B pair {len(pairs)}: {latencies(list(pairs[-1]))}", flush=True)
+    latencies(a_runs)
+    return [
+        Figures("1 worker", "idle, 1-step run", latencies([p[0] for p in idle_pairs])),
+        Figures("1 worker", "idle, no plan", latencies([p[1] for p in idle_pairs])),
+        Figures("1 worker", f"A 4 x 3 x {step_s:g} s, 1-step", latencies([p[0] for p in pairs])),
+        Figures("1 worker", f"A 4 x 3 x {step_s:g} s, no plan", latencies([p[1] for p in pairs])),
+    ]
+
+
+def report_busy(figures: list[Figures]) -> None:
+    """B's p50 and p99 in the busy-user scenario."""
+    print(f"\n{os.cpu_count()} CPUs, Python {platform.python_version()}, 1 worker process")
+    print("| B's run | n | p50 s | p99 s | max s |\n|---|---|---|---|---|")
+    for f in figures:
+        p50, p99 = f.pct(0.5), f.pct(0.99)
+        print(
+            f"| {f.backlog} | {len(f.latencies)} | {p50:.2f} | {p99:.2f} | {max(f.latencies):.2f} |"
+        )
+
+
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -231,12 +291,23 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=12, help="B runs per configuration")
     parser.add_argument("--interval", type=float, default=0.5, help="s between B's submits")
     parser.add_argument("--data-dir", type=Path, default=None, help="kept; default: temp dirs")
+    parser.add_argument(
+        "--busy", action="store_true", help="issue 27's scenario instead (1 worker, B's p50/p99)"
+    )
+    parser.add_argument("--step-s", type=float, default=15.0, help="A's steps with --busy, s")
     return parser.parse_args()
 
 
 def main() -> None:
     """Both engines, one after the other; print the figures."""
     args = parse_args()
+    if args.busy:
+        root = args.data_dir or Path(tempfile.mkdtemp(prefix="aq-"))
+        root.mkdir(parents=True, exist_ok=True)
+        report_busy(busy_user(root, args.step_s, args.samples))
+        if args.data_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     figures: list[Figures] = []
     for cap in CAPS:
         root = (args.data_dir / cap[1]) if args.data_dir else Path(tempfile.mkdtemp(prefix="aq-"))

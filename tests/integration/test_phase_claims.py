@@ -63,15 +63,22 @@ def slow(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], SlowProvid
 
 
 def _run_in(status: str, make_run: Callable[..., int]) -> int:
-    """A run (not started: nothing is sent for it) moved to `status` as its task would find it."""
+    """A run (not started: nothing is sent for it) moved to `status` as its task would find it.
+    Its phase is due a minute from now (`updated_at`), so no worker woken meanwhile takes it from
+    the fair queue (`models.fair_queue`): only this test's deliveries claim it (a claim checks
+    the due time of a deferred phase only)."""
     if status == "planning":
         run_id = make_run(None, user="phases", start=False)
         with session_scope() as session:
             run_transitions.start_planning(session, run_id)
-        return run_id
-    run_id = make_run(NOOP, user="phases", start=False)
+    else:
+        run_id = make_run(NOOP, user="phases", start=False)
+        with session_scope() as session:
+            run_transitions.start_synthesis(session, run_id)
     with session_scope() as session:
-        run_transitions.start_synthesis(session, run_id)
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.updated_at = utcnow() + timedelta(seconds=60)
     return run_id
 
 

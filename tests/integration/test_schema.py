@@ -15,6 +15,7 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import models.episodes  # the memory tables, as in models/migrations/env.py
+import models.fair_queue
 import models.idempotency
 import models.plan_checks
 import models.procedures

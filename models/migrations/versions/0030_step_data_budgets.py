@@ -1,7 +1,7 @@
 """Step-data budgets per run and per user (issue 27, item 5).
 
 Revision ID: 0030
-Revises: 0028
+Revises: 0029
 
 - `runs.step_data_bytes`: the step data the run's steps hold (results, journaled tool calls,
   reviewers' answers), bytes of compact JSON; `runs.step_data_limit_bytes`: its budget,
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0030"
-down_revision = "0028"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 
