@@ -135,6 +135,9 @@ ERASE_RUN_CONTENT: Final = {
     # escalations: the detail (error, raw output), the comment and the answer go
     "escalations": "UPDATE escalations SET detail = '{}'::jsonb, comment = NULL, answer = NULL "
     f"WHERE run_id IN ({ENDED_RUNS})",
+    # idempotency keys: every row goes (its stored answer quotes the goal; a retry after the
+    # erasure makes a new run, as after the key's window)
+    "idempotency keys": f"DELETE FROM idempotency_keys WHERE run_id IN ({ENDED_RUNS})",
 }
 
 

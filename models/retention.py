@@ -2,7 +2,8 @@
 that belongs to them, a batch of runs per transaction.
 
 What goes: the run and its plan versions, steps, step attempts, journaled tool calls, replan
-checks, pinned facts, escalations, events, conversation turns, rolling summaries, and its webhook
+checks, pinned facts, escalations, events, conversation turns, rolling summaries, idempotency
+keys, and its webhook
 deliveries with their attempts (every table that holds a run's or a step's rows: `PURGED`, in
 the order it is deleted, children first); the runs' step data leaves their users' totals
 (`models.storage.release_purged`).
@@ -75,6 +76,7 @@ PURGED: Final = {
     "run_events": f"DELETE FROM run_events WHERE run_id {IN_BATCH}",
     "messages": f"DELETE FROM messages WHERE run_id {IN_BATCH}",
     "run_summaries": f"DELETE FROM run_summaries WHERE run_id {IN_BATCH}",
+    "idempotency_keys": f"DELETE FROM idempotency_keys WHERE run_id {IN_BATCH}",
     "webhook_attempts": "DELETE FROM webhook_attempts WHERE delivery_id IN "
     f"(SELECT id FROM webhook_deliveries WHERE run_id {IN_BATCH})",
     "webhook_deliveries": f"DELETE FROM webhook_deliveries WHERE run_id {IN_BATCH}",

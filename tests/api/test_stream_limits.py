@@ -34,8 +34,7 @@ from ops.deployment import API_APP_FACTORY
 from ops.local import engine_env
 from ops.stack import LocalStack
 from tests.api.conftest import MakeToken
-from tests.api.test_quotas import _wait_until_up
-from tests.support.net import free_port
+from tests.support.net import free_port, wait_until_up
 
 pytestmark = pytest.mark.integration
 RECHECK_S, LIFETIME_S, MAX_STREAMS, COSTLY_PER_MINUTE = 1.0, 8.0, 3, 5
@@ -57,7 +56,7 @@ def limited_url(engine: LocalStack) -> Iterator[str]:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(url, proc)
+        wait_until_up(url, proc)
         yield url
     finally:
         proc.terminate()

@@ -215,8 +215,9 @@ def test_a_model_steps_tool_calls_are_charged_and_one_over_the_budget_is_kept_ou
     assert len(kept_out) == 1 and kept_out[0].startswith(
         f"not kept: the call of tool 'echo' (its arguments and result): {call:,} bytes as JSON"
     )
-    # approving grants the budget once more, as for tokens: the step's retry (the model answers
-    # in text now) is stored
+    # approving grants the default limit, as for tokens (`models.budget_grants`): the spend plus
+    # the original limit, at most the ceiling (the user's total); the step's retry (the model
+    # answers in text now) is stored
     with session_scope() as session:
         reviews.approve(session, escalation_of(run_id).id or 0, reviewer="rita", max_attempts=3)
     queue.send(TASK_COORDINATE, run_id)
@@ -224,7 +225,7 @@ def test_a_model_steps_tool_calls_are_charged_and_one_over_the_budget_is_kept_ou
     with session_scope() as session:
         run = session.get(Run, run_id)
         assert run is not None
-    assert run.step_data_limit_bytes == 2 * call + USER_MAX_BYTES
+    assert run.step_data_limit_bytes == min(2 * call + USER_MAX_BYTES, USER_MAX_BYTES)
     assert run.step_data_bytes == stored(run_id) > 2 * call
 
 

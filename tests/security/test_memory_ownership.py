@@ -122,7 +122,8 @@ def test_a_reviewers_answer_is_run_state_not_the_users_memory(
     user, bob = _submitter(make_token, api)
     _, reviewer = _reviewer(make_token, api)
     # A token budget too small to plan: the run escalates with no failed step, so the answer is
-    # pinned to the run (as `reviewer_answer`), then an approval grants the budget once more.
+    # pinned to the run (as `reviewer_answer`), then an approval sets a token limit the run can
+    # plan within (the default, spent plus the original limit, would be 1 again).
     body = {
         "goal": "Summarise my week",
         "facts": {"currency": "EUR"},
@@ -135,7 +136,8 @@ def test_a_reviewers_answer_is_run_state_not_the_users_memory(
     answer = {"answer": {"note": INJECTION}}
     assert reviewer.post(f"/reviews/{first}/respond", json=answer).status_code == 200
     second = _open_escalation(console, run_id, after=first)
-    assert reviewer.post(f"/reviews/{second}/approve", json={}).status_code == 200
+    budget = {"budget": {"tokens": 100_000}}
+    assert reviewer.post(f"/reviews/{second}/approve", json=budget).status_code == 200
     assert wait_for_status(console, run_id, ("succeeded", "failed")).status == "succeeded"
     wait_for_event(console, run_id, "memory.remembered")
     assert all(INJECTION not in f.text for f in _rows(console, Fact, user))

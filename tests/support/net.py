@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
+
+import httpx
 
 
 def free_port() -> int:
@@ -12,3 +16,19 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Wait until the API process `proc` answers `url`/healthz with 200; fails when it exits
+    first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", trust_env=False).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            f"the API at {url} did not start"
+        )
+        time.sleep(0.2)
