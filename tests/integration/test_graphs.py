@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
+from models import fair_queue
 from models.db import session_scope
 from models.settings import get_settings
-from models.tables import PlanVersion, RunEvent, StepAttempt
+from models.tables import PlanVersion, RunEvent, StepAttempt, utcnow
 from tests.integration.conftest import run_steps, wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,21 @@ def test_a_failed_branch_is_replanned_while_the_other_keeps_its_result(make_run:
     assert join.result == {"value": 1.5}
 
 
+def _no_other_work_waits(timeout_s: float = 60.0) -> None:
+    """Wait until no item of any user waits in the fair queue: a worker chains its run's next
+    step only while no one else is owed a turn (`models.fair_queue`), and earlier tests of this
+    engine may leave work behind."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with session_scope() as session:
+            if fair_queue.next_item(session, now=utcnow()) is None:
+                return
+        assert time.monotonic() < deadline, "other users' work still waits"
+        time.sleep(0.2)
+
+
 def test_a_chain_runs_in_process_and_yields_after_its_bound(make_run: Any) -> None:
+    _no_other_work_waits()
     bound = get_settings().chain_max_steps
     n = bound + 5
     run_id = make_run([{"name": f"s{i}", "kind": "tool", "tool": "noop"} for i in range(n)])
