@@ -10,8 +10,6 @@ limit on a loaded 2-core machine, which is not what these tests are about.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -34,8 +32,11 @@ from tests.support.fairness import (
     first_event,
     held_slots,
     most_at_once,
+    new_user,
+    sleeps,
     user_events,
     user_steps,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -77,32 +78,14 @@ def submit(fair_engine: LocalStack) -> Submit:
     return make
 
 
-def _sleeps(n: int, seconds: float) -> list[dict[str, object]]:
-    return [
-        {"name": f"s{i}", "kind": "tool", "tool": "sleep", "args": {"seconds": seconds}}
-        for i in range(n)
-    ]
-
-
-def _user(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
-
-
 def _count(user_id: str, status: str) -> int:
     with session_scope() as session:
         return sum(1 for s in user_steps(session, user_id) if s.status == status)
 
 
 def test_the_cap_holds_and_every_held_step_runs_once(submit: Submit) -> None:
-    user = _user("cap")
-    run_ids = [submit(_sleeps(3, 0.2), user=user) for _ in range(6)]
+    user = new_user("cap")
+    run_ids = [submit(sleeps(3, 0.2), user=user) for _ in range(6)]
     for run_id in run_ids:
         assert wait_for_run(run_id).status == "succeeded"
     with session_scope() as session:
@@ -129,7 +112,7 @@ def test_the_cap_holds_and_every_held_step_runs_once(submit: Submit) -> None:
 
 
 def test_plan_tasks_take_slots_too(submit: Submit) -> None:
-    user = _user("plans")
+    user = new_user("plans")
     run_ids = [submit(None, user=user, goal=f"answer question {i}") for i in range(7)]
     for run_id in run_ids:
         assert wait_for_run(run_id).status == "succeeded"
@@ -141,10 +124,10 @@ def test_plan_tasks_take_slots_too(submit: Submit) -> None:
 
 
 def test_another_users_step_overtakes_a_backlog(submit: Submit) -> None:
-    busy, other = _user("backlog"), _user("other")
-    busy_runs = [submit(_sleeps(2, 0.3), user=busy) for _ in range(12)]
-    _wait_until(lambda: _count(busy, "ready") >= 4, "the busy user has a backlog")
-    other_run = submit(_sleeps(1, 0.0), user=other)
+    busy, other = new_user("backlog"), new_user("other")
+    busy_runs = [submit(sleeps(2, 0.3), user=busy) for _ in range(12)]
+    wait_until(lambda: _count(busy, "ready") >= 4, "the busy user has a backlog")
+    other_run = submit(sleeps(1, 0.0), user=other)
     assert wait_for_run(other_run).status == "succeeded"
     for run_id in busy_runs:
         assert wait_for_run(run_id).status == "succeeded"
@@ -170,9 +153,9 @@ def test_another_users_step_overtakes_a_backlog(submit: Submit) -> None:
 
 
 def test_cancel_cancels_held_steps(submit: Submit) -> None:
-    user = _user("cancel")
-    run_ids = [submit(_sleeps(2, 0.5), user=user) for _ in range(8)]
-    _wait_until(lambda: _count(user, "ready") >= 2, "held steps")
+    user = new_user("cancel")
+    run_ids = [submit(sleeps(2, 0.5), user=user) for _ in range(8)]
+    wait_until(lambda: _count(user, "ready") >= 2, "held steps")
     with session_scope() as session:
         held = session.exec(
             select(Step).where(col(Step.run_id).in_(run_ids), Step.status == "ready")
@@ -191,8 +174,8 @@ def test_cancel_cancels_held_steps(submit: Submit) -> None:
 
 
 def test_the_reconciler_dispatches_after_a_lost_coordinate(submit: Submit) -> None:
-    user = _user("lost")
-    run_id = submit(_sleeps(1, 0.0), user=user, start=False)  # no coordinate is ever sent
+    user = new_user("lost")
+    run_id = submit(sleeps(1, 0.0), user=user, start=False)  # no coordinate is ever sent
     (step,) = run_steps(run_id)
     stale = get_settings().queued_stale_s + 1
     with session_scope() as session:  # ready, as a coordinator leaves it; its dispatch lost
@@ -201,7 +184,7 @@ def test_the_reconciler_dispatches_after_a_lost_coordinate(submit: Submit) -> No
         assert row is not None
         row.queued_at = row.queued_at - timedelta(seconds=stale) if row.queued_at else None
     tasks.reconcile()  # as the beat does; the engine's own beat may get there first
-    _wait_until(lambda: _count(user, "ready") == 0, "the ready step was dispatched", 5)
+    wait_until(lambda: _count(user, "ready") == 0, "the ready step was dispatched", 5)
     assert wait_for_run(run_id).status == "succeeded"
     assert [s.status for s in run_steps(run_id)] == ["succeeded"]
 
@@ -210,14 +193,14 @@ def test_the_cap_holds_at_submit(fair_engine: LocalStack) -> None:
     """A submit dispatches under the cap as the coordinator did: a plan of six independent
     steps gets four slots and waits with two `ready`; the user's next runs, with no slot left,
     stay held (`ready`, `queued`) and send nothing; every one runs once its turn comes."""
-    user = _user("at-submit")
+    user = new_user("at-submit")
     settings = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )
     wide = parse_plan(
-        {"steps": [{**s, "after": []} for s in _sleeps(CAP + 2, 1.5)]}, tools=["sleep"]
+        {"steps": [{**s, "after": []} for s in sleeps(CAP + 2, 1.5)]}, tools=["sleep"]
     )
-    one = parse_plan({"steps": _sleeps(1, 0.0)}, tools=["sleep"])
+    one = parse_plan({"steps": sleeps(1, 0.0)}, tools=["sleep"])
     requests = [
         RunRequest(user_id=user, goal="wide", plan=wide),
         RunRequest(user_id=user, goal="one", plan=one),

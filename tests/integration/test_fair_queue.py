@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +30,7 @@ from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step, StepAttempt
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
-from tests.support.fairness import user_steps
+from tests.support.fairness import new_user, sleeps, user_steps, wait_until
 
 pytestmark = pytest.mark.integration
 STEP_S = 3.0  # the busy user's steps
@@ -69,24 +67,6 @@ def submit(one_worker: LocalStack) -> Submit:
     return make
 
 
-def _sleeps(n: int, seconds: float) -> list[dict[str, object]]:
-    return [
-        {"name": f"s{i}", "kind": "tool", "tool": "sleep", "args": {"seconds": seconds}}
-        for i in range(n)
-    ]
-
-
-def _user(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
-
-
 def _started(user: str) -> list[datetime]:
     with session_scope() as session:
         return [s.started_at for s in user_steps(session, user) if s.started_at is not None]
@@ -100,12 +80,12 @@ def _run(run_id: int) -> Run:
 
 
 def test_another_users_runs_end_within_one_step_of_a_backlog(submit: Submit) -> None:
-    busy, other = _user("busy"), _user("other")
-    busy_runs = [submit(_sleeps(3, STEP_S), user=busy) for _ in range(4)]
-    _wait_until(lambda: bool(_started(busy)), "the busy user's first step started")
+    busy, other = new_user("busy"), new_user("other")
+    busy_runs = [submit(sleeps(3, STEP_S), user=busy) for _ in range(4)]
+    wait_until(lambda: bool(_started(busy)), "the busy user's first step started")
     with session_scope() as session:
         submitted_at = session.exec(select(Run.created_at).where(Run.id == busy_runs[0])).one()
-    one_step = submit(_sleeps(1, 0.0), user=other)
+    one_step = submit(sleeps(1, 0.0), user=other)
     planned = submit(None, user=other, goal="answer one question")
     assert wait_for_run(one_step).status == "succeeded"
     assert wait_for_run(planned).status == "succeeded"
@@ -132,11 +112,11 @@ def _attempts(step_id: int) -> list[StepAttempt]:
 
 
 def test_a_killed_workers_step_goes_before_younger_work(submit: Submit) -> None:
-    user = _user("recover")
-    killed_run = submit(_sleeps(1, 4.0), user=user)
+    user = new_user("recover")
+    killed_run = submit(sleeps(1, 4.0), user=user)
     (step,) = run_steps(killed_run)
-    _wait_until(lambda: bool(_attempts(step.id or 0)), "the first step started")
-    backlog = [submit(_sleeps(1, 1.0), user=user) for _ in range(30)]  # younger, in the broker
+    wait_until(lambda: bool(_attempts(step.id or 0)), "the first step started")
+    backlog = [submit(sleeps(1, 1.0), user=user) for _ in range(30)]  # younger, in the broker
     os.kill(int(_attempts(step.id or 0)[0].worker.rsplit(":", 1)[1]), signal.SIGKILL)
     killed_at = datetime.now(tz=_attempts(step.id or 0)[0].started_at.tzinfo)
     assert wait_for_run(killed_run, timeout_s=180).status == "succeeded"
@@ -160,7 +140,7 @@ def test_a_killed_workers_step_goes_before_younger_work(submit: Submit) -> None:
 def test_a_chain_stops_at_its_wall_time_bound(submit: Submit) -> None:
     """8 steps of 0.4 s: a chain may start a second step (0.4 s < 0.5 s) but never a third; the
     timeout ladder's bound alone (2 s here) let one task run four or five."""
-    run_id = submit(_sleeps(8, CHAIN_STEP_S), user=_user("chain"))
+    run_id = submit(sleeps(8, CHAIN_STEP_S), user=new_user("chain"))
     assert wait_for_run(run_id).status == "succeeded"
     with session_scope() as session:
         events = session.exec(

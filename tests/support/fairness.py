@@ -12,7 +12,9 @@ overlaps of these intervals is what the dispatcher counted, whatever the wall-cl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,3 +81,24 @@ def user_steps(session: Session, user_id: str) -> list[Step]:
     """Every step of the user's runs, in id order."""
     runs = select(Run.id).where(Run.user_id == user_id)
     return list(session.exec(select(Step).where(col(Step.run_id).in_(runs)).order_by(col(Step.id))))
+
+
+def sleeps(n: int, seconds: float) -> list[dict[str, object]]:
+    """A plan's steps: `n` `sleep` tool steps of `seconds` each, one after another by name."""
+    return [
+        {"name": f"s{i}", "kind": "tool", "tool": "sleep", "args": {"seconds": seconds}}
+        for i in range(n)
+    ]
+
+
+def new_user(prefix: str) -> str:
+    """A user id no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    """Poll `check` every 0.05 s until it holds; fails naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
