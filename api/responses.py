@@ -216,13 +216,14 @@ class BudgetStanding(BaseModel):
     """The budget a budget escalation is about, as approving it finds it: `used` of `limit`
     (`original_limit`: before any reviewer's grant), the operator's `ceiling` (the setting
     `ceiling_setting`), and `default_limit`, what approve sets unless given another: used plus
-    the original limit, at most the ceiling. Wall time counts seconds since the submit."""
+    the original limit, at most the ceiling (None: none, as for step data when
+    `AGENTQ_USER_STEP_DATA_MAX_BYTES` is 0). Wall time counts seconds since the submit."""
 
     name: str
     used: float
     limit: float
     original_limit: float
-    ceiling: float
+    ceiling: float | None
     ceiling_setting: str
     default_limit: float
 

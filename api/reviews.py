@@ -12,6 +12,7 @@ escalation already decided is a 409 and changes nothing (its transaction rolls b
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Response, status
@@ -62,7 +63,7 @@ def budget_standing(session: Session, esc: Escalation, run: Run) -> BudgetStandi
         used=found.used,
         limit=found.limit,
         original_limit=found.original,
-        ceiling=found.ceiling,
+        ceiling=None if math.isinf(found.ceiling) else found.ceiling,  # JSON has no infinity
         ceiling_setting=found.setting,
         default_limit=found.default,
     )
