@@ -20,6 +20,7 @@ from sqlmodel import Session
 from models.goal_checks import GOAL_NOT_MET
 from models.plans import MAX_INSTRUCTION_CHARS, current_graph, handled_failures
 from models.states import STEP_NOT_STARTED
+from models.step_specs import spec_of
 from models.tables import Escalation, Run, Step
 
 PLAN_NOTE_REMAINING: Final = (
@@ -100,23 +101,6 @@ def starting_plan(
         return StartingPlan(_dumps(raw), PLAN_NOTE_RAW)
     note = PLAN_NOTE_EXAMPLE_UNUSABLE if esc.detail.get("raw_output") else PLAN_NOTE_EXAMPLE
     return StartingPlan(_dumps(example_plan(run.goal if run else "")), note)
-
-
-def spec_of(step: Step, after: Sequence[str]) -> dict[str, Any]:
-    """`step` as a plan step (`models.plans.StepSpec`'s fields) waiting for `after` (names)."""
-    spec: dict[str, Any] = {"name": step.name, "instruction": step.instruction}
-    spec["kind"] = "model" if step.kind == "model" else "tool"
-    if step.tool:
-        spec["tool"] = step.tool
-    spec["args"] = step.args
-    if step.tools:
-        spec["tools"] = step.tools
-    if step.expect:
-        spec["expect"] = step.expect
-    if step.output:
-        spec["output"] = step.output
-    spec["after"] = list(after)
-    return spec
 
 
 def planner_json(raw: Any) -> dict[str, Any] | list[Any] | None:

@@ -24,11 +24,11 @@ from sqlmodel import Session, col, select
 
 from models import procedures as book
 from models.db import session_scope
-from models.drafts import spec_of
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.memory_admin import embedder
 from models.plans import current_steps, dependencies
 from models.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
+from models.step_specs import spec_of
 from models.tables import Escalation, PlanVersion, Run, Step
 from models.tools import configured_tool_names
 

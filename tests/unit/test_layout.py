@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.drafts import PLAN_NOTE_MISSED, PLAN_NOTE_REMAINING, spec_of, starting_plan
+from models.drafts import PLAN_NOTE_MISSED, PLAN_NOTE_REMAINING, starting_plan
 from models.graph import linear
 from models.layout import Place, after_text, by_wave, places, runs_together
 from models.plans import Splice, parse_plan
+from models.step_specs import spec_of
 from models.tables import Escalation, Run, Step
 
 TOOLS = ["noop"]
