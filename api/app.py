@@ -31,8 +31,8 @@ from api.responses import ErrorOut, PrincipalOut
 from models import stack_limits, tracing
 from models.db import session_scope
 from models.errors import AgentqError
+from models.plans.tools import catalog
 from models.settings import BUDGET_CEILINGS, Settings, get_settings
-from models.tools import catalog
 
 API_PREFIX = "/api/v1"
 DESCRIPTION = """\

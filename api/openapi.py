@@ -11,18 +11,18 @@ so that a request the spec allows is accepted and one it forbids is refused
   NUL. Every string without a pattern gets `NO_NUL_PATTERN`; free-form JSON (`{}`, an object's
   unlisted keys) becomes `JsonValue`, a recursive JSON value whose strings and keys hold no NUL.
   (Lone surrogates and non-finite numbers, refused too, are not JSON in the first place.)
-- **A plan's steps, exactly** (`models.plans.StepSpec`'s validators and the tool registry's
+- **A plan's steps, exactly** (`models.plans.plans.StepSpec`'s validators and the tool registry's
   argument checks): a step is a model step (an instruction that is not blank; optional `tools`,
   enabled ones, each once) or a call of one enabled tool with that tool's own arguments, where
   any argument may instead be a string holding a `${steps...}` / `${facts...}` reference; either
   may name the steps it waits for (`after`: step names, each once) and declare checks of its
-  result (`expect`, `models.expectations.expect_schema`); a model step may declare the typed
-  fields of its answer (`output`, `models.step_outputs.output_spec_schema`).
+  result (`expect`, `models.plans.expectations.expect_schema`); a model step may declare the typed
+  fields of its answer (`output`, `models.plans.step_outputs.output_spec_schema`).
 
 What JSON Schema cannot state is in the descriptions and refused with 400 naming the step: rules
 across fields (step names unique in a plan; `after` names steps of the plan, not the step itself,
 and makes no cycle; a reference names a step the referring step waits for, or a pinned fact;
-`models.graph`) and rules of the server's state (a tool that exists but is not enabled cannot
+`models.plans.graph`) and rules of the server's state (a tool that exists but is not enabled cannot
 appear, since the enum is the enabled set; an edit's `after` may also name the run's steps that
 ran or still run). One more rule across fields, an expectation's `min` at most its `max`, is
 refused with 422, as the step validators' rules are.
@@ -35,15 +35,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from api.schemas import NO_NUL_PATTERN, NOT_BLANK_PATTERN
-from models.expectations import expect_schema
-from models.plans import (
+from models.plans.expectations import expect_schema
+from models.plans.plans import (
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
     MAX_STEP_TOOLS,
     STEP_NAME_PATTERN,
 )
-from models.references import REFERENCE_PATTERN
-from models.step_outputs import output_spec_schema
+from models.plans.references import REFERENCE_PATTERN
+from models.plans.step_outputs import output_spec_schema
 from models.storable import MAX_JSON_DEPTH
 
 JSON_VALUE: Final = "JsonValue"
@@ -58,7 +58,7 @@ def state_rules(
     ceilings: Mapping[str, float],
 ) -> dict[str, Any]:
     """A copy of `spec` (FastAPI's) with the rules above added. `tools` is the enabled tools'
-    catalog (`models.tools.catalog()`: name and `parameters` schema each); `ceilings` the most
+    catalog (`models.plans.tools.catalog()`: name and `parameters` schema each); `ceilings` the most
     a run's budgets may be, by name (`AGENTQ_MAX_*`, `models.runs.run_budgets`)."""
     spec = copy.deepcopy(spec)  # FastAPI shares some of its dicts between apps
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})

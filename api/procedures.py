@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from api.auth import AnyPrincipal, Principal
 from api.schemas import NOT_BLANK_PATTERN, PG_INT_MAX, Body, UserId
 from models import procedure_admin
-from models.plans import PlanSpec
+from models.plans.plans import PlanSpec
 from models.procedures import (
     BODY_MAX_CHARS,
     TITLE_MAX_CHARS,

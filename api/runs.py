@@ -40,8 +40,8 @@ from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from models.db import session_scope
 from models.errors import NotFound
 from models.idempotency import Key
-from models.layout import by_wave
-from models.plans import dependencies
+from models.plans.layout import by_wave
+from models.plans.plans import dependencies
 from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.settings import get_settings
 from models.submissions import RunRequest, Submitted
@@ -114,7 +114,7 @@ def escalation_out(esc: Escalation) -> EscalationOut:
 
 
 def plan_version_out(version: PlanVersion) -> PlanVersionOut:
-    """A plan version with its graph as stored and its steps by wave (`models.layout`)."""
+    """A plan version with its graph as stored and its steps by wave (`models.plans.layout`)."""
     waves = by_wave(version.step_ids, dependencies(version))
     return PlanVersionOut.model_validate({**version.model_dump(), "waves": waves})
 
@@ -218,7 +218,7 @@ def submit(
     roles in `AGENTQ_PLAN_SUBMIT_ROLES` (403 naming the setting), naming only enabled tools.
 
     `from_goal` shows the values the goal states (amounts, currencies, ISO dates, identifiers:
-    `models.goal_values`) and, with `pin_from_goal`, those the run pinned; `facts` win.
+    `models.plans.goal_values`) and, with `pin_from_goal`, those the run pinned; `facts` win.
 
     With `Idempotency-Key` a retry is safe (`models.idempotency`): the same key and body within
     the window answer with the first run (the same 201 body, `Idempotent-Replayed: true`), the

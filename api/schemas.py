@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from models.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
+from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
 from models.runs import (
     FACT_KEY_PATTERN,
     FACT_VALUE_MAX_CHARS,
@@ -145,7 +145,7 @@ class RunSubmit(Body):
         default=False,
         description="Also pin the values the goal states (amounts with their currency, ISO "
         "dates and months, currency codes, identifiers such as CC-4410; "
-        "`models.goal_values`); a fact given in `facts` always wins. Off unless asked: a pin "
+        "`models.plans.goal_values`); a fact given in `facts` always wins. Off unless asked: a pin "
         "binds every step and the goal check. The response's `from_goal` shows what was found "
         "either way. An explicit `plan` may refer only to `facts`.",
     )

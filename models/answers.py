@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from models.errors import InvalidInput, InvalidStepOutput
-from models.expectations import loaded, unmet
+from models.plans.expectations import loaded, unmet
+from models.plans.step_data import json_bytes, over_cap
+from models.plans.step_outputs import parse_output
 from models.settings import get_settings
-from models.step_data import json_bytes, over_cap
-from models.step_outputs import parse_output
 from models.storable import storable_problem
 from models.tables import Step
 
@@ -21,7 +21,7 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
     A JSON object is taken as it is. Any other value (`0.95`, `"yes"`) becomes `{key: value}` when
     the failed tool declares exactly one result key, else `{"answer": value}`. Raises
     `InvalidInput` when it is empty, holds what JSON cannot (`NaN`: `models.storable`), or is
-    over `AGENTQ_STEP_DATA_MAX_BYTES` as JSON (a step's result, capped: `models.step_data`).
+    over `AGENTQ_STEP_DATA_MAX_BYTES` as JSON (a step's result, capped: `models.plans.step_data`).
     """
     if not text.strip():
         raise InvalidInput("respond: --answer must not be empty")
@@ -42,7 +42,7 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
 
 def answer_problem(step: Step, answer: dict[str, Any]) -> str | None:
     """Why `answer` cannot stand as step `step`'s result: not its declared `output` fields
-    (`models.step_outputs.parse_output`), or an unmet expectation (`models.expectations`)."""
+    (`models.plans.step_outputs.parse_output`), or an unmet expectation (`models.plans.expectations`)."""
     if step.output:
         try:
             parse_output(json.dumps(answer), step.output)

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.errors import ToolArgumentsError
-from models.references import referenced_facts, references
+from models.plans.references import referenced_facts, references
 from models.tables import Escalation, PlanVersion, Step
 
 USER_AUTHORS: Final = frozenset({"submitter", "planner"})  # `PlanVersion.created_by` values

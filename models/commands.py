@@ -39,12 +39,12 @@ from models import (
 )
 from models.db import session_scope
 from models.errors import ClaimedByAnother, InvalidInput
-from models.plans import PlanSpec, parse_plan
+from models.plans.plans import PlanSpec, parse_plan
+from models.plans.tools import argument_problems, configured_tool_names, declared_returns
 from models.runs import get_run
 from models.settings import get_settings
 from models.submissions import RunRequest, Submitted
 from models.tables import Escalation, Run, utcnow
-from models.tools import argument_problems, configured_tool_names, declared_returns
 from models.webhook_tables import WebhookSubscription
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one

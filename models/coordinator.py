@@ -42,7 +42,7 @@ class RunView:
     deadline_passed: bool = False
     tokens_spent: bool = False
     # Steps of the current plan after which the should-replan check answered `replan`
-    # (`models.plan_checks`).
+    # (`models.plans.plan_checks`).
     replan_verdicts: frozenset[int] = frozenset()
 
 

@@ -20,18 +20,11 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import (
-    dispatch,
-    fair_queue,
-    leases,
-    plan_checks,
-    run_transitions,
-    sql,
-    step_transitions,
-)
+from models import dispatch, fair_queue, leases, run_transitions, sql, step_transitions
 from models.coordinator import Decision, RunView, StepView, decide
 from models.dispatch import Send
 from models.errors import BudgetExhausted
+from models.plans.plans import plan_checks
 from models.queue import TASK_REPLAN, TASK_SYNTHESIZE
 from models.tables import Step, utcnow
 
@@ -48,7 +41,7 @@ FOR UPDATE OF r"""
 # run_graph: the current version's steps, in order, and what each waits for; the name and
 # status of every step of the run; the failed steps a version answered; the steps of the current
 # version after which the should-replan check answered `replan` (read only for a run that
-# checks: `models.plan_checks`); whether another user's waiting item is owed a turn first
+# checks: `models.plans.plan_checks`); whether another user's waiting item is owed a turn first
 # (`models.fair_queue.OWED`). A statement of its own, after the lock, so that it sees what
 # committed while the lock was awaited.
 RUN_GRAPH: Final = f"""

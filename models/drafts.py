@@ -18,9 +18,9 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models.goal_checks import GOAL_NOT_MET
-from models.plans import MAX_INSTRUCTION_CHARS, current_graph, handled_failures
+from models.plans.plans import MAX_INSTRUCTION_CHARS, current_graph, handled_failures
+from models.plans.step_specs import spec_of
 from models.states import STEP_NOT_STARTED
-from models.step_specs import spec_of
 from models.tables import Escalation, Run, Step
 
 PLAN_NOTE_REMAINING: Final = (
@@ -73,10 +73,10 @@ def starting_plan(
     answered: Collection[int] = (),
 ) -> StartingPlan:
     """The failed step (or, for `goal_not_met`, the deliverable that missed the goal: an edit
-    replaces it, `models.graph.remaining`), the other failures not `answered` yet (other
+    replaces it, `models.plans.graph.remaining`), the other failures not `answered` yet (other
     branches': an edit replaces them too) and every step of `steps` (the current version's, in
     order) not yet run,
-    with `after` (what each waits for, by id: `models.plans.dependencies`) by name. With none:
+    with `after` (what each waits for, by id: `models.plans.plans.dependencies`) by name. With none:
     the planner's raw output when it is JSON, else `example_plan`."""
     todo = [s for s in steps if s.status in STEP_NOT_STARTED]
     others = [

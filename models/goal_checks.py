@@ -45,7 +45,7 @@ from sqlmodel import Session
 from models import sql
 from models.coordinator import GoalVerdict
 from models.events import record_event
-from models.references import references
+from models.plans.references import references
 from models.runs import pinned_facts
 from models.tables import Run, Step
 
@@ -91,7 +91,7 @@ class Conflict:
 
 def deliverables(steps: Sequence[Step]) -> list[Step]:
     """The succeeded `steps` whose results none of `steps` refers to in its arguments
-    (`models.references.references`), in order."""
+    (`models.plans.references.references`), in order."""
     referred = {name for s in steps for name in references(s.args)}
     return [s for s in steps if s.status == "succeeded" and s.name not in referred]
 
@@ -195,7 +195,7 @@ class Checks:
 
 
 def checks_of(session: Session, run: Run, steps: Sequence[Step]) -> Checks:
-    """What to check of run `run` (`steps`: its current plan version's, `models.plans.
+    """What to check of run `run` (`steps`: its current plan version's, `models.plans.plans.
     current_steps`). Reads the pinned facts, then (only when there is something to check) the
     waiver."""
     pinned = pinned_facts(session, run.id or 0)

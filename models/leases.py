@@ -123,7 +123,7 @@ class Claim:
     user_id: str
     facts: dict[str, str]
     tries: int
-    replan_check: str = "off"  # the run's (`models.plan_checks`)
+    replan_check: str = "off"  # the run's (`models.plans.plan_checks`)
     deadline_at: datetime | None = None  # the run's wall-time deadline (`worker.time_limits`)
 
 

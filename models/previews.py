@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 from sqlmodel import Session, col
 
-from models.step_data import compact_json
+from models.plans.step_data import compact_json
 from models.tables import RunEvent, Step
 
 PREVIEW_MAX_BYTES: Final = 2048

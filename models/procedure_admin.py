@@ -26,11 +26,11 @@ from models import procedures as book
 from models.db import session_scope
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.memory_admin import embedder
-from models.plans import current_steps, dependencies
+from models.plans.plans import current_steps, dependencies
+from models.plans.step_specs import spec_of
+from models.plans.tools import configured_tool_names
 from models.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
-from models.step_specs import spec_of
 from models.tables import Escalation, PlanVersion, Run, Step
-from models.tools import configured_tool_names
 
 SAVE_HINT: Final = "agentq procedure save --from-run {run_id}"
 

@@ -1,7 +1,7 @@
 """Procedural memory: how-tos and plan templates that planning and model steps recall (issue 12).
 
 A procedure has a title, when to use it, a how-to text (`body`) and/or a plan template (a plan as
-`models.plans.PlanSpec` takes it), and a scope: `everyone`, one `user` (`user_id`), or one `tool`
+`models.plans.plans.PlanSpec` takes it), and a scope: `everyone`, one `user` (`user_id`), or one `tool`
 (`tool`: offered to any run whose catalogue or plan has that tool). `procedures` holds one row
 per procedure, its current version, embedded for recall (`models.procedure_recall`); every
 version, the current one included, is also a row of `procedure_versions`, so an edit (version + 1,
@@ -37,9 +37,9 @@ from sqlmodel import Field as Column
 from sqlmodel import Session, SQLModel, col, select
 
 from models.errors import Conflict, InvalidInput, InvalidPlan, NotAllowed, NotFound
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.tools import argument_problems
 from models.tables import Run, created_field
-from models.tools import argument_problems
 
 Scope = Literal["everyone", "user", "tool"]
 Role = Literal["submitter", "reviewer", "admin"]
@@ -142,7 +142,7 @@ def checked(data: dict[str, Any], *, tools: Collection[str]) -> ProcedureSpec:
     """`data` as a valid `ProcedureSpec`: fields in range, a scope with what it needs (`user`
     with `user_id`, `tool` with a registered `tool`, `everyone` with neither), a body or a
     plan template, and a template that validates as a plan of the registered `tools`, with
-    arguments each tool takes (`models.plans.parse_plan`; stored normalised). Raises
+    arguments each tool takes (`models.plans.plans.parse_plan`; stored normalised). Raises
     `InvalidInput` naming the field."""
     try:
         spec = ProcedureSpec.model_validate(data)

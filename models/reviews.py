@@ -37,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import budget_grants, escalations, plan_checks, stack_limits, storage, transitions
+from models import budget_grants, escalations, stack_limits, storage, transitions
 from models.answers import answer_problem
 from models.errors import InvalidInput, NotFound
 from models.escalations import (
@@ -46,9 +46,9 @@ from models.escalations import (
     deadline_comment,
     get_escalation,
 )
-from models.expectations import loaded
 from models.messages import add_message
-from models.plans import (
+from models.plans.expectations import loaded
+from models.plans.plans import (
     ArgsCheck,
     StepSpec,
     add_answer_step,
@@ -57,6 +57,7 @@ from models.plans import (
     current_steps,
     edit_splice,
     parse_plan,
+    plan_checks,
 )
 from models.runs import add_criteria, pinned_facts
 from models.settings import Settings, get_settings

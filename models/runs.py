@@ -11,9 +11,9 @@ from sqlmodel import Session
 
 from models import events, quotas, sql, stack_limits, tracing, transitions
 from models.errors import InvalidInput, NotFound
-from models.graph import ancestors
-from models.plan_checks import REPLAN_CHECKS
-from models.plans import (
+from models.plans.graph import ancestors
+from models.plans.plan_checks import REPLAN_CHECKS
+from models.plans.plans import (
     MAX_CRITERIA,
     MAX_CRITERION_CHARS,
     PlanSpec,
@@ -53,10 +53,10 @@ def submit_run(
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
     of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`, as does
-    `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plan_checks`). The
+    `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plans.plan_checks`). The
     quotas, default budgets and ceilings are the stack's (`models.stack_limits.effective`),
     whatever `settings` says.
-    `from_goal` names those of `facts` found in the goal (`models.goal_values`), which the
+    `from_goal` names those of `facts` found in the goal (`models.plans.goal_values`), which the
     `run.submitted` event records apart.
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
@@ -246,7 +246,7 @@ def upstream_results(
     after: dict[int, tuple[int, ...]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Results of the succeeded steps that step `step_id` waits for, directly or through others,
-    by name: what its references and its model call may use (`models.graph.ancestors`). `after`
+    by name: what its references and its model call may use (`models.plans.graph.ancestors`). `after`
     is the current version's graph when the caller has read it already."""
     if after is None:
         stored = session.execute(sa.text(CURRENT_AFTER), {"run_id": run_id}).scalar_one_or_none()

@@ -140,7 +140,7 @@ class Settings(OperationsSettings, StepDataSettings):
     )
     model_max_deferrals: int = Field(default=10, ge=0, le=1000, description="Per step or phase.")
     # After each step that succeeds, ask whether the rest of its plan still makes sense
-    # (`models.plan_checks`); a run may say otherwise at submit.
+    # (`models.plans.plan_checks`); a run may say otherwise at submit.
     replan_check: Literal["off", "model"] = "off"
 
     embedding_provider: Literal["local", "openai", "hash"] = "local"

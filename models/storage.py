@@ -3,7 +3,7 @@
 Step data is what a run's steps store whose size a user (or a model they steer) controls: a
 step's result (`models.leases.end_attempt`), a model step's journaled tool call
 (`models.tool_journal.record`) and a reviewer's answer (`models.reviews.respond`), each counted
-as compact JSON in UTF-8 (`models.step_data.json_bytes`: arguments and result, or the error
+as compact JSON in UTF-8 (`models.plans.step_data.json_bytes`: arguments and result, or the error
 text, for a tool call). Issue 27, item 5: with only the per-step cap
 (`AGENTQ_STEP_DATA_MAX_BYTES`), a 68 KB request stored 11.8 MB of results.
 
@@ -39,8 +39,8 @@ from models.errors import (
     StepDataBudgetSpent,
     UserStepDataSpent,
 )
+from models.plans.step_data import json_bytes
 from models.settings import get_settings
-from models.step_data import json_bytes
 
 RUN_SETTING: Final = "AGENTQ_RUN_STEP_DATA_MAX_BYTES"
 USER_SETTING: Final = "AGENTQ_USER_STEP_DATA_MAX_BYTES"

@@ -25,7 +25,7 @@ the reconciler (`scheduler.tasks.reconcile`): a step queued for longer than
 `AGENTQ_PHASE_STALE_S` gets its task again, a user whose steps stayed ready is dispatched. The
 CLI, the HTTP API, the demo and the benchmarks all submit here.
 
-Here too the goal is read for the values it states exactly (`models.goal_values`: amounts,
+Here too the goal is read for the values it states exactly (`models.plans.goal_values`: amounts,
 currencies, ISO dates, identifiers such as `CC-4410`), which the run pins when the submitter
 asks (`pin_from_goal`); the submitter is shown what was found and what was pinned
 (`Submitted.from_goal`), and a fact it pinned explicitly always wins over a value found.
@@ -44,8 +44,8 @@ from models import decisions, fair_queue, idempotency, queue, stack_limits, trac
 from models.db import session_scope
 from models.dispatch import Send
 from models.errors import AgentqError
-from models.goal_values import GoalPins, pins
-from models.plans import PlanSpec
+from models.plans.goal_values import GoalPins, pins
+from models.plans.plans import PlanSpec
 from models.runs import MAX_PINNED_FACTS, submit_run
 from models.settings import Settings
 from models.tables import Run
@@ -59,7 +59,7 @@ class RunRequest:
     """A run as its submitter asks for it: the arguments of `models.runs.submit_run`, which
     validates them; a budget left None takes its default (`AGENTQ_DEFAULT_*`).
 
-    `pin_from_goal`: also pin the values the goal states (`models.goal_values.pins`; the
+    `pin_from_goal`: also pin the values the goal states (`models.plans.goal_values.pins`; the
     explicit `facts` win). Off unless asked (`agentq submit --pin-from-goal`, the API's
     `pin_from_goal: true`), because a pin binds: it reaches every prompt of the run whole and
     the goal check fails a run whose deliverable disagrees with it (`models.goal_checks`), so a

@@ -108,7 +108,7 @@ class Run(SQLModel, table=True):
         default_factory=list, sa_type=MutableList.as_mutable(JSONB), nullable=False
     )
     # Whether each step that succeeds asks if the rest of the plan still makes sense: "off" or
-    # "model" (`models.plan_checks`; `AGENTQ_REPLAN_CHECK` at submit).
+    # "model" (`models.plans.plan_checks`; `AGENTQ_REPLAN_CHECK` at submit).
     replan_check: str = Field(default="off", max_length=10)
     error: str | None = None
     # The W3C traceparent of the run's submit span (`models.tracing`): every task of the run
@@ -137,7 +137,7 @@ class PlanVersion(SQLModel, table=True):
     """One version of a run's plan: the ordered ids of its steps, and what each waits for.
 
     `after` maps each step id (as text: a JSON key) to the ids of the steps it waits for
-    (`models.graph`; migration 0012 gave older versions the chain their order meant).
+    (`models.plans.graph`; migration 0012 gave older versions the chain their order meant).
     `replaces_step_id` is the failed step this version answers (a replan, a reviewer's edit or
     answer): its dependents wait for the steps put in its place instead, and the coordinator
     treats that failure as handled.
@@ -203,12 +203,12 @@ class Step(SQLModel, table=True):
         default_factory=list,
         sa_type=MutableList.as_mutable(JSONB),
     )
-    # Checks of the step's result, as `models.expectations.stored` writes them (issue 12).
+    # Checks of the step's result, as `models.plans.expectations.stored` writes them (issue 12).
     expect: list[dict[str, Any]] = Field(
         default_factory=list,
         sa_type=MutableList.as_mutable(JSONB),
     )
-    # A model step's typed answer fields, name -> type (`models.step_outputs`; issue 12); None
+    # A model step's typed answer fields, name -> type (`models.plans.step_outputs`; issue 12); None
     # for a step that declares none (a model step's result is then its text).
     output: dict[str, str] | None = Field(default=None, sa_type=JSONB, nullable=True)
     status: str = Field(default="pending", max_length=20)

@@ -32,8 +32,8 @@ from sqlmodel import Session
 
 from models import sql, storage
 from models.errors import BudgetExhausted
+from models.plans.step_data import json_bytes
 from models.settings import get_settings
-from models.step_data import json_bytes
 
 # run_of_step: the run of step :step_id.
 RUN_OF_STEP: Final = "SELECT run_id FROM steps WHERE id = :step_id"

@@ -272,7 +272,7 @@ def tools() -> None:
     the keys of its result."""
     from rich.table import Table
 
-    from models.tools import catalog, configured_tool_names, describe_parameters
+    from models.plans.tools import catalog, configured_tool_names, describe_parameters
 
     configured_tool_names()
     table = Table("tool", "description", "arguments", "returns")

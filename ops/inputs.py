@@ -10,7 +10,7 @@ from pathlib import Path
 
 from models import commands, escalations
 from models.errors import ConfigurationError
-from models.plans import PlanSpec
+from models.plans.plans import PlanSpec
 from models.runs import FACT_KEY_PATTERN
 from models.settings import get_settings
 

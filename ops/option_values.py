@@ -26,7 +26,7 @@ def run_status(value: str | None) -> str | None:
 
 
 def replan_check_value(value: str | None) -> str | None:
-    """Typer callback: refuse anything but a `replan_check` (`models.plan_checks`)."""
+    """Typer callback: refuse anything but a `replan_check` (`models.plans.plan_checks`)."""
     if value is not None and value not in REPLAN_CHECKS:
         raise typer.BadParameter(f"{value!r}: use one of {', '.join(REPLAN_CHECKS)}")
     return value

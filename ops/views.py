@@ -36,10 +36,10 @@ from models.formats import (
     span,
     utc,
 )
-from models.goal_values import GoalPins
-from models.graph import linear
-from models.layout import after_text, places, runs_together
-from models.plans import current_graph
+from models.plans.goal_values import GoalPins
+from models.plans.graph import linear
+from models.plans.layout import after_text, places, runs_together
+from models.plans.plans import current_graph
 from models.procedure_admin import SAVE_HINT, offers_procedure
 from models.procedure_recall import Used, used_by_run
 from models.runs import pinned_facts
@@ -106,7 +106,7 @@ def runs_table(runs: list[Run]) -> Table:
 
 def steps_table(steps: list[Step], after: Mapping[int, Iterable[int]] | None = None) -> Table:
     """The steps of a plan in order, with their wave and what each waits for (`after`, by id:
-    `models.plans.dependencies`; None: a plain list, each step after the one before), status,
+    `models.plans.plans.dependencies`; None: a plain list, each step after the one before), status,
     attempts and result or error. `tool` is the tool, or the kind of a step that calls none.
     Steps of one wave can run together; the caption says so when two share one."""
     ids = [s.id or 0 for s in steps]
@@ -149,7 +149,7 @@ def facts_text(facts: dict[str, str]) -> Text:
 
 
 def goal_values_text(pins: GoalPins, *, asked: bool) -> Text | None:
-    """What `agentq submit` says of the values its goal states (`models.goal_values`): those
+    """What `agentq submit` says of the values its goal states (`models.plans.goal_values`): those
     pinned, those an explicit `--fact` overrode, or (not `asked`) what `--pin-from-goal` would
     pin; None when the goal states none."""
     if not pins.found:

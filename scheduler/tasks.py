@@ -26,7 +26,7 @@ from models import (
 from models.coordinator import Decision
 from models.db import retry_dropped, session_scope
 from models.errors import AgentqError, IllegalTransition
-from models.plans import current_steps, handled_failures
+from models.plans.plans import current_steps, handled_failures
 from models.queue import (
     QUEUE_STEPS,
     TASK_COORDINATE,

@@ -39,6 +39,7 @@ from models.db import dispose_engines, session_scope
 from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
+from models.plans.tools import load_tool_modules
 from models.queue import (
     OUTAGE_RETRIES,
     TASK_COORDINATE,
@@ -52,7 +53,6 @@ from models.queue import (
 )
 from models.settings import get_settings
 from models.tokens import check_tokenizer
-from models.tools import load_tool_modules
 from worker import (
     chains,
     deferrals,

@@ -41,5 +41,5 @@ class Claimed:
     results: dict[str, dict[str, Any]]
     tries: int
     user_id: str = ""
-    replan_check: str = "off"  # the run's (`models.plan_checks`)
+    replan_check: str = "off"  # the run's (`models.plans.plan_checks`)
     deadline_at: datetime | None = None  # the run's wall-time deadline (`worker.time_limits`)

@@ -7,7 +7,7 @@ the ledger and as turns, and a 40-step run with ~400-token results overflowed a 
 step with a turn gets its key values instead: every top-level scalar of its result, verbatim up
 to `KEY_VALUE_MAX_CHARS` characters, a list or object named by its size, at most
 `KEY_VALUES_MAX` fields, and the reference that reads the whole value from its row
-(`${steps.NAME.KEY}`, `models.references`). A step with no turn (a reviewer's answer, a user
+(`${steps.NAME.KEY}`, `models.plans.references`). A step with no turn (a reviewer's answer, a user
 who was forgotten) shows its result verbatim, shortened at `AGENTQ_TOOL_RESULT_MAX_TOKENS`.
 
 When the ledger does not fit the room `worker.context.assemble` gives it, `fold` shrinks it,

@@ -14,10 +14,10 @@ from typing import Any
 
 from models.errors import ProviderError, ToolArgumentsError
 from models.goal_checks import rule_verdict
-from models.goal_values import extract
-from models.plans import MAX_INSTRUCTION_CHARS
-from models.references import referenced_facts
-from models.tools import find_playbook, playbook_criteria
+from models.plans.goal_values import extract
+from models.plans.plans import MAX_INSTRUCTION_CHARS
+from models.plans.references import referenced_facts
+from models.plans.tools import find_playbook, playbook_criteria
 from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
 
 OFFLINE_PREFIX = "[offline] "
@@ -192,7 +192,7 @@ def offline_fields(output: Mapping[str, str], payload: Mapping[str, Any]) -> dic
     """The offline answer to a step declaring `output` (field -> type): each field's value from
     the first place that holds one of its type under the field's name, in this order: the pinned
     facts; the results of the steps it waits for (a key at any depth, up to `FIELD_MAX_DEPTH`,
-    the steps taken by name); the values its instruction states (`models.goal_values`: `amount`,
+    the steps taken by name); the values its instruction states (`models.plans.goal_values`: `amount`,
     `currency`, `date`, `cost_centre`, ...). Text that reads as a number counts for a number,
     a number as text for a string. A field found nowhere is left out, so the worker refuses the
     answer naming it and the step fails: the offline provider never makes up a value (no 0

@@ -1,6 +1,6 @@
 """The plan and replan tasks: ask the model for a plan, validate it, write it as a plan version.
 
-Model output is bad input until it validates (`models.plans.parse_plan`); `worker.structured.ask`
+Model output is bad input until it validates (`models.plans.plans.parse_plan`); `worker.structured.ask`
 re-asks with the validation error a bounded number of times, each call charged to the run; after
 that the run escalates with the raw output attached. Invalid output is never taken as an empty
 plan. The transaction that writes the plan waits out a database outage (`worker.calls.
@@ -15,11 +15,11 @@ from typing import Any
 import structlog
 from sqlmodel import Session
 
-from models import escalation_rules, events, phases, plan_checks, transitions
+from models import escalation_rules, events, phases, transitions
 from models.db import session_scope
 from models.errors import InvalidPlan
 from models.goal_checks import last_unmet
-from models.plans import (
+from models.plans.plans import (
     PlanSpec,
     Splice,
     add_plan_version,
@@ -27,13 +27,14 @@ from models.plans import (
     current_steps,
     edit_splice,
     parse_plan,
+    plan_checks,
 )
+from models.plans.tools import argument_problems, catalog
 from models.procedure_recall import RECALLED
 from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
-from models.tools import argument_problems, catalog
 from worker import adoption, calls
 from worker.claims import claim_phase_in, renewed
 from worker.prompts import Prompt, plan_prompt, replan_prompt
@@ -47,7 +48,7 @@ def ask_for_plan(
 ) -> Answer[PlanSpec]:
     """Ask until the answer is a valid plan where `splice` puts it: registered tools with valid
     arguments, a graph whose references name only steps the referring step waits for, pinned
-    facts, each step name once (`models.plans.parse_plan`)."""
+    facts, each step name once (`models.plans.plans.parse_plan`)."""
     tools = [t["name"] for t in catalog()]
     kept = {s.name for s in splice.kept if s.id != splice.replaced}
 
@@ -80,7 +81,7 @@ def plan(run_id: int) -> bool:
 def replan(run_id: int, failed_step_id: int) -> bool:
     """Put new steps in the place of the failed step (a new plan version), or escalate; returns
     and raises as `plan` does. A step that succeeded is replanned for one of two reasons: the
-    should-replan check after it answered `replan` (`models.plan_checks`: the steps not started
+    should-replan check after it answered `replan` (`models.plans.plan_checks`: the steps not started
     yet are dropped, and the new ones follow it), or the run's goal check found the goal not
     met (`models.goal_checks`: the new steps replace it). The prompt says which, with the
     check's reason (and what is missing) instead of an error."""
@@ -112,8 +113,8 @@ def replan(run_id: int, failed_step_id: int) -> bool:
 
 def _splice(session: Session, run: Run, step_id: int, doubt: str | None) -> Splice:
     """Where a replan's steps go: after the steps that started, in place of those that did not,
-    after a should-replan check's `doubt` (`models.plans.edit_splice`); else in the place of
-    step `step_id` (`models.plans.current_graph`)."""
+    after a should-replan check's `doubt` (`models.plans.plans.edit_splice`); else in the place of
+    step `step_id` (`models.plans.plans.current_graph`)."""
     if doubt is not None:
         return edit_splice(session, run, replaced=None)
     return current_graph(session, run, replaced=step_id)

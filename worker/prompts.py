@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.expectations import expect_schema
-from models.plans import (
+from models.plans.expectations import expect_schema
+from models.plans.plans import (
     MAX_CRITERIA,
     MAX_CRITERION_CHARS,
     MAX_INSTRUCTION_CHARS,
@@ -23,7 +23,7 @@ from models.plans import (
     MAX_STEP_TOOLS,
     STEP_NAME_PATTERN,
 )
-from models.step_outputs import describe, output_schema, output_spec_schema
+from models.plans.step_outputs import describe, output_schema, output_spec_schema
 from models.tables import Step
 from worker.providers import Purpose
 
@@ -271,8 +271,8 @@ def step_prompt(
     output: dict[str, str] | None = None,
 ) -> Prompt:
     """Ask a model step to do its instruction; `tools` are catalog entries
-    (`models.tools.catalog`) of the tools it may call, offered as OpenAI function tools. With
-    `output` (field -> type, `models.step_outputs`) the answer must be JSON of those fields
+    (`models.plans.tools.catalog`) of the tools it may call, offered as OpenAI function tools. With
+    `output` (field -> type, `models.plans.step_outputs`) the answer must be JSON of those fields
     (`output_schema`, sent as the request's json_schema); the payload carries `output` too."""
     payload: dict[str, Any] = {"instruction": instruction, "results": results}
     task = f"Do this step: {instruction}"

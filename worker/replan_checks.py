@@ -1,4 +1,4 @@
-"""The should-replan check, asked by a step's own worker (issue 12, item 2; `models.plan_checks`).
+"""The should-replan check, asked by a step's own worker (issue 12, item 2; `models.plans.plan_checks`).
 
 After a step succeeds, and before its outcome is recorded, a run that checks (`runs.replan_check`
 = "model") with steps of its plan not started yet asks the model whether those steps still make
@@ -26,12 +26,11 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
-from models import plan_checks
 from models.db import session_scope
 from models.decisions import Locked
 from models.errors import RateLimited
-from models.plans import current_steps
-from models.references import referenced_keys
+from models.plans.plans import current_steps, plan_checks
+from models.plans.references import referenced_keys
 from models.runs import get_run
 from models.settings import get_settings
 from models.tables import Step

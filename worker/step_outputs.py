@@ -1,6 +1,6 @@
 """A model step's typed answer: check it, re-ask with the reason, a bounded number of times.
 
-A model step that declares `output` (`models.step_outputs`) is asked for JSON of its fields
+A model step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields
 (the request's json_schema, `worker.prompts.step_prompt`). Its text answer is bad input until
 `parse_output` accepts it: an answer cut off at the token limit, not JSON, or not of the fields
 and types declared is refused with the reason, recorded as a `step.output.invalid` event with
@@ -18,8 +18,8 @@ from typing import Any
 from models import events
 from models.db import session_scope
 from models.errors import InvalidStepOutput
+from models.plans.step_outputs import parse_output
 from models.settings import get_settings
-from models.step_outputs import parse_output
 from models.tables import Step
 from worker.calls import waits_out_outages
 from worker.providers import Completion

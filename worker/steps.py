@@ -55,14 +55,14 @@ from models.errors import (
     StepNotDue,
     ToolError,
 )
-from models.expectations import loaded, unmet
+from models.plans.expectations import loaded, unmet
+from models.plans.references import has_reference, resolve
+from models.plans.step_data import check_step_data, json_bytes
+from models.plans.tools import ToolContext, enabled_tool
 from models.queue import TASK_EXECUTE_STEP
-from models.references import has_reference, resolve
 from models.runs import upstream_results
 from models.settings import get_settings
-from models.step_data import check_step_data, json_bytes
 from models.tables import Step, utcnow
-from models.tools import ToolContext, enabled_tool
 from worker import replan_checks, time_limits, wakeups
 from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
@@ -162,7 +162,7 @@ def perform(claimed: Claimed) -> Outcome:
 def checked_outcome(step: Step, result: dict[str, Any]) -> Outcome:
     """What a step's `result` comes to (the rule alone: no effects, and no model call):
     succeeded, or failed when it leaves an expectation of the step unmet
-    (`models.expectations`), with an error naming each unmet one and the value seen. Not a
+    (`models.plans.expectations`), with an error naming each unmet one and the value seen. Not a
     retry: the same call would return the same result; the coordinator replans or escalates.
     Raises pydantic's `ValidationError` if `steps.expect` holds no expectations (a row written by
     hand), which `perform` records as an internal error."""

@@ -19,11 +19,11 @@ from models.errors import (
 )
 from models.escalation_rules import Reported, SynthesisFailed
 from models.goal_checks import Checks
-from models.plans import current_steps
+from models.plans.plans import current_steps
+from models.plans.step_data import fit_outputs, json_bytes
 from models.queue import TASK_REMEMBER_RUN
 from models.runs import results_by_name
 from models.settings import get_settings
-from models.step_data import fit_outputs, json_bytes
 from models.tables import Step
 from worker import calls, goal_check
 from worker.claims import claim_phase_in, renewed
@@ -47,7 +47,7 @@ def synthesize(run_id: int) -> list[Send]:
     `final_result` is `{"answer": str, "offline": bool, "outputs": {step name: result}}`; the
     outputs are the rows' results verbatim, so what was submitted never depends on the model's
     wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
-    replaced by their sizes, largest first (`models.step_data.fit_outputs`). After the commit
+    replaced by their sizes, largest first (`models.plans.step_data.fit_outputs`). After the commit
     that marks the run succeeded, `agentq.remember_run` is sent to the `memory` queue, which
     writes its episode and facts off the hot path (`worker.remembering.remember_ended_run`; a broker
     that is down loses that message, logged as `synthesize.unsent` by the sender, and the

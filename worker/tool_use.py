@@ -24,7 +24,7 @@ recorded result or error is answered instead of running the tool again, and a
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
-A step that declares `output` (`models.step_outputs`) is asked for JSON of its fields; its text
+A step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields; its text
 answer, once no tool is called, is checked and re-asked in the same loop (`worker.step_outputs`),
 and only the fields of a fitting answer become the step's result.
 
@@ -52,13 +52,13 @@ from models.errors import (
     ToolArgumentsError,
     ToolError,
 )
+from models.plans.step_data import json_bytes
+from models.plans.tools import Tool, ToolContext, enabled_tool
 from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
-from models.step_data import json_bytes
 from models.tables import Step
 from models.tokens import count_message_tokens, count_tokens
-from models.tools import Tool, ToolContext, enabled_tool
 from worker.calls import waits_out_outages
 from worker.context import Piece, shorten
 from worker.prompts import step_prompt

@@ -25,7 +25,7 @@ from models.erasures import may_write
 from models.errors import ContextOverflow, ContextTooLong
 from models.memory_admin import Recalled, embeds_remotely, query_vector, recalls
 from models.messages import Message, RunSummary, latest_summary, save_summary, turns
-from models.plans import current_steps
+from models.plans.plans import current_steps
 from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step

@@ -16,8 +16,8 @@ from api.ui import run_details
 from models import budget_grants, escalations, queries, stack_limits
 from models.drafts import starting_plan
 from models.formats import DETAIL_SHOWN_ELSEWHERE
-from models.layout import places, runs_together
-from models.plans import current_graph, handled_failures
+from models.plans.layout import places, runs_together
+from models.plans.plans import current_graph, handled_failures
 from models.runs import pinned_facts
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow

@@ -16,8 +16,8 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import memory_admin, previews, queries
-from models.layout import Place, places, runs_together
-from models.plans import dependencies
+from models.plans.layout import Place, places, runs_together
+from models.plans.plans import dependencies
 from models.states import RUN_TERMINAL
 from models.tables import PlanVersion, Run, RunEvent, Step, utcnow
 
@@ -65,7 +65,7 @@ def progress_of(session: Session, runs: list[Run]) -> dict[int, Progress]:
 class PlanCell:
     """One step as it stands in one plan version; `mark` is `answered` for the failed step this
     version answers, `new` for a step this version spliced in, else empty; `place` its wave and
-    what it waits for in this version (a replan rewires dependents: `models.graph.splice`)."""
+    what it waits for in this version (a replan rewires dependents: `models.plans.graph.splice`)."""
 
     step: Step
     mark: str
@@ -83,7 +83,7 @@ class PlanColumn:
 
     @property
     def waves(self) -> list[list[PlanCell]]:
-        """The steps grouped by wave (`models.layout`), waves in order, plan order in each."""
+        """The steps grouped by wave (`models.plans.layout`), waves in order, plan order in each."""
         groups: dict[int, list[PlanCell]] = {}
         for cell in self.cells:
             groups.setdefault(cell.place.wave, []).append(cell)

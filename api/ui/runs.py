@@ -34,10 +34,10 @@ from api.ui.templating import base_path, flash, render
 from models import commands, previews, procedure_admin, queries
 from models.db import session_scope
 from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
+from models.plans.step_data import json_bytes
 from models.procedure_recall import used_by_run
 from models.runs import pinned_facts
 from models.states import RUN_STATUSES, RUN_TERMINAL
-from models.step_data import json_bytes
 from models.tables import Run
 
 RUNS_PAGE_SIZE: Final = 50

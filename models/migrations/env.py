@@ -11,7 +11,7 @@ import models.facts
 import models.fair_queue
 import models.idempotency
 import models.messages
-import models.plan_checks
+import models.plans.plan_checks
 import models.procedures
 import models.stack_limits
 import models.storage

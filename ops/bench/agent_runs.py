@@ -19,13 +19,13 @@ from sqlmodel import col, select
 
 from models import submissions
 from models.db import session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.tools import configured_tool_names
 from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.submissions import RunRequest
 from models.tables import Escalation, Run, Step, ToolJournalEntry
-from models.tools import configured_tool_names
 from models.transitions import cancel_run
 from ops.bench.agent_goals import Goal
 from ops.bench.agent_outcomes import Observed

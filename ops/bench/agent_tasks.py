@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from models.formats import provider_label
-from models.tools import DEFAULT_TOOL_MODULES
+from models.plans.tools import DEFAULT_TOOL_MODULES
 from ops.bench import figures
 from ops.bench.agent_goals import GOALS, Goal
 from ops.bench.agent_outcomes import Checked, check, goal_line, table

@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from models import submissions
 from models.db import session_scope
 from models.errors import InvalidPlan
-from models.plans import MAX_PLAN_STEPS, PlanSpec, parse_plan
+from models.plans.plans import MAX_PLAN_STEPS, PlanSpec, parse_plan
 from models.settings import get_settings
 from models.submissions import RunRequest
 from models.tables import Run, Step

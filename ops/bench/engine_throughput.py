@@ -33,7 +33,7 @@ import argparse
 from importlib.metadata import version
 from pathlib import Path
 
-from models.plans import PlanSpec
+from models.plans.plans import PlanSpec
 from ops.bench import figures as fig
 from ops.bench.agentq_peer import agentq_round, dispatch_latencies, one_at_a_time, plan_of
 from ops.bench.celery_peer import raw_round

@@ -47,7 +47,7 @@ from sqlmodel import col, select
 
 from models import queue, submissions
 from models.db import session_scope
-from models.plans import PlanSpec, parse_plan
+from models.plans.plans import PlanSpec, parse_plan
 from models.settings import Settings, get_settings
 from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from models import queue, sql
 from models.db import get_engine
 from models.migrate import upgrade
-from models.plans import PlanSpec
+from models.plans.plans import PlanSpec
 from models.settings import get_settings
 from models.submissions import RunRequest, submit
 from ops.bench.agentq_peer import BENCH_USER, plan_of

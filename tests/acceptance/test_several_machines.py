@@ -20,7 +20,7 @@ from sqlmodel import col, select
 
 from models import queue
 from models.db import normalize_url, session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.settings import get_settings
 from models.submissions import RunRequest, submit
 from models.tables import Run, StepAttempt

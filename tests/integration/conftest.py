@@ -20,13 +20,13 @@ from sqlmodel import col, select
 from models import queue, step_transitions, submissions
 from models.db import session_scope
 from models.memory_admin import memory_ended
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.tools import DEFAULT_TOOL_MODULES
 from models.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
-from models.tools import DEFAULT_TOOL_MODULES
 from ops.listen import Listen
 from ops.local import start_engine
 from ops.stack import LocalStack
@@ -157,7 +157,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         criteria: list[str] | None = None,
         replan_check: str | None = None,
     ) -> int:
-        from models.tools import configured_tool_names
+        from models.plans.tools import configured_tool_names
 
         tools = configured_tool_names()
         plan = None if steps is None else parse_plan({"steps": steps}, tools=tools)

@@ -14,7 +14,7 @@ from sqlmodel import col, select
 
 from models import queue, submissions
 from models.db import session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.settings import get_settings
 from models.submissions import RunRequest
 from models.tables import Step

@@ -22,7 +22,7 @@ from sqlmodel import col, select
 from models import decisions, queue, transitions
 from models.db import dispose_engines, session_scope
 from models.dispatch import Send
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,

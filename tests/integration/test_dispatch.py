@@ -19,7 +19,7 @@ from sqlmodel import col, select
 
 from models import queue, step_transitions, submissions, transitions
 from models.db import session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.queue import TASK_EXECUTE_STEP
 from models.runs import submit_run
 from models.settings import get_settings

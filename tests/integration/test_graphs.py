@@ -185,7 +185,7 @@ def test_cancel_stops_every_branch(make_run: Any) -> None:
 
 def test_two_coordinators_share_the_coordinator_queue() -> None:
     from models import queue
-    from models.plans import parse_plan
+    from models.plans.plans import parse_plan
     from models.queue import TASK_COORDINATE
     from models.runs import submit_run
     from tests.integration.conftest import TEST_ENV, other_engine
@@ -211,9 +211,9 @@ def test_two_coordinators_share_the_coordinator_queue() -> None:
 
 def test_an_edit_replaces_every_failed_branch_at_once(make_run: Any) -> None:
     from models import queue, reviews
+    from models.plans.tools import configured_tool_names
     from models.queue import TASK_COORDINATE
     from models.tables import Escalation
-    from models.tools import configured_tool_names
 
     fails = [{"name": f"f{i}", "kind": "tool", "tool": "always_fails", "after": []} for i in (0, 1)]
     run_id = make_run([*fails, echo("j", 1, after=["f0", "f1"])], replans=0)

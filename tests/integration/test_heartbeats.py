@@ -51,7 +51,7 @@ def _sleep_run(submit_seconds: float, *, after_noop: bool = False) -> int:
     """A run whose step `slow` sleeps `submit_seconds`; with `after_noop`, after a `noop` step
     that the same task runs first (the chain: `slow` is then the only step that can start)."""
     from models import submissions
-    from models.plans import parse_plan
+    from models.plans.plans import parse_plan
     from models.settings import get_settings
     from models.submissions import RunRequest
 

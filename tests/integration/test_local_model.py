@@ -20,12 +20,12 @@ from sqlmodel import col, select
 from models import queue
 from models.db import session_scope
 from models.errors import ProviderError
-from models.plans import StepSpec, parse_plan
+from models.plans.plans import StepSpec, parse_plan
+from models.plans.tools import catalog, load_tool_modules
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent
-from models.tools import catalog, load_tool_modules
 from ops.llama_server import MODEL_ALIAS, LlamaServer
 from ops.stack import LocalStack
 from tests.integration.conftest import other_engine, run_steps, wait_for_run

@@ -27,7 +27,8 @@ from sqlmodel import col, select
 from models import budgets, queue, transitions
 from models.db import session_scope
 from models.errors import TokenBudgetSpent
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.tools import load_tool_modules
 from models.queue import TASK_COORDINATE
 from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
@@ -40,7 +41,6 @@ from models.tables import (
     ToolJournalEntry,
 )
 from models.token_calibrations import CALIBRATION_MIN_TOKENS
-from models.tools import load_tool_modules
 from ops.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -115,7 +115,7 @@ def submit(
     cost_usd: float | None = None,
     user_id: str = "faults",
 ) -> int:
-    from models.tools import configured_tool_names
+    from models.plans.tools import configured_tool_names
 
     plan = None if steps is None else parse_plan({"steps": steps}, tools=configured_tool_names())
     with session_scope() as session:

@@ -12,9 +12,9 @@ import pytest
 from models import memory_admin, run_transitions
 from models.db import get_engine, session_scope
 from models.embeddings import HashEmbedder
+from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Run
-from models.tools import load_tool_modules
 from worker import calls, planner
 from worker.providers import Completion, ModelRequest
 

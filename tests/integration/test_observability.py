@@ -18,10 +18,10 @@ import pytest
 
 from models import api_tokens, step_transitions
 from models.db import session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.tools import configured_tool_names
 from models.runs import submit_run
 from models.settings import get_settings
-from models.tools import configured_tool_names
 from models.tracing import trace_id
 from ops.local import start_api
 from ops.stack import LocalStack

@@ -18,10 +18,10 @@ from sqlmodel import col, select
 from models import phases, run_transitions, transitions
 from models.db import session_scope
 from models.errors import PhaseNotDue
+from models.plans.tools import load_tool_modules
 from models.queue import TASK_SYNTHESIZE
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, utcnow
-from models.tools import load_tool_modules
 from scheduler import tasks
 from worker import calls, planner, remembering, synthesis
 from worker.providers import Completion, ModelRequest

@@ -10,10 +10,10 @@ from sqlmodel import col, select
 
 from models import run_transitions
 from models.db import session_scope
+from models.plans.tools import load_tool_modules
 from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step
-from models.tools import load_tool_modules
 from worker import calls, planner
 from worker.providers import Completion, ModelRequest
 

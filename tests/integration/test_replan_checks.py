@@ -12,7 +12,7 @@ from sqlmodel import col, select
 
 from models import queue, reviews
 from models.db import session_scope
-from models.plan_checks import PlanCheck
+from models.plans.plan_checks import PlanCheck
 from models.queue import TASK_COORDINATE
 from models.tables import Escalation, RunEvent, Step
 from tests.integration.conftest import wait_for_run

@@ -16,8 +16,8 @@ from models import memory_admin, reviews, run_transitions
 from models.authorship import reviewer_words, reviewers_steps, steps_with_versions
 from models.db import session_scope
 from models.facts import remember
+from models.plans.tools import configured_tool_names
 from models.tables import Escalation, RunEvent
-from models.tools import configured_tool_names
 from worker.prompts import step_prompt
 from worker.working_memory import request_for
 

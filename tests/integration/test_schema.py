@@ -17,7 +17,7 @@ from sqlmodel import SQLModel
 import models.episodes  # the memory tables, as in models/migrations/env.py
 import models.fair_queue
 import models.idempotency
-import models.plan_checks
+import models.plans.plan_checks
 import models.procedures
 import models.stack_limits
 import models.storage

@@ -24,13 +24,13 @@ from sqlmodel import select
 from models import memory_admin, queue, retention, reviews, storage, submissions
 from models.db import session_scope
 from models.errors import InvalidInput
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.step_data import json_bytes
+from models.plans.tools import configured_tool_names
 from models.queue import TASK_COORDINATE
 from models.settings import get_settings
-from models.step_data import json_bytes
 from models.submissions import RunRequest
 from models.tables import Escalation, Run, Step, utcnow
-from models.tools import configured_tool_names
 from ops.fake_provider import FakeOpenAI, slow, tool_calls
 from ops.stack import LocalStack
 from tests.integration.conftest import fake_model_env, other_engine, run_steps, wait_for_run

@@ -14,12 +14,12 @@ from sqlmodel import col, func, select
 from models import submissions
 from models.db import session_scope
 from models.errors import InvalidInput
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.tools import configured_tool_names
 from models.runs import FACT_VALUE_MAX_CHARS, pinned_facts
 from models.settings import get_settings
 from models.submissions import RunRequest
 from models.tables import Escalation, Run, RunEvent
-from models.tools import configured_tool_names
 from ops.stack import LocalStack
 from tests.integration.conftest import run_steps, wait_for_run
 

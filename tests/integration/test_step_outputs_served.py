@@ -16,12 +16,12 @@ from sqlmodel import col, select
 
 from models import submissions
 from models.db import session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
+from models.plans.step_outputs import output_schema
+from models.plans.tools import configured_tool_names, load_tool_modules
 from models.settings import get_settings
-from models.step_outputs import output_schema
 from models.submissions import RunRequest
 from models.tables import RunEvent
-from models.tools import configured_tool_names, load_tool_modules
 from ops.fake_provider import FakeOpenAI, ok
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, fake_model_env, other_engine, run_steps

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 
 from models import queue, submissions
 from models.db import session_scope
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.queue import TASK_EXECUTE_STEP, TASK_PLAN
 from models.settings import get_settings
 from models.submissions import RunRequest

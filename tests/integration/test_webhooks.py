@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from models import commands, deliveries, memory_admin, run_transitions, submissions, webhooks
 from models.db import session_scope
 from models.erasures import ERASED
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.runs import submit_run
 from models.settings import get_settings
 from models.submissions import RunRequest

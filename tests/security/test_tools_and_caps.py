@@ -24,8 +24,8 @@ import sqlalchemy as sa
 from sqlmodel import select
 
 from models import api_tokens
+from models.plans.tools import DEFAULT_TOOL_MODULES
 from models.tables import Escalation, Run
-from models.tools import DEFAULT_TOOL_MODULES
 from tests.support.console import (
     Console,
     csrf_of,
@@ -185,7 +185,7 @@ def test_references_cannot_amplify_a_result_past_the_cap(
 
 
 RUN_BUDGET = 8 * 1024 * 1024  # AGENTQ_RUN_STEP_DATA_MAX_BYTES's default
-# what each step of the run stores, as compact JSON (`models.step_data.json_bytes`)
+# what each step of the run stores, as compact JSON (`models.plans.step_data.json_bytes`)
 # (a step not run yet holds JSON null: the ORM writes None so)
 STORED = sa.text(
     "SELECT name, result FROM steps WHERE run_id = :run AND jsonb_typeof(result) = 'object'"

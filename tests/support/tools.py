@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models.tools import ToolContext, tool
+from models.plans.tools import ToolContext, tool
 
 
 @tool(

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from models.errors import InvalidPlan
-from models.plans import parse_plan
-from models.tools import DEFAULT_TOOL_MODULES, configured_tool_names, load_tool_modules
+from models.plans.plans import parse_plan
+from models.plans.tools import DEFAULT_TOOL_MODULES, configured_tool_names, load_tool_modules
 from worker.adoption import adoptable, adopted_id, expand, offered, schema
 from worker.offline import OfflineProvider
 from worker.prompts import plan_schema

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from models.errors import RetryableToolError, ToolError
-from models.tools import ToolContext, find_playbook
+from models.plans.tools import ToolContext, find_playbook
 from ops.bench import agent_tools
 from ops.bench.agent_goals import GOALS, Expected, Goal
 from ops.bench.agent_outcomes import Checked, Observed, check, table_row, totals

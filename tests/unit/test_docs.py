@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from models.errors import InvalidStepOutput
-from models.expectations import unmet
-from models.goal_values import pins
-from models.layout import by_wave
-from models.plans import Splice, parse_plan
+from models.plans.expectations import unmet
+from models.plans.goal_values import pins
+from models.plans.layout import by_wave
+from models.plans.plans import Splice, parse_plan
+from models.plans.step_outputs import parse_output
+from models.plans.tools import configured_tool_names
 from models.settings import Settings
-from models.step_outputs import parse_output
-from models.tools import configured_tool_names
 from ops.views import goal_values_text
 
 README = (Path(__file__).parents[2] / "README.md").read_text()

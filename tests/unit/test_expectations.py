@@ -1,4 +1,4 @@
-"""Expectations on a step's result (`models.expectations`): the rules, the errors of bad ones, the
+"""Expectations on a step's result (`models.plans.expectations`): the rules, the errors of bad ones, the
 schema the planner and the API are given, and the outcome the worker makes of them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from api.openapi import walk
 from models.errors import InvalidPlan
-from models.expectations import (
+from models.plans.expectations import (
     KEY_PATH_PATTERN,
     MAX_STEP_EXPECTATIONS,
     SHOWN_VALUE_MAX_CHARS,
@@ -21,7 +21,7 @@ from models.expectations import (
     stored,
     unmet,
 )
-from models.plans import parse_plan
+from models.plans.plans import parse_plan
 from models.tables import Step
 from worker.prompts import plan_schema
 from worker.steps import checked_outcome

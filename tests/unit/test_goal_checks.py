@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from models.goal_checks import agrees, conflicts, criteria_texts, deliverables, rule_verdict, terms
-from models.plans import MAX_CRITERIA, PlanSpec
+from models.plans.plans import MAX_CRITERIA, PlanSpec
 from models.runs import add_criteria
 from models.tables import Run, Step
 

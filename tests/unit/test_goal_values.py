@@ -1,4 +1,4 @@
-"""The values a goal states, found by plain rules (`models.goal_values`), and what a submission
+"""The values a goal states, found by plain rules (`models.plans.goal_values`), and what a submission
 pins of them; no services."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from models.goal_values import MAX_GOAL_VALUES, GoalValue, extract, pins
+from models.plans.goal_values import MAX_GOAL_VALUES, GoalValue, extract, pins
 from models.runs import FACT_KEY_PATTERN, MAX_PINNED_FACTS
 
 DEMO = "Submit 473.43 EUR to CC-4410"

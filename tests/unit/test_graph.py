@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from models.errors import InvalidPlan, PlanConflict
-from models.graph import NewStep, Node, ancestors, linear, splice, waves
-from models.plans import Splice, parse_plan
+from models.plans.graph import NewStep, Node, ancestors, linear, splice, waves
+from models.plans.plans import Splice, parse_plan
 from models.tables import Step
 
 TOOLS = ["noop"]

@@ -1,4 +1,4 @@
-"""How a plan graph reads (`models.layout`), and the plan a reviewer's edit starts from
+"""How a plan graph reads (`models.plans.layout`), and the plan a reviewer's edit starts from
 (`models.drafts`): its `after` rebuilds the graph it came from; no services."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from models.drafts import PLAN_NOTE_MISSED, PLAN_NOTE_REMAINING, starting_plan
-from models.graph import linear
-from models.layout import Place, after_text, by_wave, places, runs_together
-from models.plans import Splice, parse_plan
-from models.step_specs import spec_of
+from models.plans.graph import linear
+from models.plans.layout import Place, after_text, by_wave, places, runs_together
+from models.plans.plans import Splice, parse_plan
+from models.plans.step_specs import spec_of
 from models.tables import Escalation, Run, Step
 
 TOOLS = ["noop"]
@@ -103,7 +103,7 @@ def test_the_edit_draft_keeps_a_steps_expectations_and_parses_again() -> None:
 
 
 def test_a_goal_not_met_draft_offers_the_deliverable_that_missed_it() -> None:
-    """Sent back as it is, the draft replaces the deliverable (`models.graph.remaining`): the
+    """Sent back as it is, the draft replaces the deliverable (`models.plans.graph.remaining`): the
     reviewer edits the value that missed the goal, and the new step takes its name."""
     steps = [row(1, "convert", "succeeded"), row(2, "report", "succeeded", args={"c": "USD"})]
     after = {1: (), 2: (1,)}

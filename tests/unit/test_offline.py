@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from models.tools import DEFAULT_TOOL_MODULES, catalog, load_tool_modules
+from models.plans.tools import DEFAULT_TOOL_MODULES, catalog, load_tool_modules
 from worker.offline import OfflineProvider
 from worker.providers import ModelRequest
 

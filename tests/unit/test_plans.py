@@ -8,9 +8,9 @@ import pytest
 
 from models.answers import answer_from_text
 from models.errors import ConfigurationError, InvalidInput, InvalidPlan
-from models.plans import Splice, parse_plan
+from models.plans.plans import Splice, parse_plan
+from models.plans.tools import argument_problems
 from models.tables import Step
-from models.tools import argument_problems
 from ops.inputs import parse_facts
 
 TOOLS = ["noop", "convert"]

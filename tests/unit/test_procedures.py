@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from models.errors import ConfigurationError, InvalidInput
+from models.plans.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from models.procedure_admin import template_from
 from models.procedure_recall import PROCEDURES, hidden_detail, rank
 from models.procedures import Actor, Procedure, checked
@@ -16,7 +17,6 @@ from models.retrieval import Hit, Scored, Search
 from models.settings import Settings
 from models.tables import Step
 from models.tokens import count_tokens
-from models.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from worker.adoption import ADOPT_NOTE
 from worker.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider

@@ -15,11 +15,11 @@ import openai
 import pytest
 
 from models.errors import ProviderError
-from models.expectations import loaded
-from models.plans import MAX_INSTRUCTION_CHARS, parse_plan
-from models.references import references
+from models.plans.expectations import loaded
+from models.plans.plans import MAX_INSTRUCTION_CHARS, parse_plan
+from models.plans.references import references
+from models.plans.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from models.runs import GOAL_MAX_CHARS
-from models.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
 from worker.offline import OfflineProvider
 from worker.provider_choice import make_provider
 from worker.providers import (

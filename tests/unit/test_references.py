@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from models.errors import ToolArgumentsError
-from models.references import references, resolve
+from models.plans.references import references, resolve
 
 RESULTS: dict[str, dict[str, Any]] = {
     "receipts": {

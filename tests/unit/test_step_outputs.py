@@ -1,4 +1,4 @@
-"""A model step's declared `output` (`models.step_outputs`): the plan field, the answer check,
+"""A model step's declared `output` (`models.plans.step_outputs`): the plan field, the answer check,
 the schemas that ask for it, the offline provider's answer and the fake server's; no services."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from jsonschema import Draft202012Validator
 
 from models.drafts import spec_of
 from models.errors import InvalidPlan, InvalidStepOutput
-from models.plans import parse_plan
-from models.step_outputs import (
+from models.plans.plans import parse_plan
+from models.plans.step_outputs import (
     MAX_OUTPUT_FIELDS,
     output_schema,
     output_spec_schema,

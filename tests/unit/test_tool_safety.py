@@ -19,9 +19,7 @@ from fastapi import HTTPException
 from api.auth import Principal
 from api.runs import check_plan_role
 from models.errors import ConfigurationError, ToolCrashed, ToolError, ToolNotEnabled
-from models.settings import get_settings
-from models.tables import Step
-from models.tools import (
+from models.plans.tools import (
     DEFAULT_TOOL_MODULES,
     ToolContext,
     catalog,
@@ -31,6 +29,8 @@ from models.tools import (
     load_tool_modules,
     tool,
 )
+from models.settings import get_settings
+from models.tables import Step
 from worker.attempts import Claimed, Outcome
 from worker.steps import failure_outcome, internal_error, perform
 from worker.tools import builtin, expenses

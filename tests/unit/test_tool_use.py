@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from models.errors import InvalidPlan, RetryableToolError
-from models.plans import parse_plan
-from models.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
+from models.plans.plans import parse_plan
+from models.plans.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
 from ops.fake_provider import FakeOpenAI, ok, tool_calls
 from worker.prompts import function_tool, step_prompt
 from worker.providers import Completion, ModelRequest, OpenAIProvider, ToolCall

@@ -13,8 +13,8 @@ import pytest
 from pydantic import Field
 
 from models.errors import ConfigurationError, RetryableToolError, ToolArgumentsError, ToolError
-from models.references import references, resolve
-from models.tools import (
+from models.plans.references import references, resolve
+from models.plans.tools import (
     DEFAULT_TOOL_MODULES,
     Fallback,
     ToolContext,

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from models.errors import ToolError
+from models.plans.tools import Fallback, ToolContext, tool
 from models.settings import get_settings
-from models.tools import Fallback, ToolContext, tool
 
 # Below the default step time budget (`AGENTQ_STEP_TIME_LIMIT_S`, 90 s): a sleep the Celery
 # soft time limit would cut off can never succeed, only hold a worker through its retries (a user

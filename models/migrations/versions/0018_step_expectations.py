@@ -3,7 +3,7 @@
 Revision ID: 0018
 Revises: 0017
 
-A plan step may declare expectations on its result (`models.expectations`), which the worker
+A plan step may declare expectations on its result (`models.plans.expectations`), which the worker
 checks when the step's tool or model returns: one unmet fails the step. Steps written before
 this revision declare none.
 """

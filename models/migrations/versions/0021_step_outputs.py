@@ -3,7 +3,7 @@
 Revision ID: 0021
 Revises: 0020
 
-A model step may declare the fields of its answer and their types (`models.step_outputs`); the
+A model step may declare the fields of its answer and their types (`models.plans.step_outputs`); the
 worker asks for JSON of them and stores the fields as the step's result. Steps written before
 this revision declare none (null).
 """

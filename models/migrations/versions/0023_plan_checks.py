@@ -5,7 +5,7 @@ Revises: 0022
 
 A run submitted with `replan_check = 'model'` asks the model, after each step that succeeds
 while others have not started, whether the rest of the plan still makes sense; each answer is a
-`plan_checks` row the coordinator reads (`models.plan_checks`). Runs before this revision never
+`plan_checks` row the coordinator reads (`models.plans.plan_checks`). Runs before this revision never
 check (`off`).
 """
 

@@ -2,7 +2,7 @@
 name. Pure; shared by the CLI (`agentq status`, `agentq watch`), the review console and the HTTP
 API (`PlanVersionOut.waves`), so the three show the same numbers.
 
-A step's wave is `models.graph.waves`'s: 1 for a step that waits for nothing, else one more than
+A step's wave is `models.plans.graph.waves`'s: 1 for a step that waits for nothing, else one more than
 the latest wave it waits for. Steps of one wave wait only for steps of earlier waves, so once
 those succeeded they can run together (DESIGN.md, invariant 12). In a plan written as a plain
 list every step is its own wave, numbered as its position.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from models.graph import waves
+from models.plans.graph import waves
 
 NO_DEPENDENCY = "-"  # what `after_text` shows for a step that waits for nothing
 
@@ -31,7 +31,7 @@ def places(
     order: Sequence[int], after: Mapping[int, Iterable[int]], names: Mapping[int, str]
 ) -> dict[int, Place]:
     """Each step of `order` (ids) with its wave and dependencies by name, by id. `after` maps ids
-    to the ids each waits for (`models.plans.dependencies`); a step missing from it waits for
+    to the ids each waits for (`models.plans.plans.dependencies`); a step missing from it waits for
     nothing; a dependency with no name in `names` shows as `#ID`."""
     wave = waves(order, after)
     return {

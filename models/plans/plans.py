@@ -5,9 +5,9 @@ A plan is a graph of steps (DESIGN.md, invariant 12): each step may name the ste
 reviewer's edit and an explicit plan given at submit all pass through `parse_plan` before anything
 is written, so malformed input is refused whole and nothing is half-written. Steps pass data with
 references in their tool args: `"${steps.NAME.KEY}"` (a key of the result of a step it waits for,
-directly or not) and `"${facts.KEY}"` (a pinned fact). The graph rules are `models.graph`'s.
-A step may declare checks of its result (`expect`, `models.expectations`) that fail it when unmet,
-and a model step the typed fields of its answer (`output`, `models.step_outputs`), which become its
+directly or not) and `"${facts.KEY}"` (a pinned fact). The graph rules are `models.plans.graph`'s.
+A step may declare checks of its result (`expect`, `models.plans.expectations`) that fail it when unmet,
+and a model step the typed fields of its answer (`output`, `models.plans.step_outputs`), which become its
 result.
 """
 
@@ -21,12 +21,13 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, select
 
-from models import graph, sql
+from models import sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
-from models.expectations import MAX_STEP_EXPECTATIONS, Expectation, stored
-from models.references import referenced_facts, references
+from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation, stored
+from models.plans.plans import graph
+from models.plans.references import referenced_facts, references
+from models.plans.step_outputs import MAX_OUTPUT_FIELDS, OutputSpec
 from models.states import STEP_NOT_STARTED
-from models.step_outputs import MAX_OUTPUT_FIELDS, OutputSpec
 from models.storable import parse_json, storable_problem
 from models.tables import PlanVersion, Run, Step, utcnow
 
@@ -72,14 +73,14 @@ class StepSpec(BaseModel):
     expect: list[Expectation] = Field(
         default_factory=list,
         max_length=MAX_STEP_EXPECTATIONS,
-        description="Checks of the step's result (`models.expectations`); one unmet fails it.",
+        description="Checks of the step's result (`models.plans.expectations`); one unmet fails it.",
     )
     output: OutputSpec | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_OUTPUT_FIELDS,
         description="Kind 'model' only: the fields of its answer and their types "
-        "(`models.step_outputs`), stored as its result.",
+        "(`models.plans.step_outputs`), stored as its result.",
     )
 
     @field_validator("args")
@@ -177,7 +178,7 @@ def parse_plan(
 
     `splice` says where the steps go (a replan's or a reviewer's: see `Splice`; default: a whole
     plan); the version they make must be a graph whose every reference names a step the
-    referring step waits for (`models.graph`). `facts`, when given, are the pinned facts that
+    referring step waits for (`models.plans.graph`). `facts`, when given, are the pinned facts that
     `${facts.KEY}` may name; `check_args(tool, args)` returns the problems of a tool call's
     arguments (the tool registry's check). Raises `InvalidPlan` with every problem found, each
     naming the step and field; `PlanConflict` (an `InvalidPlan`) when the only problem is a new
@@ -325,7 +326,7 @@ def add_plan_version(
     reason: str = "",
 ) -> PlanVersion:
     """Write plan version `run.plan_version + 1`: the kept steps of `splice` with the `new` ones
-    in the place of `splice.replaced` (`models.graph.splice`; a `Step` in `new` is a row already
+    in the place of `splice.replaced` (`models.plans.graph.splice`; a `Step` in `new` is a row already
     written, such as a reviewer's answer, which waits as an unwritten step would). The version
     records the replaced step as the failure it answers (`replaces_step_id`), or the
     deliverable that did not meet the run's goal, which leaves the version (`graph.remaining`).

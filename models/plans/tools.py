@@ -11,7 +11,7 @@ The tools a process offers are those of the modules in `AGENTQ_TOOL_MODULES` (`e
 other tool is refused, and a worker never runs one. A tool that raises anything but agentq's own
 `ToolError` family fails with `ToolCrashed`, which names only the tool and the exception's type;
 the exception itself, which may hold host paths, goes to the worker's log. A tool's arguments
-and result are capped at `AGENTQ_STEP_DATA_MAX_BYTES` (`models.step_data`).
+and result are capped at `AGENTQ_STEP_DATA_MAX_BYTES` (`models.plans.step_data`).
 
 A playbook is a canned plan (a list of step dicts) that the offline planner returns for goals that
 contain all of its keywords.
@@ -40,9 +40,9 @@ from models.errors import (
     ToolError,
     ToolNotEnabled,
 )
-from models.references import has_reference
+from models.plans.references import has_reference
+from models.plans.step_data import check_step_data
 from models.settings import get_settings
-from models.step_data import check_step_data
 from models.storable import json_integer, storable_problem
 
 ToolFunction = Callable[..., dict[str, Any]]

@@ -1,5 +1,5 @@
 """A stored step as the plan step it came from: what a reviewer's draft and a procedure saved
-from a run both start from (`models.plans.StepSpec`'s fields, as JSON-ready values).
+from a run both start from (`models.plans.plans.StepSpec`'s fields, as JSON-ready values).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from models.tables import Step
 
 
 def spec_of(step: Step, after: Sequence[str]) -> dict[str, Any]:
-    """`step` as a plan step (`models.plans.StepSpec`'s fields) waiting for `after` (names)."""
+    """`step` as a plan step (`models.plans.plans.StepSpec`'s fields) waiting for `after` (names)."""
     spec: dict[str, Any] = {"name": step.name, "instruction": step.instruction}
     spec["kind"] = "model" if step.kind == "model" else "tool"
     if step.tool:

@@ -12,7 +12,7 @@ replanned, retried or answered), so that what waited for the replaced step now w
 new steps that nothing else among them waits for (their sinks: in a list, the last one). The
 built version is checked whole (`problems`): unknown names, cycles, names used twice, and
 references (`${steps.x...}`) to a step that the referring step does not wait for, directly or
-through others. This module knows nothing of the database; `models.plans` writes what it builds.
+through others. This module knows nothing of the database; `models.plans.plans` writes what it builds.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.errors import StepDataTooLarge, ToolArgumentsError
-from models.step_data import CAP_SETTING, json_bytes
+from models.plans.step_data import CAP_SETTING, json_bytes
 
 REFERENCE_PATTERN = r"\$\{((?:steps|facts)\.[^}]*)\}"  # a reference somewhere in a string
 _ANY_REFERENCE = re.compile(REFERENCE_PATTERN)
