@@ -28,8 +28,8 @@ from api.auth import AnyPrincipal
 from api.errors import REFUSALS, document_validation_errors, install_error_handlers
 from api.openapi import state_rules
 from api.responses import ErrorOut, PrincipalOut
-from models import stack_limits, tracing
 from models.db import session_scope
+from models.engine import stack_limits, tracing
 from models.errors import AgentqError
 from models.plans.tools import catalog
 from models.settings import BUDGET_CEILINGS, Settings, get_settings
@@ -65,7 +65,7 @@ class AgentqAPI(FastAPI):
 
 
 def _stack_settings() -> Settings:
-    """The settings with the stack's limits (`models.stack_limits`): the ceilings the spec
+    """The settings with the stack's limits (`models.engine.stack_limits`): the ceilings the spec
     states are those every submit enforces. With no database to read (a spec built offline),
     this process's own, logged."""
     try:

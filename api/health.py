@@ -23,7 +23,7 @@ from kombu.connection import Connection
 from pydantic import BaseModel
 
 from models.db import get_engine
-from models.queue import broker_url
+from models.engine.queue import broker_url
 
 
 class HealthOut(BaseModel):

@@ -30,8 +30,8 @@ from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
 from api.token_limits import LIMITED, charge_costly_read
 from models import commands, memory_admin
 from models.db import session_scope
+from models.engine.runs import USER_ID_MAX_CHARS
 from models.facts import facts_of
-from models.runs import USER_ID_MAX_CHARS
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 QUERY_MAX_CHARS = 2_000  # a search is a question, not a document

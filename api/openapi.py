@@ -59,7 +59,7 @@ def state_rules(
 ) -> dict[str, Any]:
     """A copy of `spec` (FastAPI's) with the rules above added. `tools` is the enabled tools'
     catalog (`models.plans.tools.catalog()`: name and `parameters` schema each); `ceilings` the most
-    a run's budgets may be, by name (`AGENTQ_MAX_*`, `models.runs.run_budgets`)."""
+    a run's budgets may be, by name (`AGENTQ_MAX_*`, `models.engine.runs.run_budgets`)."""
     spec = copy.deepcopy(spec)  # FastAPI shares some of its dicts between apps
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     if "StepSpec" in schemas:

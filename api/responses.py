@@ -208,7 +208,7 @@ class EscalationOut(BaseModel):
     deadline_at: datetime | None = None
     waiting_s: float = 0.0
     # The budgets its approval set: {"tokens": {"used", "limit_before", "original_limit",
-    # "limit", "chosen": "reviewer" | "default"}} (`models.budget_grants`).
+    # "limit", "chosen": "reviewer" | "default"}} (`models.engine.budget_grants`).
     granted: dict[str, Any] | None = None
 
 

@@ -23,10 +23,11 @@ from api.responses import BudgetStanding, DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from api.token_limits import LIMITED, REVIEWS_PAGE_FREE, charge_page
-from models import budget_grants, commands, escalations, queries, stack_limits
+from models import commands, escalations, queries
 from models.db import session_scope
+from models.engine import budget_grants, stack_limits
+from models.engine.runs import get_run, pinned_facts
 from models.errors import ClaimedByAnother, InvalidInput
-from models.runs import get_run, pinned_facts
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 
@@ -51,7 +52,7 @@ def review_out(session: Session, esc: Escalation) -> ReviewOut:
 
 def budget_standing(session: Session, esc: Escalation, run: Run) -> BudgetStanding | None:
     """The spent budget an undecided escalation is about, under the stack's ceilings
-    (`models.budget_grants.spent`); None otherwise."""
+    (`models.engine.budget_grants.spent`); None otherwise."""
     if esc.status == "decided":
         return None
     limits = stack_limits.effective(session, get_settings())

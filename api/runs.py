@@ -1,7 +1,7 @@
 """`/api/v1/runs`: submit a goal, list runs, read one run whole, cancel one.
 
 A run reads as its newest `EVENTS_PAGE_DEFAULT` events (`events_before` pages back), with every
-step's args and result and every event's detail over `models.previews.PREVIEW_MAX_BYTES` shown
+step's args and result and every event's detail over `models.engine.previews.PREVIEW_MAX_BYTES` shown
 as a preview; `/runs/{id}/steps/{step_id}/result` returns one step's whole result.
 
 A submitter token sees and acts on its own user's runs only: another user's run is a 404, as if
@@ -35,16 +35,17 @@ from api.responses import (
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_page
-from models import commands, escalations, previews, queries
+from models import commands, escalations, queries
 from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from models.db import session_scope
+from models.engine import previews
+from models.engine.idempotency import Key
+from models.engine.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
+from models.engine.submissions import RunRequest, Submitted
 from models.errors import NotFound
-from models.idempotency import Key
 from models.plans.layout import by_wave
 from models.plans.plans import dependencies
-from models.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.settings import get_settings
-from models.submissions import RunRequest, Submitted
 from models.tables import Escalation, PlanVersion, Run, utcnow
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -206,7 +207,7 @@ def submit(
     idempotency_key: IdempotencyKey = None,
 ) -> SubmittedOut:
     """Submit a goal, or an explicit plan (status `running`, no planning call), and start it
-    in the same transaction (`models.submissions`): the plan's first steps are `queued`, or a
+    in the same transaction (`models.engine.submissions`): the plan's first steps are `queued`, or a
     goal's run is `planning`, as far as the user's dispatch cap allows (else they wait, `ready`
     or `queued`); `notified` says whether their messages were sent after the commit.
 
@@ -220,7 +221,7 @@ def submit(
     `from_goal` shows the values the goal states (amounts, currencies, ISO dates, identifiers:
     `models.plans.goal_values`) and, with `pin_from_goal`, those the run pinned; `facts` win.
 
-    With `Idempotency-Key` a retry is safe (`models.idempotency`): the same key and body within
+    With `Idempotency-Key` a retry is safe (`models.engine.idempotency`): the same key and body within
     the window answer with the first run (the same 201 body, `Idempotent-Replayed: true`), the
     same key with another body is a 409 (`IdempotencyKeyReused`), and concurrent requests with
     one key make one run. A refused submit keeps no key.

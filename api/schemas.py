@@ -20,14 +20,14 @@ from pydantic import (
     model_validator,
 )
 
-from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
-from models.runs import (
+from models.engine.runs import (
     FACT_KEY_PATTERN,
     FACT_VALUE_MAX_CHARS,
     GOAL_MAX_CHARS,
     MAX_PINNED_FACTS,
     USER_ID_MAX_CHARS,
 )
+from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
 from models.sql import PG_INT_MAX as PG_INT_MAX
 from models.storable import json_integer, storable_problem
 

@@ -44,8 +44,8 @@ from sqlmodel import Session
 
 from models import api_tokens, ui_sessions
 from models.db import session_scope
+from models.engine.previews import EVENTS_PAGE_MAX, EventShown
 from models.event_feed import EventFeed, RunState, events_after, run_states, settled_bound
-from models.previews import EVENTS_PAGE_MAX, EventShown
 from models.settings import get_settings
 from models.tables import utcnow
 

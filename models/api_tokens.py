@@ -28,11 +28,11 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models import reviews, ui_sessions
+from models.engine.runs import USER_ID_MAX_CHARS
+from models.engine.transitions import WITHDRAWN_BY
 from models.errors import IllegalTransition, InvalidInput, NotFound
 from models.escalations import check_reviewer_name
-from models.runs import USER_ID_MAX_CHARS
 from models.tables import ApiToken, Escalation, utcnow
-from models.transitions import WITHDRAWN_BY
 
 TokenRole = Literal["submitter", "reviewer", "admin"]
 TOKEN_PREFIX: Final = "aq_"

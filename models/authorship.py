@@ -43,7 +43,7 @@ WORDS_DECISIONS: Final = ("edit", "respond")  # decisions that always carry a re
 
 class StepFields(Protocol):
     """What the rules of a run's memory read of a step: a `Step` row, or a detached
-    `models.ended_runs.StepRow`."""
+    `models.engine.ended_runs.StepRow`."""
 
     @property
     def id(self) -> int | None: ...
@@ -67,7 +67,7 @@ class StepFields(Protocol):
 
 class VersionFields(Protocol):
     """What `reviewers_steps` reads of a plan version: a `PlanVersion` row, or a detached
-    `models.ended_runs.VersionRow`."""
+    `models.engine.ended_runs.VersionRow`."""
 
     @property
     def created_by(self) -> str: ...

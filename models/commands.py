@@ -2,13 +2,13 @@
 console (`api/ui/`) are thin adapters over these (issue 14).
 
 Each command opens its transaction (`session_scope`), checks what it is given, changes the rows
-with the model layer's functions (`models.submissions`, `models.transitions`, `models.reviews`,
+with the model layer's functions (`models.engine.submissions`, `models.engine.transitions`, `models.reviews`,
 `models.memory_admin`, `models.api_tokens`), commits, and only then sends its messages
-(`models.queue.follow_up`: a broker that is down is not an error, `notified` says so). It reads
+(`models.engine.queue.follow_up`: a broker that is down is not an error, `notified` says so). It reads
 the settings and the registered tools itself, so no front end passes them.
 
 What a front end shows of the rows is read by its `describe(session, ...)`, called in the
-command's transaction after the change (as `models.submissions.submit` does); its value comes
+command's transaction after the change (as `models.engine.submissions.submit` does); its value comes
 back as `seen`. An error leaves the transaction rolled back whole, and nothing is sent.
 """
 
@@ -27,23 +27,19 @@ from models import (
     api_tokens,
     destinations,
     escalations,
-    idempotency,
     memory_admin,
-    queue,
     retention,
     reviews,
-    stack_limits,
-    submissions,
-    transitions,
     webhooks,
 )
 from models.db import session_scope
+from models.engine import idempotency, queue, stack_limits, submissions, transitions
+from models.engine.runs import get_run
+from models.engine.submissions import RunRequest, Submitted
 from models.errors import ClaimedByAnother, InvalidInput
 from models.plans.plans import PlanSpec, parse_plan
 from models.plans.tools import argument_problems, configured_tool_names, declared_returns
-from models.runs import get_run
 from models.settings import get_settings
-from models.submissions import RunRequest, Submitted
 from models.tables import Escalation, Run, utcnow
 from models.webhook_tables import WebhookSubscription
 
@@ -83,7 +79,7 @@ def submit(
     *,
     describe: Callable[[Session, Run], T] = _nothing,  # type: ignore[assignment]
 ) -> Submitted[T]:
-    """Submit `request` under the process's settings (`models.submissions.submit`: one
+    """Submit `request` under the process's settings (`models.engine.submissions.submit`: one
     transaction, then its messages); raises `InvalidInput`, `InvalidPlan`,
     `UserQuotaExceeded`, and then nothing is written."""
     return submissions.submit(request, settings=get_settings(), describe=describe)
@@ -95,7 +91,7 @@ def submit_once(
     *,
     describe: Callable[[Session, Run], dict[str, Any]],
 ) -> Submitted[dict[str, Any]]:
-    """`submit` under an idempotency key (`models.submissions.submit_once`): the run the same
+    """`submit` under an idempotency key (`models.engine.submissions.submit_once`): the run the same
     request made with `key` within `AGENTQ_IDEMPOTENCY_WINDOW_S` (`replayed`), else a new one
     whose `describe(session, run)` (JSON) is kept as the key's answer. Raises as `submit`, and
     `IdempotencyKeyReused` when another request made the key."""
@@ -104,14 +100,14 @@ def submit_once(
 
 def limits_notice() -> str | None:
     """One line when this process's environment sets a limit of the stack otherwise than the
-    stack holds it (`models.stack_limits.notice`: the stack's apply); None when none does."""
+    stack holds it (`models.engine.stack_limits.notice`: the stack's apply); None when none does."""
     with session_scope() as session:
         return stack_limits.notice(session, get_settings())
 
 
 def publish_limits(*, by: str) -> list[tuple[str, Any, Any]]:
     """Write the limits this process's environment sets as the stack's, and the defaults of
-    those it holds none of (`models.stack_limits.publish`, as a deployment's migration step);
+    those it holds none of (`models.engine.stack_limits.publish`, as a deployment's migration step);
     `(variable, old, new)` for each that changed."""
     with session_scope() as session:
         return stack_limits.publish(session, get_settings(), by=by, only_set=True)
@@ -215,7 +211,7 @@ def approve(
 ) -> Done[T]:
     """Approve (`reviews.approve`, with `AGENTQ_STEP_MAX_ATTEMPTS`): the run resumes with the
     budgets the reviewer chose (`budget`: `{"tokens": N, "cost_usd", "wall_time_s", "replans"}`,
-    the new limits), a spent one not chosen with its default (`models.budget_grants`; the
+    the new limits), a spent one not chosen with its default (`models.engine.budget_grants`; the
     escalation's `granted` says which). Raises `InvalidInput` naming `budget.<name>`,
     `NotFound`, `IllegalTransition` (decided already), `ClaimedByAnother`."""
     settings = get_settings()

@@ -29,8 +29,9 @@ from typing import Any, Final
 
 from sqlmodel import Session, col, select
 
-from models import destinations, notifications, sql
+from models import destinations, sql
 from models.circuit_breakers import DUE
+from models.engine import notifications
 from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 MAX_BACKOFF_S: Final = 3600.0  # one wait between attempts at most, however many failed
@@ -137,7 +138,7 @@ class Claimed:
 
     @property
     def body(self) -> str:
-        """The JSON this attempt sends and signs (`models.notifications.body`)."""
+        """The JSON this attempt sends and signs (`models.engine.notifications.body`)."""
         return notifications.body(self.snapshot, goal=self.goal, error=self.error)
 
 

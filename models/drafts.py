@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.goal_checks import GOAL_NOT_MET
+from models.engine.goal_checks import GOAL_NOT_MET
 from models.plans.plans import MAX_INSTRUCTION_CHARS, current_graph, handled_failures
 from models.plans.step_specs import spec_of
 from models.states import STEP_NOT_STARTED

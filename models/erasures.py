@@ -28,7 +28,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel
 
-from models import events, storage
+from models.engine import events, storage
 from models.tables import created_field
 
 ERASED: Final = "[erased]"  # what a text column of an erased run holds
@@ -146,7 +146,7 @@ def erase_runs(session: Session, *, user_id: str) -> dict[str, int]:
     instructions, arguments, results and errors, journaled tool calls, plan reasons, event
     details, escalation details, comments and answers), keeping ids, statuses, timings and
     spend (budgets, tokens, cost, `model.call` numbers); the step data they held (none now) is
-    taken off the user's total (`models.storage.release_erased`). Returns the rows touched per
+    taken off the user's total (`models.engine.storage.release_erased`). Returns the rows touched per
     table.
     Runs still active are left alone (the caller cancels them first); running it again erases
     what ended since."""

@@ -114,7 +114,7 @@ class DatabaseUnavailable(DatabaseError):
     """The database could not be used at all for now: the connection was refused, dropped, or
     the server is starting up or shutting down (`models.db.unavailable`). Nothing of the unit of
     work that met it was committed, unless the connection dropped during its COMMIT; a task
-    sends itself again rather than be acknowledged as done (`models.queue.OUTAGE_RETRIES`)."""
+    sends itself again rather than be acknowledged as done (`models.engine.queue.OUTAGE_RETRIES`)."""
 
 
 class BudgetExhausted(AgentqError):
@@ -136,7 +136,7 @@ class CostBudgetSpent(BudgetExhausted):
 
 
 class StepDataBudgetSpent(BudgetExhausted):
-    """A run's step-data budget has no room left for this step's data (`models.storage`)."""
+    """A run's step-data budget has no room left for this step's data (`models.engine.storage`)."""
 
     reason = "step_data_budget_spent"
 
@@ -273,7 +273,7 @@ class StackError(AgentqError):
 
 
 class PhaseNotDue(AgentqError):
-    """A deferred phase's task arrived before the phase is due again (`models.phases`): the
+    """A deferred phase's task arrived before the phase is due again (`models.engine.phases`): the
     broker redelivered it early, or clocks differ. Send it again after `due_in_s` seconds."""
 
     def __init__(self, run_id: int, *, due_in_s: float) -> None:
@@ -283,4 +283,4 @@ class PhaseNotDue(AgentqError):
 
 class IdempotencyKeyReused(Conflict):
     """This Idempotency-Key was sent before with another request; nothing was written. Send a
-    new key with a new request (`models.idempotency`)."""
+    new key with a new request (`models.engine.idempotency`)."""

@@ -15,7 +15,7 @@ from typing import Final
 
 from sqlmodel import Session, col, select
 
-from models import transitions
+from models.engine import transitions
 from models.errors import InvalidInput, NotFound
 from models.tables import Escalation
 

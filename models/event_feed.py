@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from models.bounds import PG_INT_MAX
-from models.previews import EVENTS_PAGE_MAX, EventShown, shown_columns, shown_of
+from models.engine.previews import EVENTS_PAGE_MAX, EventShown, shown_columns, shown_of
 from models.tables import Run, RunEvent
 
 SETTLE_S: Final = 10.0

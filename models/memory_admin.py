@@ -23,11 +23,12 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import erasures, queue, transitions
+from models import erasures
 from models.db import session_scope
 from models.embedders import LocalEmbedder, make_embedder
 from models.embedding_choice import provider_in_use
 from models.embeddings import Embedder, HashEmbedder
+from models.engine import queue, transitions
 from models.episodes import (
     Episode,
     ScoredEpisode,

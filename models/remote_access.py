@@ -6,7 +6,7 @@ It gets what a worker or a scheduler needs and no more, table by table:
   every user's steps, so it is trusted with every user's data;
 - SELECT alone on the views and on `READ_ONLY_TABLES`: `alembic_version` (migrations run on
   the machine of `agentq up`, over its Unix socket), `stack_limits` (the stack's quotas and
-  caps, written by `agentq up` itself: `models.stack_limits`) and `webhook_subscriptions` (an
+  caps, written by `agentq up` itself: `models.engine.stack_limits`) and `webhook_subscriptions` (an
   operator adds and removes them; the scheduler only reads them to fill the outbox, and the
   webhook sender, which writes their circuit state, runs on the machine of `agentq up`);
 - nothing on `NO_ACCESS_TABLES`, the API's credentials (`api_tokens`, `console_sessions`): a

@@ -6,14 +6,14 @@ checks, pinned facts, escalations, events, conversation turns, rolling summaries
 keys, and its webhook
 deliveries with their attempts (every table that holds a run's or a step's rows: `PURGED`, in
 the order it is deleted, children first); the runs' step data leaves their users' totals
-(`models.storage.release_purged`).
+(`models.engine.storage.release_purged`).
 Each batch is one transaction that locks its runs (`FOR UPDATE SKIP LOCKED`: a run another
 transaction holds is left for the next pass) and deletes at most `batch` of them, so a purge of a
 large backlog never holds a long lock or builds one huge transaction.
 
 What stays, and why:
 - A run that has not ended (`runs.status` not `succeeded`, `failed` or `cancelled`), or whose
-  memory task has not ended (`models.ended_runs.MEMORY_ENDED_OF`, the rule of
+  memory task has not ended (`models.engine.ended_runs.MEMORY_ENDED_OF`, the rule of
   `models.memory_admin.memory_ended`): the memory task reads the run's rows to write its episode and
   facts, and the reconciler asks for it again until it ends.
 - Episodes and facts. They are memory, which belongs to the user (DESIGN.md, invariant 7): the
@@ -24,7 +24,7 @@ What stays, and why:
   of a run that no longer exists: no foreign key holds them, run ids are never reused (a
   sequence), so `episodes.run_id` stays unique and a late memory task still writes nothing twice.
 - A run with a webhook delivery still to send (`pending` or `delivering`): its attempts read the
-  run's goal and error to build the body (`models.notifications.body`); it goes once the
+  run's goal and error to build the body (`models.engine.notifications.body`); it goes once the
   delivery is delivered or given up (`AGENTQ_WEBHOOK_RETRY_WINDOW_S` after its event at most).
 - A run a procedure was saved from (`procedures.source_run_id`), while that procedure exists:
   `agentq memory forget` finds a procedure of any scope through the run it was saved from
@@ -42,9 +42,9 @@ from typing import Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import storage
 from models.db import session_scope
-from models.ended_runs import MEMORY_ENDED_OF
+from models.engine import storage
+from models.engine.ended_runs import MEMORY_ENDED_OF
 
 DAY_S: Final = 86_400
 IN_BATCH: Final = "= ANY(CAST(:ids AS integer[]))"

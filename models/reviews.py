@@ -7,7 +7,7 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
 - approve: retry the failed step once more (a new plan version with a fresh copy in its place,
   waiting for what it waited for), or re-plan when there was no plan yet, or carry on when no
   step failed; it sets the budgets the reviewer chose, and a spent budget not chosen gets its
-  default, spent plus the original limit (`models.budget_grants`, recorded with the decision);
+  default, spent plus the original limit (`models.engine.budget_grants`, recorded with the decision);
 - edit: the reviewer's steps replace every step that has not run yet, and the failures of other
   branches not answered yet (they may wait for the steps that succeeded, or still run, by
   naming them in `after`);
@@ -37,8 +37,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import budget_grants, escalations, stack_limits, storage, transitions
+from models import escalations
 from models.answers import answer_problem
+from models.engine import budget_grants, stack_limits, storage, transitions
+from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidInput, NotFound
 from models.escalations import (
     DEADLINE_ACTIONS,
@@ -59,7 +61,6 @@ from models.plans.plans import (
     parse_plan,
     plan_checks,
 )
-from models.runs import add_criteria, pinned_facts
 from models.settings import Settings, get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, PinnedFact, Run, Step, utcnow
@@ -162,7 +163,7 @@ def approve(
     settings: Settings | None = None,
 ) -> Run:
     """Decide `approve` (see the module docstring); returns the run. `budget`: the new limits
-    the reviewer chose (`models.budget_grants.grants`, under the stack's ceilings over those of
+    the reviewer chose (`models.engine.budget_grants.grants`, under the stack's ceilings over those of
     `settings`, default the process's); `InvalidInput` naming `budget.<name>` changes nothing.
     `token_id`: the API token deciding (None: the CLI); every decision takes it, see
     `transitions.decide_escalation`."""

@@ -128,7 +128,7 @@ class Settings(OperationsSettings, StepDataSettings):
     default_token_budget: int = Field(default=200_000, ge=0)
     default_cost_budget_usd: float = Field(default=1.0, ge=0)
     default_wall_time_budget_s: float = Field(default=3600.0, gt=0)
-    # The most a submitter may ask for (`models.runs.run_budgets`): budgets are what an operator
+    # The most a submitter may ask for (`models.engine.runs.run_budgets`): budgets are what an operator
     # pays for, so the operator sets their ceiling (a user test submitted 2^31 replans, 2^31
     # tokens and $1M; one run replanned 663 times). Five times the defaults, and a week.
     max_replan_budget: int = Field(default=10, ge=0)
@@ -179,7 +179,7 @@ class Settings(OperationsSettings, StepDataSettings):
         description="At an escalation's deadline: reject it (the run fails) or wait and notify.",
     )
 
-    # Fairness and quotas per user (issue 9, finding 3; `models.quotas`, `models.dispatch`).
+    # Fairness and quotas per user (issue 9, finding 3; `models.engine.quotas`, `models.engine.dispatch`).
     # 0 turns a limit off. 20 active runs and 60 submits a minute are far above what a person
     # does by hand and stop a script from flooding the queue (the finding: 200 submits in 7 s).
     # 4 tasks in flight is twice the default worker pool: one user alone still keeps every
@@ -324,7 +324,7 @@ def check_timeout_ladder(s: Settings) -> None:
     model request timeout x attempts + retry waits < step time limit < soft time limit < hard
     time limit < broker visibility timeout, and 2 x heartbeat < lease < visibility timeout. The
     lease is a running step's and a paid phase's (plan, replan, synthesis, fact extraction:
-    `models.phases`) alike; the worker renews it every `AGENTQ_HEARTBEAT_S`
+    `models.engine.phases`) alike; the worker renews it every `AGENTQ_HEARTBEAT_S`
     (`worker.heartbeats`), so a live attempt keeps its step or phase through two missed
     renewals, and a killed one's is taken back within about a lease (issue 11, item 6: with a
     lease above the hard time limit that took minutes, and a phase's took the hard limit plus a

@@ -38,7 +38,7 @@ class OperationsSettings(BaseSettings):
     run_retention_interval_s: float = Field(
         default=3_600.0, gt=0, description="How often beat purges ended runs, s."
     )
-    # How long a submit's Idempotency-Key answers with its first run (`models.idempotency`): 24 h,
+    # How long a submit's Idempotency-Key answers with its first run (`models.engine.idempotency`): 24 h,
     # as Stripe keeps its keys (https://docs.stripe.com/api/idempotent_requests), covers a
     # client's retries and a day's replays from a queue; after it, the key makes a new run.
     idempotency_window_s: float = Field(
@@ -117,7 +117,7 @@ class OperationsSettings(BaseSettings):
         default=None,
         pattern=r"^https?://",
         description="Base URL of an OTLP/HTTP collector (spans go to <url>/v1/traces); unset: "
-        "no tracing, no exporter (`models.tracing`).",
+        "no tracing, no exporter (`models.engine.tracing`).",
     )
     log_format: Literal["console", "json"] = Field(
         default="console",

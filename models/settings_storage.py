@@ -3,7 +3,7 @@
 `models.settings.Settings` inherits these fields, so they are read like every other setting
 (`AGENTQ_<NAME>`, `.env`) and reached as `settings.<name>`. Step data is what a run's steps store
 and a user (or a model they steer) controls the size of: results, journaled tool calls and
-reviewers' answers (`models.plans.step_data`, `models.storage`).
+reviewers' answers (`models.plans.step_data`, `models.engine.storage`).
 
 Issue 27, item 5: with only the per-step cap, a 68 KB request made 49 steps of 240 KB each,
 11.8 MB of results (25 MB of database growth); at 60 submits a minute one user could grow the

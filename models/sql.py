@@ -1,7 +1,7 @@
 """Named SQL on a session's own connection, without SQLAlchemy's per-statement machinery.
 
-The engine's hot statements (`models.leases`, `models.decisions`, `models.dispatch`,
-`models.budgets`, the hot transitions) run once or more per step. Through `Session.execute`
+The engine's hot statements (`models.engine.leases`, `models.engine.decisions`, `models.engine.dispatch`,
+`models.engine.budgets`, the hot transitions) run once or more per step. Through `Session.execute`
 each pays for a `TextClause`, its cache key, the compiled-cache lookup and the result proxy
 (issue 10; `ops/bench/phases.py` shows each phase's client CPU per run). So these run on
 the session's psycopg connection, inside the session's transaction: `execute` first flushes

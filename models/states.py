@@ -1,6 +1,6 @@
 """The state machines of runs, steps and escalations, as data.
 
-`models.guards.guarded` refuses any move that is not listed here before it touches the database, and
+`models.engine.guards.guarded` refuses any move that is not listed here before it touches the database, and
 the guarded UPDATE refuses any move whose row is not in the expected state when it runs.
 """
 
@@ -49,7 +49,7 @@ RUN_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
 )
 
 # `ready`: its dependencies are done and it waits in Postgres for a dispatch slot of its user
-# (`models.dispatch`); only `queued` steps have a message in the broker.
+# (`models.engine.dispatch`); only `queued` steps have a message in the broker.
 STEP_STATUSES: Final = (
     "pending",
     "ready",
@@ -65,7 +65,7 @@ STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued"})  # what a ca
 STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {
         ("pending", "ready"),
-        # the worker that ended its last dependency runs it next, in-process (models.decisions)
+        # the worker that ended its last dependency runs it next, in-process (models.engine.decisions)
         ("pending", "running"),
         ("ready", "queued"),  # dispatched: a slot of its user is free
         ("queued", "running"),

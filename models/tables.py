@@ -2,9 +2,9 @@
 escalations, run events.
 
 Statuses are plain text columns; the allowed moves between them are in `models.states`, and the
-only code that changes them is the guarded transitions (`models.guards`, used by
-`models.run_transitions`, `models.step_transitions`, `models.transitions`) and the hot SQL of
-`models.leases`. All timestamps are timezone-aware (UTC).
+only code that changes them is the guarded transitions (`models.engine.guards`, used by
+`models.engine.run_transitions`, `models.engine.step_transitions`, `models.engine.transitions`) and the hot SQL of
+`models.engine.leases`. All timestamps are timezone-aware (UTC).
 JSON columns are wrapped in SQLAlchemy's `Mutable*` types so an in-place edit
 (`row.detail["x"] = 1`) is tracked and saved on commit.
 """
@@ -50,7 +50,7 @@ def _json_dict(nullable: bool = False) -> Any:
 class Run(SQLModel, table=True):
     """One submitted goal and everything the engine knows about its progress.
 
-    Budgets are enforced in Postgres by `models.budgets`: a model call reserves its largest
+    Budgets are enforced in Postgres by `models.engine.budgets`: a model call reserves its largest
     possible spend before it is made and settles to the reported usage after it. `deferrals`
     counts the rate-limit deferrals of the current planning, replanning or synthesis task (reset
     when the phase starts); `updated_at` of a deferred run is when its task is due again.
@@ -58,7 +58,7 @@ class Run(SQLModel, table=True):
 
     __tablename__ = "runs"
     __table_args__ = (
-        # Per-user quotas and dispatch (`models.quotas`, `models.dispatch`): a user's runs not
+        # Per-user quotas and dispatch (`models.engine.quotas`, `models.engine.dispatch`): a user's runs not
         # yet ended, and a user's runs by submit time.
         sa.Index(
             "ix_runs_user_active",
@@ -66,12 +66,12 @@ class Run(SQLModel, table=True):
             postgresql_where=sa.text("status NOT IN ('succeeded', 'failed', 'cancelled')"),
         ),
         sa.Index("ix_runs_user_created", "user_id", "created_at"),
-        # The reconciler's ended runs that still wait for memory (`models.held`).
+        # The reconciler's ended runs that still wait for memory (`models.engine.held`).
         sa.Index(
             "ix_runs_finished", "finished_at", postgresql_where=sa.text("finished_at IS NOT NULL")
         ),
         # Runs whose phase (or memory task) a worker claimed: the reconciler looks for expired
-        # leases (`scheduler.tasks`, `models.held`).
+        # leases (`scheduler.tasks`, `models.engine.held`).
         sa.Index(
             "ix_runs_phase_lease",
             "phase_lease_expires_at",
@@ -91,18 +91,18 @@ class Run(SQLModel, table=True):
     cost_limit_usd: float = 1.0
     cost_used_usd: float = 0.0
     wall_time_limit_s: float = 3600.0
-    # Step data the run's steps hold, and its budget (`models.storage`), bytes of compact JSON.
+    # Step data the run's steps hold, and its budget (`models.engine.storage`), bytes of compact JSON.
     step_data_bytes: int = Field(default=0, sa_type=sa.BigInteger, nullable=False)
     step_data_limit_bytes: int = Field(default=8 << 20, sa_type=sa.BigInteger, nullable=False)
     deferrals: int = 0
-    # The claim of the phase whose task is out (`models.phases`): the attempts so far, the live
+    # The claim of the phase whose task is out (`models.engine.phases`): the attempts so far, the live
     # attempt's lease (None: no attempt holds the phase) and its worker.
     phase_attempt: int = 0
     phase_lease_expires_at: datetime | None = timestamp_field()
     phase_worker: str | None = Field(default=None, max_length=200)
     deadline_at: datetime | None = timestamp_field()
     final_result: dict[str, Any] | None = _json_dict(nullable=True)
-    # What the run must achieve (`models.goal_checks`): `{"text", "by"}` each, by "user" (at
+    # What the run must achieve (`models.engine.goal_checks`): `{"text", "by"}` each, by "user" (at
     # submit) or "planner" (with plan version 1).
     success_criteria: list[dict[str, Any]] = Field(
         default_factory=list, sa_type=MutableList.as_mutable(JSONB), nullable=False
@@ -111,7 +111,7 @@ class Run(SQLModel, table=True):
     # "model" (`models.plans.plan_checks`; `AGENTQ_REPLAN_CHECK` at submit).
     replan_check: str = Field(default="off", max_length=10)
     error: str | None = None
-    # The W3C traceparent of the run's submit span (`models.tracing`): every task of the run
+    # The W3C traceparent of the run's submit span (`models.engine.tracing`): every task of the run
     # joins that trace. None for runs submitted before migration 0028.
     traceparent: str | None = Field(default=None, max_length=55)
     created_at: datetime = created_field()
@@ -176,7 +176,7 @@ class Step(SQLModel, table=True):
 
     __tablename__ = "steps"
     __table_args__ = (
-        # Steps by status, oldest first: the dispatch's ready steps (`models.dispatch`) read in
+        # Steps by status, oldest first: the dispatch's ready steps (`models.engine.dispatch`) read in
         # id order and stop at the free slots, however long a user's backlog; every lookup by
         # status alone uses it too. It replaces an index on `status` alone, with which a planner
         # that had no statistics yet (a new database filling fast) joined every ready step to
@@ -242,7 +242,7 @@ class StepAttempt(SQLModel, table=True):
 
 
 class ToolJournalEntry(SQLModel, table=True):
-    """One tool call a model step made, journaled once its tool returned (`models.tool_journal`;
+    """One tool call a model step made, journaled once its tool returned (`models.engine.tool_journal`;
     DESIGN.md, invariant 9): a replayed loop of the step (after a deferral, a retry, a lost
     lease) reuses `result` or `error` instead of running the tool again.
 
@@ -309,7 +309,7 @@ class Escalation(SQLModel, table=True):
     # The reviewer asked that the answer be remembered: a fact of the run's user, written when
     # the run is remembered (source `reviewer:<decided_by>`); otherwise it is run state only.
     remember_answer: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
-    # The budgets an approval set (`models.budget_grants`), by name: `{"tokens": {"used",
+    # The budgets an approval set (`models.engine.budget_grants`), by name: `{"tokens": {"used",
     # "limit_before", "limit", "chosen": "reviewer" | "default"}}`; NULL when it set none.
     granted: dict[str, Any] | None = _json_dict(nullable=True)
     created_at: datetime = created_field()
@@ -382,7 +382,7 @@ class ConsoleSession(SQLModel, table=True):
 
 class TokenCalibration(SQLModel, table=True):
     """How a model server counts prompts against our tiktoken estimate, per model
-    (`models.token_calibrations`): `ratio` is the running mean of the server's prompt tokens
+    (`models.engine.token_calibrations`): `ratio` is the running mean of the server's prompt tokens
     over ours, across `samples` calls (the newest `CALIBRATION_WINDOW_CALLS` weigh equally)."""
 
     __tablename__ = "token_calibrations"

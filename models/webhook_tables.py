@@ -1,7 +1,7 @@
 """The webhook tables (issue 15): who is told of what (`webhook_subscriptions`, with each
 receiver's secret and circuit breaker), the outbox of what is to be told (`webhook_deliveries`,
 one row per subscription and event, written in the transaction of the change it reports:
-`models.notifications`) and every attempt to tell it (`webhook_attempts`, the delivery log).
+`models.engine.notifications`) and every attempt to tell it (`webhook_attempts`, the delivery log).
 Migrations 0026 and 0032.
 """
 
@@ -22,7 +22,7 @@ DELIVERY_STATUSES: Final = ("pending", "delivering", "delivered", "failed")
 
 
 class WebhookSubscription(SQLModel, table=True):
-    """A URL told of `events` (`models.notifications.EVENTS`) of one user's runs, or of every
+    """A URL told of `events` (`models.engine.notifications.EVENTS`) of one user's runs, or of every
     user's (`user_id` NULL). `secret` signs its bodies: generated for it alone, shown once
     (`models.webhooks`). A subscription made before that has none, and `secret_ref` names the
     shared secret of the settings that signs for it until it is rotated (`AGENTQ_WEBHOOK_SECRET`
@@ -52,7 +52,7 @@ class WebhookSubscription(SQLModel, table=True):
 class WebhookDelivery(SQLModel, table=True):
     """One event for one subscription: `snapshot` is what the event says (ids, statuses, times:
     no user text), from which each attempt builds its body with the run's goal and error as
-    the run's row holds them then (`models.notifications.body`), `key` its `Idempotency-Key`.
+    the run's row holds them then (`models.engine.notifications.body`), `key` its `Idempotency-Key`.
     Status `pending` (due at `next_attempt_at`), `delivering` (a sender holds it until
     `lease_expires_at`; an expired lease is claimed again), `delivered` or `failed` (given up
     at `give_up_at`, the end of the retry window). `attempts` counts the claims so far

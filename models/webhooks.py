@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 from sqlmodel import Session, col, select
 
 from models import circuit_breakers, destinations
+from models.engine.notifications import EVENTS
 from models.errors import InvalidInput, NotFound
-from models.notifications import EVENTS
 from models.settings import Settings
 from models.webhook_tables import WebhookSubscription
 

@@ -1,13 +1,14 @@
 """How the CLI shows a run's spent budget to a reviewer: in the queue (`tokens 512/500`) and in
 `agentq review show` (spent, limit, original limit, what approve sets by default, the ceiling);
-`models.budget_grants` decides the figures."""
+`models.engine.budget_grants` decides the figures."""
 
 from __future__ import annotations
 
 from sqlmodel import Session
 
-from models import budget_grants, queries, stack_limits
-from models.budget_grants import Standing
+from models import queries
+from models.engine import budget_grants, stack_limits
+from models.engine.budget_grants import Standing
 from models.settings import get_settings
 from models.tables import Escalation, utcnow
 

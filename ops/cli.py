@@ -240,7 +240,7 @@ app.command()(submit_command.submit)
 def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
     """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
     from models.db import session_scope
-    from models.runs import get_run
+    from models.engine.runs import get_run
     from ops import views
     from ops.connection import connect
     from ops.json_output import print_json

@@ -4,7 +4,7 @@ gives its URLs. Every `agentq` command that reads or writes rows calls `connect`
 
 from __future__ import annotations
 
-from models import queue
+from models.engine import queue
 from models.errors import ConfigurationError
 from models.settings import get_settings, use_settings
 from ops.stack_file import read_stack_file

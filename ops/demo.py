@@ -26,11 +26,11 @@ from rich.text import Text
 
 from models import commands, memory_admin, queries
 from models.db import session_scope
+from models.engine.runs import get_run
+from models.engine.submissions import RunRequest
 from models.errors import InvalidInput
 from models.formats import provider_label
-from models.runs import get_run
 from models.settings import get_settings
-from models.submissions import RunRequest
 from ops import preflight, views
 from ops.demo_local import (
     DEMO_USER,

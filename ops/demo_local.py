@@ -10,7 +10,7 @@ instead: the step the replan needs in scenario 1). They are the demo user's own,
 `memory forget` every demo starts with removes them, and the offline demo's story stays its own.
 The templates state no success criteria: the check call a criterion brings is the model's own
 judgement, and SmolLM2-135M judged a report filed correctly "not met" (the pinned-fact rules of
-`models.goal_checks` still hold every run).
+`models.engine.goal_checks` still hold every run).
 """
 
 from __future__ import annotations

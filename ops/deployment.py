@@ -54,8 +54,8 @@ def celery_argv(
 def worker_argv(
     *, concurrency: int, hostname: str = WORKER_NODE, loglevel: str = "INFO"
 ) -> list[str]:
-    """The step worker: `celery_argv` of `worker.app` on `models.queue.WORKER_QUEUES`."""
-    from models.queue import WORKER_QUEUES
+    """The step worker: `celery_argv` of `worker.app` on `models.engine.queue.WORKER_QUEUES`."""
+    from models.engine.queue import WORKER_QUEUES
 
     queues = ",".join(WORKER_QUEUES)
     return celery_argv(
@@ -68,7 +68,7 @@ def scheduler_argv(
 ) -> list[str]:
     """The scheduler: one coordinator process on the `coordinator` queue, with beat when
     `schedule` (its state file) is given; one beat per deployment sends (scheduler/beat.py)."""
-    from models.queue import QUEUE_COORDINATOR
+    from models.engine.queue import QUEUE_COORDINATOR
 
     return celery_argv(
         SCHEDULER_APP,
@@ -84,7 +84,7 @@ def sender_argv(
     *, concurrency: int = SENDER_CONCURRENCY, hostname: str = SENDER_NODE, loglevel: str = "INFO"
 ) -> list[str]:
     """The webhook sender: `celery_argv` of `scheduler.sender` on the `webhooks` queue."""
-    from models.queue import QUEUE_WEBHOOKS
+    from models.engine.queue import QUEUE_WEBHOOKS
 
     return celery_argv(
         SENDER_APP, QUEUE_WEBHOOKS, concurrency=concurrency, hostname=hostname, loglevel=loglevel

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 from models import commands, escalations
+from models.engine.runs import FACT_KEY_PATTERN
 from models.errors import ConfigurationError
 from models.plans.plans import PlanSpec
-from models.runs import FACT_KEY_PATTERN
 from models.settings import get_settings
 
 

@@ -22,12 +22,12 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from models import stack_limits
 from models.db import session_scope
 from models.embedding_choice import LOCAL_MODEL, provider_in_use
+from models.engine import stack_limits
+from models.engine.queue import CELERY_BROKER_VARIABLES
 from models.memory_admin import embedder
 from models.migrate import upgrade
-from models.queue import CELERY_BROKER_VARIABLES
 from models.reembedding import check_embedding_model
 from models.settings import Settings, get_settings, setting_name
 from ops.deployment import (
@@ -55,7 +55,7 @@ def engine_env(
     """The environment of a child process that connects to this stack: this process's, over
     the settings of the `.env` here (`dotenv_settings`: the child runs in the data dir), with
     AGENTQ_HOME absolute, the stack's URLs, then `extra`. Celery's own broker and backend
-    variables (`models.queue.CELERY_BROKER_VARIABLES`: `BROKER_URL`, `CELERY_BROKER_URL`, ...)
+    variables (`models.engine.queue.CELERY_BROKER_VARIABLES`: `BROKER_URL`, `CELERY_BROKER_URL`, ...)
     are set empty, which Celery and its command line take as unset: a child uses the stack's
     broker alone, as this process does (issue 11: the workers had joined another)."""
     return {
@@ -70,7 +70,7 @@ def engine_env(
 
 
 def ignored_broker_variables(environ: Mapping[str, str]) -> list[str]:
-    """Which of `models.queue.CELERY_BROKER_VARIABLES` `environ` sets: `agentq up` uses its own
+    """Which of `models.engine.queue.CELERY_BROKER_VARIABLES` `environ` sets: `agentq up` uses its own
     Redis in every process all the same, and says so."""
     return [name for name in CELERY_BROKER_VARIABLES if environ.get(name)]
 
@@ -115,7 +115,7 @@ def start_engine(
     owner: str = "agentq up",
 ) -> LocalStack:
     """Start Postgres, Redis, run migrations, write the stack's limits (`owner_settings`, set
-    by `owner`: `models.stack_limits`), then the worker (on `steps` and `memory`), the
+    by `owner`: `models.engine.stack_limits`), then the worker (on `steps` and `memory`), the
     scheduler (with beat), `coordinators - 1` more coordinator processes (`coordinator-2`,
     ... without beat: one beat per deployment) on the same queue, and the webhook sender
     (`sender`, on `webhooks`); return once all consume and
@@ -176,7 +176,7 @@ def start_engine(
 
 
 def owner_settings(extra_env: Mapping[str, str] | None) -> Settings:
-    """What the stack's processes are told of its limits (`models.stack_limits.LIMITS`): this
+    """What the stack's processes are told of its limits (`models.engine.stack_limits.LIMITS`): this
     process's settings, with the limits `extra_env` (their environment's additions) sets over
     them. Raises `ConfigurationError` naming the setting for a value it cannot take."""
     extra = extra_env or {}

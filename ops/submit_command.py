@@ -1,10 +1,10 @@
 """`agentq submit`: a goal (or an explicit plan) as a new run, through `models.commands.submit`,
 the function every front end submits with.
 
-The run is held to the stack's limits (`models.stack_limits`: its quotas, default budgets and
+The run is held to the stack's limits (`models.engine.stack_limits`: its quotas, default budgets and
 ceilings), not this shell's: when this shell's environment sets one otherwise, a line says so.
 With `--idempotency-key`, running the same command again (a script retrying after a timeout)
-answers with the run the first one made (`models.idempotency`, scoped to the run's user).
+answers with the run the first one made (`models.engine.idempotency`, scoped to the run's user).
 Heavy modules are imported when it runs, not when `agentq --help` builds the command tree.
 """
 
@@ -21,7 +21,7 @@ from models.bounds import PG_INT_MAX, REPLAN_CHECKS
 from ops.option_values import not_blank, replan_check_value
 
 if TYPE_CHECKING:
-    from models.submissions import RunRequest, Submitted
+    from models.engine.submissions import RunRequest, Submitted
 
 WALL_TIME_MAX_S = 30 * 86_400  # 30 days: longer is a typo, and overflows a timedelta soon after
 PIN_FROM_GOAL_HELP = (
@@ -72,7 +72,7 @@ def submit(
 ) -> None:
     """Submit a goal; prints the run id."""
     from models import commands
-    from models.submissions import RunRequest
+    from models.engine.submissions import RunRequest
     from ops import views
     from ops.connection import connect
     from ops.inputs import parse_facts, read_plan
@@ -111,7 +111,7 @@ def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:
     """`request` submitted (`models.commands.submit`), or under the idempotency key `key`,
     whose scope is the run's user (`models.commands.submit_once`)."""
     from models import commands
-    from models.idempotency import Key
+    from models.engine.idempotency import Key
 
     if key is None:
         return commands.submit(request)

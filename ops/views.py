@@ -22,9 +22,11 @@ from rich.table import Column, Table
 from rich.text import Text
 from sqlmodel import Session
 
-from models import budget_grants, queries, stack_limits
-from models.budget_grants import Standing
+from models import queries
 from models.display import visible
+from models.engine import budget_grants, stack_limits
+from models.engine.budget_grants import Standing
+from models.engine.runs import pinned_facts
 from models.escalations import deadline_left_s, waiting_s
 from models.formats import (
     CELL_MAX_CHARS,
@@ -42,7 +44,6 @@ from models.plans.layout import after_text, places, runs_together
 from models.plans.plans import current_graph
 from models.procedure_admin import SAVE_HINT, offers_procedure
 from models.procedure_recall import Used, used_by_run
-from models.runs import pinned_facts
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.live import Live
 
 from models.db import session_scope
+from models.engine.runs import get_run
 from models.event_feed import EventFeed, events_after
 from models.queries import last_event_id
-from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow

@@ -14,8 +14,8 @@ from rich.text import Text
 
 from models import commands, deliveries, destinations, webhooks
 from models.db import session_scope
+from models.engine.notifications import EVENTS
 from models.formats import utc
-from models.notifications import EVENTS
 from models.settings import get_settings
 from models.sql import PG_INT_MAX
 from models.tables import utcnow

@@ -10,7 +10,7 @@ holds the beat lock (`scheduler.beat`). The beat and the pool process die with t
 (`models.orphans`), so a killed scheduler leaves no beat sending.
 
 A coordinate task that finds the database unavailable sends itself again after a backoff
-(`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
+(`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
 under the run's lock, so running it again is harmless. The periodic tasks are not retried: the
 next beat does their work.
 """
@@ -28,11 +28,10 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-from models import metrics, metrics_export, stack_limits, tracing
+from models import metrics, metrics_export
 from models.db import dispose_engines
-from models.logs import configure_logging, task_bound
-from models.orphans import die_with_parent
-from models.queue import (
+from models.engine import stack_limits, tracing
+from models.engine.queue import (
     OUTAGE_RETRIES,
     QUEUE_COORDINATOR,
     TASK_COORDINATE,
@@ -43,6 +42,8 @@ from models.queue import (
     TASK_RECONCILE,
     make_celery,
 )
+from models.logs import configure_logging, task_bound
+from models.orphans import die_with_parent
 from models.settings import get_settings
 from scheduler import tasks
 

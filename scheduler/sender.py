@@ -17,11 +17,11 @@ from typing import Any, Final
 
 from celery.signals import worker_process_init
 
-from models import tracing
 from models.db import dispose_engines
+from models.engine import tracing
+from models.engine.queue import QUEUE_WEBHOOKS, TASK_DELIVER_WEBHOOKS, make_celery
 from models.logs import configure_logging
 from models.orphans import die_with_parent
-from models.queue import QUEUE_WEBHOOKS, TASK_DELIVER_WEBHOOKS, make_celery
 from models.settings import get_settings
 from scheduler import webhooks
 

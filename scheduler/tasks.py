@@ -12,22 +12,11 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session
 
-from models import (
-    decisions,
-    dispatch,
-    facts,
-    held,
-    queue,
-    reconciliation,
-    retention,
-    reviews,
-    step_transitions,
-)
-from models.coordinator import Decision
+from models import facts, retention, reviews
 from models.db import retry_dropped, session_scope
-from models.errors import AgentqError, IllegalTransition
-from models.plans.plans import current_steps, handled_failures
-from models.queue import (
+from models.engine import decisions, dispatch, held, queue, reconciliation, step_transitions
+from models.engine.coordinator import Decision
+from models.engine.queue import (
     QUEUE_STEPS,
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
@@ -36,6 +25,8 @@ from models.queue import (
     TASK_REPLAN,
     TASK_SYNTHESIZE,
 )
+from models.errors import AgentqError, IllegalTransition
+from models.plans.plans import current_steps, handled_failures
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, utcnow
@@ -50,8 +41,8 @@ DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait 
 
 @retry_dropped
 def coordinate(run_id: int) -> Decision | None:
-    """Decide and apply the next action for run `run_id` (`models.decisions`), then dispatch its
-    user's held work (`models.dispatch`: this decision, or the task that asked for it, may have
+    """Decide and apply the next action for run `run_id` (`models.engine.decisions`), then dispatch its
+    user's held work (`models.engine.dispatch`: this decision, or the task that asked for it, may have
     freed a slot); returns the decision taken.
 
     The run row is locked for the transaction, so two coordinators of one run take turns, and
@@ -78,18 +69,18 @@ def reconcile() -> dict[str, int]:
       not one of the messages still waiting in the broker) is sent again (the claim is guarded, so a
       duplicate is harmless);
     - a run whose planning, replanning or synthesis no task holds and has been quiet for
-      `phase_stale_s`, or whose holder's lease expired (`models.phases`), or that is running
+      `phase_stale_s`, or whose holder's lease expired (`models.engine.phases`), or that is running
       with nothing in flight, gets its task (or a coordinate) sent again; a phase held under a
       live lease is never re-sent, however long its model call takes;
     - a step or a deferred phase held in Postgres (a delay too long for the broker:
-      `models.held`) that came due since the previous tick is sent, once;
+      `models.engine.held`) that came due since the previous tick is sent, once;
     - an ended run whose memory task has not ended `phase_stale_s` after it ended (its
       `agentq.remember_run` may be lost) is asked for it again, once, and one whose memory task
       died holding its extraction's claim, once that claim's lease has run out;
-    - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.dispatch`:
+    - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.engine.dispatch`:
       a slot may have come free with no coordinator decision to fill it), one transaction each.
 
-    When the broker lost its memory (`models.queue.broker_restarted`: a Redis broker that came
+    When the broker lost its memory (`models.engine.queue.broker_restarted`: a Redis broker that came
     back empty, or the first reconcile after `agentq up`), every message it held is gone, so
     nothing waiting is waited for (issue 11: steps sat 60-130 s after Redis restarted empty):
     every due queued step is sent again, however recently queued and with no `lost_at_most` limit,
@@ -271,7 +262,7 @@ def _stale_runs(
 ) -> list[tuple[str, tuple[int, ...]]]:
     """What to send for runs quiet since `stale`: a phase no attempt holds (its message may be
     lost), or one whose holder's lease expired (it was killed) whenever it started; never a phase
-    whose holder's lease is live (`models.phases`: the model call may still be under way)."""
+    whose holder's lease is live (`models.engine.phases`: the model call may still be under way)."""
     sends: list[tuple[str, tuple[int, ...]]] = []
     for run in reconciliation.nudge_quiet_runs(
         session, statuses=("queued", "running", *PHASES), phases=PHASES, stale=stale, now=now
@@ -283,7 +274,7 @@ def _stale_runs(
 def _unremembered(
     session: Session, stale: datetime, now: datetime, *, everything: bool
 ) -> list[int]:
-    """Ended runs whose memory task has not ended, to ask for it again (`models.held`): each
+    """Ended runs whose memory task has not ended, to ask for it again (`models.engine.held`): each
     once, at the tick after it has been ended for `phase_stale_s` (a memory queue that is
     merely behind is not sent more), or after its extraction's holder let the lease run out (it
     was killed); after the broker restarted empty, every such run of the last
@@ -315,7 +306,7 @@ def _task_for(session: Session, run: Run) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def _due_held(session: Session, now: datetime) -> list[tuple[str, tuple[int, ...]]]:
-    """The work held in Postgres that came due since the previous tick (`models.held`): each
+    """The work held in Postgres that came due since the previous tick (`models.engine.held`): each
     step, and each deferred phase, sent once; the window has `HELD_SLACK_S` to spare, as beat
     is not exact (a second send is turned away by the claim)."""
     settings = get_settings()

@@ -2,17 +2,17 @@
 
 Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`.
 A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next waiting item of any
-user (`worker.wakeups`, `models.fair_queue`), its own step only when that is next. A step's
+user (`worker.wakeups`, `models.engine.fair_queue`), its own step only when that is next. A step's
 task advances its own run (`worker.steps.finish`) and may run the next steps and the synthesis
 in-process; a plan or replan applies its run's next decision itself (the coordinator's, by
 name, only if that fails).
-`agentq.remember_run` runs on the `memory` queue (`models.queue`): a worker started with
+`agentq.remember_run` runs on the `memory` queue (`models.engine.queue`): a worker started with
 `-Q memory` alone writes memory only.
 Each pool process loads the embedding model when it starts (`worker.remembering.warm_up`, logged as
 `worker.warm`), so no run waits for it.
 
 A task that finds the database unavailable sends itself again after a backoff
-(`models.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries the
+(`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries the
 attempt it holds and its outcome, if it had one (`worker.outages`). A plan, replan, synthesis or
 memory task is run again whole: each claims its run's phase first (`worker.claims`) and does
 nothing if the run has moved on, so the rows are changed once. Its earlier try's claim is no
@@ -34,13 +34,10 @@ import structlog
 from celery import Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_process_shutdown
 
-from models import decisions, fair_queue, metrics_export, queue, stack_limits, tracing
+from models import metrics_export
 from models.db import dispose_engines, session_scope
-from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
-from models.logs import bind_work, configure_logging, task_bound
-from models.orphans import die_with_parent
-from models.plans.tools import load_tool_modules
-from models.queue import (
+from models.engine import decisions, fair_queue, queue, stack_limits, tracing
+from models.engine.queue import (
     OUTAGE_RETRIES,
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
@@ -51,6 +48,10 @@ from models.queue import (
     TASK_SYNTHESIZE,
     make_celery,
 )
+from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
+from models.logs import bind_work, configure_logging, task_bound
+from models.orphans import die_with_parent
+from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tokens import check_tokenizer
 from worker import (
@@ -120,7 +121,7 @@ def replan(run_id: int, step_id: int) -> None:
 
 def _advance(run_id: int) -> None:
     """Apply the next decision of run `run_id`, whose plan or replan this task just wrote, here
-    (`models.decisions.advance`, as the coordinator would), so its steps enter the fair queue
+    (`models.engine.decisions.advance`, as the coordinator would), so its steps enter the fair queue
     with no hop through the coordinator's queue (a worker free meanwhile would take another
     user's step first); any error, and the coordinator is asked instead."""
     try:
@@ -296,7 +297,7 @@ def _fresh_engine(**_: Any) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Loaded here, after the fork, not in the parent: torch's OpenMP pool does not survive a fork
     # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
-    # (models.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
+    # (models.engine.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
     remembering.warm_up()
 
 

@@ -1,6 +1,6 @@
 """Model calls made on behalf of a run: reserve the budget, send, retry what is transient, settle.
 
-A call first reserves the most it can spend in Postgres (`models.budgets.reserve`: its prompt
+A call first reserves the most it can spend in Postgres (`models.engine.budgets.reserve`: its prompt
 estimate plus `max_output_tokens`, at the model's price), so a run never starts a call its token
 or cost budget cannot pay for (DESIGN.md, invariant 4). Transient failures (timeouts, dropped
 connections, 5xx) are tried again after a short wait, `AGENTQ_MODEL_MAX_ATTEMPTS` attempts in all;
@@ -31,8 +31,9 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 from sqlmodel import Session
 
-from models import budgets, events, metrics, token_calibrations
+from models import metrics
 from models.db import session_scope, wait_out_outage
+from models.engine import budgets, events, token_calibrations
 from models.errors import (
     ContextTooLong,
     ProviderError,
@@ -147,7 +148,7 @@ def reserve(
 ) -> Call:
     """Hold the call's largest spend in the caller's transaction: the prompt estimate plus every
     output token allowed, at the configured provider's price. Raises `TokenBudgetSpent`,
-    `CostBudgetSpent` or `NotFound` (`models.budgets.reserve`), holding nothing."""
+    `CostBudgetSpent` or `NotFound` (`models.engine.budgets.reserve`), holding nothing."""
     chat = provider()
     price = get_settings().price_of(priced_model(chat))
     prompt = request.estimated_prompt_tokens
@@ -275,7 +276,7 @@ def settle(session: Session, call: Call, completion: Completion, attempt: int) -
 
 def _sample(call: Call, theirs: int | None) -> token_calibrations.Sample | None:
     """What the server's count `theirs` of `call`'s prompt says of the configured model's
-    tokens (`models.token_calibrations`); None for the offline provider, which has no server."""
+    tokens (`models.engine.token_calibrations`); None for the offline provider, which has no server."""
     if call.chat.name == OFFLINE_MODEL:
         return None
     return token_calibrations.Sample.of(
@@ -335,7 +336,7 @@ def failure_outcome(exc: ProviderError) -> str:
 
 def _record_failure(call: Call, attempt: int, exc: ProviderError) -> None:
     """Record the failed `attempt` of `call`; a refusal as too long that says the server's count
-    of the prompt is also a calibration sample (`models.token_calibrations`)."""
+    of the prompt is also a calibration sample (`models.engine.token_calibrations`)."""
     extra = {"retry_after_s": exc.retry_after_s} if isinstance(exc, RateLimited) else {}
     refused = exc.prompt_tokens if isinstance(exc, ContextTooLong) else None
     sample = _sample(call, refused) if refused else None

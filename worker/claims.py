@@ -1,7 +1,7 @@
 """Who holds what: this process's name on a claim, and the claim of a run's paid phase.
 
-A step is claimed by `models.leases`; a phase (plan, replan, synthesis, fact extraction) by
-`models.phases`, before its model call, so a task delivered twice calls the model once. Both
+A step is claimed by `models.engine.leases`; a phase (plan, replan, synthesis, fact extraction) by
+`models.engine.phases`, before its model call, so a task delivered twice calls the model once. Both
 take a lease of `AGENTQ_LEASE_S`, which this process's heartbeat renews while the work between
 the claim's transaction and the one that ends it runs (`renewed`, `worker.heartbeats`).
 """
@@ -16,8 +16,8 @@ from contextlib import contextmanager
 import structlog
 from sqlmodel import Session
 
-from models import phases
 from models.db import session_scope
+from models.engine import phases
 from models.errors import PhaseNotDue
 from models.logs import bind_work
 from models.settings import get_settings

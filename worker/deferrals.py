@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import structlog
 
-from models import escalation_rules, run_transitions
 from models.db import session_scope
+from models.engine import escalation_rules, run_transitions
 from models.errors import IllegalTransition, RateLimited
 from models.settings import get_settings
 

@@ -1,11 +1,11 @@
 """The goal check: does what a run delivered meet its success criteria? (issue 12, item 1)
 
 Once a synthesis has its answer, a run with success criteria (`runs.success_criteria`) asks the
-model to judge them: the goal, the criteria (pinned facts put in: `models.goal_checks.
+model to judge them: the goal, the criteria (pinned facts put in: `models.engine.goal_checks.
 criteria_texts`), the pinned facts, the deliverables' results and the answer go in; a
 schema-constrained `{"met", "reason", "missing"}` comes out (`CheckSpec`), validated and re-asked
 like a plan (`worker.structured.ask`), each call charged to the run's budgets. The offline
-provider judges by the criteria's values (`models.goal_checks.rule_verdict`), deterministically.
+provider judges by the criteria's values (`models.engine.goal_checks.rule_verdict`), deterministically.
 A run without criteria, or whose check a reviewer waived, is not asked (`judge` returns None).
 """
 
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.coordinator import GoalVerdict
+from models.engine.coordinator import GoalVerdict
 from models.tables import Step
 from worker.prompts import Prompt
 from worker.structured import Answer, ask, json_answer
@@ -80,7 +80,7 @@ def judge(
     run_id: int, goal: str, criteria: Sequence[str], deliverables: Sequence[Step], answer: str
 ) -> GoalVerdict | None:
     """The model's verdict on `criteria` (None when there are none), naming the last of the
-    `deliverables` (`models.goal_checks.deliverables`) as the step a replan replaces. Raises
+    `deliverables` (`models.engine.goal_checks.deliverables`) as the step a replan replaces. Raises
     `Unjudged` when no valid answer came, and `RateLimited` (the caller defers)."""
     if not criteria:
         return None

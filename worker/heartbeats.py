@@ -1,8 +1,8 @@
 """Lease heartbeats: while a step or a paid phase runs, its worker process renews its lease.
 
 One daemon thread per worker process wakes every `AGENTQ_HEARTBEAT_S` and renews the lease of
-what this process holds, if anything: a running step's attempt (`models.leases.renew`) or a
-run's phase attempt (plan, replan, synthesis, fact extraction: `models.phases.renew`), one
+what this process holds, if anything: a running step's attempt (`models.engine.leases.renew`) or a
+run's phase attempt (plan, replan, synthesis, fact extraction: `models.engine.phases.renew`), one
 guarded UPDATE in a transaction of its own. So both leases can be short (`AGENTQ_LEASE_S`, 10 s
 by default) and a killed worker's step or phase is taken back within about a lease (issue 11,
 item 6: with a lease longer than the hard time limit, 160 to 180 s, recovery took minutes).
@@ -25,8 +25,8 @@ from datetime import datetime
 import structlog
 from sqlmodel import Session
 
-from models import leases, phases
 from models.db import session_scope
+from models.engine import leases, phases
 from models.errors import DatabaseError
 from models.settings import get_settings
 from models.tables import utcnow
@@ -42,7 +42,7 @@ class StepHeld:
     attempt: int
 
     def renew(self, session: Session, *, lease_s: float, now: datetime) -> bool:
-        """One beat (`models.leases.renew`); False when the attempt lost the step."""
+        """One beat (`models.engine.leases.renew`); False when the attempt lost the step."""
         return leases.renew(session, self.step_id, self.attempt, lease_s=lease_s, now=now)
 
 
@@ -54,7 +54,7 @@ class PhaseHeld:
     phase_attempt: int
 
     def renew(self, session: Session, *, lease_s: float, now: datetime) -> bool:
-        """One beat (`models.phases.renew`); False when the attempt lost the phase."""
+        """One beat (`models.engine.phases.renew`); False when the attempt lost the phase."""
         return phases.renew(session, self.run_id, self.phase_attempt, lease_s=lease_s, now=now)
 
 

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from models.engine.goal_checks import rule_verdict
 from models.errors import ProviderError, ToolArgumentsError
-from models.goal_checks import rule_verdict
 from models.plans.goal_values import extract
 from models.plans.plans import MAX_INSTRUCTION_CHARS
 from models.plans.references import referenced_facts
@@ -46,7 +46,7 @@ class OfflineProvider:
       `{"go_on": false}` when a value a remaining step `uses` is empty or missing, else true;
     - check_goal `{"goal", "criteria": [str], "deliverables": {name: result}, "answer"}`:
       `{"met", "reason", "missing"}` by the criteria's values alone
-      (`models.goal_checks.rule_verdict`);
+      (`models.engine.goal_checks.rule_verdict`);
     - summarize `{"previous": str | None, "turns": [str], "max_chars": int}`: extractive, the
       previous summary and the first line of each turn, oldest lines dropped beyond `max_chars`;
     - extract_facts `{"goal", "stated_facts", "failures"}`: one preference fact per fact the user

@@ -1,7 +1,7 @@
 """A step's task that meets a database outage: what its retry carries (issue 11).
 
 `agentq.execute_step` that meets `DatabaseUnavailable` is sent again after a backoff
-(`models.queue.OUTAGE_RETRIES`), never acknowledged as done. What its retry carries depends on
+(`models.engine.queue.OUTAGE_RETRIES`), never acknowledged as done. What its retry carries depends on
 where the outage met it:
 
 - at the claim: nothing; the retry claims the step as the first delivery would have. The claim

@@ -15,10 +15,11 @@ from typing import Any
 import structlog
 from sqlmodel import Session
 
-from models import escalation_rules, events, phases, transitions
 from models.db import session_scope
+from models.engine import escalation_rules, events, phases, transitions
+from models.engine.goal_checks import last_unmet
+from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidPlan
-from models.goal_checks import last_unmet
 from models.plans.plans import (
     PlanSpec,
     Splice,
@@ -31,7 +32,6 @@ from models.plans.plans import (
 )
 from models.plans.tools import argument_problems, catalog
 from models.procedure_recall import RECALLED
-from models.runs import add_criteria, pinned_facts
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
@@ -83,7 +83,7 @@ def replan(run_id: int, failed_step_id: int) -> bool:
     and raises as `plan` does. A step that succeeded is replanned for one of two reasons: the
     should-replan check after it answered `replan` (`models.plans.plan_checks`: the steps not started
     yet are dropped, and the new ones follow it), or the run's goal check found the goal not
-    met (`models.goal_checks`: the new steps replace it). The prompt says which, with the
+    met (`models.engine.goal_checks`: the new steps replace it). The prompt says which, with the
     check's reason (and what is missing) instead of an error."""
     with session_scope() as session:
         claimed = claim_phase_in(session, run_id, ("replanning",))

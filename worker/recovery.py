@@ -6,7 +6,7 @@ That delivery finds the step still `running` under the dead attempt's lease (or,
 had gone on to a later step of the run in the same task, that step), so its claim is refused;
 instead of dropping it, the task sends itself again for the moment the lease expires
 (`check_later`), and then takes the step back (`take_back`: the reconciler's own transition,
-`models.step_transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
+`models.engine.step_transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
 killed worker's step runs again about a lease (`AGENTQ_LEASE_S`) after its last heartbeat,
 without waiting for the reconciler's next pass; the reconciler still takes back what no
 redelivery reached. A live attempt keeps renewing its lease, so the check finds it held and
@@ -20,10 +20,10 @@ from typing import Final
 
 import structlog
 
-from models import queue, reconciliation, step_transitions
 from models.db import session_scope
+from models.engine import queue, reconciliation, step_transitions
+from models.engine.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.errors import IllegalTransition
-from models.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.tables import Step, utcnow
 
 log = structlog.get_logger("agentq.worker")

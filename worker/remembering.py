@@ -10,12 +10,12 @@ never delays a run's end and a deployment may give it workers of its own. A run 
 forgotten after it was created remembers nothing (`models.erasures`). Memory never decides a
 run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
 
-The fact extraction is a paid phase: the task claims it (`models.phases`, the run's status being
+The fact extraction is a paid phase: the task claims it (`models.engine.phases`, the run's status being
 its end) before the model call and writes only while it holds it, so a message delivered twice asks
 the model once. Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after its
 run ended (memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other
 ended runs of the same user that wait for memory and need no model call
-(`models.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and one
+(`models.engine.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and one
 write transaction. Each of those runs still has its own message; the episode is written once per
 run (`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
 task that finds its run already remembered does nothing."""
@@ -32,9 +32,10 @@ import structlog
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from models import embedders, ended_runs, events, phases
+from models import embedders
 from models.db import session_scope
-from models.ended_runs import EndedRun
+from models.engine import ended_runs, events, phases
+from models.engine.ended_runs import EndedRun
 from models.episodes import NewEpisode, remember_episodes
 from models.errors import AgentqError, DatabaseUnavailable, NotFound
 from models.facts import remember
@@ -64,7 +65,7 @@ def remember_ended_run(run_id: int) -> None:
     """Write the memory of run `run_id`, which has ended (`agentq.remember_run`, on the `memory`
     queue), and of the runs batched with it; a run in any other state is left alone.
 
-    In order: read the runs (one transaction, `models.ended_runs.read`); ask the model for the
+    In order: read the runs (one transaction, `models.engine.ended_runs.read`); ask the model for the
     run's facts unless `extraction.skip_reason` says there is nothing to learn; embed every
     episode's summary, the answers and the facts in one `embed` call; write the episodes, each
     with its `memory.remembered` event, then the run's answers and facts (one transaction): no

@@ -27,11 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
 from models.db import session_scope
-from models.decisions import Locked
+from models.engine.decisions import Locked
+from models.engine.runs import get_run
 from models.errors import RateLimited
 from models.plans.plans import current_steps, plan_checks
 from models.plans.references import referenced_keys
-from models.runs import get_run
 from models.settings import get_settings
 from models.tables import Step
 from worker.attempts import Claimed, Outcome

@@ -1,4 +1,4 @@
-"""What a run's memory is made of, from the run as its memory task read it (`models.ended_runs`).
+"""What a run's memory is made of, from the run as its memory task read it (`models.engine.ended_runs`).
 
 Pure functions, no database: the episode (the last plan, the failures the user's memory may keep
 and what fixed them, the summary that is embedded), the facts the reviewers' remembered answers
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.authorship import StepFields, reviewers_steps
-from models.ended_runs import EndedRun
+from models.engine.ended_runs import EndedRun
 from models.episodes import PlanItem
 from models.tables import Escalation
 from worker import extraction

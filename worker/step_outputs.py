@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models import events
 from models.db import session_scope
+from models.engine import events
 from models.errors import InvalidStepOutput
 from models.plans.step_outputs import parse_output
 from models.settings import get_settings

@@ -1,6 +1,6 @@
 """A step's conversation turn: what its attempt's end adds to the run's turns (`messages`).
 
-Written with the step's outcome in one statement (`models.leases.end_attempt`); a turn is run
+Written with the step's outcome in one statement (`models.engine.leases.end_attempt`); a turn is run
 state read back into later prompts, capped at `AGENTQ_STEP_DATA_MAX_BYTES` (the step's row keeps
 the whole result).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from models import leases
+from models.engine import leases
 from models.settings import Settings, get_settings
 from models.tables import Step
 from models.tokens import count_tokens

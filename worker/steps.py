@@ -14,7 +14,7 @@ A step stops at its time limit, or its run's wall-time deadline if sooner (`work
 Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
 (`StepDataTooLarge`; it would build the same data again); a result over its run's or user's
-step data (`models.storage`) is not stored, and the run escalates. An error that is not one agentq
+step data (`models.engine.storage`) is not stored, and the run escalates. An error that is not one agentq
 raises on purpose is recorded as "failed with an internal error (<type>); see the worker log":
 its text, which may hold host paths, goes to this worker's log only.
 """
@@ -28,19 +28,21 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import (
+from models import metrics
+from models.db import retry_dropped, session_scope
+from models.engine import (
     decisions,
     escalation_rules,
     fair_queue,
     leases,
-    metrics,
     queue,
     step_transitions,
     storage,
 )
-from models.coordinator import decide
-from models.db import retry_dropped, session_scope
-from models.dispatch import Send
+from models.engine.coordinator import decide
+from models.engine.dispatch import Send
+from models.engine.queue import TASK_EXECUTE_STEP
+from models.engine.runs import upstream_results
 from models.erasures import lock_key
 from models.errors import (
     BudgetExhausted,
@@ -59,8 +61,6 @@ from models.plans.expectations import loaded, unmet
 from models.plans.references import has_reference, resolve
 from models.plans.step_data import check_step_data, json_bytes
 from models.plans.tools import ToolContext, enabled_tool
-from models.queue import TASK_EXECUTE_STEP
-from models.runs import upstream_results
 from models.settings import get_settings
 from models.tables import Step, utcnow
 from worker import replan_checks, time_limits, wakeups
@@ -80,7 +80,7 @@ STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceede
 @retry_dropped
 def claim(step_id: int) -> Claimed | None:
     """Claim step `step_id`, sent through the broker, for this process; None when another
-    delivery already has it (`models.leases.claim`), or when the step is not due yet (a retry's
+    delivery already has it (`models.engine.leases.claim`), or when the step is not due yet (a retry's
     backoff or a rate limit's retry-after, in `steps.queued_at`): then the message is sent again
     for the time left, so an early redelivery (kombu#337) never runs a step before its time."""
     return claim_woken(step_id, wake=False)[0]
@@ -253,9 +253,9 @@ class Finished:
 @retry_dropped
 def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     """Record `outcome` for the attempt that holds the step and advance its run, in one
-    transaction under the run's lock (`models.decisions`): the coordinator's decision is applied
+    transaction under the run's lock (`models.engine.decisions`): the coordinator's decision is applied
     here, and with `may_chain` one step that can start now is claimed for this process, unless
-    another user is owed a turn first (`Locked.others_waiting`, `models.fair_queue`). A retry
+    another user is owed a turn first (`Locked.others_waiting`, `models.engine.fair_queue`). A retry
     or a deferral only puts the step back in the queue. A lost lease (another attempt holds the
     step) changes nothing."""
     step, settings = claimed.step, get_settings()
@@ -311,7 +311,7 @@ def _record(
     session: Session, step: Step, outcome: Outcome, turn: leases.Turn | None, user_id: str
 ) -> Outcome:
     """Write `outcome` for the attempt that holds `step`, and return what was written: a result
-    that does not fit the run's step-data budget or its user's total (`models.storage`) is not
+    that does not fit the run's step-data budget or its user's total (`models.engine.storage`) is not
     stored, and the step is escalated for it instead. Raises `IllegalTransition` if another
     attempt holds the step (its lease expired and it was claimed again)."""
     step_id, attempt, now = step.id or 0, step.attempt, utcnow()
@@ -344,7 +344,7 @@ def _succeed(
     session: Session, step: Step, outcome: Outcome, turn: leases.Turn | None, user_id: str
 ) -> Outcome:
     """End the attempt with its result, charged to the run's step-data budget and its user's
-    total (`models.storage`); a result that does not fit is not stored, and the step is
+    total (`models.engine.storage`); a result that does not fit is not stored, and the step is
     escalated for it instead (DESIGN.md, invariant 4: the run's state is kept)."""
     result = outcome.result or {}
     what = f"the result of step {step.name!r}"
@@ -367,7 +367,7 @@ def _succeed(
 
 
 def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: Outcome) -> None:
-    """Report the escalated `outcome` (`models.escalation_rules`): the run waits for a
+    """Report the escalated `outcome` (`models.engine.escalation_rules`): the run waits for a
     reviewer; a run no longer running (cancelled) is left as it is."""
     report = escalation_rules.StepEscalated(
         step.id, step.name, step.tool or "", outcome.error, outcome.reason, outcome.raw

@@ -18,8 +18,8 @@ from typing import Any, Generic, Literal, TypeVar
 from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ValidationError
 
-from models import escalation_rules, events
 from models.db import session_scope
+from models.engine import escalation_rules, events
 from models.errors import (
     BudgetExhausted,
     ContextOverflow,
@@ -115,7 +115,7 @@ def unanswered(
 ) -> escalation_rules.Unanswered:
     """What `phase` reports when `answer` (to `asked`) never came valid: its failure, `error`
     (by default the answer's own) and its raw output, at most `RAW_OUTPUT_MAX_CHARS`; the
-    escalation it comes to is `models.escalation_rules.decide`'s."""
+    escalation it comes to is `models.engine.escalation_rules.decide`'s."""
     raw = answer.raw[:RAW_OUTPUT_MAX_CHARS]
     why = answer.error if error is None else error
     return escalation_rules.Unanswered(phase, asked, answer.failure, why, raw, step_id)

@@ -6,10 +6,21 @@ from typing import Any
 
 import structlog
 
-from models import decisions, dispatch, escalation_rules, goal_checks, phases, run_transitions
-from models.coordinator import GoalVerdict, decide_unmet
 from models.db import session_scope
-from models.dispatch import Send
+from models.engine import (
+    decisions,
+    dispatch,
+    escalation_rules,
+    goal_checks,
+    phases,
+    run_transitions,
+)
+from models.engine.coordinator import GoalVerdict, decide_unmet
+from models.engine.dispatch import Send
+from models.engine.escalation_rules import Reported, SynthesisFailed
+from models.engine.goal_checks import Checks
+from models.engine.queue import TASK_REMEMBER_RUN
+from models.engine.runs import results_by_name
 from models.errors import (
     BudgetExhausted,
     ContextOverflow,
@@ -17,12 +28,8 @@ from models.errors import (
     ProviderError,
     RateLimited,
 )
-from models.escalation_rules import Reported, SynthesisFailed
-from models.goal_checks import Checks
 from models.plans.plans import current_steps
 from models.plans.step_data import fit_outputs, json_bytes
-from models.queue import TASK_REMEMBER_RUN
-from models.runs import results_by_name
 from models.settings import get_settings
 from models.tables import Step
 from worker import calls, goal_check
@@ -53,17 +60,17 @@ def synthesize(run_id: int) -> list[Send]:
     that is down loses that message, logged as `synthesize.unsent` by the sender, and the
     reconciler asks for it again later). The transaction that ends the synthesis (succeeded,
     replanned, or escalated) also dispatches the run's user, whose slot the synthesis held
-    (`models.dispatch`).
+    (`models.engine.dispatch`).
 
-    The goal check (issue 12, item 1; `models.goal_checks`): a run whose deliverables disagree
+    The goal check (issue 12, item 1; `models.engine.goal_checks`): a run whose deliverables disagree
     with its pinned facts, or miss a value its criteria name, is not met before any call
     (`Checks.rules_verdict`, for every provider); a run with success criteria has its
     answer judged by a second call (`worker.goal_check`), the answer written first
-    (`models.phases.keep_answer`) so that a later delivery of this synthesis checks it again
+    (`models.engine.phases.keep_answer`) so that a later delivery of this synthesis checks it again
     instead of paying for another. A goal not met is replanned in the place of the deliverable,
-    or escalated `goal_not_met` (`models.coordinator.decide_unmet`); every verdict is recorded
+    or escalated `goal_not_met` (`models.engine.coordinator.decide_unmet`); every verdict is recorded
     (`goal.checked`). A spent token or cost budget, an exhausted quota or a provider failure
-    escalates the run instead of succeeding (`models.escalation_rules` decides: reason
+    escalates the run instead of succeeding (`models.engine.escalation_rules` decides: reason
     `token_budget_spent`, `cost_budget_spent`,
     `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
     as does a context that overflows (`context_overflow`: ours, or the server's window after
@@ -172,7 +179,7 @@ def _finish(
 @calls.waits_out_outages
 def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: int) -> list[Send]:
     """End the synthesis with a goal not met (one transaction): record `verdict`, then replan
-    or escalate as the coordinator decides (`models.coordinator.decide_unmet`) and send what
+    or escalate as the coordinator decides (`models.engine.coordinator.decide_unmet`) and send what
     that leaves; nothing when the phase was taken over."""
     with session_scope() as session:
         held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
@@ -212,8 +219,8 @@ Started = tuple[
 
 
 def _start(run_id: int) -> Started | None:
-    """Claim the run's synthesis (`models.phases`), read what to check of its outcome
-    (`models.goal_checks.checks_of`), build its request and reserve its budget, in one
+    """Claim the run's synthesis (`models.engine.phases`), read what to check of its outcome
+    (`models.engine.goal_checks.checks_of`), build its request and reserve its budget, in one
     transaction when the context needs no summary folded first (else the fold's calls come
     between); None when another delivery holds the phase or the run is not synthesizing.
     In the call's place come: the answer an earlier delivery of this synthesis wrote (its
@@ -253,7 +260,7 @@ def _start(run_id: int) -> Started | None:
 
 def _escalate(run_id: int, claimed: phases.Claimed, report: Reported, cap: int) -> list[Send]:
     """End the synthesis `claimed` holds by reporting what failed (`report`: the run escalates
-    as `models.escalation_rules` decides) in one transaction; returns what the dispatch of its
+    as `models.engine.escalation_rules` decides) in one transaction; returns what the dispatch of its
     user released, nothing when the phase was taken over."""
     with session_scope() as session:
         if not phases.end(

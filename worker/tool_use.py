@@ -13,7 +13,7 @@ and the exception's type, a result over `AGENTQ_STEP_DATA_MAX_BYTES` says the ca
 host path nor an oversized value reaches the model, the events or the step's result. Only tools
 that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
 
-Every call whose tool ran is journaled (`models.tool_journal`) right after it returns, in a
+Every call whose tool ran is journaled (`models.engine.tool_journal`) right after it returns, in a
 transaction of its own. The loop's reads and writes wait out a database outage
 (`worker.calls.waits_out_outages`) rather than interrupt the step: the answers so far are paid for,
 and a tool that ran is journaled once Postgres is back, not run again. A step that runs its loop
@@ -43,8 +43,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models import events, tool_journal
 from models.db import session_scope
+from models.engine import events, tool_journal
+from models.engine.runs import get_run
 from models.errors import (
     ContextOverflow,
     InvalidToolCalls,
@@ -54,7 +55,6 @@ from models.errors import (
 )
 from models.plans.step_data import json_bytes
 from models.plans.tools import Tool, ToolContext, enabled_tool
-from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Step
@@ -99,7 +99,7 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     (a listed tool is not enabled here), `RetryableToolError` from a tool, `ContextOverflow`,
     `DatabaseUnavailable` (the journal could not be read or written), `StepDataBudgetSpent` or
     `UserStepDataSpent` (a call's arguments and result did not fit its run's or user's step
-    data: `models.tool_journal.record`), and what `call_model` raises. A call the tool journal
+    data: `models.engine.tool_journal.record`), and what `call_model` raises. A call the tool journal
     holds for this step is answered from it (`journaled_call`).
     """
     tools = {name: enabled_tool(name) for name in step.tools}
@@ -246,7 +246,7 @@ def _find(step_id: int, key: str) -> tool_journal.Recorded | None:
 @waits_out_outages  # the tool ran: its run is journaled once Postgres is back
 def _journal(ctx: ToolContext, key: str, answered: Answered) -> None:
     """Raises the refusal (`BudgetExhausted`) of a call over its run's or user's step data,
-    once it is journaled without its data (`models.tool_journal.record`)."""
+    once it is journaled without its data (`models.engine.tool_journal.record`)."""
     recorded = tool_journal.Recorded(answered.result, answered.error, ctx.attempt)
     with session_scope() as session:
         refused = tool_journal.record(

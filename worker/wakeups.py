@@ -1,9 +1,9 @@
 """A fresh `execute_step` message is a wake-up: its worker takes the fair-next waiting item.
 
-The broker's FIFO order is not the order of work (`models.fair_queue`): the worker that takes a
+The broker's FIFO order is not the order of work (`models.engine.fair_queue`): the worker that takes a
 fresh message asks Postgres for the fair-next waiting item of any user and kind, and claims it
-with its own guarded transition (a step: `models.leases.claim`, taken back first if a lost
-worker's lease expired; a phase: run in this task, claimed by its own code, `models.phases`). When
+with its own guarded transition (a step: `models.engine.leases.claim`, taken back first if a lost
+worker's lease expired; a phase: run in this task, claimed by its own code, `models.engine.phases`). When
 that item is another step and the message's own step still waits, the own step is sent a
 wake-up of its own after the commit, so every waiting item keeps a message; a message left over
 later finds nothing, or the next item. After a phase the message picks again, at most
@@ -20,10 +20,11 @@ from datetime import datetime
 import structlog
 from sqlmodel import Session
 
-from models import fair_queue, leases, metrics, step_transitions
-from models.dispatch import Send
+from models import metrics
+from models.engine import fair_queue, leases, step_transitions
+from models.engine.dispatch import Send
+from models.engine.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.errors import IllegalTransition
-from models.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.settings import get_settings
 from models.tables import Step
 from worker.claims import worker_name
@@ -70,7 +71,7 @@ def _claim(
     session: Session, item: fair_queue.Item, now: datetime
 ) -> tuple[leases.Claim | None, list[Send]]:
     """Claim the waiting step `item`, taking it back first from a lost worker whose lease
-    expired (`models.step_transitions.expire_lease`); a step whose attempts that loss spent is
+    expired (`models.engine.step_transitions.expire_lease`); a step whose attempts that loss spent is
     failed instead (None, with its run's coordinate to send)."""
     step_id = item.step_id or 0
     if item.status == "running":

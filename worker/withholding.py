@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import events
 from models.authorship import reviewer_in_run
+from models.engine import events
 from models.memory_admin import Recalled, recall_for
 from models.tables import Run
 from worker.prompts import Prompt

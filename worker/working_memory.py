@@ -6,7 +6,7 @@ reviewer's words are in the call: `worker.withholding`), the rolling summary and
 turns, and assembles them with `worker.context.assemble` under the budget
 `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
 `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the model's server counts
-for each of ours (`calibration`, `models.token_calibrations`). Turns dropped from the window that
+for each of ours (`calibration`, `models.engine.token_calibrations`). Turns dropped from the window that
 the summary does not cover yet are folded into a new summary (a model call, charged to the run)
 before the request is returned, so trimming never loses what the summary should hold.
 """
@@ -19,14 +19,14 @@ from typing import Any
 
 from sqlmodel import Session
 
-from models import events, token_calibrations
 from models.db import session_scope
+from models.engine import events, token_calibrations
+from models.engine.runs import get_run, pinned_by_author
 from models.erasures import may_write
 from models.errors import ContextOverflow, ContextTooLong
 from models.memory_admin import Recalled, embeds_remotely, query_vector, recalls
 from models.messages import Message, RunSummary, latest_summary, save_summary, turns
 from models.plans.plans import current_steps
-from models.runs import get_run, pinned_by_author
 from models.settings import get_settings
 from models.tables import Run, Step
 from models.tokens import count_tokens, count_tool_schema_tokens
@@ -189,7 +189,7 @@ def budget(prompt: Prompt, factor: float = 1.0) -> int:
 
 def calibration(session: Session) -> float:
     """What the configured model's server counts for each of our tokens, with a margin
-    (`models.token_calibrations.factor`); 1 for the offline provider, which reads nothing."""
+    (`models.engine.token_calibrations.factor`); 1 for the offline provider, which reads nothing."""
     s = get_settings()
     if s.provider == "offline":
         return 1.0

@@ -13,12 +13,13 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from api.ui import run_details
-from models import budget_grants, escalations, queries, stack_limits
+from models import escalations, queries
 from models.drafts import starting_plan
+from models.engine import budget_grants, stack_limits
+from models.engine.runs import pinned_facts
 from models.formats import DETAIL_SHOWN_ELSEWHERE
 from models.plans.layout import places, runs_together
 from models.plans.plans import current_graph, handled_failures
-from models.runs import pinned_facts
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 
@@ -80,7 +81,7 @@ def tab_counts(session: Session, *, me: int) -> dict[str, int]:
 
 def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     """Everything the review page shows: why, the failing step and its error, the budget used
-    (and the spent budget approve would grant: `budget`, a `models.budget_grants.Standing`),
+    (and the spent budget approve would grant: `budget`, a `models.engine.budget_grants.Standing`),
     pinned facts, the current plan with each step's wave and dependencies (`places`, by step
     id), the decision, and the edit form's starting plan (`models.drafts`). Raises `NotFound`."""
     esc = escalations.get_escalation(session, escalation_id)

@@ -21,8 +21,9 @@ from api.reviews import EscalationId
 from api.ui import review_details
 from api.ui.security import reviewer
 from api.ui.templating import base_path, flash, render
-from models import budget_grants, commands
+from models import commands
 from models.db import session_scope
+from models.engine import budget_grants
 from models.errors import (
     ClaimedByAnother,
     Conflict,

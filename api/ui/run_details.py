@@ -2,7 +2,7 @@
 
 Reads rows only. The current plan comes from the run's plan versions (for one run) or the same
 query over many runs at once (`progress_of`, two queries for a whole list page). Steps and events
-are read as `models.previews` shows them: a result or detail over its preview size never leaves
+are read as `models.engine.previews` shows them: a result or detail over its preview size never leaves
 Postgres whole; the step result page (`/ui/runs/{id}/steps/{step_id}/result`) shows one whole.
 """
 
@@ -15,7 +15,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import memory_admin, previews, queries
+from models import memory_admin, queries
+from models.engine import previews
 from models.plans.layout import Place, places, runs_together
 from models.plans.plans import dependencies
 from models.states import RUN_TERMINAL
@@ -97,7 +98,7 @@ class PlanColumn:
 
 def plan_columns(session: Session, run: Run) -> list[PlanColumn]:
     """Every plan version of the run, oldest first, each with its steps marked, placed in its
-    graph, and their results as shown (`models.previews`; the rows' args are not read)."""
+    graph, and their results as shown (`models.engine.previews`; the rows' args are not read)."""
     versions = queries.plan_versions(session, run.id or 0)
     shown = {s.columns["id"]: s for s in previews.steps_shown(session, run.id or 0)}
     steps = {i: Step(**s.columns) for i, s in shown.items()}  # unsaved: never flushed
@@ -217,7 +218,7 @@ def timeline(
     session: Session, run_id: int, *, memory_readable: bool, before: int | None = None
 ) -> Timeline:
     """The run's newest `TIMELINE_MAX_EVENTS` events (with ids below `before`), oldest first,
-    large details as previews (`models.previews.events_page`); without `memory_readable` (the
+    large details as previews (`models.engine.previews.events_page`); without `memory_readable` (the
     reader may not read the run's user's memory) the events that quote recalled memory are
     hidden (`models.memory_admin.shown_events`)."""
     page = previews.events_page(session, run_id, before=before, limit=TIMELINE_MAX_EVENTS)

@@ -31,12 +31,13 @@ from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
-from models import commands, previews, procedure_admin, queries
+from models import commands, procedure_admin, queries
 from models.db import session_scope
+from models.engine import previews
+from models.engine.runs import pinned_facts
 from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
 from models.plans.step_data import json_bytes
 from models.procedure_recall import used_by_run
-from models.runs import pinned_facts
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.tables import Run
 

@@ -6,15 +6,15 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
+import models.engine.fair_queue
+import models.engine.idempotency
+import models.engine.stack_limits
+import models.engine.storage
 import models.episodes  # the memory tables, for autogenerate
 import models.facts
-import models.fair_queue
-import models.idempotency
 import models.messages
 import models.plans.plan_checks
 import models.procedures
-import models.stack_limits
-import models.storage
 import models.tables
 import models.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from models.migrate import AUTOGENERATE_PLUGINS

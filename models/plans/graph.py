@@ -67,7 +67,7 @@ def linear(ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
 
 def remaining(kept: Sequence[Node], replaced: int | None) -> list[Node]:
     """`kept` without `replaced` when that step succeeded: a deliverable whose result did not
-    meet the run's goal (`models.goal_checks`) leaves the version it is replaced in, and its name
+    meet the run's goal (`models.engine.goal_checks`) leaves the version it is replaced in, and its name
     is free for the new steps; a failed step replaced stays, as the record of the failure."""
     return [n for n in kept if not (n.id == replaced and n.status == "succeeded")]
 

@@ -118,7 +118,7 @@ class PlanSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_PLAN_STEPS)
-    # What must hold once the plan is done (`models.goal_checks`); kept from a submitted plan
+    # What must hold once the plan is done (`models.engine.goal_checks`); kept from a submitted plan
     # and from the planner's first plan.
     success_criteria: list[Annotated[str, Field(min_length=1, max_length=MAX_CRITERION_CHARS)]] = (
         Field(default_factory=list, max_length=MAX_CRITERIA)

@@ -5,7 +5,7 @@ answer) are capped at `AGENTQ_STEP_DATA_MAX_BYTES`, measured as compact JSON in 
 Postgres stores and the API sends. Issue 9 saw 300 `${steps...}` references to one
 60,000-character value build an 18 MB result, which every read of the run then returned.
 
-What is shown of a run is shortened further (`models.previews`).
+What is shown of a run is shortened further (`models.engine.previews`).
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ def playbook(
     keywords: tuple[str, ...], steps: list[dict[str, Any]], criteria: tuple[str, ...] = ()
 ) -> None:
     """Register a canned plan for goals containing every keyword (case-insensitive), with the
-    success criteria the offline planner writes with it (`models.goal_checks`).
+    success criteria the offline planner writes with it (`models.engine.goal_checks`).
 
     Raises `ValueError` for an empty keyword tuple or one already registered.
     """

@@ -1,6 +1,6 @@
 """The agent-tasks benchmark's runs: submit a goal as a user does, wait for it, read its rows.
 
-Each goal is submitted by `models.submissions.submit` (the path of `agentq submit` and the HTTP
+Each goal is submitted by `models.engine.submissions.submit` (the path of `agentq submit` and the HTTP
 API) under a user of its own (`bench-<provider>-<goal id>`), so no goal recalls another's
 episodes or facts. A run has ended when it is terminal or waits for review with an open
 escalation; `observe` then reads its status, every successful call of the goal's effect tool
@@ -17,16 +17,16 @@ from typing import Any, Final
 
 from sqlmodel import col, select
 
-from models import submissions
 from models.db import session_scope
+from models.engine import submissions
+from models.engine.runs import get_run
+from models.engine.submissions import RunRequest
+from models.engine.transitions import cancel_run
 from models.plans.plans import parse_plan
 from models.plans.tools import configured_tool_names
-from models.runs import get_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
-from models.submissions import RunRequest
 from models.tables import Escalation, Run, Step, ToolJournalEntry
-from models.transitions import cancel_run
 from ops.bench.agent_goals import Goal
 from ops.bench.agent_outcomes import Observed
 from ops.bench.harness import BenchError

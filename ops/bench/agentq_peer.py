@@ -1,6 +1,6 @@
 """The agentq side of the engine benchmark: runs with explicit plans, submitted as users do.
 
-Each run is submitted with an explicit plan by `models.submissions.submit`, the path of `agentq
+Each run is submitted with an explicit plan by `models.engine.submissions.submit`, the path of `agentq
 submit --plan` and the HTTP API: its first steps are queued in the submit transaction and sent
 after the commit, with no coordinator task. A load test of one user: its submits are not
 limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this
@@ -20,12 +20,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import submissions
 from models.db import session_scope
+from models.engine import submissions
+from models.engine.submissions import RunRequest
 from models.errors import InvalidPlan
 from models.plans.plans import MAX_PLAN_STEPS, PlanSpec, parse_plan
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import Run, Step
 from ops.bench.harness import POLL_INTERVAL_S, BenchError
 
@@ -57,7 +57,7 @@ def plan_of(
 
 
 def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan` (no submit quotas; `models.submissions.submit`); the run id.
+    """Submit one run with `plan` (no submit quotas; `models.engine.submissions.submit`); the run id.
     Raises `BenchError` if its first messages could not be sent."""
     unlimited = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}

@@ -15,7 +15,7 @@ import time
 import redis
 from celery import chain
 
-from models import queue
+from models.engine import queue
 from ops.bench.harness import POLL_INTERVAL_S, BenchError
 
 TIMEOUT_S = 600.0

@@ -45,11 +45,11 @@ from pathlib import Path
 import redis
 from sqlmodel import col, select
 
-from models import queue, submissions
 from models.db import session_scope
+from models.engine import queue, submissions
+from models.engine.submissions import RunRequest
 from models.plans.plans import PlanSpec, parse_plan
 from models.settings import Settings, get_settings
-from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
 from ops.bench.harness import UNLIMITED_SUBMITS, BenchError, settings_here, wait_until_idle
 from ops.local import start_engine
@@ -95,7 +95,7 @@ def plan_of(tool: str, steps: int, **args: float) -> PlanSpec:
 
 
 def submit(user: str, plan: PlanSpec, settings: Settings) -> int:
-    """Submit a run (`models.submissions.submit`: its first steps are dispatched in the submit
+    """Submit a run (`models.engine.submissions.submit`: its first steps are dispatched in the submit
     transaction); its id. Raises `BenchError` if its first messages could not be sent."""
     request = RunRequest(user_id=user, goal="fairness", plan=plan)
     submitted = submissions.submit(request, settings=settings)

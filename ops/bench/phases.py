@@ -5,7 +5,7 @@
 Starts the embedded services only (Postgres 18 + Redis, migrated, in a temp dir), then runs
 `--runs` runs of `--steps` `noop` tool steps in this process, calling the very functions the
 engine's processes call, in their order, with every message collected instead of sent:
-`submit` (`models.submissions.submit`: the run and its first decision, committed), `claim`
+`submit` (`models.engine.submissions.submit`: the run and its first decision, committed), `claim`
 (each first step, sent through the broker), `finish` (each step's outcome, chained:
 the next step is claimed in the same transaction), `synthesize` and `remember` (the memory task).
 For each phase it prints the client CPU per run (`time.process_time` of this process, ms), and
@@ -30,12 +30,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from models import queue, sql
+from models import sql
 from models.db import get_engine
+from models.engine import queue
+from models.engine.submissions import RunRequest, submit
 from models.migrate import upgrade
 from models.plans.plans import PlanSpec
 from models.settings import get_settings
-from models.submissions import RunRequest, submit
 from ops.bench.agentq_peer import BENCH_USER, plan_of
 from ops.stack import LocalStack
 from worker import remembering, steps, synthesis

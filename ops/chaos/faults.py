@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from models.db import session_scope
-from models.queue import QUEUE_COORDINATOR
+from models.engine.queue import QUEUE_COORDINATOR
 from models.tables import Run, Step, utcnow
 from ops.fake_provider import FakeOpenAI
 from ops.stack import LocalStack

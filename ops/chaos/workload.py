@@ -21,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from models.engine.submissions import RunRequest, submit
 from models.plans.tools import DEFAULT_TOOL_MODULES
 from models.settings import Settings
-from models.submissions import RunRequest, submit
 from ops.fake_provider import FakeOpenAI, Received
 from worker import prompts
 

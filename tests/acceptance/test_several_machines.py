@@ -18,11 +18,11 @@ import psycopg
 import pytest
 from sqlmodel import col, select
 
-from models import queue
 from models.db import normalize_url, session_scope
+from models.engine import queue
+from models.engine.submissions import RunRequest, submit
 from models.plans.plans import parse_plan
 from models.settings import get_settings
-from models.submissions import RunRequest, submit
 from models.tables import Run, StepAttempt
 from ops.listen import REMOTE_ENV_FILE_NAME
 from ops.local import WORKER_WARM

@@ -2,7 +2,7 @@
 limit, nothing written, and concurrent submits of one user counted one at a time.
 
 These need small limits, so this module makes the stack's AGENTQ_USER_MAX_ACTIVE_RUNS 3 and
-AGENTQ_USER_SUBMITS_PER_MINUTE 5 (`models.stack_limits`), while the session API's own
+AGENTQ_USER_SUBMITS_PER_MINUTE 5 (`models.engine.stack_limits`), while the session API's own
 environment keeps TEST_ENV's (off): the stack's apply.
 """
 
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from httpx import Client as Http
 from sqlmodel import col
 
-from models import stack_limits
 from models.db import session_scope
+from models.engine import stack_limits
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run, RunEvent
@@ -35,7 +35,7 @@ FAILS = {"name": "x", "kind": "tool", "tool": "always_fails", "args": {}}
 def quota_url(api_url: str) -> Iterator[str]:
     """The session's API, whose own environment turns the quotas off (TEST_ENV), with the
     stack's quotas made small for this module as the stack's owner writes them
-    (`models.stack_limits.publish`), then as they were: the API enforces the stack's."""
+    (`models.engine.stack_limits.publish`), then as they were: the API enforces the stack's."""
     strict = get_settings().model_copy(
         update={"user_max_active_runs": MAX_ACTIVE, "user_submits_per_minute": PER_MINUTE}
     )

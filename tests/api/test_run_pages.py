@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import events
 from models.db import session_scope
-from models.previews import PREVIEW_MAX_BYTES
+from models.engine import events
+from models.engine.previews import PREVIEW_MAX_BYTES
 from models.tables import RunEvent
 from tests.api.conftest import Client, noop
 from tests.integration.conftest import wait_for_run

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, settings
 from sqlmodel import col, select
 
 from api.app import create_api
-from models import transitions
 from models.db import session_scope
+from models.engine import transitions
 from models.procedures import Procedure
 from models.settings import get_settings
 from models.states import RUN_ACTIVE

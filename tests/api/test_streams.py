@@ -13,7 +13,7 @@ import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
 from models.db import session_scope
-from models.events import record_event
+from models.engine.events import record_event
 from tests.api.conftest import Client
 
 pytestmark = pytest.mark.integration

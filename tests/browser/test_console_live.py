@@ -15,9 +15,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from models import run_transitions, transitions
-from models.events import record_event
-from models.runs import submit_run
+from models.engine import run_transitions, transitions
+from models.engine.events import record_event
+from models.engine.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from tests.support.console import Console

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from models import run_transitions, transitions
-from models.runs import submit_run
+from models.engine import run_transitions, transitions
+from models.engine.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run

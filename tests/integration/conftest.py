@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue, step_transitions, submissions
 from models.db import session_scope
+from models.engine import queue, step_transitions, submissions
+from models.engine.runs import submit_run
+from models.engine.submissions import RunRequest
 from models.memory_admin import memory_ended
 from models.plans.plans import parse_plan
 from models.plans.tools import DEFAULT_TOOL_MODULES
-from models.runs import submit_run
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
-from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
 from ops.listen import Listen
 from ops.local import start_engine
@@ -141,7 +141,7 @@ def _talk_to_current_engine() -> None:
 @pytest.fixture
 def make_run(engine: LocalStack) -> Callable[..., int]:
     """Submit a run with an explicit plan (or `None`: the planner writes one); returns its id.
-    It starts as users' runs do (`models.submissions.submit`: its first decision is made in the
+    It starts as users' runs do (`models.engine.submissions.submit`: its first decision is made in the
     submit transaction) unless `start=False`: then it is only inserted (`submit_run`), and
     nothing is sent."""
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from models.queue import QUEUE_COORDINATOR
+from models.engine.queue import QUEUE_COORDINATOR
 from ops.local import engine_env
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, TESTS_IMPORTABLE, other_engine

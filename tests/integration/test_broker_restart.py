@@ -1,5 +1,5 @@
 """The broker killed and started again empty on the real engine (issue 11): every message it
-held is gone, and the reconciler's broker epoch (`models.queue.broker_restarted`) tells that
+held is gone, and the reconciler's broker epoch (`models.engine.queue.broker_restarted`) tells that
 from a long queue, so every run in flight ends within 30 s of Redis coming back, not after the
 stale times (here the defaults, 60 s and 120 s) have passed."""
 
@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 from sqlmodel import col, select
 
-from models import queue, submissions
 from models.db import session_scope
+from models.engine import queue, submissions
+from models.engine.submissions import RunRequest
 from models.plans.plans import parse_plan
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import Step
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, wait_for_run

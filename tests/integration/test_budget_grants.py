@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import reviews, run_transitions
+from models import reviews
 from models.db import session_scope
+from models.engine import run_transitions
 from models.errors import Conflict, InvalidInput
 from models.tables import Escalation, Run, RunEvent
 

@@ -11,8 +11,9 @@ import sqlalchemy as sa
 from alembic import command
 from sqlmodel import col
 
-from models import api_tokens, reviews, run_transitions, transitions
+from models import api_tokens, reviews
 from models.db import get_engine, session_scope
+from models.engine import run_transitions, transitions
 from models.errors import ClaimedByAnother, DatabaseError, InvalidInput
 from models.migrate import alembic_config
 from models.tables import Escalation, RunEvent

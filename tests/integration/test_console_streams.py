@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from models import api_tokens
 from models.db import session_scope
-from models.events import record_event
+from models.engine.events import record_event
 from models.settings import get_settings
 from ops.stack import LocalStack
 from tests.support.console import csrf_of

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from models import budgets
 from models.db import session_scope
+from models.engine import budgets
 from models.settings import get_settings
 from models.tables import Run
 from ops.fake_provider import FakeOpenAI, never_answers, tool_calls

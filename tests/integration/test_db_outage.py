@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import decisions, queue, transitions
 from models.db import dispose_engines, session_scope
-from models.dispatch import Send
-from models.plans.plans import parse_plan
-from models.queue import (
+from models.engine import decisions, queue, transitions
+from models.engine.dispatch import Send
+from models.engine.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
     TASK_PLAN,
@@ -31,9 +30,10 @@ from models.queue import (
     TASK_REPLAN,
     TASK_SYNTHESIZE,
 )
-from models.runs import submit_run
+from models.engine.runs import submit_run
+from models.engine.submissions import RunRequest, submit
+from models.plans.plans import parse_plan
 from models.settings import get_settings
-from models.submissions import RunRequest, submit
 from models.tables import Run, StepAttempt, utcnow
 from ops.stack import LocalStack
 from tests.integration.conftest import (
@@ -50,7 +50,7 @@ from worker.attempts import Outcome
 pytestmark = pytest.mark.integration
 OUTAGE_S = 5.0
 # Every run ends within this many seconds of Postgres accepting connections again: a task's
-# retry waits at most 4 s (models.queue.OUTAGE_RETRY_MAX_S), then the runs' work left is done
+# retry waits at most 4 s (models.engine.queue.OUTAGE_RETRY_MAX_S), then the runs' work left is done
 # (measured on a shared 2-core machine: 10-12.5 s in the first test, of which 6 s are the sleeps
 # left on two workers, and 2 s in the second). The reconciler would take an hour here.
 RECOVERY_S = 20.0

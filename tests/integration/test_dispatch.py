@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue, step_transitions, submissions, transitions
 from models.db import session_scope
+from models.engine import queue, step_transitions, submissions, transitions
+from models.engine.queue import TASK_EXECUTE_STEP
+from models.engine.runs import submit_run
+from models.engine.submissions import RunRequest, insert_and_decide
 from models.plans.plans import parse_plan
-from models.queue import TASK_EXECUTE_STEP
-from models.runs import submit_run
 from models.settings import get_settings
-from models.submissions import RunRequest, insert_and_decide
 from models.tables import Run, Step, StepAttempt
 from ops.stack import LocalStack
 from scheduler import tasks
@@ -58,7 +58,7 @@ def fair_engine() -> Iterator[LocalStack]:
 @pytest.fixture
 def submit(fair_engine: LocalStack) -> Submit:
     """`submit(steps | None, user=..., start=True)`: a run's id, submitted as users' runs are
-    (`models.submissions.submit`), or with `start=False` only inserted (`submit_run`), nothing
+    (`models.engine.submissions.submit`), or with `start=False` only inserted (`submit_run`), nothing
     decided or sent. Submit quotas are off here (tested in tests/api/test_quotas.py)."""
     settings = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}

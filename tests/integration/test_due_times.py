@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from models import queue, step_transitions
 from models.db import session_scope
-from models.queue import TASK_EXECUTE_STEP
+from models.engine import queue, step_transitions
+from models.engine.queue import TASK_EXECUTE_STEP
 from models.tables import Step, StepAttempt, utcnow
 from scheduler import tasks
 from tests.integration.conftest import queued_without_a_message

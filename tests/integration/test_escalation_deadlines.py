@@ -18,8 +18,9 @@ import pytest
 from sqlmodel import col, select
 from structlog.testing import capture_logs
 
-from models import reviews, run_transitions, transitions
+from models import reviews
 from models.db import session_scope
+from models.engine import run_transitions, transitions
 from models.errors import ClaimedByAnother, IllegalTransition
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step, utcnow

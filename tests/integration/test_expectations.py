@@ -11,8 +11,8 @@ import pytest
 from sqlmodel import col, select
 
 from api.runs import step_out
-from models import previews
 from models.db import session_scope
+from models.engine import previews
 from models.tables import Escalation, PlanVersion, StepAttempt
 from tests.integration.conftest import run_steps, wait_for_run
 

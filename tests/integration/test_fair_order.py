@@ -1,4 +1,4 @@
-"""The fair order on real Postgres (`models.fair_queue`): least-served user first, oldest run
+"""The fair order on real Postgres (`models.engine.fair_queue`): least-served user first, oldest run
 within a user, a lost worker's step before its user's younger runs, a returning user lifted.
 
 Each test sets its rows up in one transaction, reads the order there and rolls back, so the
@@ -15,8 +15,9 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session
 
-from models import fair_queue, sql
+from models import sql
 from models.db import session_scope
+from models.engine import fair_queue
 from models.tables import Run, Step, utcnow
 from tests.integration.conftest import run_steps
 

@@ -1,4 +1,4 @@
-"""The fair queue on the real engine, 1 worker process (`models.fair_queue`, `worker.wakeups`).
+"""The fair queue on the real engine, 1 worker process (`models.engine.fair_queue`, `worker.wakeups`).
 
 - Another user's runs (one with a plan, one planned by the worker) end within about one step of
   a busy user's backlog: no step of the busy user starts between their submit and their end
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import submissions
 from models.db import session_scope
+from models.engine import submissions
+from models.engine.submissions import RunRequest
 from models.plans.plans import parse_plan
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step, StepAttempt
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run

@@ -12,9 +12,10 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from models import queue, reviews
+from models import reviews
 from models.db import session_scope
-from models.queue import TASK_COORDINATE
+from models.engine import queue
+from models.engine.queue import TASK_COORDINATE
 from models.tables import Escalation, RunEvent
 from tests.integration.conftest import wait_for_run
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import fair_queue
 from models.db import session_scope
+from models.engine import fair_queue
 from models.settings import get_settings
 from models.tables import PlanVersion, RunEvent, StepAttempt, utcnow
 from tests.integration.conftest import run_steps, wait_for_run
@@ -97,7 +97,7 @@ def test_a_failed_branch_is_replanned_while_the_other_keeps_its_result(make_run:
 
 def _no_other_work_waits(timeout_s: float = 60.0) -> None:
     """Wait until no item of any user waits in the fair queue: a worker chains its run's next
-    step only while no one else is owed a turn (`models.fair_queue`), and earlier tests of this
+    step only while no one else is owed a turn (`models.engine.fair_queue`), and earlier tests of this
     engine may leave work behind."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -160,7 +160,7 @@ def test_worker_killed_in_the_middle_of_a_chain_is_recovered_once(make_run: Any)
 
 
 def test_cancel_stops_every_branch(make_run: Any) -> None:
-    from models import transitions
+    from models.engine import transitions
 
     run_id = make_run(
         [
@@ -184,10 +184,10 @@ def test_cancel_stops_every_branch(make_run: Any) -> None:
 
 
 def test_two_coordinators_share_the_coordinator_queue() -> None:
-    from models import queue
+    from models.engine import queue
+    from models.engine.queue import TASK_COORDINATE
+    from models.engine.runs import submit_run
     from models.plans.plans import parse_plan
-    from models.queue import TASK_COORDINATE
-    from models.runs import submit_run
     from tests.integration.conftest import TEST_ENV, other_engine
 
     env = {**TEST_ENV, "AGENTQ_EMBEDDING_PROVIDER": "hash", "AGENTQ_USER_MAX_RUNNING_STEPS": "0"}
@@ -210,9 +210,10 @@ def test_two_coordinators_share_the_coordinator_queue() -> None:
 
 
 def test_an_edit_replaces_every_failed_branch_at_once(make_run: Any) -> None:
-    from models import queue, reviews
+    from models import reviews
+    from models.engine import queue
+    from models.engine.queue import TASK_COORDINATE
     from models.plans.tools import configured_tool_names
-    from models.queue import TASK_COORDINATE
     from models.tables import Escalation
 
     fails = [{"name": f"f{i}", "kind": "tool", "tool": "always_fails", "after": []} for i in (0, 1)]

@@ -50,10 +50,10 @@ def _attempts(step_id: int) -> list[StepAttempt]:
 def _sleep_run(submit_seconds: float, *, after_noop: bool = False) -> int:
     """A run whose step `slow` sleeps `submit_seconds`; with `after_noop`, after a `noop` step
     that the same task runs first (the chain: `slow` is then the only step that can start)."""
-    from models import submissions
+    from models.engine import submissions
+    from models.engine.submissions import RunRequest
     from models.plans.plans import parse_plan
     from models.settings import get_settings
-    from models.submissions import RunRequest
 
     slow = {"name": "slow", "kind": "tool", "tool": "sleep", "args": {"seconds": submit_seconds}}
     first = [{"name": "first", "kind": "tool", "tool": "noop"}] if after_noop else []

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import queue
 from models.db import session_scope
+from models.engine import queue
+from models.engine.queue import TASK_COORDINATE
+from models.engine.runs import submit_run
 from models.errors import ProviderError
 from models.plans.plans import StepSpec, parse_plan
 from models.plans.tools import catalog, load_tool_modules
-from models.queue import TASK_COORDINATE
-from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent
 from ops.llama_server import MODEL_ALIAS, LlamaServer

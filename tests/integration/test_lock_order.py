@@ -16,8 +16,8 @@ from datetime import timedelta
 
 import pytest
 
-from models import leases, transitions
 from models.db import session_scope
+from models.engine import leases, transitions
 from models.errors import AgentqError, IllegalTransition
 from models.tables import Run, Step, utcnow
 from tests.integration.conftest import run_steps

@@ -18,8 +18,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import ended_runs, memory_admin, run_transitions
+from models import memory_admin
 from models.db import session_scope
+from models.engine import ended_runs, run_transitions
 from models.episodes import NewEpisode, episodes_of, remember_episodes
 from models.facts import facts_of
 from models.tables import Run, RunEvent, utcnow

@@ -12,11 +12,11 @@ from sqlmodel import col, select
 
 from models import memory_admin
 from models.db import session_scope
+from models.engine.runs import get_run
 from models.episodes import episodes_of
 from models.facts import facts_of
 from models.memory_admin import recall_for
 from models.messages import RunSummary, add_message
-from models.runs import get_run
 from models.settings import get_settings
 from models.tables import RunEvent
 from models.tokens import count_message_tokens, count_tokens

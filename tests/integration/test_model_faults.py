@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import budgets, queue, transitions
 from models.db import session_scope
+from models.engine import budgets, queue, transitions
+from models.engine.queue import TASK_COORDINATE
+from models.engine.runs import submit_run
+from models.engine.token_calibrations import CALIBRATION_MIN_TOKENS
 from models.errors import TokenBudgetSpent
 from models.plans.plans import parse_plan
 from models.plans.tools import load_tool_modules
-from models.queue import TASK_COORDINATE
-from models.runs import submit_run
 from models.settings import ModelPrice, get_settings
 from models.tables import (
     Escalation,
@@ -40,7 +41,6 @@ from models.tables import (
     TokenCalibration,
     ToolJournalEntry,
 )
-from models.token_calibrations import CALIBRATION_MIN_TOKENS
 from ops.fake_provider import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
@@ -405,7 +405,7 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
 
 
 def calibration_samples() -> int:
-    """How many calls have calibrated the fake engine's model (`models.token_calibrations`)."""
+    """How many calls have calibrated the fake engine's model (`models.engine.token_calibrations`)."""
     with session_scope() as session:
         found = session.get(TokenCalibration, "gpt-4o-mini", populate_existing=True)
     return found.samples if found else 0

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from models import api_tokens, step_transitions
+from models import api_tokens
 from models.db import session_scope
+from models.engine import step_transitions
+from models.engine.runs import submit_run
+from models.engine.tracing import trace_id
 from models.plans.plans import parse_plan
 from models.plans.tools import configured_tool_names
-from models.runs import submit_run
 from models.settings import get_settings
-from models.tracing import trace_id
 from ops.local import start_api
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, run_steps, wait_for_run
@@ -106,7 +107,7 @@ def test_one_run_is_one_trace_from_submit_to_synthesis(traced: Traced) -> None:
     (synthesis,) = [span for span in ours if span.name == "agentq.synthesize"]
     chain = [each.name for each in ancestors(synthesis, in_trace)]
     assert "run/agentq.execute_step" in chain and "run/agentq.plan" in chain, chain
-    # a plan applies its run's next decision in its own task (`models.fair_queue`): a run that
+    # a plan applies its run's next decision in its own task (`models.engine.fair_queue`): a run that
     # needs no reviewer crosses the API and the worker, and the scheduler only if it is called in
     assert {"agentq-api", "agentq-worker"} <= {s.service for s in in_trace}
     assert any(span.attributes.get("db.system") == "postgresql" for span in in_trace)

@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import phases, run_transitions, transitions
 from models.db import session_scope
+from models.engine import phases, run_transitions, transitions
+from models.engine.queue import TASK_SYNTHESIZE
 from models.errors import PhaseNotDue
 from models.plans.tools import load_tool_modules
-from models.queue import TASK_SYNTHESIZE
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, utcnow
 from scheduler import tasks
@@ -65,7 +65,7 @@ def slow(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], SlowProvid
 def _run_in(status: str, make_run: Callable[..., int]) -> int:
     """A run (not started: nothing is sent for it) moved to `status` as its task would find it.
     Its phase is due a minute from now (`updated_at`), so no worker woken meanwhile takes it from
-    the fair queue (`models.fair_queue`): only this test's deliveries claim it (a claim checks
+    the fair queue (`models.engine.fair_queue`): only this test's deliveries claim it (a claim checks
     the due time of a deferred phase only)."""
     if status == "planning":
         run_id = make_run(None, user="phases", start=False)

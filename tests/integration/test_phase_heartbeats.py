@@ -21,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlmodel import col, select
 
-from models import queue
 from models.db import OUTAGE_WAIT_MAX_S, dispose_engines, session_scope
-from models.queue import TASK_COORDINATE
-from models.runs import submit_run
+from models.engine import queue
+from models.engine.queue import TASK_COORDINATE
+from models.engine.runs import submit_run
 from models.settings import get_settings
 from models.tables import Run, RunEvent, utcnow
 from ops.fake_provider import FakeOpenAI, Received, never_answers, slow

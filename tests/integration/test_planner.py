@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlmodel import col, select
 
-from models import run_transitions
 from models.db import session_scope
+from models.engine import run_transitions
+from models.engine.runs import submit_run
 from models.plans.tools import load_tool_modules
-from models.runs import submit_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step
 from worker import calls, planner

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from models import queue, reconciliation
 from models.db import session_scope
+from models.engine import queue, reconciliation
 from models.settings import get_settings
 from models.tables import Run, Step, utcnow
 from ops.stack import LocalStack

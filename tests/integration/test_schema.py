@@ -14,13 +14,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
+import models.engine.fair_queue
+import models.engine.idempotency
+import models.engine.stack_limits
+import models.engine.storage
 import models.episodes  # the memory tables, as in models/migrations/env.py
-import models.fair_queue
-import models.idempotency
 import models.plans.plan_checks
 import models.procedures
-import models.stack_limits
-import models.storage
 import models.tables
 import models.webhook_tables  # noqa: F401
 from models.db import database_url

@@ -1,4 +1,4 @@
-"""The stack's limits on the real Postgres (`models.stack_limits`): what the owner writes, what a
+"""The stack's limits on the real Postgres (`models.engine.stack_limits`): what the owner writes, what a
 deployment's migration step writes (only what its environment sets; the rest only where none is
 stored), and a submitter whose own settings disagree held to the stack's."""
 
@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from models import stack_limits
 from models.db import session_scope
+from models.engine import stack_limits
+from models.engine.runs import submit_run
 from models.errors import UserQuotaExceeded
-from models.runs import submit_run
 from models.settings import Settings, get_settings
 from ops.stack import LocalStack
 

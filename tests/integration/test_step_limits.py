@@ -21,15 +21,16 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import select
 
-from models import memory_admin, queue, retention, reviews, storage, submissions
+from models import memory_admin, retention, reviews
 from models.db import session_scope
+from models.engine import queue, storage, submissions
+from models.engine.queue import TASK_COORDINATE
+from models.engine.submissions import RunRequest
 from models.errors import InvalidInput
 from models.plans.plans import parse_plan
 from models.plans.step_data import json_bytes
 from models.plans.tools import configured_tool_names
-from models.queue import TASK_COORDINATE
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import Escalation, Run, Step, utcnow
 from ops.fake_provider import FakeOpenAI, slow, tool_calls
 from ops.stack import LocalStack
@@ -215,7 +216,7 @@ def test_a_model_steps_tool_calls_are_charged_and_one_over_the_budget_is_kept_ou
     assert len(kept_out) == 1 and kept_out[0].startswith(
         f"not kept: the call of tool 'echo' (its arguments and result): {call:,} bytes as JSON"
     )
-    # approving grants the default limit, as for tokens (`models.budget_grants`): the spend plus
+    # approving grants the default limit, as for tokens (`models.engine.budget_grants`): the spend plus
     # the original limit, at most the ceiling (the user's total); the step's retry (the model
     # answers in text now) is stored
     with session_scope() as session:

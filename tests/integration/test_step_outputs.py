@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from sqlmodel import col, func, select
 
-from models import submissions
 from models.db import session_scope
+from models.engine import submissions
+from models.engine.runs import FACT_VALUE_MAX_CHARS, pinned_facts
+from models.engine.submissions import RunRequest
 from models.errors import InvalidInput
 from models.plans.plans import parse_plan
 from models.plans.tools import configured_tool_names
-from models.runs import FACT_VALUE_MAX_CHARS, pinned_facts
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import Escalation, Run, RunEvent
 from ops.stack import LocalStack
 from tests.integration.conftest import run_steps, wait_for_run

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import submissions
 from models.db import session_scope
+from models.engine import submissions
+from models.engine.submissions import RunRequest
 from models.plans.plans import parse_plan
 from models.plans.step_outputs import output_schema
 from models.plans.tools import configured_tool_names, load_tool_modules
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import RunEvent
 from ops.fake_provider import FakeOpenAI, ok
 from ops.stack import LocalStack

@@ -1,4 +1,4 @@
-"""A submit makes its run's first decision itself (`models.submissions`), and what a broker
+"""A submit makes its run's first decision itself (`models.engine.submissions`), and what a broker
 that was down lost of its messages is recovered by the engine's own reconciler (its beat runs
 every second here: TEST_ENV)."""
 
@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlmodel import Session, col, select
 
-from models import queue, submissions
 from models.db import session_scope
+from models.engine import queue, submissions
+from models.engine.queue import TASK_EXECUTE_STEP, TASK_PLAN
+from models.engine.submissions import RunRequest
 from models.plans.plans import parse_plan
-from models.queue import TASK_EXECUTE_STEP, TASK_PLAN
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import Run, RunEvent, Step
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, run_steps, wait_for_run

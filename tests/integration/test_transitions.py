@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import leases, run_transitions, step_transitions, transitions
 from models.db import session_scope
+from models.engine import leases, run_transitions, step_transitions, transitions
 from models.errors import BudgetExhausted, IllegalTransition
 from models.states import RUN_MOVES, RUN_STATUSES, STEP_MOVES, STEP_STATUSES
 from models.tables import Escalation, Run, RunEvent, Step, utcnow
@@ -58,7 +58,7 @@ def test_illegal_step_transition_is_refused_and_changes_nothing(
     make_run: Callable[..., int], found: str, to: str
 ) -> None:
     # A user of its own: a coordinator decision for another run of its user would dispatch a
-    # step forced to `ready` (models.dispatch) while the test looks at it.
+    # step forced to `ready` (models.engine.dispatch) while the test looks at it.
     run_id = make_run([NOOP], start=False, user=f"illegal-{found}-{to}")
     (step,) = run_steps(run_id)
     _force(Step, step.id or 0, found)
@@ -87,7 +87,7 @@ def test_illegal_run_transition_is_refused_and_changes_nothing(
     make_run: Callable[..., int], found: str, to: str
 ) -> None:
     # A user of its own: a run forced into a phase with no task in flight would hold one of its
-    # user's dispatch slots for good (models.dispatch), and the session's runs share `tester`.
+    # user's dispatch slots for good (models.engine.dispatch), and the session's runs share `tester`.
     run_id = make_run([NOOP], start=False, user=f"illegal-{found}-{to}")
     _force(Run, run_id, found)
     before = _snapshot(Run, run_id)

@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 from rich.live import Live
 
-from models import transitions
 from models.db import session_scope
-from models.events import record_event
+from models.engine import transitions
+from models.engine.events import record_event
 from ops import watch
 
 pytestmark = pytest.mark.integration

@@ -25,13 +25,14 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from models import commands, deliveries, memory_admin, run_transitions, submissions, webhooks
+from models import commands, deliveries, memory_admin, webhooks
 from models.db import session_scope
+from models.engine import run_transitions, submissions
+from models.engine.runs import submit_run
+from models.engine.submissions import RunRequest
 from models.erasures import ERASED
 from models.plans.plans import parse_plan
-from models.runs import submit_run
 from models.settings import get_settings
-from models.submissions import RunRequest
 from models.tables import utcnow
 from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from ops.stack import LocalStack

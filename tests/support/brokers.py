@@ -18,7 +18,7 @@ from kombu import Connection
 from kombu.exceptions import ChannelError
 from kombu.utils.url import maybe_sanitize_url
 
-from models.queue import QUEUE_COORDINATOR, QUEUE_WEBHOOKS, WORKER_QUEUES
+from models.engine.queue import QUEUE_COORDINATOR, QUEUE_WEBHOOKS, WORKER_QUEUES
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine
 

@@ -102,7 +102,7 @@ def test_field_errors_never_echo_the_input_and_always_encode() -> None:
 
 
 def test_a_run_pins_at_most_the_facts_a_prompt_can_carry() -> None:
-    from models.runs import MAX_PINNED_FACTS
+    from models.engine.runs import MAX_PINNED_FACTS
 
     facts = {f"k{i}": "v" for i in range(MAX_PINNED_FACTS)}
     assert len(RunSubmit.model_validate({"goal": "g", "facts": facts}).facts) == MAX_PINNED_FACTS

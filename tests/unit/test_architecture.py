@@ -16,8 +16,8 @@ style says to stop both: docs STYLE.md, "Stop"). The rules (README, "Architectur
 
 Also (issue 14): no module reads an `AGENTQ_*` variable from the environment itself (`Settings`
 is the one channel), the front ends (`api`, `ops`) write no query (`models` holds them), and
-no module of `worker` or `scheduler` escalates a run itself (`models.run_transitions.escalate`):
-it reports what failed to `models.escalation_rules`, where escalation is decided.
+no module of `worker` or `scheduler` escalates a run itself (`models.engine.run_transitions.escalate`):
+it reports what failed to `models.engine.escalation_rules`, where escalation is decided.
 """
 
 from __future__ import annotations
@@ -144,10 +144,10 @@ def _long_modules() -> set[str]:
 
 def test_the_scan_sees_the_packages_and_imports_inside_functions() -> None:
     """The checks below could pass by reading nothing; these imports are known to exist."""
-    assert {"models.guards", "worker.steps", "scheduler.tasks", "api.app", "ops.cli"} <= set(
+    assert {"models.engine.guards", "worker.steps", "scheduler.tasks", "api.app", "ops.cli"} <= set(
         MODULES
     )
-    assert "models.guards" in GRAPH["models.transitions"]
+    assert "models.engine.guards" in GRAPH["models.engine.transitions"]
     assert "ops.local" in GRAPH["ops.demo"]  # `from ops.local import ...` inside a function
     assert GRAPH["agentq.client"] | GRAPH["agentq.routes"] >= CLIENT_IMPORTS
 
@@ -197,19 +197,19 @@ def test_the_front_ends_write_no_query() -> None:
 
 
 def _escalations(path: Path) -> list[int]:
-    """The lines where `path` calls `models.run_transitions.escalate`, however it was imported:
+    """The lines where `path` calls `models.engine.run_transitions.escalate`, however it was imported:
     `from models import run_transitions [as x]` then `x.escalate(...)`, `import
-    models.run_transitions` then `models.run_transitions.escalate(...)`, or `from
-    models.run_transitions import escalate [as y]` then `y(...)`."""
+    models.engine.run_transitions` then `models.engine.run_transitions.escalate(...)`, or `from
+    models.engine.run_transitions import escalate [as y]` then `y(...)`."""
     tree = ast.parse(path.read_text(), str(path))
-    modules, functions = {"models.run_transitions"}, set()
+    modules, functions = {"models.engine.run_transitions"}, set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "models":
             modules |= {a.asname or a.name for a in node.names if a.name == "run_transitions"}
-        elif isinstance(node, ast.ImportFrom) and node.module == "models.run_transitions":
+        elif isinstance(node, ast.ImportFrom) and node.module == "models.engine.run_transitions":
             functions |= {a.asname or a.name for a in node.names if a.name == "escalate"}
         elif isinstance(node, ast.Import):
-            modules |= {a.asname for a in node.names if a.name == "models.run_transitions"} - {None}
+            modules |= {a.asname for a in node.names if a.name == "models.engine.run_transitions"} - {None}
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -225,13 +225,13 @@ def _escalations(path: Path) -> list[int]:
 
 
 def test_the_escalation_finder_finds_the_coordinators_escalation() -> None:
-    """`models.decisions` (the coordinator's applier) escalates through the transition."""
-    assert _escalations(MODULES["models.decisions"]) != []
+    """`models.engine.decisions` (the coordinator's applier) escalates through the transition."""
+    assert _escalations(MODULES["models.engine.decisions"]) != []
 
 
 def test_processes_report_escalations_instead_of_making_them() -> None:
     """Escalation is decided in one place (issue 14): a worker or the scheduler reports what
-    failed to `models.escalation_rules`, never calls `models.run_transitions.escalate`."""
+    failed to `models.engine.escalation_rules`, never calls `models.engine.run_transitions.escalate`."""
     found = [
         f"{module}:{line}"
         for module, path in MODULES.items()

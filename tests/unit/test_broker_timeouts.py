@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from models import queue
+from models.engine import queue
 from models.errors import BrokerUnavailable
 from models.settings import Settings
 

@@ -2,7 +2,7 @@
 of the budget rule over any sequence of call outcomes.
 
 The simulation below is a pure model of a run making model calls: it reserves with the rule
-`models.budgets.fits` (the same expression `reserve` puts in its UPDATE), settles to the reported
+`models.engine.budgets.fits` (the same expression `reserve` puts in its UPDATE), settles to the reported
 usage, and decides each failed attempt with `worker.steps.failure_outcome`, as the engine does.
 """
 
@@ -15,7 +15,7 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.budgets import cost_usd, fits
+from models.engine.budgets import cost_usd, fits
 from models.errors import (
     CostBudgetSpent,
     InvalidToolCalls,

@@ -22,8 +22,8 @@ import yaml
 from typer.testing import CliRunner
 
 from models.db import normalize_url
+from models.engine.queue import QUEUE_COORDINATOR, QUEUE_WEBHOOKS, WORKER_QUEUES
 from models.errors import ConfigurationError
-from models.queue import QUEUE_COORDINATOR, QUEUE_WEBHOOKS, WORKER_QUEUES
 from models.settings import Settings
 from ops import cli
 

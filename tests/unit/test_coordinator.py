@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.coordinator import Decision, GoalVerdict, RunView, StepView, decide, decide_unmet
+from models.engine.coordinator import Decision, GoalVerdict, RunView, StepView, decide, decide_unmet
 from models.states import STEP_STATUSES
 
 Step = tuple[int, str] | tuple[int, str, tuple[int, ...]]

@@ -1,5 +1,5 @@
 """A database that is away, told from a statement that failed (issue 11): only the first makes a
-task send itself again (`models.queue.OUTAGE_RETRIES`), and what a step's retry carries survives
+task send itself again (`models.engine.queue.OUTAGE_RETRIES`), and what a step's retry carries survives
 the trip through the broker's JSON."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from psycopg import errors
 from sqlalchemy.exc import DBAPIError
 
 from models.db import dispose_engines, session_scope, unavailable, wait_out_outage
+from models.engine.queue import OUTAGE_RETRY_MAX_S, outage_countdown_s
 from models.errors import DatabaseError, DatabaseUnavailable
-from models.queue import OUTAGE_RETRY_MAX_S, outage_countdown_s
 from models.tables import Step
 from tests.support.net import free_port
 from worker.attempts import Claimed, Outcome

@@ -1,6 +1,6 @@
 """`agentq worker|scheduler|api` (ops/deployment_commands.py), the command lines they share with
 `agentq up` (ops/deployment.py), `--listen`'s URLs and pg_hba.conf (ops/listen.py), and the
-broker's per-transport options (models/queue.py). No services: `os.execve` is caught."""
+broker's per-transport options (models/engine/queue.py). No services: `os.execve` is caught."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 from typer.testing import CliRunner
 
-from models.queue import celery_config, transport_options
+from models.engine.queue import celery_config, transport_options
 from models.settings import Settings
 from ops import cli
 from ops.listen import Listen, env_text, hba_text, other_machines_text, remote_urls

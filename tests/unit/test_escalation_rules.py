@@ -1,4 +1,4 @@
-"""What each outcome a worker reports comes to (`models.escalation_rules.decide`): the status
+"""What each outcome a worker reports comes to (`models.engine.escalation_rules.decide`): the status
 the run must be in, the reason, the detail a reviewer is shown, and the step. The rows these
 escalations write are pinned by the integration tests of each phase (test_phase_claims,
 test_model_faults, test_planner, test_goal_checks)."""
@@ -10,15 +10,7 @@ from typing import Any, cast
 import pytest
 from sqlmodel import Session
 
-from models.errors import (
-    ContextOverflow,
-    CostBudgetSpent,
-    ProviderError,
-    ProviderUnavailable,
-    QuotaExhausted,
-    TokenBudgetSpent,
-)
-from models.escalation_rules import (
+from models.engine.escalation_rules import (
     Crashed,
     DeferredTooOften,
     Escalating,
@@ -28,6 +20,14 @@ from models.escalation_rules import (
     Unanswered,
     decide,
     escalate,
+)
+from models.errors import (
+    ContextOverflow,
+    CostBudgetSpent,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExhausted,
+    TokenBudgetSpent,
 )
 
 INTERNAL = "planning failed with an internal error (KeyError); see the worker log"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from models.engine.previews import EventShown, Shown
 from models.event_feed import CURSOR_IDS_MAX, SETTLE_S, EventFeed
-from models.previews import EventShown, Shown
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

@@ -1,6 +1,6 @@
 """The goal checks that need no model (issue 12, item 1): a run's deliverables against the facts
 its user pinned, and success criteria judged by the values they name (the offline provider's
-check) (`models.goal_checks`)."""
+check) (`models.engine.goal_checks`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ from typing import Any
 
 import pytest
 
-from models.goal_checks import agrees, conflicts, criteria_texts, deliverables, rule_verdict, terms
+from models.engine.goal_checks import (
+    agrees,
+    conflicts,
+    criteria_texts,
+    deliverables,
+    rule_verdict,
+    terms,
+)
+from models.engine.runs import add_criteria
 from models.plans.plans import MAX_CRITERIA, PlanSpec
-from models.runs import add_criteria
 from models.tables import Run, Step
 
 

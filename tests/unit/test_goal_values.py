@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from models.engine.runs import FACT_KEY_PATTERN, MAX_PINNED_FACTS
 from models.plans.goal_values import MAX_GOAL_VALUES, GoalValue, extract, pins
-from models.runs import FACT_KEY_PATTERN, MAX_PINNED_FACTS
 
 DEMO = "Submit 473.43 EUR to CC-4410"
 

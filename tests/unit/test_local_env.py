@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from models.queue import CELERY_BROKER_VARIABLES
+from models.engine.queue import CELERY_BROKER_VARIABLES
 from models.settings import Settings, get_settings
 from ops.local import dotenv_settings, engine_env, ignored_broker_variables
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from models.budgets import cost_usd
+from models.engine.budgets import cost_usd
 from models.errors import ConfigurationError
 from models.settings import (
     ModelPrice,

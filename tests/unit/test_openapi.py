@@ -12,8 +12,8 @@ from jsonschema import Draft202012Validator
 
 from api.app import create_api
 from api.openapi import JSON_VALUE, NO_NUL_PATTERN, walk
+from models.engine.runs import FACT_VALUE_MAX_CHARS
 from models.plans.tools import configured_tool_names
-from models.runs import FACT_VALUE_MAX_CHARS
 from models.settings import BUDGET_CEILINGS, get_settings
 
 

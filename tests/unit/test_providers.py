@@ -14,12 +14,12 @@ from typing import Any
 import openai
 import pytest
 
+from models.engine.runs import GOAL_MAX_CHARS
 from models.errors import ProviderError
 from models.plans.expectations import loaded
 from models.plans.plans import MAX_INSTRUCTION_CHARS, parse_plan
 from models.plans.references import references
 from models.plans.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
-from models.runs import GOAL_MAX_CHARS
 from worker.offline import OfflineProvider
 from worker.provider_choice import make_provider
 from worker.providers import (

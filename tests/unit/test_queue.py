@@ -1,4 +1,4 @@
-"""models/queue.py: the Celery app every process builds connects to agentq's broker alone."""
+"""models/engine/queue.py: the Celery app every process builds connects to agentq's broker alone."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from models import queue
+from models.engine import queue
 from models.errors import BrokerUnavailable
 from models.settings import Settings
 

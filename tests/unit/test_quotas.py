@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.dispatch import free_slots
+from models.engine.dispatch import free_slots
+from models.engine.quotas import ACTIVE_RUNS_RETRY_AFTER_S, SUBMIT_WINDOW_S, refusal, retry_after_s
 from models.errors import UserQuotaExceeded
-from models.quotas import ACTIVE_RUNS_RETRY_AFTER_S, SUBMIT_WINDOW_S, refusal, retry_after_s
 from models.settings import Settings
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -1,12 +1,12 @@
 """What a run's memory is made of (`worker.run_memory.run_memory`), from a run as the memory task
-reads it (`models.ended_runs.EndedRun`), built in memory."""
+reads it (`models.engine.ended_runs.EndedRun`), built in memory."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from models.ended_runs import EndedRun, StepRow, VersionRow
+from models.engine.ended_runs import EndedRun, StepRow, VersionRow
 from models.tables import Escalation
 from worker.extraction import NOTHING_TO_LEARN
 from worker.run_memory import run_memory

@@ -1,4 +1,4 @@
-"""The stack's limits without a database (`models.stack_limits`): applying the stored values,
+"""The stack's limits without a database (`models.engine.stack_limits`): applying the stored values,
 what a process whose environment disagrees is told, and a worker taking them on (`refresh`)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from models import settings as settings_module
-from models import stack_limits
+from models.engine import stack_limits
+from models.engine.stack_limits import Stored
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings
-from models.stack_limits import Stored
 
 AT = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 

@@ -9,8 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from models.engine.token_calibrations import (
+    CALIBRATION_MARGIN,
+    CALIBRATION_MIN_TOKENS,
+    Sample,
+    factor,
+)
 from models.settings import get_settings
-from models.token_calibrations import CALIBRATION_MARGIN, CALIBRATION_MIN_TOKENS, Sample, factor
 from models.tokens import REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE
 from ops.fake_provider import FakeOpenAI
 from tests.unit.test_refits import PROMPT, Server, built

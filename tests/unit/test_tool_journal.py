@@ -1,10 +1,10 @@
-"""The keys of the tool journal (`models.tool_journal`): what stays the same when a model step's
+"""The keys of the tool journal (`models.engine.tool_journal`): what stays the same when a model step's
 loop runs again, and what tells two identical calls of one loop apart (no database here; the
 replay on the engine is in tests/integration/test_model_faults.py)."""
 
 from __future__ import annotations
 
-from models.tool_journal import CallKeys, arguments_digest
+from models.engine.tool_journal import CallKeys, arguments_digest
 
 
 def test_a_call_asked_again_in_a_new_loop_has_the_same_key() -> None:

@@ -11,9 +11,8 @@ import pytest
 import structlog
 from pydantic import ValidationError
 
-from models import tracing
-from models.logs import bind_work, formatter, task_bound
-from models.queue import (
+from models.engine import tracing
+from models.engine.queue import (
     TASK_COORDINATE,
     TASK_EXECUTE_STEP,
     TASK_PLAN,
@@ -21,6 +20,7 @@ from models.queue import (
     TASK_REPLAN,
     task_subject,
 )
+from models.logs import bind_work, formatter, task_bound
 from models.settings import Settings
 
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")  # W3C Trace Context

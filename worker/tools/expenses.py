@@ -231,7 +231,7 @@ EXPENSE_CRITERIA = (
     "${facts.cost_centre}.",
 )
 """What the offline planner's expense plan must achieve: the values the goal check
-(`models.goal_checks.rule_verdict`) looks for in what the run delivered."""
+(`models.engine.goal_checks.rule_verdict`) looks for in what the run delivered."""
 
 playbook(("expense report",), EXPENSE_PLAYBOOK, EXPENSE_CRITERIA)
 

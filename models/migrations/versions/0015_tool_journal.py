@@ -5,7 +5,7 @@ Revises: 0014
 
 A model step deferred (or retried) after one of its tool calls ran asked the model again from
 the start, and the tool ran a second time. Each call is now journaled once its tool returns
-(`models.tool_journal`), and a replayed loop reuses the recorded result. Steps under way when
+(`models.engine.tool_journal`), and a replayed loop reuses the recorded result. Steps under way when
 the database was upgraded have no journal: their calls so far are not replayed.
 """
 

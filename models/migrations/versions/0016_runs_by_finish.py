@@ -6,7 +6,7 @@ Revises: 0015
 A run's memory task is asked for by one message sent after the run ended; a broker that lost it
 (restarted empty, or down when it was sent) left the run without its episode and facts for good.
 The reconciler now sends it again for a run that ended a while ago and whose memory task has not
-ended (`models.held.unremembered_runs`), reading recent ended runs by `finished_at`.
+ended (`models.engine.held.unremembered_runs`), reading recent ended runs by `finished_at`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Revises: 0021
 For a model tiktoken does not know, our token counts are estimates (o200k counted 24% fewer
 tokens than SmolLM2's own tokenizer), and a context filled to the budget was refused as too long.
 Each call's reported prompt tokens now update a running mean of the ratio per model
-(`models.token_calibrations`), and the prompt budget is divided by it. A database upgraded to
+(`models.engine.token_calibrations`), and the prompt budget is divided by it. A database upgraded to
 this revision has no calibrations yet: the first calls of each model write them.
 """
 

@@ -6,7 +6,7 @@ Revises: 0025
 
 A subscription names a URL, the events it is told of and, optionally, the one user whose runs
 it follows; its secret stays in the settings (`secret_ref` names it). A delivery is written in
-the transaction of the change it reports (`models.notifications`) and sent by the scheduler's
+the transaction of the change it reports (`models.engine.notifications`) and sent by the scheduler's
 beat (`scheduler.webhooks`); each attempt is logged. Nothing existing changes.
 """
 

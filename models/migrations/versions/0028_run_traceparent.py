@@ -4,7 +4,7 @@ Revision ID: 0028
 Revises: 0027
 
 The W3C traceparent (`00-<trace id>-<span id>-<flags>`, 55 characters) of the span that submitted
-the run, written at submit (`models.tracing`). A task of the run, whoever sent it, starts its span
+the run, written at submit (`models.engine.tracing`). A task of the run, whoever sent it, starts its span
 under this trace. Runs submitted before this migration keep NULL and trace as they did.
 """
 
@@ -20,7 +20,7 @@ depends_on = None
 
 COMMENT = (
     "W3C traceparent of the span that submitted the run: every task of the run joins its trace "
-    "(models/tracing.py)."
+    "(models/engine/tracing.py)."
 )
 
 

@@ -4,7 +4,7 @@ Revision ID: 0029
 Revises: 0028
 
 Fair dispatch serves the waiting user whose tasks have had the least worker time
-(`models.fair_queue`): each task's seconds are added to its user's `service_s` when it ends, and a
+(`models.engine.fair_queue`): each task's seconds are added to its user's `service_s` when it ends, and a
 user who submits after a pause is lifted to the least value among the users still active, so idle
 time banks no credit. A database upgraded to this revision starts every user at 0.
 """
@@ -35,7 +35,7 @@ def upgrade() -> None:
             sa.Float(),
             nullable=False,
             comment="Worker seconds the user's tasks have had, lifted on return "
-            "(models/fair_queue.py).",
+            "(models/engine/fair_queue.py).",
         ),
         sa.PrimaryKeyConstraint("user_id"),
         comment="Worker time per user: fair dispatch serves the least-served waiting user first.",

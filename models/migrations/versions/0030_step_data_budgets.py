@@ -5,7 +5,7 @@ Revises: 0029
 
 - `runs.step_data_bytes`: the step data the run's steps hold (results, journaled tool calls,
   reviewers' answers), bytes of compact JSON; `runs.step_data_limit_bytes`: its budget,
-  `AGENTQ_RUN_STEP_DATA_MAX_BYTES` at submit (`models.storage`).
+  `AGENTQ_RUN_STEP_DATA_MAX_BYTES` at submit (`models.engine.storage`).
 - `user_step_data`: what all runs of a user hold together, checked against
   `AGENTQ_USER_STEP_DATA_MAX_BYTES`.
 
@@ -27,9 +27,9 @@ branch_labels = None
 depends_on = None
 
 DEFAULT_LIMIT_BYTES = 8 * 1024 * 1024  # AGENTQ_RUN_STEP_DATA_MAX_BYTES's default
-USED = "Step data its steps hold (results, tool calls, answers), bytes (models/storage.py)."
-LIMIT = "Step-data budget, bytes: AGENTQ_RUN_STEP_DATA_MAX_BYTES at submit (models/storage.py)."
-TABLE = "Step data all runs of a user hold together (models/storage.py: UserStepData)."
+USED = "Step data its steps hold (results, tool calls, answers), bytes (models/engine/storage.py)."
+LIMIT = "Step-data budget, bytes: AGENTQ_RUN_STEP_DATA_MAX_BYTES at submit (models/engine/storage.py)."
+TABLE = "Step data all runs of a user hold together (models/engine/storage.py: UserStepData)."
 USER = "The agentq user (tenant) it belongs to."
 BYTES = "Bytes of compact JSON; checked against AGENTQ_USER_STEP_DATA_MAX_BYTES."
 

@@ -6,11 +6,11 @@ Revises: 0030
 
 - `stack_limits`: the quotas, the dispatch cap and the default budgets and their ceilings as
   the process that owns the stack wrote them (`agentq up`, a deployment's `agentq migrate`);
-  every submit and every worker reads them there (`models.stack_limits`). Empty until an owner
+  every submit and every worker reads them there (`models.engine.stack_limits`). Empty until an owner
   writes it: until then each process keeps its own settings, as before.
 - `idempotency_keys`: a submit's `Idempotency-Key` by who sent it, the run it made and the
-  answer it was given (`models.idempotency`); deleted with their run.
-- `escalations.granted`: the budgets an approval set (`models.budget_grants`); NULL for the
+  answer it was given (`models.engine.idempotency`); deleted with their run.
+- `escalations.granted`: the budgets an approval set (`models.engine.budget_grants`); NULL for the
   escalations decided before, whose grants only the run's events tell.
 """
 
@@ -27,9 +27,9 @@ depends_on = None
 
 TABLES = {
     "stack_limits": "The limits that protect the stack, as its owner wrote them "
-    "(models/stack_limits.py): read by every submit and worker, whatever their environment.",
+    "(models/engine/stack_limits.py): read by every submit and worker, whatever their environment.",
     "idempotency_keys": "Idempotency-Key of a submit, by who sent it: the run it made and the "
-    "answer it was given (models/idempotency.py).",
+    "answer it was given (models/engine/idempotency.py).",
 }
 COLUMNS = {
     "stack_limits": {

@@ -10,7 +10,7 @@ Revises: 0031
 - `webhook_subscriptions.failures` and `circuit_open_until`: the circuit breaker
   (`models.circuit_breakers`); existing rows start closed.
 - `webhook_deliveries.snapshot` replaces `body`: what the event says, without the run's goal and
-  error, which each attempt reads from the run's row (`models.notifications.body`). Existing
+  error, which each attempt reads from the run's row (`models.engine.notifications.body`). Existing
   bodies are converted (the goal and error dropped), so no delivery keeps a copy of them.
 - The receivers' response bodies quoted in `last_error` and `webhook_attempts.error` ("HTTP 500:
   ...") are cut to the status ("HTTP 500"): only status codes are kept now.

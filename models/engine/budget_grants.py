@@ -8,7 +8,7 @@ and the default budget: a run submitted with `--tokens 500` went on with 200,000
 - a budget escalation (`token_budget_spent`, `cost_budget_spent`, `wall_time_budget_spent`,
   `step_data_budget_spent`: its ceiling is the user's total, `AGENTQ_USER_STEP_DATA_MAX_BYTES`) is
   shown with its budget's spend, limit, original limit (before any reviewer's grant), the
-  operator's ceiling (`AGENTQ_MAX_*`, the stack's: `models.stack_limits`) and the default new
+  operator's ceiling (`AGENTQ_MAX_*`, the stack's: `models.engine.stack_limits`) and the default new
   limit: spent plus the original limit, at most the ceiling;
 - approve takes new limits (`{"tokens": N, "cost_usd": X, "wall_time_s": S, "replans": R}`), each
   checked: not over its ceiling (`InvalidInput` naming `budget.<name>`) and not below what the
@@ -31,9 +31,9 @@ from typing import Any, Final, Literal
 
 from sqlmodel import Session, col, select
 
+from models.engine.events import record_event
+from models.engine.guards import guarded
 from models.errors import Conflict, InvalidInput
-from models.events import record_event
-from models.guards import guarded
 from models.settings import Settings, setting_name
 from models.tables import Escalation, Run
 
@@ -45,7 +45,7 @@ BUDGETS: Final = {
     "cost_usd": ("cost_used_usd", "cost_limit_usd", "max_cost_budget_usd"),
     "wall_time_s": (None, "wall_time_limit_s", "max_wall_time_budget_s"),
     "replans": ("replans_used", "replans_limit", "max_replan_budget"),
-    # A run's step data (`models.storage`): its ceiling is the user's total, 0 for none.
+    # A run's step data (`models.engine.storage`): its ceiling is the user's total, 0 for none.
     "step_data_bytes": ("step_data_bytes", "step_data_limit_bytes", "user_step_data_max_bytes"),
 }
 UNCAPPED_WHEN_ZERO: Final = frozenset({"step_data_bytes"})  # a ceiling of 0 turns it off
@@ -86,7 +86,7 @@ def standing(
     session: Session, run: Run, name: str, *, settings: Settings, now: datetime
 ) -> Standing:
     """Budget `name` (`BUDGETS`) of `run` as it stands at `now`, under `settings`' ceilings
-    (give the stack's: `models.stack_limits.effective`)."""
+    (give the stack's: `models.engine.stack_limits.effective`)."""
     used_column, limit_column, ceiling = BUDGETS[name]
     used = (
         (now - run.created_at).total_seconds() if used_column is None else getattr(run, used_column)

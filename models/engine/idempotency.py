@@ -42,7 +42,7 @@ KEY_MAX_CHARS: Final = IDEMPOTENCY_KEY_MAX_CHARS
 
 
 class IdempotencyKey(SQLModel, table=True):
-    """A submit's `Idempotency-Key` (`models.idempotency`), by who sent it (`scope`): the
+    """A submit's `Idempotency-Key` (`models.engine.idempotency`), by who sent it (`scope`): the
     SHA-256 of the request it came with, the run it made, the response that run was answered
     with (`response`, without `notified`, which is written once the messages were sent), and
     when the key stops answering (`expires_at`). Migration 0031."""

@@ -13,7 +13,7 @@ Only calls whose tool ran are journaled: a result, or an error the model was tol
 result over the cap). A call refused before its tool ran, or a `RetryableToolError` (which fails
 the attempt so the tool runs again), is not.
 
-A journaled call is step data (`models.storage`): its arguments and its result (or error) are
+A journaled call is step data (`models.engine.storage`): its arguments and its result (or error) are
 stored only with their charge to the run's step-data budget and its user's total. A call that
 does not fit is journaled without them, its error saying so, and `record` raises the refusal
 (the run escalates): a replay answers that error rather than run the tool again.
@@ -30,7 +30,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql, storage
+from models import sql
+from models.engine import storage
 from models.errors import BudgetExhausted
 from models.plans.step_data import json_bytes
 from models.settings import get_settings
@@ -49,7 +50,7 @@ VALUES (:step_id, :call_key, :tool, CAST(:arguments AS jsonb), CAST(:result AS j
     :attempt)
 ON CONFLICT (step_id, call_key) DO NOTHING"""
 # record_charged_call: the same, only with :bytes charged to the step's run and its user
-# (`models.storage.charging`); says whether they were charged and whether the row was stored.
+# (`models.engine.storage.charging`); says whether they were charged and whether the row was stored.
 RECORD_CHARGED_CALL: Final = (
     storage.charging("SELECT run_id FROM steps WHERE id = :step_id")
     + """, journaled AS (
@@ -119,7 +120,7 @@ def record(
 ) -> BudgetExhausted | None:
     """Journal call `key` of step `step_id` (`tool` on `arguments`, JSON objects within
     `AGENTQ_STEP_DATA_MAX_BYTES`) as `recorded`, charged to its run's step data and its user's
-    (`models.storage`); a call already journaled is left as it is. When the charge does not
+    (`models.engine.storage`); a call already journaled is left as it is. When the charge does not
     fit, the call is journaled without its arguments and result, its error saying why (a replay
     answers that), and the refusal is returned (`StepDataBudgetSpent` or `UserStepDataSpent`,
     for the caller to raise once this is committed); else None."""

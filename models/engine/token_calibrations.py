@@ -41,7 +41,7 @@ CALIBRATION_MIN_TOKENS: Final = 200
 CALIBRATION_REFRESH_S: Final = 60.0
 
 # calibrated: fold one sample (:cal_ratio) into :cal_model's running mean; a CTE, so the
-# statement that settles a call (`models.budgets.SETTLE`) writes it in the same round trip.
+# statement that settles a call (`models.engine.budgets.SETTLE`) writes it in the same round trip.
 CALIBRATED: Final = """calibrated AS (
     INSERT INTO token_calibrations AS c (model, ratio, samples, updated_at)
     VALUES (:cal_model, :cal_ratio, 1, now())

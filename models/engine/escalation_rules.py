@@ -1,10 +1,10 @@
 """What a worker reports when its phase or step cannot go on, and the escalation it comes to.
 
 Escalation is decided in one place (issue 14): the coordinator escalates from its own decision
-(`models.decisions.escalate`); a worker never picks a reason nor moves the run itself. It reports
+(`models.engine.decisions.escalate`); a worker never picks a reason nor moves the run itself. It reports
 what failed (a `Reported` outcome below) to `escalate`, which decides the escalation (`decide`,
 pure: the reason, what the reviewer is shown, the status the run must be in) and makes the
-guarded move (`models.run_transitions.escalate`) in the caller's transaction.
+guarded move (`models.engine.run_transitions.escalate`) in the caller's transaction.
 
 The outcomes, who reports them, and their reasons:
 - `Crashed` (`worker.crashes`: a bug in a plan, replan or synthesis task): `internal_error`;
@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, assert_never
 
 from sqlmodel import Session
 
-from models import run_transitions
+from models.engine import run_transitions
 from models.errors import BudgetExhausted, ContextOverflow, QuotaExhausted
 
 INTERNAL_ERROR: Final = "internal_error"
@@ -128,10 +128,10 @@ def decide(outcome: Reported) -> Escalating:
 
 def escalate(session: Session, run_id: int, outcome: Reported, *, found: str | None = None) -> bool:
     """Escalate run `run_id` as `decide` says for `outcome`, in the caller's transaction (the
-    guarded move, the escalation row and its event: `models.run_transitions.escalate`); True
+    guarded move, the escalation row and its event: `models.engine.run_transitions.escalate`); True
     when the run moved to `waiting_review`.
 
-    `found` is the run's status when the caller holds its lock (`models.decisions.Locked`): a
+    `found` is the run's status when the caller holds its lock (`models.engine.decisions.Locked`): a
     run found in another status than the outcome needs (a step's run cancelled meanwhile) is
     left as it is, and False is returned. Without it, raises `IllegalTransition` when the run is
     not in that status."""

@@ -1,8 +1,8 @@
 """Step-data budgets: what a run's steps store, charged to the run and to its user.
 
 Step data is what a run's steps store whose size a user (or a model they steer) controls: a
-step's result (`models.leases.end_attempt`), a model step's journaled tool call
-(`models.tool_journal.record`) and a reviewer's answer (`models.reviews.respond`), each counted
+step's result (`models.engine.leases.end_attempt`), a model step's journaled tool call
+(`models.engine.tool_journal.record`) and a reviewer's answer (`models.reviews.respond`), each counted
 as compact JSON in UTF-8 (`models.plans.step_data.json_bytes`: arguments and result, or the error
 text, for a tool call). Issue 27, item 5: with only the per-step cap
 (`AGENTQ_STEP_DATA_MAX_BYTES`), a 68 KB request stored 11.8 MB of results.
@@ -66,7 +66,7 @@ def charging(run_of: str) -> str:
     (a sibling step's end) checks the budget again on the row that one committed, as Postgres
     does under READ COMMITTED, so two charges can never both pass on the same room; the user's
     upsert (`ON CONFLICT DO UPDATE ... WHERE`) checks the newest row likewise. Every statement
-    here locks the run before the user's row, as the step's end (`models.decisions.lock`) and the
+    here locks the run before the user's row, as the step's end (`models.engine.decisions.lock`) and the
     purge do, so none waits on another in a cycle."""
     return f"""
 WITH fits AS (

@@ -1,6 +1,6 @@
 """OpenTelemetry tracing: one trace per run, across every process (issue 15, part 2).
 
-The design. A run's trace is rooted at its submit span (`agentq.submit`, `models.submissions`);
+The design. A run's trace is rooted at its submit span (`agentq.submit`, `models.engine.submissions`);
 `submit_run` stores that span's W3C traceparent in `runs.traceparent` (migration 0028). Every
 task of a run joins that trace where it *starts*, not where it is sent: on Celery's
 `task_prerun`, before the Celery instrumentation opens the task's span, `join_run_trace` reads
@@ -37,7 +37,7 @@ from celery.signals import task_prerun
 from opentelemetry import trace
 
 from models.db import session_scope
-from models.queue import task_subject
+from models.engine.queue import task_subject
 from models.settings import Settings
 from models.tables import Run, Step
 

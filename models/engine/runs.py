@@ -9,7 +9,8 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import events, quotas, sql, stack_limits, tracing, transitions
+from models import sql
+from models.engine import events, quotas, stack_limits, tracing, transitions
 from models.errors import InvalidInput, NotFound
 from models.plans.graph import ancestors
 from models.plans.plan_checks import REPLAN_CHECKS
@@ -52,20 +53,20 @@ def submit_run(
     replan_check: str | None = None,
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
-    of `plan`, all the user's: `models.goal_checks`); budgets default from `settings`, as does
+    of `plan`, all the user's: `models.engine.goal_checks`); budgets default from `settings`, as does
     `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plans.plan_checks`). The
-    quotas, default budgets and ceilings are the stack's (`models.stack_limits.effective`),
+    quotas, default budgets and ceilings are the stack's (`models.engine.stack_limits.effective`),
     whatever `settings` says.
     `from_goal` names those of `facts` found in the goal (`models.plans.goal_values`), which the
     `run.submitted` event records apart.
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
-    skips the planning call. Nothing starts it: submitters use `models.submissions.submit`,
+    skips the planning call. Nothing starts it: submitters use `models.engine.submissions.submit`,
     which makes its first decision in the same transaction and sends after the commit. Raises
     `InvalidInput` naming the field, or `UserQuotaExceeded` when the user's quotas
-    (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`; `models.quotas`) refuse
+    (`AGENTQ_USER_MAX_ACTIVE_RUNS`, `AGENTQ_USER_SUBMITS_PER_MINUTE`; `models.engine.quotas`) refuse
     it; either way nothing is written. The run keeps the current span's W3C traceparent (or a
-    fresh one), which its tasks join (`models.tracing`).
+    fresh one), which its tasks join (`models.engine.tracing`).
     """
     settings = stack_limits.effective(session, settings)
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
@@ -87,7 +88,7 @@ def submit_run(
         tokens_limit=int(budgets["tokens"]),
         cost_limit_usd=budgets["cost_usd"],
         wall_time_limit_s=budgets["wall_time_s"],
-        step_data_limit_bytes=settings.run_step_data_max_bytes,  # the operator's: `models.storage`
+        step_data_limit_bytes=settings.run_step_data_max_bytes,  # the operator's: `models.engine.storage`
         deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
         replan_check=replan_check,
         traceparent=tracing.new_traceparent(),

@@ -51,7 +51,7 @@ ORDER BY id"""
 
 def expired_leases(session: Session, *, now: datetime) -> list[int]:
     """Ids of the running steps whose lease ended before `now`, for the reconciler to take back
-    (`models.step_transitions.expire_lease`, which checks again)."""
+    (`models.engine.step_transitions.expire_lease`, which checks again)."""
     return [int(row.id) for row in sql.execute(session, EXPIRED_LEASES, {"now": now}).fetchall()]
 
 
@@ -85,7 +85,7 @@ def nudge_quiet_runs(
     now: datetime,
 ) -> list[Run]:
     """The runs to send their task (or a coordinate) again, with `updated_at` set to the clock:
-    those in `statuses` quiet since `stale` that no live phase lease holds (`models.phases`: a
+    those in `statuses` quiet since `stale` that no live phase lease holds (`models.engine.phases`: a
     message may be lost), and those in `phases` whose holder's lease expired before `now` (it
     was killed) however recently they moved. A phase under a live lease is never touched."""
     params = {

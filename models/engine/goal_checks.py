@@ -25,7 +25,7 @@ for a report in USD, and "all 4 receipts" is not met by the "4" of `CC-4410`.
 
 The synthesis asks `conflicts_of` before its model call (`worker.synthesis`): a run with
 conflicts pays for no answer. Either way a goal not met is a replan in the place of the
-deliverable (`models.coordinator.decide_unmet`, under the replan budget), and once that is spent
+deliverable (`models.engine.coordinator.decide_unmet`, under the replan budget), and once that is spent
 an escalation `goal_not_met` naming the deliverable, the reason and what is missing. A reviewer
 who approves that escalation accepts the outcome as it is: the check is waived for the run's plan
 version (`waived`); an edit puts new steps in the deliverable's place, a new version, which is
@@ -43,10 +43,10 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import sql
-from models.coordinator import GoalVerdict
-from models.events import record_event
+from models.engine.coordinator import GoalVerdict
+from models.engine.events import record_event
+from models.engine.runs import pinned_facts
 from models.plans.references import references
-from models.runs import pinned_facts
 from models.tables import Run, Step
 
 GOAL_NOT_MET: Final = "goal_not_met"  # the escalation reason

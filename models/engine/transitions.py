@@ -2,9 +2,9 @@
 grant a budget, remove a step; claim, decide and release an escalation, and mark its deadline
 passed; and the run's row lock every one of them takes first.
 
-Each is one guarded UPDATE (`models.guards`, DESIGN.md invariant 1) with its event in the run's
+Each is one guarded UPDATE (`models.engine.guards`, DESIGN.md invariant 1) with its event in the run's
 timeline, in the caller's transaction (these functions never commit). The engine's own moves are
-`models.run_transitions` (a run's phases, escalation) and `models.step_transitions` (a step's
+`models.engine.run_transitions` (a run's phases, escalation) and `models.engine.step_transitions` (a step's
 lifecycle); `resume_run`, `cancel_step` and `lock_run` are shared with it.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import notifications
+from models.engine import notifications
+from models.engine.events import record_event
+from models.engine.guards import guarded, move_run
 from models.errors import ClaimedByAnother, IllegalTransition
-from models.events import record_event
-from models.guards import guarded, move_run
 from models.states import RUN_ACTIVE, STEP_NOT_STARTED, WITHDRAWN
 from models.tables import Escalation, Run, Step, utcnow
 
@@ -236,7 +236,7 @@ def pass_escalation_deadline(
 ) -> Escalation | None:
     """Mark an undecided escalation whose deadline is at or before `now` as having passed it,
     once, and record `escalation.deadline_passed` with `action` ("reject" or "wait"), notifying
-    its webhooks (`models.notifications`). Its status does not change. Returns None, changing
+    its webhooks (`models.engine.notifications`). Its status does not change. Returns None, changing
     nothing, when it is decided, its deadline is later, or the passing was recorded already
     (another beat got there first)."""
     stmt = (

@@ -1,8 +1,8 @@
 """A step's lifecycle after the coordinator chose it: made ready, queued for dispatch, retried,
 deferred by a rate limit, or taken back from an expired lease. Each is one guarded UPDATE
-(`models.guards`) with its event, in the caller's transaction; a step's claim and the end of its
-attempt are the hot transitions in `models.leases`, and a reviewer's or a cancel's removal of a
-step is `models.transitions.cancel_step`.
+(`models.engine.guards`) with its event, in the caller's transaction; a step's claim and the end of its
+attempt are the hot transitions in `models.engine.leases`, and a reviewer's or a cancel's removal of a
+step is `models.engine.transitions.cancel_step`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models.events import record_event
-from models.guards import guarded
+from models.engine.events import record_event
+from models.engine.guards import guarded
 from models.tables import Step, StepAttempt, utcnow
 
 
 def ready_step(session: Session, step_id: int) -> Step:
     """pending -> ready: the coordinator chose it; it waits for a dispatch slot of its user
-    (`models.dispatch`). `queued_at` is when it became ready (the reconciler's clock)."""
+    (`models.engine.dispatch`). `queued_at` is when it became ready (the reconciler's clock)."""
     step = guarded(session, Step, step_id, to="ready", expected=["pending"], queued_at=utcnow())
     record_event(session, step.run_id, "step.ready", step_id=step_id)
     return step
@@ -136,7 +136,7 @@ def failed_attempts(step: Step) -> int:
 def expire_lease(session: Session, step_id: int) -> Step:
     """running with an expired lease -> queued, or -> failed when its attempts are spent. A
     step queued again keeps its `queued_at`, its due time, so it goes before its user's younger
-    work in the fair queue (`models.fair_queue`)."""
+    work in the fair queue (`models.engine.fair_queue`)."""
     now = utcnow()
     expired = [Step.lease_expires_at < now]  # type: ignore[operator]
     step = session.get(Step, step_id)

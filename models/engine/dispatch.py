@@ -19,7 +19,7 @@ then queued runs (planning starts), each oldest first by id, so the user's earli
 first. Replanning and synthesis are not held: each follows a run's own last step and takes over
 its slot (above), and the active-run limit bounds them.
 
-It runs after every coordinator decision (`models.decisions.apply`: a worker's at a step's end,
+It runs after every coordinator decision (`models.engine.decisions.apply`: a worker's at a step's end,
 a submit's first one, the coordinator task's) and from the reconciler, for users whose ready
 steps waited longer than `AGENTQ_QUEUED_STALE_S` (a lost message). One user's dispatches take
 turns under a transaction-level advisory lock, so two never fill the same slot. Rows are taken
@@ -36,9 +36,10 @@ from typing import Final
 
 from sqlmodel import Session
 
-from models import run_transitions, sql, step_transitions
+from models import sql
+from models.engine import run_transitions, step_transitions
+from models.engine.queue import TASK_EXECUTE_STEP, TASK_PLAN
 from models.errors import IllegalTransition
-from models.queue import TASK_EXECUTE_STEP, TASK_PLAN
 
 Send = tuple[str, tuple[int, ...]]  # a task name and its arguments, sent after the commit
 

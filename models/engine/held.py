@@ -1,7 +1,7 @@
 """Work that waits in Postgres for the reconciler to send it (issue 11): held until due, or lost.
 
 A step whose retry back-off or 429 retry-after is over half the visibility timeout is not parked
-in the broker (`models.queue.held_back`, kombu#337): its row holds the due time (`queued_at`) and
+in the broker (`models.engine.queue.held_back`, kombu#337): its row holds the due time (`queued_at`) and
 no message exists. It is told from the rows alone: its delay, from the end of its last attempt
 (`step_attempts.finished_at`, written with the outcome `retry` or `deferred`) to its due time,
 is over half the visibility timeout. The reconciler sends each such step once it has come due
@@ -24,7 +24,7 @@ from typing import Final
 from sqlmodel import Session
 
 from models import sql
-from models.ended_runs import MEMORY_ENDED_OF
+from models.engine.ended_runs import MEMORY_ENDED_OF
 
 # due_held_steps: queued steps that came due in (:since, :now] and whose delay from the end of
 # their last attempt was over :held_over_s seconds (no message of theirs is in the broker).
@@ -62,7 +62,7 @@ def due_deferred_runs(
 
 
 # unremembered_runs: ended runs whose memory task has not ended
-# (`models.ended_runs.MEMORY_ENDED_OF`): those that ended in (:since, :before] and whose extraction
+# (`models.engine.ended_runs.MEMORY_ENDED_OF`): those that ended in (:since, :before] and whose extraction
 # no attempt holds (the message that asks for it, `agentq.remember_run`, sent after the run ended,
 # may be lost), and those whose extraction's holder let its lease expire in (:expired_since, :now]
 # (it was killed: the redelivery of its message found the lease still live and did nothing).

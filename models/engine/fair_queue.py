@@ -1,12 +1,12 @@
 """Fair order across users: which waiting item a free worker takes next (DESIGN.md, invariant 13).
 
 The `steps` broker queue is FIFO, and a user's released work (up to `AGENTQ_USER_MAX_RUNNING_STEPS`
-tasks, `models.dispatch`) waits there in front of everyone who submits later: 1 worker, one user's
+tasks, `models.engine.dispatch`) waits there in front of everyone who submits later: 1 worker, one user's
 4 runs of 3 x 15 s steps took another user's one-step run from 0.2 s to 179 s (issue 27, item 2).
 So the broker's order is not the order of work. A message is a wake-up: the worker that takes a
 fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is (`worker.wakeups`). The
 worker that ends a step runs its run's next step itself only when no other user is owed a turn
-(`OWED`, read with the run's lock in `models.decisions`).
+(`OWED`, read with the run's lock in `models.engine.decisions`).
 
 Waiting items, each with its due time: a queued step due now (`queued_at`), a running step whose
 lease expired (its worker was lost: taken back in the claim), and a run in `planning`,
@@ -15,7 +15,7 @@ when the phase started, or a deferral's due time). Every kind counts.
 
 The order is fair queueing by service received (start-time fair queueing, Goyal, Vin & Cheng,
 SIGCOMM 1996; Linux CFS's virtual runtime): each user's `service_s` (`user_service`) grows by the
-worker seconds of each task of theirs when it ends (`charge`; a step's in `models.leases.
+worker seconds of each task of theirs when it ends (`charge`; a step's in `models.engine.leases.
 END_ATTEMPT`), and the waiting user with the least goes first. Within a user, the oldest run's
 items go first, then the oldest due: a step's due time says little of how long its work has
 waited (a step claimed in-process is due when claimed, and the reconciler's re-send moves it),
@@ -39,7 +39,7 @@ from models import sql
 
 
 class UserService(SQLModel, table=True):
-    """The worker time a user's tasks have had (`models.fair_queue`): fair dispatch serves the
+    """The worker time a user's tasks have had (`models.engine.fair_queue`): fair dispatch serves the
     waiting user with the least `service_s` first; a user submitting after a pause is lifted to
     the least value among the active users (migration 0029)."""
 
@@ -90,7 +90,7 @@ OWED: Final = f"""EXISTS (
 CHARGE: Final = """
 INSERT INTO user_service (user_id, service_s) VALUES (:user_id, :used_s)
 ON CONFLICT (user_id) DO UPDATE SET service_s = user_service.service_s + excluded.service_s"""
-# charge_step: the same, inside `models.leases.END_ATTEMPT` (CTE `done` returns the step's
+# charge_step: the same, inside `models.engine.leases.END_ATTEMPT` (CTE `done` returns the step's
 # `run_id` and `started_at`): the attempt's seconds, charged to its run's user.
 CHARGE_STEP: Final = """, charged AS (
     INSERT INTO user_service (user_id, service_s)

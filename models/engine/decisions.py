@@ -1,13 +1,13 @@
 """Applying the coordinator's decision to a run, under its row lock: one place for both appliers.
 
 The worker that ends a step advances its own run in the same transaction (issue 10): it locks
-the run (`lock`), records the outcome, reads the decision (`models.coordinator.decide`) and
+the run (`lock`), records the outcome, reads the decision (`models.engine.coordinator.decide`) and
 applies it (`apply`): one ready step it claims itself and runs next, in-process; several go to
 the broker; a finished plan starts its synthesis. A submit makes a new run's first decision in
-the transaction that inserts it (`advance`, from `models.submissions`), and the scheduler's
+the transaction that inserts it (`advance`, from `models.engine.submissions`), and the scheduler's
 coordinator task the same for everything else (a reviewer's decision, a plan's or replan's
 result, recovery). Messages are sent only after the commit (`Applied.sends`), and a run's user
-is dispatched (`models.dispatch`) whenever the decision may have freed one of their slots.
+is dispatched (`models.engine.dispatch`) whenever the decision may have freed one of their slots.
 Every applier takes the run's lock before the user's dispatch lock, so none deadlocks another.
 """
 
@@ -20,12 +20,13 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import dispatch, fair_queue, leases, run_transitions, sql, step_transitions
-from models.coordinator import Decision, RunView, StepView, decide
-from models.dispatch import Send
+from models import sql
+from models.engine import dispatch, fair_queue, leases, run_transitions, step_transitions
+from models.engine.coordinator import Decision, RunView, StepView, decide
+from models.engine.dispatch import Send
+from models.engine.queue import TASK_REPLAN, TASK_SYNTHESIZE
 from models.errors import BudgetExhausted
 from models.plans.plans import plan_checks
-from models.queue import TASK_REPLAN, TASK_SYNTHESIZE
 from models.tables import Step, utcnow
 
 # lock_run: the run row, locked FOR UPDATE until the transaction ends; when :erasure_key is
@@ -42,7 +43,7 @@ FOR UPDATE OF r"""
 # status of every step of the run; the failed steps a version answered; the steps of the current
 # version after which the should-replan check answered `replan` (read only for a run that
 # checks: `models.plans.plan_checks`); whether another user's waiting item is owed a turn first
-# (`models.fair_queue.OWED`). A statement of its own, after the lock, so that it sees what
+# (`models.engine.fair_queue.OWED`). A statement of its own, after the lock, so that it sees what
 # committed while the lock was awaited.
 RUN_GRAPH: Final = f"""
 SELECT
@@ -62,7 +63,7 @@ SELECT
 class Locked:
     """A run locked for this transaction: its row's values and its current plan graph.
     `others_waiting`: another user's waiting item (of any kind) is owed a turn first, or a lost
-    worker's step waits to be taken back (`models.fair_queue.OWED`), so a worker that ends a
+    worker's step waits to be taken back (`models.engine.fair_queue.OWED`), so a worker that ends a
     step of this run hands the next one to the fair queue rather than run it itself."""
 
     run_id: int

@@ -17,7 +17,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import fair_queue, sql, storage
+from models import sql
+from models.engine import fair_queue, storage
 from models.errors import IllegalTransition, StepNotDue
 from models.tables import Step
 
@@ -72,10 +73,10 @@ def _ending(guard: str) -> str:
 
 # end_attempt: running -> :to (succeeded or failed) for attempt :attempt only, releasing the
 # lease; closes the attempt row, records the event and charges the attempt's seconds to its
-# run's user (`models.fair_queue`).
+# run's user (`models.engine.fair_queue`).
 END_ATTEMPT: Final = "\nWITH " + _ending("") + fair_queue.CHARGE_STEP
 # end_attempt_charged: the same for a result of :bytes, stored only with its charge to the run's
-# step-data budget and its user's total (`models.storage.charging`).
+# step-data budget and its user's total (`models.engine.storage.charging`).
 END_ATTEMPT_CHARGED: Final = (
     storage.charging(
         "SELECT run_id FROM steps WHERE id = :step_id AND status = 'running' AND attempt = :attempt"
@@ -148,7 +149,7 @@ def claim(
     """`expected` -> running: take a lease of `lease_s` seconds and the next attempt number.
 
     `expected` is `queued` for a step sent through the broker, `pending` for the next step that
-    the worker which finished its last dependency claims itself (`models.decisions`). Raises
+    the worker which finished its last dependency claims itself (`models.engine.decisions`). Raises
     `IllegalTransition` when the step is in another state (a duplicate delivery)."""
     params = {
         "step_id": step_id,
@@ -189,7 +190,7 @@ def end_attempt(
     that holds `step` (`step.attempt`), with its `turn` of the conversation (written for
     `user_id` unless they were forgotten after the run was created). `detail` goes to the event.
     With `charge` (the result's size), the attempt ends only with the result charged to its
-    run's step-data budget and its user's total (`models.storage`).
+    run's step-data budget and its user's total (`models.engine.storage`).
     Raises `IllegalTransition` when another attempt holds the step, or it is not running;
     `StepDataBudgetSpent` or `UserStepDataSpent` when the charge does not fit (nothing
     changed: the caller may end the attempt otherwise)."""

@@ -245,7 +245,7 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
 
     A `countdown` too long for the broker (`held_back`) is not sent: every caller's row already
     holds the time it is due (a step's `queued_at`, a deferred phase's `updated_at`), and the
-    reconciler sends it at its first tick after that time (`models.held`). Raises
+    reconciler sends it at its first tick after that time (`models.engine.held`). Raises
     `BrokerUnavailable` when the broker cannot be reached (the reconciler re-sends what the rows
     say is waiting, so a caller may report it and carry on). No result is ever asked for, so a
     result backend named by `CELERY_RESULT_BACKEND` is never contacted either.
@@ -334,7 +334,7 @@ def follow_up(run_id: int, status: str) -> bool:
     that has ended (its episode and facts are written on the `memory` queue; a run that ends in
     synthesis sends it there itself), and `agentq.coordinate` in any case (an ended run's
     cancelled steps freed dispatch slots of its user, which the coordinator fills:
-    `models.dispatch`). Returns False when the broker could not be reached (`try_send`; an
+    `models.engine.dispatch`). Returns False when the broker could not be reached (`try_send`; an
     ended run's episode is then not written)."""
     if status in RUN_TERMINAL and not try_send(TASK_REMEMBER_RUN, run_id):
         return False

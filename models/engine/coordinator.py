@@ -2,8 +2,8 @@
 
 Pure and deterministic (DESIGN.md, invariant 5): `decide` reads a `RunView` built from rows and
 returns one `Decision`; it makes no model calls and touches no database. It is applied
-(`models.decisions`) by the worker that finishes a step, in the transaction that records the
-step's outcome; by a submit, in the transaction that inserts the run (`models.submissions`);
+(`models.engine.decisions`) by the worker that finishes a step, in the transaction that records the
+step's outcome; by a submit, in the transaction that inserts the run (`models.engine.submissions`);
 and by the scheduler's coordinator task for everything else (a decided escalation, a plan's or
 replan's result, recovery). Each builds the view under the run's row lock.
 """
@@ -60,7 +60,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class GoalVerdict:
-    """What a synthesizing run's goal check decided (`models.goal_checks`): `met`, why
+    """What a synthesizing run's goal check decided (`models.engine.goal_checks`): `met`, why
     (`reason`, one sentence), what the outcome lacks (`missing`, one line each), and
     `step_id`, the deliverable a replan or a reviewer's edit puts new steps in the place of
     (None when the run delivered nothing). `source` is "rules" (the pinned facts, no model) or
@@ -88,7 +88,7 @@ def decide(run: RunView) -> Decision:
       - a succeeded step after which the should-replan check answered `replan` (issue 12) is
         replanned the same way, the replan taking the place of the steps not started yet;
       - every pending step whose dependencies all succeeded is enqueued, all at once (each is
-        made ready; dispatch sends it when its user has a free slot: `models.dispatch`);
+        made ready; dispatch sends it when its user has a free slot: `models.engine.dispatch`);
       - a step ready, queued or running: wait for it;
       - a pending step left that can never start (it waits for a step with no result, and
         nothing is in flight): escalate `plan_blocked`, naming it;

@@ -45,7 +45,7 @@ RETURNING *"""
 PHASE_STATE: Final = """
 SELECT status, deferrals, updated_at, phase_lease_expires_at FROM runs WHERE id = :run_id"""
 # end_phase: release the phase if attempt :attempt still holds it, charging :used_s worker
-# seconds to the run's user (`models.fair_queue`); the row stays locked until the transaction
+# seconds to the run's user (`models.engine.fair_queue`); the row stays locked until the transaction
 # ends, so what the attempt writes next is written by the phase's holder.
 END_PHASE: Final = """
 WITH ended AS (

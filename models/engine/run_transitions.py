@@ -1,7 +1,7 @@
 """The engine moving a run through its phases: planning, replanning, synthesis, deferral, its
-success, and escalation to a reviewer. Each is one guarded UPDATE (`models.guards`) with its
+success, and escalation to a reviewer. Each is one guarded UPDATE (`models.engine.guards`) with its
 event, in the caller's transaction; what reviewers and commands do to a run is in
-`models.transitions`.
+`models.engine.transitions`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import Session, col
 
-from models import notifications
+from models.engine import notifications
+from models.engine.events import record_event
+from models.engine.guards import guarded, move_run
 from models.errors import BudgetExhausted, IllegalTransition
-from models.events import record_event
-from models.guards import guarded, move_run
 from models.settings import get_settings
 from models.tables import Escalation, Run, utcnow
 
@@ -56,7 +56,7 @@ def start_replanning(session: Session, run_id: int, *, source: str = "running") 
 
 def start_synthesis(session: Session, run_id: int) -> Run:
     """running -> synthesizing: every step of the current plan is done; an answer an earlier
-    synthesis wrote before its goal check (`models.phases.keep_answer`) is cleared."""
+    synthesis wrote before its goal check (`models.engine.phases.keep_answer`) is cleared."""
     return move_run(
         session, run_id, to="synthesizing", expected=["running"], deferrals=0, final_result=None
     )
@@ -75,7 +75,7 @@ def defer_run(
 
     The run stays in its phase; `deferrals` grows by one and `updated_at` becomes the time the
     task is due again, so the reconciler's quiet-run clock starts then, not now, and no claim of
-    the phase succeeds before then; the phase is released (`models.phases`). Raises
+    the phase succeeds before then; the phase is released (`models.engine.phases`). Raises
     `IllegalTransition` when the run left the phase, or (found == `phase`) when the phase has
     been deferred `max_deferrals` times already.
     """
@@ -131,7 +131,7 @@ def escalate(
 
     The escalation's deadline is `timeout_s` seconds from now (default
     `AGENTQ_ESCALATION_TIMEOUT_S`); the webhooks of `escalation.opened` are notified
-    (`models.notifications`). At most one escalation is open per run and plan version (a
+    (`models.engine.notifications`). At most one escalation is open per run and plan version (a
     partial unique index); a second attempt returns None and opens nothing.
     """
     run = move_run(session, run_id, to="waiting_review", expected=[expected])

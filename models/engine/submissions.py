@@ -5,8 +5,8 @@ A new run's first decision used to wait for the coordinator: the submit committe
 its own, one Celery hop and one transaction more per run before its first step could start
 (issue 10: about 6.5 ms of coordinator CPU per run in the engine benchmark). `submit` decides in
 the transaction that inserts the run instead, with what every other decision uses
-(`models.decisions.advance`: the pure `models.coordinator.decide`, then `apply` and the user's
-dispatch, `models.dispatch`):
+(`models.engine.decisions.advance`: the pure `models.engine.coordinator.decide`, then `apply` and the user's
+dispatch, `models.engine.dispatch`):
 
 - an explicit plan: the steps that can start are made `ready`, and as many as the user's
   dispatch cap (`AGENTQ_USER_MAX_RUNNING_STEPS`) has room for are `queued`, each with its
@@ -16,8 +16,8 @@ dispatch, `models.dispatch`):
 Either way the user's older held work goes first, as it would at the coordinator.
 
 Locks are taken in the order of every other transaction that dispatches: the user's service row
-(`models.fair_queue.lift`: a user with no run active is lifted to the least service of the
-active users), the user's submit lock (`models.quotas`, when quotas are on), the run's row (a
+(`models.engine.fair_queue.lift`: a user with no run active is lifted to the least service of the
+active users), the user's submit lock (`models.engine.quotas`, when quotas are on), the run's row (a
 new row nobody else sees yet), then the user's dispatch lock; dispatch takes other rows `SKIP
 LOCKED`. The messages are sent after the commit. One the broker does not take is recovered by
 the reconciler (`scheduler.tasks.reconcile`): a step queued for longer than
@@ -40,13 +40,13 @@ from typing import Any, Generic, TypeVar, overload
 import structlog
 from sqlmodel import Session
 
-from models import decisions, fair_queue, idempotency, queue, stack_limits, tracing
 from models.db import session_scope
-from models.dispatch import Send
+from models.engine import decisions, fair_queue, idempotency, queue, stack_limits, tracing
+from models.engine.dispatch import Send
+from models.engine.runs import MAX_PINNED_FACTS, submit_run
 from models.errors import AgentqError
 from models.plans.goal_values import GoalPins, pins
 from models.plans.plans import PlanSpec
-from models.runs import MAX_PINNED_FACTS, submit_run
 from models.settings import Settings
 from models.tables import Run
 
@@ -56,13 +56,13 @@ log = structlog.get_logger("agentq.submissions")
 
 @dataclass(frozen=True)
 class RunRequest:
-    """A run as its submitter asks for it: the arguments of `models.runs.submit_run`, which
+    """A run as its submitter asks for it: the arguments of `models.engine.runs.submit_run`, which
     validates them; a budget left None takes its default (`AGENTQ_DEFAULT_*`).
 
     `pin_from_goal`: also pin the values the goal states (`models.plans.goal_values.pins`; the
     explicit `facts` win). Off unless asked (`agentq submit --pin-from-goal`, the API's
     `pin_from_goal: true`), because a pin binds: it reaches every prompt of the run whole and
-    the goal check fails a run whose deliverable disagrees with it (`models.goal_checks`), so a
+    the goal check fails a run whose deliverable disagrees with it (`models.engine.goal_checks`), so a
     value read by a rule, however plain, binds a run only when its submitter chose that. The
     values found are shown either way (`Submitted.from_goal`), so the submitter sees what
     asking would pin; and existing submitters keep the runs they had.
@@ -85,7 +85,7 @@ class RunRequest:
         return pins(self.goal, self.facts, pin=self.pin_from_goal, room=MAX_PINNED_FACTS)
 
     def fingerprint(self) -> str:
-        """The SHA-256 of everything asked (`models.idempotency.fingerprint`): an idempotency
+        """The SHA-256 of everything asked (`models.engine.idempotency.fingerprint`): an idempotency
         key answers only a request with the same one."""
         asked = {f.name: getattr(self, f.name) for f in fields(self)}
         asked["plan"] = None if self.plan is None else self.plan.model_dump(mode="json")
@@ -112,9 +112,9 @@ class Submitted(Generic[T]):
 def insert_and_decide(
     session: Session, request: RunRequest, *, settings: Settings
 ) -> tuple[Run, list[Send]]:
-    """Insert the run (`models.runs.submit_run`) and apply its first decision
-    (`models.decisions.advance`, under the stack's `user_max_running_steps`:
-    `models.stack_limits`), in the caller's transaction; the run and the `(task, args)` to
+    """Insert the run (`models.engine.runs.submit_run`) and apply its first decision
+    (`models.engine.decisions.advance`, under the stack's `user_max_running_steps`:
+    `models.engine.stack_limits`), in the caller's transaction; the run and the `(task, args)` to
     send once the caller has committed. Raises what `submit_run` raises (`InvalidInput`,
     `InvalidPlan`, `UserQuotaExceeded`), and then nothing is written."""
     goal_pins = request.goal_pins()
@@ -152,10 +152,10 @@ def submit(
     describe: Callable[[Session, Run], T] | None = None,
 ) -> Submitted[Any]:
     """Submit `request` in one transaction (`insert_and_decide`), commit, then send its messages
-    (`models.queue.send_all`: a broker that is down is not an error). `describe(session, run)`,
+    (`models.engine.queue.send_all`: a broker that is down is not an error). `describe(session, run)`,
     if given, reads what the caller shows of the run, in that transaction after the decision.
     Raises what `insert_and_decide` raises, or `DatabaseError`; nothing is sent then.
-    Traced as `agentq.submit`, the root of the run's trace (`models.tracing`)."""
+    Traced as `agentq.submit`, the root of the run's trace (`models.engine.tracing`)."""
     with tracing.span("agentq.submit"):
         with session_scope() as session:
             run, sends = insert_and_decide(session, request, settings=settings)
@@ -170,7 +170,7 @@ def submit_once(
     settings: Settings,
     describe: Callable[[Session, Run], dict[str, Any]],
 ) -> Submitted[dict[str, Any]]:
-    """`submit` under an idempotency key (`models.idempotency`), claimed first in the submit
+    """`submit` under an idempotency key (`models.engine.idempotency`), claimed first in the submit
     transaction: a key the same request made within `AGENTQ_IDEMPOTENCY_WINDOW_S` answers with
     that run (`replayed`; `seen` is the response stored with it, nothing is written or sent),
     one another request made raises `IdempotencyKeyReused` (and nothing is written); a new key

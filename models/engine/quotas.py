@@ -1,7 +1,7 @@
 """Per-user submit quotas: runs not yet ended, and runs submitted in the last minute.
 
 Issue 9, finding 3: one user's 200 submits in 7 s were all accepted and starved everyone else.
-`check_submit` runs inside `models.runs.submit_run`, so the CLI, the HTTP API and the console
+`check_submit` runs inside `models.engine.runs.submit_run`, so the CLI, the HTTP API and the console
 share one rule. It first takes a transaction-level advisory lock on the user, so two submits of
 one user take turns and cannot both pass on the same count; the lock ends with the transaction.
 The counts are read from `runs` rows (no counter to drift); the decision, `refusal`, is pure.

@@ -19,7 +19,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import sql, token_calibrations
+from models import sql
+from models.engine import token_calibrations
 from models.errors import BudgetExhausted, CostBudgetSpent, NotFound, TokenBudgetSpent
 from models.settings import ModelPrice
 from models.tables import Run
@@ -106,7 +107,7 @@ def settle(
     The spend is also added to step `step_id` when the call was made for a step; `provider`
     labels the run with the provider that answered (the workers', not the submitter's setting);
     `calibration`, the server's count of the prompt beside ours, is folded into its model's
-    ratio in the same statement (`models.token_calibrations.calibrating`).
+    ratio in the same statement (`models.engine.token_calibrations.calibrating`).
     """
     params = {"run_id": reservation.run_id, "provider": provider, "tokens": tokens, "cost": cost}
     params |= {"held_tokens": reservation.tokens, "held_cost": reservation.cost_usd}
