@@ -2,7 +2,7 @@
 
 Reviewer and admin tokens only. Decisions and claims are recorded under the token's name (name a
 reviewer's token after them, as `$AGENTQ_REVIEWER` names them in the CLI) and its id. Claims take
-the oldest open escalation `FOR UPDATE SKIP LOCKED` (`models.reviews.claim_next`), so two
+the oldest open escalation `FOR UPDATE SKIP LOCKED` (`models.review.reviews.claim_next`), so two
 reviewers never get the same one; an escalation claimed through one token can be decided or
 released only through that token (a new token with the same name gets 409), or released by an
 admin. A decision on an
@@ -23,11 +23,12 @@ from api.responses import BudgetStanding, DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from api.token_limits import LIMITED, REVIEWS_PAGE_FREE, charge_page
-from models import commands, escalations, queries
+from models import commands, queries
 from models.db import session_scope
 from models.engine import budget_grants, stack_limits
 from models.engine.runs import get_run, pinned_facts
 from models.errors import ClaimedByAnother, InvalidInput
+from models.review import escalations
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 

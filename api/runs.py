@@ -35,7 +35,7 @@ from api.responses import (
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_page
-from models import commands, escalations, queries
+from models import commands, queries
 from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from models.db import session_scope
 from models.engine import previews
@@ -45,6 +45,7 @@ from models.engine.submissions import RunRequest, Submitted
 from models.errors import NotFound
 from models.plans.layout import by_wave
 from models.plans.plans import dependencies
+from models.review import escalations
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, Run, utcnow
 

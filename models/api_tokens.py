@@ -9,7 +9,7 @@ A token's name is who the audit trail says claimed and decided (`decided_by`), s
 tokens never share one, in any mix of case (`rita` and `RITA` read as one person; migration
 0010's partial unique index on `lower(name)` holds it against concurrent creates; a revoked
 token's name is free again), and no token takes a name agentq records for its own decisions
-(`models.escalations.RESERVED_REVIEWERS`); names follow `models.escalations.REVIEWER_NAME_PATTERN`.
+(`models.review.escalations.RESERVED_REVIEWERS`); names follow `models.review.escalations.REVIEWER_NAME_PATTERN`.
 
 Revoking a token ends it everywhere at once, in one transaction: it authenticates nothing, its
 review console sessions are deleted (`models.ui_sessions`) and the escalations it holds claimed
@@ -27,11 +27,12 @@ from typing import Final, Literal, get_args
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import reviews, ui_sessions
+from models import ui_sessions
 from models.engine.runs import USER_ID_MAX_CHARS
 from models.engine.transitions import WITHDRAWN_BY
 from models.errors import IllegalTransition, InvalidInput, NotFound
-from models.escalations import check_reviewer_name
+from models.review import reviews
+from models.review.escalations import check_reviewer_name
 from models.tables import ApiToken, Escalation, utcnow
 
 TokenRole = Literal["submitter", "reviewer", "admin"]
@@ -55,7 +56,7 @@ def create_token(
 
     A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
     tokens act for none (`user_id` refused). `name` must not be a live token's already, nor
-    reserved, and must fit `models.escalations.REVIEWER_NAME_PATTERN`; names are compared ignoring
+    reserved, and must fit `models.review.escalations.REVIEWER_NAME_PATTERN`; names are compared ignoring
     case. Raises `InvalidInput` naming the field.
     """
     _check(name=name, role=role, user_id=user_id)

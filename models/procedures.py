@@ -14,7 +14,7 @@ and its own user's, and writes only its own user's; a reviewer reads and writes 
 tool procedures, and nobody's user-scoped ones (as reviewers read nobody's memory, issue 9), and
 its shared plan templates hold tool steps only (`template_refused`). Each version records its
 writer's role (`written_as`): the steps a plan adopts from it act with that role's rights
-(`models.authorship`).
+(`models.review.authorship`).
 Another user's user-scoped procedure is "not found", as one that does not exist. Forgetting a
 user deletes their user-scoped procedures and those saved from their runs (`forget_procedures`;
 DESIGN.md, invariant 7).

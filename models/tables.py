@@ -270,7 +270,7 @@ class Escalation(SQLModel, table=True):
     `deadline_at` is when the escalation's safe default applies (opened +
     `AGENTQ_ESCALATION_TIMEOUT_S`; NULL only for rows decided before deadlines existed);
     `deadline_passed_at` is when the scheduler's beat applied that default, set once, so a `wait`
-    deadline is announced once (`models.reviews.pass_deadline`).
+    deadline is announced once (`models.review.reviews.pass_deadline`).
     """
 
     __tablename__ = "escalations"

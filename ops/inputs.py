@@ -8,10 +8,11 @@ import getpass
 import re
 from pathlib import Path
 
-from models import commands, escalations
+from models import commands
 from models.engine.runs import FACT_KEY_PATTERN
 from models.errors import ConfigurationError
 from models.plans.plans import PlanSpec
+from models.review import escalations
 from models.settings import get_settings
 
 
@@ -55,7 +56,7 @@ def read_plan(path: Path, facts: dict[str, str]) -> PlanSpec:
 
 def reviewer_name() -> str:
     """Who is reviewing: `$AGENTQ_REVIEWER` (`Settings.reviewer`), else the login name; raises
-    `InvalidInput` for a name that breaks `models.escalations.REVIEWER_NAME_PATTERN` or is
+    `InvalidInput` for a name that breaks `models.review.escalations.REVIEWER_NAME_PATTERN` or is
     reserved."""
     name = get_settings().reviewer or getpass.getuser()
     escalations.check_reviewer_name(name, field="AGENTQ_REVIEWER")

@@ -128,7 +128,7 @@ def show(
     console.print(panel(chosen, found.procedure))
     history = Table("version", "by", "as", "at")
     for v in found.versions:
-        role = v.written_as or "unknown"  # unknown acts as a reviewer's (models.authorship)
+        role = v.written_as or "unknown"  # unknown acts as a reviewer's (models.review.authorship)
         history.add_row(str(v.version), cell(v.written_by), role, utc(v.written_at))
     console.print(history)
 

@@ -16,9 +16,10 @@ from rich.text import Text
 from sqlmodel import Session
 
 from api.reviews import review_out
-from models import commands, drafts, escalations, queries, reviews
+from models import commands, queries
 from models.db import session_scope
 from models.engine import budget_grants
+from models.review import drafts, escalations, reviews
 from models.sql import PG_INT_MAX
 from models.tables import Escalation
 from ops import views

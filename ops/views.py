@@ -27,7 +27,6 @@ from models.display import visible
 from models.engine import budget_grants, stack_limits
 from models.engine.budget_grants import Standing
 from models.engine.runs import pinned_facts
-from models.escalations import deadline_left_s, waiting_s
 from models.formats import (
     CELL_MAX_CHARS,
     DETAIL_SHOWN_ELSEWHERE,
@@ -44,6 +43,7 @@ from models.plans.layout import after_text, places, runs_together
 from models.plans.plans import current_graph
 from models.procedure_admin import SAVE_HINT, offers_procedure
 from models.procedure_recall import Used, used_by_run
+from models.review.escalations import deadline_left_s, waiting_s
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session
 
-from models import facts, retention, reviews
+from models import facts, retention
 from models.db import retry_dropped, session_scope
 from models.engine import decisions, dispatch, held, queue, reconciliation, step_transitions
 from models.engine.coordinator import Decision
@@ -27,6 +27,7 @@ from models.engine.queue import (
 )
 from models.errors import AgentqError, IllegalTransition
 from models.plans.plans import current_steps, handled_failures
+from models.review import reviews
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, utcnow
@@ -204,7 +205,7 @@ def apply_escalation_deadlines(
 
     `now` defaults to the clock and `action` to `AGENTQ_ESCALATION_DEADLINE_ACTION` ("reject"
     or "wait"). Each escalation is its own transaction, taken `FOR UPDATE SKIP LOCKED`
-    (`models.reviews.next_due`) and marked in the same guarded UPDATE that checks it was not
+    (`models.review.reviews.next_due`) and marked in the same guarded UPDATE that checks it was not
     marked yet, so two beats, or a beat and a reviewer, never apply a deadline twice. Either way
     a warning is logged: with `wait`, that and the timeline event are the notice.
     """

@@ -26,8 +26,8 @@ import copy
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from models.authorship import USER_WRITERS
 from models.errors import InvalidPlan
+from models.review.authorship import USER_WRITERS
 from models.storable import parse_json
 
 KEY: Final = "procedure"
@@ -113,7 +113,7 @@ def author(payload: Mapping[str, Any], *, default: str) -> str:
     """Who the steps a plan call answered are written by, as `PlanVersion.created_by`, from
     the call's `payload`: `reviewer` when its context carried a procedure whose version a
     reviewer wrote, or a writer whose role is unknown (`written_as` not in
-    `models.authorship.USER_WRITERS`), whether the answer adopts its template or writes steps
+    `models.review.authorship.USER_WRITERS`), whether the answer adopts its template or writes steps
     after its how-to: the steps then act with a reviewer's rights (issue 27); else `default`
     (`planner`, `replanner`)."""
     carried = payload.get("procedures") or []

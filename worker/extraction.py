@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from models.authorship import StepFields
+from models.review.authorship import StepFields
 from models.storable import parse_json
 from worker.prompts import FactSpec, FactsSpec, extract_prompt
 from worker.structured import InvalidOutput, ask

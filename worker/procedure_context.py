@@ -3,7 +3,7 @@
 A call with a recall query (`Prompt.query`: the goal for a plan or replan, the instruction for a
 model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.procedure_recall`):
 everyone's, the run's user's, and those of the tools the call's catalogue, the plan's steps or
-the step's own tools name. Once a reviewer's words are in the run (`models.authorship.
+the step's own tools name. Once a reviewer's words are in the run (`models.review.authorship.
 reviewer_in_run`) the user's own procedures are left out, as the user's memory is
 (`worker.withholding.recall_or_withhold`); everyone's and the tools' still come. A shared
 procedure a reviewer wrote is a reviewer's words too (`reviewers_procedure`): a call that
@@ -21,9 +21,9 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.authorship import USER_WRITERS, reviewer_in_run
 from models.memory_admin import embedder, min_similarity
 from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
+from models.review.authorship import USER_WRITERS, reviewer_in_run
 from models.settings import get_settings
 from models.tables import Run, Step
 from worker import adoption
@@ -74,7 +74,7 @@ def recalled(
 
 def reviewers_procedure(found: Sequence[ScoredProcedure]) -> dict[str, Any] | None:
     """The first of `found` whose current version a reviewer wrote, or a writer of unknown role
-    (`written_as` not in `models.authorship.USER_WRITERS`), as a `memory.withheld` event's
+    (`written_as` not in `models.review.authorship.USER_WRITERS`), as a `memory.withheld` event's
     detail, `{"procedure", "version", "author"}`; None when the user or an admin wrote each.
     Its how-to (or template) is a reviewer's words in the call's context: the call recalls none
     of the user's memory, the user's own procedures included (issue 27)."""

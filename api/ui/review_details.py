@@ -1,6 +1,6 @@
 """What the console shows of the review queue: the inbox tabs and one escalation in full.
 
-Reads rows only. Waiting time and time left use `models.escalations.waiting_s` and
+Reads rows only. Waiting time and time left use `models.review.escalations.waiting_s` and
 `deadline_left_s`, the same as the CLI's queue.
 """
 
@@ -13,13 +13,14 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from api.ui import run_details
-from models import escalations, queries
-from models.drafts import starting_plan
+from models import queries
 from models.engine import budget_grants, stack_limits
 from models.engine.runs import pinned_facts
 from models.formats import DETAIL_SHOWN_ELSEWHERE
 from models.plans.layout import places, runs_together
 from models.plans.plans import current_graph, handled_failures
+from models.review import escalations
+from models.review.drafts import starting_plan
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 
@@ -83,7 +84,7 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     """Everything the review page shows: why, the failing step and its error, the budget used
     (and the spent budget approve would grant: `budget`, a `models.engine.budget_grants.Standing`),
     pinned facts, the current plan with each step's wave and dependencies (`places`, by step
-    id), the decision, and the edit form's starting plan (`models.drafts`). Raises `NotFound`."""
+    id), the decision, and the edit form's starting plan (`models.review.drafts`). Raises `NotFound`."""
     esc = escalations.get_escalation(session, escalation_id)
     run = session.get(Run, esc.run_id)
     failed = session.get(Step, esc.step_id) if esc.step_id else None

@@ -1,7 +1,7 @@
 """Ended runs as their memory task reads them: one statement for a run and the runs batched with it.
 
 A run's memory task (`worker.remembering`, issue 10) writes its episode from the run row, its steps
-with the plan versions that created them (`models.authorship.reviewers_steps` needs both), its
+with the plan versions that created them (`models.review.authorship.reviewers_steps` needs both), its
 pinned facts and the reviewer answers asked to be remembered. `read` gets all of it, for the
 task's own run and, when memory is behind (the task started a while after its run ended), for up
 to `more` other runs of the same user that wait for memory and need no model call (`BATCHABLE`),
@@ -132,7 +132,7 @@ class EndedRun:
     `models.memory_admin.MEMORY_ENDED`, or a `memory.dropped` of the run); `erased_at`: its user's
     erasure point when the run was created at or before it (both unlocked hints, see the module
     docstring). `steps`: every step (all plan versions) in id order with the version that
-    created it, None when that row is missing (`models.authorship.steps_with_versions`'s shape);
+    created it, None when that row is missing (`models.review.authorship.steps_with_versions`'s shape);
     `current`: the current version's steps, in plan order. `user_facts` and `reviewer_facts`:
     the pinned facts (key -> value) its user stated, and those a reviewer set. `answers`: the
     decided `respond` escalations whose reviewers asked to remember the answer, oldest first

@@ -2,7 +2,7 @@
 
 Step data is what a run's steps store whose size a user (or a model they steer) controls: a
 step's result (`models.engine.leases.end_attempt`), a model step's journaled tool call
-(`models.engine.tool_journal.record`) and a reviewer's answer (`models.reviews.respond`), each counted
+(`models.engine.tool_journal.record`) and a reviewer's answer (`models.review.reviews.respond`), each counted
 as compact JSON in UTF-8 (`models.plans.step_data.json_bytes`: arguments and result, or the error
 text, for a tool call). Issue 27, item 5: with only the per-step cap
 (`AGENTQ_STEP_DATA_MAX_BYTES`), a 68 KB request stored 11.8 MB of results.

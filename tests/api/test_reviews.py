@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from models import drafts, reviews
 from models.db import session_scope
+from models.review import drafts, reviews
 from tests.api.conftest import Client, noop, open_escalation, snapshot, wait_for_event
 from tests.integration.conftest import run_steps, wait_for_run
 

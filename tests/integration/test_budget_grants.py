@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import reviews
 from models.db import session_scope
 from models.engine import run_transitions
 from models.errors import Conflict, InvalidInput
+from models.review import reviews
 from models.tables import Escalation, Run, RunEvent
 
 pytestmark = pytest.mark.integration

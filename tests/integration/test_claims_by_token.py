@@ -11,11 +11,12 @@ import sqlalchemy as sa
 from alembic import command
 from sqlmodel import col
 
-from models import api_tokens, reviews
+from models import api_tokens
 from models.db import get_engine, session_scope
 from models.engine import run_transitions, transitions
 from models.errors import ClaimedByAnother, DatabaseError, InvalidInput
 from models.migrate import alembic_config
+from models.review import reviews
 from models.tables import Escalation, RunEvent
 from ops.stack import LocalStack
 from tests.api.test_tokens import scratch_database

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import col, select
 
-from models import reviews
 from models.db import session_scope
 from models.engine import queue, step_transitions
 from models.engine.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.errors import IllegalTransition
+from models.review import reviews
 from models.settings import get_settings
 from models.tables import Escalation, PlanVersion, RunEvent, StepAttempt
 from ops.stack import LocalStack

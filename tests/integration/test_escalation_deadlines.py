@@ -18,10 +18,10 @@ import pytest
 from sqlmodel import col, select
 from structlog.testing import capture_logs
 
-from models import reviews
 from models.db import session_scope
 from models.engine import run_transitions, transitions
 from models.errors import ClaimedByAnother, IllegalTransition
+from models.review import reviews
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step, utcnow
 from scheduler.tasks import apply_escalation_deadlines

@@ -94,8 +94,8 @@ def test_a_replan_keeps_the_expectation_so_the_run_escalates_when_the_budget_is_
 def test_a_reviewers_answer_must_meet_the_steps_expectations(make_run: MakeRun) -> None:
     """An answer in the failed step's place stands as its result: one its expectations refuse
     is refused, naming them, and the escalation stays open (a new user's try: GBP went in)."""
-    from models import reviews
     from models.errors import InvalidInput
+    from models.review import reviews
 
     run_id = make_run([echo("bad", {"total": 612.5, "currency": "EUR"}, TOO_MUCH)], replans=0)
     assert wait_for_run(run_id).status == "waiting_review"

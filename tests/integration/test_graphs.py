@@ -210,10 +210,10 @@ def test_two_coordinators_share_the_coordinator_queue() -> None:
 
 
 def test_an_edit_replaces_every_failed_branch_at_once(make_run: Any) -> None:
-    from models import reviews
     from models.engine import queue
     from models.engine.queue import TASK_COORDINATE
     from models.plans.tools import configured_tool_names
+    from models.review import reviews
     from models.tables import Escalation
 
     fails = [{"name": f"f{i}", "kind": "tool", "tool": "always_fails", "after": []} for i in (0, 1)]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory_admin, reviews
+from models import memory_admin
 from models.db import session_scope
 from models.engine import run_transitions, tool_journal
 from models.engine.queue import TASK_COORDINATE, send
@@ -22,6 +22,7 @@ from models.erasures import ERASED
 from models.errors import Conflict, NotFound
 from models.facts import facts_of, remember
 from models.messages import add_message, save_summary, turns
+from models.review import reviews
 from models.tables import (
     Escalation,
     PinnedFact,

@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from models import reviews
 from models.db import session_scope
 from models.engine import queue
 from models.engine.queue import TASK_COORDINATE
 from models.plans.plan_checks import PlanCheck
+from models.review import reviews
 from models.tables import Escalation, RunEvent, Step
 from tests.integration.conftest import wait_for_run
 

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory_admin, reviews
-from models.authorship import reviewer_words, reviewers_steps, steps_with_versions
+from models import memory_admin
 from models.db import session_scope
 from models.engine import run_transitions
 from models.facts import remember
 from models.plans.tools import configured_tool_names
+from models.review import reviews
+from models.review.authorship import reviewer_words, reviewers_steps, steps_with_versions
 from models.tables import Escalation, RunEvent
 from worker.prompts import step_prompt
 from worker.working_memory import request_for

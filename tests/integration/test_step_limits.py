@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import select
 
-from models import memory_admin, retention, reviews
+from models import memory_admin, retention
 from models.db import session_scope
 from models.engine import queue, storage, submissions
 from models.engine.queue import TASK_COORDINATE
@@ -30,6 +30,7 @@ from models.errors import InvalidInput
 from models.plans.plans import parse_plan
 from models.plans.step_data import json_bytes
 from models.plans.tools import configured_tool_names
+from models.review import reviews
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 from ops.fake_provider import FakeOpenAI, slow, tool_calls

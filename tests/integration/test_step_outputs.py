@@ -176,7 +176,7 @@ def test_a_fact_value_over_the_cap_is_refused_naming_the_fact_and_nothing_is_wri
 def test_a_reviewers_answer_for_an_output_step_has_its_fields(make_run: MakeRun) -> None:
     """Nothing holds the total, so the offline model step fails (it never invents a value); a
     reviewer's answer in its place is refused unless it has the declared fields, typed."""
-    from models import reviews
+    from models.review import reviews
 
     run_id = make_run([read({"total": "number"})], replans=0)
     assert wait_for_run(run_id).status == "waiting_review"

@@ -1,11 +1,11 @@
-"""Whose rights a step acts with (`models.authorship.reviewers_steps`), and which failures the
+"""Whose rights a step acts with (`models.review.authorship.reviewers_steps`), and which failures the
 user's memory keeps (`worker.run_memory.remembered_failures`), on rows built in memory."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from models.authorship import reviewers_steps
+from models.review.authorship import reviewers_steps
 from models.tables import PlanVersion, Step
 from worker.run_memory import remembered_failures
 

@@ -1,16 +1,16 @@
 """How a plan graph reads (`models.plans.layout`), and the plan a reviewer's edit starts from
-(`models.drafts`): its `after` rebuilds the graph it came from; no services."""
+(`models.review.drafts`): its `after` rebuilds the graph it came from; no services."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from models.drafts import PLAN_NOTE_MISSED, PLAN_NOTE_REMAINING, starting_plan
 from models.plans.graph import linear
 from models.plans.layout import Place, after_text, by_wave, places, runs_together
 from models.plans.plans import Splice, parse_plan
 from models.plans.step_specs import spec_of
+from models.review.drafts import PLAN_NOTE_MISSED, PLAN_NOTE_REMAINING, starting_plan
 from models.tables import Escalation, Run, Step
 
 TOOLS = ["noop"]
@@ -78,7 +78,7 @@ def test_the_edit_draft_names_each_steps_after_and_rebuilds_the_same_graph() -> 
     ]
     assert draft[0]["args"] == {"x": "${steps.a.k}"}
 
-    kept = [s for s in steps if s.status != "pending"]  # what `models.reviews.edit` keeps
+    kept = [s for s in steps if s.status != "pending"]  # what `models.review.reviews.edit` keeps
     splice = Splice(kept, after, replaced=2)
     spec = parse_plan(start.text, tools=TOOLS, splice=splice)
     version = splice.build(spec.steps)  # new b, d, e are keyed -1, -2, -3

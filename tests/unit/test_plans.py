@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from models.answers import answer_from_text
 from models.errors import ConfigurationError, InvalidInput, InvalidPlan
 from models.plans.plans import Splice, parse_plan
 from models.plans.tools import argument_problems
+from models.review.answers import answer_from_text
 from models.tables import Step
 from ops.inputs import parse_facts
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from models.answers import answer_from_text
 from models.engine.previews import PREVIEW_MAX_BYTES, shown
 from models.errors import InvalidInput, StepDataTooLarge, ToolArgumentsError
 from models.plans.references import resolve
 from models.plans.step_data import check_step_data, fit_outputs, json_bytes
 from models.plans.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
+from models.review.answers import answer_from_text
 from models.settings import get_settings
 from models.tables import Step
 from worker.steps import failure_outcome

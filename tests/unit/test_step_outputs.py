@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from models.drafts import spec_of
 from models.errors import InvalidPlan, InvalidStepOutput
 from models.plans.plans import parse_plan
 from models.plans.step_outputs import (
@@ -18,6 +17,7 @@ from models.plans.step_outputs import (
     output_spec_schema,
     parse_output,
 )
+from models.review.drafts import spec_of
 from models.tables import Step
 from ops.fake_provider import completion_body, ok
 from worker.attempts import Outcome

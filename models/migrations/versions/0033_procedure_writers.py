@@ -6,7 +6,7 @@ Revises: 0032
 
 `written_by` names the writer (`cli:<name>`, `token:<name>`); `written_as` is the role it wrote
 with (`submitter`, `reviewer`, `admin`), so a plan that adopts a template knows whose rights its
-steps act with (`models.authorship`). Rows written before this migration get the role of their
+steps act with (`models.review.authorship`). Rows written before this migration get the role of their
 writer where it is known: `cli:` writers and the demo's seeder (`demo`) are admins,
 `token:<name>` writers have their token's role (when every token of that name had one role).
 Otherwise (a deleted token) the role stays NULL, and such a version acts for a reviewer, the
@@ -25,7 +25,7 @@ depends_on = None
 
 COMMENT = (
     "Role the writer of this version wrote with: submitter, reviewer or admin; NULL unknown "
-    "(acts for a reviewer: models/authorship.py)."
+    "(acts for a reviewer: models/review/authorship.py)."
 )
 CURRENT = "Role the writer of the current version wrote with (procedure_versions.written_as)."
 # backfill_written_as: the role of each version's writer, where it is known.

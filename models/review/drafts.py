@@ -4,7 +4,7 @@ console's edit box holds, as the JSON `agentq review edit --plan` and the edit d
 It is the failed step (to fix) and every step not yet run, each with its `after` written out by
 name (`[]` for none), so sending it back unchanged rebuilds the same graph: the new steps take
 the failed step's place, and their `after` may name the steps kept (those that ran, or still
-run; `models.reviews.edit`). With no plan (the planner's output never validated) it is the
+run; `models.review.reviews.edit`). With no plan (the planner's output never validated) it is the
 planner's raw output when that is JSON, else the smallest plan that validates. Reads rows only.
 """
 

@@ -1,8 +1,8 @@
 """Escalations as every part of the review queue reads them: one by id, who may be named as
 their reviewer, how long one has waited and has left before its deadline, and the next whose
-deadline passed (`next_due`, for the beat; `models.reviews.pass_deadline` applies it).
+deadline passed (`next_due`, for the beat; `models.review.reviews.pass_deadline` applies it).
 
-Shared by the decisions and claims (`models.reviews`), the commands (`models.commands`), the API
+Shared by the decisions and claims (`models.review.reviews`), the commands (`models.commands`), the API
 tokens (`models.api_tokens`: a token is named after its reviewer) and the front ends.
 """
 

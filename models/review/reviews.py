@@ -37,17 +37,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import escalations
-from models.answers import answer_problem
 from models.engine import budget_grants, stack_limits, storage, transitions
 from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidInput, NotFound
-from models.escalations import (
-    DEADLINE_ACTIONS,
-    DEADLINE_REVIEWER,
-    deadline_comment,
-    get_escalation,
-)
 from models.messages import add_message
 from models.plans.expectations import loaded
 from models.plans.plans import (
@@ -61,11 +53,19 @@ from models.plans.plans import (
     parse_plan,
     plan_checks,
 )
+from models.review import escalations
+from models.review.answers import answer_problem
+from models.review.escalations import (
+    DEADLINE_ACTIONS,
+    DEADLINE_REVIEWER,
+    deadline_comment,
+    get_escalation,
+)
 from models.settings import Settings, get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Escalation, PinnedFact, Run, Step, utcnow
 
-# Where the scheduler and the tests have always found them; `models.escalations` holds them.
+# Where the scheduler and the tests have always found them; `models.review.escalations` holds them.
 next_due = escalations.next_due
 waiting_s = escalations.waiting_s
 deadline_left_s = escalations.deadline_left_s
@@ -278,7 +278,7 @@ def respond(
     """Decide `respond` with `answer` (a JSON object) for what the run could not find;
     `remember` asks that the answer become a fact of the run's user (see the module docstring).
     An answer in a step's place must be what the step would have had to return: the fields of
-    its `output` and the values its `expect` allows (`models.answers.answer_problem`);
+    its `output` and the values its `expect` allows (`models.review.answers.answer_problem`);
     `InvalidInput` names the problem, and nothing is written."""
     asked = get_escalation(session, escalation_id)
     step = session.get(Step, asked.step_id) if asked.step_id else None

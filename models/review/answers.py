@@ -1,5 +1,5 @@
 """A reviewer's answer as a step's result: read from what the reviewer typed, and checked
-against what the step would have had to return (`models.reviews.respond`)."""
+against what the step would have had to return (`models.review.reviews.respond`)."""
 
 from __future__ import annotations
 
