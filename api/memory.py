@@ -28,10 +28,11 @@ from api.responses import (
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
 from api.token_limits import LIMITED, charge_costly_read
-from models import commands, memory_admin
+from models import commands
 from models.db import session_scope
 from models.engine.runs import USER_ID_MAX_CHARS
-from models.facts import facts_of
+from models.memory import memory_admin
+from models.memory.facts import facts_of
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 QUERY_MAX_CHARS = 2_000  # a search is a question, not a document
@@ -57,7 +58,7 @@ STALE_MEMORY = (
 def without_memory(detail: RunDetail, principal: Principal) -> RunDetail:
     """The run detail as `principal` may see it: whole when it may read the run's user's memory
     (`Principal.can_read_memory`), else with the events that quote recalled memory
-    (`models.memory_admin.MEMORY_EVENT_KINDS`) reduced to `models.memory_admin.hidden_detail`."""
+    (`models.memory.memory_admin.MEMORY_EVENT_KINDS`) reduced to `models.memory.memory_admin.hidden_detail`."""
     if not principal.can_read_memory(detail.user_id):
         for event in detail.events:
             if event.kind in memory_admin.MEMORY_EVENT_KINDS:

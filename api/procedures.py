@@ -1,8 +1,8 @@
 """`/api/v1/procedures`: procedural memory. Add, list, show, edit and delete procedures, and save
 a succeeded run's final plan as one (`POST /procedures/from-run/{run_id}`).
 
-The same model-layer functions as `agentq procedure ...` (`models.procedure_admin`). Who may do
-what is `models.procedures.Actor`'s rule: any token reads everyone's and tool procedures; a
+The same model-layer functions as `agentq procedure ...` (`models.memory.procedure_admin`). Who may do
+what is `models.memory.procedures.Actor`'s rule: any token reads everyone's and tool procedures; a
 user's own are read and written by that user's submitter tokens and admins only (another's is a
 404, as one that does not exist); reviewers write everyone's and tool procedures, submitters
 only their own user's (403 otherwise). An edit makes a new version (`?expected_version=` refuses
@@ -19,9 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.auth import AnyPrincipal, Principal
 from api.schemas import NOT_BLANK_PATTERN, PG_INT_MAX, Body, UserId
-from models import procedure_admin
-from models.plans.plans import PlanSpec
-from models.procedures import (
+from models.memory import procedure_admin
+from models.memory.procedures import (
     BODY_MAX_CHARS,
     TITLE_MAX_CHARS,
     WHEN_MAX_CHARS,
@@ -29,6 +28,7 @@ from models.procedures import (
     Procedure,
     Scope,
 )
+from models.plans.plans import PlanSpec
 
 router = APIRouter(prefix="/procedures", tags=["procedures"])
 RowId = Annotated[int, Path(ge=1, le=PG_INT_MAX)]

@@ -12,7 +12,7 @@ and one of a half-open one only as its probe (`models.circuit_breakers`).
 
 The claim reads the run's goal and error from the run's row, and the body is built from them
 and the delivery's snapshot at each attempt (`Claimed.body`): the outbox holds no user text, so
-a forget that erases the run's content (`models.erasures`) erases it from every delivery not
+a forget that erases the run's content (`models.memory.erasures`) erases it from every delivery not
 yet sent too.
 """
 

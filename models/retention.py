@@ -14,7 +14,7 @@ large backlog never holds a long lock or builds one huge transaction.
 What stays, and why:
 - A run that has not ended (`runs.status` not `succeeded`, `failed` or `cancelled`), or whose
   memory task has not ended (`models.engine.ended_runs.MEMORY_ENDED_OF`, the rule of
-  `models.memory_admin.memory_ended`): the memory task reads the run's rows to write its episode and
+  `models.memory.memory_admin.memory_ended`): the memory task reads the run's rows to write its episode and
   facts, and the reconciler asks for it again until it ends.
 - Episodes and facts. They are memory, which belongs to the user (DESIGN.md, invariant 7): the
   user deletes it (`agentq memory forget`, `agentq memory delete`), and recall keeps using it
@@ -28,7 +28,7 @@ What stays, and why:
   delivery is delivered or given up (`AGENTQ_WEBHOOK_RETRY_WINDOW_S` after its event at most).
 - A run a procedure was saved from (`procedures.source_run_id`), while that procedure exists:
   `agentq memory forget` finds a procedure of any scope through the run it was saved from
-  (`models.procedures.forget_procedures`), so deleting the run would let the procedure, which
+  (`models.memory.procedures.forget_procedures`), so deleting the run would let the procedure, which
   holds the user's goal and values, outlive the user's erasure.
 """
 

@@ -154,7 +154,7 @@ class Settings(OperationsSettings, StepDataSettings):
     recall_facts_k: int = Field(default=5, ge=0, le=100)
     recall_episodes_k: int = Field(default=3, ge=0, le=100)
     recall_share: float = Field(default=0.3, gt=0, le=1)
-    # Procedures per call (`models.procedure_recall`) and their own share of the room left
+    # Procedures per call (`models.memory.procedure_recall`) and their own share of the room left
     # (0.15: two or three templates in a 16k window).
     recall_procedures_k: int = Field(default=3, ge=0, le=20)
     context_procedure_share: float = Field(default=0.15, gt=0, le=1)

@@ -24,12 +24,13 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.text import Text
 
-from models import commands, memory_admin, queries
+from models import commands, queries
 from models.db import session_scope
 from models.engine.runs import get_run
 from models.engine.submissions import RunRequest
 from models.errors import InvalidInput
 from models.formats import provider_label
+from models.memory import memory_admin
 from models.settings import get_settings
 from ops import preflight, views
 from ops.demo_local import (
@@ -159,7 +160,7 @@ def _forget_demo_user(console: Console) -> None:
 
 
 def _wait_for_memory(console: Console, run_id: int) -> None:
-    """Wait until the run's memory task has ended (`models.memory_admin.memory_ended`: it runs after
+    """Wait until the run's memory task has ended (`models.memory.memory_admin.memory_ended`: it runs after
     the run ends, on the `memory` queue), and say what it wrote; gives up after
     `MEMORY_TIMEOUT_S` seconds, saying so."""
     deadline = time.monotonic() + MEMORY_TIMEOUT_S

@@ -24,9 +24,9 @@ from typing import Any, Final
 from rich.console import Console
 from rich.text import Text
 
-from models import procedure_admin
 from models.errors import InvalidInput
-from models.procedures import Actor
+from models.memory import procedure_admin
+from models.memory.procedures import Actor
 from models.settings import get_settings
 from ops.llama_server import LOCAL_MODELS, LlamaServer
 from ops.local_model import MODEL_HELP as MODEL_HELP

@@ -23,12 +23,12 @@ from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
 from models.db import session_scope
-from models.embedding_choice import LOCAL_MODEL, provider_in_use
 from models.engine import stack_limits
 from models.engine.queue import CELERY_BROKER_VARIABLES
-from models.memory_admin import embedder
+from models.memory.embedding_choice import LOCAL_MODEL, provider_in_use
+from models.memory.memory_admin import embedder
+from models.memory.reembedding import check_embedding_model
 from models.migrate import upgrade
-from models.reembedding import check_embedding_model
 from models.settings import Settings, get_settings, setting_name
 from ops.deployment import (
     SCHEDULE_FILE_NAME,
@@ -223,7 +223,7 @@ def _loading_line(worker_concurrency: int) -> str | None:
 
 
 def check_memory_model() -> None:
-    """`models.reembedding.check_embedding_model` with this process's embedder: the check each
+    """`models.memory.reembedding.check_embedding_model` with this process's embedder: the check each
     worker makes at start, made before they start, where its `ConfigurationError` is one line
     rather than a worker's traceback in its log. For a stack whose workers have this process's
     settings (no embedding setting in `extra_env`)."""

@@ -1,8 +1,8 @@
 """`agentq memory ...`: look into a user's memory, delete one fact or episode, forget a user,
 re-embed after a model change.
 
-The same functions serve the HTTP API: everything here is a thin layer over `models.memory_admin`,
-`models.facts` and `models.episodes`.
+The same functions serve the HTTP API: everything here is a thin layer over `models.memory.memory_admin`,
+`models.memory.facts` and `models.memory.episodes`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from api.responses import FactOut
-from models import commands, memory_admin, reembedding
+from models import commands
 from models.db import session_scope
 from models.errors import ConfigurationError
-from models.facts import facts_of
 from models.formats import utc
+from models.memory import memory_admin, reembedding
+from models.memory.facts import facts_of
 from models.migrate import upgrade
 from models.settings import get_settings, use_settings
 from models.sql import PG_INT_MAX

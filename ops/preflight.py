@@ -12,8 +12,8 @@ import socket
 from pathlib import Path
 from typing import Final
 
-from models.embedding_choice import fallback_notice, provider_in_use, require_local
 from models.errors import StackError
+from models.memory.embedding_choice import fallback_notice, provider_in_use, require_local
 from models.settings import Settings
 from ops.data_dir import check_writable
 
@@ -55,7 +55,7 @@ def check_listen_ports(
 
 
 def check_embedder(settings: Settings) -> str | None:
-    """The fallback's one line (`models.embedding_choice.fallback_notice`) to print before
+    """The fallback's one line (`models.memory.embedding_choice.fallback_notice`) to print before
     starting, if it applies. Raises `ConfigurationError` (one line, naming the extra) for the
     `local` provider chosen without its extra, before anything starts."""
     if provider_in_use(settings) == "local":

@@ -1,7 +1,7 @@
 """`agentq procedure ...`: add, list, show, edit and delete procedures, and save a succeeded
 run's plan as one (`save --from-run N`).
 
-A thin layer over `models.procedure_admin`, which the HTTP API and the review console call too.
+A thin layer over `models.memory.procedure_admin`, which the HTTP API and the review console call too.
 The CLI talks to Postgres directly and acts as an admin: it may write any scope. What it writes
 is recorded as `cli:<name>` (`$AGENTQ_REVIEWER`, else the login name).
 """
@@ -18,10 +18,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from models import procedure_admin
 from models.errors import InvalidInput
 from models.formats import utc
-from models.procedures import SCOPES, Actor, Procedure, ProcedureVersion
+from models.memory import procedure_admin
+from models.memory.procedures import SCOPES, Actor, Procedure, ProcedureVersion
 from models.sql import PG_INT_MAX
 from ops.connection import connect
 from ops.inputs import reviewer_name

@@ -37,12 +37,12 @@ from models.formats import (
     span,
     utc,
 )
+from models.memory.procedure_admin import SAVE_HINT, offers_procedure
+from models.memory.procedure_recall import Used, used_by_run
 from models.plans.goal_values import GoalPins
 from models.plans.graph import linear
 from models.plans.layout import after_text, places, runs_together
 from models.plans.plans import current_graph
-from models.procedure_admin import SAVE_HINT, offers_procedure
-from models.procedure_recall import Used, used_by_run
 from models.review.escalations import deadline_left_s, waiting_s
 from models.settings import get_settings
 from models.states import RUN_TERMINAL

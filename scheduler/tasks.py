@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session
 
-from models import facts, retention
+from models import retention
 from models.db import retry_dropped, session_scope
 from models.engine import decisions, dispatch, held, queue, reconciliation, step_transitions
 from models.engine.coordinator import Decision
@@ -26,6 +26,7 @@ from models.engine.queue import (
     TASK_SYNTHESIZE,
 )
 from models.errors import AgentqError, IllegalTransition
+from models.memory import facts
 from models.plans.plans import current_steps, handled_failures
 from models.review import reviews
 from models.settings import get_settings

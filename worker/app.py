@@ -50,10 +50,10 @@ from models.engine.queue import (
 )
 from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
 from models.logs import bind_work, configure_logging, task_bound
+from models.memory.tokens import check_tokenizer
 from models.orphans import die_with_parent
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
-from models.tokens import check_tokenizer
 from worker import (
     chains,
     deferrals,

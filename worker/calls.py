@@ -41,8 +41,8 @@ from models.errors import (
     QuotaExhausted,
     RateLimited,
 )
+from models.memory.tokens import count_message_tokens, count_tool_schema_tokens
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
-from models.tokens import count_message_tokens, count_tool_schema_tokens
 from worker.provider_choice import make_provider
 from worker.providers import ChatProvider, Completion, ModelRequest
 
@@ -286,7 +286,7 @@ def _sample(call: Call, theirs: int | None) -> token_calibrations.Sample | None:
 
 def estimate_prompt_tokens(request: ModelRequest) -> int:
     """Our tiktoken count of what `request` sends: its messages, plus the JSON schema of the
-    answer and the tool definitions (`models.tokens.count_tool_schema_tokens`, an estimate)."""
+    answer and the tool definitions (`models.memory.tokens.count_tool_schema_tokens`, an estimate)."""
     model = get_settings().model
     schemas = [request.json_schema] if request.json_schema else []
     extra = count_tool_schema_tokens([*schemas, *request.tools]) if schemas or request.tools else 0

@@ -11,7 +11,7 @@ recalled memory, summary, older turns, the last turns, task):
 5. the ledger: the plan with every step's status and what done steps found (`worker.ledger`),
    in at most `ledger_share` of the room left, folded oldest first when it needs more (never
    dropped);
-6. recalled procedures (how-tos and plan templates, `models.procedure_recall`), most relevant
+6. recalled procedures (how-tos and plan templates, `models.memory.procedure_recall`), most relevant
    first, only what fits within `procedure_share` of the room left after layers 1-5;
 7. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
    the same room (each share is its own: procedures never crowd out facts, nor the reverse);
@@ -23,7 +23,7 @@ the ledger only as far as its fold goes: if they overflow the budget, `ContextOv
 and nothing is sent. Token counts come from the rows (counted once with tiktoken when written);
 per-message overhead follows OpenAI's cookbook ("How to count tokens with tiktoken": 3 per
 message plus the role's own tokens, 3 to prime the reply), so the estimate equals
-`models.tokens.count_message_tokens`.
+`models.memory.tokens.count_message_tokens`.
 """
 
 from __future__ import annotations

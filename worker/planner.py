@@ -20,6 +20,7 @@ from models.engine import escalation_rules, events, phases, transitions
 from models.engine.goal_checks import last_unmet
 from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidPlan
+from models.memory.procedure_recall import RECALLED
 from models.plans.plans import (
     PlanSpec,
     Splice,
@@ -31,7 +32,6 @@ from models.plans.plans import (
     plan_checks,
 )
 from models.plans.tools import argument_problems, catalog
-from models.procedure_recall import RECALLED
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step

@@ -1,7 +1,7 @@
 """Procedures in one model call's context: which the run may recall, and how they read.
 
 A call with a recall query (`Prompt.query`: the goal for a plan or replan, the instruction for a
-model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.procedure_recall`):
+model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures (`models.memory.procedure_recall`):
 everyone's, the run's user's, and those of the tools the call's catalogue, the plan's steps or
 the step's own tools name. Once a reviewer's words are in the run (`models.review.authorship.
 reviewer_in_run`) the user's own procedures are left out, as the user's memory is
@@ -21,8 +21,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.memory_admin import embedder, min_similarity
-from models.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
+from models.memory.memory_admin import embedder, min_similarity
+from models.memory.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.review.authorship import USER_WRITERS, reviewer_in_run
 from models.settings import get_settings
 from models.tables import Run, Step

@@ -3,11 +3,11 @@
 Remembering writes one episode per run (goal, plan, what failed and what fixed it, outcome,
 answer: `worker.run_memory`), the reviewers' answers their reviewers asked to remember (source
 `reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`,
-`worker.extraction`), reconciled by `models.facts.remember` (add, duplicate, or supersede). It
+`worker.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or supersede). It
 runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first, then the
 `agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory write
 never delays a run's end and a deployment may give it workers of its own. A run whose user was
-forgotten after it was created remembers nothing (`models.erasures`). Memory never decides a
+forgotten after it was created remembers nothing (`models.memory.erasures`). Memory never decides a
 run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
 
 The fact extraction is a paid phase: the task claims it (`models.engine.phases`, the run's status being
@@ -17,7 +17,7 @@ run ended (memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_R
 ended runs of the same user that wait for memory and need no model call
 (`models.engine.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and one
 write transaction. Each of those runs still has its own message; the episode is written once per
-run (`models.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
+run (`models.memory.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
 task that finds its run already remembered does nothing."""
 
 from __future__ import annotations
@@ -32,19 +32,19 @@ import structlog
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from models import embedders
 from models.db import session_scope
 from models.engine import ended_runs, events, phases
 from models.engine.ended_runs import EndedRun
-from models.episodes import NewEpisode, remember_episodes
 from models.errors import AgentqError, DatabaseUnavailable, NotFound
-from models.facts import remember
-from models.memory_admin import embedder
-from models.reembedding import check_embedding_model
+from models.memory import embedders
+from models.memory.episodes import NewEpisode, remember_episodes
+from models.memory.facts import remember
+from models.memory.memory_admin import embedder
+from models.memory.reembedding import check_embedding_model
+from models.memory.time_expressions import annotate
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
-from models.time_expressions import annotate
 from worker import calls, extraction
 from worker.claims import claim_phase, renewed
 from worker.prompts import FactSpec
@@ -184,7 +184,7 @@ def _write(
 def _extract(found: RunMemory) -> tuple[list[FactSpec], str | None]:
     """The run's extracted facts (none when skipped), each with its relative time expressions
     resolved against the day the run was submitted ("due next Friday (19 May 2023)",
-    `models.time_expressions`), and why extraction failed (None if not): the episode and the
+    `models.memory.time_expressions`), and why extraction failed (None if not): the episode and the
     answers are written all the same."""
     if found.skipped is not None:
         return [], None
@@ -315,13 +315,13 @@ def _remember_facts(
 
 def check_memory_model() -> None:
     """At start-up: refuse an embedding model or dimension other than the stored rows' (see
-    `models.reembedding.check_embedding_model`), and make sure its indexes exist."""
+    `models.memory.reembedding.check_embedding_model`), and make sure its indexes exist."""
     with session_scope() as session:
         check_embedding_model(session, embedder())
 
 
 def warm_up() -> float:
-    """Load the configured embedder in this process (`models.embedders.warm_up`), so no run
+    """Load the configured embedder in this process (`models.memory.embedders.warm_up`), so no run
     waits for it; logs `worker.warming` (with `embedder`, the model) first, then `worker.warm`
     with `seconds`, `embedder` and `warmed` (False for an API embedder, or when loading failed:
     then `error`, and the first real embedding will fail and be recorded as `memory.failed`).

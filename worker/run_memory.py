@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.engine.ended_runs import EndedRun
-from models.episodes import PlanItem
+from models.memory.episodes import PlanItem
 from models.review.authorship import StepFields, reviewers_steps
 from models.tables import Escalation
 from worker import extraction
@@ -45,7 +45,7 @@ class RunMemory:
     run: EndedRun
     plan: list[PlanItem]
     summary: str
-    failures: list[dict[str, Any]]  # `models.episodes.Failure`s
+    failures: list[dict[str, Any]]  # `models.memory.episodes.Failure`s
     withheld: int
     stated: dict[str, str]
     answers: list[AnswerFact]

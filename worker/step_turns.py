@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 from models.engine import leases
+from models.memory.tokens import count_tokens
 from models.settings import Settings, get_settings
 from models.tables import Step
-from models.tokens import count_tokens
 from worker.attempts import Outcome
 
 

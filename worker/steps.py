@@ -43,7 +43,6 @@ from models.engine.coordinator import decide
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_EXECUTE_STEP
 from models.engine.runs import upstream_results
-from models.erasures import lock_key
 from models.errors import (
     BudgetExhausted,
     ContextOverflow,
@@ -57,6 +56,7 @@ from models.errors import (
     StepNotDue,
     ToolError,
 )
+from models.memory.erasures import lock_key
 from models.plans.expectations import loaded, unmet
 from models.plans.references import has_reference, resolve
 from models.plans.step_data import check_step_data, json_bytes

@@ -5,7 +5,7 @@ Two servers count with the model's own vocabulary, at their root (beside `/v1`):
 llama-cpp-python's, `POST /extras/tokenize/count` (`{"input": text}` -> `{"count": n}`,
 llama_cpp/server/app.py). `ServerTokenizer.count` sends a request's whole prompt to the first
 that answers, once, its messages' texts joined, and adds the per-message overhead we count for
-any chat format (`models.tokens.count_message_tokens`) and our estimate of the schemas and tools
+any chat format (`models.memory.tokens.count_message_tokens`) and our estimate of the schemas and tools
 (which the server renders through its chat template, and a tokenizer endpoint does not see).
 `worker.refits.Fitted` asks it before a call is first sent, and rebuilds a request it finds too
 long for the window as it would after the server's refusal: no refused call.
@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import structlog
 
+from models.memory.tokens import REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, count_tool_schema_tokens
 from models.settings import get_settings
-from models.tokens import REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, count_tool_schema_tokens
 
 log = structlog.get_logger("agentq.worker")
 # llama.cpp tokenizes thousands of tokens in milliseconds; a server that takes longer is busy

@@ -53,12 +53,12 @@ from models.errors import (
     ToolArgumentsError,
     ToolError,
 )
+from models.memory.tokens import count_message_tokens, count_tokens
 from models.plans.step_data import json_bytes
 from models.plans.tools import Tool, ToolContext, enabled_tool
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Step
-from models.tokens import count_message_tokens, count_tokens
 from worker.calls import waits_out_outages
 from worker.context import Piece, shorten
 from worker.prompts import step_prompt

@@ -15,7 +15,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models.engine import events
-from models.memory_admin import Recalled, recall_for
+from models.memory.memory_admin import Recalled, recall_for
 from models.review.authorship import reviewer_in_run
 from models.tables import Run
 from worker.prompts import Prompt

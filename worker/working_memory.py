@@ -22,14 +22,14 @@ from sqlmodel import Session
 from models.db import session_scope
 from models.engine import events, token_calibrations
 from models.engine.runs import get_run, pinned_by_author
-from models.erasures import may_write
 from models.errors import ContextOverflow, ContextTooLong
-from models.memory_admin import Recalled, embeds_remotely, query_vector, recalls
-from models.messages import Message, RunSummary, latest_summary, save_summary, turns
+from models.memory.erasures import may_write
+from models.memory.memory_admin import Recalled, embeds_remotely, query_vector, recalls
+from models.memory.messages import Message, RunSummary, latest_summary, save_summary, turns
+from models.memory.tokens import count_tokens, count_tool_schema_tokens
 from models.plans.plans import current_steps
 from models.settings import get_settings
 from models.tables import Run, Step
-from models.tokens import count_tokens, count_tool_schema_tokens
 from worker import adoption, ledger, procedure_context, withholding
 from worker.calls import call_model
 from worker.context import (
@@ -198,7 +198,7 @@ def calibration(session: Session) -> float:
 
 def schema_tokens(prompt: Prompt) -> int:
     """Tokens the answer's JSON schema and the tool definitions of `prompt` cost (an estimate,
-    see `models.tokens.count_tool_schema_tokens`); 0 when it has neither."""
+    see `models.memory.tokens.count_tool_schema_tokens`); 0 when it has neither."""
     schemas = [prompt.json_schema] if prompt.json_schema else []
     return count_tool_schema_tokens([*schemas, *prompt.tools]) if schemas or prompt.tools else 0
 

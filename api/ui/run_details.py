@@ -15,8 +15,9 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import memory_admin, queries
+from models import queries
 from models.engine import previews
+from models.memory import memory_admin
 from models.plans.layout import Place, places, runs_together
 from models.plans.plans import dependencies
 from models.states import RUN_TERMINAL
@@ -220,7 +221,7 @@ def timeline(
     """The run's newest `TIMELINE_MAX_EVENTS` events (with ids below `before`), oldest first,
     large details as previews (`models.engine.previews.events_page`); without `memory_readable` (the
     reader may not read the run's user's memory) the events that quote recalled memory are
-    hidden (`models.memory_admin.shown_events`)."""
+    hidden (`models.memory.memory_admin.shown_events`)."""
     page = previews.events_page(session, run_id, before=before, limit=TIMELINE_MAX_EVENTS)
     events = [
         RunEvent(

@@ -31,13 +31,14 @@ from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
-from models import commands, procedure_admin, queries
+from models import commands, queries
 from models.db import session_scope
 from models.engine import previews
 from models.engine.runs import pinned_facts
 from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
+from models.memory import procedure_admin
+from models.memory.procedure_recall import used_by_run
 from models.plans.step_data import json_bytes
-from models.procedure_recall import used_by_run
 from models.states import RUN_STATUSES, RUN_TERMINAL
 from models.tables import Run
 
@@ -230,7 +231,7 @@ def cancel_page(request: Request, run_id: RunId) -> Response:
 
 @router.post("/runs/{run_id}/save-procedure")
 def save_procedure(request: Request, run_id: RunId) -> Response:
-    """Save the succeeded run's final plan as a procedure (`models.procedure_admin.
+    """Save the succeeded run's final plan as a procedure (`models.memory.procedure_admin.
     save_from_run`): the run's user's own; refused to a reviewer (flashed), who may not write
     that user's memory."""
     principal = current_principal(request)

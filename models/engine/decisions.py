@@ -31,7 +31,7 @@ from models.tables import Step, utcnow
 
 # lock_run: the run row, locked FOR UPDATE until the transaction ends; when :erasure_key is
 # given, the user's erasure lock is taken shared first (an InitPlan runs before the row lock),
-# for a step whose end writes a conversation turn (`models.erasures`).
+# for a step whose end writes a conversation turn (`models.memory.erasures`).
 LOCK_RUN: Final = """
 SELECT r.id, r.status, r.user_id, r.plan_version, r.replans_used, r.replans_limit,
     r.deadline_at, r.tokens_used >= r.tokens_limit AS tokens_spent, r.replan_check

@@ -12,7 +12,7 @@ SQL rather than the ORM: the memory task runs once per run, and its ORM reads we
 quarter of a worker's CPU in the engine benchmark (`ops/bench/engine_throughput.py`).
 
 What it reads of memory's end and of erasures is a hint, read without a lock: the write takes the
-user's erasure lock and checks again (`models.episodes.remember_episodes`), and an episode is
+user's erasure lock and checks again (`models.memory.episodes.remember_episodes`), and an episode is
 written once per run (`episodes.run_id` is unique), so two tasks that read the same run write it
 once.
 """
@@ -29,7 +29,7 @@ from sqlmodel import Session
 from models.tables import Escalation
 
 # memory_ended_of: whether run `r` has an event that ends its memory task (the same rule as
-# `models.memory_admin.memory_ended`: `memory.remembered`, `memory.failed`, a `memory.dropped`
+# `models.memory.memory_admin.memory_ended`: `memory.remembered`, `memory.failed`, a `memory.dropped`
 # of "run").
 MEMORY_ENDED_OF: Final = """EXISTS (
     SELECT 1 FROM run_events ev WHERE ev.run_id = r.id AND (
@@ -129,7 +129,7 @@ class EndedRun:
 
     `outcome` is the run's status; `final_answer` its final result's answer when it succeeded,
     else its error ("" for none). `memory_ended`: its memory task has already ended (an event of
-    `models.memory_admin.MEMORY_ENDED`, or a `memory.dropped` of the run); `erased_at`: its user's
+    `models.memory.memory_admin.MEMORY_ENDED`, or a `memory.dropped` of the run); `erased_at`: its user's
     erasure point when the run was created at or before it (both unlocked hints, see the module
     docstring). `steps`: every step (all plan versions) in id order with the version that
     created it, None when that row is missing (`models.review.authorship.steps_with_versions`'s shape);

@@ -86,7 +86,7 @@ END_ATTEMPT_CHARGED: Final = (
     + fair_queue.CHARGE_STEP
 )
 # ... and the step's conversation turn, unless the run's user was forgotten after the run was
-# created (`models.erasures`: the caller holds the user's erasure lock shared, taken in an
+# created (`models.memory.erasures`: the caller holds the user's erasure lock shared, taken in an
 # earlier statement), when `memory.dropped` is recorded instead.
 WITH_TURN: Final = """, erased AS (
     SELECT e.erased_at FROM memory_erasures e JOIN runs r ON r.id = :run_id
@@ -130,7 +130,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Turn:
-    """A step's conversation turn (`models.messages.Message`), its tokens counted by the caller."""
+    """A step's conversation turn (`models.memory.messages.Message`), its tokens counted by the caller."""
 
     role: str
     content: str

@@ -20,7 +20,7 @@ within the per-step cap) is not counted again.
 
 A user's total shrinks when their runs' data goes: a purged run's bytes leave it
 (`release_purged`, `models.retention`), and `forget --runs` zeroes the erased runs' bytes and
-takes them off it (`release_erased`, `models.erasures`).
+takes them off it (`release_erased`, `models.memory.erasures`).
 """
 
 from __future__ import annotations

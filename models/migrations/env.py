@@ -10,11 +10,11 @@ import models.engine.fair_queue
 import models.engine.idempotency
 import models.engine.stack_limits
 import models.engine.storage
-import models.episodes  # the memory tables, for autogenerate
-import models.facts
-import models.messages
+import models.memory.episodes  # the memory tables, for autogenerate
+import models.memory.facts
+import models.memory.messages
+import models.memory.procedures
 import models.plans.plan_checks
-import models.procedures
 import models.tables
 import models.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from models.migrate import AUTOGENERATE_PLUGINS

@@ -40,7 +40,7 @@ from sqlmodel import Session, col, select
 from models.engine import budget_grants, stack_limits, storage, transitions
 from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidInput, NotFound
-from models.messages import add_message
+from models.memory.messages import add_message
 from models.plans.expectations import loaded
 from models.plans.plans import (
     ArgsCheck,

@@ -5,13 +5,13 @@
 
 LoCoMo (Maharana et al., ACL 2024): long two-person conversations; each question's `evidence`
 names the turns ("D3:5": session 3, turn 5) holding the answer. A conversation is one tenant,
-written through the product's path, `models.conversation_turns.remember_turns`: a turn is one
+written through the product's path, `models.memory.conversation_turns.remember_turns`: a turn is one
 fact ("<speaker> (<session date>): <text> [image: <caption>]", its relative time expressions
 resolved against the session's date unless `--no-dates`) in its session's thread, with one
 summary row per session (the default), embedded by all-MiniLM-L6-v2 (each text once,
 `CachedEmbedder`); a second tenant holds the same and the facts extracted from the turns
 (`extract_facts=True`), a third the turns alone (`summarize_sessions=False`). Per question, in
-turn: agentq's recall as `models.facts.recall` runs it (`models.rerank.hybrid`: HNSW cosine,
+turn: agentq's recall as `models.memory.facts.recall` runs it (`models.memory.rerank.hybrid`: HNSW cosine,
 BM25, context, date boost, session summaries, default `min_similarity`; Postgres 18 + pgvector
 from `LocalStack`), the same with one part off or changed, on the tenant with facts or without
 summaries, or split into clauses (an ablation row each), the recall it replaced (RRF of HNSW and
@@ -44,14 +44,14 @@ import numpy as np
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import conversation_turns, facts, rerank, retrieval
-from models.conversation_facts import extract
-from models.conversation_turns import Embed, Turn
 from models.db import session_scope
-from models.embedders import LocalEmbedder
+from models.memory import conversation_turns, facts, rerank, retrieval
+from models.memory.conversation_facts import extract
+from models.memory.conversation_turns import Embed, Turn
+from models.memory.embedders import LocalEmbedder
+from models.memory.tokens import count_tokens
 from models.migrate import upgrade
 from models.settings import use_settings
-from models.tokens import count_tokens
 from ops import processes
 from ops.bench.locomo_report import AGENTQ, COSINE, Outcome, report
 from ops.bench.locomo_subqueries import clauses, hybrid_of_clauses
@@ -80,7 +80,7 @@ class Question:
 @dataclass(frozen=True)
 class Conversation:
     """One LoCoMo sample: turn i is `dia_ids[i]`, `speakers[i]`, `texts[i]` (as stored),
-    `tokens[i]`, and `turns[i]` (what `models.conversation_turns.remember_turns` stores)."""
+    `tokens[i]`, and `turns[i]` (what `models.memory.conversation_turns.remember_turns` stores)."""
 
     sample_id: str
     dia_ids: list[str]
@@ -115,7 +115,7 @@ def load_conversation(
 ) -> Conversation:
     """One sample's turns in session order, each as "<speaker> (<session date>): <text>" plus
     " [image: <caption>]" if it has one (with `resolve_dates`, the text's relative time
-    expressions resolved against the session's date: `models.time_expressions.annotate`), and
+    expressions resolved against the session's date: `models.memory.time_expressions.annotate`), and
     its questions with known evidence; counts in `skips` the "malformed" evidence entries,
     "unknown" turn ids and "questions" left without evidence."""
     conv = item["conversation"]
@@ -163,7 +163,7 @@ class Stored:
 def store(session: Session, conv: Conversation, embed: Embed, *, tenant: str) -> Stored:
     """Remember every turn and its session's summary (with `tenant` WITH_FACTS also the facts
     it states; WITHOUT_SUMMARIES no summaries) through the product path,
-    `models.conversation_turns.remember_turns`, as user `locomo-<sample_id><tenant>`, after
+    `models.memory.conversation_turns.remember_turns`, as user `locomo-<sample_id><tenant>`, after
     forgetting what a previous run here left."""
     user_id, extract_facts = f"locomo-{conv.sample_id}{tenant}", tenant == WITH_FACTS
     facts.forget_facts(session, user_id=user_id)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from models.retrieval import MIN_SIMILARITY
+from models.memory.retrieval import MIN_SIMILARITY
 from ops.bench.figures import percentile
 
 # The released data's codes (not the paper's order): 2 ask "When ...", 5 have adversarial answers.

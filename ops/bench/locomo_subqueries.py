@@ -6,7 +6,7 @@ and how many years was he with his team?"); one embedding of the whole question 
 its parts. The clauses are the parts between commas, semicolons and the conjunctions "and",
 "or", "but"; a part of fewer than MIN_CLAUSE_WORDS words (a name: "Melanie and Caroline") is
 no clause, and a question of one clause is recalled as it is. Each list (the whole question's
-and each clause's, `models.rerank.hybrid`) is divided by its best score, so a clause's best
+and each clause's, `models.memory.rerank.hybrid`) is divided by its best score, so a clause's best
 row counts as much as the question's (Fox and Shaw's CombMAX over max-normalised scores, 1994),
 and a row takes its best share.
 """
@@ -19,9 +19,9 @@ from dataclasses import replace
 
 from sqlmodel import Session
 
-from models import rerank
-from models.conversation_turns import Embed
-from models.retrieval import Scored, Search
+from models.memory import rerank
+from models.memory.conversation_turns import Embed
+from models.memory.retrieval import Scored, Search
 
 CLAUSE_BREAK = re.compile(r"\s*(?:[,;]|\b(?:and|or|but)\b)\s*", re.IGNORECASE)
 MIN_CLAUSE_WORDS = 3  # fewer: a name or a noun ("her kids"), no question of its own
@@ -48,7 +48,7 @@ def fuse_max(lists: Sequence[Sequence[Scored[int]]], k: int) -> list[Scored[int]
 
 
 def hybrid_of_clauses(session: Session, search: Search, embed: Embed) -> list[Scored[int]]:
-    """`models.rerank.hybrid` for `search` and for each of its question's clauses (embedded by
+    """`models.memory.rerank.hybrid` for `search` and for each of its question's clauses (embedded by
     `embed`), fused by `fuse_max`; the question alone when it has one clause."""
     parts = clauses(search.query_text)
     lists = [rerank.hybrid(session, search)]

@@ -34,8 +34,8 @@ from numpy.typing import NDArray
 from pgvector.psycopg import register_vector
 from sqlmodel import Session
 
-from models import facts, retrieval
 from models.db import session_scope
+from models.memory import facts, retrieval
 from models.migrate import upgrade
 from models.settings import use_settings
 from ops import processes

@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlmodel import col, select
 
 from models.db import session_scope
-from models.memory_admin import memory_ended
+from models.memory.memory_admin import memory_ended
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Run

@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlmodel import col, select
 
 from models.db import session_scope
-from models.memory_admin import memory_ended
+from models.memory.memory_admin import memory_ended
 from models.tables import Run, Step, StepAttempt
 from ops.chaos.faults import Record
 from ops.chaos.workload import STEP_MARKER, count_calls, count_effects
@@ -146,6 +146,6 @@ def judge(runs: dict[str, int], provider: FakeOpenAI, effects: Path, record: Rec
 
 
 def _remembered(run_ids: list[int]) -> set[int]:
-    """Those of `run_ids` whose memory task has ended (`models.memory_admin.memory_ended`)."""
+    """Those of `run_ids` whose memory task has ended (`models.memory.memory_admin.memory_ended`)."""
     with session_scope() as session:
         return {r for r in run_ids if memory_ended(session, r) is not None}

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from models import memory_admin
 from models.db import session_scope
-from models.embeddings import HashEmbedder
-from models.facts import remember
+from models.memory import memory_admin
+from models.memory.embeddings import HashEmbedder
+from models.memory.facts import remember
 from tests.api.conftest import Client, MakeToken
 
 pytestmark = pytest.mark.integration

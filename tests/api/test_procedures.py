@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from models import procedure_admin
-from models.procedures import Actor
+from models.memory import procedure_admin
+from models.memory.procedures import Actor
 from tests.api.conftest import Client, MakeToken, noop, user_of
 from tests.integration.conftest import wait_for_run
 from tests.support.console import csrf_of

@@ -34,7 +34,7 @@ from sqlmodel import col, select
 from api.app import create_api
 from models.db import session_scope
 from models.engine import transitions
-from models.procedures import Procedure
+from models.memory.procedures import Procedure
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run

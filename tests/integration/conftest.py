@@ -21,7 +21,7 @@ from models.db import session_scope
 from models.engine import queue, step_transitions, submissions
 from models.engine.runs import submit_run
 from models.engine.submissions import RunRequest
-from models.memory_admin import memory_ended
+from models.memory.memory_admin import memory_ended
 from models.plans.plans import parse_plan
 from models.plans.tools import DEFAULT_TOOL_MODULES
 from models.settings import get_settings
@@ -211,7 +211,7 @@ def wait_for_run(
 
 
 def wait_for_memory(run_id: int, timeout_s: float = 60) -> RunEvent:
-    """Poll until the run's memory task has ended (`models.memory_admin.memory_ended`: its
+    """Poll until the run's memory task has ended (`models.memory.memory_admin.memory_ended`: its
     `memory.remembered`, `memory.failed` or `memory.dropped` event, which it returns). A run is
     `succeeded` before its episode and facts are written (on the `memory` queue), so a test that
     reads them waits for this first."""

@@ -18,11 +18,11 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import memory_admin
 from models.db import session_scope
 from models.engine import ended_runs, run_transitions
-from models.episodes import NewEpisode, episodes_of, remember_episodes
-from models.facts import facts_of
+from models.memory import memory_admin
+from models.memory.episodes import NewEpisode, episodes_of, remember_episodes
+from models.memory.facts import facts_of
 from models.tables import Run, RunEvent, utcnow
 from worker import extraction
 from worker import remembering as worker_memory

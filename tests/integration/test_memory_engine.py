@@ -10,16 +10,16 @@ from collections.abc import Callable
 import pytest
 from sqlmodel import col, select
 
-from models import memory_admin
 from models.db import session_scope
 from models.engine.runs import get_run
-from models.episodes import episodes_of
-from models.facts import facts_of
-from models.memory_admin import recall_for
-from models.messages import RunSummary, add_message
+from models.memory import memory_admin
+from models.memory.episodes import episodes_of
+from models.memory.facts import facts_of
+from models.memory.memory_admin import recall_for
+from models.memory.messages import RunSummary, add_message
+from models.memory.tokens import count_message_tokens, count_tokens
 from models.settings import get_settings
 from models.tables import RunEvent
-from models.tokens import count_message_tokens, count_tokens
 from tests.integration.conftest import run_steps, wait_for_run
 from worker import working_memory
 from worker.prompts import step_prompt

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory_admin
 from models.db import session_scope
 from models.engine import run_transitions, tool_journal
 from models.engine.queue import TASK_COORDINATE, send
 from models.engine.runs import pinned_facts
-from models.episodes import episodes_of, record_episode
-from models.erasures import ERASED
 from models.errors import Conflict, NotFound
-from models.facts import facts_of, remember
-from models.messages import add_message, save_summary, turns
+from models.memory import memory_admin
+from models.memory.episodes import episodes_of, record_episode
+from models.memory.erasures import ERASED
+from models.memory.facts import facts_of, remember
+from models.memory.messages import add_message, save_summary, turns
 from models.review import reviews
 from models.tables import (
     Escalation,

@@ -18,7 +18,7 @@ from models.db import session_scope
 from models.engine import queue
 from models.engine.queue import QUEUE_MEMORY, QUEUE_STEPS
 from models.engine.runs import get_run
-from models.episodes import episodes_of
+from models.memory.episodes import episodes_of
 from models.tables import RunEvent
 from ops.local import WORKER_WARM, WORKER_WARM_TIMEOUT_S
 from ops.stack import LocalStack

@@ -16,13 +16,13 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models import facts as facts_module
-from models import retrieval
 from models.db import get_engine, session_scope
-from models.embeddings import HashEmbedder
-from models.episodes import forget_episodes, recall_episodes, record_episode
 from models.errors import DatabaseError
-from models.facts import (
+from models.memory import facts as facts_module
+from models.memory import retrieval
+from models.memory.embeddings import HashEmbedder
+from models.memory.episodes import forget_episodes, recall_episodes, record_episode
+from models.memory.facts import (
     FACTS,
     Fact,
     Remembered,
@@ -386,7 +386,7 @@ def test_recall_leaves_the_callers_settings_as_they_were(new_user: Callable[[], 
     assert after == (before or "40", "off", "auto")
 
 
-# show_search_settings: the settings `models.retrieval.search_settings` changes
+# show_search_settings: the settings `models.memory.retrieval.search_settings` changes
 SHOW_SEARCH_SETTINGS = """SELECT current_setting('hnsw.ef_search'),
     current_setting('hnsw.iterative_scan'), current_setting('plan_cache_mode')"""
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from models import memory_admin
 from models.db import get_engine, session_scope
-from models.embeddings import HashEmbedder
 from models.engine import run_transitions
+from models.memory import memory_admin
+from models.memory.embeddings import HashEmbedder
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Run

@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import memory_admin, procedure_admin
 from models.db import session_scope
-from models.facts import remember
-from models.procedures import Actor
+from models.memory import memory_admin, procedure_admin
+from models.memory.facts import remember
+from models.memory.procedures import Actor
 from models.tables import PlanVersion, RunEvent
 from tests.integration.conftest import wait_for_run
 from worker.prompts import extract_prompt, step_prompt

@@ -15,11 +15,12 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from api.app import create_app
-from models import api_tokens, procedure_admin
+from models import api_tokens
 from models.db import session_scope
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
-from models.procedure_recall import Used, used_by_run
-from models.procedures import Actor
+from models.memory import procedure_admin
+from models.memory.procedure_recall import Used, used_by_run
+from models.memory.procedures import Actor
 from ops.procedure_commands import procedure_app
 from ops.stack import LocalStack
 from tests.integration.conftest import run_steps, wait_for_run
@@ -156,7 +157,7 @@ def test_a_run_saved_is_its_users_own_a_reviewer_may_not_and_forget_takes_every_
     """A run's plan holds its user's values: saved it stays the user's own unless everyone's
     is asked for; a reviewer may not write it into the user's memory, which it can neither read
     nor delete (issue 27); forgetting the user deletes every copy."""
-    from models import memory_admin as memory
+    from models.memory import memory_admin as memory
 
     user = _user("ed")
     done = wait_for_run(make_run(STEPS, user=user, goal="Tally the Nice receipts"))

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from models import rerank
-from models.conversation_turns import Turn, TurnWritten, remember_turns
 from models.db import session_scope
-from models.embeddings import HashEmbedder
 from models.errors import DatabaseError
-from models.facts import FACTS, Fact, ensure_vector_indexes, facts_of, recall, remember
-from models.retrieval import Search, search_settings
+from models.memory import rerank
+from models.memory.conversation_turns import Turn, TurnWritten, remember_turns
+from models.memory.embeddings import HashEmbedder
+from models.memory.facts import FACTS, Fact, ensure_vector_indexes, facts_of, recall, remember
+from models.memory.retrieval import Search, search_settings
 from ops.stack import LocalStack
 
 pytestmark = pytest.mark.integration

@@ -19,14 +19,14 @@ import pytest
 import sqlalchemy as sa
 
 from models.db import get_engine, normalize_url, session_scope
-from models.embedders import OpenAIEmbedder
-from models.embeddings import Embedder, HashEmbedder
-from models.episodes import record_episode
 from models.errors import ConfigurationError
-from models.facts import facts_of, recall, remember
+from models.memory.embedders import OpenAIEmbedder
+from models.memory.embeddings import Embedder, HashEmbedder
+from models.memory.episodes import record_episode
+from models.memory.facts import facts_of, recall, remember
+from models.memory.reembedding import check_embedding_model, reembed
+from models.memory.retrieval import vector_index_name
 from models.migrate import upgrade
-from models.reembedding import check_embedding_model, reembed
-from models.retrieval import vector_index_name
 from ops.fake_provider import FakeOpenAI
 from tests.integration.conftest import REPO_ROOT
 

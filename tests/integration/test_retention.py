@@ -14,9 +14,9 @@ from sqlmodel import col, select
 
 from models import commands, retention
 from models.db import session_scope
-from models.episodes import Episode
 from models.errors import InvalidInput
-from models.procedures import Procedure
+from models.memory.episodes import Episode
+from models.memory.procedures import Procedure
 from models.settings import get_settings
 from models.tables import Run, utcnow
 from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from models import memory_admin
 from models.db import session_scope
 from models.engine import run_transitions
-from models.facts import remember
+from models.memory import memory_admin
+from models.memory.facts import remember
 from models.plans.tools import configured_tool_names
 from models.review import reviews
 from models.review.authorship import reviewer_words, reviewers_steps, steps_with_versions

@@ -9,11 +9,11 @@ from datetime import date
 
 import pytest
 
-from models.conversation_turns import Turn, remember_turns
 from models.db import session_scope
-from models.embeddings import HashEmbedder
-from models.facts import ensure_vector_indexes, facts_of, recall
-from models.session_summaries import SUMMARY_CATEGORY
+from models.memory.conversation_turns import Turn, remember_turns
+from models.memory.embeddings import HashEmbedder
+from models.memory.facts import ensure_vector_indexes, facts_of, recall
+from models.memory.session_summaries import SUMMARY_CATEGORY
 from ops.stack import LocalStack
 
 pytestmark = pytest.mark.integration

@@ -25,12 +25,13 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from models import commands, deliveries, memory_admin, webhooks
+from models import commands, deliveries, webhooks
 from models.db import session_scope
 from models.engine import run_transitions, submissions
 from models.engine.runs import submit_run
 from models.engine.submissions import RunRequest
-from models.erasures import ERASED
+from models.memory import memory_admin
+from models.memory.erasures import ERASED
 from models.plans.plans import parse_plan
 from models.settings import get_settings
 from models.tables import utcnow

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from sqlmodel import col, select
 
-from models.episodes import Episode
-from models.facts import Fact
-from models.messages import Message
+from models.memory.episodes import Episode
+from models.memory.facts import Fact
+from models.memory.messages import Message
 from models.tables import Escalation, RunEvent
 from tests.support.console import (
     Console,

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from sqlmodel import col, select
 
-from models.episodes import Episode
-from models.facts import Fact
+from models.memory.episodes import Episode
+from models.memory.facts import Fact
 from models.tables import Escalation, RunEvent
 from tests.support.console import (
     Console,

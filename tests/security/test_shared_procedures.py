@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from models import api_tokens
-from models.procedures import Procedure, ProcedureVersion
+from models.memory.procedures import Procedure, ProcedureVersion
 from models.tables import RunEvent
 from ops.fake_provider import FakeOpenAI
 from tests.support.console import Console, running_console, wait_for_memory, wait_for_status

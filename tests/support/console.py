@@ -26,7 +26,7 @@ from sqlmodel import Session, select
 
 from models import api_tokens
 from models.db import normalize_url, session_scope
-from models.memory_admin import memory_ended
+from models.memory.memory_admin import memory_ended
 from models.tables import Escalation, Run, RunEvent
 from tests.integration.conftest import TESTS_IMPORTABLE, engine_dir
 from tests.support.net import free_port
@@ -184,7 +184,7 @@ def wait_for_event(console: Console, run_id: int, kind: str, timeout_s: float = 
 
 
 def wait_for_memory(console: Console, run_id: int, timeout_s: float = 60) -> RunEvent:
-    """Poll until the run's memory task has ended (`models.memory_admin.memory_ended`); its event. A
+    """Poll until the run's memory task has ended (`models.memory.memory_admin.memory_ended`); its event. A
     run is `succeeded` before its episode and facts are written (on the `memory` queue)."""
     deadline = time.monotonic() + timeout_s
     while True:

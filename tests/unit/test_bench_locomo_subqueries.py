@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.retrieval import Scored
+from models.memory.retrieval import Scored
 from ops.bench.locomo_subqueries import clauses, fuse_max
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from models.facts import content_hash
+from models.memory.facts import content_hash
 from ops.bench import memory_scale as bench
 
 MakeCorpus = Callable[..., bench.Corpus]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.tokens import count_message_tokens, count_tokens
+from models.memory.tokens import count_message_tokens, count_tokens
 from worker.context import (
     REFIT_SHARE,
     ContextOverflow,
@@ -105,7 +105,7 @@ def test_budget_arithmetic() -> None:
 def test_recalled_facts_about_pinned_keys_are_left_out() -> None:
     from types import SimpleNamespace
 
-    from models.memory_admin import Recalled
+    from models.memory.memory_admin import Recalled
     from worker.withholding import without_pinned
 
     def fact(subject: str, attribute: str | None) -> object:

@@ -1,11 +1,11 @@
-"""Facts a conversation turn states about its speaker (`models.conversation_facts`): which
+"""Facts a conversation turn states about its speaker (`models.memory.conversation_facts`): which
 sentences count, their kind, and their third-person text."""
 
 from __future__ import annotations
 
 import pytest
 
-from models.conversation_facts import MAX_FACTS, Extracted, extract, kind_of, third_person
+from models.memory.conversation_facts import MAX_FACTS, Extracted, extract, kind_of, third_person
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from models import embedders
-from models.embedders import LocalEmbedder, OpenAIEmbedder, load_local_model, make_embedder
-from models.embeddings import HashEmbedder
 from models.errors import ConfigurationError, ProviderError
+from models.memory import embedders
+from models.memory.embedders import LocalEmbedder, OpenAIEmbedder, load_local_model, make_embedder
+from models.memory.embeddings import HashEmbedder
 
 PREFERENCE = "The user prefers EUR for expenses"
 QUESTION = "What currency does the user like?"

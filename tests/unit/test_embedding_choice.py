@@ -1,4 +1,4 @@
-"""The model-free fallback of a first run (`models.embedding_choice`, issue 15 part 10): when it
+"""The model-free fallback of a first run (`models.memory.embedding_choice`, issue 15 part 10): when it
 applies and when an explicit choice stands. "Not installed" is what Python itself answers for a
 module set to None in `sys.modules` (`importlib.util.find_spec` gives None)."""
 
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from models.embedding_choice import (
+from models.errors import ConfigurationError
+from models.memory.embedding_choice import (
     LOCAL_EXTRA_HINT,
     LOCAL_PACKAGES,
     fallback_notice,
@@ -16,7 +17,6 @@ from models.embedding_choice import (
     provider_in_use,
     require_local,
 )
-from models.errors import ConfigurationError
 from models.settings import Settings
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.memory_admin import Recalled
-from models.messages import Message
+from models.memory.memory_admin import Recalled
+from models.memory.messages import Message
+from models.memory.tokens import count_message_tokens, count_tokens
 from models.tables import Run, Step
-from models.tokens import count_message_tokens, count_tokens
 from worker import ledger
 from worker.attempts import Outcome
 from worker.context import VERBATIM_TURNS, assemble, usable_budget

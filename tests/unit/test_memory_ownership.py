@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.auth import Principal, Role
-from models import memory_admin
+from models.memory import memory_admin
 from models.tables import Escalation, Run, RunEvent
 from worker.prompts import extract_prompt
 from worker.run_memory import answer_fact

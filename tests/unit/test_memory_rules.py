@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models import retrieval
 from models.errors import ConfigurationError
-from models.facts import FACTS, Fact, FactWrite, content_hash, decide, normalise
-from models.retrieval import Hit, Search, fuse, recency_weight, rrf, tied_ranks
+from models.memory import retrieval
+from models.memory.facts import FACTS, Fact, FactWrite, content_hash, decide, normalise
+from models.memory.retrieval import Hit, Search, fuse, recency_weight, rrf, tied_ranks
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 H = content_hash(subject="user", attribute="preferred_currency", category="preference", text="EUR")

@@ -1,4 +1,4 @@
-"""Who may write a shared template's model steps (`models.procedures.template_refused`), and
+"""Who may write a shared template's model steps (`models.memory.procedures.template_refused`), and
 whose rights an adopted template's steps act with (`worker.adoption.author`,
 `worker.procedure_context.reviewers_procedure`): issue 27, item 1."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from models.procedures import Actor, Procedure, ProcedureSpec, template_refused
-from models.retrieval import Scored
+from models.memory.procedures import Actor, Procedure, ProcedureSpec, template_refused
+from models.memory.retrieval import Scored
 from worker.adoption import author
 from worker.procedure_context import reviewers_procedure
 

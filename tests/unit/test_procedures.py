@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import pytest
 
 from models.errors import ConfigurationError, InvalidInput
+from models.memory.procedure_admin import template_from
+from models.memory.procedure_recall import PROCEDURES, hidden_detail, rank
+from models.memory.procedures import Actor, Procedure, checked
+from models.memory.retrieval import Hit, Scored, Search
+from models.memory.tokens import count_tokens
 from models.plans.tools import DEFAULT_TOOL_MODULES, load_tool_modules
-from models.procedure_admin import template_from
-from models.procedure_recall import PROCEDURES, hidden_detail, rank
-from models.procedures import Actor, Procedure, checked
-from models.retrieval import Hit, Scored, Search
 from models.settings import Settings
 from models.tables import Step
-from models.tokens import count_tokens
 from worker.adoption import ADOPT_NOTE
 from worker.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider

@@ -1,4 +1,4 @@
-"""The second stage of recall (`models.rerank.rescore`): BM25 against the best candidate's,
+"""The second stage of recall (`models.memory.rerank.rescore`): BM25 against the best candidate's,
 conversation context from the rows around a turn, the relevance threshold, recency, ties."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.facts import FACTS
-from models.rerank import (
+from models.memory.facts import FACTS
+from models.memory.rerank import (
     CONTEXT_WEIGHT,
     DATE_WEIGHT,
     TEXT_WEIGHT,
@@ -20,7 +20,7 @@ from models.rerank import (
     neighbours,
     rescore,
 )
-from models.retrieval import Scored, Search
+from models.memory.retrieval import Scored, Search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
-"""Session summaries (`models.session_summaries`): the tf-idf topic-word rule, the row text with
-its date, and how the second stage (`models.rerank.rescore`) lets a summary lift its session's
+"""Session summaries (`models.memory.session_summaries`): the tf-idf topic-word rule, the row text with
+its date, and how the second stage (`models.memory.rerank.rescore`) lets a summary lift its session's
 turns without ever returning it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from models.facts import FACTS
-from models.rerank import CONTEXT_WEIGHT, SUMMARY_WEIGHT, Candidate, Weights, rescore
-from models.retrieval import Search
-from models.session_summaries import summarize, summary_text, topic_words
+from models.memory.facts import FACTS
+from models.memory.rerank import CONTEXT_WEIGHT, SUMMARY_WEIGHT, Candidate, Weights, rescore
+from models.memory.retrieval import Search
+from models.memory.session_summaries import summarize, summary_text, topic_words
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

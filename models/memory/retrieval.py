@@ -4,7 +4,7 @@ Named queries, all scoped to one tenant and one embedding model (DESIGN.md, inva
 nearest rows by cosine distance through the model's partial HNSW expression index (pgvector
 README, "Indexing vectors with different dimensions"; iterative scans, pgvector 0.8), and
 full-text matches by `ts_rank_cd`. Facts and episodes are re-scored from there by
-`models.rerank`; procedures' two lists are fused by reciprocal rank fusion with k = 60
+`models.memory.rerank`; procedures' two lists are fused by reciprocal rank fusion with k = 60
 (Cormack, Clarke and Buettcher, SIGIR 2009, `fuse`), then weighted by recency.
 """
 
@@ -96,7 +96,7 @@ class Source:
     table: str
     born: str
     visible: str = "TRUE"
-    threads: bool = False  # rows carry `thread` and `position` (see `models.rerank`)
+    threads: bool = False  # rows carry `thread` and `position` (see `models.memory.rerank`)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class Hit:
 @dataclass(frozen=True)
 class Scored(Generic[T]):
     """A recalled `item` (a row, or its id before the rows are loaded) and its score's parts:
-    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts and episodes, `models.rerank`;
+    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts and episodes, `models.memory.rerank`;
     ts_rank_cd for procedures; 0 without a shared word), `relevance` before recency (the
     re-scored relevance, or the RRF score of `fuse`), `recency` its weight in
     [1 - RECENCY_WEIGHT, 1], `score = relevance * recency`."""
@@ -226,7 +226,7 @@ def drop_other_dims(session: Session, *, table: str, model: str, dim: int) -> li
     An index's predicate names its model only, and its expression casts each of the model's rows
     to its dimension, so an index of another dimension refuses every row of `dim` (a bare
     "expected 384 dimensions, not 256"). Call it when no row of `model` at another dimension is
-    left, or before rewriting them (`models.reembedding.reembed`). Takes an ACCESS EXCLUSIVE
+    left, or before rewriting them (`models.memory.reembedding.reembed`). Takes an ACCESS EXCLUSIVE
     lock on `table` until the caller commits, only when there is one to drop. Raises
     `ConfigurationError` for another table or an unsafe model name.
     """

@@ -1,9 +1,9 @@
 """Episodic memory: one row per finished run, what it tried and how it went.
 
 An episode is written once per run (`run_id` is unique; `record_episode` is idempotent) and
-recalled by the same hybrid retrieval as facts (`models.retrieval`) over its `summary`. Every read
+recalled by the same hybrid retrieval as facts (`models.memory.retrieval`) over its `summary`. Every read
 and delete is scoped to one tenant (DESIGN.md, invariant 7); the episode of a run whose user was
-forgotten after the run was created is never written (`models.erasures`). The memory task
+forgotten after the run was created is never written (`models.memory.erasures`). The memory task
 writes a batch of one user's episodes, each with its run's event, in one statement
 (`remember_episodes`). Functions take the session and never commit.
 """
@@ -22,8 +22,8 @@ from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, insert
 from sqlalchemy.ext.mutable import MutableList
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from models import rerank, retrieval
-from models.erasures import hold_shared, may_write
+from models.memory import rerank, retrieval
+from models.memory.erasures import hold_shared, may_write
 from models.tables import utcnow
 
 EPISODE_TSV = "to_tsvector('english', summary)"
@@ -207,7 +207,7 @@ def remember_episodes(
     now: datetime | None = None,
 ) -> dict[int, datetime | None]:
     """Write the episodes of runs of `user_id`, each with its event, in two statements: the
-    user's erasure lock, held shared until the transaction ends (`models.erasures`), then
+    user's erasure lock, held shared until the transaction ends (`models.memory.erasures`), then
     `REMEMBER_EPISODES`.
 
     Returns, by run id, the episodes written (None) and those dropped because the user was
@@ -245,7 +245,7 @@ def recall_episodes(
     recency_half_life_days: float | None = retrieval.RECENCY_HALF_LIFE_DAYS,
 ) -> list[ScoredEpisode]:
     """The tenant's best `k` episodes for a query, by vector and text, re-scored
-    (`models.rerank`), best first. Raises as `models.retrieval.Search` does."""
+    (`models.memory.rerank`), best first. Raises as `models.memory.retrieval.Search` does."""
     query = retrieval.Search(
         EPISODES,
         user_id,

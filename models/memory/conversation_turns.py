@@ -2,17 +2,17 @@
 states.
 
 `remember_turns` is the write path for conversation turns: every turn is stored as a fact
-(category "event", `turn` = its thread and position, `models.facts.remember`); relative time
-expressions are resolved against the turn's date first (`models.time_expressions`). With
-`extract_facts`, the facts `models.conversation_facts.extract` finds in a turn are stored beside
+(category "event", `turn` = its thread and position, `models.memory.facts.remember`); relative time
+expressions are resolved against the turn's date first (`models.memory.time_expressions`). With
+`extract_facts`, the facts `models.memory.conversation_facts.extract` finds in a turn are stored beside
 it, at the same thread and position, under their kind ("preference", "plan", "relation",
 "event"), and recall returns a turn and its facts together, as one result
-(`models.rerank.group_turns`). Off by default, by measurement (README "Memory benchmarks",
+(`models.memory.rerank.group_turns`). Off by default, by measurement (README "Memory benchmarks",
 LoCoMo development set): the facts raised multi-hop and temporal recall@10 but lowered
 single-hop and adversarial more (a fact names its speaker, so a question naming the wrong
 person finds the wrong person's facts), and the whole set's. With `summarize_sessions` (on by
 default, by the same measurement: recall@10 0.768 to 0.779, no category lower by more than
-0.005), one summary row per session, with its date (`models.session_summaries`), which lifts
+0.005), one summary row per session, with its date (`models.memory.session_summaries`), which lifts
 its session's turns in recall and is never returned itself. All texts are embedded in one call
 of `embed`.
 """
@@ -25,10 +25,10 @@ from datetime import date
 
 from sqlmodel import Session
 
-from models import facts
-from models.conversation_facts import extract
-from models.session_summaries import SUMMARY_CATEGORY, SessionSummary, summarize
-from models.time_expressions import annotate
+from models.memory import facts
+from models.memory.conversation_facts import extract
+from models.memory.session_summaries import SUMMARY_CATEGORY, SessionSummary, summarize
+from models.memory.time_expressions import annotate
 
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 
@@ -77,9 +77,9 @@ def remember_turns(
 ) -> list[TurnWritten]:
     """Store each of `turns` and (with `extract_facts`) the facts it states, for `user_id`, in
     order; one `TurnWritten` per turn. With `summarize_sessions`, then one summary row per
-    thread of `turns` (`models.session_summaries`; category SUMMARY_CATEGORY, at its first
+    thread of `turns` (`models.memory.session_summaries`; category SUMMARY_CATEGORY, at its first
     turn's position). `embed` maps texts to vectors of `embedding_model`, one each. Raises what
-    `models.facts.remember` raises (a bad thread or position: `ValueError`)."""
+    `models.memory.facts.remember` raises (a bad thread or position: `ValueError`)."""
     found = [extract(t.speaker, t.resolved()) if extract_facts else [] for t in turns]
     summaries = summarize(turns) if summarize_sessions else []
     stored = [t.stored() for t in turns]

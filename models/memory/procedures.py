@@ -3,7 +3,7 @@
 A procedure has a title, when to use it, a how-to text (`body`) and/or a plan template (a plan as
 `models.plans.plans.PlanSpec` takes it), and a scope: `everyone`, one `user` (`user_id`), or one `tool`
 (`tool`: offered to any run whose catalogue or plan has that tool). `procedures` holds one row
-per procedure, its current version, embedded for recall (`models.procedure_recall`); every
+per procedure, its current version, embedded for recall (`models.memory.procedure_recall`); every
 version, the current one included, is also a row of `procedure_versions`, so an edit (version + 1,
 a guarded `UPDATE ... WHERE version = :expected`) never loses what a plan used before it. A delete
 is a hard delete of the procedure with its versions: a procedure is an instruction, not a record;
@@ -18,7 +18,7 @@ writer's role (`written_as`): the steps a plan adopts from it act with that role
 Another user's user-scoped procedure is "not found", as one that does not exist. Forgetting a
 user deletes their user-scoped procedures and those saved from their runs (`forget_procedures`;
 DESIGN.md, invariant 7).
-Functions take the session and never commit; `models.procedure_admin` embeds and commits.
+Functions take the session and never commit; `models.memory.procedure_admin` embeds and commits.
 """
 
 from __future__ import annotations

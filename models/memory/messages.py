@@ -6,7 +6,7 @@ counts and never re-encodes the history. A summary row covers the turns up to
 `covers_through_id`; it is rewritten as the conversation grows and never replaces pinned facts or
 the ledger of done steps, which are rebuilt from their own rows on every call. Turns and summaries
 are the user's memory too: a run whose user was forgotten after it was created writes neither
-(`models.erasures.may_write`).
+(`models.memory.erasures.may_write`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel, col
 
 from models import sql
-from models.erasures import may_write
+from models.memory.erasures import may_write
+from models.memory.tokens import count_tokens
 from models.settings import get_settings
 from models.tables import created_field
-from models.tokens import count_tokens
 
 ROLES = ("user", "assistant", "tool")
 TURNS = "SELECT * FROM messages WHERE run_id = :run_id ORDER BY id"

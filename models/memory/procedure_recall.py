@@ -2,8 +2,8 @@
 
 A run sees the procedures for everyone, those of its own user, and those of the tools its
 catalogue or plan offers (`Visible`); never another user's. Candidates come from the two paths
-facts use (`models.retrieval`): cosine distance by pgvector and full-text match, fused by
-reciprocal rank (`models.retrieval.fuse`), with no recency weight: a procedure's age says nothing
+facts use (`models.memory.retrieval`): cosine distance by pgvector and full-text match, fused by
+reciprocal rank (`models.memory.retrieval.fuse`), with no recency weight: a procedure's age says nothing
 about whether it applies. Ties are broken by scope, the narrower first (the user's own, then a
 tool's, then everyone's: `rank`). The scan is exact, with no HNSW index: procedures are written
 by people, hundreds rather than the millions an index pays off for.
@@ -23,8 +23,8 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import retrieval
-from models.procedures import Procedure
+from models.memory import retrieval
+from models.memory.procedures import Procedure
 from models.tables import RunEvent, utcnow
 
 RECALLED: Final = "procedures.recalled"
@@ -73,7 +73,7 @@ def rank(
     query: retrieval.Search,
     scopes: dict[int, str],
 ) -> list[retrieval.Scored[int]]:
-    """The best `query.k` procedure ids: `models.retrieval.fuse` of both lists (its relevance
+    """The best `query.k` procedure ids: `models.memory.retrieval.fuse` of both lists (its relevance
     threshold included), equal scores ordered by `SCOPE_ORDER` of `scopes` (id -> scope)."""
     fused = retrieval.fuse(by_vector, by_text, replace(query, k=retrieval.MAX_K))
     fused.sort(key=lambda r: (-r.score, SCOPE_ORDER.get(scopes.get(r.item, ""), 3), -r.item))
@@ -93,7 +93,7 @@ def recall_procedures(
 ) -> list[ScoredProcedure]:
     """The best `k` procedures of `visible` for a query, best first (fewer when fewer pass the
     relevance threshold). Only rows of `embedding_model` at the query's dimension are compared.
-    Raises as `models.retrieval.Search` does (`ConfigurationError`, `ValueError`)."""
+    Raises as `models.memory.retrieval.Search` does (`ConfigurationError`, `ValueError`)."""
     query = retrieval.Search(
         PROCEDURES,
         visible.user_id or "",

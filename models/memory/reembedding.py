@@ -17,10 +17,10 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models.embeddings import Embedder
-from models.episodes import Episode
 from models.errors import ConfigurationError
-from models.facts import Fact, drop_vector_indexes, ensure_vector_indexes
+from models.memory.embeddings import Embedder
+from models.memory.episodes import Episode
+from models.memory.facts import Fact, drop_vector_indexes, ensure_vector_indexes
 
 REEMBED_BATCH = 256
 SETTINGS: Final = "AGENTQ_EMBEDDING_PROVIDER/AGENTQ_EMBEDDING_MODEL/AGENTQ_EMBEDDING_DIM"

@@ -5,13 +5,13 @@ The rule is offline and plain: a session is summarised by its most distinctive c
 scored by tf-idf (Sparck Jones 1972; Salton and Buckley 1988) with the sessions written
 together as the documents: tf = the word's count in the session, idf = ln(1 + n / df) over the
 n sessions (a word every session uses, "today", "really", weighs little; one session's topic,
-"adoption", "pottery", much). Stop words: scikit-learn's list (`models.stop_words`); the speakers'
+"adoption", "pottery", much). Stop words: scikit-learn's list (`models.memory.stop_words`); the speakers'
 names are left out (every turn carries them). Words rather than the first sentences of the
 longest turns: a list of topics covers the whole session, a few sentences only a few turns.
 
     On 8 May 2023 (session D3), Caroline and Melanie talked about: adoption, agencies, ...
 
-`models.rerank` counts a summary as a neighbour of every turn of its thread: it lifts its
+`models.memory.rerank` counts a summary as a neighbour of every turn of its thread: it lifts its
 session's turns and is never returned itself (the evidence is the turns).
 """
 
@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Protocol
 
-from models.stop_words import ENGLISH_STOP_WORDS
+from models.memory.stop_words import ENGLISH_STOP_WORDS
 
-SUMMARY_CATEGORY = "session_summary"  # the category of a summary row (`models.facts.Fact`)
+SUMMARY_CATEGORY = "session_summary"  # the category of a summary row (`models.memory.facts.Fact`)
 SUMMARY_WORDS = 12  # topic words per summary: about a line, at most 12 ideas (round number)
 # Lowercase words of three letters or more, not part of a contraction ("don't", "that's").
 WORD = re.compile(r"(?<!['\u2019])\b[a-z]{3,}\b(?!['\u2019])")
 
 
 class TurnLike(Protocol):
-    """What a summary reads of a turn (`models.conversation_turns.Turn` is one)."""
+    """What a summary reads of a turn (`models.memory.conversation_turns.Turn` is one)."""
 
     @property
     def speaker(self) -> str: ...

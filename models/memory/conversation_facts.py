@@ -102,7 +102,7 @@ class Extracted:
 
 def extract(speaker: str, said: str) -> list[Extracted]:
     """The facts `speaker` states about themself in `said` (one conversation turn, its time
-    expressions best already resolved: `models.time_expressions.annotate`), in order, at most
+    expressions best already resolved: `models.memory.time_expressions.annotate`), in order, at most
     MAX_FACTS; empty when there are none. Raises `ValueError` for an empty `speaker`."""
     if not speaker.strip():
         raise ValueError("speaker: must not be empty")

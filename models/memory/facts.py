@@ -6,7 +6,7 @@ valid_to IS NULL`); a newer fact with the same subject and attribute closes the 
 a user's) and `delete_fact` (one fact with its history) are the only deletes. Every fact says
 where it came from (`source`: `run:<id>` for what a run's extraction wrote, `reviewer:<name>`
 for a reviewer's answer the reviewer asked to remember). A run's writes pass the erasure point
-of its user (`models.erasures.may_write`). Functions take the session and never commit.
+of its user (`models.memory.erasures.may_write`). Functions take the session and never commit.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pgvector.sqlalchemy import VECTOR
 from sqlalchemy.dialects.postgresql import TSVECTOR, insert
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from models import rerank, retrieval
-from models.erasures import may_write
+from models.memory import rerank, retrieval
+from models.memory.erasures import may_write
 from models.tables import created_field, timestamp_field, utcnow
 
 CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # preference, profile, knowledge, event
@@ -82,7 +82,7 @@ class Fact(SQLModel, table=True):
     source_run_id: int | None = None
     source_step_id: int | None = None
     # A conversation turn's thread (a conversation, or one session of it) and place in it:
-    # recall scores a turn with its neighbours (`models.rerank`). Both or neither.
+    # recall scores a turn with its neighbours (`models.memory.rerank`). Both or neither.
     thread: str | None = Field(default=None, max_length=200)
     position: int | None = Field(default=None, ge=0)
     # Where it came from: `run:<id>` (extracted from a run), `reviewer:<name>` (a reviewer's
@@ -168,14 +168,14 @@ def remember(
     """Store a fact for `user_id`, or find it already stored, or supersede older versions.
 
     `source` defaults to `run:<source_run_id>` (`unknown` without a run). A fact of a run whose
-    user was forgotten after the run was created is dropped (`models.erasures.may_write`).
+    user was forgotten after the run was created is dropped (`models.memory.erasures.may_write`).
 
     Writers of the same fact key (user, subject, attribute; or user and content when there is no
     attribute) are serialised by a transaction-level advisory lock, and the INSERT is
     `ON CONFLICT DO NOTHING` on the partial unique index, so two concurrent writers of one fact
     end with one row. Assumes READ COMMITTED (Postgres' default). `ttl_s` (seconds, > 0) sets
     `expires_at`. `turn` = (thread, position >= 0) places a conversation turn in its thread
-    (recall scores it with its neighbours, `models.rerank`). Raises `ValueError` for empty
+    (recall scores it with its neighbours, `models.memory.rerank`). Raises `ValueError` for empty
     fields, a bad category, ttl, embedding or turn, and `ConfigurationError` for an unsafe
     embedding-model name.
     """
@@ -315,12 +315,12 @@ def recall(
     include_history: bool = False,
 ) -> list[ScoredFact]:
     """The tenant's best `k` facts for a query, by vector, text and their conversation
-    neighbours, re-scored (`models.rerank`).
+    neighbours, re-scored (`models.memory.rerank`).
 
     Only current, unexpired facts of `embedding_model` unless `include_history` (then closed and
     expired versions too). Best first; `k` results, a turn with the facts extracted from it
-    being one (`models.rerank.group_turns`), fewer when fewer rows pass the relevance threshold.
-    Raises as `models.retrieval.Search` does.
+    being one (`models.memory.rerank.group_turns`), fewer when fewer rows pass the relevance threshold.
+    Raises as `models.memory.retrieval.Search` does.
     """
     query = retrieval.Search(
         FACTS,
@@ -382,7 +382,7 @@ def forget_facts(session: Session, *, user_id: str) -> int:
 def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
     """Create `model`'s HNSW cosine index of `dim` on `facts` and on `episodes` unless they
     exist, after dropping the model's indexes of other dimensions (`drop_vector_indexes`); see
-    `models.retrieval.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
+    `models.memory.retrieval.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
     drop_vector_indexes(session, model=model, keep_dim=dim)
     for table in ("facts", "episodes"):
         retrieval.ensure_vector_index(session, table=table, model=model, dim=dim)
@@ -390,7 +390,7 @@ def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
 
 def drop_vector_indexes(session: Session, *, model: str, keep_dim: int) -> list[str]:
     """Drop `model`'s HNSW indexes on `facts` and `episodes` of a dimension other than
-    `keep_dim`, which would refuse its rows of `keep_dim` (`models.retrieval.drop_other_dims`);
+    `keep_dim`, which would refuse its rows of `keep_dim` (`models.memory.retrieval.drop_other_dims`);
     returns their names."""
     return [
         name

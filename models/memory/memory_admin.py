@@ -2,10 +2,10 @@
 
 Rows of two embedding models, or of one model at two dimensions, are never compared (DESIGN.md,
 invariant 7): `search` refuses a user's memory embedded otherwise than configured, as a worker's
-start-up does any memory (`models.reembedding`), until `agentq memory reembed` has rewritten it.
+start-up does any memory (`models.memory.reembedding`), until `agentq memory reembed` has rewritten it.
 Forgetting a user (`forget`) deletes every fact (history included), episode, turn, summary and
 user-scoped procedure of that user, embeddings with them, and is final: it records an erasure
-point that drops the memory writes of the user's runs created before it (`models.erasures`); it
+point that drops the memory writes of the user's runs created before it (`models.memory.erasures`); it
 can cancel the user's active runs and erase their runs' content too. `delete_fact` and
 `delete_episode` delete one item, history included. Run events that quote recalled memory are
 left out for readers who may not read the user's memory (`shown_events`). The CLI, the API and
@@ -23,32 +23,32 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import erasures
 from models.db import session_scope
-from models.embedders import LocalEmbedder, make_embedder
-from models.embedding_choice import provider_in_use
-from models.embeddings import Embedder, HashEmbedder
 from models.engine import queue, transitions
-from models.episodes import (
+from models.errors import Conflict, IllegalTransition, NotFound
+from models.memory import erasures
+from models.memory.embedders import LocalEmbedder, make_embedder
+from models.memory.embedding_choice import provider_in_use
+from models.memory.embeddings import Embedder, HashEmbedder
+from models.memory.episodes import (
     Episode,
     ScoredEpisode,
     delete_episode,
     forget_episodes,
     recall_episodes,
 )
-from models.errors import Conflict, IllegalTransition, NotFound
-from models.facts import (
+from models.memory.facts import (
     Fact,
     ScoredFact,
     delete_fact,
     forget_facts,
     recall,
 )
-from models.messages import forget_messages
-from models.procedure_recall import RECALLED as PROCEDURES_RECALLED
-from models.procedure_recall import hidden_detail as hidden_procedures
-from models.procedures import forget_procedures
-from models.reembedding import check_user_memory
+from models.memory.messages import forget_messages
+from models.memory.procedure_recall import RECALLED as PROCEDURES_RECALLED
+from models.memory.procedure_recall import hidden_detail as hidden_procedures
+from models.memory.procedures import forget_procedures
+from models.memory.reembedding import check_user_memory
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
 from models.tables import Run, RunEvent
@@ -60,7 +60,7 @@ MODEL_MIN_SIMILARITY = 0.2  # all-MiniLM-L6-v2 on LoCoMo dev: keeps 96% of evide
 @lru_cache(maxsize=1)
 def embedder() -> Embedder:
     """The configured embedder (`AGENTQ_EMBEDDING_PROVIDER`, or the model-free fallback of
-    `models.embedding_choice.provider_in_use`), built once per process."""
+    `models.memory.embedding_choice.provider_in_use`), built once per process."""
     s = get_settings()
     return make_embedder(
         provider_in_use(s),
@@ -95,7 +95,7 @@ def search(*, user_id: str, query: str) -> Recalled:
     """What `agentq memory search` and `GET /api/v1/memory/search` answer: `recall_for`, after
     refusing (`ConfigurationError`, naming the settings and `agentq memory reembed`) a user
     whose stored rows another embedding model or dimension made: their vectors are never
-    compared, so the search would silently find nothing (`models.reembedding`). Commits: the
+    compared, so the search would silently find nothing (`models.memory.reembedding`). Commits: the
     check is one transaction, the recall another, and the query is embedded between them."""
     with session_scope() as session:
         check_user_memory(session, embedder(), user_id=user_id)
@@ -148,7 +148,7 @@ def recall_for(
 
 # The events that end a run's memory task: its episode and facts were written, or the writing
 # failed, or the run's user was forgotten (a `memory.dropped` of `what` "run"; the other
-# `memory.dropped` events are single writes refused: `models.erasures`).
+# `memory.dropped` events are single writes refused: `models.memory.erasures`).
 MEMORY_ENDED: Final = ("memory.remembered", "memory.failed")
 MEMORY_DROPPED_RUN: Final = sa.and_(
     col(RunEvent.kind) == "memory.dropped", col(RunEvent.detail)["what"].astext == "run"
@@ -216,7 +216,7 @@ def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Fo
     """Forget `user_id` for good: delete their memory and record an erasure point (the memory
     writes of their runs created before it are dropped); with `cancel_runs`, cancel each of
     their active runs as `agentq cancel` does (a waiting escalation is withdrawn); with `runs`,
-    erase the content of their ended runs as well (`models.erasures.erase_runs`).
+    erase the content of their ended runs as well (`models.memory.erasures.erase_runs`).
 
     Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
     the user's erasure lock, which a decision waits for while it holds its run's lock, so the
@@ -298,7 +298,7 @@ class Deleted:
 
 
 def forget_fact(session: Session, *, fact_id: int, user_id: str | None = None) -> Deleted:
-    """Delete fact `fact_id` with its history (`models.facts.delete_fact`), and take its texts
+    """Delete fact `fact_id` with its history (`models.memory.facts.delete_fact`), and take its texts
     out of the `memory.recalled` events of its user's runs. With `user_id`, only that user's
     fact. Raises `NotFound` for a fact that does not exist or (with `user_id`) is another
     user's, alike."""
