@@ -1,7 +1,7 @@
 """Bearer-token authentication of API requests, and the role checks of the routes.
 
 A request carries `Authorization: Bearer <token>`; `authenticate` hashes the token and finds its
-row by the hash (`models.api_tokens.lookup`), so no stored secret is ever compared byte by byte in
+row by the hash (`models.access.api_tokens.lookup`), so no stored secret is ever compared byte by byte in
 Python. Tokens are never accepted in query strings or cookies: those reach access logs and
 browser history. Nothing here logs a header. Roles: admin can do everything; reviewer reads every
 run and works the review queue, but reads no user's memory; submitter submits, reads and cancels
@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 
 Role = Literal["submitter", "reviewer", "admin"]

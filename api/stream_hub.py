@@ -9,8 +9,8 @@ every `AGENTQ_STREAM_POLL_INTERVAL_S` in one thread, on one pooled connection:
 1. each stream opened since the last cycle: its first read, as its own poll read before (its
    run's state, then its events after its cursor);
 2. every `AGENTQ_STREAM_RECHECK_S`: which of the streams' tokens are still live
-   (`models.api_tokens.live_token_ids`) and which console sessions
-   (`models.ui_sessions.live_session_ids`), one statement each;
+   (`models.access.api_tokens.live_token_ids`) and which console sessions
+   (`models.access.ui_sessions.live_session_ids`), one statement each;
 3. the state of every run streamed (`models.event_feed.run_states`), before the events, so that
    a run's final status comes with its last event;
 4. the events after the hub's own cursor, of every run (`events_after`, page by page).
@@ -42,7 +42,7 @@ import anyio
 import structlog
 from sqlmodel import Session
 
-from models import api_tokens, ui_sessions
+from models.access import api_tokens, ui_sessions
 from models.db import session_scope
 from models.engine.previews import EVENTS_PAGE_MAX, EventShown
 from models.event_feed import EventFeed, RunState, events_after, run_states, settled_bound

@@ -3,7 +3,7 @@ console (`api/ui/`) are thin adapters over these (issue 14).
 
 Each command opens its transaction (`session_scope`), checks what it is given, changes the rows
 with the model layer's functions (`models.engine.submissions`, `models.engine.transitions`, `models.review.reviews`,
-`models.memory.memory_admin`, `models.api_tokens`), commits, and only then sends its messages
+`models.memory.memory_admin`, `models.access.api_tokens`), commits, and only then sends its messages
 (`models.engine.queue.follow_up`: a broker that is down is not an error, `notified` says so). It reads
 the settings and the registered tools itself, so no front end passes them.
 
@@ -22,7 +22,8 @@ from typing import Any, Generic
 from sqlmodel import Session
 from typing_extensions import TypeVar
 
-from models import api_tokens, destinations, retention, webhooks
+from models import destinations, retention, webhooks
+from models.access import api_tokens
 from models.db import session_scope
 from models.engine import idempotency, queue, stack_limits, submissions, transitions
 from models.engine.runs import get_run

@@ -341,7 +341,7 @@ class ApiToken(SQLModel, table=True):
 
     __tablename__ = "api_tokens"
     __table_args__ = (
-        # Live token names are unique whatever their case (`models.api_tokens`; migration 0010).
+        # Live token names are unique whatever their case (`models.access.api_tokens`; migration 0010).
         sa.Index(
             "ux_api_tokens_live_lower_name",
             sa.text("lower(name)"),
@@ -360,7 +360,7 @@ class ApiToken(SQLModel, table=True):
 
 
 class ConsoleSession(SQLModel, table=True):
-    """A signed-in review console session (`models.ui_sessions`); the browser's cookie holds
+    """A signed-in review console session (`models.access.ui_sessions`); the browser's cookie holds
     only its random id, of which this row keeps the sha256 (as `ApiToken` keeps a token's).
 
     Deleted at sign-out and when its token is revoked; refused after `AGENTQ_UI_SESSION_IDLE_S`

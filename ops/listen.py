@@ -7,7 +7,7 @@ it with `-h ""`) and Redis on 127.0.0.1. With it:
   option wins: PostgreSQL docs, "Setting Parameters"), so `start_listening` runs `pg_ctl start`
   itself and the server object adopts the running server. `pg_hba.conf` is rewritten: the
   socket stays `trust` for the stack's own processes; TCP admits only role `agentq`
-  (`models.remote_access`: a worker's and a scheduler's tables, not the API's credentials; no
+  (`models.access.remote_access`: a worker's and a scheduler's tables, not the API's credentials; no
   superuser) with `scram-sha-256`; initdb's `host ... trust` lines for 127.0.0.1 and ::1 go,
   or any local user would be a superuser over TCP.
 - Redis binds HOST (and 127.0.0.1, for the stack) on `redis_port`; it asks for the data dir's
@@ -31,8 +31,8 @@ from urllib.parse import quote
 
 from psycopg.conninfo import make_conninfo
 
+from models.access.remote_access import REMOTE_ROLE, ensure_remote_role
 from models.private_files import read_or_create_secret, write_private
-from models.remote_access import REMOTE_ROLE, ensure_remote_role
 from ops.deployment import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT
 from ops.embedded_redis import PASSWORD_FILE_NAME
 

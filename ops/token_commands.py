@@ -1,6 +1,6 @@
 """`agentq token ...`: create, list and revoke the bearer tokens of the HTTP API.
 
-A token is shown once, when it is created; only its sha256 hash is stored (`models.api_tokens`).
+A token is shown once, when it is created; only its sha256 hash is stored (`models.access.api_tokens`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from api.responses import TokenOut
-from models import api_tokens, commands
+from models import commands
+from models.access import api_tokens
 from models.db import session_scope
 from models.display import visible
 from models.formats import utc

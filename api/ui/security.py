@@ -1,7 +1,7 @@
 """Who is signed in to the review console, and the check that every form came from it.
 
 Signing in exchanges an API token (`agentq token create`) for a server-side session: a row of
-`console_sessions` (`models.ui_sessions`) holding the token's id, a CSRF token and when it was
+`console_sessions` (`models.access.ui_sessions`) holding the token's id, a CSRF token and when it was
 last used. The cookie (`agentq_ui`, HttpOnly, SameSite=Lax, Secure with
 `AGENTQ_UI_COOKIE_SECURE`, path `/ui`) holds only the session's random id, never the token.
 Every request loads the row and its token again, so signing out (the row is deleted), revoking
@@ -32,7 +32,7 @@ from typing import Any, Final, cast
 from fastapi import Request, Response
 
 from api.auth import Principal, Role
-from models import ui_sessions
+from models.access import ui_sessions
 from models.db import session_scope
 from models.private_files import read_or_create_secret
 from models.settings import Settings
@@ -110,7 +110,7 @@ def _cookie_path(request: Request) -> str:
 
 
 def signed_in(request: Request) -> SignedIn | None:
-    """The request's live session, looked up once per request (`models.ui_sessions.load`)."""
+    """The request's live session, looked up once per request (`models.access.ui_sessions.load`)."""
     if hasattr(request.state, "signed_in"):
         return cast(SignedIn | None, request.state.signed_in)
     found: SignedIn | None = None

@@ -25,7 +25,7 @@ from markupsafe import Markup
 
 from api.auth import Principal
 from api.ui.security import CSRF_FIELD, csrf_token, set_login_cookie, signed_in
-from models import ui_sessions
+from models.access import ui_sessions
 from models.db import session_scope
 from models.display import visible, visible_json
 from models.formats import age, compact, provider_label, short, span

@@ -256,7 +256,7 @@ def ensure_vector_index(session: Session, *, table: str, model: str, dim: int) -
     name = vector_index_name(check_table(table), check_model(model), check_dim(dim))
     session.execute(sa.text(INDEX_LOCK), {"name": name})
     if name in session.scalars(sa.text(VECTOR_INDEXES), {"table": table}).all():
-        return  # no DDL, which needs the table's owner: a remote role (models.remote_access)
+        return  # no DDL, which needs the table's owner: a remote role (models.access.remote_access)
     session.execute(sa.text(VECTOR_INDEX.format(name=name, table=table, dim=dim, model=model)))
 
 

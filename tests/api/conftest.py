@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from models.tables import Escalation, Run
 from ops.local import start_api

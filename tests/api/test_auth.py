@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from ops.stack import LocalStack
 from tests.api.conftest import Client, MakeToken

@@ -25,7 +25,7 @@ from sqlmodel import Session, col
 
 from agentq.client import Client
 from api.responses import StreamEventOut
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from models.engine.events import record_event
 from models.event_feed import EventFeed

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import command
 from sqlalchemy.engine import make_url
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import database_url, get_engine, session_scope
 from models.errors import DatabaseError, InvalidInput
 from models.migrate import alembic_config

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import command
 from sqlmodel import col
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import get_engine, session_scope
 from models.engine import run_transitions, transitions
 from models.errors import ClaimedByAnother, DatabaseError, InvalidInput

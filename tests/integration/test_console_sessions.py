@@ -1,4 +1,4 @@
-"""Console sessions on real Postgres (`models.ui_sessions`): a row per session, ended by
+"""Console sessions on real Postgres (`models.access.ui_sessions`): a row per session, ended by
 sign-out, by revoking its token, by idling and by age (issue 9, finding 8)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import col, select
 
-from models import api_tokens, ui_sessions
+from models.access import api_tokens, ui_sessions
 from models.db import session_scope
 from models.tables import ConsoleSession, utcnow
 from ops.stack import LocalStack

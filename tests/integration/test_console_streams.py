@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from models.engine.events import record_event
 from models.settings import get_settings

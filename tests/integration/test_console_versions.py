@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.ui import review_details, run_details
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from models.engine import transitions
 from models.tables import Run

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from models.engine import step_transitions
 from models.engine.runs import submit_run

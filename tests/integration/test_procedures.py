@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from api.app import create_app
-from models import api_tokens
+from models.access import api_tokens
 from models.db import session_scope
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.memory import procedure_admin

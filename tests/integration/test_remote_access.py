@@ -1,4 +1,4 @@
-"""models/remote_access.py on the session engine's Postgres: role `agentq`'s grants, set after
+"""models/access/remote_access.py on the session engine's Postgres: role `agentq`'s grants, set after
 the migrations, table by table, including on a role an older version made with
 `pg_write_all_data` (which let any worker machine insert an admin token)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from models.remote_access import ensure_remote_role
+from models.access.remote_access import ensure_remote_role
 from models.settings import get_settings
 from ops.stack import LocalStack
 

@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import api_tokens
+from models.access import api_tokens
 from models.memory.procedures import Procedure, ProcedureVersion
 from models.tables import RunEvent
 from ops.fake_provider import FakeOpenAI

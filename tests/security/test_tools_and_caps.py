@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import select
 
-from models import api_tokens
+from models.access import api_tokens
 from models.plans.tools import DEFAULT_TOOL_MODULES
 from models.tables import Escalation, Run
 from tests.support.console import (

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlmodel import Session, select
 
-from models import api_tokens
+from models.access import api_tokens
 from models.db import normalize_url, session_scope
 from models.memory.memory_admin import memory_ended
 from models.tables import Escalation, Run, RunEvent

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from api.errors import field_errors, status_of
 from api.schemas import RunStatus, RunSubmit, storable_problem
-from models import api_tokens
+from models.access import api_tokens
 from models.errors import (
     BudgetExhausted,
     ClaimedByAnother,

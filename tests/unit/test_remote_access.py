@@ -1,4 +1,4 @@
-"""models/remote_access.py: what role `agentq` (other machines of `agentq up --listen`) may do
+"""models/access/remote_access.py: what role `agentq` (other machines of `agentq up --listen`) may do
 to each table (the rule; tests/acceptance/test_several_machines.py holds it on a server)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from sqlmodel import SQLModel
 
 import models.tables  # registers the engine's tables
 import models.webhook_tables  # noqa: F401
-from models.remote_access import (
+from models.access.remote_access import (
     NO_ACCESS_TABLES,
     READ_ONLY_TABLES,
     READ_WRITE,

@@ -29,7 +29,7 @@ branch_labels = None
 depends_on = None
 
 OLD_NAME_INDEX = "ux_api_tokens_live_name"  # 0008's
-LIVE_NAME_INDEX = "ux_api_tokens_live_lower_name"  # models.api_tokens.LIVE_NAME_INDEX
+LIVE_NAME_INDEX = "ux_api_tokens_live_lower_name"  # models.access.api_tokens.LIVE_NAME_INDEX
 
 
 def upgrade() -> None:

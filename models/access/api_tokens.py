@@ -12,7 +12,7 @@ token's name is free again), and no token takes a name agentq records for its ow
 (`models.review.escalations.RESERVED_REVIEWERS`); names follow `models.review.escalations.REVIEWER_NAME_PATTERN`.
 
 Revoking a token ends it everywhere at once, in one transaction: it authenticates nothing, its
-review console sessions are deleted (`models.ui_sessions`) and the escalations it holds claimed
+review console sessions are deleted (`models.access.ui_sessions`) and the escalations it holds claimed
 go back to the open queue, so no claim waits on a token no one can use (issue 9).
 """
 
@@ -27,7 +27,7 @@ from typing import Final, Literal, get_args
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models import ui_sessions
+from models.access import ui_sessions
 from models.engine.runs import USER_ID_MAX_CHARS
 from models.engine.transitions import WITHDRAWN_BY
 from models.errors import IllegalTransition, InvalidInput, NotFound
