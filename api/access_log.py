@@ -18,7 +18,7 @@ import structlog
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models.logs import configure_logging, formatter, use_formatter
+from models.operations.logs import configure_logging, formatter, use_formatter
 from models.settings import get_settings
 
 LOGGER_NAME = "agentq.api"

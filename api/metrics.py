@@ -1,4 +1,4 @@
-"""`/metrics`: Prometheus' text exposition of agentq's metrics (`models.metrics_export`).
+"""`/metrics`: Prometheus' text exposition of agentq's metrics (`models.operations.metrics_export`).
 
 It takes a reviewer or admin token (`Authorization: Bearer`, which Prometheus sends from its
 scrape config's `authorization`): the metrics hold no run's content, but they count every
@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api.auth import Reviewer
-from models.metrics_export import exposition
+from models.operations.metrics_export import exposition
 from models.settings import get_settings
 
 router = APIRouter(tags=["metrics"])

@@ -11,7 +11,7 @@ every `AGENTQ_STREAM_POLL_INTERVAL_S` in one thread, on one pooled connection:
 2. every `AGENTQ_STREAM_RECHECK_S`: which of the streams' tokens are still live
    (`models.access.api_tokens.live_token_ids`) and which console sessions
    (`models.access.ui_sessions.live_session_ids`), one statement each;
-3. the state of every run streamed (`models.event_feed.run_states`), before the events, so that
+3. the state of every run streamed (`models.operations.event_feed.run_states`), before the events, so that
    a run's final status comes with its last event;
 4. the events after the hub's own cursor, of every run (`events_after`, page by page).
 
@@ -45,7 +45,13 @@ from sqlmodel import Session
 from models.access import api_tokens, ui_sessions
 from models.db import session_scope
 from models.engine.previews import EVENTS_PAGE_MAX, EventShown
-from models.event_feed import EventFeed, RunState, events_after, run_states, settled_bound
+from models.operations.event_feed import (
+    EventFeed,
+    RunState,
+    events_after,
+    run_states,
+    settled_bound,
+)
 from models.settings import get_settings
 from models.tables import utcnow
 

@@ -11,7 +11,7 @@ them, the review stream at the newest one. Idle streams send a keep-alive commen
 
 Every stream lives at most `AGENTQ_STREAM_LIFETIME_S`; then the server sends `event:
 reconnect` (`{"reason": "lifetime"}`) whose `id:` is the stream's exact position
-(`models.event_feed.EventFeed.cursor`) and closes it: a client that reconnects with it as
+(`models.operations.event_feed.EventFeed.cursor`) and closes it: a client that reconnects with it as
 `Last-Event-ID` (an `EventSource` does so by itself) gets every event it has not had, and none
 twice. A stream ends without a message when its token is revoked (checked every
 `AGENTQ_STREAM_RECHECK_S`, `api.stream_hub`) or its run is purged.
@@ -43,8 +43,8 @@ from api.token_limits import LIMITED, give_back_stream_slot, take_stream_slot
 from models import queries
 from models.db import session_scope
 from models.engine.previews import EventShown
-from models.event_feed import EventFeed, RunState
 from models.memory import memory_admin
+from models.operations.event_feed import EventFeed, RunState
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow

@@ -22,7 +22,6 @@ from typing import Any, Generic
 from sqlmodel import Session
 from typing_extensions import TypeVar
 
-from models import destinations, retention, webhooks
 from models.access import api_tokens
 from models.db import session_scope
 from models.engine import idempotency, queue, stack_limits, submissions, transitions
@@ -30,12 +29,13 @@ from models.engine.runs import get_run
 from models.engine.submissions import RunRequest, Submitted
 from models.errors import ClaimedByAnother, InvalidInput
 from models.memory import memory_admin
+from models.operations import destinations, retention, webhooks
+from models.operations.webhook_tables import WebhookSubscription
 from models.plans.plans import PlanSpec, parse_plan
 from models.plans.tools import argument_problems, configured_tool_names, declared_returns
 from models.review import answers, escalations, reviews
 from models.settings import get_settings
 from models.tables import Escalation, Run, utcnow
-from models.webhook_tables import WebhookSubscription
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one
 RunCheck = Callable[[Session, int], object]  # raises when the caller may not act on the run
@@ -335,7 +335,7 @@ def revoke_token(token_id: int) -> api_tokens.Revocation:
 
 def purge_runs(before: datetime) -> dict[str, int]:
     """Delete the runs that ended before `before` (timezone-aware) with all their rows, as beat
-    does with `AGENTQ_RUN_RETENTION_DAYS` (`models.retention.purge`: episodes and facts stay;
+    does with `AGENTQ_RUN_RETENTION_DAYS` (`models.operations.retention.purge`: episodes and facts stay;
     `AGENTQ_RUN_RETENTION_BATCH` runs per transaction); the rows deleted per table. Raises
     `InvalidInput` for a naive or future `before`."""
     if before.tzinfo is None:

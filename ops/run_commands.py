@@ -2,7 +2,7 @@
 ended before DATE with their rows (retention, issue 15).
 
 Thin adapters: the listing reads `models.queries.newest_runs`, the purge is
-`models.commands.purge_runs` (the same `models.retention.purge` beat runs).
+`models.commands.purge_runs` (the same `models.operations.retention.purge` beat runs).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`agentq watch` and `submit --watch`, and the demo's runs: a run shown live until it settles.
 
 The run is redrawn when its timeline moves: the watch follows the run's events with the same
-cursor as the API's event stream (`models.event_feed`, read from Postgres directly, every
+cursor as the API's event stream (`models.operations.event_feed`, read from Postgres directly, every
 `AGENTQ_STREAM_POLL_INTERVAL_S`: one indexed query on `run_events`), and re-reads the run and
 its plan only when a new event arrives, or every `IDLE_REDRAW_S` for the clocks it shows (time
 left before a deadline). Every transition writes its event in the transaction that makes it, so
@@ -18,7 +18,7 @@ from rich.live import Live
 
 from models.db import session_scope
 from models.engine.runs import get_run
-from models.event_feed import EventFeed, events_after
+from models.operations.event_feed import EventFeed, events_after
 from models.queries import last_event_id
 from models.settings import get_settings
 from models.states import RUN_TERMINAL

@@ -1,7 +1,7 @@
 """`agentq webhook ...`: add, list, rotate and remove webhook subscriptions, and read the
 delivery log (issue 15). The commands are `models.commands`; a subscription's secret is printed
 once, when it is made or rotated, and never again; URLs are shown without userinfo or query
-string (`models.destinations.shown`)."""
+string (`models.operations.destinations.shown`)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from models import commands, deliveries, destinations, webhooks
+from models import commands
 from models.db import session_scope
 from models.engine.notifications import EVENTS
 from models.formats import utc
+from models.operations import deliveries, destinations, webhooks
+from models.operations.webhook_tables import DELIVERY_STATUSES
 from models.settings import get_settings
 from models.sql import PG_INT_MAX
 from models.tables import utcnow
-from models.webhook_tables import DELIVERY_STATUSES
 from ops.connection import connect
 from ops.views import cell
 

@@ -28,7 +28,6 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-from models import metrics, metrics_export
 from models.db import dispose_engines
 from models.engine import stack_limits, tracing
 from models.engine.queue import (
@@ -42,7 +41,8 @@ from models.engine.queue import (
     TASK_RECONCILE,
     make_celery,
 )
-from models.logs import configure_logging, task_bound
+from models.operations import metrics, metrics_export
+from models.operations.logs import configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.settings import get_settings
 from scheduler import tasks
@@ -128,7 +128,7 @@ def _beat_dies_with_the_scheduler(**_: Any) -> None:
 @worker_init.connect  # type: ignore[untyped-decorator]
 def _metrics(**_: Any) -> None:
     """In the main process, before the pool forks: every process writes its metrics under
-    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.metrics_export`)."""
+    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.operations.metrics_export`)."""
     metrics_export.record_in(metrics_export.metrics_dir(settings))
     metrics_export.serve(settings, database=True)
 

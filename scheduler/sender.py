@@ -20,7 +20,7 @@ from celery.signals import worker_process_init
 from models.db import dispose_engines
 from models.engine import tracing
 from models.engine.queue import QUEUE_WEBHOOKS, TASK_DELIVER_WEBHOOKS, make_celery
-from models.logs import configure_logging
+from models.operations.logs import configure_logging
 from models.orphans import die_with_parent
 from models.settings import get_settings
 from scheduler import webhooks

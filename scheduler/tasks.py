@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 import structlog
 from sqlmodel import Session
 
-from models import retention
 from models.db import retry_dropped, session_scope
 from models.engine import decisions, dispatch, held, queue, reconciliation, step_transitions
 from models.engine.coordinator import Decision
@@ -27,6 +26,7 @@ from models.engine.queue import (
 )
 from models.errors import AgentqError, IllegalTransition
 from models.memory import facts
+from models.operations import retention
 from models.plans.plans import current_steps, handled_failures
 from models.review import reviews
 from models.settings import get_settings
@@ -183,7 +183,7 @@ PURGE_BEAT_MAX_S = 30.0  # one beat's purge; the rest waits for the next, so a c
 
 def purge_runs(*, now: datetime | None = None) -> dict[str, int]:
     """Purge the runs that ended more than `AGENTQ_RUN_RETENTION_DAYS` ago
-    (`models.retention.purge`, `AGENTQ_RUN_RETENTION_BATCH` runs per transaction, for at most
+    (`models.operations.retention.purge`, `AGENTQ_RUN_RETENTION_BATCH` runs per transaction, for at most
     `PURGE_BEAT_MAX_S`); returns the rows deleted per table, empty when retention is off."""
     settings = get_settings()
     before = retention.cutoff(settings.run_retention_days, now or utcnow())

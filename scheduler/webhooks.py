@@ -1,5 +1,5 @@
 """The webhook sender's pass: `agentq.deliver_webhooks` (run by the sender process,
-`scheduler.sender`) posts the outbox's due deliveries (`models.deliveries`) and records each
+`scheduler.sender`) posts the outbox's due deliveries (`models.operations.deliveries`) and records each
 attempt (issue 15).
 
 Why a beat tick and not a task per event: the outbox row is the message. A state change writes
@@ -10,12 +10,12 @@ claims at most `DELIVERIES_PER_PASS` rows in one short transaction, then posts w
 transaction open (invariant 11): each receiver's deliveries in order on one connection, from
 `SENDERS` threads, so a receiver that hangs holds one thread for `AGENTQ_WEBHOOK_TIMEOUT_S` and
 the others go on. A receiver's failure gives its other claimed deliveries of the pass back
-unattempted (`models.deliveries.release`) and counts toward its circuit breaker
-(`models.circuit_breakers`).
+unattempted (`models.operations.deliveries.release`) and counts toward its circuit breaker
+(`models.operations.circuit_breakers`).
 
 Each attempt resolves the receiver's name once, refuses an address that is not public (unless
 `AGENTQ_WEBHOOK_ALLOW_PRIVATE_NETWORKS`), and connects to that address with the name in the Host
-header and as the TLS server name (`models.destinations`); proxies from the environment are not
+header and as the TLS server name (`models.operations.destinations`); proxies from the environment are not
 used (a proxy would resolve the name again). The receiver's answer is its status code: its body
 is neither read nor kept.
 """
@@ -30,10 +30,10 @@ from datetime import datetime
 import httpx
 import structlog
 
-from models import circuit_breakers, deliveries, destinations, webhooks
 from models.db import session_scope
-from models.deliveries import Claimed, Response
 from models.errors import InvalidInput
+from models.operations import circuit_breakers, deliveries, destinations, webhooks
+from models.operations.deliveries import Claimed, Response
 from models.settings import Settings, get_settings
 from models.tables import utcnow
 
@@ -132,8 +132,8 @@ def _release(rest: list[Claimed], next_at: datetime) -> list[str]:
 
 
 def post(http: httpx.Client, delivery: Claimed, settings: Settings) -> Response:
-    """One signed POST of the delivery's body (`models.deliveries.signed_headers`) to the
-    address its URL's host resolves to now, pinned (`models.destinations.resolve`); never
+    """One signed POST of the delivery's body (`models.operations.deliveries.signed_headers`) to the
+    address its URL's host resolves to now, pinned (`models.operations.destinations.resolve`); never
     raises: no secret, a refused or unresolvable destination, a timeout or a refused
     connection is a `Response` with no status (the first two with `contacted` False)."""
     started, clock = utcnow(), time.monotonic()

@@ -34,7 +34,6 @@ import structlog
 from celery import Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_process_shutdown
 
-from models import metrics_export
 from models.db import dispose_engines, session_scope
 from models.engine import decisions, fair_queue, queue, stack_limits, tracing
 from models.engine.queue import (
@@ -49,8 +48,9 @@ from models.engine.queue import (
     make_celery,
 )
 from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
-from models.logs import bind_work, configure_logging, task_bound
 from models.memory.tokens import check_tokenizer
+from models.operations import metrics_export
+from models.operations.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
@@ -309,7 +309,7 @@ def _stack_limits(**_: Any) -> None:
 @worker_init.connect  # type: ignore[untyped-decorator]
 def _metrics(**_: Any) -> None:
     """In the main process, before the pool forks: every process writes its metrics under
-    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.metrics_export`)."""
+    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.operations.metrics_export`)."""
     metrics_export.record_in(metrics_export.metrics_dir(settings))
     metrics_export.serve(settings, database=False)
 

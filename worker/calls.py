@@ -31,7 +31,6 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 from sqlmodel import Session
 
-from models import metrics
 from models.db import session_scope, wait_out_outage
 from models.engine import budgets, events, token_calibrations
 from models.errors import (
@@ -42,6 +41,7 @@ from models.errors import (
     RateLimited,
 )
 from models.memory.tokens import count_message_tokens, count_tool_schema_tokens
+from models.operations import metrics
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
 from worker.provider_choice import make_provider
 from worker.providers import ChatProvider, Completion, ModelRequest

@@ -19,7 +19,7 @@ from sqlmodel import Session
 from models.db import session_scope
 from models.engine import phases
 from models.errors import PhaseNotDue
-from models.logs import bind_work
+from models.operations.logs import bind_work
 from models.settings import get_settings
 from models.tables import utcnow
 from worker.heartbeats import PhaseHeld, heartbeat

@@ -28,7 +28,6 @@ import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
-from models import metrics
 from models.db import retry_dropped, session_scope
 from models.engine import (
     decisions,
@@ -57,6 +56,7 @@ from models.errors import (
     ToolError,
 )
 from models.memory.erasures import lock_key
+from models.operations import metrics
 from models.plans.expectations import loaded, unmet
 from models.plans.references import has_reference, resolve
 from models.plans.step_data import check_step_data, json_bytes

@@ -20,11 +20,11 @@ from datetime import datetime
 import structlog
 from sqlmodel import Session
 
-from models import metrics
 from models.engine import fair_queue, leases, step_transitions
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.errors import IllegalTransition
+from models.operations import metrics
 from models.settings import get_settings
 from models.tables import Step
 from worker.claims import worker_name

@@ -34,7 +34,7 @@ from api.streams import (
 )
 from api.ui.security import current_principal, reviewer, signed_in
 from models.db import session_scope
-from models.event_feed import EventFeed
+from models.operations.event_feed import EventFeed
 
 router = APIRouter()
 

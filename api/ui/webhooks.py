@@ -1,8 +1,8 @@
 """The webhook delivery log: `/ui/webhooks`, for reviewers and admins (issue 15, part 4).
 
-The subscriptions (`models.webhooks.listed`, as `agentq webhook list` shows them: each URL, its
+The subscriptions (`models.operations.webhooks.listed`, as `agentq webhook list` shows them: each URL, its
 events and user, and its circuit breaker's state), then the newest deliveries of the outbox
-(`models.deliveries.recent`, the query behind `agentq webhook deliveries`), each with its event,
+(`models.operations.deliveries.recent`, the query behind `agentq webhook deliveries`), each with its event,
 run, URL, status, attempts, the receiver's last HTTP status and the last error, and when the
 next attempt is due (a delivery still `pending`); `?status=` shows one status only, an unknown
 one is a 400 naming the known ones. Admins see the same as reviewers: URLs without userinfo or
@@ -19,11 +19,11 @@ from fastapi.responses import HTMLResponse
 
 from api.ui.security import reviewer
 from api.ui.templating import render
-from models import deliveries, webhooks
 from models.db import session_scope
+from models.operations import deliveries, webhooks
+from models.operations.webhook_tables import DELIVERY_STATUSES
 from models.settings import get_settings
 from models.tables import utcnow
-from models.webhook_tables import DELIVERY_STATUSES
 
 DELIVERIES_SHOWN: Final = 100
 BAD_REQUEST: Final = 400

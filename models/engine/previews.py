@@ -127,7 +127,7 @@ class EventShown:
     at: Any
     kind: str
     detail: Shown
-    run_id: int = 0  # set by `models.event_feed.events_after`, which reads several runs
+    run_id: int = 0  # set by `models.operations.event_feed.events_after`, which reads several runs
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ beside a charged value (a step's conversation turn and `step.*` events, which co
 within the per-step cap) is not counted again.
 
 A user's total shrinks when their runs' data goes: a purged run's bytes leave it
-(`release_purged`, `models.retention`), and `forget --runs` zeroes the erased runs' bytes and
+(`release_purged`, `models.operations.retention`), and `forget --runs` zeroes the erased runs' bytes and
 takes them off it (`release_erased`, `models.memory.erasures`).
 """
 

@@ -14,9 +14,9 @@ import models.memory.episodes  # the memory tables, for autogenerate
 import models.memory.facts
 import models.memory.messages
 import models.memory.procedures
+import models.operations.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 import models.plans.plan_checks
 import models.tables
-import models.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from models.migrate import AUTOGENERATE_PLUGINS
 
 config = context.config

@@ -28,7 +28,7 @@ from api.responses import StreamEventOut
 from models.access import api_tokens
 from models.db import session_scope
 from models.engine.events import record_event
-from models.event_feed import EventFeed
+from models.operations.event_feed import EventFeed
 from models.tables import RunEvent, utcnow
 from ops.deployment import API_APP_FACTORY
 from ops.local import engine_env

@@ -13,8 +13,8 @@ from datetime import timedelta
 import httpx
 import pytest
 
+from models.operations.webhook_tables import WebhookDelivery, WebhookSubscription
 from models.tables import utcnow
-from models.webhook_tables import WebhookDelivery, WebhookSubscription
 from tests.support.console import Console
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]

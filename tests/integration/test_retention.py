@@ -12,14 +12,15 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import commands, retention
+from models import commands
 from models.db import session_scope
 from models.errors import InvalidInput
 from models.memory.episodes import Episode
 from models.memory.procedures import Procedure
+from models.operations import retention
+from models.operations.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from models.settings import get_settings
 from models.tables import Run, utcnow
-from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from ops.stack import LocalStack
 from scheduler import tasks
 from tests.integration.conftest import wait_for_run

@@ -20,9 +20,9 @@ import models.engine.stack_limits
 import models.engine.storage
 import models.memory.episodes  # the memory tables, as in models/migrations/env.py
 import models.memory.procedures
+import models.operations.webhook_tables  # noqa: F401
 import models.plans.plan_checks
 import models.tables
-import models.webhook_tables  # noqa: F401
 from models.db import database_url
 from models.migrate import AUTOGENERATE_PLUGINS
 from ops.stack import LocalStack

@@ -21,13 +21,13 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import select
 
-from models import retention
 from models.db import session_scope
 from models.engine import queue, storage, submissions
 from models.engine.queue import TASK_COORDINATE
 from models.engine.submissions import RunRequest
 from models.errors import InvalidInput
 from models.memory import memory_admin
+from models.operations import retention
 from models.plans.plans import parse_plan
 from models.plans.step_data import json_bytes
 from models.plans.tools import configured_tool_names

@@ -25,17 +25,18 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from models import commands, deliveries, webhooks
+from models import commands
 from models.db import session_scope
 from models.engine import run_transitions, submissions
 from models.engine.runs import submit_run
 from models.engine.submissions import RunRequest
 from models.memory import memory_admin
 from models.memory.erasures import ERASED
+from models.operations import deliveries, webhooks
+from models.operations.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from models.plans.plans import parse_plan
 from models.settings import get_settings
 from models.tables import utcnow
-from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, other_engine, wait_for_run
 from tests.support.net import free_port

@@ -1,6 +1,6 @@
 """The webhook rules without services: back-off, what a response means, the signature, the
 secrets' lookup and display, the body built from a snapshot, the circuit breaker's window
-(`models.deliveries`, `models.webhooks`, `models.engine.notifications`, `models.circuit_breakers`)."""
+(`models.operations.deliveries`, `models.operations.webhooks`, `models.engine.notifications`, `models.operations.circuit_breakers`)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import SecretStr
 
-from models import circuit_breakers, deliveries, webhooks
-from models.deliveries import Claimed, Response
 from models.engine import notifications
 from models.errors import ConfigurationError
+from models.operations import circuit_breakers, deliveries, webhooks
+from models.operations.deliveries import Claimed, Response
+from models.operations.webhook_tables import WebhookSubscription
 from models.settings import Settings
-from models.webhook_tables import WebhookSubscription
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""Where a webhook may go (`models.destinations`) and how the sender connects there
+"""Where a webhook may go (`models.operations.destinations`) and how the sender connects there
 (`scheduler.webhooks.post`): non-public addresses refused unless the operator opts in, at
 subscribe and at send; the name resolved once and the connection pinned to that address with
 the name in the Host header; URLs shown without userinfo or query string. The sends go over a
@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from models import commands, destinations
-from models.deliveries import Claimed
+from models import commands
 from models.errors import InvalidInput
+from models.operations import destinations
+from models.operations.deliveries import Claimed
 from models.settings import Settings, get_settings
 from scheduler import webhooks as sender
 from tests.support.webhook_receiver import Receiver

@@ -1,4 +1,4 @@
-"""`models.event_feed.EventFeed`: a stream's cursor sends each event once, and a row that
+"""`models.operations.event_feed.EventFeed`: a stream's cursor sends each event once, and a row that
 commits after a higher id was read (ids are taken before commit) is still sent."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from models.engine.previews import EventShown, Shown
-from models.event_feed import CURSOR_IDS_MAX, SETTLE_S, EventFeed
+from models.operations.event_feed import CURSOR_IDS_MAX, SETTLE_S, EventFeed
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 """The Grafana dashboard (`ops/grafana/agentq-dashboard.json`) and the metric definitions cannot
-drift: every series its expressions read is one `models/metrics.py` or `models/metric_gauges.py`
+drift: every series its expressions read is one `models/operations/metrics.py` or `models/operations/metric_gauges.py`
 defines (with the suffixes Prometheus gives counters and histograms), every `by (...)` label of a
 metric is one of its labels, and every metric defined is on the dashboard."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from models import metric_gauges, metrics
+from models.operations import metric_gauges, metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "ops" / "grafana" / "agentq-dashboard.json"

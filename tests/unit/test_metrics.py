@@ -1,4 +1,4 @@
-"""The metric definitions (`models.metrics`), recording after commit, and multiprocess mode."""
+"""The metric definitions (`models.operations.metrics`), recording after commit, and multiprocess mode."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from prometheus_client import Histogram
 from sqlalchemy import create_engine, text
 from sqlmodel import Session
 
-from models import metrics
-from models.metrics_export import metrics_dir
+from models.operations import metrics
+from models.operations.metrics_export import metrics_dir
 from models.settings import Settings
 
 LABELS = {
@@ -84,7 +84,7 @@ def test_forked_processes_write_their_own_files_and_a_scrape_adds_them_up(
 import json, os
 from pathlib import Path
 from models import metrics
-from models.metrics_export import record_in, registry
+from models.operations.metrics_export import record_in, registry
 from models.settings import Settings
 from prometheus_client import generate_latest
 record_in(Path({str(tmp_path)!r}))

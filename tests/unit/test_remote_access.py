@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlmodel import SQLModel
 
+import models.operations.webhook_tables  # noqa: F401
 import models.tables  # registers the engine's tables
-import models.webhook_tables  # noqa: F401
 from models.access.remote_access import (
     NO_ACCESS_TABLES,
     READ_ONLY_TABLES,

@@ -20,7 +20,7 @@ from models.engine.queue import (
     TASK_REPLAN,
     task_subject,
 )
-from models.logs import bind_work, formatter, task_bound
+from models.operations.logs import bind_work, formatter, task_bound
 from models.settings import Settings
 
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")  # W3C Trace Context

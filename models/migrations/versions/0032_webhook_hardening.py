@@ -8,7 +8,7 @@ Revises: 0031
   rotate` gives them their own, so their receivers keep verifying; exactly one of the two is set
   (`webhook_subscriptions_one_secret`).
 - `webhook_subscriptions.failures` and `circuit_open_until`: the circuit breaker
-  (`models.circuit_breakers`); existing rows start closed.
+  (`models.operations.circuit_breakers`); existing rows start closed.
 - `webhook_deliveries.snapshot` replaces `body`: what the event says, without the run's goal and
   error, which each attempt reads from the run's row (`models.engine.notifications.body`). Existing
   bodies are converted (the goal and error dropped), so no delivery keeps a copy of them.
@@ -36,7 +36,7 @@ ONE_SECRET = "webhook_subscriptions_one_secret"
 COMMENTS = {
     "secret": "The subscription's own signing secret (whsec_...); NULL: a shared one, secret_ref.",
     "secret_ref": "The shared secret of the settings that signs for an older subscription.",
-    "failures": "Consecutive failed attempts (models/circuit_breakers.py).",
+    "failures": "Consecutive failed attempts (models/operations/circuit_breakers.py).",
     "circuit_open_until": "Circuit breaker: NULL closed; later than now open; past: half-open.",
     "snapshot": "What the event says (ids, statuses, times); the body adds the run's goal.",
 }

@@ -1,4 +1,4 @@
-"""Where the metrics of `models.metrics` are written and how they are served (issue 15).
+"""Where the metrics of `models.operations.metrics` are written and how they are served (issue 15).
 
 prometheus-client's multiprocess mode: each process of a Celery pool writes its values to files
 named by its pid under one directory, `AGENTQ_METRICS_DIR` (default `<AGENTQ_HOME>/metrics`),
@@ -12,7 +12,7 @@ directory, or its counts are counted twice.
   `worker_process_shutdown`); with `AGENTQ_METRICS_PORT` set, `serve` starts prometheus-client's
   HTTP server in that main process.
 - The API serves `/metrics` (`exposition`) from the same directory, plus the gauges read from
-  the database and the broker (`models.metric_gauges`).
+  the database and the broker (`models.operations.metric_gauges`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from prometheus_client import (
     values,
 )
 
-from models.metric_gauges import DatabaseCollector
+from models.operations.metric_gauges import DatabaseCollector
 from models.settings import Settings
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus-client itself
@@ -49,7 +49,7 @@ def record_in(directory: Path) -> None:
     (created, 0700). prometheus-client picks its value class when `prometheus_client.values` is
     first imported, from `PROMETHEUS_MULTIPROC_DIR` (values.py, `ValueClass =
     get_value_class()`), and our modules import it before start-up code runs; so the variable is
-    set and the class chosen again here. No value exists yet: every metric of `models.metrics`
+    set and the class chosen again here. No value exists yet: every metric of `models.operations.metrics`
     has labels, and a labelled metric makes its values at its first `.labels(...)`."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)

@@ -8,7 +8,7 @@ mid-delivery leaves its lease to expire: the next claim takes the row over (logg
 attempt) and sends it again with the same `Idempotency-Key`, so delivery is at least once. The
 record is fenced by the attempt number, so a late sender whose lease was taken over changes
 nothing but its log line. Deliveries of a subscription whose circuit is open are not claimed,
-and one of a half-open one only as its probe (`models.circuit_breakers`).
+and one of a half-open one only as its probe (`models.operations.circuit_breakers`).
 
 The claim reads the run's goal and error from the run's row, and the body is built from them
 and the delivery's snapshot at each attempt (`Claimed.body`): the outbox holds no user text, so
@@ -29,17 +29,18 @@ from typing import Any, Final
 
 from sqlmodel import Session, col, select
 
-from models import destinations, sql
-from models.circuit_breakers import DUE
+from models import sql
 from models.engine import notifications
-from models.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
+from models.operations import destinations
+from models.operations.circuit_breakers import DUE
+from models.operations.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 MAX_BACKOFF_S: Final = 3600.0  # one wait between attempts at most, however many failed
 LOST_ATTEMPT: Final = "lease expired: the sender stopped before it recorded a response"
 ERROR_MAX_CHARS: Final = 500
 
 # Due deliveries (`DUE`) of subscriptions whose circuit is closed, and one of each subscription
-# this sender probes (:probing, `models.circuit_breakers.take_probes`), locked past other
+# this sender probes (:probing, `models.operations.circuit_breakers.take_probes`), locked past other
 # senders' and leased to this one; an expired holder's attempt is logged as lost. A pending
 # delivery whose window ended before a sender got to it (a retry due just before `give_up_at`,
 # claimed a tick later) is failed instead: no attempt starts after the window. A lost attempt
@@ -282,7 +283,7 @@ def signed_headers(delivery: Claimed, body: str, secret: str, *, timestamp: int)
 @dataclass(frozen=True)
 class LoggedDelivery:
     """A delivery as the console and CLI list it, with its subscription's URL as shown
-    (`models.destinations.shown`: no userinfo, no query string)."""
+    (`models.operations.destinations.shown`: no userinfo, no query string)."""
 
     delivery: WebhookDelivery
     shown_url: str

@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 from sqlmodel import Session, col, select
 
-from models import circuit_breakers, destinations
 from models.engine.notifications import EVENTS
 from models.errors import InvalidInput, NotFound
+from models.operations import circuit_breakers, destinations
+from models.operations.webhook_tables import WebhookSubscription
 from models.settings import Settings
-from models.webhook_tables import WebhookSubscription
 
 DEFAULT_SECRET: Final = "default"  # the secret ref of AGENTQ_WEBHOOK_SECRET (legacy rows)
 SECRET_PREFIX: Final = "whsec_"  # so a secret in a config file says what it is
@@ -79,7 +79,7 @@ def add_subscription(
     user's), with a secret of its own (`new_secret`; the row holds it: show it once). Raises
     `InvalidInput` naming the field: a URL that is not http(s) with a host, no event or one
     not in `EVENTS`, an empty user. Where the URL points is checked by the caller, before the
-    transaction (`models.destinations.resolve`: a network call)."""
+    transaction (`models.operations.destinations.resolve`: a network call)."""
     check_url(url)
     wanted = list(dict.fromkeys(events))
     unknown = [e for e in wanted if e not in EVENTS]
@@ -124,8 +124,8 @@ def list_subscriptions(session: Session) -> list[WebhookSubscription]:
 @dataclass(frozen=True)
 class Listed:
     """A subscription as the CLI and the console show it: its URL without userinfo or query
-    string (`models.destinations.shown`), its secret never whole (`secret_shown`), and its
-    circuit breaker's state (`models.circuit_breakers.state`)."""
+    string (`models.operations.destinations.shown`), its secret never whole (`secret_shown`), and its
+    circuit breaker's state (`models.operations.circuit_breakers.state`)."""
 
     id: int
     shown_url: str

@@ -27,7 +27,7 @@ from models import sql
 MAX_OPEN_S: Final = 3600.0  # one open window at most, however many probes failed
 
 # A delivery the sender may claim now: pending and due within its retry window, or held
-# under an expired lease (shared by the claim in `models.deliveries`).
+# under an expired lease (shared by the claim in `models.operations.deliveries`).
 DUE: Final = """(
     (d.status = 'pending' AND d.next_attempt_at <= :now AND d.give_up_at >= :now)
     OR (d.status = 'delivering' AND d.lease_expires_at <= :now))"""
