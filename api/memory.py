@@ -28,9 +28,9 @@ from api.responses import (
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
 from api.token_limits import LIMITED, charge_costly_read
-from models import commands
 from models.db import session_scope
 from models.engine.runs import USER_ID_MAX_CHARS
+from models.front import commands
 from models.memory import memory_admin
 from models.memory.facts import facts_of
 

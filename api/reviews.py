@@ -23,11 +23,11 @@ from api.responses import BudgetStanding, DecisionOut, ReviewOut, StepOut
 from api.runs import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from api.token_limits import LIMITED, REVIEWS_PAGE_FREE, charge_page
-from models import commands, queries
 from models.db import session_scope
 from models.engine import budget_grants, stack_limits
 from models.engine.runs import get_run, pinned_facts
 from models.errors import ClaimedByAnother, InvalidInput
+from models.front import commands, queries
 from models.review import escalations
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow

@@ -35,7 +35,6 @@ from api.responses import (
 )
 from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
 from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_page
-from models import commands, queries
 from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from models.db import session_scope
 from models.engine import previews
@@ -43,6 +42,7 @@ from models.engine.idempotency import Key
 from models.engine.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.engine.submissions import RunRequest, Submitted
 from models.errors import NotFound
+from models.front import commands, queries
 from models.plans.layout import by_wave
 from models.plans.plans import dependencies
 from models.review import escalations

@@ -40,9 +40,9 @@ from api.runs import RunId, visible_run
 from api.schemas import PG_INT_MAX
 from api.stream_hub import Delivery, Subscriber, deliveries
 from api.token_limits import LIMITED, give_back_stream_slot, take_stream_slot
-from models import queries
 from models.db import session_scope
 from models.engine.previews import EventShown
+from models.front import queries
 from models.memory import memory_admin
 from models.operations.event_feed import EventFeed, RunState
 from models.settings import get_settings

@@ -49,7 +49,7 @@ class StepNotDue(IllegalTransition):
 class ClaimedByAnother(AgentqError):
     """Another reviewer has claimed this escalation."""
 
-    holder: str | None = None  # who holds the claim, when the raiser looked (`models.commands`)
+    holder: str | None = None  # who holds the claim, when the raiser looked (`models.front.commands`)
 
 
 class Conflict(AgentqError):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from models import queries
 from models.engine import budget_grants, stack_limits
 from models.engine.budget_grants import Standing
+from models.front import queries
 from models.settings import get_settings
 from models.tables import Escalation, utcnow
 

@@ -220,7 +220,7 @@ def migrate() -> None:
     """Apply the database migrations (an explicit step; workers never migrate). With
     DATABASE_URL set (a deployment), also write the stack's limits this environment sets
     (quotas, dispatch cap, default budgets, ceilings); an `agentq up` stack's are its own."""
-    from models import commands
+    from models.front import commands
     from models.migrate import upgrade
     from models.settings import get_settings
     from ops.connection import connect
@@ -290,7 +290,7 @@ def tools() -> None:
 def cancel(run_id: RunId) -> None:
     """Cancel an active run: steps not yet running are cancelled, a running step finishes and
     nothing follows it, and an escalation waiting for review is withdrawn."""
-    from models import commands
+    from models.front import commands
     from ops.connection import connect
 
     connect()

@@ -24,12 +24,12 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.text import Text
 
-from models import commands, queries
 from models.db import session_scope
 from models.engine.runs import get_run
 from models.engine.submissions import RunRequest
 from models.errors import InvalidInput
 from models.formats import provider_label
+from models.front import commands, queries
 from models.memory import memory_admin
 from models.settings import get_settings
 from ops import preflight, views
@@ -204,7 +204,7 @@ def _submit(console: Console, trip: str) -> int:
 
 
 def _respond(console: Console, escalation_id: int) -> None:
-    """Answer as `agentq review respond` does (`models.commands.respond`: the answer is read
+    """Answer as `agentq review respond` does (`models.front.commands.respond`: the answer is read
     against the failed tool's declared result, `{"rate": 0.95}` for the rate tools)."""
     console.print(Text(f"$ agentq review respond {escalation_id} --answer {REVIEWER_RATE}"))
     done = commands.respond(escalation_id, reviewer="demo-reviewer", answer=REVIEWER_RATE)

@@ -8,9 +8,9 @@ import getpass
 import re
 from pathlib import Path
 
-from models import commands
 from models.engine.runs import FACT_KEY_PATTERN
 from models.errors import ConfigurationError
+from models.front import commands
 from models.plans.plans import PlanSpec
 from models.review import escalations
 from models.settings import get_settings

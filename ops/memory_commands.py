@@ -17,10 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from api.responses import FactOut
-from models import commands
 from models.db import session_scope
 from models.errors import ConfigurationError
 from models.formats import utc
+from models.front import commands
 from models.memory import memory_admin, reembedding
 from models.memory.facts import facts_of
 from models.migrate import upgrade

@@ -1,7 +1,7 @@
 """`agentq review ...`: the human-review queue from the command line: list, show, claim,
 release, and decide (approve, reject, respond, edit).
 
-Each is a thin layer over `models.commands`, as the HTTP API's and the console's are. Claims and
+Each is a thin layer over `models.front.commands`, as the HTTP API's and the console's are. Claims and
 decisions are recorded as `$AGENTQ_REVIEWER`, else the login name (`ops.inputs.reviewer_name`).
 """
 
@@ -16,9 +16,9 @@ from rich.text import Text
 from sqlmodel import Session
 
 from api.reviews import review_out
-from models import commands, queries
 from models.db import session_scope
 from models.engine import budget_grants
+from models.front import commands, queries
 from models.review import drafts, escalations, reviews
 from models.sql import PG_INT_MAX
 from models.tables import Escalation

@@ -1,8 +1,8 @@
 """`agentq runs`: list the newest runs; `agentq runs purge --before DATE`: delete the runs that
 ended before DATE with their rows (retention, issue 15).
 
-Thin adapters: the listing reads `models.queries.newest_runs`, the purge is
-`models.commands.purge_runs` (the same `models.operations.retention.purge` beat runs).
+Thin adapters: the listing reads `models.front.queries.newest_runs`, the purge is
+`models.front.commands.purge_runs` (the same `models.operations.retention.purge` beat runs).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from models import commands, queries
 from models.db import session_scope
+from models.front import commands, queries
 from models.states import RUN_STATUSES
 from ops import views
 from ops.connection import connect

@@ -1,4 +1,4 @@
-"""`agentq submit`: a goal (or an explicit plan) as a new run, through `models.commands.submit`,
+"""`agentq submit`: a goal (or an explicit plan) as a new run, through `models.front.commands.submit`,
 the function every front end submits with.
 
 The run is held to the stack's limits (`models.engine.stack_limits`: its quotas, default budgets and
@@ -71,8 +71,8 @@ def submit(
     watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
 ) -> None:
     """Submit a goal; prints the run id."""
-    from models import commands
     from models.engine.submissions import RunRequest
+    from models.front import commands
     from ops import views
     from ops.connection import connect
     from ops.inputs import parse_facts, read_plan
@@ -108,10 +108,10 @@ def submit(
 
 
 def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:
-    """`request` submitted (`models.commands.submit`), or under the idempotency key `key`,
-    whose scope is the run's user (`models.commands.submit_once`)."""
-    from models import commands
+    """`request` submitted (`models.front.commands.submit`), or under the idempotency key `key`,
+    whose scope is the run's user (`models.front.commands.submit_once`)."""
     from models.engine.idempotency import Key
+    from models.front import commands
 
     if key is None:
         return commands.submit(request)

@@ -13,11 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from api.responses import TokenOut
-from models import commands
 from models.access import api_tokens
 from models.db import session_scope
 from models.display import visible
 from models.formats import utc
+from models.front import commands
 from models.sql import PG_INT_MAX
 from ops.connection import connect
 from ops.json_output import JsonFlag, print_json

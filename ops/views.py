@@ -22,7 +22,6 @@ from rich.table import Column, Table
 from rich.text import Text
 from sqlmodel import Session
 
-from models import queries
 from models.display import visible
 from models.engine import budget_grants, stack_limits
 from models.engine.budget_grants import Standing
@@ -37,6 +36,7 @@ from models.formats import (
     span,
     utc,
 )
+from models.front import queries
 from models.memory.procedure_admin import SAVE_HINT, offers_procedure
 from models.memory.procedure_recall import Used, used_by_run
 from models.plans.goal_values import GoalPins

@@ -18,8 +18,8 @@ from rich.live import Live
 
 from models.db import session_scope
 from models.engine.runs import get_run
+from models.front.queries import last_event_id
 from models.operations.event_feed import EventFeed, events_after
-from models.queries import last_event_id
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow

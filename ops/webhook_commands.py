@@ -1,5 +1,5 @@
 """`agentq webhook ...`: add, list, rotate and remove webhook subscriptions, and read the
-delivery log (issue 15). The commands are `models.commands`; a subscription's secret is printed
+delivery log (issue 15). The commands are `models.front.commands`; a subscription's secret is printed
 once, when it is made or rotated, and never again; URLs are shown without userinfo or query
 string (`models.operations.destinations.shown`)."""
 
@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from models import commands
 from models.db import session_scope
 from models.engine.notifications import EVENTS
 from models.formats import utc
+from models.front import commands
 from models.operations import deliveries, destinations, webhooks
 from models.operations.webhook_tables import DELIVERY_STATUSES
 from models.settings import get_settings

@@ -13,10 +13,10 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from api.ui import run_details
-from models import queries
 from models.engine import budget_grants, stack_limits
 from models.engine.runs import pinned_facts
 from models.formats import DETAIL_SHOWN_ELSEWHERE
+from models.front import queries
 from models.plans.layout import places, runs_together
 from models.plans.plans import current_graph, handled_failures
 from models.review import escalations

@@ -1,7 +1,7 @@
 """The review pages: the inbox, one escalation, and the reviewer's decisions.
 
 Only reviewers and admins get here. Decisions call the same functions as `agentq review ...`
-(`models.commands`), recorded under the token's name, and tell the coordinator after the commit.
+(`models.front.commands`), recorded under the token's name, and tell the coordinator after the commit.
 A second decision (or one on another reviewer's claim) changes nothing and re-shows the page
 with a 409 and what was decided; a plan edit that does not validate re-shows the form with the
 error naming the field (400), with nothing stored. A decision's address opened as a page (a
@@ -21,7 +21,6 @@ from api.reviews import EscalationId
 from api.ui import review_details
 from api.ui.security import reviewer
 from api.ui.templating import base_path, flash, render
-from models import commands
 from models.db import session_scope
 from models.engine import budget_grants
 from models.errors import (
@@ -31,7 +30,8 @@ from models.errors import (
     InvalidInput,
     InvalidPlan,
 )
-from models.queries import last_event_id
+from models.front import commands
+from models.front.queries import last_event_id
 
 router = APIRouter()
 Text = Annotated[str, Form()]
@@ -121,7 +121,7 @@ def _decide(
     typed: dict[str, str],
     done: str,
 ) -> Response:
-    """Apply `decision` (a `models.commands` decision: one transaction, then what comes next,
+    """Apply `decision` (a `models.front.commands` decision: one transaction, then what comes next,
     `queue.follow_up`) and show the run."""
     principal = reviewer(request)
     try:

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models import queries
 from models.engine import previews
+from models.front import queries
 from models.memory import memory_admin
 from models.plans.layout import Place, places, runs_together
 from models.plans.plans import dependencies

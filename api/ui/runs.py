@@ -31,11 +31,11 @@ from api.schemas import PG_INT_MAX
 from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
-from models import commands, queries
 from models.db import session_scope
 from models.engine import previews
 from models.engine.runs import pinned_facts
 from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
+from models.front import commands, queries
 from models.memory import procedure_admin
 from models.memory.procedure_recall import used_by_run
 from models.plans.step_data import json_bytes
@@ -199,7 +199,7 @@ def run_version(request: Request, run_id: RunId) -> dict[str, int]:
 
 @router.post("/runs/{run_id}/cancel")
 def cancel(request: Request, run_id: RunId) -> Response:
-    """Cancel an active run (`models.commands.cancel`: under the run's lock, one transaction),
+    """Cancel an active run (`models.front.commands.cancel`: under the run's lock, one transaction),
     then send what follows (`queue.follow_up`: its episode is written). A run that has ended
     already changes nothing and says so. Submitter (own runs) or admin."""
     principal = current_principal(request)

@@ -1,6 +1,6 @@
 """Webhook subscriptions (issue 15): who is told of which events, and with which secret.
 
-Managed by `agentq webhook add/list/rotate/remove`, through `models.commands`. Every
+Managed by `agentq webhook add/list/rotate/remove`, through `models.front.commands`. Every
 subscription signs with a secret of its own (`new_secret`: 256 random bits), generated when it
 is added or rotated and shown then only: with one secret shared by many subscriptions, every
 receiver got the same signature for the same body and could replay what it received to the

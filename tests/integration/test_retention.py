@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from models import commands
 from models.db import session_scope
 from models.errors import InvalidInput
+from models.front import commands
 from models.memory.episodes import Episode
 from models.memory.procedures import Procedure
 from models.operations import retention

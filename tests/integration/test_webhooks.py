@@ -25,11 +25,11 @@ from datetime import datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from models import commands
 from models.db import session_scope
 from models.engine import run_transitions, submissions
 from models.engine.runs import submit_run
 from models.engine.submissions import RunRequest
+from models.front import commands
 from models.memory import memory_admin
 from models.memory.erasures import ERASED
 from models.operations import deliveries, webhooks

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from models import commands
 from models.errors import InvalidInput
+from models.front import commands
 from models.operations import destinations
 from models.operations.deliveries import Claimed
 from models.settings import Settings, get_settings
