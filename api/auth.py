@@ -1,8 +1,8 @@
 """Bearer-token authentication of API requests, and the role checks of the routes.
 
 A request carries `Authorization: Bearer <token>`; `authenticate` hashes the token and finds its
-row by the hash (`models.access.api_tokens.lookup`), so no stored secret is ever compared byte by byte in
-Python. Tokens are never accepted in query strings or cookies: those reach access logs and
+row by the hash (`models.access.api_tokens.lookup`), so no stored secret is ever compared byte by
+byte in Python. Tokens are never accepted in query strings or cookies: those reach access logs and
 browser history. Nothing here logs a header. Roles: admin can do everything; reviewer reads every
 run and works the review queue, but reads no user's memory; submitter submits, reads and cancels
 its own user's runs and reads, deletes and forgets that user's memory.

@@ -58,7 +58,8 @@ STALE_MEMORY = (
 def without_memory(detail: RunDetail, principal: Principal) -> RunDetail:
     """The run detail as `principal` may see it: whole when it may read the run's user's memory
     (`Principal.can_read_memory`), else with the events that quote recalled memory
-    (`models.memory.memory_admin.MEMORY_EVENT_KINDS`) reduced to `models.memory.memory_admin.hidden_detail`."""
+    (`models.memory.memory_admin.MEMORY_EVENT_KINDS`) reduced to
+    `models.memory.memory_admin.hidden_detail`."""
     if not principal.can_read_memory(detail.user_id):
         for event in detail.events:
             if event.kind in memory_admin.MEMORY_EVENT_KINDS:

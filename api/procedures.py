@@ -1,9 +1,9 @@
 """`/api/v1/procedures`: procedural memory. Add, list, show, edit and delete procedures, and save
 a succeeded run's final plan as one (`POST /procedures/from-run/{run_id}`).
 
-The same model-layer functions as `agentq procedure ...` (`models.memory.procedure_admin`). Who may do
-what is `models.memory.procedures.Actor`'s rule: any token reads everyone's and tool procedures; a
-user's own are read and written by that user's submitter tokens and admins only (another's is a
+The same model-layer functions as `agentq procedure ...` (`models.memory.procedure_admin`). Who may
+do what is `models.memory.procedures.Actor`'s rule: any token reads everyone's and tool procedures;
+a user's own are read and written by that user's submitter tokens and admins only (another's is a
 404, as one that does not exist); reviewers write everyone's and tool procedures, submitters
 only their own user's (403 otherwise). An edit makes a new version (`?expected_version=` refuses
 it with 409 unless the procedure is still at that version).

@@ -256,8 +256,8 @@ class RunDetail(RunOut):
 
 
 class GoalValuesOut(BaseModel):
-    """The values a goal states (`models.plans.goal_values`): `found` (key -> value; a key found with
-    several values is numbered, `currency_1`, `currency_2`), `pinned` (those the run pins:
+    """The values a goal states (`models.plans.goal_values`): `found` (key -> value; a key found
+    with several values is numbered, `currency_1`, `currency_2`), `pinned` (those the run pins:
     none unless `pin_from_goal`), `overridden` (found values whose key `facts` pinned, which
     won: key -> the value found)."""
 

@@ -1,8 +1,8 @@
 """`/api/v1/runs`: submit a goal, list runs, read one run whole, cancel one.
 
 A run reads as its newest `EVENTS_PAGE_DEFAULT` events (`events_before` pages back), with every
-step's args and result and every event's detail over `models.engine.previews.PREVIEW_MAX_BYTES` shown
-as a preview; `/runs/{id}/steps/{step_id}/result` returns one step's whole result.
+step's args and result and every event's detail over `models.engine.previews.PREVIEW_MAX_BYTES`
+shown as a preview; `/runs/{id}/steps/{step_id}/result` returns one step's whole result.
 
 A submitter token sees and acts on its own user's runs only: another user's run is a 404, as if
 it did not exist. Reviewers read every run; admins do everything. Each write is one transaction
@@ -222,9 +222,9 @@ def submit(
     `from_goal` shows the values the goal states (amounts, currencies, ISO dates, identifiers:
     `models.plans.goal_values`) and, with `pin_from_goal`, those the run pinned; `facts` win.
 
-    With `Idempotency-Key` a retry is safe (`models.engine.idempotency`): the same key and body within
-    the window answer with the first run (the same 201 body, `Idempotent-Replayed: true`), the
-    same key with another body is a 409 (`IdempotencyKeyReused`), and concurrent requests with
+    With `Idempotency-Key` a retry is safe (`models.engine.idempotency`): the same key and body
+    within the window answer with the first run (the same 201 body, `Idempotent-Replayed: true`),
+    the same key with another body is a 409 (`IdempotencyKeyReused`), and concurrent requests with
     one key make one run. A refused submit keeps no key.
     """
     user_id = principal.acting_for(body.user)

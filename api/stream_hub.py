@@ -11,8 +11,8 @@ every `AGENTQ_STREAM_POLL_INTERVAL_S` in one thread, on one pooled connection:
 2. every `AGENTQ_STREAM_RECHECK_S`: which of the streams' tokens are still live
    (`models.access.api_tokens.live_token_ids`) and which console sessions
    (`models.access.ui_sessions.live_session_ids`), one statement each;
-3. the state of every run streamed (`models.operations.event_feed.run_states`), before the events, so that
-   a run's final status comes with its last event;
+3. the state of every run streamed (`models.operations.event_feed.run_states`), before the events,
+so that a run's final status comes with its last event;
 4. the events after the hub's own cursor, of every run (`events_after`, page by page).
 
 So the database work of a process is at most four statements a cycle, plus one first read per

@@ -142,7 +142,8 @@ def retry_dropped(unit: Callable[P, T]) -> Callable[P, T]:
     pool's other connections of the same age, so the second run checks out a new one. Pooled
     connections are not pinged on every checkout (`IDLE_PING_S`), so this is where a server
     restart is absorbed; any other error, or a second drop, is raised (a database still away
-    raises `DatabaseUnavailable`: a task then sends itself again, `models.engine.queue.OUTAGE_RETRIES`)."""
+    raises `DatabaseUnavailable`: a task then sends itself again,
+    `models.engine.queue.OUTAGE_RETRIES`)."""
 
     @functools.wraps(unit)
     def again(*args: P.args, **kwargs: P.kwargs) -> T:

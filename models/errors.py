@@ -49,7 +49,9 @@ class StepNotDue(IllegalTransition):
 class ClaimedByAnother(AgentqError):
     """Another reviewer has claimed this escalation."""
 
-    holder: str | None = None  # who holds the claim, when the raiser looked (`models.front.commands`)
+    holder: str | None = (
+        None  # who holds the claim, when the raiser looked (`models.front.commands`)
+    )
 
 
 class Conflict(AgentqError):
@@ -114,7 +116,8 @@ class DatabaseUnavailable(DatabaseError):
     """The database could not be used at all for now: the connection was refused, dropped, or
     the server is starting up or shutting down (`models.db.unavailable`). Nothing of the unit of
     work that met it was committed, unless the connection dropped during its COMMIT; a task
-    sends itself again rather than be acknowledged as done (`models.engine.queue.OUTAGE_RETRIES`)."""
+    sends itself again rather than be acknowledged as done
+    (`models.engine.queue.OUTAGE_RETRIES`)."""
 
 
 class BudgetExhausted(AgentqError):

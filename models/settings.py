@@ -128,9 +128,9 @@ class Settings(OperationsSettings, StepDataSettings):
     default_token_budget: int = Field(default=200_000, ge=0)
     default_cost_budget_usd: float = Field(default=1.0, ge=0)
     default_wall_time_budget_s: float = Field(default=3600.0, gt=0)
-    # The most a submitter may ask for (`models.engine.runs.run_budgets`): budgets are what an operator
-    # pays for, so the operator sets their ceiling (a user test submitted 2^31 replans, 2^31
-    # tokens and $1M; one run replanned 663 times). Five times the defaults, and a week.
+    # The most a submitter may ask for (`models.engine.runs.run_budgets`): budgets are what an
+    # operator pays for, so the operator sets their ceiling (a user test submitted 2^31 replans,
+    # 2^31 tokens and $1M; one run replanned 663 times). Five times the defaults, and a week.
     max_replan_budget: int = Field(default=10, ge=0)
     max_token_budget: int = Field(default=1_000_000, ge=1)
     max_cost_budget_usd: float = Field(default=5.0, ge=0)
@@ -179,11 +179,12 @@ class Settings(OperationsSettings, StepDataSettings):
         description="At an escalation's deadline: reject it (the run fails) or wait and notify.",
     )
 
-    # Fairness and quotas per user (issue 9, finding 3; `models.engine.quotas`, `models.engine.dispatch`).
-    # 0 turns a limit off. 20 active runs and 60 submits a minute are far above what a person
-    # does by hand and stop a script from flooding the queue (the finding: 200 submits in 7 s).
-    # 4 tasks in flight is twice the default worker pool: one user alone still keeps every
-    # worker busy, and another user's step waits behind at most 4 of theirs in the broker.
+    # Fairness and quotas per user (issue 9, finding 3; `models.engine.quotas`,
+    # `models.engine.dispatch`). 0 turns a limit off. 20 active runs and 60 submits a minute are far
+    # above what a person does by hand and stop a script from flooding the queue (the finding: 200
+    # submits in 7 s). 4 tasks in flight is twice the default worker pool: one user alone still
+    # keeps every worker busy, and another user's step waits behind at most 4 of theirs in the
+    # broker.
     user_max_active_runs: int = Field(
         default=20, ge=0, description="Runs of one user not yet ended; more are refused (429)."
     )

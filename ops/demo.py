@@ -160,8 +160,8 @@ def _forget_demo_user(console: Console) -> None:
 
 
 def _wait_for_memory(console: Console, run_id: int) -> None:
-    """Wait until the run's memory task has ended (`models.memory.memory_admin.memory_ended`: it runs after
-    the run ends, on the `memory` queue), and say what it wrote; gives up after
+    """Wait until the run's memory task has ended (`models.memory.memory_admin.memory_ended`: it
+    runs after the run ends, on the `memory` queue), and say what it wrote; gives up after
     `MEMORY_TIMEOUT_S` seconds, saying so."""
     deadline = time.monotonic() + MEMORY_TIMEOUT_S
     while True:

@@ -55,8 +55,8 @@ def engine_env(
     """The environment of a child process that connects to this stack: this process's, over
     the settings of the `.env` here (`dotenv_settings`: the child runs in the data dir), with
     AGENTQ_HOME absolute, the stack's URLs, then `extra`. Celery's own broker and backend
-    variables (`models.engine.queue.CELERY_BROKER_VARIABLES`: `BROKER_URL`, `CELERY_BROKER_URL`, ...)
-    are set empty, which Celery and its command line take as unset: a child uses the stack's
+    variables (`models.engine.queue.CELERY_BROKER_VARIABLES`: `BROKER_URL`, `CELERY_BROKER_URL`,
+    ...) are set empty, which Celery and its command line take as unset: a child uses the stack's
     broker alone, as this process does (issue 11: the workers had joined another)."""
     return {
         **dotenv_settings(os.environ),
@@ -70,8 +70,8 @@ def engine_env(
 
 
 def ignored_broker_variables(environ: Mapping[str, str]) -> list[str]:
-    """Which of `models.engine.queue.CELERY_BROKER_VARIABLES` `environ` sets: `agentq up` uses its own
-    Redis in every process all the same, and says so."""
+    """Which of `models.engine.queue.CELERY_BROKER_VARIABLES` `environ` sets: `agentq up` uses its
+    own Redis in every process all the same, and says so."""
     return [name for name in CELERY_BROKER_VARIABLES if environ.get(name)]
 
 
@@ -223,8 +223,8 @@ def _loading_line(worker_concurrency: int) -> str | None:
 
 
 def check_memory_model() -> None:
-    """`models.memory.reembedding.check_embedding_model` with this process's embedder: the check each
-    worker makes at start, made before they start, where its `ConfigurationError` is one line
+    """`models.memory.reembedding.check_embedding_model` with this process's embedder: the check
+    each worker makes at start, made before they start, where its `ConfigurationError` is one line
     rather than a worker's traceback in its log. For a stack whose workers have this process's
     settings (no embedding setting in `extra_env`)."""
     with session_scope() as session:

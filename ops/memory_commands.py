@@ -1,8 +1,8 @@
 """`agentq memory ...`: look into a user's memory, delete one fact or episode, forget a user,
 re-embed after a model change.
 
-The same functions serve the HTTP API: everything here is a thin layer over `models.memory.memory_admin`,
-`models.memory.facts` and `models.memory.episodes`.
+The same functions serve the HTTP API: everything here is a thin layer over
+`models.memory.memory_admin`, `models.memory.facts` and `models.memory.episodes`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`agentq procedure ...`: add, list, show, edit and delete procedures, and save a succeeded
 run's plan as one (`save --from-run N`).
 
-A thin layer over `models.memory.procedure_admin`, which the HTTP API and the review console call too.
-The CLI talks to Postgres directly and acts as an admin: it may write any scope. What it writes
+A thin layer over `models.memory.procedure_admin`, which the HTTP API and the review console call
+too. The CLI talks to Postgres directly and acts as an admin: it may write any scope. What it writes
 is recorded as `cli:<name>` (`$AGENTQ_REVIEWER`, else the login name).
 """
 

@@ -1,8 +1,8 @@
 """`agentq review ...`: the human-review queue from the command line: list, show, claim,
 release, and decide (approve, reject, respond, edit).
 
-Each is a thin layer over `models.front.commands`, as the HTTP API's and the console's are. Claims and
-decisions are recorded as `$AGENTQ_REVIEWER`, else the login name (`ops.inputs.reviewer_name`).
+Each is a thin layer over `models.front.commands`, as the HTTP API's and the console's are. Claims
+and decisions are recorded as `$AGENTQ_REVIEWER`, else the login name (`ops.inputs.reviewer_name`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`agentq submit`: a goal (or an explicit plan) as a new run, through `models.front.commands.submit`,
-the function every front end submits with.
+"""`agentq submit`: a goal (or an explicit plan) as a new run, through
+`models.front.commands.submit`, the function every front end submits with.
 
 The run is held to the stack's limits (`models.engine.stack_limits`: its quotas, default budgets and
 ceilings), not this shell's: when this shell's environment sets one otherwise, a line says so.

@@ -1,6 +1,7 @@
 """`agentq token ...`: create, list and revoke the bearer tokens of the HTTP API.
 
-A token is shown once, when it is created; only its sha256 hash is stored (`models.access.api_tokens`).
+A token is shown once, when it is created; only its sha256 hash is stored
+(`models.access.api_tokens`).
 """
 
 from __future__ import annotations

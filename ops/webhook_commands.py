@@ -1,6 +1,6 @@
 """`agentq webhook ...`: add, list, rotate and remove webhook subscriptions, and read the
-delivery log (issue 15). The commands are `models.front.commands`; a subscription's secret is printed
-once, when it is made or rotated, and never again; URLs are shown without userinfo or query
+delivery log (issue 15). The commands are `models.front.commands`; a subscription's secret is
+printed once, when it is made or rotated, and never again; URLs are shown without userinfo or query
 string (`models.operations.destinations.shown`)."""
 
 from __future__ import annotations

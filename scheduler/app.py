@@ -10,8 +10,8 @@ holds the beat lock (`scheduler.beat`). The beat and the pool process die with t
 (`models.orphans`), so a killed scheduler leaves no beat sending.
 
 A coordinate task that finds the database unavailable sends itself again after a backoff
-(`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the rows
-under the run's lock, so running it again is harmless. The periodic tasks are not retried: the
+(`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; it decides from the
+rows under the run's lock, so running it again is harmless. The periodic tasks are not retried: the
 next beat does their work.
 """
 
@@ -128,7 +128,8 @@ def _beat_dies_with_the_scheduler(**_: Any) -> None:
 @worker_init.connect  # type: ignore[untyped-decorator]
 def _metrics(**_: Any) -> None:
     """In the main process, before the pool forks: every process writes its metrics under
-    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.operations.metrics_export`)."""
+    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set
+    (`models.operations.metrics_export`)."""
     metrics_export.record_in(metrics_export.metrics_dir(settings))
     metrics_export.serve(settings, database=True)
 

@@ -43,9 +43,9 @@ DEADLINES_PER_BEAT = 100  # escalations one beat applies at most; the rest wait 
 
 @retry_dropped
 def coordinate(run_id: int) -> Decision | None:
-    """Decide and apply the next action for run `run_id` (`models.engine.decisions`), then dispatch its
-    user's held work (`models.engine.dispatch`: this decision, or the task that asked for it, may have
-    freed a slot); returns the decision taken.
+    """Decide and apply the next action for run `run_id` (`models.engine.decisions`), then dispatch
+    its user's held work (`models.engine.dispatch`: this decision, or the task that asked for it,
+    may have freed a slot); returns the decision taken.
 
     The run row is locked for the transaction, so two coordinators of one run take turns, and
     several coordinator processes may consume the coordinator queue at once.
@@ -79,11 +79,12 @@ def reconcile() -> dict[str, int]:
     - an ended run whose memory task has not ended `phase_stale_s` after it ended (its
       `agentq.remember_run` may be lost) is asked for it again, once, and one whose memory task
       died holding its extraction's claim, once that claim's lease has run out;
-    - a user with a step ready for longer than `queued_stale_s` is dispatched (`models.engine.dispatch`:
-      a slot may have come free with no coordinator decision to fill it), one transaction each.
+    - a user with a step ready for longer than `queued_stale_s` is dispatched
+    (`models.engine.dispatch`: a slot may have come free with no coordinator decision to fill it),
+    one transaction each.
 
-    When the broker lost its memory (`models.engine.queue.broker_restarted`: a Redis broker that came
-    back empty, or the first reconcile after `agentq up`), every message it held is gone, so
+    When the broker lost its memory (`models.engine.queue.broker_restarted`: a Redis broker that
+    came back empty, or the first reconcile after `agentq up`), every message it held is gone, so
     nothing waiting is waited for (issue 11: steps sat 60-130 s after Redis restarted empty):
     every due queued step is sent again, however recently queued and with no `lost_at_most` limit,
     and every quiet run is nudged, whenever it was last updated. A phase under a live lease and a
@@ -183,8 +184,8 @@ PURGE_BEAT_MAX_S = 30.0  # one beat's purge; the rest waits for the next, so a c
 
 def purge_runs(*, now: datetime | None = None) -> dict[str, int]:
     """Purge the runs that ended more than `AGENTQ_RUN_RETENTION_DAYS` ago
-    (`models.operations.retention.purge`, `AGENTQ_RUN_RETENTION_BATCH` runs per transaction, for at most
-    `PURGE_BEAT_MAX_S`); returns the rows deleted per table, empty when retention is off."""
+    (`models.operations.retention.purge`, `AGENTQ_RUN_RETENTION_BATCH` runs per transaction, for at
+    most `PURGE_BEAT_MAX_S`); returns the rows deleted per table, empty when retention is off."""
     settings = get_settings()
     before = retention.cutoff(settings.run_retention_days, now or utcnow())
     if before is None:

@@ -1,6 +1,6 @@
 """The webhook sender's pass: `agentq.deliver_webhooks` (run by the sender process,
-`scheduler.sender`) posts the outbox's due deliveries (`models.operations.deliveries`) and records each
-attempt (issue 15).
+`scheduler.sender`) posts the outbox's due deliveries (`models.operations.deliveries`) and records
+each attempt (issue 15).
 
 Why a beat tick and not a task per event: the outbox row is the message. A state change writes
 its delivery in its own transaction and sends nothing to the broker, so a lost broker message
@@ -15,9 +15,9 @@ unattempted (`models.operations.deliveries.release`) and counts toward its circu
 
 Each attempt resolves the receiver's name once, refuses an address that is not public (unless
 `AGENTQ_WEBHOOK_ALLOW_PRIVATE_NETWORKS`), and connects to that address with the name in the Host
-header and as the TLS server name (`models.operations.destinations`); proxies from the environment are not
-used (a proxy would resolve the name again). The receiver's answer is its status code: its body
-is neither read nor kept.
+header and as the TLS server name (`models.operations.destinations`); proxies from the environment
+are not used (a proxy would resolve the name again). The receiver's answer is its status code: its
+body is neither read nor kept.
 """
 
 from __future__ import annotations

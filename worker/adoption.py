@@ -2,9 +2,9 @@
 
 A plan or replan call whose context carries procedures with a plan template
 (`worker.procedure_context`) may answer `{"procedure": ID}` instead of writing steps: the plan
-is then that template, checked as any plan is (`models.plans.plans.parse_plan`). A small model copies
-an id far more reliably than it writes a five-step plan with references (SmolLM2-135M wrote no
-usable plan for the demo; adopting, it filed the report in 5 runs of 5: README). The request's
+is then that template, checked as any plan is (`models.plans.plans.parse_plan`). A small model
+copies an id far more reliably than it writes a five-step plan with references (SmolLM2-135M wrote
+no usable plan for the demo; adopting, it filed the report in 5 runs of 5: README). The request's
 schema offers the ids as an enum beside the plan's own shape (`schema`), so a server that
 compiles schemas into a grammar can only answer an id the context showed, or a plan. Both
 answers open with the `procedure` key (an id, or null before the steps of a plan written out),

@@ -12,8 +12,8 @@ Each pool process loads the embedding model when it starts (`worker.remembering.
 `worker.warm`), so no run waits for it.
 
 A task that finds the database unavailable sends itself again after a backoff
-(`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries the
-attempt it holds and its outcome, if it had one (`worker.outages`). A plan, replan, synthesis or
+(`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries
+the attempt it holds and its outcome, if it had one (`worker.outages`). A plan, replan, synthesis or
 memory task is run again whole: each claims its run's phase first (`worker.claims`) and does
 nothing if the run has moved on, so the rows are changed once. Its earlier try's claim is no
 longer renewed once the outage ended that try (`worker.heartbeats`), so the retry claims the
@@ -309,7 +309,8 @@ def _stack_limits(**_: Any) -> None:
 @worker_init.connect  # type: ignore[untyped-decorator]
 def _metrics(**_: Any) -> None:
     """In the main process, before the pool forks: every process writes its metrics under
-    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set (`models.operations.metrics_export`)."""
+    `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set
+    (`models.operations.metrics_export`)."""
     metrics_export.record_in(metrics_export.metrics_dir(settings))
     metrics_export.serve(settings, database=False)
 

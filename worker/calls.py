@@ -276,7 +276,8 @@ def settle(session: Session, call: Call, completion: Completion, attempt: int) -
 
 def _sample(call: Call, theirs: int | None) -> token_calibrations.Sample | None:
     """What the server's count `theirs` of `call`'s prompt says of the configured model's
-    tokens (`models.engine.token_calibrations`); None for the offline provider, which has no server."""
+    tokens (`models.engine.token_calibrations`); None for the offline provider, which has no
+    server."""
     if call.chat.name == OFFLINE_MODEL:
         return None
     return token_calibrations.Sample.of(
@@ -286,7 +287,8 @@ def _sample(call: Call, theirs: int | None) -> token_calibrations.Sample | None:
 
 def estimate_prompt_tokens(request: ModelRequest) -> int:
     """Our tiktoken count of what `request` sends: its messages, plus the JSON schema of the
-    answer and the tool definitions (`models.memory.tokens.count_tool_schema_tokens`, an estimate)."""
+    answer and the tool definitions (`models.memory.tokens.count_tool_schema_tokens`, an
+    estimate)."""
     model = get_settings().model
     schemas = [request.json_schema] if request.json_schema else []
     extra = count_tool_schema_tokens([*schemas, *request.tools]) if schemas or request.tools else 0

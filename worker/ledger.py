@@ -1,8 +1,8 @@
 """The ledger of a call's context: the plan with every step's status and what each done step found.
 
 A done step's whole result is already in the run's conversation: the step's turn, written when
-its attempt ended (`models.engine.leases.WITH_TURN`), kept verbatim while it is recent and folded into
-the rolling summary after. So the ledger does not repeat it (issue 12: results appeared both in
+its attempt ended (`models.engine.leases.WITH_TURN`), kept verbatim while it is recent and folded
+into the rolling summary after. So the ledger does not repeat it (issue 12: results appeared both in
 the ledger and as turns, and a 40-step run with ~400-token results overflowed a 4k window). Each
 step with a turn gets its key values instead: every top-level scalar of its result, verbatim up
 to `KEY_VALUE_MAX_CHARS` characters, a list or object named by its size, at most

@@ -192,10 +192,10 @@ def offline_fields(output: Mapping[str, str], payload: Mapping[str, Any]) -> dic
     """The offline answer to a step declaring `output` (field -> type): each field's value from
     the first place that holds one of its type under the field's name, in this order: the pinned
     facts; the results of the steps it waits for (a key at any depth, up to `FIELD_MAX_DEPTH`,
-    the steps taken by name); the values its instruction states (`models.plans.goal_values`: `amount`,
-    `currency`, `date`, `cost_centre`, ...). Text that reads as a number counts for a number,
-    a number as text for a string. A field found nowhere is left out, so the worker refuses the
-    answer naming it and the step fails: the offline provider never makes up a value (no 0
+    the steps taken by name); the values its instruction states (`models.plans.goal_values`:
+    `amount`, `currency`, `date`, `cost_centre`, ...). Text that reads as a number counts for a
+    number, a number as text for a string. A field found nowhere is left out, so the worker refuses
+    the answer naming it and the step fails: the offline provider never makes up a value (no 0
     total, no empty currency), which is what declaring `output` is for."""
     facts = payload.get("facts") or {}
     results = [result for _, result in sorted((payload.get("results") or {}).items())]

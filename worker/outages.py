@@ -1,8 +1,8 @@
 """A step's task that meets a database outage: what its retry carries (issue 11).
 
 `agentq.execute_step` that meets `DatabaseUnavailable` is sent again after a backoff
-(`models.engine.queue.OUTAGE_RETRIES`), never acknowledged as done. What its retry carries depends on
-where the outage met it:
+(`models.engine.queue.OUTAGE_RETRIES`), never acknowledged as done. What its retry carries depends
+on where the outage met it:
 
 - at the claim: nothing; the retry claims the step as the first delivery would have. The claim
   is guarded: if it did commit before its connection dropped, the retry finds the step running

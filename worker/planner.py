@@ -1,10 +1,11 @@
 """The plan and replan tasks: ask the model for a plan, validate it, write it as a plan version.
 
-Model output is bad input until it validates (`models.plans.plans.parse_plan`); `worker.structured.ask`
-re-asks with the validation error a bounded number of times, each call charged to the run; after
-that the run escalates with the raw output attached. Invalid output is never taken as an empty
-plan. The transaction that writes the plan waits out a database outage (`worker.calls.
-waits_out_outages`): the answer is paid for, and a retry of the task would find the phase claimed.
+Model output is bad input until it validates (`models.plans.plans.parse_plan`);
+`worker.structured.ask` re-asks with the validation error a bounded number of times, each call
+charged to the run; after that the run escalates with the raw output attached. Invalid output is
+never taken as an empty plan. The transaction that writes the plan waits out a database outage
+(`worker.calls. waits_out_outages`): the answer is paid for, and a retry of the task would find the
+phase claimed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from models.engine.goal_checks import last_unmet
 from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidPlan
 from models.memory.procedure_recall import RECALLED
+from models.plans import plan_checks
 from models.plans.plans import (
     PlanSpec,
     Splice,
@@ -29,7 +31,6 @@ from models.plans.plans import (
     current_steps,
     edit_splice,
     parse_plan,
-    plan_checks,
 )
 from models.plans.tools import argument_problems, catalog
 from models.settings import get_settings
@@ -81,8 +82,8 @@ def plan(run_id: int) -> bool:
 def replan(run_id: int, failed_step_id: int) -> bool:
     """Put new steps in the place of the failed step (a new plan version), or escalate; returns
     and raises as `plan` does. A step that succeeded is replanned for one of two reasons: the
-    should-replan check after it answered `replan` (`models.plans.plan_checks`: the steps not started
-    yet are dropped, and the new ones follow it), or the run's goal check found the goal not
+    should-replan check after it answered `replan` (`models.plans.plan_checks`: the steps not
+    started yet are dropped, and the new ones follow it), or the run's goal check found the goal not
     met (`models.engine.goal_checks`: the new steps replace it). The prompt says which, with the
     check's reason (and what is missing) instead of an error."""
     with session_scope() as session:

@@ -6,8 +6,8 @@ That delivery finds the step still `running` under the dead attempt's lease (or,
 had gone on to a later step of the run in the same task, that step), so its claim is refused;
 instead of dropping it, the task sends itself again for the moment the lease expires
 (`check_later`), and then takes the step back (`take_back`: the reconciler's own transition,
-`models.engine.step_transitions.expire_lease`) and claims it. With heartbeats the lease is short, so a
-killed worker's step runs again about a lease (`AGENTQ_LEASE_S`) after its last heartbeat,
+`models.engine.step_transitions.expire_lease`) and claims it. With heartbeats the lease is short, so
+a killed worker's step runs again about a lease (`AGENTQ_LEASE_S`) after its last heartbeat,
 without waiting for the reconciler's next pass; the reconciler still takes back what no
 redelivery reached. A live attempt keeps renewing its lease, so the check finds it held and
 does nothing: one follow-up per redelivery, never a loop.

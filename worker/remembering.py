@@ -3,22 +3,22 @@
 Remembering writes one episode per run (goal, plan, what failed and what fixed it, outcome,
 answer: `worker.run_memory`), the reviewers' answers their reviewers asked to remember (source
 `reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`,
-`worker.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or supersede). It
-runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first, then the
+`worker.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or supersede).
+It runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first, then the
 `agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory write
 never delays a run's end and a deployment may give it workers of its own. A run whose user was
 forgotten after it was created remembers nothing (`models.memory.erasures`). Memory never decides a
 run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
 
-The fact extraction is a paid phase: the task claims it (`models.engine.phases`, the run's status being
-its end) before the model call and writes only while it holds it, so a message delivered twice asks
-the model once. Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after its
-run ended (memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other
+The fact extraction is a paid phase: the task claims it (`models.engine.phases`, the run's status
+being its end) before the model call and writes only while it holds it, so a message delivered twice
+asks the model once. Embeddings are batched: a task that starts `MEMORY_BATCH_AFTER_S` or more after
+its run ended (memory is behind) remembers its own run and up to `MEMORY_BATCH_MAX_RUNS` - 1 other
 ended runs of the same user that wait for memory and need no model call
-(`models.engine.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and one
-write transaction. Each of those runs still has its own message; the episode is written once per
-run (`models.memory.episodes.remember_episodes`), so the second task to write a run writes nothing, and a
-task that finds its run already remembered does nothing."""
+(`models.engine.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and
+one write transaction. Each of those runs still has its own message; the episode is written once per
+run (`models.memory.episodes.remember_episodes`), so the second task to write a run writes nothing,
+and a task that finds its run already remembered does nothing."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def remember_ended_run(run_id: int) -> None:
     """Write the memory of run `run_id`, which has ended (`agentq.remember_run`, on the `memory`
     queue), and of the runs batched with it; a run in any other state is left alone.
 
-    In order: read the runs (one transaction, `models.engine.ended_runs.read`); ask the model for the
-    run's facts unless `extraction.skip_reason` says there is nothing to learn; embed every
+    In order: read the runs (one transaction, `models.engine.ended_runs.read`); ask the model for
+    the run's facts unless `extraction.skip_reason` says there is nothing to learn; embed every
     episode's summary, the answers and the facts in one `embed` call; write the episodes, each
     with its `memory.remembered` event, then the run's answers and facts (one transaction): no
     model or embedding call inside a transaction (DESIGN.md, invariant 11). The event's detail:

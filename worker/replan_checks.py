@@ -1,4 +1,5 @@
-"""The should-replan check, asked by a step's own worker (issue 12, item 2; `models.plans.plan_checks`).
+"""The should-replan check, asked by a step's own worker (issue 12, item 2;
+`models.plans.plan_checks`).
 
 After a step succeeds, and before its outcome is recorded, a run that checks (`runs.replan_check`
 = "model") with steps of its plan not started yet asks the model whether those steps still make
@@ -30,7 +31,8 @@ from models.db import session_scope
 from models.engine.decisions import Locked
 from models.engine.runs import get_run
 from models.errors import RateLimited
-from models.plans.plans import current_steps, plan_checks
+from models.plans import plan_checks
+from models.plans.plans import current_steps
 from models.plans.references import referenced_keys
 from models.settings import get_settings
 from models.tables import Step

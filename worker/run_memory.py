@@ -1,4 +1,5 @@
-"""What a run's memory is made of, from the run as its memory task read it (`models.engine.ended_runs`).
+"""What a run's memory is made of, from the run as its memory task read it
+(`models.engine.ended_runs`).
 
 Pure functions, no database: the episode (the last plan, the failures the user's memory may keep
 and what fixed them, the summary that is embedded), the facts the reviewers' remembered answers

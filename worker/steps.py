@@ -14,9 +14,9 @@ A step stops at its time limit, or its run's wall-time deadline if sooner (`work
 Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
 (`StepDataTooLarge`; it would build the same data again); a result over its run's or user's
-step data (`models.engine.storage`) is not stored, and the run escalates. An error that is not one agentq
-raises on purpose is recorded as "failed with an internal error (<type>); see the worker log":
-its text, which may hold host paths, goes to this worker's log only.
+step data (`models.engine.storage`) is not stored, and the run escalates. An error that is not one
+agentq raises on purpose is recorded as "failed with an internal error (<type>); see the worker
+log": its text, which may hold host paths, goes to this worker's log only.
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceede
 @retry_dropped
 def claim(step_id: int) -> Claimed | None:
     """Claim step `step_id`, sent through the broker, for this process; None when another
-    delivery already has it (`models.engine.leases.claim`), or when the step is not due yet (a retry's
-    backoff or a rate limit's retry-after, in `steps.queued_at`): then the message is sent again
-    for the time left, so an early redelivery (kombu#337) never runs a step before its time."""
+    delivery already has it (`models.engine.leases.claim`), or when the step is not due yet (a
+    retry's backoff or a rate limit's retry-after, in `steps.queued_at`): then the message is sent
+    again for the time left, so an early redelivery (kombu#337) never runs a step before its
+    time."""
     return claim_woken(step_id, wake=False)[0]
 
 
@@ -253,11 +254,11 @@ class Finished:
 @retry_dropped
 def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     """Record `outcome` for the attempt that holds the step and advance its run, in one
-    transaction under the run's lock (`models.engine.decisions`): the coordinator's decision is applied
-    here, and with `may_chain` one step that can start now is claimed for this process, unless
-    another user is owed a turn first (`Locked.others_waiting`, `models.engine.fair_queue`). A retry
-    or a deferral only puts the step back in the queue. A lost lease (another attempt holds the
-    step) changes nothing."""
+    transaction under the run's lock (`models.engine.decisions`): the coordinator's decision is
+    applied here, and with `may_chain` one step that can start now is claimed for this process,
+    unless another user is owed a turn first (`Locked.others_waiting`, `models.engine.fair_queue`).
+    A retry or a deferral only puts the step back in the queue. A lost lease (another attempt holds
+    the step) changes nothing."""
     step, settings = claimed.step, get_settings()
     turn = step_turn(step, outcome, settings)
     used_s = (utcnow() - step.started_at).total_seconds() if step.started_at else 0.0
@@ -311,8 +312,8 @@ def _record(
     session: Session, step: Step, outcome: Outcome, turn: leases.Turn | None, user_id: str
 ) -> Outcome:
     """Write `outcome` for the attempt that holds `step`, and return what was written: a result
-    that does not fit the run's step-data budget or its user's total (`models.engine.storage`) is not
-    stored, and the step is escalated for it instead. Raises `IllegalTransition` if another
+    that does not fit the run's step-data budget or its user's total (`models.engine.storage`) is
+    not stored, and the step is escalated for it instead. Raises `IllegalTransition` if another
     attempt holds the step (its lease expired and it was claimed again)."""
     step_id, attempt, now = step.id or 0, step.attempt, utcnow()
     if outcome.kind == "retry":

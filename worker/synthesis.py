@@ -62,16 +62,16 @@ def synthesize(run_id: int) -> list[Send]:
     replanned, or escalated) also dispatches the run's user, whose slot the synthesis held
     (`models.engine.dispatch`).
 
-    The goal check (issue 12, item 1; `models.engine.goal_checks`): a run whose deliverables disagree
-    with its pinned facts, or miss a value its criteria name, is not met before any call
+    The goal check (issue 12, item 1; `models.engine.goal_checks`): a run whose deliverables
+    disagree with its pinned facts, or miss a value its criteria name, is not met before any call
     (`Checks.rules_verdict`, for every provider); a run with success criteria has its
     answer judged by a second call (`worker.goal_check`), the answer written first
     (`models.engine.phases.keep_answer`) so that a later delivery of this synthesis checks it again
     instead of paying for another. A goal not met is replanned in the place of the deliverable,
-    or escalated `goal_not_met` (`models.engine.coordinator.decide_unmet`); every verdict is recorded
-    (`goal.checked`). A spent token or cost budget, an exhausted quota or a provider failure
-    escalates the run instead of succeeding (`models.engine.escalation_rules` decides: reason
-    `token_budget_spent`, `cost_budget_spent`,
+    or escalated `goal_not_met` (`models.engine.coordinator.decide_unmet`); every verdict is
+    recorded (`goal.checked`). A spent token or cost budget, an exhausted quota or a provider
+    failure escalates the run instead of succeeding (`models.engine.escalation_rules` decides:
+    reason `token_budget_spent`, `cost_budget_spent`,
     `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
     as does a context that overflows (`context_overflow`: ours, or the server's window after
     one smaller rebuild, `worker.refits`); a rate limit is raised as `RateLimited` for the task
@@ -260,8 +260,8 @@ def _start(run_id: int) -> Started | None:
 
 def _escalate(run_id: int, claimed: phases.Claimed, report: Reported, cap: int) -> list[Send]:
     """End the synthesis `claimed` holds by reporting what failed (`report`: the run escalates
-    as `models.engine.escalation_rules` decides) in one transaction; returns what the dispatch of its
-    user released, nothing when the phase was taken over."""
+    as `models.engine.escalation_rules` decides) in one transaction; returns what the dispatch of
+    its user released, nothing when the phase was taken over."""
     with session_scope() as session:
         if not phases.end(
             session, run_id, claimed.attempt, statuses=SYNTHESIZING, used_s=claimed.held_s()

@@ -5,8 +5,8 @@ Two servers count with the model's own vocabulary, at their root (beside `/v1`):
 llama-cpp-python's, `POST /extras/tokenize/count` (`{"input": text}` -> `{"count": n}`,
 llama_cpp/server/app.py). `ServerTokenizer.count` sends a request's whole prompt to the first
 that answers, once, its messages' texts joined, and adds the per-message overhead we count for
-any chat format (`models.memory.tokens.count_message_tokens`) and our estimate of the schemas and tools
-(which the server renders through its chat template, and a tokenizer endpoint does not see).
+any chat format (`models.memory.tokens.count_message_tokens`) and our estimate of the schemas and
+tools (which the server renders through its chat template, and a tokenizer endpoint does not see).
 `worker.refits.Fitted` asks it before a call is first sent, and rebuilds a request it finds too
 long for the window as it would after the server's refusal: no refused call.
 

@@ -24,9 +24,9 @@ recorded result or error is answered instead of running the tool again, and a
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
-A step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields; its text
-answer, once no tool is called, is checked and re-asked in the same loop (`worker.step_outputs`),
-and only the fields of a fitting answer become the step's result.
+A step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields; its
+text answer, once no tool is called, is checked and re-asked in the same loop
+(`worker.step_outputs`), and only the fields of a fitting answer become the step's result.
 
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
 budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
@@ -99,8 +99,8 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     (a listed tool is not enabled here), `RetryableToolError` from a tool, `ContextOverflow`,
     `DatabaseUnavailable` (the journal could not be read or written), `StepDataBudgetSpent` or
     `UserStepDataSpent` (a call's arguments and result did not fit its run's or user's step
-    data: `models.engine.tool_journal.record`), and what `call_model` raises. A call the tool journal
-    holds for this step is answered from it (`journaled_call`).
+    data: `models.engine.tool_journal.record`), and what `call_model` raises. A call the tool
+    journal holds for this step is answered from it (`journaled_call`).
     """
     tools = {name: enabled_tool(name) for name in step.tools}
     prompt = step_prompt(

@@ -1,10 +1,10 @@
 """A fresh `execute_step` message is a wake-up: its worker takes the fair-next waiting item.
 
-The broker's FIFO order is not the order of work (`models.engine.fair_queue`): the worker that takes a
-fresh message asks Postgres for the fair-next waiting item of any user and kind, and claims it
+The broker's FIFO order is not the order of work (`models.engine.fair_queue`): the worker that takes
+a fresh message asks Postgres for the fair-next waiting item of any user and kind, and claims it
 with its own guarded transition (a step: `models.engine.leases.claim`, taken back first if a lost
-worker's lease expired; a phase: run in this task, claimed by its own code, `models.engine.phases`). When
-that item is another step and the message's own step still waits, the own step is sent a
+worker's lease expired; a phase: run in this task, claimed by its own code, `models.engine.phases`).
+When that item is another step and the message's own step still waits, the own step is sent a
 wake-up of its own after the commit, so every waiting item keeps a message; a message left over
 later finds nothing, or the next item. After a phase the message picks again, at most
 `PHASES_PER_WAKEUP` times, then claims its own step: a phase item whose claim keeps doing
@@ -71,8 +71,8 @@ def _claim(
     session: Session, item: fair_queue.Item, now: datetime
 ) -> tuple[leases.Claim | None, list[Send]]:
     """Claim the waiting step `item`, taking it back first from a lost worker whose lease
-    expired (`models.engine.step_transitions.expire_lease`); a step whose attempts that loss spent is
-    failed instead (None, with its run's coordinate to send)."""
+    expired (`models.engine.step_transitions.expire_lease`); a step whose attempts that loss spent
+    is failed instead (None, with its run's coordinate to send)."""
     step_id = item.step_id or 0
     if item.status == "running":
         expired = step_transitions.expire_lease(session, step_id)

@@ -2,8 +2,8 @@
 
 A reviewer reads every run but none of a user's memory (issue 9), so a call whose context holds
 a reviewer's words (an edit, an answer, a step a reviewer authored however it reached the plan,
-a reviewer's procedure recalled into it: `models.review.authorship`, `worker.procedure_context`) acts
-with the reviewer's rights: it recalls none of the user's memory (`recall_or_withhold`), and a
+a reviewer's procedure recalled into it: `models.review.authorship`, `worker.procedure_context`)
+acts with the reviewer's rights: it recalls none of the user's memory (`recall_or_withhold`), and a
 fact extraction, whose answer becomes the user's memory, reads only the user's own words
 (`own_words_only`), so nothing a reviewer's step produced becomes the user's memory (issue 27).
 """
@@ -70,7 +70,7 @@ def recall_or_withhold(
 
 def own_words_only(session: Session, run: Run, prompt: Prompt) -> bool:
     """Whether `prompt`'s context is to hold only the user's own words: a fact extraction of a
-    run a reviewer's words are in (`models.review.authorship.reviewer_in_run`). Its context then holds
-    no turns, no summary, no step of the plan and no fact a reviewer pinned: the goal, the
+    run a reviewer's words are in (`models.review.authorship.reviewer_in_run`). Its context then
+    holds no turns, no summary, no step of the plan and no fact a reviewer pinned: the goal, the
     user's pinned facts and the user's own failures (its task) are what it learns from."""
     return prompt.purpose == EXTRACTION and reviewer_in_run(session, run.id or 0) is not None

@@ -6,8 +6,8 @@ reviewer's words are in the call: `worker.withholding`), the rolling summary and
 turns, and assembles them with `worker.context.assemble` under the budget
 `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
 `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the model's server counts
-for each of ours (`calibration`, `models.engine.token_calibrations`). Turns dropped from the window that
-the summary does not cover yet are folded into a new summary (a model call, charged to the run)
+for each of ours (`calibration`, `models.engine.token_calibrations`). Turns dropped from the window
+that the summary does not cover yet are folded into a new summary (a model call, charged to the run)
 before the request is returned, so trimming never loses what the summary should hold.
 """
 

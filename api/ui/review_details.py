@@ -84,7 +84,8 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     """Everything the review page shows: why, the failing step and its error, the budget used
     (and the spent budget approve would grant: `budget`, a `models.engine.budget_grants.Standing`),
     pinned facts, the current plan with each step's wave and dependencies (`places`, by step
-    id), the decision, and the edit form's starting plan (`models.review.drafts`). Raises `NotFound`."""
+    id), the decision, and the edit form's starting plan (`models.review.drafts`). Raises
+    `NotFound`."""
     esc = escalations.get_escalation(session, escalation_id)
     run = session.get(Run, esc.run_id)
     failed = session.get(Step, esc.step_id) if esc.step_id else None

@@ -1,8 +1,8 @@
 """The review pages: the inbox, one escalation, and the reviewer's decisions.
 
 Only reviewers and admins get here. Decisions call the same functions as `agentq review ...`
-(`models.front.commands`), recorded under the token's name, and tell the coordinator after the commit.
-A second decision (or one on another reviewer's claim) changes nothing and re-shows the page
+(`models.front.commands`), recorded under the token's name, and tell the coordinator after the
+commit. A second decision (or one on another reviewer's claim) changes nothing and re-shows the page
 with a 409 and what was decided; a plan edit that does not validate re-shows the form with the
 error naming the field (400), with nothing stored. A decision's address opened as a page (a
 reload after such a re-shown form) leads back to the escalation's page.

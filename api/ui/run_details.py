@@ -2,8 +2,9 @@
 
 Reads rows only. The current plan comes from the run's plan versions (for one run) or the same
 query over many runs at once (`progress_of`, two queries for a whole list page). Steps and events
-are read as `models.engine.previews` shows them: a result or detail over its preview size never leaves
-Postgres whole; the step result page (`/ui/runs/{id}/steps/{step_id}/result`) shows one whole.
+are read as `models.engine.previews` shows them: a result or detail over its preview size never
+leaves Postgres whole; the step result page (`/ui/runs/{id}/steps/{step_id}/result`) shows one
+whole.
 """
 
 from __future__ import annotations

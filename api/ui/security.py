@@ -1,8 +1,8 @@
 """Who is signed in to the review console, and the check that every form came from it.
 
 Signing in exchanges an API token (`agentq token create`) for a server-side session: a row of
-`console_sessions` (`models.access.ui_sessions`) holding the token's id, a CSRF token and when it was
-last used. The cookie (`agentq_ui`, HttpOnly, SameSite=Lax, Secure with
+`console_sessions` (`models.access.ui_sessions`) holding the token's id, a CSRF token and when it
+was last used. The cookie (`agentq_ui`, HttpOnly, SameSite=Lax, Secure with
 `AGENTQ_UI_COOKIE_SECURE`, path `/ui`) holds only the session's random id, never the token.
 Every request loads the row and its token again, so signing out (the row is deleted), revoking
 the token (its rows are deleted) or `AGENTQ_UI_SESSION_IDLE_S` without a request ends the

@@ -1,9 +1,9 @@
 """The webhook delivery log: `/ui/webhooks`, for reviewers and admins (issue 15, part 4).
 
-The subscriptions (`models.operations.webhooks.listed`, as `agentq webhook list` shows them: each URL, its
-events and user, and its circuit breaker's state), then the newest deliveries of the outbox
-(`models.operations.deliveries.recent`, the query behind `agentq webhook deliveries`), each with its event,
-run, URL, status, attempts, the receiver's last HTTP status and the last error, and when the
+The subscriptions (`models.operations.webhooks.listed`, as `agentq webhook list` shows them: each
+URL, its events and user, and its circuit breaker's state), then the newest deliveries of the outbox
+(`models.operations.deliveries.recent`, the query behind `agentq webhook deliveries`), each with its
+event, run, URL, status, attempts, the receiver's last HTTP status and the last error, and when the
 next attempt is due (a delivery still `pending`); `?status=` shows one status only, an unknown
 one is a 400 naming the known ones. Admins see the same as reviewers: URLs without userinfo or
 query string (where receivers put passwords and tokens), no secret, no body (a body quotes a

@@ -9,11 +9,12 @@ A token's name is who the audit trail says claimed and decided (`decided_by`), s
 tokens never share one, in any mix of case (`rita` and `RITA` read as one person; migration
 0010's partial unique index on `lower(name)` holds it against concurrent creates; a revoked
 token's name is free again), and no token takes a name agentq records for its own decisions
-(`models.review.escalations.RESERVED_REVIEWERS`); names follow `models.review.escalations.REVIEWER_NAME_PATTERN`.
+(`models.review.escalations.RESERVED_REVIEWERS`); names follow
+`models.review.escalations.REVIEWER_NAME_PATTERN`.
 
 Revoking a token ends it everywhere at once, in one transaction: it authenticates nothing, its
-review console sessions are deleted (`models.access.ui_sessions`) and the escalations it holds claimed
-go back to the open queue, so no claim waits on a token no one can use (issue 9).
+review console sessions are deleted (`models.access.ui_sessions`) and the escalations it holds
+claimed go back to the open queue, so no claim waits on a token no one can use (issue 9).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def create_token(
 
     A submitter token acts for exactly one agentq user (`user_id` required); reviewer and admin
     tokens act for none (`user_id` refused). `name` must not be a live token's already, nor
-    reserved, and must fit `models.review.escalations.REVIEWER_NAME_PATTERN`; names are compared ignoring
-    case. Raises `InvalidInput` naming the field.
+    reserved, and must fit `models.review.escalations.REVIEWER_NAME_PATTERN`; names are compared
+    ignoring case. Raises `InvalidInput` naming the field.
     """
     _check(name=name, role=role, user_id=user_id)
     _check_name_free(session, name)

@@ -26,7 +26,7 @@ from models.engine.coordinator import Decision, RunView, StepView, decide
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_REPLAN, TASK_SYNTHESIZE
 from models.errors import BudgetExhausted
-from models.plans.plans import plan_checks
+from models.plans import plan_checks
 from models.tables import Step, utcnow
 
 # lock_run: the run row, locked FOR UPDATE until the transaction ends; when :erasure_key is

@@ -19,8 +19,8 @@ then queued runs (planning starts), each oldest first by id, so the user's earli
 first. Replanning and synthesis are not held: each follows a run's own last step and takes over
 its slot (above), and the active-run limit bounds them.
 
-It runs after every coordinator decision (`models.engine.decisions.apply`: a worker's at a step's end,
-a submit's first one, the coordinator task's) and from the reconciler, for users whose ready
+It runs after every coordinator decision (`models.engine.decisions.apply`: a worker's at a step's
+end, a submit's first one, the coordinator task's) and from the reconciler, for users whose ready
 steps waited longer than `AGENTQ_QUEUED_STALE_S` (a lost message). One user's dispatches take
 turns under a transaction-level advisory lock, so two never fill the same slot. Rows are taken
 `FOR UPDATE SKIP LOCKED`: a dispatch never waits for a row lock (a coordinator holding its run's

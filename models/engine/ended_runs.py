@@ -1,8 +1,8 @@
 """Ended runs as their memory task reads them: one statement for a run and the runs batched with it.
 
 A run's memory task (`worker.remembering`, issue 10) writes its episode from the run row, its steps
-with the plan versions that created them (`models.review.authorship.reviewers_steps` needs both), its
-pinned facts and the reviewer answers asked to be remembered. `read` gets all of it, for the
+with the plan versions that created them (`models.review.authorship.reviewers_steps` needs both),
+its pinned facts and the reviewer answers asked to be remembered. `read` gets all of it, for the
 task's own run and, when memory is behind (the task started a while after its run ended), for up
 to `more` other runs of the same user that wait for memory and need no model call (`BATCHABLE`),
 in one statement: each list is a JSON aggregate of its table, so the task costs one round trip
@@ -29,8 +29,8 @@ from sqlmodel import Session
 from models.tables import Escalation
 
 # memory_ended_of: whether run `r` has an event that ends its memory task (the same rule as
-# `models.memory.memory_admin.memory_ended`: `memory.remembered`, `memory.failed`, a `memory.dropped`
-# of "run").
+# `models.memory.memory_admin.memory_ended`: `memory.remembered`, `memory.failed`, a
+# `memory.dropped` of "run").
 MEMORY_ENDED_OF: Final = """EXISTS (
     SELECT 1 FROM run_events ev WHERE ev.run_id = r.id AND (
         ev.kind IN ('memory.remembered', 'memory.failed')
@@ -129,14 +129,14 @@ class EndedRun:
 
     `outcome` is the run's status; `final_answer` its final result's answer when it succeeded,
     else its error ("" for none). `memory_ended`: its memory task has already ended (an event of
-    `models.memory.memory_admin.MEMORY_ENDED`, or a `memory.dropped` of the run); `erased_at`: its user's
-    erasure point when the run was created at or before it (both unlocked hints, see the module
-    docstring). `steps`: every step (all plan versions) in id order with the version that
-    created it, None when that row is missing (`models.review.authorship.steps_with_versions`'s shape);
-    `current`: the current version's steps, in plan order. `user_facts` and `reviewer_facts`:
-    the pinned facts (key -> value) its user stated, and those a reviewer set. `answers`: the
-    decided `respond` escalations whose reviewers asked to remember the answer, oldest first
-    (detached rows with only the fields an answer's fact is written from).
+    `models.memory.memory_admin.MEMORY_ENDED`, or a `memory.dropped` of the run); `erased_at`: its
+    user's erasure point when the run was created at or before it (both unlocked hints, see the
+    module docstring). `steps`: every step (all plan versions) in id order with the version that
+    created it, None when that row is missing (`models.review.authorship.steps_with_versions`'s
+    shape); `current`: the current version's steps, in plan order. `user_facts` and
+    `reviewer_facts`: the pinned facts (key -> value) its user stated, and those a reviewer set.
+    `answers`: the decided `respond` escalations whose reviewers asked to remember the answer,
+    oldest first (detached rows with only the fields an answer's fact is written from).
     """
 
     id: int

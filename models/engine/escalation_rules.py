@@ -1,10 +1,10 @@
 """What a worker reports when its phase or step cannot go on, and the escalation it comes to.
 
 Escalation is decided in one place (issue 14): the coordinator escalates from its own decision
-(`models.engine.decisions.escalate`); a worker never picks a reason nor moves the run itself. It reports
-what failed (a `Reported` outcome below) to `escalate`, which decides the escalation (`decide`,
-pure: the reason, what the reviewer is shown, the status the run must be in) and makes the
-guarded move (`models.engine.run_transitions.escalate`) in the caller's transaction.
+(`models.engine.decisions.escalate`); a worker never picks a reason nor moves the run itself. It
+reports what failed (a `Reported` outcome below) to `escalate`, which decides the escalation
+(`decide`, pure: the reason, what the reviewer is shown, the status the run must be in) and makes
+the guarded move (`models.engine.run_transitions.escalate`) in the caller's transaction.
 
 The outcomes, who reports them, and their reasons:
 - `Crashed` (`worker.crashes`: a bug in a plan, replan or synthesis task): `internal_error`;

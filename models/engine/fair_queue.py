@@ -1,9 +1,9 @@
 """Fair order across users: which waiting item a free worker takes next (DESIGN.md, invariant 13).
 
 The `steps` broker queue is FIFO, and a user's released work (up to `AGENTQ_USER_MAX_RUNNING_STEPS`
-tasks, `models.engine.dispatch`) waits there in front of everyone who submits later: 1 worker, one user's
-4 runs of 3 x 15 s steps took another user's one-step run from 0.2 s to 179 s (issue 27, item 2).
-So the broker's order is not the order of work. A message is a wake-up: the worker that takes a
+tasks, `models.engine.dispatch`) waits there in front of everyone who submits later: 1 worker, one
+user's 4 runs of 3 x 15 s steps took another user's one-step run from 0.2 s to 179 s (issue 27, item
+2). So the broker's order is not the order of work. A message is a wake-up: the worker that takes a
 fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is (`worker.wakeups`). The
 worker that ends a step runs its run's next step itself only when no other user is owed a turn
 (`OWED`, read with the run's lock in `models.engine.decisions`).
@@ -39,8 +39,8 @@ from models import sql
 
 
 class UserService(SQLModel, table=True):
-    """The worker time a user's tasks have had (`models.engine.fair_queue`): fair dispatch serves the
-    waiting user with the least `service_s` first; a user submitting after a pause is lifted to
+    """The worker time a user's tasks have had (`models.engine.fair_queue`): fair dispatch serves
+    the waiting user with the least `service_s` first; a user submitting after a pause is lifted to
     the least value among the active users (migration 0029)."""
 
     __tablename__ = "user_service"

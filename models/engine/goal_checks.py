@@ -25,11 +25,11 @@ for a report in USD, and "all 4 receipts" is not met by the "4" of `CC-4410`.
 
 The synthesis asks `conflicts_of` before its model call (`worker.synthesis`): a run with
 conflicts pays for no answer. Either way a goal not met is a replan in the place of the
-deliverable (`models.engine.coordinator.decide_unmet`, under the replan budget), and once that is spent
-an escalation `goal_not_met` naming the deliverable, the reason and what is missing. A reviewer
-who approves that escalation accepts the outcome as it is: the check is waived for the run's plan
-version (`waived`); an edit puts new steps in the deliverable's place, a new version, which is
-checked again. Every verdict is recorded as a `goal.checked` event (`record`).
+deliverable (`models.engine.coordinator.decide_unmet`, under the replan budget), and once that is
+spent an escalation `goal_not_met` naming the deliverable, the reason and what is missing. A
+reviewer who approves that escalation accepts the outcome as it is: the check is waived for the
+run's plan version (`waived`); an edit puts new steps in the deliverable's place, a new version,
+which is checked again. Every verdict is recorded as a `goal.checked` event (`record`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ When the row is in another state nothing changes and `IllegalTransition` says wh
 it found and the state it expected; callers that may see a message twice catch it and move on. The
 caller owns the transaction (nothing here commits). The transitions themselves are grouped by what
 moves them: `models.engine.run_transitions` (the engine moving a run through its phases),
-`models.engine.step_transitions` (a step's lifecycle), `models.engine.transitions` (what reviewers and commands
-do to runs, steps and escalations); a step's claim and the end of an attempt are hand-written SQL
-in `models.engine.leases`.
+`models.engine.step_transitions` (a step's lifecycle), `models.engine.transitions` (what reviewers
+and commands do to runs, steps and escalations); a step's claim and the end of an attempt are
+hand-written SQL in `models.engine.leases`.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def move_run(
     session: Session, run_id: int, *, to: str, expected: Iterable[str], **values: Any
 ) -> Run:
     """A run's move to another status; the phase it was in ends with it, so whatever attempt held
-    that phase holds nothing now (`models.engine.phases`). A move to an end (`RUN_TERMINAL`) notifies
-    the webhooks of `run.finished` (`models.engine.notifications`), whichever transition made it."""
+    that phase holds nothing now (`models.engine.phases`). A move to an end (`RUN_TERMINAL`)
+    notifies the webhooks of `run.finished` (`models.engine.notifications`), whichever transition
+    made it."""
     values = {"updated_at": utcnow(), "phase_lease_expires_at": None, **values}
     run = guarded(session, Run, run_id, to=to, expected=expected, **values)
     record_event(session, run_id, f"run.{to}", **{k: v for k, v in values.items() if k == "error"})

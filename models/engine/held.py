@@ -1,8 +1,8 @@
 """Work that waits in Postgres for the reconciler to send it (issue 11): held until due, or lost.
 
 A step whose retry back-off or 429 retry-after is over half the visibility timeout is not parked
-in the broker (`models.engine.queue.held_back`, kombu#337): its row holds the due time (`queued_at`) and
-no message exists. It is told from the rows alone: its delay, from the end of its last attempt
+in the broker (`models.engine.queue.held_back`, kombu#337): its row holds the due time (`queued_at`)
+and no message exists. It is told from the rows alone: its delay, from the end of its last attempt
 (`step_attempts.finished_at`, written with the outcome `retry` or `deferred`) to its due time,
 is over half the visibility timeout. The reconciler sends each such step once it has come due
 in the window since its previous tick (`due_held_steps`), rather than waiting a further
@@ -62,10 +62,11 @@ def due_deferred_runs(
 
 
 # unremembered_runs: ended runs whose memory task has not ended
-# (`models.engine.ended_runs.MEMORY_ENDED_OF`): those that ended in (:since, :before] and whose extraction
-# no attempt holds (the message that asks for it, `agentq.remember_run`, sent after the run ended,
-# may be lost), and those whose extraction's holder let its lease expire in (:expired_since, :now]
-# (it was killed: the redelivery of its message found the lease still live and did nothing).
+# (`models.engine.ended_runs.MEMORY_ENDED_OF`): those that ended in (:since, :before] and whose
+# extraction no attempt holds (the message that asks for it, `agentq.remember_run`, sent after the
+# run ended, may be lost), and those whose extraction's holder let its lease expire in
+# (:expired_since, :now] (it was killed: the redelivery of its message found the lease still live
+# and did nothing).
 UNREMEMBERED_RUNS: Final = sql.Replanned(f"""
 SELECT r.id FROM runs r
 WHERE r.status = ANY(:statuses) AND NOT {MEMORY_ENDED_OF} AND (

@@ -130,7 +130,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Turn:
-    """A step's conversation turn (`models.memory.messages.Message`), its tokens counted by the caller."""
+    """A step's conversation turn (`models.memory.messages.Message`), its tokens counted by the
+    caller."""
 
     role: str
     content: str

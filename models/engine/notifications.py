@@ -2,9 +2,9 @@
 
 `enqueue` is called by the transitions that cause an event, in their transaction
 (`models.engine.run_transitions.escalate`: `escalation.opened`; `models.engine.transitions.
-pass_escalation_deadline`: `escalation.deadline_passed`; `models.engine.guards.move_run` into a terminal
-status: `run.finished`), so a delivery exists exactly when its change committed: never lost with a
-crash after the commit, never sent for a change that rolled back (the transactional outbox,
+pass_escalation_deadline`: `escalation.deadline_passed`; `models.engine.guards.move_run` into a
+terminal status: `run.finished`), so a delivery exists exactly when its change committed: never lost
+with a crash after the commit, never sent for a change that rolled back (the transactional outbox,
 Richardson, "Microservices Patterns", 2018, ch. 3). The webhook sender sends them later
 (`scheduler.webhooks`), outside any transaction (DESIGN.md, invariant 11).
 

@@ -85,8 +85,8 @@ def nudge_quiet_runs(
     now: datetime,
 ) -> list[Run]:
     """The runs to send their task (or a coordinate) again, with `updated_at` set to the clock:
-    those in `statuses` quiet since `stale` that no live phase lease holds (`models.engine.phases`: a
-    message may be lost), and those in `phases` whose holder's lease expired before `now` (it
+    those in `statuses` quiet since `stale` that no live phase lease holds (`models.engine.phases`:
+    a message may be lost), and those in `phases` whose holder's lease expired before `now` (it
     was killed) however recently they moved. A phase under a live lease is never touched."""
     params = {
         "statuses": list(statuses),

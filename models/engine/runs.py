@@ -53,8 +53,8 @@ def submit_run(
     replan_check: str | None = None,
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
-    of `plan`, all the user's: `models.engine.goal_checks`); budgets default from `settings`, as does
-    `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plans.plan_checks`). The
+    of `plan`, all the user's: `models.engine.goal_checks`); budgets default from `settings`, as
+    does `replan_check` (`AGENTQ_REPLAN_CHECK`: "off" or "model", `models.plans.plan_checks`). The
     quotas, default budgets and ceilings are the stack's (`models.engine.stack_limits.effective`),
     whatever `settings` says.
     `from_goal` names those of `facts` found in the goal (`models.plans.goal_values`), which the
@@ -88,7 +88,8 @@ def submit_run(
         tokens_limit=int(budgets["tokens"]),
         cost_limit_usd=budgets["cost_usd"],
         wall_time_limit_s=budgets["wall_time_s"],
-        step_data_limit_bytes=settings.run_step_data_max_bytes,  # the operator's: `models.engine.storage`
+        # the operator's: `models.engine.storage`
+        step_data_limit_bytes=settings.run_step_data_max_bytes,
         deadline_at=utcnow() + timedelta(seconds=budgets["wall_time_s"]),
         replan_check=replan_check,
         traceparent=tracing.new_traceparent(),
@@ -247,8 +248,8 @@ def upstream_results(
     after: dict[int, tuple[int, ...]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Results of the succeeded steps that step `step_id` waits for, directly or through others,
-    by name: what its references and its model call may use (`models.plans.graph.ancestors`). `after`
-    is the current version's graph when the caller has read it already."""
+    by name: what its references and its model call may use (`models.plans.graph.ancestors`).
+    `after` is the current version's graph when the caller has read it already."""
     if after is None:
         stored = session.execute(sa.text(CURRENT_AFTER), {"run_id": run_id}).scalar_one_or_none()
         after = {int(k): tuple(v) for k, v in (stored or {}).items()}

@@ -15,9 +15,9 @@ writes them (`publish`) and the others read them:
   Set them where the migration runs (compose: `.env`) and run it again to change one.
 
 Readers: every submit, whatever its front end (CLI, API, console) and environment
-(`effective`, in `models.engine.runs.submit_run` and `models.engine.submissions`); the worker and scheduler
-processes, before each task (`refresh`, at most every `REFRESH_S`), so the dispatch cap and
-whatever else they read from `get_settings()` is the stack's; the API's spec (its budget
+(`effective`, in `models.engine.runs.submit_run` and `models.engine.submissions`); the worker and
+scheduler processes, before each task (`refresh`, at most every `REFRESH_S`), so the dispatch cap
+and whatever else they read from `get_settings()` is the stack's; the API's spec (its budget
 maxima). A limit with no row (a database no owner wrote) is the process's own setting. A
 process whose environment sets a limit to another value is told so (`notice`; `agentq submit`
 prints it in one line).

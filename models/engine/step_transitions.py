@@ -1,8 +1,8 @@
 """A step's lifecycle after the coordinator chose it: made ready, queued for dispatch, retried,
 deferred by a rate limit, or taken back from an expired lease. Each is one guarded UPDATE
-(`models.engine.guards`) with its event, in the caller's transaction; a step's claim and the end of its
-attempt are the hot transitions in `models.engine.leases`, and a reviewer's or a cancel's removal of a
-step is `models.engine.transitions.cancel_step`.
+(`models.engine.guards`) with its event, in the caller's transaction; a step's claim and the end of
+its attempt are the hot transitions in `models.engine.leases`, and a reviewer's or a cancel's
+removal of a step is `models.engine.transitions.cancel_step`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Step data is what a run's steps store whose size a user (or a model they steer) controls: a
 step's result (`models.engine.leases.end_attempt`), a model step's journaled tool call
-(`models.engine.tool_journal.record`) and a reviewer's answer (`models.review.reviews.respond`), each counted
-as compact JSON in UTF-8 (`models.plans.step_data.json_bytes`: arguments and result, or the error
-text, for a tool call). Issue 27, item 5: with only the per-step cap
+(`models.engine.tool_journal.record`) and a reviewer's answer (`models.review.reviews.respond`),
+each counted as compact JSON in UTF-8 (`models.plans.step_data.json_bytes`: arguments and result, or
+the error text, for a tool call). Issue 27, item 5: with only the per-step cap
 (`AGENTQ_STEP_DATA_MAX_BYTES`), a 68 KB request stored 11.8 MB of results.
 
 A run has a step-data budget (`runs.step_data_limit_bytes`, `AGENTQ_RUN_STEP_DATA_MAX_BYTES` at
@@ -19,8 +19,8 @@ beside a charged value (a step's conversation turn and `step.*` events, which co
 within the per-step cap) is not counted again.
 
 A user's total shrinks when their runs' data goes: a purged run's bytes leave it
-(`release_purged`, `models.operations.retention`), and `forget --runs` zeroes the erased runs' bytes and
-takes them off it (`release_erased`, `models.memory.erasures`).
+(`release_purged`, `models.operations.retention`), and `forget --runs` zeroes the erased runs' bytes
+and takes them off it (`release_erased`, `models.memory.erasures`).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def charging(run_of: str) -> str:
     (a sibling step's end) checks the budget again on the row that one committed, as Postgres
     does under READ COMMITTED, so two charges can never both pass on the same room; the user's
     upsert (`ON CONFLICT DO UPDATE ... WHERE`) checks the newest row likewise. Every statement
-    here locks the run before the user's row, as the step's end (`models.engine.decisions.lock`) and the
-    purge do, so none waits on another in a cycle."""
+    here locks the run before the user's row, as the step's end (`models.engine.decisions.lock`) and
+    the purge do, so none waits on another in a cycle."""
     return f"""
 WITH fits AS (
     SELECT r.id, r.user_id FROM runs r

@@ -5,8 +5,8 @@ A new run's first decision used to wait for the coordinator: the submit committe
 its own, one Celery hop and one transaction more per run before its first step could start
 (issue 10: about 6.5 ms of coordinator CPU per run in the engine benchmark). `submit` decides in
 the transaction that inserts the run instead, with what every other decision uses
-(`models.engine.decisions.advance`: the pure `models.engine.coordinator.decide`, then `apply` and the user's
-dispatch, `models.engine.dispatch`):
+(`models.engine.decisions.advance`: the pure `models.engine.coordinator.decide`, then `apply` and
+the user's dispatch, `models.engine.dispatch`):
 
 - an explicit plan: the steps that can start are made `ready`, and as many as the user's
   dispatch cap (`AGENTQ_USER_MAX_RUNNING_STEPS`) has room for are `queued`, each with its
@@ -62,8 +62,8 @@ class RunRequest:
     `pin_from_goal`: also pin the values the goal states (`models.plans.goal_values.pins`; the
     explicit `facts` win). Off unless asked (`agentq submit --pin-from-goal`, the API's
     `pin_from_goal: true`), because a pin binds: it reaches every prompt of the run whole and
-    the goal check fails a run whose deliverable disagrees with it (`models.engine.goal_checks`), so a
-    value read by a rule, however plain, binds a run only when its submitter chose that. The
+    the goal check fails a run whose deliverable disagrees with it (`models.engine.goal_checks`), so
+    a value read by a rule, however plain, binds a run only when its submitter chose that. The
     values found are shown either way (`Submitted.from_goal`), so the submitter sees what
     asking would pin; and existing submitters keep the runs they had.
     """
@@ -152,8 +152,8 @@ def submit(
     describe: Callable[[Session, Run], T] | None = None,
 ) -> Submitted[Any]:
     """Submit `request` in one transaction (`insert_and_decide`), commit, then send its messages
-    (`models.engine.queue.send_all`: a broker that is down is not an error). `describe(session, run)`,
-    if given, reads what the caller shows of the run, in that transaction after the decision.
+    (`models.engine.queue.send_all`: a broker that is down is not an error). `describe(session,
+    run)`, if given, reads what the caller shows of the run, in that transaction after the decision.
     Raises what `insert_and_decide` raises, or `DatabaseError`; nothing is sent then.
     Traced as `agentq.submit`, the root of the run's trace (`models.engine.tracing`)."""
     with tracing.span("agentq.submit"):

@@ -1,10 +1,10 @@
 """OpenTelemetry tracing: one trace per run, across every process (issue 15, part 2).
 
-The design. A run's trace is rooted at its submit span (`agentq.submit`, `models.engine.submissions`);
-`submit_run` stores that span's W3C traceparent in `runs.traceparent` (migration 0028). Every
-task of a run joins that trace where it *starts*, not where it is sent: on Celery's
-`task_prerun`, before the Celery instrumentation opens the task's span, `join_run_trace` reads
-the run's traceparent (one primary-key query) and, when the context the message carries in its
+The design. A run's trace is rooted at its submit span (`agentq.submit`,
+`models.engine.submissions`); `submit_run` stores that span's W3C traceparent in `runs.traceparent`
+(migration 0028). Every task of a run joins that trace where it *starts*, not where it is sent: on
+Celery's `task_prerun`, before the Celery instrumentation opens the task's span, `join_run_trace`
+reads the run's traceparent (one primary-key query) and, when the context the message carries in its
 headers belongs to another trace or to none, puts the run's in its place. Why at the start: a
 run's tasks are sent by many senders (the submitter, the run's own tasks, the coordinator, the
 reconciler under beat, the review API, the CLI), and some of them have no context of the run at

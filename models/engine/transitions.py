@@ -2,10 +2,11 @@
 grant a budget, remove a step; claim, decide and release an escalation, and mark its deadline
 passed; and the run's row lock every one of them takes first.
 
-Each is one guarded UPDATE (`models.engine.guards`, DESIGN.md invariant 1) with its event in the run's
-timeline, in the caller's transaction (these functions never commit). The engine's own moves are
-`models.engine.run_transitions` (a run's phases, escalation) and `models.engine.step_transitions` (a step's
-lifecycle); `resume_run`, `cancel_step` and `lock_run` are shared with it.
+Each is one guarded UPDATE (`models.engine.guards`, DESIGN.md invariant 1) with its event in the
+run's timeline, in the caller's transaction (these functions never commit). The engine's own moves
+are `models.engine.run_transitions` (a run's phases, escalation) and
+`models.engine.step_transitions` (a step's lifecycle); `resume_run`, `cancel_step` and `lock_run`
+are shared with it.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 console (`api/ui/`) are thin adapters over these (issue 14).
 
 Each command opens its transaction (`session_scope`), checks what it is given, changes the rows
-with the model layer's functions (`models.engine.submissions`, `models.engine.transitions`, `models.review.reviews`,
-`models.memory.memory_admin`, `models.access.api_tokens`), commits, and only then sends its messages
-(`models.engine.queue.follow_up`: a broker that is down is not an error, `notified` says so). It reads
-the settings and the registered tools itself, so no front end passes them.
+with the model layer's functions (`models.engine.submissions`, `models.engine.transitions`,
+`models.review.reviews`, `models.memory.memory_admin`, `models.access.api_tokens`), commits, and
+only then sends its messages (`models.engine.queue.follow_up`: a broker that is down is not an
+error, `notified` says so). It reads the settings and the registered tools itself, so no front end
+passes them.
 
 What a front end shows of the rows is read by its `describe(session, ...)`, called in the
 command's transaction after the change (as `models.engine.submissions.submit` does); its value comes
@@ -335,8 +336,8 @@ def revoke_token(token_id: int) -> api_tokens.Revocation:
 
 def purge_runs(before: datetime) -> dict[str, int]:
     """Delete the runs that ended before `before` (timezone-aware) with all their rows, as beat
-    does with `AGENTQ_RUN_RETENTION_DAYS` (`models.operations.retention.purge`: episodes and facts stay;
-    `AGENTQ_RUN_RETENTION_BATCH` runs per transaction); the rows deleted per table. Raises
+    does with `AGENTQ_RUN_RETENTION_DAYS` (`models.operations.retention.purge`: episodes and facts
+    stay; `AGENTQ_RUN_RETENTION_BATCH` runs per transaction); the rows deleted per table. Raises
     `InvalidInput` for a naive or future `before`."""
     if before.tzinfo is None:
         raise InvalidInput("before: must carry a time zone (UTC: 2026-11-30T00:00:00+00:00)")

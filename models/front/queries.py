@@ -3,7 +3,8 @@ names and events, the review queue and its counts, and a page's version.
 
 The CLI (`ops`), the HTTP API and the console (`api`) read rows through these only, so a query
 has one definition whichever front end shows it (issue 14). Each reads, in the caller's session,
-and changes nothing; the state-changing statements are in `models.engine.transitions` and its callers.
+and changes nothing; the state-changing statements are in `models.engine.transitions` and its
+callers.
 """
 
 from __future__ import annotations

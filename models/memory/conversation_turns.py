@@ -4,8 +4,8 @@ states.
 `remember_turns` is the write path for conversation turns: every turn is stored as a fact
 (category "event", `turn` = its thread and position, `models.memory.facts.remember`); relative time
 expressions are resolved against the turn's date first (`models.memory.time_expressions`). With
-`extract_facts`, the facts `models.memory.conversation_facts.extract` finds in a turn are stored beside
-it, at the same thread and position, under their kind ("preference", "plan", "relation",
+`extract_facts`, the facts `models.memory.conversation_facts.extract` finds in a turn are stored
+beside it, at the same thread and position, under their kind ("preference", "plan", "relation",
 "event"), and recall returns a turn and its facts together, as one result
 (`models.memory.rerank.group_turns`). Off by default, by measurement (README "Memory benchmarks",
 LoCoMo development set): the facts raised multi-hop and temporal recall@10 but lowered

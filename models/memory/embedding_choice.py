@@ -3,8 +3,8 @@
 `AGENTQ_EMBEDDING_PROVIDER` defaults to `local` (all-MiniLM-L6-v2), which needs the `local`
 extra. Installed without it, `agentq demo` ended in a 40-line traceback (issue 15, part 10), so:
 when none of the embedding settings is set and the extra is missing, the `hash` provider runs
-(`models.memory.embeddings.HashEmbedder`: deterministic, needs nothing) and `fallback_notice` says so in
-one line. A provider, model or dimension the user set is used as set: `local` chosen without
+(`models.memory.embeddings.HashEmbedder`: deterministic, needs nothing) and `fallback_notice` says
+so in one line. A provider, model or dimension the user set is used as set: `local` chosen without
 its extra stays an error, naming the extra. Rows of the two never mix: every fact and episode
 stores its model (`hash-384` or `all-MiniLM-L6-v2`), and a worker refuses to start on memory of
 another model (`models.memory.reembedding.check_embedding_model`) until `agentq memory reembed`.

@@ -2,7 +2,8 @@
 
 Every stored embedding carries its model's name; vectors of two models are never compared
 (DESIGN.md, invariant 7). `HashEmbedder` is deterministic and needs nothing (tests, and the
-fallback when no model is installed); the local and OpenAI providers live in `models.memory.embedders`.
+fallback when no model is installed); the local and OpenAI providers live in
+`models.memory.embedders`.
 """
 
 from __future__ import annotations

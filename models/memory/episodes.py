@@ -1,9 +1,9 @@
 """Episodic memory: one row per finished run, what it tried and how it went.
 
 An episode is written once per run (`run_id` is unique; `record_episode` is idempotent) and
-recalled by the same hybrid retrieval as facts (`models.memory.retrieval`) over its `summary`. Every read
-and delete is scoped to one tenant (DESIGN.md, invariant 7); the episode of a run whose user was
-forgotten after the run was created is never written (`models.memory.erasures`). The memory task
+recalled by the same hybrid retrieval as facts (`models.memory.retrieval`) over its `summary`. Every
+read and delete is scoped to one tenant (DESIGN.md, invariant 7); the episode of a run whose user
+was forgotten after the run was created is never written (`models.memory.erasures`). The memory task
 writes a batch of one user's episodes, each with its run's event, in one statement
 (`remember_episodes`). Functions take the session and never commit.
 """

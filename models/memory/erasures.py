@@ -146,8 +146,8 @@ def erase_runs(session: Session, *, user_id: str) -> dict[str, int]:
     instructions, arguments, results and errors, journaled tool calls, plan reasons, event
     details, escalation details, comments and answers), keeping ids, statuses, timings and
     spend (budgets, tokens, cost, `model.call` numbers); the step data they held (none now) is
-    taken off the user's total (`models.engine.storage.release_erased`). Returns the rows touched per
-    table.
+    taken off the user's total (`models.engine.storage.release_erased`). Returns the rows touched
+    per table.
     Runs still active are left alone (the caller cancels them first); running it again erases
     what ended since."""
     params = {"user_id": user_id, "erased": ERASED}

@@ -319,8 +319,8 @@ def recall(
 
     Only current, unexpired facts of `embedding_model` unless `include_history` (then closed and
     expired versions too). Best first; `k` results, a turn with the facts extracted from it
-    being one (`models.memory.rerank.group_turns`), fewer when fewer rows pass the relevance threshold.
-    Raises as `models.memory.retrieval.Search` does.
+    being one (`models.memory.rerank.group_turns`), fewer when fewer rows pass the relevance
+    threshold. Raises as `models.memory.retrieval.Search` does.
     """
     query = retrieval.Search(
         FACTS,
@@ -382,7 +382,7 @@ def forget_facts(session: Session, *, user_id: str) -> int:
 def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
     """Create `model`'s HNSW cosine index of `dim` on `facts` and on `episodes` unless they
     exist, after dropping the model's indexes of other dimensions (`drop_vector_indexes`); see
-    `models.memory.retrieval.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
+    `retrieval.ensure_vector_index` for the checks (`ConfigurationError`) and the lock."""
     drop_vector_indexes(session, model=model, keep_dim=dim)
     for table in ("facts", "episodes"):
         retrieval.ensure_vector_index(session, table=table, model=model, dim=dim)
@@ -390,8 +390,8 @@ def ensure_vector_indexes(session: Session, *, model: str, dim: int) -> None:
 
 def drop_vector_indexes(session: Session, *, model: str, keep_dim: int) -> list[str]:
     """Drop `model`'s HNSW indexes on `facts` and `episodes` of a dimension other than
-    `keep_dim`, which would refuse its rows of `keep_dim` (`models.memory.retrieval.drop_other_dims`);
-    returns their names."""
+    `keep_dim`, which would refuse its rows of `keep_dim`
+    (`models.memory.retrieval.drop_other_dims`); returns their names."""
     return [
         name
         for table in ("facts", "episodes")

@@ -2,11 +2,11 @@
 
 Rows of two embedding models, or of one model at two dimensions, are never compared (DESIGN.md,
 invariant 7): `search` refuses a user's memory embedded otherwise than configured, as a worker's
-start-up does any memory (`models.memory.reembedding`), until `agentq memory reembed` has rewritten it.
-Forgetting a user (`forget`) deletes every fact (history included), episode, turn, summary and
+start-up does any memory (`models.memory.reembedding`), until `agentq memory reembed` has rewritten
+it. Forgetting a user (`forget`) deletes every fact (history included), episode, turn, summary and
 user-scoped procedure of that user, embeddings with them, and is final: it records an erasure
-point that drops the memory writes of the user's runs created before it (`models.memory.erasures`); it
-can cancel the user's active runs and erase their runs' content too. `delete_fact` and
+point that drops the memory writes of the user's runs created before it (`models.memory.erasures`);
+it can cancel the user's active runs and erase their runs' content too. `delete_fact` and
 `delete_episode` delete one item, history included. Run events that quote recalled memory are
 left out for readers who may not read the user's memory (`shown_events`). The CLI, the API and
 the console call these functions.
@@ -298,8 +298,8 @@ class Deleted:
 
 
 def forget_fact(session: Session, *, fact_id: int, user_id: str | None = None) -> Deleted:
-    """Delete fact `fact_id` with its history (`models.memory.facts.delete_fact`), and take its texts
-    out of the `memory.recalled` events of its user's runs. With `user_id`, only that user's
+    """Delete fact `fact_id` with its history (`models.memory.facts.delete_fact`), and take its
+    texts out of the `memory.recalled` events of its user's runs. With `user_id`, only that user's
     fact. Raises `NotFound` for a fact that does not exist or (with `user_id`) is another
     user's, alike."""
     owner = user_id if user_id is not None else _owner(session, Fact, fact_id)

@@ -2,10 +2,10 @@
 
 One implementation behind `agentq procedure ...` (`ops/procedure_commands.py`), the HTTP API
 (`api/procedures.py`) and the review console's "save as procedure" button. Each command checks
-what `actor` may do (`models.memory.procedures.Actor`), validates the input (`InvalidInput` naming the
-field), embeds the procedure's text with the configured embedder between transactions (DESIGN.md,
-invariant 11: a remote embedder is a network call) and commits. An edit is refused (`Conflict`)
-when another edit made a new version between its read and its write.
+what `actor` may do (`models.memory.procedures.Actor`), validates the input (`InvalidInput` naming
+the field), embeds the procedure's text with the configured embedder between transactions
+(DESIGN.md, invariant 11: a remote embedder is a network call) and commits. An edit is refused
+(`Conflict`) when another edit made a new version between its read and its write.
 
 `save_from_run` turns a `succeeded` run into a procedure: title and when-to-use from the goal,
 the plan template from the run's final plan version (its steps that did not fail, each with what
@@ -56,7 +56,8 @@ def add(actor: Actor, data: dict[str, Any]) -> Procedure:
 
 def check_writer(actor: Actor, spec: ProcedureSpec) -> None:
     """Raise `NotAllowed` unless `actor` may write `spec`: its scope (`Actor.may_write`) and,
-    in a shared procedure, its template's model steps (`models.memory.procedures.template_refused`)."""
+    in a shared procedure, its template's model steps
+    (`models.memory.procedures.template_refused`)."""
     if not actor.may_write(spec.scope, spec.user_id):
         raise book.refused(actor, spec.scope, spec.user_id)
     refused = book.template_refused(actor, spec)

@@ -3,9 +3,9 @@
 A run sees the procedures for everyone, those of its own user, and those of the tools its
 catalogue or plan offers (`Visible`); never another user's. Candidates come from the two paths
 facts use (`models.memory.retrieval`): cosine distance by pgvector and full-text match, fused by
-reciprocal rank (`models.memory.retrieval.fuse`), with no recency weight: a procedure's age says nothing
-about whether it applies. Ties are broken by scope, the narrower first (the user's own, then a
-tool's, then everyone's: `rank`). The scan is exact, with no HNSW index: procedures are written
+reciprocal rank (`models.memory.retrieval.fuse`), with no recency weight: a procedure's age says
+nothing about whether it applies. Ties are broken by scope, the narrower first (the user's own, then
+a tool's, then everyone's: `rank`). The scan is exact, with no HNSW index: procedures are written
 by people, hundreds rather than the millions an index pays off for.
 
 Which procedures a plan's context carried is recorded as a `procedures.recalled` event in the

@@ -1,13 +1,13 @@
 """Procedural memory: how-tos and plan templates that planning and model steps recall (issue 12).
 
 A procedure has a title, when to use it, a how-to text (`body`) and/or a plan template (a plan as
-`models.plans.plans.PlanSpec` takes it), and a scope: `everyone`, one `user` (`user_id`), or one `tool`
-(`tool`: offered to any run whose catalogue or plan has that tool). `procedures` holds one row
-per procedure, its current version, embedded for recall (`models.memory.procedure_recall`); every
-version, the current one included, is also a row of `procedure_versions`, so an edit (version + 1,
-a guarded `UPDATE ... WHERE version = :expected`) never loses what a plan used before it. A delete
-is a hard delete of the procedure with its versions: a procedure is an instruction, not a record;
-the `procedures.recalled` events of the runs that used it keep its id, version and title.
+`models.plans.plans.PlanSpec` takes it), and a scope: `everyone`, one `user` (`user_id`), or one
+`tool` (`tool`: offered to any run whose catalogue or plan has that tool). `procedures` holds one
+row per procedure, its current version, embedded for recall (`models.memory.procedure_recall`);
+every version, the current one included, is also a row of `procedure_versions`, so an edit (version
++ 1, a guarded `UPDATE ... WHERE version = :expected`) never loses what a plan used before it. A
+delete is a hard delete of the procedure with its versions: a procedure is an instruction, not a
+record; the `procedures.recalled` events of the runs that used it keep its id, version and title.
 
 Who may do what (`Actor`): an admin anything; a submitter reads everyone's and tool procedures
 and its own user's, and writes only its own user's; a reviewer reads and writes everyone's and

@@ -2,8 +2,9 @@
 the turns around it.
 
 `hybrid` finds, in one SQL statement (`CANDIDATES_IN_THREADS`), the tenant's nearest rows by
-cosine (through the model's HNSW index, as `models.memory.retrieval.nearest`), its best rows by BM25, the
-conversation neighbours of both, and every one's scores, and ranks them in Python (`rescore`):
+cosine (through the model's HNSW index, as `models.memory.retrieval.nearest`), its best rows by
+BM25, the conversation neighbours of both, and every one's scores, and ranks them in Python
+(`rescore`):
 
     base      = cosine similarity + TEXT_WEIGHT * BM25 / (the best BM25 among the candidates)
                 + DATE_WEIGHT (a question asking when, a row holding a resolved date)
@@ -108,8 +109,8 @@ _DISTANCE = "f.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
 _TENANT = """f.embedding_model = :model AND f.user_id = :user_id AND f.embedding_dim = {dim}
   AND {visible}"""
 # The tenant's best rows by BM25 among those holding an informative word; its nearest rows by
-# cosine, through the model's HNSW index (`models.memory.retrieval`), refilled by an exact scan when the
-# index returns fewer (as `models.memory.retrieval.nearest`); and `:ids`.
+# cosine, through the model's HNSW index (`models.memory.retrieval`), refilled by an exact scan when
+# the index returns fewer (as `models.memory.retrieval.nearest`); and `:ids`.
 _PICKED = f"""by_text AS MATERIALIZED (
     SELECT f.id FROM {{table}} AS f CROSS JOIN informative
     WHERE {_TENANT} AND f.tsv @@ informative.words

@@ -160,9 +160,9 @@ class Hit:
 @dataclass(frozen=True)
 class Scored(Generic[T]):
     """A recalled `item` (a row, or its id before the rows are loaded) and its score's parts:
-    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts and episodes, `models.memory.rerank`;
-    ts_rank_cd for procedures; 0 without a shared word), `relevance` before recency (the
-    re-scored relevance, or the RRF score of `fuse`), `recency` its weight in
+    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts and episodes,
+    `models.memory.rerank`; ts_rank_cd for procedures; 0 without a shared word), `relevance` before
+    recency (the re-scored relevance, or the RRF score of `fuse`), `recency` its weight in
     [1 - RECENCY_WEIGHT, 1], `score = relevance * recency`."""
 
     item: T

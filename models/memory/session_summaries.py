@@ -5,8 +5,8 @@ The rule is offline and plain: a session is summarised by its most distinctive c
 scored by tf-idf (Sparck Jones 1972; Salton and Buckley 1988) with the sessions written
 together as the documents: tf = the word's count in the session, idf = ln(1 + n / df) over the
 n sessions (a word every session uses, "today", "really", weighs little; one session's topic,
-"adoption", "pottery", much). Stop words: scikit-learn's list (`models.memory.stop_words`); the speakers'
-names are left out (every turn carries them). Words rather than the first sentences of the
+"adoption", "pottery", much). Stop words: scikit-learn's list (`models.memory.stop_words`); the
+speakers' names are left out (every turn carries them). Words rather than the first sentences of the
 longest turns: a list of topics covers the whole session, a few sentences only a few turns.
 
     On 8 May 2023 (session D3), Caroline and Melanie talked about: adoption, agencies, ...

@@ -1,4 +1,5 @@
-"""English stop words: the words a summary's topic list leaves out (`models.memory.session_summaries`).
+"""English stop words: the words a summary's topic list leaves out
+(`models.memory.session_summaries`).
 
 The list is scikit-learn's `ENGLISH_STOP_WORDS` (BSD-3-Clause; from the stop list of the
 Glasgow Information Retrieval Group), copied so that writing memory does not need scikit-learn

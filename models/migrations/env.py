@@ -6,17 +6,18 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
+# Every module that defines tables, so they are on SQLModel.metadata for autogenerate.
 import models.engine.fair_queue
 import models.engine.idempotency
 import models.engine.stack_limits
 import models.engine.storage
-import models.memory.episodes  # the memory tables, for autogenerate
+import models.memory.episodes
 import models.memory.facts
 import models.memory.messages
 import models.memory.procedures
-import models.operations.webhook_tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+import models.operations.webhook_tables
 import models.plans.plan_checks
-import models.tables
+import models.tables  # noqa: F401
 from models.migrate import AUTOGENERATE_PLUGINS
 
 config = context.config

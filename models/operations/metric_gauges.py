@@ -6,8 +6,8 @@ leave its share behind; the rows are the truth (DESIGN.md, invariant 1). One sta
 (`GAUGE_ROWS`, by the partial indexes `ix_runs_active`, `ix_steps_unfinished` and the open
 escalations' index) and one passive `queue_declare` per queue, made outside any transaction.
 
-Queue depth is the broker's: the messages waiting in each queue (`models.engine.queue.depth`), which is
-what a worker would take next and the only count there is of the `coordinator` and `memory`
+Queue depth is the broker's: the messages waiting in each queue (`models.engine.queue.depth`), which
+is what a worker would take next and the only count there is of the `coordinator` and `memory`
 queues (their tasks have no rows); Postgres' side of it, steps `ready` (held for a dispatch slot,
 not in the broker) and `queued` (sent, or due later), is `agentq_steps_unfinished`.
 """

@@ -1,8 +1,8 @@
 """Every Prometheus metric agentq records (issue 15), and the functions that record them.
 
 The worker, the scheduler and the API record into these definitions; in a Celery pool each
-process writes its own files under the multiprocess directory (`models.operations.metrics_export`), which
-whoever serves `/metrics` adds up. Every metric here has labels, so no value exists before the
+process writes its own files under the multiprocess directory (`models.operations.metrics_export`),
+which whoever serves `/metrics` adds up. Every metric here has labels, so no value exists before the
 first `.labels(...)`: the process's start-up code can switch prometheus-client to multiprocess
 mode after this module is imported (`models.operations.metrics_export.record_in`).
 
@@ -92,7 +92,8 @@ ALL: Final = (
     MODEL_CALL_ERRORS,
     RECONCILER_REPAIRS,
 )
-"""Every metric recorded in a process (the gauges of rows are `models.operations.metric_gauges`')."""
+"""Every metric recorded in a process (the gauges of rows are
+`models.operations.metric_gauges`')."""
 
 _PENDING: Final = "agentq.metrics.pending"  # Session.info key: records waiting for the commit
 

@@ -49,8 +49,9 @@ def record_in(directory: Path) -> None:
     (created, 0700). prometheus-client picks its value class when `prometheus_client.values` is
     first imported, from `PROMETHEUS_MULTIPROC_DIR` (values.py, `ValueClass =
     get_value_class()`), and our modules import it before start-up code runs; so the variable is
-    set and the class chosen again here. No value exists yet: every metric of `models.operations.metrics`
-    has labels, and a labelled metric makes its values at its first `.labels(...)`."""
+    set and the class chosen again here. No value exists yet: every metric of
+    `models.operations.metrics` has labels, and a labelled metric makes its values at its first
+    `.labels(...)`."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)
     values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]

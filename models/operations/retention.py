@@ -14,8 +14,8 @@ large backlog never holds a long lock or builds one huge transaction.
 What stays, and why:
 - A run that has not ended (`runs.status` not `succeeded`, `failed` or `cancelled`), or whose
   memory task has not ended (`models.engine.ended_runs.MEMORY_ENDED_OF`, the rule of
-  `models.memory.memory_admin.memory_ended`): the memory task reads the run's rows to write its episode and
-  facts, and the reconciler asks for it again until it ends.
+  `models.memory.memory_admin.memory_ended`): the memory task reads the run's rows to write its
+  episode and facts, and the reconciler asks for it again until it ends.
 - Episodes and facts. They are memory, which belongs to the user (DESIGN.md, invariant 7): the
   user deletes it (`agentq memory forget`, `agentq memory delete`), and recall keeps using it
   after the run record is gone; that is the point of memory. An episode holds what recall

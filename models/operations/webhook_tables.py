@@ -24,8 +24,8 @@ DELIVERY_STATUSES: Final = ("pending", "delivering", "delivered", "failed")
 class WebhookSubscription(SQLModel, table=True):
     """A URL told of `events` (`models.engine.notifications.EVENTS`) of one user's runs, or of every
     user's (`user_id` NULL). `secret` signs its bodies: generated for it alone, shown once
-    (`models.operations.webhooks`). A subscription made before that has none, and `secret_ref` names the
-    shared secret of the settings that signs for it until it is rotated (`AGENTQ_WEBHOOK_SECRET`
+    (`models.operations.webhooks`). A subscription made before that has none, and `secret_ref` names
+    the shared secret of the settings that signs for it until it is rotated (`AGENTQ_WEBHOOK_SECRET`
     for "default", else a key of `AGENTQ_WEBHOOK_SECRETS`); exactly one of the two is set.
     `failures` counts its consecutive failed attempts, and `circuit_open_until` is its circuit
     breaker: NULL closed, later than now open (nothing is sent), past half-open (one probe is
@@ -56,12 +56,13 @@ class WebhookDelivery(SQLModel, table=True):
     Status `pending` (due at `next_attempt_at`), `delivering` (a sender holds it until
     `lease_expires_at`; an expired lease is claimed again), `delivered` or `failed` (given up
     at `give_up_at`, the end of the retry window). `attempts` counts the claims so far
-    (`models.operations.deliveries`); `last_status_code` is the receiver's last HTTP status (its body is
-    never kept), `last_error` why the last attempt failed."""
+    (`models.operations.deliveries`); `last_status_code` is the receiver's last HTTP status (its
+    body is never kept), `last_error` why the last attempt failed."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
-        # The sender's claim: rows still to send, by when they are due (`models.operations.deliveries`).
+        # The sender's claim: rows still to send, by when they are due
+        # (`models.operations.deliveries`).
         sa.Index(
             "ix_webhook_deliveries_due",
             "next_attempt_at",

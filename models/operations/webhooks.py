@@ -124,8 +124,8 @@ def list_subscriptions(session: Session) -> list[WebhookSubscription]:
 @dataclass(frozen=True)
 class Listed:
     """A subscription as the CLI and the console show it: its URL without userinfo or query
-    string (`models.operations.destinations.shown`), its secret never whole (`secret_shown`), and its
-    circuit breaker's state (`models.operations.circuit_breakers.state`)."""
+    string (`models.operations.destinations.shown`), its secret never whole (`secret_shown`), and
+    its circuit breaker's state (`models.operations.circuit_breakers.state`)."""
 
     id: int
     shown_url: str

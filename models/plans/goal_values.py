@@ -3,8 +3,8 @@
 A goal such as "Submit 473.43 EUR to CC-4410 for 2026-10-14" states values that must reach every
 step unchanged. `extract` finds them with the rules below (regular expressions, no model), and
 `pins` turns them into pinned facts at submission when the submitter asks for it
-(`models.engine.submissions.RunRequest.pin_from_goal`; issue 12, item 4). The rules, in order; text a
-rule took is not read again by a later one:
+(`models.engine.submissions.RunRequest.pin_from_goal`; issue 12, item 4). The rules, in order; text
+a rule took is not read again by a later one:
 
 | key | found in (the goal's words) | value pinned |
 |---|---|---|

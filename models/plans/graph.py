@@ -12,7 +12,8 @@ replanned, retried or answered), so that what waited for the replaced step now w
 new steps that nothing else among them waits for (their sinks: in a list, the last one). The
 built version is checked whole (`problems`): unknown names, cycles, names used twice, and
 references (`${steps.x...}`) to a step that the referring step does not wait for, directly or
-through others. This module knows nothing of the database; `models.plans.plans` writes what it builds.
+through others. This module knows nothing of the database; `models.plans.plans` writes what it
+builds.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ def linear(ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
 
 def remaining(kept: Sequence[Node], replaced: int | None) -> list[Node]:
     """`kept` without `replaced` when that step succeeded: a deliverable whose result did not
-    meet the run's goal (`models.engine.goal_checks`) leaves the version it is replaced in, and its name
-    is free for the new steps; a failed step replaced stays, as the record of the failure."""
+    meet the run's goal (`models.engine.goal_checks`) leaves the version it is replaced in, and its
+    name is free for the new steps; a failed step replaced stays, as the record of the failure."""
     return [n for n in kept if not (n.id == replaced and n.status == "succeeded")]
 
 

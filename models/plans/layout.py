@@ -2,8 +2,8 @@
 name. Pure; shared by the CLI (`agentq status`, `agentq watch`), the review console and the HTTP
 API (`PlanVersionOut.waves`), so the three show the same numbers.
 
-A step's wave is `models.plans.graph.waves`'s: 1 for a step that waits for nothing, else one more than
-the latest wave it waits for. Steps of one wave wait only for steps of earlier waves, so once
+A step's wave is `models.plans.graph.waves`'s: 1 for a step that waits for nothing, else one more
+than the latest wave it waits for. Steps of one wave wait only for steps of earlier waves, so once
 those succeeded they can run together (DESIGN.md, invariant 12). In a plan written as a plain
 list every step is its own wave, numbered as its position.
 """

@@ -5,9 +5,10 @@ of its plan have not started yet is followed by one model call, made by the step
 before it records the outcome (`worker.replan_checks`): given the step's result, does the
 remaining plan still make sense? The answer is a row (`PlanCheck`), inserted in the transaction
 that records the step's success, and the deterministic coordinator reads it there and in every
-later decision (`models.engine.coordinator.decide`: a `replan` verdict of the current plan version is a
-replan charged to the replan budget, in the place of the steps not yet started; `models.plans.plans.
-check_splice`). A later plan version answers the verdicts of the versions before it.
+later decision (`models.engine.coordinator.decide`: a `replan` verdict of the current plan version
+is a replan charged to the replan budget, in the place of the steps not yet started;
+`models.plans.plans. check_splice`). A later plan version answers the verdicts of the versions
+before it.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ SELECT c.reason FROM plan_checks c WHERE c.run_id = :run_id AND c.plan_version =
 
 def replan_reason(session: Session, run_id: int, version: int, step_id: int) -> str | None:
     """Why the check asked to replan after step `step_id` in plan version `version` of run
-    `run_id`; None when it did not (the step failed, or missed the goal: `models.engine.goal_checks`)."""
+    `run_id`; None when it did not (the step failed, or missed the goal:
+    `models.engine.goal_checks`)."""
     params = {"run_id": run_id, "version": version, "step_id": step_id}
     row = sql.execute(session, REPLAN_VERDICT, params).fetchone()
     return str(row[0]) if row is not None else None

@@ -6,9 +6,9 @@ reviewer's edit and an explicit plan given at submit all pass through `parse_pla
 is written, so malformed input is refused whole and nothing is half-written. Steps pass data with
 references in their tool args: `"${steps.NAME.KEY}"` (a key of the result of a step it waits for,
 directly or not) and `"${facts.KEY}"` (a pinned fact). The graph rules are `models.plans.graph`'s.
-A step may declare checks of its result (`expect`, `models.plans.expectations`) that fail it when unmet,
-and a model step the typed fields of its answer (`output`, `models.plans.step_outputs`), which become its
-result.
+A step may declare checks of its result (`expect`, `models.plans.expectations`) that fail it when
+unmet, and a model step the typed fields of its answer (`output`, `models.plans.step_outputs`),
+which become its result.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlmodel import Session, select
 
 from models import sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
+from models.plans import graph
 from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation, stored
-from models.plans.plans import graph
 from models.plans.references import referenced_facts, references
 from models.plans.step_outputs import MAX_OUTPUT_FIELDS, OutputSpec
 from models.states import STEP_NOT_STARTED
@@ -73,7 +73,7 @@ class StepSpec(BaseModel):
     expect: list[Expectation] = Field(
         default_factory=list,
         max_length=MAX_STEP_EXPECTATIONS,
-        description="Checks of the step's result (`models.plans.expectations`); one unmet fails it.",
+        description="Checks of the step's result (`expectations`); one unmet fails it.",
     )
     output: OutputSpec | None = Field(
         default=None,
@@ -326,9 +326,9 @@ def add_plan_version(
     reason: str = "",
 ) -> PlanVersion:
     """Write plan version `run.plan_version + 1`: the kept steps of `splice` with the `new` ones
-    in the place of `splice.replaced` (`models.plans.graph.splice`; a `Step` in `new` is a row already
-    written, such as a reviewer's answer, which waits as an unwritten step would). The version
-    records the replaced step as the failure it answers (`replaces_step_id`), or the
+    in the place of `splice.replaced` (`models.plans.graph.splice`; a `Step` in `new` is a row
+    already written, such as a reviewer's answer, which waits as an unwritten step would). The
+    version records the replaced step as the failure it answers (`replaces_step_id`), or the
     deliverable that did not meet the run's goal, which leaves the version (`graph.remaining`).
 
     The run's `plan_version` is moved to it by the caller's transition (`resume_run`), in the same

@@ -11,7 +11,8 @@ from models.tables import Step
 
 
 def spec_of(step: Step, after: Sequence[str]) -> dict[str, Any]:
-    """`step` as a plan step (`models.plans.plans.StepSpec`'s fields) waiting for `after` (names)."""
+    """`step` as a plan step (`models.plans.plans.StepSpec`'s fields) waiting for `after`
+    (names)."""
     spec: dict[str, Any] = {"name": step.name, "instruction": step.instruction}
     spec["kind"] = "model" if step.kind == "model" else "tool"
     if step.tool:

@@ -42,7 +42,8 @@ def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
 
 def answer_problem(step: Step, answer: dict[str, Any]) -> str | None:
     """Why `answer` cannot stand as step `step`'s result: not its declared `output` fields
-    (`models.plans.step_outputs.parse_output`), or an unmet expectation (`models.plans.expectations`)."""
+    (`models.plans.step_outputs.parse_output`), or an unmet expectation
+    (`models.plans.expectations`)."""
     if step.output:
         try:
             parse_output(json.dumps(answer), step.output)

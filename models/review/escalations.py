@@ -2,8 +2,9 @@
 their reviewer, how long one has waited and has left before its deadline, and the next whose
 deadline passed (`next_due`, for the beat; `models.review.reviews.pass_deadline` applies it).
 
-Shared by the decisions and claims (`models.review.reviews`), the commands (`models.front.commands`), the API
-tokens (`models.access.api_tokens`: a token is named after its reviewer) and the front ends.
+Shared by the decisions and claims (`models.review.reviews`), the commands
+(`models.front.commands`), the API tokens (`models.access.api_tokens`: a token is named after its
+reviewer) and the front ends.
 """
 
 from __future__ import annotations

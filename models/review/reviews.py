@@ -7,7 +7,8 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
 - approve: retry the failed step once more (a new plan version with a fresh copy in its place,
   waiting for what it waited for), or re-plan when there was no plan yet, or carry on when no
   step failed; it sets the budgets the reviewer chose, and a spent budget not chosen gets its
-  default, spent plus the original limit (`models.engine.budget_grants`, recorded with the decision);
+  default, spent plus the original limit (`models.engine.budget_grants`, recorded with the
+  decision);
 - edit: the reviewer's steps replace every step that has not run yet, and the failures of other
   branches not answered yet (they may wait for the steps that succeeded, or still run, by
   naming them in `after`);
@@ -41,6 +42,7 @@ from models.engine import budget_grants, stack_limits, storage, transitions
 from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidInput, NotFound
 from models.memory.messages import add_message
+from models.plans import plan_checks
 from models.plans.expectations import loaded
 from models.plans.plans import (
     ArgsCheck,
@@ -51,7 +53,6 @@ from models.plans.plans import (
     current_steps,
     edit_splice,
     parse_plan,
-    plan_checks,
 )
 from models.review import escalations
 from models.review.answers import answer_problem
@@ -163,8 +164,8 @@ def approve(
     settings: Settings | None = None,
 ) -> Run:
     """Decide `approve` (see the module docstring); returns the run. `budget`: the new limits
-    the reviewer chose (`models.engine.budget_grants.grants`, under the stack's ceilings over those of
-    `settings`, default the process's); `InvalidInput` naming `budget.<name>` changes nothing.
+    the reviewer chose (`models.engine.budget_grants.grants`, under the stack's ceilings over those
+    of `settings`, default the process's); `InvalidInput` naming `budget.<name>` changes nothing.
     `token_id`: the API token deciding (None: the CLI); every decision takes it, see
     `transitions.decide_escalation`."""
     asked = get_escalation(session, escalation_id)

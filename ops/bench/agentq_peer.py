@@ -1,8 +1,8 @@
 """The agentq side of the engine benchmark: runs with explicit plans, submitted as users do.
 
-Each run is submitted with an explicit plan by `models.engine.submissions.submit`, the path of `agentq
-submit --plan` and the HTTP API: its first steps are queued in the submit transaction and sent
-after the commit, with no coordinator task. A load test of one user: its submits are not
+Each run is submitted with an explicit plan by `models.engine.submissions.submit`, the path of
+`agentq submit --plan` and the HTTP API: its first steps are queued in the submit transaction and
+sent after the commit, with no coordinator task. A load test of one user: its submits are not
 limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this
 process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's (default
 4), so the figure is one user's throughput as deployed. A worker that ends a step runs the next
@@ -57,8 +57,8 @@ def plan_of(
 
 
 def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan` (no submit quotas; `models.engine.submissions.submit`); the run id.
-    Raises `BenchError` if its first messages could not be sent."""
+    """Submit one run with `plan` (no submit quotas; `models.engine.submissions.submit`); the run
+    id. Raises `BenchError` if its first messages could not be sent."""
     unlimited = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )

@@ -95,8 +95,8 @@ def plan_of(tool: str, steps: int, **args: float) -> PlanSpec:
 
 
 def submit(user: str, plan: PlanSpec, settings: Settings) -> int:
-    """Submit a run (`models.engine.submissions.submit`: its first steps are dispatched in the submit
-    transaction); its id. Raises `BenchError` if its first messages could not be sent."""
+    """Submit a run (`models.engine.submissions.submit`: its first steps are dispatched in the
+    submit transaction); its id. Raises `BenchError` if its first messages could not be sent."""
     request = RunRequest(user_id=user, goal="fairness", plan=plan)
     submitted = submissions.submit(request, settings=settings)
     if not submitted.notified:

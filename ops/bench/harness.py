@@ -77,7 +77,8 @@ def libpq_conninfo(database_url: str, *, schema: str | None = None) -> str:
 def settings_here(env: dict[str, str]) -> Iterator[None]:
     """`env` in this process's environment too, for the block, then as before. The benchmarks
     submit from this process, and a submit dispatches its run's first steps under this
-    process's AGENTQ_USER_MAX_RUNNING_STEPS (`models.engine.submissions`): it must be the engine's."""
+    process's AGENTQ_USER_MAX_RUNNING_STEPS (`models.engine.submissions`): it must be the
+    engine's."""
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     get_settings.cache_clear()
@@ -105,7 +106,8 @@ def engine(
     """An engine on `root` (default: a temp dir, removed after) with `workers` worker
     processes and `extra_env` in their environment and this process's (`settings_here`);
     stopped on leaving. Its submit quotas are off unless `extra_env` sets them: a benchmark
-    submits in bursts, and the quotas are the stack's, whoever submits (`models.engine.stack_limits`)."""
+    submits in bursts, and the quotas are the stack's, whoever submits
+    (`models.engine.stack_limits`)."""
     extra_env = {**UNLIMITED_SUBMITS, **(extra_env or {})}
     data_dir = root or Path(tempfile.mkdtemp(prefix="agentq-bench-"))
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -11,11 +11,11 @@ resolved against the session's date unless `--no-dates`) in its session's thread
 summary row per session (the default), embedded by all-MiniLM-L6-v2 (each text once,
 `CachedEmbedder`); a second tenant holds the same and the facts extracted from the turns
 (`extract_facts=True`), a third the turns alone (`summarize_sessions=False`). Per question, in
-turn: agentq's recall as `models.memory.facts.recall` runs it (`models.memory.rerank.hybrid`: HNSW cosine,
-BM25, context, date boost, session summaries, default `min_similarity`; Postgres 18 + pgvector
-from `LocalStack`), the same with one part off or changed, on the tenant with facts or without
-summaries, or split into clauses (an ablation row each), the recall it replaced (RRF of HNSW and
-`ts_rank_cd`), and exact cosine top k over the turns' embeddings (numpy). recall@n: the share
+turn: agentq's recall as `models.memory.facts.recall` runs it (`models.memory.rerank.hybrid`: HNSW
+cosine, BM25, context, date boost, session summaries, default `min_similarity`; Postgres 18 +
+pgvector from `LocalStack`), the same with one part off or changed, on the tenant with facts or
+without summaries, or split into clauses (an ablation row each), the recall it replaced (RRF of HNSW
+and `ts_rank_cd`), and exact cosine top k over the turns' embeddings (numpy). recall@n: the share
 of the question's evidence turns in the first n results (n = 5, k; a turn and the facts
 extracted from it are one result), averaged by category. Evidence is parsed leniently ("D8:6;
 D9:17" is two turns); what is unusable is counted and skipped. Also: tokens (`count_tokens`) of

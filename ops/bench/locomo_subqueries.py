@@ -48,8 +48,8 @@ def fuse_max(lists: Sequence[Sequence[Scored[int]]], k: int) -> list[Scored[int]
 
 
 def hybrid_of_clauses(session: Session, search: Search, embed: Embed) -> list[Scored[int]]:
-    """`models.memory.rerank.hybrid` for `search` and for each of its question's clauses (embedded by
-    `embed`), fused by `fuse_max`; the question alone when it has one clause."""
+    """`models.memory.rerank.hybrid` for `search` and for each of its question's clauses (embedded
+    by `embed`), fused by `fuse_max`; the question alone when it has one clause."""
     parts = clauses(search.query_text)
     lists = [rerank.hybrid(session, search)]
     for part, vector in zip(parts, embed(parts) if parts else [], strict=True):

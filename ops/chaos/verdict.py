@@ -146,6 +146,7 @@ def judge(runs: dict[str, int], provider: FakeOpenAI, effects: Path, record: Rec
 
 
 def _remembered(run_ids: list[int]) -> set[int]:
-    """Those of `run_ids` whose memory task has ended (`models.memory.memory_admin.memory_ended`)."""
+    """Those of `run_ids` whose memory task has ended
+    (`models.memory.memory_admin.memory_ended`)."""
     with session_scope() as session:
         return {r for r in run_ids if memory_ended(session, r) is not None}

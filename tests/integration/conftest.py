@@ -141,8 +141,8 @@ def _talk_to_current_engine() -> None:
 @pytest.fixture
 def make_run(engine: LocalStack) -> Callable[..., int]:
     """Submit a run with an explicit plan (or `None`: the planner writes one); returns its id.
-    It starts as users' runs do (`models.engine.submissions.submit`: its first decision is made in the
-    submit transaction) unless `start=False`: then it is only inserted (`submit_run`), and
+    It starts as users' runs do (`models.engine.submissions.submit`: its first decision is made in
+    the submit transaction) unless `start=False`: then it is only inserted (`submit_run`), and
     nothing is sent."""
 
     def make(

@@ -1,8 +1,8 @@
 """The budget statements on the real Postgres: `RESERVE` guards with the rule `fits` states, and
 `SETTLE` replaces what a call held with what it spent (DESIGN.md invariant 4), folding in the
-server's token count of the prompt when it is given (`models.engine.token_calibrations`); a step-data
-charge takes what fits both the run's budget and its user's total, and two charges racing for
-the last room cannot both pass (`models.engine.storage`)."""
+server's token count of the prompt when it is given (`models.engine.token_calibrations`); a
+step-data charge takes what fits both the run's budget and its user's total, and two charges racing
+for the last room cannot both pass (`models.engine.storage`)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,8 @@ def test_a_refusals_sample_is_folded_in_alone_and_the_mean_forgets_slowly() -> N
     assert _calibration(model).samples == window + 51  # type: ignore[union-attr]
 
 
-# -- step data (models.engine.storage): the run's budget and the user's total ----------------------------
+# -- step data (models.engine.storage): the run's budget and the user's total
+# ----------------------------
 
 RUN_BYTES, USER_BYTES = 1000, 1500
 
@@ -199,7 +200,8 @@ def test_a_step_data_charge_takes_what_fits_the_run_and_its_user(
 
 def test_two_charges_on_the_last_room_cannot_both_pass(make_run: Callable[..., int]) -> None:
     """The second charge waits for the first's lock and checks the budget again on the row the
-    first committed (`models.engine.storage.charging`), rather than on the one it saw when it began."""
+    first committed (`models.engine.storage.charging`), rather than on the one it saw when it
+    began."""
     run_id = _run_holding(make_run, run_bytes=0, user_bytes=0)
     charge = storage.Charge("the result of step 's'", 600, USER_BYTES)
     second: list[BaseException | None] = []

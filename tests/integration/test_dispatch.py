@@ -58,8 +58,8 @@ def fair_engine() -> Iterator[LocalStack]:
 @pytest.fixture
 def submit(fair_engine: LocalStack) -> Submit:
     """`submit(steps | None, user=..., start=True)`: a run's id, submitted as users' runs are
-    (`models.engine.submissions.submit`), or with `start=False` only inserted (`submit_run`), nothing
-    decided or sent. Submit quotas are off here (tested in tests/api/test_quotas.py)."""
+    (`models.engine.submissions.submit`), or with `start=False` only inserted (`submit_run`),
+    nothing decided or sent. Submit quotas are off here (tested in tests/api/test_quotas.py)."""
     settings = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )

@@ -97,8 +97,8 @@ def test_a_failed_branch_is_replanned_while_the_other_keeps_its_result(make_run:
 
 def _no_other_work_waits(timeout_s: float = 60.0) -> None:
     """Wait until no item of any user waits in the fair queue: a worker chains its run's next
-    step only while no one else is owed a turn (`models.engine.fair_queue`), and earlier tests of this
-    engine may leave work behind."""
+    step only while no one else is owed a turn (`models.engine.fair_queue`), and earlier tests of
+    this engine may leave work behind."""
     deadline = time.monotonic() + timeout_s
     while True:
         with session_scope() as session:

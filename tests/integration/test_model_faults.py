@@ -405,7 +405,8 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
 
 
 def calibration_samples() -> int:
-    """How many calls have calibrated the fake engine's model (`models.engine.token_calibrations`)."""
+    """How many calls have calibrated the fake engine's model
+    (`models.engine.token_calibrations`)."""
     with session_scope() as session:
         found = session.get(TokenCalibration, "gpt-4o-mini", populate_existing=True)
     return found.samples if found else 0

@@ -107,8 +107,9 @@ def test_one_run_is_one_trace_from_submit_to_synthesis(traced: Traced) -> None:
     (synthesis,) = [span for span in ours if span.name == "agentq.synthesize"]
     chain = [each.name for each in ancestors(synthesis, in_trace)]
     assert "run/agentq.execute_step" in chain and "run/agentq.plan" in chain, chain
-    # a plan applies its run's next decision in its own task (`models.engine.fair_queue`): a run that
-    # needs no reviewer crosses the API and the worker, and the scheduler only if it is called in
+    # a plan applies its run's next decision in its own task (`models.engine.fair_queue`): a run
+    # that needs no reviewer crosses the API and the worker, and the scheduler only if it is called
+    # in
     assert {"agentq-api", "agentq-worker"} <= {s.service for s in in_trace}
     assert any(span.attributes.get("db.system") == "postgresql" for span in in_trace)
 

@@ -65,8 +65,8 @@ def slow(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], SlowProvid
 def _run_in(status: str, make_run: Callable[..., int]) -> int:
     """A run (not started: nothing is sent for it) moved to `status` as its task would find it.
     Its phase is due a minute from now (`updated_at`), so no worker woken meanwhile takes it from
-    the fair queue (`models.engine.fair_queue`): only this test's deliveries claim it (a claim checks
-    the due time of a deferred phase only)."""
+    the fair queue (`models.engine.fair_queue`): only this test's deliveries claim it (a claim
+    checks the due time of a deferred phase only)."""
     if status == "planning":
         run_id = make_run(None, user="phases", start=False)
         with session_scope() as session:

@@ -1,5 +1,5 @@
-"""models/access/remote_access.py on the session engine's Postgres: role `agentq`'s grants, set after
-the migrations, table by table, including on a role an older version made with
+"""models/access/remote_access.py on the session engine's Postgres: role `agentq`'s grants, set
+after the migrations, table by table, including on a role an older version made with
 `pg_write_all_data` (which let any worker machine insert an admin token)."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The migrations build the schema the tables declare (`models/tables.py`, `models/memory/episodes.py`):
-every column, index and constraint, so a table changed without a migration (or the reverse)
-fails here rather than in a user's upgraded database. The one kind of object neither declares
-is left out: each embedding model's HNSW index, which memory builds when the model is first used
-(`models.memory.retrieval.ensure_vector_index`). Comments are compared by neither: the migrations write
-them (`models.migrate.AUTOGENERATE_PLUGINS`), and tests/integration/test_sql_views.py checks
-that every column has one."""
+"""The migrations build the schema the tables declare (`models/tables.py`,
+`models/memory/episodes.py`): every column, index and constraint, so a table changed without a
+migration (or the reverse) fails here rather than in a user's upgraded database. The one kind of
+object neither declares is left out: each embedding model's HNSW index, which memory builds when the
+model is first used (`models.memory.retrieval.ensure_vector_index`). Comments are compared by
+neither: the migrations write them (`models.migrate.AUTOGENERATE_PLUGINS`), and
+tests/integration/test_sql_views.py checks that every column has one."""
 
 from __future__ import annotations
 
@@ -14,15 +14,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
-import models.engine.fair_queue
-import models.engine.idempotency
-import models.engine.stack_limits
-import models.engine.storage
-import models.memory.episodes  # the memory tables, as in models/migrations/env.py
-import models.memory.procedures
-import models.operations.webhook_tables  # noqa: F401
-import models.plans.plan_checks
-import models.tables
 from models.db import database_url
 from models.migrate import AUTOGENERATE_PLUGINS
 from ops.stack import LocalStack
@@ -31,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 def _built_by_memory(index: sa.Index) -> bool:
-    """An embedding model's HNSW index (`models.memory.retrieval.VECTOR_INDEX`), by its access method."""
+    """An embedding model's HNSW index (`models.memory.retrieval.VECTOR_INDEX`), by its access
+    method."""
     return bool(index.dialect_options["postgresql"]["using"] == "hnsw")
 
 

@@ -1,6 +1,6 @@
-"""The stack's limits on the real Postgres (`models.engine.stack_limits`): what the owner writes, what a
-deployment's migration step writes (only what its environment sets; the rest only where none is
-stored), and a submitter whose own settings disagree held to the stack's."""
+"""The stack's limits on the real Postgres (`models.engine.stack_limits`): what the owner writes,
+what a deployment's migration step writes (only what its environment sets; the rest only where none
+is stored), and a submitter whose own settings disagree held to the stack's."""
 
 from __future__ import annotations
 

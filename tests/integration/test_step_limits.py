@@ -218,8 +218,8 @@ def test_a_model_steps_tool_calls_are_charged_and_one_over_the_budget_is_kept_ou
     assert len(kept_out) == 1 and kept_out[0].startswith(
         f"not kept: the call of tool 'echo' (its arguments and result): {call:,} bytes as JSON"
     )
-    # approving grants the default limit, as for tokens (`models.engine.budget_grants`): the spend plus
-    # the original limit, at most the ceiling (the user's total); the step's retry (the model
+    # approving grants the default limit, as for tokens (`models.engine.budget_grants`): the spend
+    # plus the original limit, at most the ceiling (the user's total); the step's retry (the model
     # answers in text now) is stored
     with session_scope() as session:
         reviews.approve(session, escalation_of(run_id).id or 0, reviewer="rita", max_attempts=3)

@@ -87,7 +87,8 @@ def test_illegal_run_transition_is_refused_and_changes_nothing(
     make_run: Callable[..., int], found: str, to: str
 ) -> None:
     # A user of its own: a run forced into a phase with no task in flight would hold one of its
-    # user's dispatch slots for good (models.engine.dispatch), and the session's runs share `tester`.
+    # user's dispatch slots for good (models.engine.dispatch), and the session's runs share
+    # `tester`.
     run_id = make_run([NOOP], start=False, user=f"illegal-{found}-{to}")
     _force(Run, run_id, found)
     before = _snapshot(Run, run_id)

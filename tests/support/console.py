@@ -184,8 +184,8 @@ def wait_for_event(console: Console, run_id: int, kind: str, timeout_s: float = 
 
 
 def wait_for_memory(console: Console, run_id: int, timeout_s: float = 60) -> RunEvent:
-    """Poll until the run's memory task has ended (`models.memory.memory_admin.memory_ended`); its event. A
-    run is `succeeded` before its episode and facts are written (on the `memory` queue)."""
+    """Poll until the run's memory task has ended (`models.memory.memory_admin.memory_ended`); its
+    event. A run is `succeeded` before its episode and facts are written (on the `memory` queue)."""
     deadline = time.monotonic() + timeout_s
     while True:
         with console.db() as session:

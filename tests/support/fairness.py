@@ -2,8 +2,8 @@
 
 A step holds a slot of its user from its `step.queued` event to its `step.succeeded` or
 `step.failed` event; a step that the worker of its last dependency claimed itself (no
-`step.queued`: `models.engine.decisions`) from its `step.running` event, the slot its dependency's end
-passed on in the same transaction; a run's plan task from `run.planning` to the run's next
+`step.queued`: `models.engine.decisions`) from its `step.running` event, the slot its dependency's
+end passed on in the same transaction; a run's plan task from `run.planning` to the run's next
 status event (`models.engine.dispatch`). Each event's time is taken in the transaction that makes it
 true, before its commit, and a dispatcher counts a slot free only after the commit that freed
 it, so an interval that starts in a slot another freed starts after that one ended: counting

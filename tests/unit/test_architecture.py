@@ -11,13 +11,17 @@ style says to stop both: docs STYLE.md, "Stop"). The rules (README, "Architectur
 - `worker`, `scheduler` and `api` import only `models` among ours, besides themselves;
 - `agentq` (the Python client, issue 15) imports only the API's request and response models
   (`api.schemas`, `api.responses`), so it is typed with them and runs no server code;
+- inside `models`, each domain package imports only the domains below it (`DOMAIN_USES`: the
+  engine uses plans, never memory or review; the base uses no domain; issue 28), and no domain
+  imports a table class another domain defines (the front door aside);
 - no import cycle between modules;
 - every module is under `MAX_MODULE_LINES` lines.
 
 Also (issue 14): no module reads an `AGENTQ_*` variable from the environment itself (`Settings`
 is the one channel), the front ends (`api`, `ops`) write no query (`models` holds them), and
-no module of `worker` or `scheduler` escalates a run itself (`models.engine.run_transitions.escalate`):
-it reports what failed to `models.engine.escalation_rules`, where escalation is decided.
+no module of `worker` or `scheduler` escalates a run itself
+(`models.engine.run_transitions.escalate`): it reports what failed to
+`models.engine.escalation_rules`, where escalation is decided.
 """
 
 from __future__ import annotations
@@ -33,6 +37,18 @@ PACKAGES: Final = ("models", "worker", "scheduler", "api", "ops", "agentq")
 PROCESSES: Final = ("worker", "scheduler", "api")  # each may import only `models` among ours
 CLIENT_IMPORTS: Final = frozenset({"api.schemas", "api.responses"})  # all `agentq` may import
 MAX_MODULE_LINES: Final = 400
+# models' domains (issue 28) -> the domains each may import; the base is the modules directly in
+# `models/`. The front door (`models.front`) may import every domain, and no domain imports it.
+DOMAIN_USES: Final[dict[str, frozenset[str]]] = {
+    "base": frozenset(),
+    "plans": frozenset({"base"}),
+    "engine": frozenset({"base", "plans"}),
+    "memory": frozenset({"base", "plans", "engine"}),
+    "review": frozenset({"base", "plans", "engine", "memory"}),
+    "access": frozenset({"base", "plans", "engine", "review"}),
+    "operations": frozenset({"base", "plans", "engine"}),
+    "front": frozenset({"base", "plans", "engine", "memory", "review", "access", "operations"}),
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -93,6 +109,58 @@ def _layer_breaks() -> set[tuple[str, str]]:
         elif mine == "models" or (mine in PROCESSES and theirs != "models"):
             breaks.add((importer, imported))
     return breaks
+
+
+def _domain(module: str) -> str:
+    """The domain of a module of `models`: its package's name, or "base" for a module directly
+    in `models/` (and `models` itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or f"{module}.__init__" in _INITS else "base"
+
+
+_INITS: Final = {
+    ".".join(p.relative_to(ROOT).with_suffix("").parts)
+    for p in (ROOT / "models").glob("*/__init__.py")
+}
+
+
+def _domain_breaks() -> set[tuple[str, str]]:
+    return {
+        (importer, imported)
+        for importer, deps in GRAPH.items()
+        if _package(importer) == "models"
+        for imported in deps
+        if _domain(imported) != _domain(importer)
+        and _domain(imported) not in DOMAIN_USES[_domain(importer)]
+    }
+
+
+def _table_classes() -> dict[str, str]:
+    """Table class name -> the module of `models` that defines it (`class X(..., table=True)`)."""
+    found = {}
+    for module, path in MODULES.items():
+        if _package(module) == "models":
+            for node in ast.parse(path.read_text(), str(path)).body:
+                if isinstance(node, ast.ClassDef) and any(k.arg == "table" for k in node.keywords):
+                    found[node.name] = module
+    return found
+
+
+def _foreign_tables() -> set[tuple[str, str]]:
+    """(importer, table class) where a module of one domain imports a table another domain
+    defines; the base's tables are shared, and the front door may use every domain's."""
+    tables = _table_classes()
+    found = set()
+    for module, path in MODULES.items():
+        if _package(module) != "models" or _domain(module) == "front":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    owner = tables.get(alias.name)
+                    if owner == node.module and _domain(owner) not in ("base", _domain(module)):
+                        found.add((module, alias.name))
+    return found
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -162,6 +230,27 @@ def test_models_imports_no_process_and_processes_import_only_models() -> None:
     assert _layer_breaks() == set()
 
 
+def test_the_domain_scan_sees_every_domain() -> None:
+    """Each domain package exists, holds modules, and its `__init__` says what it owns."""
+    for domain in set(DOMAIN_USES) - {"base"}:
+        members = [m for m in MODULES if m.startswith(f"models.{domain}.")]
+        assert members, domain
+        assert '"""' in MODULES[f"models.{domain}"].read_text()
+    assert _domain("models.engine.guards") == "engine"
+    assert _domain("models.db") == "base"
+    assert _domain("models.engine") == "engine"
+    assert _table_classes()["Fact"] == "models.memory.facts"
+    assert "models.plans.plans" in GRAPH["models.engine.runs"]  # a domain importing one below
+
+
+def test_each_domain_imports_only_the_domains_below_it() -> None:
+    assert _domain_breaks() == set()
+
+
+def test_no_domain_imports_another_domains_tables() -> None:
+    assert _foreign_tables() == set()
+
+
 def test_no_import_cycles() -> None:
     assert _cycles(GRAPH) == []
 
@@ -197,19 +286,21 @@ def test_the_front_ends_write_no_query() -> None:
 
 
 def _escalations(path: Path) -> list[int]:
-    """The lines where `path` calls `models.engine.run_transitions.escalate`, however it was imported:
-    `from models import run_transitions [as x]` then `x.escalate(...)`, `import
+    """The lines where `path` calls `models.engine.run_transitions.escalate`, however it was
+    imported: `from models.engine import run_transitions [as x]` then `x.escalate(...)`, `import
     models.engine.run_transitions` then `models.engine.run_transitions.escalate(...)`, or `from
     models.engine.run_transitions import escalate [as y]` then `y(...)`."""
     tree = ast.parse(path.read_text(), str(path))
     modules, functions = {"models.engine.run_transitions"}, set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "models":
+        if isinstance(node, ast.ImportFrom) and node.module == "models.engine":
             modules |= {a.asname or a.name for a in node.names if a.name == "run_transitions"}
         elif isinstance(node, ast.ImportFrom) and node.module == "models.engine.run_transitions":
             functions |= {a.asname or a.name for a in node.names if a.name == "escalate"}
         elif isinstance(node, ast.Import):
-            modules |= {a.asname for a in node.names if a.name == "models.engine.run_transitions"} - {None}
+            modules |= {
+                a.asname for a in node.names if a.name == "models.engine.run_transitions"
+            } - {None}
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -231,7 +322,8 @@ def test_the_escalation_finder_finds_the_coordinators_escalation() -> None:
 
 def test_processes_report_escalations_instead_of_making_them() -> None:
     """Escalation is decided in one place (issue 14): a worker or the scheduler reports what
-    failed to `models.engine.escalation_rules`, never calls `models.engine.run_transitions.escalate`."""
+    failed to `models.engine.escalation_rules`, never calls
+    `models.engine.run_transitions.escalate`."""
     found = [
         f"{module}:{line}"
         for module, path in MODULES.items()

@@ -1,5 +1,5 @@
-"""Whose rights a step acts with (`models.review.authorship.reviewers_steps`), and which failures the
-user's memory keeps (`worker.run_memory.remembered_failures`), on rows built in memory."""
+"""Whose rights a step acts with (`models.review.authorship.reviewers_steps`), and which failures
+the user's memory keeps (`worker.run_memory.remembered_failures`), on rows built in memory."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A database that is away, told from a statement that failed (issue 11): only the first makes a
-task send itself again (`models.engine.queue.OUTAGE_RETRIES`), and what a step's retry carries survives
-the trip through the broker's JSON."""
+task send itself again (`models.engine.queue.OUTAGE_RETRIES`), and what a step's retry carries
+survives the trip through the broker's JSON."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The webhook rules without services: back-off, what a response means, the signature, the
 secrets' lookup and display, the body built from a snapshot, the circuit breaker's window
-(`models.operations.deliveries`, `models.operations.webhooks`, `models.engine.notifications`, `models.operations.circuit_breakers`)."""
+(`models.operations.deliveries`, `models.operations.webhooks`, `models.engine.notifications`,
+`models.operations.circuit_breakers`)."""
 
 from __future__ import annotations
 

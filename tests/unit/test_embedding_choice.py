@@ -1,5 +1,5 @@
-"""The model-free fallback of a first run (`models.memory.embedding_choice`, issue 15 part 10): when it
-applies and when an explicit choice stands. "Not installed" is what Python itself answers for a
+"""The model-free fallback of a first run (`models.memory.embedding_choice`, issue 15 part 10): when
+it applies and when an explicit choice stands. "Not installed" is what Python itself answers for a
 module set to None in `sys.modules` (`importlib.util.find_spec` gives None)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Expectations on a step's result (`models.plans.expectations`): the rules, the errors of bad ones, the
-schema the planner and the API are given, and the outcome the worker makes of them."""
+"""Expectations on a step's result (`models.plans.expectations`): the rules, the errors of bad ones,
+the schema the planner and the API are given, and the outcome the worker makes of them."""
 
 from __future__ import annotations
 

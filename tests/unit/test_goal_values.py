@@ -1,5 +1,5 @@
-"""The values a goal states, found by plain rules (`models.plans.goal_values`), and what a submission
-pins of them; no services."""
+"""The values a goal states, found by plain rules (`models.plans.goal_values`), and what a
+submission pins of them; no services."""
 
 from __future__ import annotations
 

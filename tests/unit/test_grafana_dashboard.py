@@ -1,7 +1,8 @@
 """The Grafana dashboard (`ops/grafana/agentq-dashboard.json`) and the metric definitions cannot
-drift: every series its expressions read is one `models/operations/metrics.py` or `models/operations/metric_gauges.py`
-defines (with the suffixes Prometheus gives counters and histograms), every `by (...)` label of a
-metric is one of its labels, and every metric defined is on the dashboard."""
+drift: every series its expressions read is one `models/operations/metrics.py` or
+`models/operations/metric_gauges.py` defines (with the suffixes Prometheus gives counters and
+histograms), every `by (...)` label of a metric is one of its labels, and every metric defined is on
+the dashboard."""
 
 from __future__ import annotations
 

@@ -180,9 +180,9 @@ def test_a_step_waiting_for_itself_twice_is_told_once_and_the_repeat_named() -> 
 
 
 def test_a_succeeded_step_replaced_leaves_the_version_and_frees_its_name() -> None:
-    """A deliverable that missed the run's goal (`models.engine.goal_checks`) is replaced in its place:
-    the new step waits for what it waited for, takes its name, and what waited for it waits for
-    the new step; a failed step replaced stays, as the record of the failure."""
+    """A deliverable that missed the run's goal (`models.engine.goal_checks`) is replaced in its
+    place: the new step waits for what it waited for, takes its name, and what waited for it waits
+    for the new step; a failed step replaced stays, as the record of the failure."""
     kept = [
         Node(1, "convert", "succeeded"),
         Node(2, "report", "succeeded", (1,)),

@@ -1,4 +1,5 @@
-"""The metric definitions (`models.operations.metrics`), recording after commit, and multiprocess mode."""
+"""The metric definitions (`models.operations.metrics`), recording after commit, and
+multiprocess mode."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_forked_processes_write_their_own_files_and_a_scrape_adds_them_up(
     script = f"""
 import json, os
 from pathlib import Path
-from models import metrics
+from models.operations import metrics
 from models.operations.metrics_export import record_in, registry
 from models.settings import Settings
 from prometheus_client import generate_latest

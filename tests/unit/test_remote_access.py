@@ -1,12 +1,10 @@
-"""models/access/remote_access.py: what role `agentq` (other machines of `agentq up --listen`) may do
-to each table (the rule; tests/acceptance/test_several_machines.py holds it on a server)."""
+"""models/access/remote_access.py: what role `agentq` (other machines of `agentq up --listen`) may
+do to each table (the rule; tests/acceptance/test_several_machines.py holds it on a server)."""
 
 from __future__ import annotations
 
 from sqlmodel import SQLModel
 
-import models.operations.webhook_tables  # noqa: F401
-import models.tables  # registers the engine's tables
 from models.access.remote_access import (
     NO_ACCESS_TABLES,
     READ_ONLY_TABLES,

@@ -1,6 +1,6 @@
-"""Session summaries (`models.memory.session_summaries`): the tf-idf topic-word rule, the row text with
-its date, and how the second stage (`models.memory.rerank.rescore`) lets a summary lift its session's
-turns without ever returning it."""
+"""Session summaries (`models.memory.session_summaries`): the tf-idf topic-word rule, the row text
+with its date, and how the second stage (`models.memory.rerank.rescore`) lets a summary lift its
+session's turns without ever returning it."""
 
 from __future__ import annotations
 

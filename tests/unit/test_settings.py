@@ -50,9 +50,10 @@ def test_broken_ladder_is_refused_naming_the_setting(
 def test_a_phase_lease_is_not_a_rung_above_the_hard_time_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A phase's claim has a step's lease, renewed by the worker's heartbeat (`models.engine.phases`):
-    a visibility timeout just above the hard time limit holds the ladder, though it is below
-    the hard limit plus a lease (the phase's claim before it was renewed, 160 s)."""
+    """A phase's claim has a step's lease, renewed by the worker's heartbeat
+    (`models.engine.phases`): a visibility timeout just above the hard time limit holds the ladder,
+    though it is below the hard limit plus a lease (the phase's claim before it was renewed, 160
+    s)."""
     monkeypatch.setenv("AGENTQ_VISIBILITY_TIMEOUT_S", "155")  # hard 150 < 155 < 150 + lease 10
     s = Settings()
     assert s.hard_time_limit_s < s.visibility_timeout_s < s.hard_time_limit_s + s.lease_s

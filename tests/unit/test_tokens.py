@@ -216,7 +216,7 @@ except RuntimeError:
 else:
     sys.exit("the network guard does not hold")
 
-from models import tokens
+from models.memory import tokens
 tokens.check_tokenizer()
 counts = [tokens.count_tokens("hello world"), tokens.count_tokens("hello world", "gpt-4")]
 print(json.dumps({"counts": counts, "cache": str(tokens.cache_dir())}))

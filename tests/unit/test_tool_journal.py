@@ -1,5 +1,5 @@
-"""The keys of the tool journal (`models.engine.tool_journal`): what stays the same when a model step's
-loop runs again, and what tells two identical calls of one loop apart (no database here; the
+"""The keys of the tool journal (`models.engine.tool_journal`): what stays the same when a model
+step's loop runs again, and what tells two identical calls of one loop apart (no database here; the
 replay on the engine is in tests/integration/test_model_faults.py)."""
 
 from __future__ import annotations

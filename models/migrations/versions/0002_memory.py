@@ -6,8 +6,9 @@ Create Date: 2026-11-30 13:30:00.000000
 
 Hand-written: autogenerate renders neither generated columns nor pgvector's untyped `vector`
 well. `embedding` has no fixed dimension so several embedding models can share a table; each
-model's HNSW index is a partial expression index created by `models.memory.facts.ensure_vector_indexes`
-(pgvector README, "Indexing vectors with different dimensions"), not here.
+model's HNSW index is a partial expression index created by
+`models.memory.facts.ensure_vector_indexes` (pgvector README, "Indexing vectors with different
+dimensions"), not here.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ Revision ID: 0008
 Revises: 0007
 
 A token's name is who the audit trail says claimed and decided an escalation, so two live tokens
-must not share one (`models.access.api_tokens.create_token` checks first and names the field; the index
-holds against two creates at once). Revoked tokens keep their names and are left out, so a name
-is free again once its token is revoked. Live tokens that share a name when this runs keep the
+must not share one (`models.access.api_tokens.create_token` checks first and names the field; the
+index holds against two creates at once). Revoked tokens keep their names and are left out, so a
+name is free again once its token is revoked. Live tokens that share a name when this runs keep the
 oldest one's name; each later one is renamed `<name> #<id>` (`agentq token list` shows it), so
 the upgrade never fails and no token stops working.
 """

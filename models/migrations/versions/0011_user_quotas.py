@@ -5,8 +5,8 @@ Revises: 0010
 
 No column changes: the new step status `ready` is text like the others. `ix_runs_user_active`
 serves the active-run count at submit and a user's queued and running runs at dispatch;
-`ix_runs_user_created` the submits of the last minute (`models.engine.quotas`, `models.engine.dispatch`).
-Steps are found by the existing indexes on `status` and `run_id`.
+`ix_runs_user_created` the submits of the last minute (`models.engine.quotas`,
+`models.engine.dispatch`). Steps are found by the existing indexes on `status` and `run_id`.
 """
 
 from __future__ import annotations

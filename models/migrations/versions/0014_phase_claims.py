@@ -4,8 +4,8 @@ Revision ID: 0014
 Revises: 0013
 
 A plan, replan, synthesis or fact-extraction task claims its run's phase before it calls the
-model (`models.engine.phases`), so a second delivery of the task does nothing. A run under way when the
-database was upgraded has no claim: its phase task, if one is out, claims it as it starts.
+model (`models.engine.phases`), so a second delivery of the task does nothing. A run under way when
+the database was upgraded has no claim: its phase task, if one is out, claims it as it starts.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ A memory task killed while it held its run's extraction claim left the run unrem
 redelivery of its message found the lease still live and did nothing, and the reconciler asked
 again only once, `AGENTQ_PHASE_STALE_S` after the run ended. The reconciler now also asks for
 the memory of a run whose claim's lease ran out since its previous tick
-(`models.engine.held.unremembered_runs`), reading runs by `phase_lease_expires_at`; only runs a worker
-holds (or held) a claim on have one, so the index is small.
+(`models.engine.held.unremembered_runs`), reading runs by `phase_lease_expires_at`; only runs a
+worker holds (or held) a claim on have one, so the index is small.
 """
 
 from __future__ import annotations

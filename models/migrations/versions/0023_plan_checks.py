@@ -5,8 +5,8 @@ Revises: 0022
 
 A run submitted with `replan_check = 'model'` asks the model, after each step that succeeds
 while others have not started, whether the rest of the plan still makes sense; each answer is a
-`plan_checks` row the coordinator reads (`models.plans.plan_checks`). Runs before this revision never
-check (`off`).
+`plan_checks` row the coordinator reads (`models.plans.plan_checks`). Runs before this revision
+never check (`off`).
 """
 
 from __future__ import annotations

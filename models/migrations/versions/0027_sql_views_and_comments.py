@@ -112,7 +112,7 @@ TABLES = {
             "phase_attempt": "Claims of the current phase so far (DESIGN.md, invariant 9).",
             "phase_lease_expires_at": "Lease of the phase's live claim; NULL: none holds it.",
             "phase_worker": "Worker holding the phase's claim.",
-            "success_criteria": 'What it must achieve: [{"text", "by"}] (models/engine/goal_checks.py).',
+            "success_criteria": 'What it must achieve: [{"text", "by"}] (models/goal_checks.py).',
             "replan_check": "off | model: ask after each success whether to replan.",
         },
     ),

@@ -4,8 +4,8 @@ Revision ID: 0028
 Revises: 0027
 
 The W3C traceparent (`00-<trace id>-<span id>-<flags>`, 55 characters) of the span that submitted
-the run, written at submit (`models.engine.tracing`). A task of the run, whoever sent it, starts its span
-under this trace. Runs submitted before this migration keep NULL and trace as they did.
+the run, written at submit (`models.engine.tracing`). A task of the run, whoever sent it, starts its
+span under this trace. Runs submitted before this migration keep NULL and trace as they did.
 """
 
 from __future__ import annotations

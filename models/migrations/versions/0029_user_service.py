@@ -4,9 +4,9 @@ Revision ID: 0029
 Revises: 0028
 
 Fair dispatch serves the waiting user whose tasks have had the least worker time
-(`models.engine.fair_queue`): each task's seconds are added to its user's `service_s` when it ends, and a
-user who submits after a pause is lifted to the least value among the users still active, so idle
-time banks no credit. A database upgraded to this revision starts every user at 0.
+(`models.engine.fair_queue`): each task's seconds are added to its user's `service_s` when it ends,
+and a user who submits after a pause is lifted to the least value among the users still active, so
+idle time banks no credit. A database upgraded to this revision starts every user at 0.
 """
 
 from __future__ import annotations

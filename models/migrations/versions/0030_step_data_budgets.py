@@ -28,7 +28,9 @@ depends_on = None
 
 DEFAULT_LIMIT_BYTES = 8 * 1024 * 1024  # AGENTQ_RUN_STEP_DATA_MAX_BYTES's default
 USED = "Step data its steps hold (results, tool calls, answers), bytes (models/engine/storage.py)."
-LIMIT = "Step-data budget, bytes: AGENTQ_RUN_STEP_DATA_MAX_BYTES at submit (models/engine/storage.py)."
+LIMIT = (
+    "Step-data budget, bytes: AGENTQ_RUN_STEP_DATA_MAX_BYTES at submit (models/engine/storage.py)."
+)
 TABLE = "Step data all runs of a user hold together (models/engine/storage.py: UserStepData)."
 USER = "The agentq user (tenant) it belongs to."
 BYTES = "Bytes of compact JSON; checked against AGENTQ_USER_STEP_DATA_MAX_BYTES."

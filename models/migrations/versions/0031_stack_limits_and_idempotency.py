@@ -6,8 +6,8 @@ Revises: 0030
 
 - `stack_limits`: the quotas, the dispatch cap and the default budgets and their ceilings as
   the process that owns the stack wrote them (`agentq up`, a deployment's `agentq migrate`);
-  every submit and every worker reads them there (`models.engine.stack_limits`). Empty until an owner
-  writes it: until then each process keeps its own settings, as before.
+  every submit and every worker reads them there (`models.engine.stack_limits`). Empty until an
+  owner writes it: until then each process keeps its own settings, as before.
 - `idempotency_keys`: a submit's `Idempotency-Key` by who sent it, the run it made and the
   answer it was given (`models.engine.idempotency`); deleted with their run.
 - `escalations.granted`: the budgets an approval set (`models.engine.budget_grants`); NULL for the

@@ -6,8 +6,8 @@ Revises: 0032
 
 `written_by` names the writer (`cli:<name>`, `token:<name>`); `written_as` is the role it wrote
 with (`submitter`, `reviewer`, `admin`), so a plan that adopts a template knows whose rights its
-steps act with (`models.review.authorship`). Rows written before this migration get the role of their
-writer where it is known: `cli:` writers and the demo's seeder (`demo`) are admins,
+steps act with (`models.review.authorship`). Rows written before this migration get the role of
+their writer where it is known: `cli:` writers and the demo's seeder (`demo`) are admins,
 `token:<name>` writers have their token's role (when every token of that name had one role).
 Otherwise (a deleted token) the role stays NULL, and such a version acts for a reviewer, the
 safe side, until someone edits it.
