@@ -1,6 +1,6 @@
 """The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
-Tasks are thin: each calls one function of `worker.planner`, `worker.steps` or `worker.synthesis`.
+Tasks are thin: each calls one function of `worker.phases.planner`, `worker.steps` or `worker.phases.synthesis`.
 A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next waiting item of any
 user (`worker.wakeups`, `models.engine.fair_queue`), its own step only when that is next. A step's
 task advances its own run (`worker.steps.finish`) and may run the next steps and the synthesis
@@ -54,21 +54,11 @@ from models.operations.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
-from worker import (
-    chains,
-    deferrals,
-    outages,
-    planner,
-    recovery,
-    remembering,
-    replan_checks,
-    steps,
-    synthesis,
-    wakeups,
-)
+from worker import chains, deferrals, outages, recovery, remembering, steps, wakeups
 from worker.attempts import Claimed, Outcome
 from worker.crashes import escalated_on_crash
 from worker.heartbeats import StepHeld, heartbeat
+from worker.phases import planner, replan_checks, synthesis
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
 configure_logging()
@@ -199,7 +189,7 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
 
 
 def _perform(claimed: Claimed) -> Outcome:
-    """Run the claimed step, then the should-replan check of its run (`worker.replan_checks`),
+    """Run the claimed step, then the should-replan check of its run (`worker.phases.replan_checks`),
     with its lease renewed every heartbeat (`worker.heartbeats`)."""
     with heartbeat.renewing(StepHeld(claimed.step.id or 0, claimed.step.attempt)):
         return replan_checks.with_check(claimed, steps.perform(claimed))
@@ -255,7 +245,7 @@ def synthesize(run_id: int) -> None:
 
 def synthesize_run(run_id: int) -> None:
     """Write the final answer of a run, then send its memory task and what the dispatch of its
-    user released (`worker.synthesis.synthesize`); rate-limited, the task is sent again later."""
+    user released (`worker.phases.synthesis.synthesize`); rate-limited, the task is sent again later."""
     sends: list[tuple[str, tuple[int, ...]]] = []  # a crash escalated: nothing to send
     try:
         with (

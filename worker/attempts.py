@@ -1,6 +1,6 @@
 """One attempt of a step, as the worker holds it: the claimed step with what it needs from its
 run (`Claimed`), and what the attempt came to (`Outcome`). Plain data, shared by the step task
-(`worker.steps`), the should-replan check that annotates an outcome (`worker.replan_checks`) and
+(`worker.steps`), the should-replan check that annotates an outcome (`worker.phases.replan_checks`) and
 the outage retry that carries one (`worker.outages`).
 """
 
@@ -27,7 +27,7 @@ class Outcome:
     retry_after_s: float = 0.0
     reason: str = ""
     raw: str = ""  # the model output that could not be used, kept with the escalation
-    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.replan_checks`)
+    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.phases.replan_checks`)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ class OfflineProvider:
 
     A plan also reads `episodes` (recalled past runs): a step whose tool failed in a past run and
     was fixed by its fallback is planned with the fallback from the start; and `procedures`
-    (recalled procedures, `worker.procedure_context.entries`): the first plan template whose
+    (recalled procedures, `worker.phases.procedure_context.entries`): the first plan template whose
     tools are all offered and whose `${facts.KEY}` are all pinned is the plan, before any
     playbook (a procedure is what a person kept from a run that worked).
 
@@ -90,7 +90,7 @@ def _offline_plan(payload: Mapping[str, Any]) -> str:
     if procedure is not None:
         steps = [dict(step) for step in procedure["plan_template"]["steps"]]
         if all(_with_fix(step, learned) == step for step in steps):  # adopted as it is
-            return json.dumps({"procedure": procedure["id"]})  # worker.adoption
+            return json.dumps({"procedure": procedure["id"]})  # worker.phases.adoption
     else:
         steps = find_playbook(goal)
     if steps is None:
@@ -299,7 +299,7 @@ def _offline_extract_facts(payload: Mapping[str, Any]) -> str:
 
 def _offline_check_plan(payload: Mapping[str, Any]) -> str:
     """`{"go_on": false}` when a value the remaining steps refer to came back empty or missing
-    (null, "", [], {}), naming it; else `{"go_on": true}` (`worker.replan_checks`)."""
+    (null, "", [], {}), naming it; else `{"go_on": true}` (`worker.phases.replan_checks`)."""
     result = payload["step"].get("result") or {}
     name = payload["step"]["name"]
     for later in payload["remaining"]:

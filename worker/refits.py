@@ -18,7 +18,7 @@ way without being sent.
 
 `Fitted` is the one place this happens, for every call built from working memory: model steps
 and their tool-calling exchange (`worker.tool_use`), structured answers (plans, replans, fact
-extraction: `worker.structured`) and the synthesis (`worker.synthesis`).
+extraction: `worker.structured`) and the synthesis (`worker.phases.synthesis`).
 """
 
 from __future__ import annotations

@@ -63,9 +63,10 @@ from models.plans.step_data import check_step_data, json_bytes
 from models.plans.tools import ToolContext, enabled_tool
 from models.settings import get_settings
 from models.tables import Step, utcnow
-from worker import replan_checks, time_limits, wakeups
+from worker import time_limits, wakeups
 from worker.attempts import Claimed, Outcome
 from worker.claims import worker_name
+from worker.phases import replan_checks
 from worker.step_turns import step_turn
 from worker.time_limits import StepTimeLimit, StepTimeLimitExceeded
 from worker.tool_use import model_step

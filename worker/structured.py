@@ -65,7 +65,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
     """Call the model for `prompt` until `parse` accepts its text, at most `plan_max_attempts`.
 
     `parse(text, payload)` gets the answer's text and the payload its request was built with
-    (what the context carried: recalled procedures, for one, `worker.adoption`); it raises
+    (what the context carried: recalled procedures, for one, `worker.phases.adoption`); it raises
     `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
     A spent budget, an exhausted quota, a provider failure that outlasted its retries, a context
     that overflows (ours, or the server's window after one smaller rebuild: `worker.refits`), or

@@ -2,7 +2,7 @@
 
 A reviewer reads every run but none of a user's memory (issue 9), so a call whose context holds
 a reviewer's words (an edit, an answer, a step a reviewer authored however it reached the plan,
-a reviewer's procedure recalled into it: `models.review.authorship`, `worker.procedure_context`)
+a reviewer's procedure recalled into it: `models.review.authorship`, `worker.phases.procedure_context`)
 acts with the reviewer's rights: it recalls none of the user's memory (`recall_or_withhold`), and a
 fact extraction, whose answer becomes the user's memory, reads only the user's own words
 (`own_words_only`), so nothing a reviewer's step produced becomes the user's memory (issue 27).
@@ -45,7 +45,7 @@ def recall_or_withhold(
     `purpose`, `reason`, and `models.review.authorship.reviewer_in_run`'s keys), once a reviewer's
     words are in the run (a reviewer's decision with words, or a step a reviewer authored, such
     as one adopted from a reviewer's procedure), or when `words` says why (a reviewer's
-    procedure recalled into this call, `worker.procedure_context.reviewers_procedure`): they
+    procedure recalled into this call, `worker.phases.procedure_context.reviewers_procedure`): they
     are in this call's context, and a call holding them beside the user's memory acts with the
     reviewer's rights, who may not read it; else the recalled facts and episodes, less those
     about what the run pins (`pinned`, key -> value)."""

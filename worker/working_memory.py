@@ -1,7 +1,7 @@
 """Build one model call's request from rows: the working memory of that call.
 
 `request_for(run_id, prompt)` reads the run state, pinned facts, the ledger of the current plan,
-recalled procedures (`worker.procedure_context`), recalled facts and episodes (none once a
+recalled procedures (`worker.phases.procedure_context`), recalled facts and episodes (none once a
 reviewer's words are in the call: `worker.withholding`), the rolling summary and the recent
 turns, and assembles them with `worker.context.assemble` under the budget
 `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
@@ -30,7 +30,7 @@ from models.memory.tokens import count_tokens, count_tool_schema_tokens
 from models.plans.plans import current_steps
 from models.settings import get_settings
 from models.tables import Run, Step
-from worker import adoption, ledger, procedure_context, withholding
+from worker import ledger, withholding
 from worker.calls import call_model
 from worker.context import (
     Context,
@@ -40,6 +40,7 @@ from worker.context import (
     shorten,
     usable_budget,
 )
+from worker.phases import adoption, procedure_context
 from worker.prompts import Prompt, summarize_prompt
 from worker.providers import MAX_OUTPUT_TOKENS, ModelRequest
 
@@ -112,7 +113,7 @@ def layers_of(
 ) -> Layers:
     """The layers of `prompt`'s context in run `run`, from rows already read: the run's turns
     (`history`, oldest first), its current summary and the recalled `procedures`
-    (`worker.procedure_context`). Each turn is shortened at
+    (`worker.phases.procedure_context`). Each turn is shortened at
     `AGENTQ_TOOL_RESULT_MAX_TOKENS`; the ledger shows the key values of the steps whose turn is
     in `history` and can be folded (`worker.ledger`)."""
     cap = get_settings().tool_result_max_tokens
@@ -225,7 +226,7 @@ def build(
     """Assemble the context of `prompt` in run `run` once, in the caller's transaction (`steps`:
     the current version's steps when the caller has read them already); returns it and the
     payload (with what memory recalled, and the procedures the context carried: `procedures`,
-    `worker.procedure_context.entries`). Raises `ContextOverflow`."""
+    `worker.phases.procedure_context.entries`). Raises `ContextOverflow`."""
     read = RunRead.of(session, run, steps)
     own_words = withholding.own_words_only(session, run, prompt)
     if own_words:

@@ -10,9 +10,9 @@ The outcomes, who reports them, and their reasons:
 - `Crashed` (`worker.crashes`: a bug in a plan, replan or synthesis task): `internal_error`;
 - `DeferredTooOften` (`worker.deferrals`: rate-limited past `AGENTQ_MODEL_MAX_DEFERRALS`):
   `rate_limited`;
-- `Unanswered` (`worker.planner`: no valid plan; `worker.synthesis`: no valid goal check): why
+- `Unanswered` (`worker.phases.planner`: no valid plan; `worker.phases.synthesis`: no valid goal check): why
   no call could be made or answered, else `invalid_plan` or `invalid_goal_check`;
-- `SynthesisFailed` (`worker.synthesis`: no answer): the error's own `reason` (a spent budget,
+- `SynthesisFailed` (`worker.phases.synthesis`: no answer): the error's own `reason` (a spent budget,
   an exhausted quota, an overflowing context), else `synthesis_failed`;
 - `StepEscalated` (`worker.steps`, when `failure_outcome` says `escalated`): its reason.
 """

@@ -18,12 +18,12 @@ when `currency = EUR` is pinned fails the check.
 A run also has success criteria (`runs.success_criteria`: given at submit, and written by the
 planner with plan version 1), each a sentence that may name pinned facts as `${facts.KEY}`
 (`criteria_texts` puts their values in). Once its answer is written, a model call judges them
-(`worker.goal_check`); the offline provider judges by `rule_verdict`: a criterion is met when
+(`worker.phases.goal_check`); the offline provider judges by `rule_verdict`: a criterion is met when
 each value it names (`terms`: numbers, codes such as `EUR` or `CC-4410`, quoted text) is held by
 a deliverable's field (or is a whole token of its text), so "filed in EUR against CC-4410" fails
 for a report in USD, and "all 4 receipts" is not met by the "4" of `CC-4410`.
 
-The synthesis asks `conflicts_of` before its model call (`worker.synthesis`): a run with
+The synthesis asks `conflicts_of` before its model call (`worker.phases.synthesis`): a run with
 conflicts pays for no answer. Either way a goal not met is a replan in the place of the
 deliverable (`models.engine.coordinator.decide_unmet`, under the replan budget), and once that is
 spent an escalation `goal_not_met` naming the deliverable, the reason and what is missing. A

@@ -65,7 +65,7 @@ WHERE id = :run_id AND phase_attempt = :attempt AND phase_lease_expires_at IS NO
 RETURNING id"""
 
 # keep_answer: a synthesis's paid answer, written while attempt :attempt holds the phase, before
-# its goal check (`worker.synthesis`): a later delivery of the same synthesis checks it again
+# its goal check (`worker.phases.synthesis`): a later delivery of the same synthesis checks it again
 # instead of paying for a new one.
 KEEP_ANSWER: Final = """
 UPDATE runs SET final_result = CAST(:final AS jsonb)

@@ -9,7 +9,7 @@ a tool's, then everyone's: `rank`). The scan is exact, with no HNSW index: proce
 by people, hundreds rather than the millions an index pays off for.
 
 Which procedures a plan's context carried is recorded as a `procedures.recalled` event in the
-transaction that writes the plan (`worker.planner`): `{"purpose", "plan_version", "procedures":
+transaction that writes the plan (`worker.phases.planner`): `{"purpose", "plan_version", "procedures":
 [{"id", "version", "title", "scope"}]}`; `used_by_run` reads those back for the console and CLI.
 """
 
@@ -132,7 +132,7 @@ def used_entry(procedure: Procedure) -> dict[str, Any]:
 class Used:
     """One procedure a plan's context carried: which plan version it informed, with its id,
     version, title and scope as they were then (the procedure may since have changed);
-    `adopted` when the plan is its template, taken by reference (`worker.adoption`)."""
+    `adopted` when the plan is its template, taken by reference (`worker.phases.adoption`)."""
 
     plan_version: int
     purpose: str

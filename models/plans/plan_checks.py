@@ -2,7 +2,7 @@
 
 With `AGENTQ_REPLAN_CHECK=model` (or `replan_check` at submit), a step that succeeds while steps
 of its plan have not started yet is followed by one model call, made by the step's own worker
-before it records the outcome (`worker.replan_checks`): given the step's result, does the
+before it records the outcome (`worker.phases.replan_checks`): given the step's result, does the
 remaining plan still make sense? The answer is a row (`PlanCheck`), inserted in the transaction
 that records the step's success, and the deterministic coordinator reads it there and in every
 later decision (`models.engine.coordinator.decide`: a `replan` verdict of the current plan version

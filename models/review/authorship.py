@@ -12,7 +12,7 @@ reviewer's rights, never the user's:
 - `reviewers_steps`: the steps a reviewer wrote, and those built from what a reviewer wrote.
   Nothing they produce (arguments, errors, results) becomes the user's memory
   (`worker.run_memory.run_memory`).
-- A plan that adopts a procedure's template (`worker.adoption`) is written by the procedure
+- A plan that adopts a procedure's template (`worker.phases.adoption`) is written by the procedure
   version's writer: a version a reviewer wrote (`Procedure.written_as`, not in `USER_WRITERS`)
   makes a plan version `created_by` `reviewer`, so its steps are reviewer's steps, however they
   reached the plan (issue 27). `reviewer_in_run` says when either rule puts a reviewer's words

@@ -31,7 +31,7 @@ def test_the_demo_on_the_local_model_files_the_report(home: Path) -> None:
     assert "model smollm2" in out and "llama.cpp's server on smollm2" in out
     assert re.search(r"total 473\.43 EUR, cost centre CC-4410", out), out
     # the seeded procedures were recalled into the plan and the replan, and the run's plans
-    # came from them (adopted by reference, worker.adoption), or from the model itself
+    # came from them (adopted by reference, worker.phases.adoption), or from the model itself
     assert re.search(r'"File a trip\'s expense report" \(user\) (adopted|shown) in plan v1', out)
     assert "2. November" not in out  # --scenarios 1
     cache = re.search(r"model server: ([\d,]+) of ([\d,]+) prompt tokens from its cache", out)

@@ -16,7 +16,8 @@ from models.memory.embeddings import HashEmbedder
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Run
-from worker import calls, planner
+from worker import calls
+from worker.phases import planner
 from worker.providers import Completion, ModelRequest
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from models.engine.runs import submit_run
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step
-from worker import calls, planner
+from worker import calls
+from worker.phases import planner
 from worker.providers import Completion, ModelRequest
 
 pytestmark = pytest.mark.integration

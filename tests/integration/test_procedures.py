@@ -81,7 +81,7 @@ def test_a_saved_run_is_recalled_for_a_similar_goal_and_shown_as_used(
         with session_scope() as session:
             used = used_by_run(session, second.id or 0)
         title = "Tally the receipts of my Porto trip"
-        # the offline planner adopts the template by reference (worker.adoption)
+        # the offline planner adopts the template by reference (worker.phases.adoption)
         assert used == [Used(1, "plan", saved.id or 0, 1, title, "user", adopted=True)]
 
         page = console("admin", None).get(f"/ui/runs/{second.id}")

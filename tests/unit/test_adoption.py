@@ -1,4 +1,4 @@
-"""A plan adopts a recalled procedure's template by reference (`worker.adoption`): what is
+"""A plan adopts a recalled procedure's template by reference (`worker.phases.adoption`): what is
 offered, the schema that offers it, and the plan an answer `{"procedure": ID}` stands for."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from models.errors import InvalidPlan
 from models.plans.plans import parse_plan
 from models.plans.tools import DEFAULT_TOOL_MODULES, configured_tool_names, load_tool_modules
-from worker.adoption import adoptable, adopted_id, expand, offered, schema
 from worker.offline import OfflineProvider
+from worker.phases.adoption import adoptable, adopted_id, expand, offered, schema
 from worker.prompts import plan_schema
 from worker.providers import ModelRequest
 from worker.tools.expenses import EXPENSE_PLAYBOOK

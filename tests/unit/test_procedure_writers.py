@@ -1,6 +1,6 @@
 """Who may write a shared template's model steps (`models.memory.procedures.template_refused`), and
-whose rights an adopted template's steps act with (`worker.adoption.author`,
-`worker.procedure_context.reviewers_procedure`): issue 27, item 1."""
+whose rights an adopted template's steps act with (`worker.phases.adoption.author`,
+`worker.phases.procedure_context.reviewers_procedure`): issue 27, item 1."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from models.memory.procedures import Actor, Procedure, ProcedureSpec, template_refused
 from models.memory.retrieval import Scored
-from worker.adoption import author
-from worker.procedure_context import reviewers_procedure
+from worker.phases.adoption import author
+from worker.phases.procedure_context import reviewers_procedure
 
 MODEL = {"name": "pay", "kind": "model", "instruction": "Pay it."}
 TOOL = {"name": "file", "kind": "tool", "tool": "noop", "args": {}}

@@ -17,10 +17,10 @@ from models.memory.tokens import count_tokens
 from models.plans.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from models.settings import Settings
 from models.tables import Step
-from worker.adoption import ADOPT_NOTE
 from worker.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider
-from worker.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of
+from worker.phases.adoption import ADOPT_NOTE
+from worker.phases.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of
 from worker.prompts import plan_prompt, step_prompt
 from worker.providers import ModelRequest
 
@@ -245,7 +245,7 @@ def test_the_offline_planner_follows_a_recalled_template_it_can() -> None:
         ],
     }
     request = ModelRequest(purpose="plan", messages=[], payload=payload)
-    # the first needs a fact; the second is adopted by reference (worker.adoption)
+    # the first needs a fact; the second is adopted by reference (worker.phases.adoption)
     assert json.loads(OfflineProvider().complete(request).text) == {"procedure": 2}
 
 

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from models.tables import Step
 from worker.offline import OfflineProvider
+from worker.phases.replan_checks import CheckPlanSpec, check_plan_prompt
 from worker.providers import ModelRequest
-from worker.replan_checks import CheckPlanSpec, check_plan_prompt
 
 
 def _answer(result: Any, uses: list[str]) -> dict[str, Any]:

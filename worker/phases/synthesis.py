@@ -32,8 +32,9 @@ from models.plans.plans import current_steps
 from models.plans.step_data import fit_outputs, json_bytes
 from models.settings import get_settings
 from models.tables import Step
-from worker import calls, goal_check
+from worker import calls
 from worker.claims import claim_phase_in, renewed
+from worker.phases import goal_check
 from worker.prompts import Prompt, synthesize_prompt
 from worker.providers import Completion
 from worker.refits import Fitted
@@ -65,7 +66,7 @@ def synthesize(run_id: int) -> list[Send]:
     The goal check (issue 12, item 1; `models.engine.goal_checks`): a run whose deliverables
     disagree with its pinned facts, or miss a value its criteria name, is not met before any call
     (`Checks.rules_verdict`, for every provider); a run with success criteria has its
-    answer judged by a second call (`worker.goal_check`), the answer written first
+    answer judged by a second call (`worker.phases.goal_check`), the answer written first
     (`models.engine.phases.keep_answer`) so that a later delivery of this synthesis checks it again
     instead of paying for another. A goal not met is replanned in the place of the deliverable,
     or escalated `goal_not_met` (`models.engine.coordinator.decide_unmet`); every verdict is

@@ -36,8 +36,9 @@ from models.plans.tools import argument_problems, catalog
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
-from worker import adoption, calls
+from worker import calls
 from worker.claims import claim_phase_in, renewed
+from worker.phases import adoption
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import Answer, ask, unanswered
 
@@ -154,7 +155,7 @@ def record_procedures(
 ) -> None:
     """Record which procedures the context of `answer`'s request carried (`procedures.recalled`:
     `{"purpose", "plan_version", "procedures": [{"id", "version", "title", "scope"}],
-    "adopted": the id the answer adopted, or null}`: `worker.adoption`), in the caller's
+    "adopted": the id the answer adopted, or null}`: `worker.phases.adoption`), in the caller's
     transaction, the one that writes plan version `plan_version`; nothing when none."""
     keys = ("id", "version", "title", "scope")
     used = [{k: p.get(k) for k in keys} for p in answer.payload.get("procedures") or []]

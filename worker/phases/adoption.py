@@ -1,7 +1,7 @@
 """A plan that adopts a recalled procedure's plan template by reference (issue 12, item 7).
 
 A plan or replan call whose context carries procedures with a plan template
-(`worker.procedure_context`) may answer `{"procedure": ID}` instead of writing steps: the plan
+(`worker.phases.procedure_context`) may answer `{"procedure": ID}` instead of writing steps: the plan
 is then that template, checked as any plan is (`models.plans.plans.parse_plan`). A small model
 copies an id far more reliably than it writes a five-step plan with references (SmolLM2-135M wrote
 no usable plan for the demo; adopting, it filed the report in 5 runs of 5: README). The request's

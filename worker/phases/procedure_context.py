@@ -8,7 +8,7 @@ catalogue, the plan's steps or the step's own tools name. Once a reviewer's word
 memory is (`worker.withholding.recall_or_withhold`); everyone's and the tools' still come. A shared
 procedure a reviewer wrote is a reviewer's words too (`reviewers_procedure`): a call that
 recalls one gets none of the user's memory, and a plan it writes is the reviewer's
-(`worker.adoption.author`). In a plan or
+(`worker.phases.adoption.author`). In a plan or
 replan call a procedure's plan template is shown as a worked example to adapt, never as the
 run's plan; other calls see its how-to only.
 """
@@ -26,7 +26,7 @@ from models.memory.procedure_recall import ScoredProcedure, Visible, recall_proc
 from models.review.authorship import USER_WRITERS, reviewer_in_run
 from models.settings import get_settings
 from models.tables import Run, Step
-from worker import adoption
+from worker.phases import adoption
 from worker.prompts import Prompt
 
 PLANNING: Final = adoption.PLANNING
@@ -88,7 +88,7 @@ def reviewers_procedure(found: Sequence[ScoredProcedure]) -> dict[str, Any] | No
 def text_of(found: ScoredProcedure, prompt: Prompt) -> str:
     """How one procedure reads in `prompt`'s call: its id, title, version, scope, when to use
     it, the how-to, and (planning only) its plan template as a worked example, with how to adopt
-    it by reference when the call may (`worker.adoption`)."""
+    it by reference when the call may (`worker.phases.adoption`)."""
     p = found.item
     scope = {"user": "the user's own", "tool": f"tool {p.tool}"}.get(p.scope, "everyone")
     lines = [f"Procedure {p.id} ({scope}, version {p.version}): {p.title}"]
@@ -132,7 +132,7 @@ def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[
     """The procedures the context carried (ids `used`, in order), as the payload lists them:
     id, version, title, scope, plan template (the offline planner reads it) and the role its
     version's writer wrote with (`written_as`: whose rights an adopted template acts with,
-    `worker.adoption.author`)."""
+    `worker.phases.adoption.author`)."""
     by_id = {f.item.id: f.item for f in found}
     return [
         {
