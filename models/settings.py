@@ -326,7 +326,7 @@ def check_timeout_ladder(s: Settings) -> None:
     time limit < broker visibility timeout, and 2 x heartbeat < lease < visibility timeout. The
     lease is a running step's and a paid phase's (plan, replan, synthesis, fact extraction:
     `models.engine.phases`) alike; the worker renews it every `AGENTQ_HEARTBEAT_S`
-    (`worker.heartbeats`), so a live attempt keeps its step or phase through two missed
+    (`worker.execution.heartbeats`), so a live attempt keeps its step or phase through two missed
     renewals, and a killed one's is taken back within about a lease (issue 11, item 6: with a
     lease above the hard time limit that took minutes, and a phase's took the hard limit plus a
     lease, 160 s). The lease has no rung against the time limits: it is renewed, not outlived.

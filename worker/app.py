@@ -1,9 +1,9 @@
 """The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
-Tasks are thin: each calls one function of `worker.phases.planner`, `worker.steps` or `worker.phases.synthesis`.
+Tasks are thin: each calls one function of `worker.phases.planner`, `worker.execution.steps` or `worker.phases.synthesis`.
 A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next waiting item of any
-user (`worker.wakeups`, `models.engine.fair_queue`), its own step only when that is next. A step's
-task advances its own run (`worker.steps.finish`) and may run the next steps and the synthesis
+user (`worker.execution.wakeups`, `models.engine.fair_queue`), its own step only when that is next. A step's
+task advances its own run (`worker.execution.steps.finish`) and may run the next steps and the synthesis
 in-process; a plan or replan applies its run's next decision itself (the coordinator's, by
 name, only if that fails).
 `agentq.remember_run` runs on the `memory` queue (`models.engine.queue`): a worker started with
@@ -13,16 +13,16 @@ Each pool process loads the embedding model when it starts (`worker.remembering.
 
 A task that finds the database unavailable sends itself again after a backoff
 (`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries
-the attempt it holds and its outcome, if it had one (`worker.outages`). A plan, replan, synthesis or
-memory task is run again whole: each claims its run's phase first (`worker.claims`) and does
+the attempt it holds and its outcome, if it had one (`worker.execution.outages`). A plan, replan, synthesis or
+memory task is run again whole: each claims its run's phase first (`worker.execution.claims`) and does
 nothing if the run has moved on, so the rows are changed once. Its earlier try's claim is no
-longer renewed once the outage ended that try (`worker.heartbeats`), so the retry claims the
+longer renewed once the outage ended that try (`worker.execution.heartbeats`), so the retry claims the
 phase once that lease (`AGENTQ_LEASE_S`) has run out, or, finding it still held, leaves it to
 the reconciler, which re-sends it then: the phase goes on within about a lease and a reconcile
 interval of the database's return. A model call answered before or during the outage is not
 made again: what keeps its answer waits for Postgres in the task (`worker.calls.
 waits_out_outages`). A bug in a plan, replan or synthesis escalates its run (`internal_error`,
-`worker.crashes`) rather than failing the task, which the reconciler would re-send for ever.
+`worker.execution.crashes`) rather than failing the task, which the reconciler would re-send for ever.
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ from models.operations.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
-from worker import chains, deferrals, outages, recovery, remembering, steps, wakeups
-from worker.attempts import Claimed, Outcome
-from worker.crashes import escalated_on_crash
-from worker.heartbeats import StepHeld, heartbeat
+from worker import remembering
+from worker.execution import chains, deferrals, outages, recovery, steps, wakeups
+from worker.execution.attempts import Claimed, Outcome
+from worker.execution.crashes import escalated_on_crash
+from worker.execution.heartbeats import StepHeld, heartbeat
 from worker.phases import planner, replan_checks, synthesis
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
@@ -135,12 +136,12 @@ def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> 
 def execute_step(
     task: Task, step_id: int, held: dict[str, Any] | None = None, after_lost: bool = False
 ) -> None:
-    """Claim and run one step, record it and advance its run (`worker.steps.finish`); then run
+    """Claim and run one step, record it and advance its run (`worker.execution.steps.finish`); then run
     the next step this process claimed, or the run's synthesis, within the chain's bounds.
 
     `held` is what this task carries when it sent itself again because the database was away
-    (`worker.outages`): the attempt it holds, whose outcome is recorded instead of a claim.
-    `after_lost`: sent for when the lease of a lost worker's attempt ends (`worker.recovery`),
+    (`worker.execution.outages`): the attempt it holds, whose outcome is recorded instead of a claim.
+    `after_lost`: sent for when the lease of a lost worker's attempt ends (`worker.execution.recovery`),
     the step is taken back first."""
     with task_bound(step_id=step_id):
         _execute_step(task, step_id, held, after_lost)
@@ -190,7 +191,7 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
 
 def _perform(claimed: Claimed) -> Outcome:
     """Run the claimed step, then the should-replan check of its run (`worker.phases.replan_checks`),
-    with its lease renewed every heartbeat (`worker.heartbeats`)."""
+    with its lease renewed every heartbeat (`worker.execution.heartbeats`)."""
     with heartbeat.renewing(StepHeld(claimed.step.id or 0, claimed.step.attempt)):
         return replan_checks.with_check(claimed, steps.perform(claimed))
 
@@ -199,7 +200,7 @@ def _start(
     step_id: int, held: dict[str, Any] | None, *, wake: bool
 ) -> tuple[Claimed | None, Outcome | None]:
     """The claimed step and, for a retry that holds its attempt, the outcome it carries. A
-    fresh message (`wake`) takes the fair-next item instead (`worker.wakeups`): a step, or a
+    fresh message (`wake`) takes the fair-next item instead (`worker.execution.wakeups`): a step, or a
     run's phase, run here before the task ends."""
     if held is not None:
         return outages.resume(step_id, held) or (None, None)

@@ -17,7 +17,7 @@ before it is first sent (`Fitted.check`), and a request it finds too long is reb
 way without being sent.
 
 `Fitted` is the one place this happens, for every call built from working memory: model steps
-and their tool-calling exchange (`worker.tool_use`), structured answers (plans, replans, fact
+and their tool-calling exchange (`worker.execution.tool_use`), structured answers (plans, replans, fact
 extraction: `worker.structured`) and the synthesis (`worker.phases.synthesis`).
 """
 

@@ -46,7 +46,7 @@ from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
 from worker import calls, extraction
-from worker.claims import claim_phase, renewed
+from worker.execution.claims import claim_phase, renewed
 from worker.prompts import FactSpec
 from worker.run_memory import RunMemory, run_memory
 

@@ -7,14 +7,14 @@ reports what failed (a `Reported` outcome below) to `escalate`, which decides th
 the guarded move (`models.engine.run_transitions.escalate`) in the caller's transaction.
 
 The outcomes, who reports them, and their reasons:
-- `Crashed` (`worker.crashes`: a bug in a plan, replan or synthesis task): `internal_error`;
-- `DeferredTooOften` (`worker.deferrals`: rate-limited past `AGENTQ_MODEL_MAX_DEFERRALS`):
+- `Crashed` (`worker.execution.crashes`: a bug in a plan, replan or synthesis task): `internal_error`;
+- `DeferredTooOften` (`worker.execution.deferrals`: rate-limited past `AGENTQ_MODEL_MAX_DEFERRALS`):
   `rate_limited`;
 - `Unanswered` (`worker.phases.planner`: no valid plan; `worker.phases.synthesis`: no valid goal check): why
   no call could be made or answered, else `invalid_plan` or `invalid_goal_check`;
 - `SynthesisFailed` (`worker.phases.synthesis`: no answer): the error's own `reason` (a spent budget,
   an exhausted quota, an overflowing context), else `synthesis_failed`;
-- `StepEscalated` (`worker.steps`, when `failure_outcome` says `escalated`): its reason.
+- `StepEscalated` (`worker.execution.steps`, when `failure_outcome` says `escalated`): its reason.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class SynthesisFailed:
 @dataclass(frozen=True)
 class StepEscalated:
     """Step `step_id` (`step`, its name; `tool`, empty for a model step) failed in a way a person
-    must see (`worker.steps.failure_outcome`): `reason` and `error` are the outcome's,
+    must see (`worker.execution.steps.failure_outcome`): `reason` and `error` are the outcome's,
     `raw_output` the model's last tool calls when they were invalid."""
 
     step_id: int | None

@@ -14,7 +14,7 @@ next claim waits until it is due (`runs.updated_at`, the time the deferral set).
 
 The lease is a step's (`AGENTQ_LEASE_S`, 10 s by default), renewed while the task runs: its
 worker process's heartbeat renews the phase every `AGENTQ_HEARTBEAT_S` (`renew`,
-`worker.heartbeats`), as it renews a running step's lease. A live attempt keeps its phase however
+`worker.execution.heartbeats`), as it renews a running step's lease. A live attempt keeps its phase however
 long its model call takes; a killed one's lease expires about a lease after its last beat, and
 the reconciler sends the task again (`scheduler.tasks.reconcile`) within its next pass.
 """
@@ -161,7 +161,7 @@ def keep_answer(
 
 def renew(session: Session, run_id: int, attempt: int, *, lease_s: float, now: datetime) -> bool:
     """Extend the lease of `attempt` on run `run_id`'s phase to `lease_s` seconds from `now` (a
-    heartbeat, `worker.heartbeats`); False when the attempt no longer holds the phase."""
+    heartbeat, `worker.execution.heartbeats`); False when the attempt no longer holds the phase."""
     params = {
         "run_id": run_id,
         "attempt": attempt,

@@ -1,5 +1,5 @@
 """What the reconciler (`scheduler.tasks.reconcile`) and a lost worker's recovery
-(`worker.recovery`) read and write to find lost work: named SQL, each write one guarded UPDATE.
+(`worker.execution.recovery`) read and write to find lost work: named SQL, each write one guarded UPDATE.
 
 A re-send touches a row rather than moving it: a lost step stays `queued` and a quiet run in its
 status, and the time its clock restarts from (`steps.queued_at`, `runs.updated_at`) becomes now,
@@ -100,6 +100,6 @@ def nudge_quiet_runs(
 
 def running_leases(session: Session, run_id: int) -> list[tuple[int, datetime]]:
     """`(step id, lease end)` of each running step of run `run_id` under a lease: the steps a
-    lost worker may have gone on to in the same task (`worker.recovery.check_later`)."""
+    lost worker may have gone on to in the same task (`worker.execution.recovery.check_later`)."""
     rows = sql.execute(session, RUNNING_LEASES, {"run_id": run_id}).fetchall()
     return [(int(row.id), row.lease_expires_at) for row in rows]

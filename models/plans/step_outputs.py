@@ -9,7 +9,7 @@ The worker asks the model for JSON of `output_schema` (a `response_format` json_
 the answer with `parse_output` and stores the fields themselves as the step's result
 (`{"total": 473.43, "currency": "EUR"}`), so `${steps.NAME.total}` is the number the model
 gave, not a sentence holding it. An answer that does not fit is refused whole, naming the field
-and what was expected; nothing of it is stored (`worker.step_outputs`).
+and what was expected; nothing of it is stored (`worker.execution.step_outputs`).
 """
 
 from __future__ import annotations

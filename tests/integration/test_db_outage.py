@@ -44,8 +44,8 @@ from tests.integration.conftest import (
     wait_for_memory,
     wait_for_run,
 )
-from worker import steps
-from worker.attempts import Outcome
+from worker.execution import steps
+from worker.execution.attempts import Outcome
 
 pytestmark = pytest.mark.integration
 OUTAGE_S = 5.0

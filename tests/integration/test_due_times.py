@@ -18,7 +18,7 @@ from models.engine.queue import TASK_EXECUTE_STEP
 from models.tables import Step, StepAttempt, utcnow
 from scheduler import tasks
 from tests.integration.conftest import queued_without_a_message
-from worker import steps
+from worker.execution import steps
 
 pytestmark = pytest.mark.integration
 

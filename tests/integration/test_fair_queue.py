@@ -1,5 +1,5 @@
 """The fair queue on the real engine, 1 worker process (`models.engine.fair_queue`,
-`worker.wakeups`).
+`worker.execution.wakeups`).
 
 - Another user's runs (one with a plan, one planned by the worker) end within about one step of
   a busy user's backlog: no step of the busy user starts between their submit and their end

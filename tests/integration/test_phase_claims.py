@@ -268,7 +268,7 @@ def test_a_bug_in_a_phase_escalates_its_run_once(make_run: Callable[..., int], s
     reconciler and crashing again for ever; now the run escalates `internal_error` with the
     exception's type only, and a second crash of the same phase (the run moved on) changes
     nothing."""
-    from worker.crashes import escalated_on_crash
+    from worker.execution.crashes import escalated_on_crash
 
     run_id = _run_in(status, make_run)
     for _ in range(2):

@@ -3,7 +3,7 @@ of the budget rule over any sequence of call outcomes.
 
 The simulation below is a pure model of a run making model calls: it reserves with the rule
 `models.engine.budgets.fits` (the same expression `reserve` puts in its UPDATE), settles to the
-reported usage, and decides each failed attempt with `worker.steps.failure_outcome`, as the engine
+reported usage, and decides each failed attempt with `worker.execution.steps.failure_outcome`, as the engine
 does.
 """
 
@@ -30,7 +30,7 @@ from models.errors import (
 )
 from models.settings import ModelPrice
 from models.tables import Step
-from worker.steps import failure_outcome
+from worker.execution.steps import failure_outcome
 
 PRICE = ModelPrice(input=0.15, output=0.60)
 

@@ -16,8 +16,8 @@ from models.engine.queue import OUTAGE_RETRY_MAX_S, outage_countdown_s
 from models.errors import DatabaseError, DatabaseUnavailable
 from models.tables import Step
 from tests.support.net import free_port
-from worker.attempts import Claimed, Outcome
-from worker.outages import carry, interrupted
+from worker.execution.attempts import Claimed, Outcome
+from worker.execution.outages import carry, interrupted
 
 
 def _translated(orig: Exception, *, invalidated: bool = False) -> DBAPIError:

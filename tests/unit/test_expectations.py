@@ -23,8 +23,8 @@ from models.plans.expectations import (
 )
 from models.plans.plans import parse_plan
 from models.tables import Step
+from worker.execution.steps import checked_outcome
 from worker.prompts import plan_schema
-from worker.steps import checked_outcome
 
 RESULT = {
     "total": 473.43,

@@ -11,10 +11,10 @@ from models.memory.messages import Message
 from models.memory.tokens import count_message_tokens, count_tokens
 from models.tables import Run, Step
 from worker import ledger
-from worker.attempts import Outcome
 from worker.context import VERBATIM_TURNS, assemble, usable_budget
+from worker.execution.attempts import Outcome
+from worker.execution.step_turns import turn_text
 from worker.prompts import step_prompt
-from worker.step_turns import turn_text
 from worker.working_memory import RunRead, layers_of
 
 WINDOW_TOKENS = 4096

@@ -19,8 +19,8 @@ from models.plans.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load
 from models.review.answers import answer_from_text
 from models.settings import get_settings
 from models.tables import Step
-from worker.steps import failure_outcome
-from worker.tool_use import _within_cap
+from worker.execution.steps import failure_outcome
+from worker.execution.tool_use import _within_cap
 
 CAP = 256 * 1024  # the default AGENTQ_STEP_DATA_MAX_BYTES
 VALUE = "v" * 60_000

@@ -20,11 +20,11 @@ from models.plans.step_outputs import (
 from models.review.drafts import spec_of
 from models.tables import Step
 from ops.fake_provider import completion_body, ok
-from worker.attempts import Outcome
+from worker.execution.attempts import Outcome
+from worker.execution.step_turns import turn_text
 from worker.offline import OfflineProvider, offline_fields
 from worker.prompts import plan_schema, replan_prompt, step_prompt
 from worker.providers import ModelRequest
-from worker.step_turns import turn_text
 
 OUTPUT = {"total": "number", "currency": "string", "lines": "integer", "paid": "boolean"}
 MODEL = {"name": "read", "kind": "model", "instruction": "Read the total"}

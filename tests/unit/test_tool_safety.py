@@ -31,8 +31,8 @@ from models.plans.tools import (
 )
 from models.settings import get_settings
 from models.tables import Step
-from worker.attempts import Claimed, Outcome
-from worker.steps import failure_outcome, internal_error, perform
+from worker.execution.attempts import Claimed, Outcome
+from worker.execution.steps import failure_outcome, internal_error, perform
 from worker.tools import builtin, expenses
 
 SECRET_PATH = "/srv/secret/place/config.toml"

@@ -13,9 +13,9 @@ from models.errors import InvalidPlan, RetryableToolError
 from models.plans.plans import parse_plan
 from models.plans.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
 from ops.fake_provider import FakeOpenAI, ok, tool_calls
+from worker.execution.tool_use import answer_call, assistant_message
 from worker.prompts import function_tool, step_prompt
 from worker.providers import Completion, ModelRequest, OpenAIProvider, ToolCall
-from worker.tool_use import answer_call, assistant_message
 
 load_tool_modules([*DEFAULT_TOOL_MODULES, "tests.support.tools"])  # + append_marker
 

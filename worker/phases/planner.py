@@ -37,7 +37,7 @@ from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
 from worker import calls
-from worker.claims import claim_phase_in, renewed
+from worker.execution.claims import claim_phase_in, renewed
 from worker.phases import adoption
 from worker.prompts import Prompt, plan_prompt, replan_prompt
 from worker.structured import Answer, ask, unanswered

@@ -36,7 +36,7 @@ from models.plans.plans import current_steps
 from models.plans.references import referenced_keys
 from models.settings import get_settings
 from models.tables import Step
-from worker.attempts import Claimed, Outcome
+from worker.execution.attempts import Claimed, Outcome
 from worker.prompts import Prompt
 from worker.structured import ask, json_answer
 

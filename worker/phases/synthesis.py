@@ -33,7 +33,7 @@ from models.plans.step_data import fit_outputs, json_bytes
 from models.settings import get_settings
 from models.tables import Step
 from worker import calls
-from worker.claims import claim_phase_in, renewed
+from worker.execution.claims import claim_phase_in, renewed
 from worker.phases import goal_check
 from worker.prompts import Prompt, synthesize_prompt
 from worker.providers import Completion

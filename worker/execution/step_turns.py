@@ -13,7 +13,7 @@ from models.engine import leases
 from models.memory.tokens import count_tokens
 from models.settings import Settings, get_settings
 from models.tables import Step
-from worker.attempts import Outcome
+from worker.execution.attempts import Outcome
 
 
 def step_turn(step: Step, outcome: Outcome, settings: Settings) -> leases.Turn | None:

@@ -13,10 +13,10 @@ on where the outage met it:
   the queue, not counted as a failed attempt, and it is claimed anew under the next attempt;
 - after the tool or model call, at the commit of its outcome: the attempt and that outcome
   (`carry`), so the tool does not run again when Postgres is back: the retry records it
-  (`resume`, then `worker.steps.finish`).
+  (`resume`, then `worker.execution.steps.finish`).
 
 Either way only the attempt that holds the step writes its outcome, in the guarded transition
-of `worker.steps.finish`: a retry delivered twice, or one whose step's lease expired meanwhile
+of `worker.execution.steps.finish`: a retry delivered twice, or one whose step's lease expired meanwhile
 and was claimed again, finds another state and changes nothing, so a step has one committed
 result. The carried outcome is the only thing that lives in a message, and only until it is
 committed: if that message is lost, the step stays running until its lease expires and the
@@ -33,7 +33,7 @@ import structlog
 from models.db import retry_dropped, session_scope
 from models.errors import DatabaseUnavailable
 from models.tables import Run, Step
-from worker.attempts import Claimed, Outcome
+from worker.execution.attempts import Claimed, Outcome
 
 log = structlog.get_logger("agentq.worker")
 ERROR_MAX_CHARS = 1000

@@ -3,7 +3,7 @@
 A step is claimed by `models.engine.leases`; a phase (plan, replan, synthesis, fact extraction) by
 `models.engine.phases`, before its model call, so a task delivered twice calls the model once. Both
 take a lease of `AGENTQ_LEASE_S`, which this process's heartbeat renews while the work between
-the claim's transaction and the one that ends it runs (`renewed`, `worker.heartbeats`).
+the claim's transaction and the one that ends it runs (`renewed`, `worker.execution.heartbeats`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from models.errors import PhaseNotDue
 from models.operations.logs import bind_work
 from models.settings import get_settings
 from models.tables import utcnow
-from worker.heartbeats import PhaseHeld, heartbeat
+from worker.execution.heartbeats import PhaseHeld, heartbeat
 
 log = structlog.get_logger("agentq.worker")
 

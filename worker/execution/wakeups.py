@@ -9,7 +9,7 @@ wake-up of its own after the commit, so every waiting item keeps a message; a me
 later finds nothing, or the next item. After a phase the message picks again, at most
 `PHASES_PER_WAKEUP` times, then claims its own step: a phase item whose claim keeps doing
 nothing cannot hold the queue. A redelivered message, one carrying a held attempt
-(`worker.outages`) and a recovery check (`worker.recovery`) are not wake-ups: they name their step.
+(`worker.execution.outages`) and a recovery check (`worker.execution.recovery`) are not wake-ups: they name their step.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from models.errors import IllegalTransition
 from models.operations import metrics
 from models.settings import get_settings
 from models.tables import Step
-from worker.claims import worker_name
+from worker.execution.claims import worker_name
 
 log = structlog.get_logger("agentq.worker")
 PHASES_PER_WAKEUP = 3  # phases one message runs before it claims its own step

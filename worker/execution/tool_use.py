@@ -26,7 +26,7 @@ A run that ends meanwhile (cancelled) stops the loop before its next model call.
 
 A step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields; its
 text answer, once no tool is called, is checked and re-asked in the same loop
-(`worker.step_outputs`), and only the fields of a fitting answer become the step's result.
+(`worker.execution.step_outputs`), and only the fields of a fitting answer become the step's result.
 
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
 budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
@@ -61,10 +61,10 @@ from models.states import RUN_TERMINAL
 from models.tables import Step
 from worker.calls import waits_out_outages
 from worker.context import Piece, shorten
+from worker.execution.step_outputs import OutputAnswers
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
 from worker.refits import Fitted
-from worker.step_outputs import OutputAnswers
 
 RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation
 
@@ -92,7 +92,7 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
 
     Returns `{"text", "model", "offline"}`, plus `"tool_calls": [{"tool", "arguments", "result"
     | "error"}]` when tools ran; for a step that declares `output`, the answer's fields alone
-    (`worker.step_outputs`: a refused answer is re-asked; the tool calls are in the step's
+    (`worker.execution.step_outputs`: a refused answer is re-asked; the tool calls are in the step's
     events). Raises `InvalidToolCalls` (the model's calls stayed invalid), `InvalidStepOutput`
     (its answers stayed unfit for its `output`),
     `ToolError` (no text answer within `AGENTQ_MODEL_STEP_MAX_CALLS` calls), `ToolNotEnabled`

@@ -9,7 +9,7 @@ the task is sent again with the server's `retry-after` as countdown, so no worke
 an exhausted quota or a spent token or cost budget fails the step and escalates the run. A
 result that leaves one of the step's expectations unmet (`expect`) fails the step for good.
 
-A step stops at its time limit, or its run's wall-time deadline if sooner (`worker.time_limits`).
+A step stops at its time limit, or its run's wall-time deadline if sooner (`worker.execution.time_limits`).
 
 Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
@@ -63,13 +63,13 @@ from models.plans.step_data import check_step_data, json_bytes
 from models.plans.tools import ToolContext, enabled_tool
 from models.settings import get_settings
 from models.tables import Step, utcnow
-from worker import time_limits, wakeups
-from worker.attempts import Claimed, Outcome
-from worker.claims import worker_name
+from worker.execution import time_limits, wakeups
+from worker.execution.attempts import Claimed, Outcome
+from worker.execution.claims import worker_name
+from worker.execution.step_turns import step_turn
+from worker.execution.time_limits import StepTimeLimit, StepTimeLimitExceeded
+from worker.execution.tool_use import model_step
 from worker.phases import replan_checks
-from worker.step_turns import step_turn
-from worker.time_limits import StepTimeLimit, StepTimeLimitExceeded
-from worker.tool_use import model_step
 
 log = structlog.get_logger("agentq.worker")
 
@@ -92,7 +92,7 @@ def claim(step_id: int) -> Claimed | None:
 def claim_woken(
     step_id: int, *, wake: bool = True
 ) -> tuple[Claimed | None, fair_queue.Item | None]:
-    """A fresh message's claim (`worker.wakeups`): the fair-next waiting step claimed, or the
+    """A fresh message's claim (`worker.execution.wakeups`): the fair-next waiting step claimed, or the
     run phase to run in this task, in one transaction with the read; when the fair-next item is
     step `step_id` itself (or without `wake`), `claim`'s claim of it."""
     with session_scope() as session:
@@ -145,7 +145,7 @@ def _with_results(
 def perform(claimed: Claimed) -> Outcome:
     """Run the step's tool or model call; every failure becomes an `Outcome`, never a crash.
     Raises `DatabaseUnavailable` (a model step's budget or journal write met an outage), which
-    is no failure of the step (`worker.outages`)."""
+    is no failure of the step (`worker.execution.outages`)."""
     step, settings = claimed.step, get_settings()
     limit = StepTimeLimit.of(settings.step_time_limit_s, claimed.deadline_at, utcnow())
     try:
