@@ -265,7 +265,7 @@ class ContextTooLong(ProviderError):
 
 class ContextOverflow(AgentqError):
     """The never-trimmed layers (instructions, run state, task, the last turns, the ledger at
-    its smallest) exceed the budget (`worker.context`), or the server refused the request as too
+    its smallest) exceed the budget (`worker.memory.context`), or the server refused the request as too
     long again after one smaller rebuild (`worker.refits`)."""
 
     reason = "context_overflow"  # the escalation reason when this ends a run's progress

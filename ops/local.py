@@ -215,7 +215,7 @@ def start_api(
 
 def _loading_line(worker_concurrency: int) -> str | None:
     """What `start_engine` says while the worker's pool processes load the `local` embedding
-    model (`worker.remembering.warm_up`); None for a provider with nothing to load."""
+    model (`worker.memory.remembering.warm_up`); None for a provider with nothing to load."""
     if provider_in_use(get_settings()) != "local":
         return None
     processes = "process" if worker_concurrency == 1 else f"{worker_concurrency} processes"

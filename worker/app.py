@@ -8,7 +8,7 @@ in-process; a plan or replan applies its run's next decision itself (the coordin
 name, only if that fails).
 `agentq.remember_run` runs on the `memory` queue (`models.engine.queue`): a worker started with
 `-Q memory` alone writes memory only.
-Each pool process loads the embedding model when it starts (`worker.remembering.warm_up`, logged as
+Each pool process loads the embedding model when it starts (`worker.memory.remembering.warm_up`, logged as
 `worker.warm`), so no run waits for it.
 
 A task that finds the database unavailable sends itself again after a backoff
@@ -54,11 +54,11 @@ from models.operations.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
-from worker import remembering
 from worker.execution import chains, deferrals, outages, recovery, steps, wakeups
 from worker.execution.attempts import Claimed, Outcome
 from worker.execution.crashes import escalated_on_crash
 from worker.execution.heartbeats import StepHeld, heartbeat
+from worker.memory import remembering
 from worker.phases import planner, replan_checks, synthesis
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks

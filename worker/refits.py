@@ -5,7 +5,7 @@ counted 24% more, issue 12), so a context filled to the budget can still be refu
 server as longer than its window (`ContextTooLong`). The server refuses before generating, so
 the refused attempt is recorded as a `model.call` event with outcome `context_too_long` and
 charged nothing (`worker.calls`). The request is then rebuilt from rows once, under a smaller
-budget (`worker.context.refit_budget`: scaled by what the server said of its window and of the
+budget (`worker.memory.context.refit_budget`: scaled by what the server said of its window and of the
 prompt, else `REFIT_SHARE`), which trims recalled memory and older turns (folded into the
 summary) as any smaller budget does, and sent again. A second refusal, or a rebuild whose
 never-trimmed layers no longer fit, raises `ContextOverflow`: the step, plan or synthesis
@@ -32,11 +32,11 @@ import structlog
 from models.errors import ContextOverflow, ContextTooLong
 from models.settings import get_settings
 from worker.calls import call_model, estimate_prompt_tokens
-from worker.context import refit_budget
+from worker.memory.context import refit_budget
+from worker.memory.working_memory import budget, request_for, schema_tokens
 from worker.prompts import Prompt
 from worker.providers import Completion, ModelRequest
 from worker.tokenizers import server_tokenizer
-from worker.working_memory import budget, request_for, schema_tokens
 
 log = structlog.get_logger("agentq.worker")
 
@@ -54,7 +54,7 @@ class Fitted:
 
     @classmethod
     def build(cls, run_id: int, prompt: Prompt) -> Fitted:
-        """The request for `prompt` (`worker.working_memory.request_for`); raises what it does."""
+        """The request for `prompt` (`worker.memory.working_memory.request_for`); raises what it does."""
         return cls(run_id, prompt, request_for(run_id, prompt))
 
     def budget(self) -> int:

@@ -50,7 +50,7 @@ class Answer(Generic[T]):
     `failure` is set when a call could not be made or answered at all: the escalation reason
     (`token_budget_spent`, `cost_budget_spent`, `quota_exhausted`, `provider_error`,
     `time_limit_exceeded`); None when the model answered and the answers were invalid.
-    `payload` is what the last request was built from (`worker.working_memory.build`: the
+    `payload` is what the last request was built from (`worker.memory.working_memory.build`: the
     procedures its context carried, among others); empty when no request was built.
     """
 

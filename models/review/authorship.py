@@ -7,11 +7,11 @@ reviewer's rights, never the user's:
 - `reviewer_words`: once a reviewer has decided with words (an edited plan, an answer, a
   comment), those words are in the context of the run's later model calls (its turns, its plan,
   its pinned facts), and a model call that held them beside the user's recalled memory could be
-  made to repeat that memory in a result the reviewer reads. `worker.working_memory` recalls
+  made to repeat that memory in a result the reviewer reads. `worker.memory.working_memory` recalls
   nothing for such a call and records `memory.withheld`. A plain approval adds no words.
 - `reviewers_steps`: the steps a reviewer wrote, and those built from what a reviewer wrote.
   Nothing they produce (arguments, errors, results) becomes the user's memory
-  (`worker.run_memory.run_memory`).
+  (`worker.memory.run_memory.run_memory`).
 - A plan that adopts a procedure's template (`worker.phases.adoption`) is written by the procedure
   version's writer: a version a reviewer wrote (`Procedure.written_as`, not in `USER_WRITERS`)
   makes a plan version `created_by` `reviewer`, so its steps are reviewer's steps, however they

@@ -16,7 +16,7 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
   that refer to it run with it; with no failed step it is pinned as the fact `reviewer_answer`,
   set by the reviewer (`PinnedFact.set_by`), never taken for the user's statement. It is run
   state: it becomes the user's memory only when the reviewer asks (`remember`), as a fact whose
-  source is `reviewer:<name>`, written when the run is remembered (`worker.remembering`);
+  source is `reviewer:<name>`, written when the run is remembered (`worker.memory.remembering`);
 - reject: the run fails with the reviewer's comment.
 
 The caller commits, then sends `agentq.coordinate` for the run.

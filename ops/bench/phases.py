@@ -39,8 +39,8 @@ from models.plans.plans import PlanSpec
 from models.settings import get_settings
 from ops.bench.agentq_peer import BENCH_USER, plan_of
 from ops.stack import LocalStack
-from worker import remembering
 from worker.execution import steps
+from worker.memory import remembering
 from worker.phases import synthesis
 
 PHASES = ("submit", "claim", "finish", "synthesize", "remember")

@@ -4,7 +4,7 @@ with one embedding call, a run batched by another task's message left alone when
 comes, and two writers of overlapping batches writing each run once.
 
 The runs here end through the transitions, with no `agentq.remember_run` sent, so only this
-process remembers them (`worker.remembering.remember_ended_run`, called in-process)."""
+process remembers them (`worker.memory.remembering.remember_ended_run`, called in-process)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from models.memory import memory_admin
 from models.memory.episodes import NewEpisode, episodes_of, remember_episodes
 from models.memory.facts import facts_of
 from models.tables import Run, RunEvent, utcnow
-from worker import extraction
-from worker import remembering as worker_memory
+from worker.memory import extraction
+from worker.memory import remembering as worker_memory
 from worker.prompts import FactSpec
 from worker.structured import InvalidOutput
 

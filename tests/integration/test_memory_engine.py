@@ -21,7 +21,7 @@ from models.memory.tokens import count_message_tokens, count_tokens
 from models.settings import get_settings
 from models.tables import RunEvent
 from tests.integration.conftest import run_steps, wait_for_run
-from worker import working_memory
+from worker.memory import working_memory
 from worker.prompts import step_prompt
 
 pytestmark = pytest.mark.integration

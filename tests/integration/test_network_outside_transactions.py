@@ -1,6 +1,6 @@
 """No network call inside a database transaction (DESIGN.md, invariant 11; issue 11, item 8), on
 real Postgres: with a remote embedder, a model call's recall query (a plan's goal, a model step's
-instruction) is embedded while this process holds no connection (`worker.working_memory.
+instruction) is embedded while this process holds no connection (`worker.memory.working_memory.
 with_query_vector`), not while its context is read."""
 
 from __future__ import annotations

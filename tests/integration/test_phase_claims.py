@@ -23,7 +23,8 @@ from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, utcnow
 from scheduler import tasks
-from worker import calls, remembering
+from worker import calls
+from worker.memory import remembering
 from worker.phases import planner, synthesis
 from worker.providers import Completion, ModelRequest
 

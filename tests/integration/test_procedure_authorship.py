@@ -19,8 +19,8 @@ from models.memory.facts import remember
 from models.memory.procedures import Actor
 from models.tables import PlanVersion, RunEvent
 from tests.integration.conftest import wait_for_run
+from worker.memory.working_memory import request_for
 from worker.prompts import extract_prompt, step_prompt
-from worker.working_memory import request_for
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]

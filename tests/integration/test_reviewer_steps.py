@@ -20,8 +20,8 @@ from models.plans.tools import configured_tool_names
 from models.review import reviews
 from models.review.authorship import reviewer_words, reviewers_steps, steps_with_versions
 from models.tables import Escalation, RunEvent
+from worker.memory.working_memory import request_for
 from worker.prompts import step_prompt
-from worker.working_memory import request_for
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]

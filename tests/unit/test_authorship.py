@@ -1,5 +1,5 @@
 """Whose rights a step acts with (`models.review.authorship.reviewers_steps`), and which failures
-the user's memory keeps (`worker.run_memory.remembered_failures`), on rows built in memory."""
+the user's memory keeps (`worker.memory.run_memory.remembered_failures`), on rows built in memory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from models.review.authorship import reviewers_steps
 from models.tables import PlanVersion, Step
-from worker.run_memory import remembered_failures
+from worker.memory.run_memory import remembered_failures
 
 Rows = list[tuple[Step, PlanVersion | None]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.memory.tokens import count_message_tokens, count_tokens
-from worker.context import (
+from worker.memory.context import (
     REFIT_SHARE,
     ContextOverflow,
     Layers,
@@ -106,7 +106,7 @@ def test_recalled_facts_about_pinned_keys_are_left_out() -> None:
     from types import SimpleNamespace
 
     from models.memory.memory_admin import Recalled
-    from worker.withholding import without_pinned
+    from worker.memory.withholding import without_pinned
 
     def fact(subject: str, attribute: str | None) -> object:
         return SimpleNamespace(item=SimpleNamespace(subject=subject, attribute=attribute))

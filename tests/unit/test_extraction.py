@@ -1,11 +1,11 @@
-"""When a run's end asks the model for facts (`worker.extraction.skip_reason`), on plain values."""
+"""When a run's end asks the model for facts (`worker.memory.extraction.skip_reason`), on plain values."""
 
 from __future__ import annotations
 
 import pytest
 
 from models.tables import Step
-from worker.extraction import NOTHING_TO_LEARN, model_steps, skip_reason
+from worker.memory.extraction import NOTHING_TO_LEARN, model_steps, skip_reason
 
 
 def test_a_run_with_nothing_to_learn_from_skips_extraction() -> None:

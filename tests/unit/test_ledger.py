@@ -10,12 +10,12 @@ from models.memory.memory_admin import Recalled
 from models.memory.messages import Message
 from models.memory.tokens import count_message_tokens, count_tokens
 from models.tables import Run, Step
-from worker import ledger
-from worker.context import VERBATIM_TURNS, assemble, usable_budget
 from worker.execution.attempts import Outcome
 from worker.execution.step_turns import turn_text
+from worker.memory import ledger
+from worker.memory.context import VERBATIM_TURNS, assemble, usable_budget
+from worker.memory.working_memory import RunRead, layers_of
 from worker.prompts import step_prompt
-from worker.working_memory import RunRead, layers_of
 
 WINDOW_TOKENS = 4096
 RESERVED_OUTPUT_TOKENS = 512  # the README's local-model setting; the default 4096 is the window

@@ -17,7 +17,7 @@ from models.memory.tokens import count_tokens
 from models.plans.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from models.settings import Settings
 from models.tables import Step
-from worker.context import Layers, Piece, assemble
+from worker.memory.context import Layers, Piece, assemble
 from worker.offline import OfflineProvider
 from worker.phases.adoption import ADOPT_NOTE
 from worker.phases.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of

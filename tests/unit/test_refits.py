@@ -11,7 +11,7 @@ import pytest
 
 from models.errors import ContextTooLong
 from worker import refits
-from worker.context import REFIT_SHARE, ContextOverflow
+from worker.memory.context import REFIT_SHARE, ContextOverflow
 from worker.prompts import Prompt
 from worker.providers import Completion, ModelRequest
 from worker.refits import Fitted

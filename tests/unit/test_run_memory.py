@@ -1,4 +1,4 @@
-"""What a run's memory is made of (`worker.run_memory.run_memory`), from a run as the memory task
+"""What a run's memory is made of (`worker.memory.run_memory.run_memory`), from a run as the memory task
 reads it (`models.engine.ended_runs.EndedRun`), built in memory."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 from models.engine.ended_runs import EndedRun, StepRow, VersionRow
 from models.tables import Escalation
-from worker.extraction import NOTHING_TO_LEARN
-from worker.run_memory import run_memory
+from worker.memory.extraction import NOTHING_TO_LEARN
+from worker.memory.run_memory import run_memory
 
 SUBMITTER = VersionRow("submitter", None)
 

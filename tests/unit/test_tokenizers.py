@@ -20,10 +20,10 @@ from models.settings import get_settings
 from ops.fake_provider import FakeOpenAI
 from tests.unit.test_refits import PROMPT, Server, built
 from worker import refits, tokenizers
+from worker.memory.working_memory import budget
 from worker.prompts import Prompt
 from worker.refits import Fitted
 from worker.tokenizers import ServerTokenizer
-from worker.working_memory import budget
 
 MESSAGES = [
     {"role": "system", "content": "You carry out one step."},

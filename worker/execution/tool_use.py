@@ -60,8 +60,8 @@ from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Step
 from worker.calls import waits_out_outages
-from worker.context import Piece, shorten
 from worker.execution.step_outputs import OutputAnswers
+from worker.memory.context import Piece, shorten
 from worker.prompts import step_prompt
 from worker.providers import Completion, ToolCall
 from worker.refits import Fitted

@@ -39,7 +39,7 @@ PLANNING: Final = ("plan", "replan")
 
 
 def offered(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The procedures of `payload` (`worker.working_memory.build`'s `procedures`) a plan may
+    """The procedures of `payload` (`worker.memory.working_memory.build`'s `procedures`) a plan may
     adopt: those with a plan template, less (in a replan: `payload["failed_step"]`) those whose
     step of the failed step's name calls its tool with its arguments again."""
     failed = payload.get("failed_step") or {}

@@ -34,12 +34,12 @@ from models.settings import get_settings
 from models.tables import Step
 from worker import calls
 from worker.execution.claims import claim_phase_in, renewed
+from worker.memory.working_memory import request_for, request_in
 from worker.phases import goal_check
 from worker.prompts import Prompt, synthesize_prompt
 from worker.providers import Completion
 from worker.refits import Fitted
 from worker.structured import unanswered
-from worker.working_memory import request_for, request_in
 
 log = structlog.get_logger("agentq.worker")
 # What escalates a synthesis (a rate limit, a `ProviderError` too, defers it instead).
@@ -57,7 +57,7 @@ def synthesize(run_id: int) -> list[Send]:
     wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
     replaced by their sizes, largest first (`models.plans.step_data.fit_outputs`). After the commit
     that marks the run succeeded, `agentq.remember_run` is sent to the `memory` queue, which
-    writes its episode and facts off the hot path (`worker.remembering.remember_ended_run`; a broker
+    writes its episode and facts off the hot path (`worker.memory.remembering.remember_ended_run`; a broker
     that is down loses that message, logged as `synthesize.unsent` by the sender, and the
     reconciler asks for it again later). The transaction that ends the synthesis (succeeded,
     replanned, or escalated) also dispatches the run's user, whose slot the synthesis held

@@ -2,7 +2,7 @@
 
 Extraction reads only the user's own words (the goal and the facts the user pinned), never what
 a reviewer set (issue 9, finding 5), with the run's failures and what fixed them, in the context
-of the run's rows (`worker.working_memory.request_for`). It is a model call, charged to the run,
+of the run's rows (`worker.memory.working_memory.request_for`). It is a model call, charged to the run,
 so a run with nothing to learn from makes none (`skip_reason`).
 """
 
@@ -24,7 +24,7 @@ def skip_reason(*, model_steps: int, failures: int, stated_facts: int) -> str | 
 
     Skipped only when the run had no model steps (`model_steps`: steps of kind `model`, in any
     plan version), no failures its user's memory keeps (`failures`, as
-    `worker.run_memory.run_memory` counts them) and no facts pinned by its user (`stated_facts`):
+    `worker.memory.run_memory.run_memory` counts them) and no facts pinned by its user (`stated_facts`):
     then the extraction could only restate the goal, which the run's episode already keeps
     (embedded and recalled like a fact). So an explicit plan of tool steps with no facts, such as
     the benchmark's no-op runs, makes no call, while a tool-only run that pins facts or learns

@@ -3,7 +3,7 @@
 
 Pure functions, no database: the episode (the last plan, the failures the user's memory may keep
 and what fixed them, the summary that is embedded), the facts the reviewers' remembered answers
-become, and whether facts are extracted (`worker.extraction.skip_reason`). Steps that act for a
+become, and whether facts are extracted (`worker.memory.extraction.skip_reason`). Steps that act for a
 reviewer (`models.review.authorship.reviewers_steps`: a reviewer wrote them, or they were built from
 what a reviewer wrote) act with the reviewer's rights: their failures are left out of the
 episode and of extraction, and a fix they made counts as `reviewer`, so nothing they produce
@@ -21,7 +21,7 @@ from models.engine.ended_runs import EndedRun
 from models.memory.episodes import PlanItem
 from models.review.authorship import StepFields, reviewers_steps
 from models.tables import Escalation
-from worker import extraction
+from worker.memory import extraction
 
 ANSWER_FACT_MAX_CHARS = 1_000  # a remembered answer is a sentence of memory, not a document
 

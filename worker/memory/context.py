@@ -8,7 +8,7 @@ recalled memory, summary, older turns, the last turns, task):
 3. the task: what this call must do now (never trimmed);
 4. the last `VERBATIM_TURNS` turns, verbatim (never trimmed: issue 12, "the last two exchanges
    always stay verbatim");
-5. the ledger: the plan with every step's status and what done steps found (`worker.ledger`),
+5. the ledger: the plan with every step's status and what done steps found (`worker.memory.ledger`),
    in at most `ledger_share` of the room left, folded oldest first when it needs more (never
    dropped);
 6. recalled procedures (how-tos and plan templates, `models.memory.procedure_recall`), most relevant
@@ -74,7 +74,7 @@ class Piece:
 @dataclass(frozen=True)
 class Layers:
     """Everything a call could carry, before the budget decides. `fold_ledger(max_tokens)`
-    gives a smaller ledger (`worker.ledger.fold`) when `ledger` needs more than its share; None:
+    gives a smaller ledger (`worker.memory.ledger.fold`) when `ledger` needs more than its share; None:
     the ledger cannot shrink."""
 
     instructions: Piece

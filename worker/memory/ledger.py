@@ -10,7 +10,7 @@ to `KEY_VALUE_MAX_CHARS` characters, a list or object named by its size, at most
 (`${steps.NAME.KEY}`, `models.plans.references`). A step with no turn (a reviewer's answer, a user
 who was forgotten) shows its result verbatim, shortened at `AGENTQ_TOOL_RESULT_MAX_TOKENS`.
 
-When the ledger does not fit the room `worker.context.assemble` gives it, `fold` shrinks it,
+When the ledger does not fit the room `worker.memory.context.assemble` gives it, `fold` shrinks it,
 oldest steps first and deterministically (no model call): verbatim results become key values,
 then succeeded steps collapse into one line naming them ("N earlier steps succeeded: ..."). A
 failed step's line, and those of steps not done, always stay: they are what a replan reads.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from models.tables import Step
-from worker.context import Piece, shorten
+from worker.memory.context import Piece, shorten
 
 KEY_VALUE_MAX_CHARS: Final = 80  # of one field's value; a model step's text is one field
 KEY_VALUES_MAX: Final = 8  # fields of one result; the rest are counted, and read by reference
@@ -57,7 +57,7 @@ def entries(
 ) -> list[Entry]:
     """The ledger entries of `steps` (the current plan, in order); `with_turns` are the ids of
     the steps whose turn is in the conversation, `cap_tokens` shortens a verbatim result
-    (`worker.context.shorten`)."""
+    (`worker.memory.context.shorten`)."""
     found = []
     for number, step in enumerate(steps, start=1):
         head = f"{number}. {step.name} [{step.status}] " + (

@@ -2,8 +2,8 @@
 
 `request_for(run_id, prompt)` reads the run state, pinned facts, the ledger of the current plan,
 recalled procedures (`worker.phases.procedure_context`), recalled facts and episodes (none once a
-reviewer's words are in the call: `worker.withholding`), the rolling summary and the recent
-turns, and assembles them with `worker.context.assemble` under the budget
+reviewer's words are in the call: `worker.memory.withholding`), the rolling summary and the recent
+turns, and assembles them with `worker.memory.context.assemble` under the budget
 `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
 `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the model's server counts
 for each of ours (`calibration`, `models.engine.token_calibrations`). Turns dropped from the window
@@ -30,9 +30,9 @@ from models.memory.tokens import count_tokens, count_tool_schema_tokens
 from models.plans.plans import current_steps
 from models.settings import get_settings
 from models.tables import Run, Step
-from worker import ledger, withholding
 from worker.calls import call_model
-from worker.context import (
+from worker.memory import ledger, withholding
+from worker.memory.context import (
     Context,
     Layers,
     Piece,
@@ -94,7 +94,7 @@ def _layers(
     *,
     own_words: bool = False,
 ) -> Layers:
-    """`layers_of` from the run's rows; with `own_words` (`worker.withholding.own_words_only`),
+    """`layers_of` from the run's rows; with `own_words` (`worker.memory.withholding.own_words_only`),
     without its turns and summary."""
     history = [] if own_words else turns(session, run.id or 0)
     summary = None if own_words else latest_summary(session, run.id or 0)
@@ -115,7 +115,7 @@ def layers_of(
     (`history`, oldest first), its current summary and the recalled `procedures`
     (`worker.phases.procedure_context`). Each turn is shortened at
     `AGENTQ_TOOL_RESULT_MAX_TOKENS`; the ledger shows the key values of the steps whose turn is
-    in `history` and can be folded (`worker.ledger`)."""
+    in `history` and can be folded (`worker.memory.ledger`)."""
     cap = get_settings().tool_result_max_tokens
     count = _counter()
     pieces = [

@@ -1,9 +1,9 @@
 """Long-term memory in the engine: remember a run once it has ended, and warm the embedder up.
 
 Remembering writes one episode per run (goal, plan, what failed and what fixed it, outcome,
-answer: `worker.run_memory`), the reviewers' answers their reviewers asked to remember (source
+answer: `worker.memory.run_memory`), the reviewers' answers their reviewers asked to remember (source
 `reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`,
-`worker.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or supersede).
+`worker.memory.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or supersede).
 It runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first, then the
 `agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory write
 never delays a run's end and a deployment may give it workers of its own. A run whose user was
@@ -45,10 +45,11 @@ from models.memory.time_expressions import annotate
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
-from worker import calls, extraction
+from worker import calls
 from worker.execution.claims import claim_phase, renewed
+from worker.memory import extraction
+from worker.memory.run_memory import RunMemory, run_memory
 from worker.prompts import FactSpec
-from worker.run_memory import RunMemory, run_memory
 
 log = structlog.get_logger("agentq.worker")
 FACT_OUTCOMES = ("added", "duplicate", "superseded", "dropped")
