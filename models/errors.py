@@ -247,7 +247,7 @@ class ContextTooLong(ProviderError):
     `server_message` is the server's own words; `context_tokens` (the window) and `prompt_tokens`
     (the prompt, in the server's tokens) are what it said of them, None when it did not. Never
     retried as it was: the request is rebuilt smaller once, and a second refusal is a context
-    overflow (`worker.refits`)."""
+    overflow (`worker.model_calls.refits`)."""
 
     def __init__(
         self,
@@ -266,7 +266,7 @@ class ContextTooLong(ProviderError):
 class ContextOverflow(AgentqError):
     """The never-trimmed layers (instructions, run state, task, the last turns, the ledger at
     its smallest) exceed the budget (`worker.memory.context`), or the server refused the request as too
-    long again after one smaller rebuild (`worker.refits`)."""
+    long again after one smaller rebuild (`worker.model_calls.refits`)."""
 
     reason = "context_overflow"  # the escalation reason when this ends a run's progress
 

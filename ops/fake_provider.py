@@ -98,7 +98,7 @@ def quota_exhausted() -> Reply:
 
 # Each server's refusal of a prompt longer than its window: (message, error type, code), with
 # `{window}`, `{prompt}` and `{total}` (the prompt and a 1,024-token answer) filled in; the
-# sources are cited in `worker.providers`. `unsized` is a server that names no numbers.
+# sources are cited in `worker.model_calls.providers`. `unsized` is a server that names no numbers.
 CONTEXT_TOO_LONG: dict[str, tuple[str, str, str | int]] = {
     "openai": (
         "This model's maximum context length is {window} tokens. However, your messages "

@@ -20,7 +20,7 @@ longer renewed once the outage ended that try (`worker.execution.heartbeats`), s
 phase once that lease (`AGENTQ_LEASE_S`) has run out, or, finding it still held, leaves it to
 the reconciler, which re-sends it then: the phase goes on within about a lease and a reconcile
 interval of the database's return. A model call answered before or during the outage is not
-made again: what keeps its answer waits for Postgres in the task (`worker.calls.
+made again: what keeps its answer waits for Postgres in the task (`worker.model_calls.calls.
 waits_out_outages`). A bug in a plan, replan or synthesis escalates its run (`internal_error`,
 `worker.execution.crashes`) rather than failing the task, which the reconciler would re-send for ever.
 """

@@ -56,7 +56,7 @@ class DeferredTooOften:
 @dataclass(frozen=True)
 class Unanswered:
     """A structured answer (`asked`: a plan, a goal check's verdict) never came valid in `phase`.
-    `failure`: why no call could be made or answered (`worker.structured.Answer.failure`), None
+    `failure`: why no call could be made or answered (`worker.model_calls.structured.Answer.failure`), None
     when the model answered invalidly; `error`: the last refusal; `raw_output`: the model's last
     answer as much as is kept; `step_id`: the failed step a replan was for."""
 

@@ -29,8 +29,8 @@ from models.tables import Escalation, Run, RunEvent
 from ops.llama_server import MODEL_ALIAS, LlamaServer
 from ops.stack import LocalStack
 from tests.integration.conftest import other_engine, run_steps, wait_for_run
-from worker.prompts import plan_prompt
-from worker.providers import ModelRequest, OpenAIProvider, StructuredOutput
+from worker.model_calls.prompts import plan_prompt
+from worker.model_calls.providers import ModelRequest, OpenAIProvider, StructuredOutput
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def test_a_constrained_plan_answer_is_json_of_the_plan_schema(
     """The grammar admits only JSON of the plan schema: a finished answer parses as a plan's
     shape; one cut off at the token limit (SmolLM2 can loop writing `expect` entries until it
     is: 256 tokens on 2026-12-03, deterministically) is a prefix of such JSON, which agentq
-    refuses as cut off (`worker.structured.ask`), never free text."""
+    refuses as cut off (`worker.model_calls.structured.ask`), never free text."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     completion = provider(llama, "json_object").complete(plan_request("Say hello to Ana"))
     assert completion.text.lstrip().startswith("{"), completion.text

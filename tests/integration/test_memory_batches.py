@@ -26,8 +26,8 @@ from models.memory.facts import facts_of
 from models.tables import Run, RunEvent, utcnow
 from worker.memory import extraction
 from worker.memory import remembering as worker_memory
-from worker.prompts import FactSpec
-from worker.structured import InvalidOutput
+from worker.model_calls.prompts import FactSpec
+from worker.model_calls.structured import InvalidOutput
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]

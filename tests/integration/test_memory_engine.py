@@ -22,7 +22,7 @@ from models.settings import get_settings
 from models.tables import RunEvent
 from tests.integration.conftest import run_steps, wait_for_run
 from worker.memory import working_memory
-from worker.prompts import step_prompt
+from worker.model_calls.prompts import step_prompt
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]

@@ -16,9 +16,9 @@ from models.memory.embeddings import HashEmbedder
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Run
-from worker import calls
+from worker.model_calls import calls
+from worker.model_calls.providers import Completion, ModelRequest
 from worker.phases import planner
-from worker.providers import Completion, ModelRequest
 
 pytestmark = pytest.mark.integration
 

@@ -23,10 +23,10 @@ from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, utcnow
 from scheduler import tasks
-from worker import calls
 from worker.memory import remembering
+from worker.model_calls import calls
+from worker.model_calls.providers import Completion, ModelRequest
 from worker.phases import planner, synthesis
-from worker.providers import Completion, ModelRequest
 
 pytestmark = pytest.mark.integration
 

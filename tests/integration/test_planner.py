@@ -14,9 +14,9 @@ from models.engine.runs import submit_run
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
 from models.tables import Escalation, Run, RunEvent, Step
-from worker import calls
+from worker.model_calls import calls
+from worker.model_calls.providers import Completion, ModelRequest
 from worker.phases import planner
-from worker.providers import Completion, ModelRequest
 
 pytestmark = pytest.mark.integration
 

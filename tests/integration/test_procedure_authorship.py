@@ -20,7 +20,7 @@ from models.memory.procedures import Actor
 from models.tables import PlanVersion, RunEvent
 from tests.integration.conftest import wait_for_run
 from worker.memory.working_memory import request_for
-from worker.prompts import extract_prompt, step_prompt
+from worker.model_calls.prompts import extract_prompt, step_prompt
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]

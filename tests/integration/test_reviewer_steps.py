@@ -21,7 +21,7 @@ from models.review import reviews
 from models.review.authorship import reviewer_words, reviewers_steps, steps_with_versions
 from models.tables import Escalation, RunEvent
 from worker.memory.working_memory import request_for
-from worker.prompts import step_prompt
+from worker.model_calls.prompts import step_prompt
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]

@@ -12,10 +12,10 @@ import pytest
 from models.errors import InvalidPlan
 from models.plans.plans import parse_plan
 from models.plans.tools import DEFAULT_TOOL_MODULES, configured_tool_names, load_tool_modules
-from worker.offline import OfflineProvider
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.prompts import plan_schema
+from worker.model_calls.providers import ModelRequest
 from worker.phases.adoption import adoptable, adopted_id, expand, offered, schema
-from worker.prompts import plan_schema
-from worker.providers import ModelRequest
 from worker.tools.expenses import EXPENSE_PLAYBOOK
 
 LIVE = {"steps": EXPENSE_PLAYBOOK, "success_criteria": ["Filed in ${facts.currency}."]}

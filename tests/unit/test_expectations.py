@@ -24,7 +24,7 @@ from models.plans.expectations import (
 from models.plans.plans import parse_plan
 from models.tables import Step
 from worker.execution.steps import checked_outcome
-from worker.prompts import plan_schema
+from worker.model_calls.prompts import plan_schema
 
 RESULT = {
     "total": 473.43,

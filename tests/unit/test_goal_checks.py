@@ -153,8 +153,8 @@ def test_a_plan_takes_at_most_ten_criteria_and_a_run_keeps_the_users_first() -> 
 
 
 def test_the_offline_check_is_the_rules() -> None:
-    from worker.offline import OfflineProvider
-    from worker.providers import ModelRequest
+    from worker.model_calls.offline import OfflineProvider
+    from worker.model_calls.providers import ModelRequest
 
     payload = {"goal": "g", "criteria": ["Filed in USD"], "deliverables": REPORT, "answer": "a"}
     request = ModelRequest(purpose="check_goal", messages=[], payload=payload)

@@ -15,7 +15,7 @@ from worker.execution.step_turns import turn_text
 from worker.memory import ledger
 from worker.memory.context import VERBATIM_TURNS, assemble, usable_budget
 from worker.memory.working_memory import RunRead, layers_of
-from worker.prompts import step_prompt
+from worker.model_calls.prompts import step_prompt
 
 WINDOW_TOKENS = 4096
 RESERVED_OUTPUT_TOKENS = 512  # the README's local-model setting; the default 4096 is the window

@@ -1,5 +1,5 @@
 """A local model's settings (`ops.local_model`), its server's prompt-cache count
-(`ops.llama_server`), and prompts that put their static part first (`worker.prompts`)."""
+(`ops.llama_server`), and prompts that put their static part first (`worker.model_calls.prompts`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from models.settings import Settings
 from models.tables import Step
 from ops.llama_server import LOCAL_MODELS, LlamaServer, LocalModel
 from ops.local_model import local_env
-from worker.prompts import REPLAN_NOTE, plan_prompt, planner_instructions, replan_prompt
+from worker.model_calls.prompts import REPLAN_NOTE, plan_prompt, planner_instructions, replan_prompt
 
 TOOLS = [{"name": "live_rate", "description": "rate", "parameters": {}}]
 LOG = """\

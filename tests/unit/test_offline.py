@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from models.plans.tools import DEFAULT_TOOL_MODULES, catalog, load_tool_modules
-from worker.offline import OfflineProvider
-from worker.providers import ModelRequest
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.providers import ModelRequest
 
 load_tool_modules(DEFAULT_TOOL_MODULES)
 GOAL = "File my Lisbon trip expense report"

@@ -18,11 +18,11 @@ from models.plans.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from models.settings import Settings
 from models.tables import Step
 from worker.memory.context import Layers, Piece, assemble
-from worker.offline import OfflineProvider
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.prompts import plan_prompt, step_prompt
+from worker.model_calls.providers import ModelRequest
 from worker.phases.adoption import ADOPT_NOTE
 from worker.phases.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of
-from worker.prompts import plan_prompt, step_prompt
-from worker.providers import ModelRequest
 
 load_tool_modules(DEFAULT_TOOL_MODULES)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -36,7 +36,12 @@ from ops.fake_provider import (
     whitespace_until_length,
     wrong_shape_plan,
 )
-from worker.providers import DEFAULT_RETRY_AFTER_S, ModelRequest, OpenAIProvider, retry_after_s
+from worker.model_calls.providers import (
+    DEFAULT_RETRY_AFTER_S,
+    ModelRequest,
+    OpenAIProvider,
+    retry_after_s,
+)
 
 SCHEMA = {"type": "object", "properties": {"steps": {"type": "array"}}, "required": ["steps"]}
 
@@ -104,7 +109,7 @@ def test_server_errors_are_transient(
     fake_openai.script(server_error(status), ok("fine"))
     with pytest.raises(ProviderUnavailable, match=f"Error code: {status}"):
         make_openai().complete(request())
-    assert len(fake_openai.requests) == 1  # agentq retries (worker.calls), never the SDK
+    assert len(fake_openai.requests) == 1  # agentq retries (worker.model_calls.calls), never the SDK
     assert make_openai().complete(request()).text == "fine"
 
 

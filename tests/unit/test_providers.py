@@ -20,9 +20,9 @@ from models.plans.expectations import loaded
 from models.plans.plans import MAX_INSTRUCTION_CHARS, parse_plan
 from models.plans.references import references
 from models.plans.tools import DEFAULT_TOOL_MODULES, catalog, get_tool, load_tool_modules
-from worker.offline import OfflineProvider
-from worker.provider_choice import make_provider
-from worker.providers import (
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.provider_choice import make_provider
+from worker.model_calls.providers import (
     ChatProvider,
     ModelRequest,
     OpenAIProvider,

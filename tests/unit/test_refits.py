@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from models.errors import ContextTooLong
-from worker import refits
 from worker.memory.context import REFIT_SHARE, ContextOverflow
-from worker.prompts import Prompt
-from worker.providers import Completion, ModelRequest
-from worker.refits import Fitted
+from worker.model_calls import refits
+from worker.model_calls.prompts import Prompt
+from worker.model_calls.providers import Completion, ModelRequest
+from worker.model_calls.refits import Fitted
 
 PROMPT = Prompt("step", "You carry out one step.", "Do it.", {})
 FIRST_BUDGET = 2000

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from models.tables import Step
-from worker.offline import OfflineProvider
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.providers import ModelRequest
 from worker.phases.replan_checks import CheckPlanSpec, check_plan_prompt
-from worker.providers import ModelRequest
 
 
 def _answer(result: Any, uses: list[str]) -> dict[str, Any]:

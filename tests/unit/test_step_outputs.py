@@ -22,9 +22,9 @@ from models.tables import Step
 from ops.fake_provider import completion_body, ok
 from worker.execution.attempts import Outcome
 from worker.execution.step_turns import turn_text
-from worker.offline import OfflineProvider, offline_fields
-from worker.prompts import plan_schema, replan_prompt, step_prompt
-from worker.providers import ModelRequest
+from worker.model_calls.offline import OfflineProvider, offline_fields
+from worker.model_calls.prompts import plan_schema, replan_prompt, step_prompt
+from worker.model_calls.providers import ModelRequest
 
 OUTPUT = {"total": "number", "currency": "string", "lines": "integer", "paid": "boolean"}
 MODEL = {"name": "read", "kind": "model", "instruction": "Read the total"}

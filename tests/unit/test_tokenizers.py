@@ -19,11 +19,11 @@ from models.memory.tokens import REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE
 from models.settings import get_settings
 from ops.fake_provider import FakeOpenAI
 from tests.unit.test_refits import PROMPT, Server, built
-from worker import refits, tokenizers
 from worker.memory.working_memory import budget
-from worker.prompts import Prompt
-from worker.refits import Fitted
-from worker.tokenizers import ServerTokenizer
+from worker.model_calls import refits, tokenizers
+from worker.model_calls.prompts import Prompt
+from worker.model_calls.refits import Fitted
+from worker.model_calls.tokenizers import ServerTokenizer
 
 MESSAGES = [
     {"role": "system", "content": "You carry out one step."},

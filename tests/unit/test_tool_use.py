@@ -14,8 +14,8 @@ from models.plans.plans import parse_plan
 from models.plans.tools import DEFAULT_TOOL_MODULES, ToolContext, get_tool, load_tool_modules, tool
 from ops.fake_provider import FakeOpenAI, ok, tool_calls
 from worker.execution.tool_use import answer_call, assistant_message
-from worker.prompts import function_tool, step_prompt
-from worker.providers import Completion, ModelRequest, OpenAIProvider, ToolCall
+from worker.model_calls.prompts import function_tool, step_prompt
+from worker.model_calls.providers import Completion, ModelRequest, OpenAIProvider, ToolCall
 
 load_tool_modules([*DEFAULT_TOOL_MODULES, "tests.support.tools"])  # + append_marker
 
@@ -176,7 +176,7 @@ def test_the_openai_provider_sends_tools_and_reads_raw_tool_calls(fake_openai: F
 
 
 def test_the_plan_schema_spells_out_both_step_shapes_and_the_tool_names() -> None:
-    from worker.prompts import plan_schema
+    from worker.model_calls.prompts import plan_schema
 
     steps = plan_schema(["echo", "noop"])["properties"]["steps"]
     tool_step, model_step = steps["items"]["anyOf"]

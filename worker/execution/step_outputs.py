@@ -1,11 +1,11 @@
 """A model step's typed answer: check it, re-ask with the reason, a bounded number of times.
 
 A model step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields
-(the request's json_schema, `worker.prompts.step_prompt`). Its text answer is bad input until
+(the request's json_schema, `worker.model_calls.prompts.step_prompt`). Its text answer is bad input until
 `parse_output` accepts it: an answer cut off at the token limit, not JSON, or not of the fields
 and types declared is refused with the reason, recorded as a `step.output.invalid` event with
 the raw text, and the model is asked again with its answer and the reason, as plans are
-(`worker.structured`). After `AGENTQ_PLAN_MAX_ATTEMPTS` refused answers the step fails with
+(`worker.model_calls.structured`). After `AGENTQ_PLAN_MAX_ATTEMPTS` refused answers the step fails with
 `InvalidStepOutput` (no retry: the coordinator replans or escalates). Only an answer that fits
 becomes the step's result, whole: nothing of a refused one is stored.
 """
@@ -21,8 +21,8 @@ from models.errors import InvalidStepOutput
 from models.plans.step_outputs import parse_output
 from models.settings import get_settings
 from models.tables import Step
-from worker.calls import waits_out_outages
-from worker.providers import Completion
+from worker.model_calls.calls import waits_out_outages
+from worker.model_calls.providers import Completion
 
 RAW_OUTPUT_MAX_CHARS = 4000  # of a refused answer kept in its event
 

@@ -15,7 +15,7 @@ that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
 
 Every call whose tool ran is journaled (`models.engine.tool_journal`) right after it returns, in a
 transaction of its own. The loop's reads and writes wait out a database outage
-(`worker.calls.waits_out_outages`) rather than interrupt the step: the answers so far are paid for,
+(`worker.model_calls.calls.waits_out_outages`) rather than interrupt the step: the answers so far are paid for,
 and a tool that ran is journaled once Postgres is back, not run again. A step that runs its loop
 again (deferred by a 429, retried, claimed again after a lost lease) asks the model from the start;
 when the model asks for a call the journal holds (same tool, same arguments, same occurrence), the
@@ -29,12 +29,12 @@ text answer, once no tool is called, is checked and re-asked in the same loop
 (`worker.execution.step_outputs`), and only the fields of a fitting answer become the step's result.
 
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
-budget by `worker.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
+budget by `worker.model_calls.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
 invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw
 calls attached. The conversation grows with each exchange; when it no longer fits the prompt
 budget the step raises `ContextOverflow` rather than send a request the server would refuse. A
 request the server refuses as too long all the same is rebuilt smaller once, the exchange kept
-after it (`worker.refits`); a second refusal raises `ContextOverflow` too.
+after it (`worker.model_calls.refits`); a second refusal raises `ContextOverflow` too.
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ from models.plans.tools import Tool, ToolContext, enabled_tool
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Step
-from worker.calls import waits_out_outages
 from worker.execution.step_outputs import OutputAnswers
 from worker.memory.context import Piece, shorten
-from worker.prompts import step_prompt
-from worker.providers import Completion, ToolCall
-from worker.refits import Fitted
+from worker.model_calls.calls import waits_out_outages
+from worker.model_calls.prompts import step_prompt
+from worker.model_calls.providers import Completion, ToolCall
+from worker.model_calls.refits import Fitted
 
 RAW_ARGUMENTS_MAX_CHARS = 4000  # of a call's raw arguments kept in an event or an escalation
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from models.review.authorship import StepFields
 from models.storable import parse_json
-from worker.prompts import FactSpec, FactsSpec, extract_prompt
-from worker.structured import InvalidOutput, ask
+from worker.model_calls.prompts import FactSpec, FactsSpec, extract_prompt
+from worker.model_calls.structured import InvalidOutput, ask
 
 NOTHING_TO_LEARN = "no model steps, no failures to learn from and no facts pinned by the user"
 
@@ -46,7 +46,7 @@ def extract_facts(
     """Ask the model for run `run_id`'s durable facts (`stated`: the facts its user pinned).
 
     Raises `InvalidOutput` when no valid answer came after the re-asks (or the call could not be
-    made: a spent budget, a provider failure), and `RateLimited` as `worker.structured.ask` does.
+    made: a spent budget, a provider failure), and `RateLimited` as `worker.model_calls.structured.ask` does.
     """
     answer = ask(run_id, extract_prompt(goal, failures, stated), _facts_answer)
     if answer.value is None:

@@ -45,11 +45,11 @@ from models.memory.time_expressions import annotate
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
-from worker import calls
 from worker.execution.claims import claim_phase, renewed
 from worker.memory import extraction
 from worker.memory.run_memory import RunMemory, run_memory
-from worker.prompts import FactSpec
+from worker.model_calls import calls
+from worker.model_calls.prompts import FactSpec
 
 log = structlog.get_logger("agentq.worker")
 FACT_OUTCOMES = ("added", "duplicate", "superseded", "dropped")

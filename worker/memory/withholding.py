@@ -18,7 +18,7 @@ from models.engine import events
 from models.memory.memory_admin import Recalled, recall_for
 from models.review.authorship import reviewer_in_run
 from models.tables import Run
-from worker.prompts import Prompt
+from worker.model_calls.prompts import Prompt
 
 EXTRACTION: Final = "extract_facts"  # the purpose of the call whose answer becomes memory
 

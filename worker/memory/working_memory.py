@@ -30,7 +30,6 @@ from models.memory.tokens import count_tokens, count_tool_schema_tokens
 from models.plans.plans import current_steps
 from models.settings import get_settings
 from models.tables import Run, Step
-from worker.calls import call_model
 from worker.memory import ledger, withholding
 from worker.memory.context import (
     Context,
@@ -40,9 +39,10 @@ from worker.memory.context import (
     shorten,
     usable_budget,
 )
+from worker.model_calls.calls import call_model
+from worker.model_calls.prompts import Prompt, summarize_prompt
+from worker.model_calls.providers import MAX_OUTPUT_TOKENS, ModelRequest
 from worker.phases import adoption, procedure_context
-from worker.prompts import Prompt, summarize_prompt
-from worker.providers import MAX_OUTPUT_TOKENS, ModelRequest
 
 MAX_SUMMARY_ROUNDS = 20  # each round folds at most half the budget of turns
 
@@ -174,7 +174,7 @@ class RunRead:
 
 def budget(prompt: Prompt, factor: float = 1.0) -> int:
     """The prompt budget of this call, in tokens: `prompt.budget_tokens` when a refusal set it
-    (`worker.refits`: measured against the server's own count), else the window less the
+    (`worker.model_calls.refits`: measured against the server's own count), else the window less the
     reserved output and schemas, less the margin, divided by `factor` (`calibration`)."""
     if prompt.budget_tokens is not None:
         return prompt.budget_tokens

@@ -48,7 +48,7 @@ def offered(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def adoptable(template: Mapping[str, Any] | None, failed: Mapping[str, Any] | None) -> bool:
     """Whether a plan may adopt `template` (a plan template, or None) in place of `failed` (a
-    replan's failed step as its prompt shows it, `worker.prompts.replan_prompt`; None in a
+    replan's failed step as its prompt shows it, `worker.model_calls.prompts.replan_prompt`; None in a
     first plan)."""
     steps = (template or {}).get("steps") or []
     return bool(steps) and not _repeats(steps, failed or {})
@@ -69,7 +69,7 @@ def schema(
 ) -> dict[str, Any] | None:
     """The answer schema of a call of `purpose` whose request carries `payload`: in a plan or
     replan call that offers procedures (`offered`), `{"procedure": one of their ids}` or `plan`
-    (the plan's own schema, `worker.prompts.plan_schema`) led by `"procedure": null`; else
+    (the plan's own schema, `worker.model_calls.prompts.plan_schema`) led by `"procedure": null`; else
     `plan` unchanged."""
     ids = [p["id"] for p in offered(payload)] if purpose in PLANNING else []
     if plan is None or not ids:

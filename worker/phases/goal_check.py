@@ -4,7 +4,7 @@ Once a synthesis has its answer, a run with success criteria (`runs.success_crit
 model to judge them: the goal, the criteria (pinned facts put in: `models.engine.goal_checks.
 criteria_texts`), the pinned facts, the deliverables' results and the answer go in; a
 schema-constrained `{"met", "reason", "missing"}` comes out (`CheckSpec`), validated and re-asked
-like a plan (`worker.structured.ask`), each call charged to the run's budgets. The offline
+like a plan (`worker.model_calls.structured.ask`), each call charged to the run's budgets. The offline
 provider judges by the criteria's values (`models.engine.goal_checks.rule_verdict`),
 deterministically. A run without criteria, or whose check a reviewer waived, is not asked (`judge`
 returns None).
@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.engine.coordinator import GoalVerdict
 from models.tables import Step
-from worker.prompts import Prompt
-from worker.structured import Answer, ask, json_answer
+from worker.model_calls.prompts import Prompt
+from worker.model_calls.structured import Answer, ask, json_answer
 
 CHECK_INSTRUCTIONS: Final = (
     "You check whether an agent's run met the user's goal. Judge each success criterion "
@@ -45,7 +45,7 @@ class CheckSpec(BaseModel):
 class Unjudged(Exception):
     """No verdict: the check could not be made or answered; `answer` says why (its `failure`,
     its `error`) and holds the model's last output, for the caller to report
-    (`worker.structured.unanswered`)."""
+    (`worker.model_calls.structured.unanswered`)."""
 
     def __init__(self, answer: Answer[Any]) -> None:
         super().__init__(f"{answer.failure or 'no valid goal check'}: {answer.error}")

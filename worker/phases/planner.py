@@ -1,10 +1,10 @@
 """The plan and replan tasks: ask the model for a plan, validate it, write it as a plan version.
 
 Model output is bad input until it validates (`models.plans.plans.parse_plan`);
-`worker.structured.ask` re-asks with the validation error a bounded number of times, each call
+`worker.model_calls.structured.ask` re-asks with the validation error a bounded number of times, each call
 charged to the run; after that the run escalates with the raw output attached. Invalid output is
 never taken as an empty plan. The transaction that writes the plan waits out a database outage
-(`worker.calls. waits_out_outages`): the answer is paid for, and a retry of the task would find the
+(`worker.model_calls.calls. waits_out_outages`): the answer is paid for, and a retry of the task would find the
 phase claimed.
 """
 
@@ -36,11 +36,11 @@ from models.plans.tools import argument_problems, catalog
 from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
-from worker import calls
 from worker.execution.claims import claim_phase_in, renewed
+from worker.model_calls import calls
+from worker.model_calls.prompts import Prompt, plan_prompt, replan_prompt
+from worker.model_calls.structured import Answer, ask, unanswered
 from worker.phases import adoption
-from worker.prompts import Prompt, plan_prompt, replan_prompt
-from worker.structured import Answer, ask, unanswered
 
 log = structlog.get_logger("agentq.worker")
 

@@ -26,8 +26,8 @@ from models.memory.procedure_recall import ScoredProcedure, Visible, recall_proc
 from models.review.authorship import USER_WRITERS, reviewer_in_run
 from models.settings import get_settings
 from models.tables import Run, Step
+from worker.model_calls.prompts import Prompt
 from worker.phases import adoption
-from worker.prompts import Prompt
 
 PLANNING: Final = adoption.PLANNING
 EXAMPLE_NOTE: Final = (

@@ -32,14 +32,14 @@ from models.plans.plans import current_steps
 from models.plans.step_data import fit_outputs, json_bytes
 from models.settings import get_settings
 from models.tables import Step
-from worker import calls
 from worker.execution.claims import claim_phase_in, renewed
 from worker.memory.working_memory import request_for, request_in
+from worker.model_calls import calls
+from worker.model_calls.prompts import Prompt, synthesize_prompt
+from worker.model_calls.providers import Completion
+from worker.model_calls.refits import Fitted
+from worker.model_calls.structured import unanswered
 from worker.phases import goal_check
-from worker.prompts import Prompt, synthesize_prompt
-from worker.providers import Completion
-from worker.refits import Fitted
-from worker.structured import unanswered
 
 log = structlog.get_logger("agentq.worker")
 # What escalates a synthesis (a rate limit, a `ProviderError` too, defers it instead).
@@ -75,7 +75,7 @@ def synthesize(run_id: int) -> list[Send]:
     reason `token_budget_spent`, `cost_budget_spent`,
     `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
     as does a context that overflows (`context_overflow`: ours, or the server's window after
-    one smaller rebuild, `worker.refits`); a rate limit is raised as `RateLimited` for the task
+    one smaller rebuild, `worker.model_calls.refits`); a rate limit is raised as `RateLimited` for the task
     to send itself again later.
 
     A second delivery of the task while this one holds the run's phase does nothing (`models.
@@ -84,7 +84,7 @@ def synthesize(run_id: int) -> list[Send]:
     Without criteria, two transactions when the context needs no summary folded: one claims the
     phase, reads the run and reserves the call's budget (`_start`), one settles it, ends the
     phase, writes the answer and dispatches; the writes after a paid answer wait out a database
-    outage (`worker.calls.waits_out_outages`). Raises `PhaseNotDue` when a deferred synthesis
+    outage (`worker.model_calls.calls.waits_out_outages`). Raises `PhaseNotDue` when a deferred synthesis
     is not due yet.
     """
     cap = get_settings().user_max_running_steps
@@ -200,7 +200,7 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
 def _answered(call: calls.Call, prompt: Prompt) -> tuple[calls.Call, Completion, int]:
     """Send the reserved `call` (no transaction open): the call that was answered, its answer
     and attempt. Refused as too long, the request is rebuilt smaller from `prompt`
-    (`worker.refits`), reserved again and sent; raises `ContextOverflow` when that is refused
+    (`worker.model_calls.refits`), reserved again and sent; raises `ContextOverflow` when that is refused
     too, and what `calls.send` and `calls.reserve` raise."""
     fitted = Fitted(call.run_id, prompt, call.request)
     while True:

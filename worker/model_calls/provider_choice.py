@@ -1,6 +1,6 @@
 """Which provider a configured name means: the one place that knows every provider class.
 
-`worker.providers` defines the protocol and the OpenAI-compatible provider, and `worker.offline`
+`worker.model_calls.providers` defines the protocol and the OpenAI-compatible provider, and `worker.model_calls.offline`
 builds on its request and completion types; choosing between them here keeps either from
 importing the other back (issue 14: no import cycles, not even inside a function).
 """
@@ -8,8 +8,8 @@ importing the other back (issue 14: no import cycles, not even inside a function
 from __future__ import annotations
 
 from models.errors import ProviderError
-from worker.offline import OfflineProvider
-from worker.providers import (
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.providers import (
     PROVIDER_NAMES,
     ChatProvider,
     MaxTokensField,

@@ -29,8 +29,8 @@ from models.errors import (
     RateLimited,
 )
 from models.settings import get_settings
-from worker.prompts import Prompt
-from worker.refits import Fitted
+from worker.model_calls.prompts import Prompt
+from worker.model_calls.refits import Fitted
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -68,7 +68,7 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
     (what the context carried: recalled procedures, for one, `worker.phases.adoption`); it raises
     `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
     A spent budget, an exhausted quota, a provider failure that outlasted its retries, a context
-    that overflows (ours, or the server's window after one smaller rebuild: `worker.refits`), or
+    that overflows (ours, or the server's window after one smaller rebuild: `worker.model_calls.refits`), or
     the task's soft time limit ends the asking at once. Raises `RateLimited` (the caller defers).
     """
     try:

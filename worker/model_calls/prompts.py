@@ -25,7 +25,7 @@ from models.plans.plans import (
 )
 from models.plans.step_outputs import describe, output_schema, output_spec_schema
 from models.tables import Step
-from worker.providers import Purpose
+from worker.model_calls.providers import Purpose
 
 PLAN_INSTRUCTIONS: Final = (
     "You are the planner of an agent. Break the user's goal into a short plan of steps. Each "
@@ -111,7 +111,7 @@ class Prompt:
     `query_vector` its embedding when it was computed before any transaction (a remote
     embedder: `worker.memory.working_memory.with_query_vector`). `budget_tokens` holds the call's
     context to a smaller budget than the configured one (`worker.memory.working_memory.budget`) once a
-    server refused it as too long (`worker.refits`)."""
+    server refused it as too long (`worker.model_calls.refits`)."""
 
     purpose: Purpose
     instructions: str

@@ -4,7 +4,7 @@
 SDK. `OfflineProvider` needs no network: it answers from the structured `payload` the prompt was
 built from (never from the prompt text), deterministically, so the whole engine runs and is tested
 without a model. Every completion it makes says `offline=True` so no one mistakes it for a model.
-`worker.provider_choice.make_provider` picks one by its configured name.
+`worker.model_calls.provider_choice.make_provider` picks one by its configured name.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class OpenAIProvider:
 
     Every request has the timeout `request_timeout_s`, and the SDK's own retries are off
     (`max_retries=0`): it would otherwise sleep out a 429's `retry-after` inside the worker.
-    Failures are classified by `classify` and retried, or deferred, by `worker.calls`. If the
+    Failures are classified by `classify` and retried, or deferred, by `worker.model_calls.calls`. If the
     server reports no usage the token counts are the same estimate the offline provider uses.
     `structured_output` says how a JSON schema is asked for (`_response_format`), and
     `max_tokens_field` which request field carries `max_output_tokens`: OpenAI's current

@@ -4,7 +4,7 @@ Our token counts are estimates (tiktoken's o200k: for agentq's prompts SmolLM2's
 counted 24% more, issue 12), so a context filled to the budget can still be refused by the
 server as longer than its window (`ContextTooLong`). The server refuses before generating, so
 the refused attempt is recorded as a `model.call` event with outcome `context_too_long` and
-charged nothing (`worker.calls`). The request is then rebuilt from rows once, under a smaller
+charged nothing (`worker.model_calls.calls`). The request is then rebuilt from rows once, under a smaller
 budget (`worker.memory.context.refit_budget`: scaled by what the server said of its window and of the
 prompt, else `REFIT_SHARE`), which trims recalled memory and older turns (folded into the
 summary) as any smaller budget does, and sent again. A second refusal, or a rebuild whose
@@ -18,7 +18,7 @@ way without being sent.
 
 `Fitted` is the one place this happens, for every call built from working memory: model steps
 and their tool-calling exchange (`worker.execution.tool_use`), structured answers (plans, replans, fact
-extraction: `worker.structured`) and the synthesis (`worker.phases.synthesis`).
+extraction: `worker.model_calls.structured`) and the synthesis (`worker.phases.synthesis`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ import structlog
 
 from models.errors import ContextOverflow, ContextTooLong
 from models.settings import get_settings
-from worker.calls import call_model, estimate_prompt_tokens
 from worker.memory.context import refit_budget
 from worker.memory.working_memory import budget, request_for, schema_tokens
-from worker.prompts import Prompt
-from worker.providers import Completion, ModelRequest
-from worker.tokenizers import server_tokenizer
+from worker.model_calls.calls import call_model, estimate_prompt_tokens
+from worker.model_calls.prompts import Prompt
+from worker.model_calls.providers import Completion, ModelRequest
+from worker.model_calls.tokenizers import server_tokenizer
 
 log = structlog.get_logger("agentq.worker")
 
@@ -72,7 +72,7 @@ class Fitted:
     def call(
         self, tail: Sequence[dict[str, Any]] = (), *, step_id: int | None = None
     ) -> Completion:
-        """`worker.calls.call_model` for `with_tail(tail)`, charged to the run (and step
+        """`worker.model_calls.calls.call_model` for `with_tail(tail)`, charged to the run (and step
         `step_id`); refused as too long, the request is rebuilt (`refit`) and sent again with
         the same tail. Raises `ContextOverflow` for a second refusal, and what `call_model` and
         `refit` raise."""
@@ -85,7 +85,7 @@ class Fitted:
 
     def check(self, tail: Sequence[dict[str, Any]] = ()) -> None:
         """Before the request is first sent: raise `ContextTooLong`, as the server would, when
-        the server's own tokenizer (`worker.tokenizers`, `AGENTQ_TOKENIZER`) counts more than
+        the server's own tokenizer (`worker.model_calls.tokenizers`, `AGENTQ_TOKENIZER`) counts more than
         the window less the answer; nothing when it is not asked or does not say. A rebuilt
         request is not checked again: its budget was measured in the server's tokens."""
         tokenizer = server_tokenizer()

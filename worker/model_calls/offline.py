@@ -18,7 +18,12 @@ from models.plans.goal_values import extract
 from models.plans.plans import MAX_INSTRUCTION_CHARS
 from models.plans.references import referenced_facts
 from models.plans.tools import find_playbook, playbook_criteria
-from worker.providers import Completion, ModelRequest, estimate_messages, estimate_tokens
+from worker.model_calls.providers import (
+    Completion,
+    ModelRequest,
+    estimate_messages,
+    estimate_tokens,
+)
 
 OFFLINE_PREFIX = "[offline] "
 SYNTHESIS_LINE_MAX_CHARS = 200

@@ -15,7 +15,7 @@ its whole reservation, charged to the run and its step, and records a `model.cal
 outcome `cut_off` in a transaction of its own before the exception goes up (issue 11).
 
 The outcomes of `model.call` events: `ok` (charged the reported usage), `rate_limited`,
-`quota_exhausted`, `context_too_long` (refused before generating: `worker.refits`),
+`quota_exhausted`, `context_too_long` (refused before generating: `worker.model_calls.refits`),
 `unavailable` and `error` (charged nothing), `cut_off` (charged its reservation:
 `reserved_tokens` and `cost_usd`).
 """
@@ -43,8 +43,8 @@ from models.errors import (
 from models.memory.tokens import count_message_tokens, count_tool_schema_tokens
 from models.operations import metrics
 from models.settings import OFFLINE_MODEL, ModelPrice, get_settings, model_retry_delay_s
-from worker.provider_choice import make_provider
-from worker.providers import ChatProvider, Completion, ModelRequest
+from worker.model_calls.provider_choice import make_provider
+from worker.model_calls.providers import ChatProvider, Completion, ModelRequest
 
 log = structlog.get_logger("agentq.worker")
 # How long an answered call waits for Postgres to settle it before giving up (then `cut_off`,
