@@ -265,8 +265,8 @@ class ContextTooLong(ProviderError):
 
 class ContextOverflow(AgentqError):
     """The never-trimmed layers (instructions, run state, task, the last turns, the ledger at
-    its smallest) exceed the budget (`worker.memory.context`), or the server refused the request as too
-    long again after one smaller rebuild (`worker.model_calls.refits`)."""
+    its smallest) exceed the budget (`worker.memory.context`), or the server refused the request as
+    too long again after one smaller rebuild (`worker.model_calls.refits`)."""
 
     reason = "context_overflow"  # the escalation reason when this ends a run's progress
 

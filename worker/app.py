@@ -1,28 +1,29 @@
 """The worker's Celery app: `celery -A worker.app worker -Q steps,memory`.
 
-Tasks are thin: each calls one function of `worker.phases.planner`, `worker.execution.steps` or `worker.phases.synthesis`.
-A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next waiting item of any
-user (`worker.execution.wakeups`, `models.engine.fair_queue`), its own step only when that is next. A step's
-task advances its own run (`worker.execution.steps.finish`) and may run the next steps and the synthesis
-in-process; a plan or replan applies its run's next decision itself (the coordinator's, by
-name, only if that fails).
+Tasks are thin: each calls one function of `worker.phases.planner`, `worker.execution.steps` or
+`worker.phases.synthesis`. A fresh `agentq.execute_step` message is a wake-up: it runs the fair-next
+waiting item of any user (`worker.execution.wakeups`, `models.engine.fair_queue`), its own step only
+when that is next. A step's task advances its own run (`worker.execution.steps.finish`) and may run
+the next steps and the synthesis in-process; a plan or replan applies its run's next decision itself
+(the coordinator's, by name, only if that fails).
 `agentq.remember_run` runs on the `memory` queue (`models.engine.queue`): a worker started with
 `-Q memory` alone writes memory only.
-Each pool process loads the embedding model when it starts (`worker.memory.remembering.warm_up`, logged as
-`worker.warm`), so no run waits for it.
+Each pool process loads the embedding model when it starts (`worker.memory.remembering.warm_up`,
+logged as `worker.warm`), so no run waits for it.
 
 A task that finds the database unavailable sends itself again after a backoff
 (`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries
-the attempt it holds and its outcome, if it had one (`worker.execution.outages`). A plan, replan, synthesis or
-memory task is run again whole: each claims its run's phase first (`worker.execution.claims`) and does
-nothing if the run has moved on, so the rows are changed once. Its earlier try's claim is no
-longer renewed once the outage ended that try (`worker.execution.heartbeats`), so the retry claims the
-phase once that lease (`AGENTQ_LEASE_S`) has run out, or, finding it still held, leaves it to
-the reconciler, which re-sends it then: the phase goes on within about a lease and a reconcile
-interval of the database's return. A model call answered before or during the outage is not
-made again: what keeps its answer waits for Postgres in the task (`worker.model_calls.calls.
-waits_out_outages`). A bug in a plan, replan or synthesis escalates its run (`internal_error`,
-`worker.execution.crashes`) rather than failing the task, which the reconciler would re-send for ever.
+the attempt it holds and its outcome, if it had one (`worker.execution.outages`). A plan, replan,
+synthesis or memory task is run again whole: each claims its run's phase first
+(`worker.execution.claims`) and does nothing if the run has moved on, so the rows are changed once.
+Its earlier try's claim is no longer renewed once the outage ended that try
+(`worker.execution.heartbeats`), so the retry claims the phase once that lease (`AGENTQ_LEASE_S`)
+has run out, or, finding it still held, leaves it to the reconciler, which re-sends it then: the
+phase goes on within about a lease and a reconcile interval of the database's return. A model call
+answered before or during the outage is not made again: what keeps its answer waits for Postgres in
+the task (`worker.model_calls.calls.waits_out_outages`). A bug in a plan, replan or synthesis
+escalates its run (`internal_error`, `worker.execution.crashes`) rather than failing the task, which
+the reconciler would re-send for ever.
 """
 
 from __future__ import annotations
@@ -136,13 +137,13 @@ def _defer(exc: RateLimited, task: str, phase: str, run_id: int, *args: int) -> 
 def execute_step(
     task: Task, step_id: int, held: dict[str, Any] | None = None, after_lost: bool = False
 ) -> None:
-    """Claim and run one step, record it and advance its run (`worker.execution.steps.finish`); then run
-    the next step this process claimed, or the run's synthesis, within the chain's bounds.
+    """Claim and run one step, record it and advance its run (`worker.execution.steps.finish`); then
+    run the next step this process claimed, or the run's synthesis, within the chain's bounds.
 
     `held` is what this task carries when it sent itself again because the database was away
-    (`worker.execution.outages`): the attempt it holds, whose outcome is recorded instead of a claim.
-    `after_lost`: sent for when the lease of a lost worker's attempt ends (`worker.execution.recovery`),
-    the step is taken back first."""
+    (`worker.execution.outages`): the attempt it holds, whose outcome is recorded instead of a
+    claim. `after_lost`: sent for when the lease of a lost worker's attempt ends
+    (`worker.execution.recovery`), the step is taken back first."""
     with task_bound(step_id=step_id):
         _execute_step(task, step_id, held, after_lost)
 
@@ -190,8 +191,9 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
 
 
 def _perform(claimed: Claimed) -> Outcome:
-    """Run the claimed step, then the should-replan check of its run (`worker.phases.replan_checks`),
-    with its lease renewed every heartbeat (`worker.execution.heartbeats`)."""
+    """Run the claimed step, then the should-replan check of its run
+    (`worker.phases.replan_checks`), with its lease renewed every heartbeat
+    (`worker.execution.heartbeats`)."""
     with heartbeat.renewing(StepHeld(claimed.step.id or 0, claimed.step.attempt)):
         return replan_checks.with_check(claimed, steps.perform(claimed))
 
@@ -200,8 +202,8 @@ def _start(
     step_id: int, held: dict[str, Any] | None, *, wake: bool
 ) -> tuple[Claimed | None, Outcome | None]:
     """The claimed step and, for a retry that holds its attempt, the outcome it carries. A
-    fresh message (`wake`) takes the fair-next item instead (`worker.execution.wakeups`): a step, or a
-    run's phase, run here before the task ends."""
+    fresh message (`wake`) takes the fair-next item instead (`worker.execution.wakeups`): a step, or
+    a run's phase, run here before the task ends."""
     if held is not None:
         return outages.resume(step_id, held) or (None, None)
     if not wake:
@@ -246,7 +248,8 @@ def synthesize(run_id: int) -> None:
 
 def synthesize_run(run_id: int) -> None:
     """Write the final answer of a run, then send its memory task and what the dispatch of its
-    user released (`worker.phases.synthesis.synthesize`); rate-limited, the task is sent again later."""
+    user released (`worker.phases.synthesis.synthesize`); rate-limited, the task is sent again
+    later."""
     sends: list[tuple[str, tuple[int, ...]]] = []  # a crash escalated: nothing to send
     try:
         with (

@@ -5,8 +5,9 @@ most the call can spend (its prompt estimate plus `max_output_tokens`, and that 
 model's price) with `UPDATE runs SET used = used + :n WHERE used + :n <= limit`, so two calls
 of one run can never both take the last unit; after the call the reservation is replaced by the
 usage the provider reported, released when the provider refused or failed, or kept whole when the
-call was cut off with its request out (`worker.model_calls.calls.cut_off`: the provider may bill it). Spend
-can pass a limit only by what a provider reports beyond our estimate of one call's prompt.
+call was cut off with its request out (`worker.model_calls.calls.cut_off`: the provider may bill
+it). Spend can pass a limit only by what a provider reports beyond our estimate of one call's
+prompt.
 
 A reservation held by a worker that dies before settling stays charged: the budget errs on the
 side of spending less, never more.

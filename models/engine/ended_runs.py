@@ -1,9 +1,9 @@
 """Ended runs as their memory task reads them: one statement for a run and the runs batched with it.
 
-A run's memory task (`worker.memory.remembering`, issue 10) writes its episode from the run row, its steps
-with the plan versions that created them (`models.review.authorship.reviewers_steps` needs both),
-its pinned facts and the reviewer answers asked to be remembered. `read` gets all of it, for the
-task's own run and, when memory is behind (the task started a while after its run ended), for up
+A run's memory task (`worker.memory.remembering`, issue 10) writes its episode from the run row, its
+steps with the plan versions that created them (`models.review.authorship.reviewers_steps` needs
+both), its pinned facts and the reviewer answers asked to be remembered. `read` gets all of it, for
+the task's own run and, when memory is behind (the task started a while after its run ended), for up
 to `more` other runs of the same user that wait for memory and need no model call (`BATCHABLE`),
 in one statement: each list is a JSON aggregate of its table, so the task costs one round trip
 however many runs it remembers. When memory keeps up, the search for other runs is not made: it
@@ -39,8 +39,8 @@ MEMORY_ENDED_OF: Final = """EXISTS (
 ERASED_AT_OF: Final = """(SELECT e.erased_at FROM memory_erasures e
     WHERE e.user_id = r.user_id AND r.created_at <= e.erased_at)"""
 # batchable: run `r` ended, waits for memory, and needs no model call (no model step, no failed
-# step, no fact its user pinned: `worker.memory.extraction.skip_reason`) and no fact write (no answer to
-# remember), so remembering it is an embedding and one row, whichever task does it.
+# step, no fact its user pinned: `worker.memory.extraction.skip_reason`) and no fact write (no
+# answer to remember), so remembering it is an embedding and one row, whichever task does it.
 BATCHABLE: Final = f"""r.status IN ('succeeded', 'failed', 'cancelled')
     AND NOT {MEMORY_ENDED_OF} AND {ERASED_AT_OF} IS NULL
     AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = r.id

@@ -7,13 +7,14 @@ reports what failed (a `Reported` outcome below) to `escalate`, which decides th
 the guarded move (`models.engine.run_transitions.escalate`) in the caller's transaction.
 
 The outcomes, who reports them, and their reasons:
-- `Crashed` (`worker.execution.crashes`: a bug in a plan, replan or synthesis task): `internal_error`;
+- `Crashed` (`worker.execution.crashes`: a bug in a plan, replan or synthesis task):
+  `internal_error`;
 - `DeferredTooOften` (`worker.execution.deferrals`: rate-limited past `AGENTQ_MODEL_MAX_DEFERRALS`):
   `rate_limited`;
-- `Unanswered` (`worker.phases.planner`: no valid plan; `worker.phases.synthesis`: no valid goal check): why
-  no call could be made or answered, else `invalid_plan` or `invalid_goal_check`;
-- `SynthesisFailed` (`worker.phases.synthesis`: no answer): the error's own `reason` (a spent budget,
-  an exhausted quota, an overflowing context), else `synthesis_failed`;
+- `Unanswered` (`worker.phases.planner`: no valid plan; `worker.phases.synthesis`: no valid goal
+check): why no call could be made or answered, else `invalid_plan` or `invalid_goal_check`;
+- `SynthesisFailed` (`worker.phases.synthesis`: no answer): the error's own `reason` (a spent
+budget, an exhausted quota, an overflowing context), else `synthesis_failed`;
 - `StepEscalated` (`worker.execution.steps`, when `failure_outcome` says `escalated`): its reason.
 """
 
@@ -56,9 +57,10 @@ class DeferredTooOften:
 @dataclass(frozen=True)
 class Unanswered:
     """A structured answer (`asked`: a plan, a goal check's verdict) never came valid in `phase`.
-    `failure`: why no call could be made or answered (`worker.model_calls.structured.Answer.failure`), None
-    when the model answered invalidly; `error`: the last refusal; `raw_output`: the model's last
-    answer as much as is kept; `step_id`: the failed step a replan was for."""
+    `failure`: why no call could be made or answered
+    (`worker.model_calls.structured.Answer.failure`), None when the model answered invalidly;
+    `error`: the last refusal; `raw_output`: the model's last answer as much as is kept; `step_id`:
+    the failed step a replan was for."""
 
     phase: str
     asked: Literal["plan", "goal_check"]

@@ -4,9 +4,9 @@ The `steps` broker queue is FIFO, and a user's released work (up to `AGENTQ_USER
 tasks, `models.engine.dispatch`) waits there in front of everyone who submits later: 1 worker, one
 user's 4 runs of 3 x 15 s steps took another user's one-step run from 0.2 s to 179 s (issue 27, item
 2). So the broker's order is not the order of work. A message is a wake-up: the worker that takes a
-fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is (`worker.execution.wakeups`). The
-worker that ends a step runs its run's next step itself only when no other user is owed a turn
-(`OWED`, read with the run's lock in `models.engine.decisions`).
+fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is
+(`worker.execution.wakeups`). The worker that ends a step runs its run's next step itself only when
+no other user is owed a turn (`OWED`, read with the run's lock in `models.engine.decisions`).
 
 Waiting items, each with its due time: a queued step due now (`queued_at`), a running step whose
 lease expired (its worker was lost: taken back in the claim), and a run in `planning`,

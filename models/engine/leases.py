@@ -125,7 +125,9 @@ class Claim:
     facts: dict[str, str]
     tries: int
     replan_check: str = "off"  # the run's (`models.plans.plan_checks`)
-    deadline_at: datetime | None = None  # the run's wall-time deadline (`worker.execution.time_limits`)
+    deadline_at: datetime | None = (
+        None  # the run's wall-time deadline (`worker.execution.time_limits`)
+    )
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,8 @@ def _refused(
 
 def renew(session: Session, step_id: int, attempt: int, *, lease_s: float, now: datetime) -> bool:
     """Extend the lease of `attempt` on running step `step_id` to `lease_s` seconds from `now`
-    (a heartbeat, `worker.execution.heartbeats`); False when the attempt no longer holds the step."""
+    (a heartbeat, `worker.execution.heartbeats`); False when the attempt no longer holds the
+    step."""
     params = {
         "step_id": step_id,
         "attempt": attempt,

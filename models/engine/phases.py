@@ -14,9 +14,9 @@ next claim waits until it is due (`runs.updated_at`, the time the deferral set).
 
 The lease is a step's (`AGENTQ_LEASE_S`, 10 s by default), renewed while the task runs: its
 worker process's heartbeat renews the phase every `AGENTQ_HEARTBEAT_S` (`renew`,
-`worker.execution.heartbeats`), as it renews a running step's lease. A live attempt keeps its phase however
-long its model call takes; a killed one's lease expires about a lease after its last beat, and
-the reconciler sends the task again (`scheduler.tasks.reconcile`) within its next pass.
+`worker.execution.heartbeats`), as it renews a running step's lease. A live attempt keeps its phase
+however long its model call takes; a killed one's lease expires about a lease after its last beat,
+and the reconciler sends the task again (`scheduler.tasks.reconcile`) within its next pass.
 """
 
 from __future__ import annotations

@@ -106,9 +106,9 @@ SEND_RETRY_POLICY: Final = {"max_retries": 1, "interval_start": 0.5, "interval_s
 # may take to start, its `worker_process_init` handlers included, before the worker kills it
 # ("Timed out waiting for UP message"; the processes of the worker's start are not timed).
 # Celery's default, 4 s (a setting since celery/celery#1715), is shorter than loading the
-# embedding model there (`worker.memory.remembering.warm_up`: torch and sentence-transformers take 5-14 s
-# on a 2-core machine), so every replacement would be killed in turn and the pool would shrink
-# for good; measured, 12 kills a minute.
+# embedding model there (`worker.memory.remembering.warm_up`: torch and sentence-transformers take
+# 5-14 s on a 2-core machine), so every replacement would be killed in turn and the pool would
+# shrink for good; measured, 12 kills a minute.
 WORKER_PROC_ALIVE_TIMEOUT_S: Final = 120.0
 
 # A task that finds the database unavailable (`models.errors.DatabaseUnavailable`) is sent again

@@ -1,5 +1,6 @@
 """What the reconciler (`scheduler.tasks.reconcile`) and a lost worker's recovery
-(`worker.execution.recovery`) read and write to find lost work: named SQL, each write one guarded UPDATE.
+(`worker.execution.recovery`) read and write to find lost work: named SQL, each write one guarded
+UPDATE.
 
 A re-send touches a row rather than moving it: a lost step stays `queued` and a quiet run in its
 status, and the time its clock restarts from (`steps.queued_at`, `runs.updated_at`) becomes now,

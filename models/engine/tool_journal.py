@@ -5,9 +5,10 @@ its recorded result. A model step that is deferred (a 429), retried, or claimed 
 lost lease asks the model again from the start; the model may ask for the same calls again, each
 with a new provider id. So a call is known by what stays the same (`call_key`): its tool, its
 arguments as canonical JSON, and how many times the loop has asked for that tool with those
-arguments (`CallKeys`: the same call asked twice on purpose is two calls). `worker.execution.tool_use`
-looks a call up before its tool runs (`find`) and records it right after, in a transaction of
-its own (`record`), never holding one open across the tool (invariant 11).
+arguments (`CallKeys`: the same call asked twice on purpose is two calls).
+`worker.execution.tool_use` looks a call up before its tool runs (`find`) and records it right
+after, in a transaction of its own (`record`), never holding one open across the tool (invariant
+11).
 
 Only calls whose tool ran are journaled: a result, or an error the model was told (a crash, a
 result over the cap). A call refused before its tool ran, or a `RetryableToolError` (which fails

@@ -156,9 +156,9 @@ MEMORY_DROPPED_RUN: Final = sa.and_(
 
 
 def memory_ended(session: Session, run_id: int) -> RunEvent | None:
-    """The event that ended the run's memory task (`worker.memory.remembering.remember_ended_run`): its
-    first `memory.remembered`, `memory.failed`, or `memory.dropped` of the whole run; None while the
-    task has not ended (it runs on the `memory` queue after the run ends, so a `succeeded` run
+    """The event that ended the run's memory task (`worker.memory.remembering.remember_ended_run`):
+    its first `memory.remembered`, `memory.failed`, or `memory.dropped` of the whole run; None while
+    the task has not ended (it runs on the `memory` queue after the run ends, so a `succeeded` run
     may have none yet)."""
     ended = sa.or_(col(RunEvent.kind).in_(MEMORY_ENDED), MEMORY_DROPPED_RUN)
     stmt = select(RunEvent).where(RunEvent.run_id == run_id, ended)

@@ -9,8 +9,9 @@ a tool's, then everyone's: `rank`). The scan is exact, with no HNSW index: proce
 by people, hundreds rather than the millions an index pays off for.
 
 Which procedures a plan's context carried is recorded as a `procedures.recalled` event in the
-transaction that writes the plan (`worker.phases.planner`): `{"purpose", "plan_version", "procedures":
-[{"id", "version", "title", "scope"}]}`; `used_by_run` reads those back for the console and CLI.
+transaction that writes the plan (`worker.phases.planner`): `{"purpose", "plan_version",
+"procedures": [{"id", "version", "title", "scope"}]}`; `used_by_run` reads those back for the
+console and CLI.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Each names a key path and makes one test:
 
 A key path is keys separated by dots (`"receipt.total"`); a segment of digits also indexes a
 list (`"receipts.0.total"`). Every test needs the key present. `unmet` is the rule alone: the
-worker fails a step whose result leaves any expectation unmet (`worker.execution.steps.perform`), so the
-coordinator's usual failure handling (a replan under the budget, or an escalation) follows.
+worker fails a step whose result leaves any expectation unmet (`worker.execution.steps.perform`), so
+the coordinator's usual failure handling (a replan under the budget, or an escalation) follows.
 """
 
 from __future__ import annotations

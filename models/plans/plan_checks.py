@@ -7,7 +7,7 @@ remaining plan still make sense? The answer is a row (`PlanCheck`), inserted in 
 that records the step's success, and the deterministic coordinator reads it there and in every
 later decision (`models.engine.coordinator.decide`: a `replan` verdict of the current plan version
 is a replan charged to the replan budget, in the place of the steps not yet started;
-`models.plans.plans. check_splice`). A later plan version answers the verdicts of the versions
+`models.plans.plans.check_splice`). A later plan version answers the verdicts of the versions
 before it.
 """
 

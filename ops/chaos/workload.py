@@ -34,8 +34,8 @@ STEP_MARKER = re.compile(r"\bchaos-\d+/step-\d+\b")
 STEPS = 5  # per run, as in the runs of issue 11's fault report
 
 # A provider request's purpose: a structured answer's schema is named after it (`plan`,
-# `replan`, `extract_facts`: worker.model_calls.providers._response_format); the others are told by their
-# system message (worker/model_calls/prompts.py).
+# `replan`, `extract_facts`: worker.model_calls.providers._response_format); the others are told by
+# their system message (worker/model_calls/prompts.py).
 NAMED_PURPOSES = ("plan", "replan", "extract_facts")
 SYSTEM_PURPOSES = {
     prompts.STEP_INSTRUCTIONS: "step",

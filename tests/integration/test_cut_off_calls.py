@@ -4,8 +4,8 @@ An engine of its own whose one worker process calls a fake OpenAI-compatible ser
 (`ops.fake_provider`) with a request timeout long enough for the step's time limit to strike
 while a request is out: the ladder stays valid (6 s x 1 attempt < step 8 s < soft 10 s), but a
 model step that first runs a 6 s tool has only 2 s of its limit left for its next request. The
-limit is raised inside the step (`worker.execution.time_limits`), as Celery's soft time limit is (issue 27,
-item 14), and a call it cuts off is settled as one the soft limit cuts off.
+limit is raised inside the step (`worker.execution.time_limits`), as Celery's soft time limit is
+(issue 27, item 14), and a call it cuts off is settled as one the soft limit cuts off.
 """
 
 from __future__ import annotations

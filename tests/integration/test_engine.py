@@ -198,8 +198,9 @@ def test_worker_killed_mid_step_is_recovered_by_the_reconciler(
 
 
 def test_spent_wall_time_escalates_and_approval_grants_it_again(make_run: MakeRun) -> None:
-    """The second sleep runs into the run's deadline and stops there (`worker.execution.time_limits`); the
-    first one's result is kept, and the approval's retry of the second fits the new deadline."""
+    """The second sleep runs into the run's deadline and stops there
+    (`worker.execution.time_limits`); the first one's result is kept, and the approval's retry of
+    the second fits the new deadline."""
     nap = {"kind": "tool", "tool": "sleep", "args": {"seconds": 2}}
     run_id = make_run([{"name": "a", **nap}, {"name": "b", **nap}], wall_time_s=3)
     run = wait_for_run(run_id)

@@ -1,6 +1,7 @@
 """Lease heartbeats on the real stack (issue 11, item 6): a step that runs longer than its lease
 keeps it (its worker renews it), and a killed worker's step runs again about a lease after the
-kill, with no reconciler to take it back (`worker.execution.recovery`: its message was redelivered)."""
+kill, with no reconciler to take it back (`worker.execution.recovery`: its message was
+redelivered)."""
 
 from __future__ import annotations
 

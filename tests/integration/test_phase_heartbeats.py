@@ -149,8 +149,8 @@ def test_a_plan_answered_during_an_outage_is_written_once_postgres_is_back(
     fake: FakeOpenAI, phase_engine: LocalStack
 ) -> None:
     """The plan's answer comes while Postgres is down: the write that keeps it waits the outage
-    out in the worker (`worker.model_calls.calls.waits_out_outages`) instead of giving the task back to its
-    outage retry, which found the phase still held by its own earlier try and left it to the
+    out in the worker (`worker.model_calls.calls.waits_out_outages`) instead of giving the task back
+    to its outage retry, which found the phase still held by its own earlier try and left it to the
     reconciler to ask the model again a lease later (issue 11: paid phases ran twice across a
     Postgres restart). The model is asked once, and the plan is written within a wait's cap
     (`models.db.OUTAGE_WAIT_MAX_S`) of Postgres being back."""

@@ -1,5 +1,6 @@
 """Whose rights a step acts with (`models.review.authorship.reviewers_steps`), and which failures
-the user's memory keeps (`worker.memory.run_memory.remembered_failures`), on rows built in memory."""
+the user's memory keeps (`worker.memory.run_memory.remembered_failures`), on rows built in
+memory."""
 
 from __future__ import annotations
 

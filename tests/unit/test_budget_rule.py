@@ -3,8 +3,8 @@ of the budget rule over any sequence of call outcomes.
 
 The simulation below is a pure model of a run making model calls: it reserves with the rule
 `models.engine.budgets.fits` (the same expression `reserve` puts in its UPDATE), settles to the
-reported usage, and decides each failed attempt with `worker.execution.steps.failure_outcome`, as the engine
-does.
+reported usage, and decides each failed attempt with `worker.execution.steps.failure_outcome`, as
+the engine does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""When a run's end asks the model for facts (`worker.memory.extraction.skip_reason`), on plain values."""
+"""When a run's end asks the model for facts (`worker.memory.extraction.skip_reason`), on plain
+values."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """A local model's settings (`ops.local_model`), its server's prompt-cache count
-(`ops.llama_server`), and prompts that put their static part first (`worker.model_calls.prompts`)."""
+(`ops.llama_server`), and prompts that put their static part first
+(`worker.model_calls.prompts`)."""
 
 from __future__ import annotations
 

@@ -109,7 +109,9 @@ def test_server_errors_are_transient(
     fake_openai.script(server_error(status), ok("fine"))
     with pytest.raises(ProviderUnavailable, match=f"Error code: {status}"):
         make_openai().complete(request())
-    assert len(fake_openai.requests) == 1  # agentq retries (worker.model_calls.calls), never the SDK
+    assert (
+        len(fake_openai.requests) == 1
+    )  # agentq retries (worker.model_calls.calls), never the SDK
     assert make_openai().complete(request()).text == "fine"
 
 

@@ -1,5 +1,5 @@
-"""What a run's memory is made of (`worker.memory.run_memory.run_memory`), from a run as the memory task
-reads it (`models.engine.ended_runs.EndedRun`), built in memory."""
+"""What a run's memory is made of (`worker.memory.run_memory.run_memory`), from a run as the memory
+task reads it (`models.engine.ended_runs.EndedRun`), built in memory."""
 
 from __future__ import annotations
 

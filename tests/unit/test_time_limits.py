@@ -1,6 +1,6 @@
 """A step's time limit (issue 27, item 14): the lesser of `AGENTQ_STEP_TIME_LIMIT_S` and its
-run's wall time left, raised inside the step when it passes (`worker.execution.time_limits`), and what the
-step's attempt comes to then (`worker.execution.steps.failure_outcome`)."""
+run's wall time left, raised inside the step when it passes (`worker.execution.time_limits`), and
+what the step's attempt comes to then (`worker.execution.steps.failure_outcome`)."""
 
 from __future__ import annotations
 

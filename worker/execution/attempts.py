@@ -1,7 +1,7 @@
 """One attempt of a step, as the worker holds it: the claimed step with what it needs from its
 run (`Claimed`), and what the attempt came to (`Outcome`). Plain data, shared by the step task
-(`worker.execution.steps`), the should-replan check that annotates an outcome (`worker.phases.replan_checks`) and
-the outage retry that carries one (`worker.execution.outages`).
+(`worker.execution.steps`), the should-replan check that annotates an outcome
+(`worker.phases.replan_checks`) and the outage retry that carries one (`worker.execution.outages`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ class Outcome:
     retry_after_s: float = 0.0
     reason: str = ""
     raw: str = ""  # the model output that could not be used, kept with the escalation
-    check: dict[str, str] | None = None  # the should-replan check's answer (`worker.phases.replan_checks`)
+    check: dict[str, str] | None = (
+        None  # the should-replan check's answer (`worker.phases.replan_checks`)
+    )
 
 
 @dataclass(frozen=True)
@@ -42,4 +44,6 @@ class Claimed:
     tries: int
     user_id: str = ""
     replan_check: str = "off"  # the run's (`models.plans.plan_checks`)
-    deadline_at: datetime | None = None  # the run's wall-time deadline (`worker.execution.time_limits`)
+    deadline_at: datetime | None = (
+        None  # the run's wall-time deadline (`worker.execution.time_limits`)
+    )

@@ -6,8 +6,8 @@ phase once its claim's lease has run out (`scheduler.tasks`), so the task ran ag
 reconcile interval and failed the same way, and the run never moved (issue 12 found one: a
 synthesis stuck `synthesizing` past every test's timeout). `escalated_on_crash` turns such an
 error into an escalation with reason `internal_error` (a `Crashed` report to
-`models.engine.escalation_rules`), as a step's bug fails its step (`worker.execution.steps.perform`): a
-reviewer sees it, and the worker log has the traceback.
+`models.engine.escalation_rules`), as a step's bug fails its step
+(`worker.execution.steps.perform`): a reviewer sees it, and the worker log has the traceback.
 
 What is no failure of the phase still goes up: a database that is away (the task waits out the
 outage), a rate limit and a phase not yet due (the task sends itself again).

@@ -1,10 +1,11 @@
 """Rate-limited plan, replan and synthesis tasks: wait outside the worker, a bounded number of
 times.
 
-A step defers itself (`worker.execution.steps`); a run phase's task (planning, replanning, synthesizing)
-cannot go back to a queue of its own, so the run stays in its phase and the task is sent again
-with the server's `retry-after` as countdown. After `AGENTQ_MODEL_MAX_DEFERRALS` deferrals of
-one phase the run escalates (`rate_limited`) instead of waiting for ever (DESIGN.md, invariant 4).
+A step defers itself (`worker.execution.steps`); a run phase's task (planning, replanning,
+synthesizing) cannot go back to a queue of its own, so the run stays in its phase and the task is
+sent again with the server's `retry-after` as countdown. After `AGENTQ_MODEL_MAX_DEFERRALS`
+deferrals of one phase the run escalates (`rate_limited`) instead of waiting for ever (DESIGN.md,
+invariant 4).
 """
 
 from __future__ import annotations

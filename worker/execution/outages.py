@@ -16,10 +16,10 @@ on where the outage met it:
   (`resume`, then `worker.execution.steps.finish`).
 
 Either way only the attempt that holds the step writes its outcome, in the guarded transition
-of `worker.execution.steps.finish`: a retry delivered twice, or one whose step's lease expired meanwhile
-and was claimed again, finds another state and changes nothing, so a step has one committed
-result. The carried outcome is the only thing that lives in a message, and only until it is
-committed: if that message is lost, the step stays running until its lease expires and the
+of `worker.execution.steps.finish`: a retry delivered twice, or one whose step's lease expired
+meanwhile and was claimed again, finds another state and changes nothing, so a step has one
+committed result. The carried outcome is the only thing that lives in a message, and only until it
+is committed: if that message is lost, the step stays running until its lease expires and the
 reconciler runs it again, as after a killed worker.
 """
 

@@ -1,12 +1,12 @@
 """A model step's typed answer: check it, re-ask with the reason, a bounded number of times.
 
 A model step that declares `output` (`models.plans.step_outputs`) is asked for JSON of its fields
-(the request's json_schema, `worker.model_calls.prompts.step_prompt`). Its text answer is bad input until
-`parse_output` accepts it: an answer cut off at the token limit, not JSON, or not of the fields
-and types declared is refused with the reason, recorded as a `step.output.invalid` event with
+(the request's json_schema, `worker.model_calls.prompts.step_prompt`). Its text answer is bad input
+until `parse_output` accepts it: an answer cut off at the token limit, not JSON, or not of the
+fields and types declared is refused with the reason, recorded as a `step.output.invalid` event with
 the raw text, and the model is asked again with its answer and the reason, as plans are
-(`worker.model_calls.structured`). After `AGENTQ_PLAN_MAX_ATTEMPTS` refused answers the step fails with
-`InvalidStepOutput` (no retry: the coordinator replans or escalates). Only an answer that fits
+(`worker.model_calls.structured`). After `AGENTQ_PLAN_MAX_ATTEMPTS` refused answers the step fails
+with `InvalidStepOutput` (no retry: the coordinator replans or escalates). Only an answer that fits
 becomes the step's result, whole: nothing of a refused one is stored.
 """
 

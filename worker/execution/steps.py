@@ -9,7 +9,8 @@ the task is sent again with the server's `retry-after` as countdown, so no worke
 an exhausted quota or a spent token or cost budget fails the step and escalates the run. A
 result that leaves one of the step's expectations unmet (`expect`) fails the step for good.
 
-A step stops at its time limit, or its run's wall-time deadline if sooner (`worker.execution.time_limits`).
+A step stops at its time limit, or its run's wall-time deadline if sooner
+(`worker.execution.time_limits`).
 
 Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
@@ -92,8 +93,8 @@ def claim(step_id: int) -> Claimed | None:
 def claim_woken(
     step_id: int, *, wake: bool = True
 ) -> tuple[Claimed | None, fair_queue.Item | None]:
-    """A fresh message's claim (`worker.execution.wakeups`): the fair-next waiting step claimed, or the
-    run phase to run in this task, in one transaction with the read; when the fair-next item is
+    """A fresh message's claim (`worker.execution.wakeups`): the fair-next waiting step claimed, or
+    the run phase to run in this task, in one transaction with the read; when the fair-next item is
     step `step_id` itself (or without `wake`), `claim`'s claim of it."""
     with session_scope() as session:
         taken = wakeups.take_next(session, step_id, now=utcnow()) if wake else None

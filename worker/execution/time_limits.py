@@ -11,9 +11,9 @@ item 14: `--wall-time 5` let a 15 s step finish before the run escalated.
 
 `StepTimeLimitExceeded` is a `SoftTimeLimitExceeded`, so what settles work the soft limit cuts
 off settles it too (a model call whose request is out keeps its reservation and is recorded
-`cut_off`: `worker.model_calls.calls`). The rungs stay as they are (DESIGN.md, invariant 8): the step's
-limit is at most `AGENTQ_STEP_TIME_LIMIT_S`, under Celery's soft time limit, which still bounds
-the whole task. The lease's heartbeat runs in a thread of its own and goes on meanwhile
+`cut_off`: `worker.model_calls.calls`). The rungs stay as they are (DESIGN.md, invariant 8): the
+step's limit is at most `AGENTQ_STEP_TIME_LIMIT_S`, under Celery's soft time limit, which still
+bounds the whole task. The lease's heartbeat runs in a thread of its own and goes on meanwhile
 (`worker.execution.heartbeats`): Python runs signal handlers in the main thread only, which is where
 Celery's prefork pool runs a task. Called from another thread, `enforced` arms nothing and
 logs so. A timer someone else armed in the process (pytest-timeout's) is put back when the

@@ -15,11 +15,11 @@ that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
 
 Every call whose tool ran is journaled (`models.engine.tool_journal`) right after it returns, in a
 transaction of its own. The loop's reads and writes wait out a database outage
-(`worker.model_calls.calls.waits_out_outages`) rather than interrupt the step: the answers so far are paid for,
-and a tool that ran is journaled once Postgres is back, not run again. A step that runs its loop
-again (deferred by a 429, retried, claimed again after a lost lease) asks the model from the start;
-when the model asks for a call the journal holds (same tool, same arguments, same occurrence), the
-recorded result or error is answered instead of running the tool again, and a
+(`worker.model_calls.calls.waits_out_outages`) rather than interrupt the step: the answers so far
+are paid for, and a tool that ran is journaled once Postgres is back, not run again. A step that
+runs its loop again (deferred by a 429, retried, claimed again after a lost lease) asks the model
+from the start; when the model asks for a call the journal holds (same tool, same arguments, same
+occurrence), the recorded result or error is answered instead of running the tool again, and a
 `step.tool_call.replayed` event says so (DESIGN.md, invariant 9; issue 11, item 3).
 
 A run that ends meanwhile (cancelled) stops the loop before its next model call.
@@ -29,9 +29,9 @@ text answer, once no tool is called, is checked and re-asked in the same loop
 (`worker.execution.step_outputs`), and only the fields of a fitting answer become the step's result.
 
 Bounds: at most `AGENTQ_MODEL_STEP_MAX_CALLS` model calls in one step (each charged to the run's
-budget by `worker.model_calls.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers with an
-invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the raw
-calls attached. The conversation grows with each exchange; when it no longer fits the prompt
+budget by `worker.model_calls.calls.call_model`), and at most `AGENTQ_TOOL_CALL_MAX_INVALID` answers
+with an invalid call re-asked: one more raises `InvalidToolCalls`, and the run escalates with the
+raw calls attached. The conversation grows with each exchange; when it no longer fits the prompt
 budget the step raises `ContextOverflow` rather than send a request the server would refuse. A
 request the server refuses as too long all the same is rebuilt smaller once, the exchange kept
 after it (`worker.model_calls.refits`); a second refusal raises `ContextOverflow` too.

@@ -9,7 +9,8 @@ wake-up of its own after the commit, so every waiting item keeps a message; a me
 later finds nothing, or the next item. After a phase the message picks again, at most
 `PHASES_PER_WAKEUP` times, then claims its own step: a phase item whose claim keeps doing
 nothing cannot hold the queue. A redelivered message, one carrying a held attempt
-(`worker.execution.outages`) and a recovery check (`worker.execution.recovery`) are not wake-ups: they name their step.
+(`worker.execution.outages`) and a recovery check (`worker.execution.recovery`) are not wake-ups:
+they name their step.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ class Piece:
 @dataclass(frozen=True)
 class Layers:
     """Everything a call could carry, before the budget decides. `fold_ledger(max_tokens)`
-    gives a smaller ledger (`worker.memory.ledger.fold`) when `ledger` needs more than its share; None:
-    the ledger cannot shrink."""
+    gives a smaller ledger (`worker.memory.ledger.fold`) when `ledger` needs more than its share;
+    None: the ledger cannot shrink."""
 
     instructions: Piece
     state: Piece

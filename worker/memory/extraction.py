@@ -2,8 +2,8 @@
 
 Extraction reads only the user's own words (the goal and the facts the user pinned), never what
 a reviewer set (issue 9, finding 5), with the run's failures and what fixed them, in the context
-of the run's rows (`worker.memory.working_memory.request_for`). It is a model call, charged to the run,
-so a run with nothing to learn from makes none (`skip_reason`).
+of the run's rows (`worker.memory.working_memory.request_for`). It is a model call, charged to the
+run, so a run with nothing to learn from makes none (`skip_reason`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ def skip_reason(*, model_steps: int, failures: int, stated_facts: int) -> str | 
 
     Skipped only when the run had no model steps (`model_steps`: steps of kind `model`, in any
     plan version), no failures its user's memory keeps (`failures`, as
-    `worker.memory.run_memory.run_memory` counts them) and no facts pinned by its user (`stated_facts`):
-    then the extraction could only restate the goal, which the run's episode already keeps
-    (embedded and recalled like a fact). So an explicit plan of tool steps with no facts, such as
-    the benchmark's no-op runs, makes no call, while a tool-only run that pins facts or learns
-    from a failure still extracts them (issue 10).
+    `worker.memory.run_memory.run_memory` counts them) and no facts pinned by its user
+    (`stated_facts`): then the extraction could only restate the goal, which the run's episode
+    already keeps (embedded and recalled like a fact). So an explicit plan of tool steps with no
+    facts, such as the benchmark's no-op runs, makes no call, while a tool-only run that pins facts
+    or learns from a failure still extracts them (issue 10).
     """
     if model_steps or failures or stated_facts:
         return None
@@ -46,7 +46,8 @@ def extract_facts(
     """Ask the model for run `run_id`'s durable facts (`stated`: the facts its user pinned).
 
     Raises `InvalidOutput` when no valid answer came after the re-asks (or the call could not be
-    made: a spent budget, a provider failure), and `RateLimited` as `worker.model_calls.structured.ask` does.
+    made: a spent budget, a provider failure), and `RateLimited` as
+    `worker.model_calls.structured.ask` does.
     """
     answer = ask(run_id, extract_prompt(goal, failures, stated), _facts_answer)
     if answer.value is None:

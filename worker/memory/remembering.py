@@ -1,12 +1,12 @@
 """Long-term memory in the engine: remember a run once it has ended, and warm the embedder up.
 
 Remembering writes one episode per run (goal, plan, what failed and what fixed it, outcome,
-answer: `worker.memory.run_memory`), the reviewers' answers their reviewers asked to remember (source
-`reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`,
-`worker.memory.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or supersede).
-It runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first, then the
-`agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory write
-never delays a run's end and a deployment may give it workers of its own. A run whose user was
+answer: `worker.memory.run_memory`), the reviewers' answers their reviewers asked to remember
+(source `reviewer:<name>`), and the facts a model extracts from the run (source `run:<id>`,
+`worker.memory.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or
+supersede). It runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first,
+then the `agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory
+write never delays a run's end and a deployment may give it workers of its own. A run whose user was
 forgotten after it was created remembers nothing (`models.memory.erasures`). Memory never decides a
 run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
 

@@ -3,9 +3,9 @@
 
 Pure functions, no database: the episode (the last plan, the failures the user's memory may keep
 and what fixed them, the summary that is embedded), the facts the reviewers' remembered answers
-become, and whether facts are extracted (`worker.memory.extraction.skip_reason`). Steps that act for a
-reviewer (`models.review.authorship.reviewers_steps`: a reviewer wrote them, or they were built from
-what a reviewer wrote) act with the reviewer's rights: their failures are left out of the
+become, and whether facts are extracted (`worker.memory.extraction.skip_reason`). Steps that act for
+a reviewer (`models.review.authorship.reviewers_steps`: a reviewer wrote them, or they were built
+from what a reviewer wrote) act with the reviewer's rights: their failures are left out of the
 episode and of extraction, and a fix they made counts as `reviewer`, so nothing they produce
 becomes the user's memory (issue 9).
 """

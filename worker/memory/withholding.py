@@ -2,10 +2,11 @@
 
 A reviewer reads every run but none of a user's memory (issue 9), so a call whose context holds
 a reviewer's words (an edit, an answer, a step a reviewer authored however it reached the plan,
-a reviewer's procedure recalled into it: `models.review.authorship`, `worker.phases.procedure_context`)
-acts with the reviewer's rights: it recalls none of the user's memory (`recall_or_withhold`), and a
-fact extraction, whose answer becomes the user's memory, reads only the user's own words
-(`own_words_only`), so nothing a reviewer's step produced becomes the user's memory (issue 27).
+a reviewer's procedure recalled into it: `models.review.authorship`,
+`worker.phases.procedure_context`) acts with the reviewer's rights: it recalls none of the user's
+memory (`recall_or_withhold`), and a fact extraction, whose answer becomes the user's memory, reads
+only the user's own words (`own_words_only`), so nothing a reviewer's step produced becomes the
+user's memory (issue 27).
 """
 
 from __future__ import annotations

@@ -94,8 +94,8 @@ def _layers(
     *,
     own_words: bool = False,
 ) -> Layers:
-    """`layers_of` from the run's rows; with `own_words` (`worker.memory.withholding.own_words_only`),
-    without its turns and summary."""
+    """`layers_of` from the run's rows; with `own_words`
+    (`worker.memory.withholding.own_words_only`), without its turns and summary."""
     history = [] if own_words else turns(session, run.id or 0)
     summary = None if own_words else latest_summary(session, run.id or 0)
     return layers_of(run, prompt, recalled, read, history, summary, procedures=procedures)

@@ -1,8 +1,8 @@
 """What each kind of model call asks: its instructions, its task text, and its payload.
 
-A `Prompt` holds only what is specific to one call; `worker.memory.remembering.request_for` adds everything
-rebuilt from rows (run state, pinned facts, the ledger, recalled memory, summary, recent turns)
-under the token budget (DESIGN.md, invariant 3). The payload travels with the request so the
+A `Prompt` holds only what is specific to one call; `worker.memory.remembering.request_for` adds
+everything rebuilt from rows (run state, pinned facts, the ledger, recalled memory, summary, recent
+turns) under the token budget (DESIGN.md, invariant 3). The payload travels with the request so the
 offline provider answers from the same data the model would see.
 """
 
@@ -110,8 +110,8 @@ class Prompt:
     """One call's own part: `query` is the text memory is recalled with (None: no recall), and
     `query_vector` its embedding when it was computed before any transaction (a remote
     embedder: `worker.memory.working_memory.with_query_vector`). `budget_tokens` holds the call's
-    context to a smaller budget than the configured one (`worker.memory.working_memory.budget`) once a
-    server refused it as too long (`worker.model_calls.refits`)."""
+    context to a smaller budget than the configured one (`worker.memory.working_memory.budget`) once
+    a server refused it as too long (`worker.model_calls.refits`)."""
 
     purpose: Purpose
     instructions: str
@@ -322,8 +322,8 @@ def extract_prompt(
     """Ask for the durable facts of a finished run: `stated` are the facts the user pinned
     (`PinnedFact.set_by == "user"`), the only pinned facts that may become the user's memory;
     those a reviewer set are run state (issue 9, finding 5). `failures` are the user's own
-    steps' (`worker.memory.run_memory.run_memory`): a reviewer's steps act with the reviewer's rights,
-    and their errors never reach this prompt (issue 9)."""
+    steps' (`worker.memory.run_memory.run_memory`): a reviewer's steps act with the reviewer's
+    rights, and their errors never reach this prompt (issue 9)."""
     task = (
         "Facts the user stated for this run:\n"
         + _json(stated or {})

@@ -1,8 +1,8 @@
 """Which provider a configured name means: the one place that knows every provider class.
 
-`worker.model_calls.providers` defines the protocol and the OpenAI-compatible provider, and `worker.model_calls.offline`
-builds on its request and completion types; choosing between them here keeps either from
-importing the other back (issue 14: no import cycles, not even inside a function).
+`worker.model_calls.providers` defines the protocol and the OpenAI-compatible provider, and
+`worker.model_calls.offline` builds on its request and completion types; choosing between them here
+keeps either from importing the other back (issue 14: no import cycles, not even inside a function).
 """
 
 from __future__ import annotations

@@ -150,8 +150,8 @@ class OpenAIProvider:
 
     Every request has the timeout `request_timeout_s`, and the SDK's own retries are off
     (`max_retries=0`): it would otherwise sleep out a 429's `retry-after` inside the worker.
-    Failures are classified by `classify` and retried, or deferred, by `worker.model_calls.calls`. If the
-    server reports no usage the token counts are the same estimate the offline provider uses.
+    Failures are classified by `classify` and retried, or deferred, by `worker.model_calls.calls`.
+    If the server reports no usage the token counts are the same estimate the offline provider uses.
     `structured_output` says how a JSON schema is asked for (`_response_format`), and
     `max_tokens_field` which request field carries `max_output_tokens`: OpenAI's current
     `max_completion_tokens`, or the older `max_tokens`, the only one llama-cpp-python reads.

@@ -4,9 +4,9 @@ Our token counts are estimates (tiktoken's o200k: for agentq's prompts SmolLM2's
 counted 24% more, issue 12), so a context filled to the budget can still be refused by the
 server as longer than its window (`ContextTooLong`). The server refuses before generating, so
 the refused attempt is recorded as a `model.call` event with outcome `context_too_long` and
-charged nothing (`worker.model_calls.calls`). The request is then rebuilt from rows once, under a smaller
-budget (`worker.memory.context.refit_budget`: scaled by what the server said of its window and of the
-prompt, else `REFIT_SHARE`), which trims recalled memory and older turns (folded into the
+charged nothing (`worker.model_calls.calls`). The request is then rebuilt from rows once, under a
+smaller budget (`worker.memory.context.refit_budget`: scaled by what the server said of its window
+and of the prompt, else `REFIT_SHARE`), which trims recalled memory and older turns (folded into the
 summary) as any smaller budget does, and sent again. A second refusal, or a rebuild whose
 never-trimmed layers no longer fit, raises `ContextOverflow`: the step, plan or synthesis
 escalates `context_overflow`, as when our own count finds the context too long. Never a
@@ -17,8 +17,8 @@ before it is first sent (`Fitted.check`), and a request it finds too long is reb
 way without being sent.
 
 `Fitted` is the one place this happens, for every call built from working memory: model steps
-and their tool-calling exchange (`worker.execution.tool_use`), structured answers (plans, replans, fact
-extraction: `worker.model_calls.structured`) and the synthesis (`worker.phases.synthesis`).
+and their tool-calling exchange (`worker.execution.tool_use`), structured answers (plans, replans,
+fact extraction: `worker.model_calls.structured`) and the synthesis (`worker.phases.synthesis`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class Fitted:
 
     @classmethod
     def build(cls, run_id: int, prompt: Prompt) -> Fitted:
-        """The request for `prompt` (`worker.memory.working_memory.request_for`); raises what it does."""
+        """The request for `prompt` (`worker.memory.working_memory.request_for`); raises what
+        it does."""
         return cls(run_id, prompt, request_for(run_id, prompt))
 
     def budget(self) -> int:
@@ -85,8 +86,8 @@ class Fitted:
 
     def check(self, tail: Sequence[dict[str, Any]] = ()) -> None:
         """Before the request is first sent: raise `ContextTooLong`, as the server would, when
-        the server's own tokenizer (`worker.model_calls.tokenizers`, `AGENTQ_TOKENIZER`) counts more than
-        the window less the answer; nothing when it is not asked or does not say. A rebuilt
+        the server's own tokenizer (`worker.model_calls.tokenizers`, `AGENTQ_TOKENIZER`) counts more
+        than the window less the answer; nothing when it is not asked or does not say. A rebuilt
         request is not checked again: its budget was measured in the server's tokens."""
         tokenizer = server_tokenizer()
         if tokenizer is None or self.refitted or self.checked:

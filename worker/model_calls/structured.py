@@ -68,8 +68,9 @@ def ask(run_id: int, prompt: Prompt, parse: Callable[[str, Mapping[str, Any]], T
     (what the context carried: recalled procedures, for one, `worker.phases.adoption`); it raises
     `InvalidPlan`, `InvalidOutput` or pydantic's `ValidationError` for bad text.
     A spent budget, an exhausted quota, a provider failure that outlasted its retries, a context
-    that overflows (ours, or the server's window after one smaller rebuild: `worker.model_calls.refits`), or
-    the task's soft time limit ends the asking at once. Raises `RateLimited` (the caller defers).
+    that overflows (ours, or the server's window after one smaller rebuild:
+    `worker.model_calls.refits`), or the task's soft time limit ends the asking at once. Raises
+    `RateLimited` (the caller defers).
     """
     try:
         fitted = Fitted.build(run_id, prompt)  # may fold old turns into a summary: a call

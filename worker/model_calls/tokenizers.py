@@ -7,8 +7,8 @@ llama_cpp/server/app.py). `ServerTokenizer.count` sends a request's whole prompt
 that answers, once, its messages' texts joined, and adds the per-message overhead we count for
 any chat format (`models.memory.tokens.count_message_tokens`) and our estimate of the schemas and
 tools (which the server renders through its chat template, and a tokenizer endpoint does not see).
-`worker.model_calls.refits.Fitted` asks it before a call is first sent, and rebuilds a request it finds too
-long for the window as it would after the server's refusal: no refused call.
+`worker.model_calls.refits.Fitted` asks it before a call is first sent, and rebuilds a request it
+finds too long for the window as it would after the server's refusal: no refused call.
 
 `server` asks every time (a failure is logged and the call goes ahead on our own count);
 `auto` stops asking, for the life of the process, once neither endpoint answers (OpenAI's API

@@ -1,8 +1,8 @@
 """A plan that adopts a recalled procedure's plan template by reference (issue 12, item 7).
 
 A plan or replan call whose context carries procedures with a plan template
-(`worker.phases.procedure_context`) may answer `{"procedure": ID}` instead of writing steps: the plan
-is then that template, checked as any plan is (`models.plans.plans.parse_plan`). A small model
+(`worker.phases.procedure_context`) may answer `{"procedure": ID}` instead of writing steps: the
+plan is then that template, checked as any plan is (`models.plans.plans.parse_plan`). A small model
 copies an id far more reliably than it writes a five-step plan with references (SmolLM2-135M wrote
 no usable plan for the demo; adopting, it filed the report in 5 runs of 5: README). The request's
 schema offers the ids as an enum beside the plan's own shape (`schema`), so a server that
@@ -48,8 +48,8 @@ def offered(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def adoptable(template: Mapping[str, Any] | None, failed: Mapping[str, Any] | None) -> bool:
     """Whether a plan may adopt `template` (a plan template, or None) in place of `failed` (a
-    replan's failed step as its prompt shows it, `worker.model_calls.prompts.replan_prompt`; None in a
-    first plan)."""
+    replan's failed step as its prompt shows it, `worker.model_calls.prompts.replan_prompt`; None in
+    a first plan)."""
     steps = (template or {}).get("steps") or []
     return bool(steps) and not _repeats(steps, failed or {})
 
@@ -69,8 +69,8 @@ def schema(
 ) -> dict[str, Any] | None:
     """The answer schema of a call of `purpose` whose request carries `payload`: in a plan or
     replan call that offers procedures (`offered`), `{"procedure": one of their ids}` or `plan`
-    (the plan's own schema, `worker.model_calls.prompts.plan_schema`) led by `"procedure": null`; else
-    `plan` unchanged."""
+    (the plan's own schema, `worker.model_calls.prompts.plan_schema`) led by `"procedure": null`;
+    else `plan` unchanged."""
     ids = [p["id"] for p in offered(payload)] if purpose in PLANNING else []
     if plan is None or not ids:
         return plan

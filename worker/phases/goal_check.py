@@ -4,8 +4,8 @@ Once a synthesis has its answer, a run with success criteria (`runs.success_crit
 model to judge them: the goal, the criteria (pinned facts put in: `models.engine.goal_checks.
 criteria_texts`), the pinned facts, the deliverables' results and the answer go in; a
 schema-constrained `{"met", "reason", "missing"}` comes out (`CheckSpec`), validated and re-asked
-like a plan (`worker.model_calls.structured.ask`), each call charged to the run's budgets. The offline
-provider judges by the criteria's values (`models.engine.goal_checks.rule_verdict`),
+like a plan (`worker.model_calls.structured.ask`), each call charged to the run's budgets. The
+offline provider judges by the criteria's values (`models.engine.goal_checks.rule_verdict`),
 deterministically. A run without criteria, or whose check a reviewer waived, is not asked (`judge`
 returns None).
 """

@@ -1,11 +1,11 @@
 """The plan and replan tasks: ask the model for a plan, validate it, write it as a plan version.
 
 Model output is bad input until it validates (`models.plans.plans.parse_plan`);
-`worker.model_calls.structured.ask` re-asks with the validation error a bounded number of times, each call
-charged to the run; after that the run escalates with the raw output attached. Invalid output is
-never taken as an empty plan. The transaction that writes the plan waits out a database outage
-(`worker.model_calls.calls. waits_out_outages`): the answer is paid for, and a retry of the task would find the
-phase claimed.
+`worker.model_calls.structured.ask` re-asks with the validation error a bounded number of times,
+each call charged to the run; after that the run escalates with the raw output attached. Invalid
+output is never taken as an empty plan. The transaction that writes the plan waits out a database
+outage (`worker.model_calls.calls.waits_out_outages`): the answer is paid for, and a retry of the
+task would find the phase claimed.
 """
 
 from __future__ import annotations

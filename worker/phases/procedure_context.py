@@ -4,9 +4,9 @@ A call with a recall query (`Prompt.query`: the goal for a plan or replan, the i
 model step) recalls up to `AGENTQ_RECALL_PROCEDURES_K` procedures
 (`models.memory.procedure_recall`): everyone's, the run's user's, and those of the tools the call's
 catalogue, the plan's steps or the step's own tools name. Once a reviewer's words are in the run
-(`models.review.authorship. reviewer_in_run`) the user's own procedures are left out, as the user's
-memory is (`worker.memory.withholding.recall_or_withhold`); everyone's and the tools' still come. A shared
-procedure a reviewer wrote is a reviewer's words too (`reviewers_procedure`): a call that
+(`models.review.authorship.reviewer_in_run`) the user's own procedures are left out, as the user's
+memory is (`worker.memory.withholding.recall_or_withhold`); everyone's and the tools' still come. A
+shared procedure a reviewer wrote is a reviewer's words too (`reviewers_procedure`): a call that
 recalls one gets none of the user's memory, and a plan it writes is the reviewer's
 (`worker.phases.adoption.author`). In a plan or
 replan call a procedure's plan template is shown as a worked example to adapt, never as the

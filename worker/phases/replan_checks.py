@@ -4,17 +4,17 @@
 After a step succeeds, and before its outcome is recorded, a run that checks (`runs.replan_check`
 = "model") with steps of its plan not started yet asks the model whether those steps still make
 sense given the result: `{"go_on": bool, "reason": str}`, schema-constrained, validated and
-re-asked like a plan (`worker.model_calls.structured.ask`), charged to the run. The answer travels with the
-step's outcome (`Outcome.check`) into the transaction that records it (`note`), where the
+re-asked like a plan (`worker.model_calls.structured.ask`), charged to the run. The answer travels
+with the step's outcome (`Outcome.check`) into the transaction that records it (`note`), where the
 coordinator reads it. The worker's lease on the step is renewed meanwhile, so a worker lost during
 the call loses the step's attempt, as during the step itself. A check that cannot be made or
 answered (a rate limit, a spent budget, answers that never validate) is skipped, logged and
 recorded by the call's own events: the step succeeded, and the plan goes on; a spent budget
 escalates at the next decision anyway.
 
-The offline provider answers by rule (`worker.model_calls.offline`): `replan` when a value the remaining steps
-refer to (`${steps.NAME.KEY}`) came back empty or missing (null, "", [], {}), as receipts that
-found none make filing their report pointless; else `continue`.
+The offline provider answers by rule (`worker.model_calls.offline`): `replan` when a value the
+remaining steps refer to (`${steps.NAME.KEY}`) came back empty or missing (null, "", [], {}), as
+receipts that found none make filing their report pointless; else `continue`.
 """
 
 from __future__ import annotations

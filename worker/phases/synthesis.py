@@ -57,8 +57,8 @@ def synthesize(run_id: int) -> list[Send]:
     wording; outputs that would take the final result over `AGENTQ_STEP_DATA_MAX_BYTES` are
     replaced by their sizes, largest first (`models.plans.step_data.fit_outputs`). After the commit
     that marks the run succeeded, `agentq.remember_run` is sent to the `memory` queue, which
-    writes its episode and facts off the hot path (`worker.memory.remembering.remember_ended_run`; a broker
-    that is down loses that message, logged as `synthesize.unsent` by the sender, and the
+    writes its episode and facts off the hot path (`worker.memory.remembering.remember_ended_run`; a
+    broker that is down loses that message, logged as `synthesize.unsent` by the sender, and the
     reconciler asks for it again later). The transaction that ends the synthesis (succeeded,
     replanned, or escalated) also dispatches the run's user, whose slot the synthesis held
     (`models.engine.dispatch`).
@@ -75,8 +75,8 @@ def synthesize(run_id: int) -> list[Send]:
     reason `token_budget_spent`, `cost_budget_spent`,
     `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
     as does a context that overflows (`context_overflow`: ours, or the server's window after
-    one smaller rebuild, `worker.model_calls.refits`); a rate limit is raised as `RateLimited` for the task
-    to send itself again later.
+    one smaller rebuild, `worker.model_calls.refits`); a rate limit is raised as `RateLimited` for
+    the task to send itself again later.
 
     A second delivery of the task while this one holds the run's phase does nothing (`models.
     phases`), so the model is called once per synthesis; an attempt whose phase was taken over
@@ -84,8 +84,8 @@ def synthesize(run_id: int) -> list[Send]:
     Without criteria, two transactions when the context needs no summary folded: one claims the
     phase, reads the run and reserves the call's budget (`_start`), one settles it, ends the
     phase, writes the answer and dispatches; the writes after a paid answer wait out a database
-    outage (`worker.model_calls.calls.waits_out_outages`). Raises `PhaseNotDue` when a deferred synthesis
-    is not due yet.
+    outage (`worker.model_calls.calls.waits_out_outages`). Raises `PhaseNotDue` when a deferred
+    synthesis is not due yet.
     """
     cap = get_settings().user_max_running_steps
     started = _start(run_id)
@@ -200,8 +200,8 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
 def _answered(call: calls.Call, prompt: Prompt) -> tuple[calls.Call, Completion, int]:
     """Send the reserved `call` (no transaction open): the call that was answered, its answer
     and attempt. Refused as too long, the request is rebuilt smaller from `prompt`
-    (`worker.model_calls.refits`), reserved again and sent; raises `ContextOverflow` when that is refused
-    too, and what `calls.send` and `calls.reserve` raise."""
+    (`worker.model_calls.refits`), reserved again and sent; raises `ContextOverflow` when that is
+    refused too, and what `calls.send` and `calls.reserve` raise."""
     fitted = Fitted(call.run_id, prompt, call.request)
     while True:
         try:

@@ -4,8 +4,8 @@ Revision ID: 0019
 Revises: 0018
 
 A run's success criteria, given at submit or written by the planner with plan version 1, are
-judged once its answer is written (`models.engine.goal_checks`, `worker.phases.goal_check`); a goal not met
-is replanned, then escalated `goal_not_met`. Runs submitted before this revision have none.
+judged once its answer is written (`models.engine.goal_checks`, `worker.phases.goal_check`); a goal
+not met is replanned, then escalated `goal_not_met`. Runs submitted before this revision have none.
 """
 
 from __future__ import annotations
