@@ -8,8 +8,8 @@ was read in), who runs what (`queue`, `dispatch`, `fair_queue`, `leases`, `phase
 `reconciliation`, `ended_runs`), what a run may spend (`budgets`, `budget_grants`,
 `token_calibrations`, `storage`), the journal of tool calls (`tool_journal`), goal checks
 (`goal_checks`), when a failure escalates (`escalation_rules`), each run's timeline (`events`),
-the outbox of its notifications (`notifications`), its trace (`tracing`) and its steps as shown
-(`previews`).
+the outbox of its notifications (`notifications`), its trace (`tracing`), its steps as shown
+(`previews`) and its content erased when its user is forgotten (`erased_runs`).
 
 May use: the base and `models.plans`. Never memory, review, access or operations: they use the
 engine, not the reverse (tests/unit/test_architecture.py).

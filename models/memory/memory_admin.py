@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.db import session_scope
-from models.engine import queue, transitions
+from models.engine import erased_runs, queue, transitions
 from models.errors import Conflict, IllegalTransition, NotFound
 from models.memory import erasures
 from models.memory.embedders import LocalEmbedder, make_embedder
@@ -216,7 +216,7 @@ def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Fo
     """Forget `user_id` for good: delete their memory and record an erasure point (the memory
     writes of their runs created before it are dropped); with `cancel_runs`, cancel each of
     their active runs as `agentq cancel` does (a waiting escalation is withdrawn); with `runs`,
-    erase the content of their ended runs as well (`models.memory.erasures.erase_runs`).
+    erase the content of their ended runs as well (`models.engine.erased_runs.erase_runs`).
 
     Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
     the user's erasure lock, which a decision waits for while it holds its run's lock, so the
@@ -236,7 +236,7 @@ def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Fo
     erased: dict[str, int] = {}
     if runs:
         with session_scope() as session:
-            erased = erasures.erase_runs(session, user_id=user_id)
+            erased = erased_runs.erase_runs(session, user_id=user_id)
     return Forgotten(user_id, erased_at, deleted, cancelled, erased)
 
 

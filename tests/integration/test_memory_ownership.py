@@ -14,12 +14,12 @@ from sqlmodel import col, select
 
 from models.db import session_scope
 from models.engine import run_transitions, tool_journal
+from models.engine.erased_runs import ERASED
 from models.engine.queue import TASK_COORDINATE, send
 from models.engine.runs import pinned_facts
 from models.errors import Conflict, NotFound
 from models.memory import memory_admin
 from models.memory.episodes import episodes_of, record_episode
-from models.memory.erasures import ERASED
 from models.memory.facts import facts_of, remember
 from models.memory.messages import add_message, save_summary, turns
 from models.review import reviews

@@ -27,11 +27,11 @@ import sqlalchemy as sa
 
 from models.db import session_scope
 from models.engine import run_transitions, submissions
+from models.engine.erased_runs import ERASED
 from models.engine.runs import submit_run
 from models.engine.submissions import RunRequest
 from models.front import commands
 from models.memory import memory_admin
-from models.memory.erasures import ERASED
 from models.operations import deliveries, webhooks
 from models.operations.webhook_tables import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from models.plans.plans import parse_plan
