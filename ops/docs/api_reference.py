@@ -39,12 +39,23 @@ def schema_name(schema: dict[str, Any]) -> str:
     return str(schema.get("type", "any"))
 
 
+def _refs(schema: dict[str, Any]) -> list[str]:
+    """The names of the component schemas `schema` is, or is one of (`anyOf`, `oneOf`)."""
+    if "$ref" in schema:
+        return [str(schema["$ref"]).rpartition("/")[2]]
+    return [n for s in schema.get("anyOf", schema.get("oneOf", [])) for n in _refs(s)]
+
+
 def _body(operation: dict[str, Any]) -> str | None:
     """The request body as Markdown: its schema, linked to its fields below, and media type."""
     content = operation.get("requestBody", {}).get("content", {})
     for media, entry in content.items():
-        name = schema_name(entry.get("schema", {}))
-        return f"[{name}](#schema-{name}) ({media})"
+        schema = entry.get("schema", {})
+        text = cell(schema_name(schema))
+        for name in _refs(schema):
+            text = text.replace(name, f"[{name}](#schema-{name})", 1)
+        required = "required" if operation["requestBody"].get("required") else "optional"
+        return f"{text} ({media}, {required})"
     return None
 
 
@@ -107,9 +118,7 @@ def _request_schemas(document: dict[str, Any]) -> list[str]:
     found = set()
     for _, _, operation in operations(document):
         for entry in operation.get("requestBody", {}).get("content", {}).values():
-            ref = entry.get("schema", {}).get("$ref", "")
-            if ref:
-                found.add(ref.rpartition("/")[2])
+            found.update(_refs(entry.get("schema", {})))
     return sorted(found)
 
 
