@@ -16,6 +16,7 @@ from models.plans.layout import by_wave
 from models.plans.plans import Splice, parse_plan
 from models.plans.step_outputs import parse_output
 from models.plans.tools import configured_tool_names
+from ops.docs.hooks import PAGES
 from ops.views import goal_values_text
 from tests.support import doc_pages
 from tests.support.doc_pages import block_matching
@@ -89,3 +90,26 @@ def test_the_docs_submit_says_what_submit_says_of_the_goals_values() -> None:
     assert shown is not None and pinned is not None
     assert f"run 7 submitted\n{shown.plain}\n" in _page_with("run 7 submitted")
     assert f"run 8 submitted\n{pinned.plain}\n" in _page_with("run 8 submitted")
+
+
+# A file of this repository named on a page: `models/settings.py`, `ops/grafana/x.json` (not in a
+# URL, where the path is another site's).
+REPO_FILE = re.compile(
+    r"(?<![\w/.:-])((?:models|worker|scheduler|api|ops|agentq|tests|docs|\.ci)/[\w./-]*\w"
+    r"\.(?:py|md|json|ya?ml|toml|html|css|js|ini|png))\b"
+)
+
+
+# Named but not files of the tree: a placeholder in a command, and the pages the site generates.
+NOT_FILES = {"tests/integration/test_x.py", *(f"docs/{page}" for page in PAGES)}
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    missing = [
+        f"{doc_pages.relative(page)}:{number}: {name}"
+        for page in doc_pages.pages()
+        for number, line in enumerate(page.read_text().splitlines(), start=1)
+        for name in REPO_FILE.findall(line)
+        if not (doc_pages.ROOT / name).exists() and name not in NOT_FILES
+    ]
+    assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
