@@ -133,3 +133,9 @@ def test_the_metrics_page_has_every_metric_with_its_labels() -> None:
     for name, (_, labels) in GAUGES.items():
         row = next(r for r in text.splitlines() if r.startswith(f"| `{name}`"))
         assert all(f"`{label}`" in row for label in labels), row
+
+
+def test_every_setting_has_a_description() -> None:
+    """The settings reference shows each field's `description`: none may be left out."""
+    missing = [name for name, field in Settings.model_fields.items() if not field.description]
+    assert not missing, f"settings without a description (Field(description=...)): {missing}"
