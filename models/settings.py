@@ -26,7 +26,9 @@ from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
 from models.settings_errors import describe_parse_error, describe_settings_error
+from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
+from models.settings_provider import ProviderSettings
 from models.settings_storage import StepDataSettings
 
 OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
@@ -50,7 +52,7 @@ DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
 }
 
 
-class Settings(OperationsSettings, StepDataSettings):
+class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSettings):
     """All of agentq's configuration; each field's default is the documented default."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTQ_", env_file=".env", extra="ignore")
@@ -72,40 +74,42 @@ class Settings(OperationsSettings, StepDataSettings):
         "name.",
     )
 
-    provider: Literal["offline", "openai"] = "offline"
-    model: str = "gpt-4o-mini"
-    openai_base_url: str | None = None
-    openai_api_key: str | None = Field(
-        default=None, validation_alias=AliasChoices("AGENTQ_OPENAI_API_KEY", "OPENAI_API_KEY")
-    )
-    # How the `openai` provider asks for JSON of a schema: OpenAI's structured outputs, or the
-    # form llama-cpp-python's server reads (it answers `json_schema` with an HTTP 500), or not at
-    # all; and which field carries the answer's token limit: llama-cpp-python's server ignores
-    # OpenAI's `max_completion_tokens` and reads only the older `max_tokens`.
-    structured_output: Literal["json_schema", "json_object", "off"] = "json_schema"
-    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
-    # Sampling temperature sent with every call; unset: the server's default (llama.cpp's 0.8).
-    model_temperature: float | None = Field(default=None, ge=0, le=2)
-    # Who counts a prompt before it is sent: tiktoken (calibrated), the server, or auto.
-    tokenizer: Literal["tiktoken", "server", "auto"] = "tiktoken"
-
     # The timeout ladder (DESIGN.md, invariant 8), all in seconds.
-    model_request_timeout_s: float = Field(default=30.0, gt=0)
-    model_max_attempts: int = Field(default=2, ge=1, le=10)
-    model_retry_backoff_s: float = Field(default=1.0, ge=0, description="First wait, doubles.")
-    model_retry_max_s: float = Field(default=8.0, ge=0, description="Longest wait between tries.")
-    step_time_limit_s: float = Field(default=90.0, gt=0)
-    soft_time_limit_s: float = Field(default=120.0, gt=0)
-    hard_time_limit_s: float = Field(default=150.0, gt=0)
-    visibility_timeout_s: float = Field(default=3600.0, gt=0)
+    step_time_limit_s: float = Field(
+        default=90.0,
+        gt=0,
+        description="Time limit of one step, s, enforced inside it: the step stops at it (and is "
+        "tried again) or at its run's wall-time deadline if that comes first (the run escalates).",
+    )
+    soft_time_limit_s: float = Field(
+        default=120.0, gt=0, description="Celery soft time limit, s (the step fails, may retry)."
+    )
+    hard_time_limit_s: float = Field(
+        default=150.0, gt=0, description="Celery hard time limit, s (the pool process is killed)."
+    )
+    visibility_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="The broker redelivers an unacknowledged message after, s.",
+    )
     lease_s: float = Field(
         default=10.0, gt=0, description="A running step's or phase's lease, renewed every beat."
     )
     heartbeat_s: float = Field(default=3.0, gt=0, description="How often a lease is renewed.")
 
-    step_max_attempts: int = Field(default=3, ge=1, le=20)
-    retry_backoff_s: float = Field(default=1.0, ge=0)
-    plan_max_attempts: int = Field(default=3, ge=1, le=10)
+    step_max_attempts: int = Field(
+        default=3, ge=1, le=20, description="Attempts per step (retryable errors, lost leases)."
+    )
+    retry_backoff_s: float = Field(
+        default=1.0, ge=0, description="A step's first retry delay; doubles per attempt, s."
+    )
+    plan_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Model calls to get a valid plan (or valid extracted facts, or a model step's "
+        "answer that fits its `output`) before escalating (or failing the step), each charged.",
+    )
     model_step_max_calls: int = Field(
         default=8, ge=1, le=50, description="Model calls in one model step's tool-calling loop."
     )
@@ -122,45 +126,45 @@ class Settings(OperationsSettings, StepDataSettings):
     # ... and for at most this long (issue 27: 20 x 60 s held a worker 20 min; a hop costs ms).
     chain_max_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds chained, at most.")
     phase_stale_s: float = Field(default=120.0, gt=0, description="Re-send plan/synthesize after.")
-    reconcile_interval_s: float = Field(default=10.0, gt=0)
+    reconcile_interval_s: float = Field(
+        default=10.0, gt=0, description="How often beat runs the reconciler, s."
+    )
 
-    default_replan_budget: int = Field(default=2, ge=0)
-    default_token_budget: int = Field(default=200_000, ge=0)
-    default_cost_budget_usd: float = Field(default=1.0, ge=0)
-    default_wall_time_budget_s: float = Field(default=3600.0, gt=0)
+    default_replan_budget: int = Field(default=2, ge=0, description="Replans per run.")
+    default_token_budget: int = Field(default=200_000, ge=0, description="Model tokens per run.")
+    default_cost_budget_usd: float = Field(default=1.0, ge=0, description="Cost per run, USD.")
+    default_wall_time_budget_s: float = Field(
+        default=3600.0, gt=0, description="Wall time per run, s."
+    )
     # The most a submitter may ask for (`models.engine.runs.run_budgets`): budgets are what an
     # operator pays for, so the operator sets their ceiling (a user test submitted 2^31 replans,
     # 2^31 tokens and $1M; one run replanned 663 times). Five times the defaults, and a week.
-    max_replan_budget: int = Field(default=10, ge=0)
-    max_token_budget: int = Field(default=1_000_000, ge=1)
-    max_cost_budget_usd: float = Field(default=5.0, ge=0)
-    max_wall_time_budget_s: float = Field(default=7 * 86_400.0, gt=0)
+    max_replan_budget: int = Field(
+        default=10, ge=0, description="The most replans a submit may ask for (more: refused, 400)."
+    )
+    max_token_budget: int = Field(
+        default=1_000_000, ge=1, description="The most tokens a submit may ask for."
+    )
+    max_cost_budget_usd: float = Field(
+        default=5.0, ge=0, description="The most cost a submit may ask for, USD."
+    )
+    max_wall_time_budget_s: float = Field(
+        default=7 * 86_400.0, gt=0, description="The most wall time a submit may ask for, s."
+    )
     model_prices_usd_per_mtok: dict[str, ModelPrice] = Field(
-        default_factory=lambda: dict(DEFAULT_MODEL_PRICES_USD_PER_MTOK)
+        default_factory=lambda: dict(DEFAULT_MODEL_PRICES_USD_PER_MTOK),
+        description="USD per million prompt (`input`) and answer (`output`) tokens, by model; "
+        "the `openai` provider's model must be listed (0 for a free local model).",
     )
     model_max_deferrals: int = Field(default=10, ge=0, le=1000, description="Per step or phase.")
     # After each step that succeeds, ask whether the rest of its plan still makes sense
     # (`models.plans.plan_checks`); a run may say otherwise at submit.
-    replan_check: Literal["off", "model"] = "off"
+    replan_check: Literal["off", "model"] = Field(
+        default="off",
+        description="`model`: after each step that succeeds, ask whether the rest of the plan "
+        "still makes sense (one charged call; a no is a replan under the replan budget).",
+    )
 
-    embedding_provider: Literal["local", "openai", "hash"] = "local"
-    embedding_model: str | None = Field(default=None, description="Provider's default if unset.")
-    embedding_dim: int | None = Field(default=None, ge=1, le=4096)
-    context_window_tokens: int = Field(default=128_000, ge=1024)
-    reserved_output_tokens: int = Field(default=4_096, ge=64)
-    context_safety_margin: float = Field(default=0.05, ge=0, lt=0.5)
-    tool_result_max_tokens: int = Field(default=1_000, ge=50)
-    summary_max_tokens: int = Field(default=800, ge=50)
-    recall_facts_k: int = Field(default=5, ge=0, le=100)
-    recall_episodes_k: int = Field(default=3, ge=0, le=100)
-    recall_share: float = Field(default=0.3, gt=0, le=1)
-    # Procedures per call (`models.memory.procedure_recall`) and their own share of the room left
-    # (0.15: two or three templates in a 16k window).
-    recall_procedures_k: int = Field(default=3, ge=0, le=20)
-    context_procedure_share: float = Field(default=0.15, gt=0, le=1)
-    recall_min_similarity: float | None = Field(default=None, ge=-1, le=1)
-    fact_ttl_s: dict[str, float] = Field(default_factory=lambda: {"event": 30 * 86_400.0})
-    memory_expiry_interval_s: float = Field(default=3_600.0, gt=0)
     # A day: an escalation opened after hours is still seen during the next working day in any
     # time zone before its deadline passes; a shorter one would pass on every overnight
     # escalation, a longer one lets a forgotten escalation sit unnoticed for days.
@@ -233,14 +237,7 @@ class Settings(OperationsSettings, StepDataSettings):
     )
     # Step data per step, run and user: `models.settings_storage`.
 
-    @field_validator(
-        "database_url",
-        "broker_url",
-        "openai_base_url",
-        "openai_api_key",
-        "ui_session_secret",
-        mode="before",
-    )
+    @field_validator("database_url", "broker_url", "ui_session_secret", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

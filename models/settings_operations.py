@@ -20,7 +20,9 @@ from models.errors import ConfigurationError
 class OperationsSettings(BaseSettings):
     """Fields of `Settings` for the people who run agentq for others (issue 15)."""
 
-    worker_concurrency: int = Field(default=2, ge=1)
+    worker_concurrency: int = Field(
+        default=2, ge=1, description="Worker processes `agentq up` starts without --workers."
+    )
     api_host: str = Field(default="127.0.0.1", description="Where `agentq up` serves the API.")
     api_port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP API.")
     redis_server: Path | None = Field(

@@ -53,12 +53,34 @@ def gauge_rows() -> dict[tuple[str, str], float]:
         return {(r.family, r.label): r.value for r in sql.execute(session, GAUGE_ROWS)}
 
 
+# name -> (help, label names) of every gauge `DatabaseCollector` serves, in the order it does.
+GAUGES: Final = {
+    "agentq_queue_depth": ("Messages waiting in each broker queue.", ("queue",)),
+    "agentq_runs": ("Runs not ended, by status.", ("status",)),
+    "agentq_steps_unfinished": ("Steps not ended, by status.", ("status",)),
+    "agentq_escalations_open": (
+        "Escalations not decided, by status (open, claimed).",
+        ("status",),
+    ),
+    "agentq_escalation_oldest_age_seconds": (
+        "Seconds since the oldest undecided escalation was opened; 0 when there is none.",
+        (),
+    ),
+}
+
+
+def _gauge(name: str) -> GaugeMetricFamily:
+    """An empty family of gauge `name` (`GAUGES`)."""
+    doc, labels = GAUGES[name]
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
 def _family(
-    name: str, doc: str, rows: str, known: tuple[str, ...], found: dict[tuple[str, str], float]
+    name: str, rows: str, known: tuple[str, ...], found: dict[tuple[str, str], float]
 ) -> GaugeMetricFamily:
     """Gauge `name` by `status`: `found`'s values of family `rows`, 0 for each of `known` with
     no row."""
-    gauge = GaugeMetricFamily(name, doc, labels=["status"])
+    gauge = _gauge(name)
     seen = {k: v for (f, k), v in found.items() if f == rows}
     for status in sorted({*known, *seen}):
         gauge.add_metric([status], seen.get(status, 0.0))
@@ -70,10 +92,13 @@ class DatabaseCollector(Collector):
     or broker that does not answer leaves its gauges out of that scrape (the counters of the
     processes are still served) and is logged by the caller's `/readyz`, not here."""
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """Every gauge, without values: what a registry checks names against at registration
+        (instead of a scrape), and what docs/reference/metrics.md lists."""
+        return (_gauge(name) for name in GAUGES)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        depth = GaugeMetricFamily(
-            "agentq_queue_depth", "Messages waiting in each broker queue.", labels=["queue"]
-        )
+        depth = _gauge("agentq_queue_depth")
         for name in QUEUES:
             waiting = queue.depth(name)
             if waiting is not None:
@@ -83,20 +108,9 @@ class DatabaseCollector(Collector):
             found = gauge_rows()
         except Exception:  # a scrape must not fail for the database: the counters still count
             return
-        yield _family("agentq_runs", "Runs not ended, by status.", "runs", RUNS, found)
-        yield _family(
-            "agentq_steps_unfinished", "Steps not ended, by status.", "steps", STEPS, found
-        )
-        yield _family(
-            "agentq_escalations_open",
-            "Escalations not decided, by status (open, claimed).",
-            "escalations",
-            ESCALATIONS,
-            found,
-        )
-        oldest = GaugeMetricFamily(
-            "agentq_escalation_oldest_age_seconds",
-            "Seconds since the oldest undecided escalation was opened; 0 when there is none.",
-        )
+        yield _family("agentq_runs", "runs", RUNS, found)
+        yield _family("agentq_steps_unfinished", "steps", STEPS, found)
+        yield _family("agentq_escalations_open", "escalations", ESCALATIONS, found)
+        oldest = _gauge("agentq_escalation_oldest_age_seconds")
         oldest.add_metric([], found.get(("oldest_escalation", ""), 0.0))
         yield oldest

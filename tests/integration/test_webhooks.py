@@ -70,7 +70,8 @@ def webhook_engine() -> Iterator[LocalStack]:
 
 
 def verify(secret: str, request: Received, tolerance_s: float = 300) -> bool:
-    """The receiver's check, as the README gives it."""
+    """The receiver's check, as the docs give it (docs/how-to/webhooks.md; its receiver is run
+    as written by tests/unit/test_docs_webhook_receiver.py)."""
     timestamp = request.headers["x-agentq-timestamp"]
     signed = timestamp.encode() + b"." + request.body
     expected = "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()

@@ -1,10 +1,11 @@
-"""The README documents what the code does."""
+"""The docs (README.md and the pages under docs/) document what the code does: their examples
+validate and behave as the text around them says. Each example is found by its content on
+whichever page holds it (`tests.support.doc_pages.block_matching`)."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,15 +16,22 @@ from models.plans.layout import by_wave
 from models.plans.plans import Splice, parse_plan
 from models.plans.step_outputs import parse_output
 from models.plans.tools import configured_tool_names
-from models.settings import Settings
+from ops.docs.hooks import PAGES
 from ops.views import goal_values_text
+from tests.support import doc_pages
+from tests.support.doc_pages import block_matching
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+README = (doc_pages.ROOT / "README.md").read_text()
 
 
-def test_every_setting_is_in_the_configuration_table() -> None:
-    missing = [name for name in Settings.model_fields if f"`AGENTQ_{name.upper()}`" not in README]
-    assert not missing, f"settings missing from README's configuration table: {missing}"
+def _page_with(text: str) -> str:
+    """The text of the page holding `text` (whitespace and line breaks aside). Fails naming
+    `text` when no page has it."""
+    flat = " ".join(text.split())
+    for page in doc_pages.pages():
+        if flat in " ".join(page.read_text().split()):
+            return page.read_text()
+    raise AssertionError(f"no page of the docs says {text!r}")
 
 
 def test_readme_gives_the_two_setup_commands() -> None:
@@ -32,54 +40,76 @@ def test_readme_gives_the_two_setup_commands() -> None:
 
 
 def test_ci_runs_the_readme_test_command() -> None:
-    ci = (Path(__file__).parents[2] / ".ci" / "run").read_text()
+    ci = (doc_pages.ROOT / ".ci" / "run").read_text()
     assert "pip install --quiet -e '.[test]'" in ci and "python -m pytest" in ci
 
 
-def test_no_placeholder_is_left_in_the_readme() -> None:
-    assert not re.findall(r"^[A-Z][A-Z_]{6,}$", README, flags=re.MULTILINE)
+def test_no_placeholder_is_left_in_the_docs() -> None:
+    for page in doc_pages.pages():
+        found = re.findall(r"^[A-Z][A-Z_]{6,}$", page.read_text(), flags=re.MULTILINE)
+        assert not found, f"{doc_pages.relative(page)}: {found}"
 
 
-def test_the_readmes_graph_plan_validates_and_runs_two_steps_together() -> None:
-    block = re.search(r"```json\n(\{\"steps\".*?)```", README, flags=re.S)
-    assert block, "the CLI section's example plan"
-    plan = parse_plan(block.group(1), tools=configured_tool_names())
+def test_the_docs_graph_plan_validates_and_runs_two_steps_together() -> None:
+    block = block_matching(r"\A\{\"steps\".*\"left\"", language="json")
+    plan = parse_plan(block.body, tools=configured_tool_names())
     version = Splice().build(plan.steps)
     names = [[version.names[k] for k in wave] for wave in by_wave(version.order, version.after)]
     assert names == [["left", "right"], ["join"]]
-    assert json.loads(block.group(1))["steps"][2]["after"] == ["left", "right"]
+    assert json.loads(block.body)["steps"][2]["after"] == ["left", "right"]
 
 
-def test_the_readmes_expectations_validate_and_fail_as_it_says() -> None:
-    block = re.search(r"```json\n(\{\"name\": \"receipts\".*?)```", README, flags=re.S)
-    assert block, "the CLI section's example of `expect`"
-    (step,) = parse_plan(
-        {"steps": [json.loads(block.group(1))]}, tools=configured_tool_names()
-    ).steps
+def test_the_docs_expectations_validate_and_fail_as_they_say() -> None:
+    block = block_matching(r"\A\{\"name\": \"receipts\"", language="json")
+    (step,) = parse_plan({"steps": [json.loads(block.body)]}, tools=configured_tool_names()).steps
     result = {"receipts": [{"amount": 6120.5}], "currency": "USD", "month": "2026-10"}
     (reason,) = unmet(step.expect, result)
-    assert f"`step 'receipts': unmet\nexpectation: {reason}`" in README
+    said = f"`step 'receipts': unmet\nexpectation: {reason}`"
+    assert said in block.page.read_text() or said in _page_with(said)
     assert unmet(step.expect, {**result, "receipts": [{"amount": 412.5}]}) == []
 
 
-def test_the_readmes_output_step_validates_and_is_refused_as_it_says() -> None:
-    block = re.search(r"```json\n(\{\"steps\": \[\n  \{\"name\": \"read\".*?)```", README, re.S)
-    assert block, "the CLI section's example of `output`"
-    plan = parse_plan(json.loads(block.group(1)), tools=configured_tool_names())
+def test_the_docs_output_step_validates_and_is_refused_as_they_say() -> None:
+    block = block_matching(r"\A\{\"steps\": \[\n  \{\"name\": \"read\"", language="json")
+    plan = parse_plan(json.loads(block.body), tools=configured_tool_names())
     output = plan.steps[0].output or {}
     with pytest.raises(InvalidStepOutput) as refused:
         parse_output('{"total": "473.43 EUR", "currency": "EUR"}', output)
-    assert f"(`{refused.value}`)" in README.replace("\n", " ")
+    said = f"(`{refused.value}`)"
+    assert said in block.page.read_text().replace("\n", " ") or said in _page_with(said)
     assert parse_output('{"total": 473.43, "currency": "EUR"}', output) == {
         "total": 473.43,
         "currency": "EUR",
     }
 
 
-def test_the_readmes_submit_says_what_submit_says_of_the_goals_values() -> None:
+def test_the_docs_submit_says_what_submit_says_of_the_goals_values() -> None:
     goal = "Submit 473.43 EUR to CC-4410"
     shown = goal_values_text(pins(goal, {"trip": "x"}, pin=False, room=50), asked=False)
     pinned = goal_values_text(pins(goal, {"currency": "USD"}, pin=True, room=50), asked=True)
     assert shown is not None and pinned is not None
-    assert f"run 7 submitted\n{shown.plain}\n" in README
-    assert f"run 8 submitted\n{pinned.plain}\n" in README
+    assert f"run 7 submitted\n{shown.plain}\n" in _page_with("run 7 submitted")
+    assert f"run 8 submitted\n{pinned.plain}\n" in _page_with("run 8 submitted")
+
+
+# A file of this repository named on a page: `models/settings.py`, `ops/grafana/x.json` (not in a
+# URL, where the path is another site's).
+REPO_FILE = re.compile(
+    r"(?<![\w/.:-])((?:models|worker|scheduler|api|ops|agentq|tests|docs|\.ci)/[\w./-]*\w"
+    r"\.(?:py|md|json|ya?ml|toml|html|css|js|ini|png))\b"
+)
+
+
+# Named but not files of the tree: a placeholder in a command, and the pages the site generates.
+NOT_FILES = {"tests/integration/test_x.py", *(f"docs/{page}" for page in PAGES)}
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    missing = [
+        f"{doc_pages.relative(page)}:{number}: {name}"
+        for page in doc_pages.pages()
+        for number, line in enumerate(page.read_text().splitlines(), start=1)
+        for name in REPO_FILE.findall(line)
+        if not (doc_pages.ROOT / name).exists() and name not in NOT_FILES
+    ]
+    assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)

@@ -1,13 +1,12 @@
-"""The README's "Watching from SQL" queries, run as written against the real database after a
-run that succeeded and one waiting for review: each one runs, and shows those runs where it
-should (so the section cannot rot as the schema moves)."""
+"""The docs' SQL, run as written against the real database after a run that succeeded and one
+waiting for review: every ```sql block of README.md and docs/ runs, and the five queries of the
+"Watching from SQL" page (docs/how-to/sql.md, found by its plan query wherever it is) show those
+runs where they should (so the page cannot rot as the schema moves)."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,18 +14,26 @@ import sqlalchemy as sa
 
 from models.db import session_scope
 from tests.integration.conftest import wait_for_run
+from tests.support import doc_pages
 
 pytestmark = pytest.mark.integration
-README = Path(__file__).resolve().parents[2] / "README.md"
-SQL_BLOCK = re.compile(r"```sql\n(.*?)```", re.S)
 
 
-def _section_queries() -> list[str]:
-    """The SQL blocks of the README's "## Watching from SQL" section, in order."""
-    text = README.read_text()
-    start = text.index("\n## Watching from SQL\n")
-    end = text.index("\n## ", start + 1)
-    return SQL_BLOCK.findall(text[start:end])
+def _page_queries() -> list[str]:
+    """The SQL blocks of the page that watches runs from SQL (the one whose plan query reads
+    `run_current_steps`), in order."""
+    page = doc_pages.block_matching(r"FROM run_current_steps", language="sql").page
+    return [b.body for b in doc_pages.blocks(page) if b.language == "sql"]
+
+
+def _every_query() -> list[tuple[str, str]]:
+    """`(page:line, query)` of every SQL block of every page."""
+    return [
+        (f"{doc_pages.relative(b.page)}:{b.line}", b.body)
+        for page in doc_pages.pages()
+        for b in doc_pages.blocks(page)
+        if b.language == "sql"
+    ]
 
 
 def _rows(query: str, run_id: int) -> list[dict[str, Any]]:
@@ -36,7 +43,7 @@ def _rows(query: str, run_id: int) -> list[dict[str, Any]]:
         return [dict(r) for r in session.execute(sa.text(query), params).mappings()]
 
 
-def test_every_query_of_the_section_runs_and_shows_the_runs(make_run: Callable[..., int]) -> None:
+def test_every_query_of_the_page_runs_and_shows_the_runs(make_run: Callable[..., int]) -> None:
     user = f"sql-{uuid.uuid4().hex[:8]}"
     steps = [{"name": "first", "kind": "tool", "tool": "noop"}]
     done = make_run([*steps, {"name": "second", "kind": "tool", "tool": "noop"}], user=user)
@@ -44,8 +51,8 @@ def test_every_query_of_the_section_runs_and_shows_the_runs(make_run: Callable[.
     stuck = make_run([*steps, failing], user=user, replans=0)  # no replans: escalates
     wait_for_run(done, ("succeeded",))
     wait_for_run(stuck, ("waiting_review",))
-    queries = _section_queries()
-    assert len(queries) == 5, "the section promises five queries"
+    queries = _page_queries()
+    assert len(queries) == 5, "the page promises five queries"
     progress, plan, timeline, review_queue, spend = queries
 
     assert stuck in {r["run_id"] for r in _rows(progress, done)}
@@ -57,3 +64,15 @@ def test_every_query_of_the_section_runs_and_shows_the_runs(make_run: Callable[.
     assert stuck in {r["run_id"] for r in _rows(review_queue, done)}
     mine = [r for r in _rows(spend, done) if r["user_id"] == user]
     assert len(mine) == 1 and mine[0]["runs"] == 2 and mine[0]["succeeded"] == 1
+
+
+def test_every_sql_block_of_the_docs_runs(make_run: Callable[..., int]) -> None:
+    done = make_run([{"name": "only", "kind": "tool", "tool": "noop"}])
+    wait_for_run(done, ("succeeded",))
+    found = _every_query()
+    assert len(found) >= 5
+    for where, query in found:
+        try:
+            _rows(query, done)
+        except sa.exc.DBAPIError as exc:
+            raise AssertionError(f"{where}: the query fails: {exc.orig}") from exc
