@@ -13,11 +13,16 @@ directory, or its counts are counted twice.
   HTTP server in that main process.
 - The API serves `/metrics` (`exposition`) from the same directory, plus the gauges read from
   the database and the broker (`models.operations.metric_gauges`).
+
+A process's files are named by `<host name>-<pid>` (`process_id`), not the pid alone: with Docker
+Compose the directory is a volume shared by containers (docker-compose.yml), whose pids repeat
+from one container to the next, and each container has its own host name.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Final
 
@@ -49,18 +54,26 @@ def record_in(directory: Path) -> None:
     (created, 0700). prometheus-client picks its value class when `prometheus_client.values` is
     first imported, from `PROMETHEUS_MULTIPROC_DIR` (values.py, `ValueClass =
     get_value_class()`), and our modules import it before start-up code runs; so the variable is
-    set and the class chosen again here. No value exists yet: every metric of
-    `models.operations.metrics` has labels, and a labelled metric makes its values at its first
-    `.labels(...)`."""
+    set and the class chosen again here, naming its files by `process_id`. No value exists yet:
+    every metric of `models.operations.metrics` has labels, and a labelled metric makes its values
+    at its first `.labels(...)`."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)
-    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    value_class = values.MultiProcessValue(process_identifier=process_id)  # type: ignore[no-untyped-call]
+    values.ValueClass = value_class
+
+
+def process_id(pid: int | None = None) -> str:
+    """`<host name>-<pid>` of process `pid` on this host (default: this process): the name of its
+    files in the metrics directory, unique across the containers that share one."""
+    return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 def forget_process(pid: int, directory: Path) -> None:
-    """Drop the live gauges of pool process `pid`, which exited (`multiprocess.mark_process_dead`;
-    its counters and histograms stay: what it counted happened)."""
-    multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+    """Drop the live gauges of pool process `pid` (of this host), which exited
+    (`multiprocess.mark_process_dead`; its counters and histograms stay: what it counted
+    happened)."""
+    multiprocess.mark_process_dead(process_id(pid), str(directory))  # type: ignore[no-untyped-call]
 
 
 def registry(settings: Settings, *, database: bool) -> CollectorRegistry:

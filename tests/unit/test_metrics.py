@@ -121,3 +121,39 @@ def test_a_metrics_port_out_of_range_is_refused_naming_the_setting(
     monkeypatch.setenv("AGENTQ_METRICS_PORT", str(port))
     with pytest.raises(ConfigurationError, match="AGENTQ_METRICS_PORT"):
         read_settings()
+
+
+def test_containers_sharing_a_directory_write_apart_though_their_pids_repeat(
+    tmp_path: Path,
+) -> None:
+    """docker-compose.yml shares one metrics volume between containers, whose pids repeat (pid 7
+    in each): each process's files are named by host name and pid, so two containers' processes
+    never open the same file, and a scrape adds both up."""
+    script = f"""
+import os, socket, sys
+from pathlib import Path
+socket.gethostname = lambda: sys.argv[1]  # the container's host name
+os.getpid = lambda: 7  # the same pid in every container
+from models.operations import metrics
+from models.operations.metrics_export import record_in
+record_in(Path({str(tmp_path)!r}))
+metrics.repaired({{"steps_resent": 2}})
+"""
+    for host in ("c0ffee000001", "c0ffee000002"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, host],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    from prometheus_client import generate_latest
+
+    from models.operations.metrics_export import registry
+    from models.settings import Settings
+
+    names = sorted(p.name for p in tmp_path.glob("*.db"))
+    assert names == ["counter_c0ffee000001-7.db", "counter_c0ffee000002-7.db"]
+    text = generate_latest(registry(Settings(metrics_dir=tmp_path), database=False)).decode()
+    assert 'agentq_reconciler_repairs_total{kind="steps_resent"} 4.0' in text
