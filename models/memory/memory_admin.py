@@ -95,12 +95,23 @@ def search(*, user_id: str, query: str) -> Recalled:
     """What `agentq memory search` and `GET /api/v1/memory/search` answer: `recall_for`, after
     refusing (`ConfigurationError`, naming the settings and `agentq memory reembed`) a user
     whose stored rows another embedding model or dimension made: their vectors are never
-    compared, so the search would silently find nothing (`models.memory.reembedding`). Commits: the
+    compared, so the search would silently find nothing (`models.memory.reembedding`). Each list
+    is highest score first (`by_score`). Commits: the
     check is one transaction, the recall another, and the query is embedded between them."""
     with session_scope() as session:
         check_user_memory(session, embedder(), user_id=user_id)
     with session_scope() as session:  # recall_for embeds before its first statement
-        return recall_for(session, user_id=user_id, query=query)
+        return by_score(recall_for(session, user_id=user_id, query=query))
+
+
+def by_score(found: Recalled) -> Recalled:
+    """`found` with each list ordered by `score`, highest first (ties keep recall's order): what
+    a person reads. A model call's recall keeps a turn's facts beside the turn instead
+    (`models.memory.rerank.group_turns`), which breaks that order."""
+    return Recalled(
+        facts=sorted(found.facts, key=lambda f: -f.score),
+        episodes=sorted(found.episodes, key=lambda e: -e.score),
+    )
 
 
 def recalls() -> bool:
