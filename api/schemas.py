@@ -32,7 +32,7 @@ from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
 from models.sql import PG_INT_MAX as PG_INT_MAX
 from models.storable import json_integer, storable_problem
 
-WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq submit --wall-time`: longer is a typo
+WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq run submit --wall-time`: longer is a typo
 COST_MAX_USD: Final = 1_000_000.0
 COMMENT_MAX_CHARS: Final = 4_000
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"  # Postgres text cannot hold NUL; query strings can send it

@@ -226,7 +226,7 @@ class Forgotten:
 def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Forgotten:
     """Forget `user_id` for good: delete their memory and record an erasure point (the memory
     writes of their runs created before it are dropped); with `cancel_runs`, cancel each of
-    their active runs as `agentq cancel` does (a waiting escalation is withdrawn); with `runs`,
+    their active runs as `agentq run cancel` does (a waiting escalation is withdrawn); with `runs`,
     erase the content of their ended runs as well (`models.memory.erasures.erase_runs`).
 
     Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
