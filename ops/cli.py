@@ -116,12 +116,19 @@ def up(
 
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
+
+    Where agentq up runs already (on AGENTQ_HOME), it starts nothing and says so in one line:
+    exit status 0 when that stack's API answers, 1 when it does not (starting, or stuck).
     """
     from models.settings import get_settings
     from ops import preflight
 
     settings = get_settings()
     home = settings.home
+    if (already := preflight.already_running(home)) is not None:
+        line, code = already
+        console.print(Text(line, style="yellow" if code else "green"), soft_wrap=True)
+        raise typer.Exit(code)
     # Each in one line, before anything starts and before the heavy imports below.
     preflight.check_data_dir(home)
     preflight.check_port_free(settings.api_host, settings.api_port)
@@ -138,6 +145,7 @@ def up(
     from ops.listen import Listen, other_machines_text
     from ops.local import check_memory_model, ignored_broker_variables, start_api, start_engine
     from ops.processes import interrupt_on_sigterm
+    from ops.stack_file import record_api_url
 
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
     if notice:
@@ -153,6 +161,7 @@ def up(
     )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
+        record_api_url(stack.data_dir, api_url)
     except BaseException:
         stack.stop()
         raise
