@@ -30,7 +30,8 @@ import httpx
 from httpx_sse import aconnect_sse, connect_sse
 
 from agentq import routes
-from agentq.routes import API_PREFIX, ApiError, ReviewStatus, StreamItem
+from agentq.memory_calls import AsyncMemoryCalls, MemoryCalls
+from agentq.routes import API_PREFIX, ApiError, ReviewOrder, ReviewStatus, StreamItem
 from agentq.stream_state import STREAM_READ_TIMEOUT_S, TIMEOUT_S, StreamState, settled
 from api.responses import (
     DecisionOut,
@@ -38,6 +39,7 @@ from api.responses import (
     ReviewOut,
     RunDetail,
     RunOut,
+    StepResultOut,
     StreamEventOut,
     SubmittedOut,
 )
@@ -53,11 +55,11 @@ def _base(url: str) -> str:
     return url.removesuffix(API_PREFIX)
 
 
-class Client:
+class Client(MemoryCalls):
     """A synchronous client. `timeout_s` bounds each request; a stream may stay silent for
     `stream_read_timeout_s` (the server sends a keep-alive every 15 s by default) before it is
     reconnected. `transport` is httpx's (tests pass one). Use it as a context manager, or call
-    `close`."""
+    `close`. The memory and procedure methods are `agentq.memory_calls.MemoryCalls`'."""
 
     def __init__(
         self,
@@ -115,9 +117,16 @@ class Client:
             time.sleep(routes.retry_delay_s(attempt))
             attempt += 1
 
-    def get(self, run_id: int, *, events_limit: int | None = None) -> RunDetail:
-        """One run whole, with its newest `events_limit` events (the server's default: 200)."""
-        return self._call(routes.get_run(run_id, events_limit))
+    def get(
+        self, run_id: int, *, events_limit: int | None = None, events_before: int | None = None
+    ) -> RunDetail:
+        """One run whole, with its newest `events_limit` events (the server's default: 200)
+        below event id `events_before` (its `events_next_before` reads the page before)."""
+        return self._call(routes.get_run(run_id, events_limit, events_before))
+
+    def step_result(self, run_id: int, step_id: int) -> StepResultOut:
+        """One step's whole result (a run detail's results over 2 KiB are previews)."""
+        return self._call(routes.step_result(run_id, step_id))
 
     def list(
         self,
@@ -184,10 +193,15 @@ class Client:
             time.sleep(wait_s)
 
     def reviews(
-        self, *, status: ReviewStatus = "undecided", mine: bool = False, limit: int = 100
+        self,
+        *,
+        status: ReviewStatus = "undecided",
+        mine: bool = False,
+        limit: int = 100,
+        order: ReviewOrder = "oldest",
     ) -> builtins.list[ReviewOut]:
-        """The review queue, oldest first (reviewer or admin)."""
-        return self._call(routes.reviews(status, mine, limit))
+        """The review queue, oldest first unless `order="newest"` (reviewer or admin)."""
+        return self._call(routes.reviews(status, mine, limit, order))
 
     def review(self, escalation_id: int) -> ReviewOut:
         return self._call(routes.review(escalation_id))
@@ -219,7 +233,7 @@ class Client:
         )
 
 
-class AsyncClient:
+class AsyncClient(AsyncMemoryCalls):
     """`Client` for asyncio: the same methods, each a coroutine (`events` and `review_events`
     are async iterators). Use it as an async context manager, or await `aclose`."""
 
@@ -273,8 +287,13 @@ class AsyncClient:
             await asyncio.sleep(routes.retry_delay_s(attempt))
             attempt += 1
 
-    async def get(self, run_id: int, *, events_limit: int | None = None) -> RunDetail:
-        return await self._call(routes.get_run(run_id, events_limit))
+    async def get(
+        self, run_id: int, *, events_limit: int | None = None, events_before: int | None = None
+    ) -> RunDetail:
+        return await self._call(routes.get_run(run_id, events_limit, events_before))
+
+    async def step_result(self, run_id: int, step_id: int) -> StepResultOut:
+        return await self._call(routes.step_result(run_id, step_id))
 
     async def list(
         self,
@@ -342,9 +361,14 @@ class AsyncClient:
             await asyncio.sleep(wait_s)
 
     async def reviews(
-        self, *, status: ReviewStatus = "undecided", mine: bool = False, limit: int = 100
+        self,
+        *,
+        status: ReviewStatus = "undecided",
+        mine: bool = False,
+        limit: int = 100,
+        order: ReviewOrder = "oldest",
     ) -> builtins.list[ReviewOut]:
-        return await self._call(routes.reviews(status, mine, limit))
+        return await self._call(routes.reviews(status, mine, limit, order))
 
     async def review(self, escalation_id: int) -> ReviewOut:
         return await self._call(routes.review(escalation_id))

@@ -19,21 +19,39 @@ from pydantic import BaseModel, TypeAdapter
 
 from api.responses import (
     DecisionOut,
+    DeletedOut,
+    FactOut,
+    ForgetOut,
     PrincipalOut,
+    ProcedureDetail,
+    ProcedureOut,
     ReviewOut,
     RunDetail,
     RunOut,
     RunStatusOut,
+    SearchOut,
+    StepResultOut,
     StreamEventOut,
     SubmittedOut,
 )
-from api.schemas import Approve, Edit, Reject, Respond, RunSubmit
+from api.schemas import (
+    Approve,
+    Edit,
+    Forget,
+    NewProcedure,
+    ProcedureChange,
+    Reject,
+    Respond,
+    RunSubmit,
+    SaveFromRun,
+)
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 API_PREFIX = "/api/v1"
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})  # models.states.RUN_TERMINAL
 ReviewStatus = Literal["undecided", "open", "claimed", "decided", "all"]
+ReviewOrder = Literal["oldest", "newest"]
 # A submit is sent again, with the same Idempotency-Key, after a connection error, a timeout or
 # one of these answers (the server or a proxy in front of it could not answer: 503 is also the
 # API's "database busy"), at most SUBMIT_ATTEMPTS times in all.
@@ -42,6 +60,40 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 StreamItem = RunStatusOut | StreamEventOut
 """What a run's stream yields: a `RunStatusOut` first and at each change of status (the last one
 final), and a `StreamEventOut` for each timeline event."""
+NEW_PROCEDURE: TypeAdapter[NewProcedure] = TypeAdapter(NewProcedure)
+# Every operation of the API (its OpenAPI method and path, under API_PREFIX) -> the method of
+# `Client` and `AsyncClient` that sends it. tests/unit/test_client_routes.py checks it against
+# the served spec both ways, so an operation added to the API without a client method fails.
+OPERATIONS: dict[tuple[str, str], str] = {
+    ("GET", "/me"): "me",
+    ("POST", "/runs"): "submit",
+    ("GET", "/runs"): "list",
+    ("GET", "/runs/{run_id}"): "get",
+    ("GET", "/runs/{run_id}/steps/{step_id}/result"): "step_result",
+    ("POST", "/runs/{run_id}/cancel"): "cancel",
+    ("GET", "/runs/{run_id}/events/stream"): "events",  # `wait` follows it too
+    ("GET", "/reviews"): "reviews",
+    ("GET", "/reviews/{escalation_id}"): "review",
+    ("POST", "/reviews/claim"): "claim",  # claim() with no id: the oldest open one
+    ("POST", "/reviews/{escalation_id}/claim"): "claim",
+    ("POST", "/reviews/{escalation_id}/release"): "release",
+    ("POST", "/reviews/{escalation_id}/approve"): "approve",
+    ("POST", "/reviews/{escalation_id}/reject"): "reject",
+    ("POST", "/reviews/{escalation_id}/respond"): "respond",
+    ("POST", "/reviews/{escalation_id}/edit"): "edit",
+    ("GET", "/reviews/stream"): "review_events",
+    ("GET", "/memory/facts"): "facts",
+    ("GET", "/memory/search"): "search_memory",
+    ("POST", "/memory/forget"): "forget",
+    ("DELETE", "/memory/facts/{fact_id}"): "delete_fact",
+    ("DELETE", "/memory/episodes/{episode_id}"): "delete_episode",
+    ("GET", "/procedures"): "procedures",
+    ("POST", "/procedures"): "add_procedure",
+    ("GET", "/procedures/{procedure_id}"): "procedure",
+    ("PATCH", "/procedures/{procedure_id}"): "edit_procedure",
+    ("DELETE", "/procedures/{procedure_id}"): "delete_procedure",
+    ("POST", "/procedures/from-run/{run_id}"): "save_procedure",
+}
 
 
 class ApiError(Exception):
@@ -127,8 +179,15 @@ def sends_again(attempt: int, response: httpx.Response | None = None) -> bool:
     return failed and attempt < SUBMIT_ATTEMPTS
 
 
-def get_run(run_id: int, events_limit: int | None = None) -> Call[RunDetail]:
-    return Call("GET", f"/runs/{run_id}", model(RunDetail), {"events_limit": events_limit})
+def get_run(
+    run_id: int, events_limit: int | None = None, events_before: int | None = None
+) -> Call[RunDetail]:
+    params = {"events_limit": events_limit, "events_before": events_before}
+    return Call("GET", f"/runs/{run_id}", model(RunDetail), params)
+
+
+def step_result(run_id: int, step_id: int) -> Call[StepResultOut]:
+    return Call("GET", f"/runs/{run_id}/steps/{step_id}/result", model(StepResultOut))
 
 
 def list_runs(**params: Any) -> Call[list[RunOut]]:
@@ -143,8 +202,10 @@ def me() -> Call[PrincipalOut]:
     return Call("GET", "/me", model(PrincipalOut))
 
 
-def reviews(status: ReviewStatus, mine: bool, limit: int) -> Call[list[ReviewOut]]:
-    params = {"status": status, "mine": str(mine).lower(), "limit": limit}
+def reviews(
+    status: ReviewStatus, mine: bool, limit: int, order: ReviewOrder = "oldest"
+) -> Call[list[ReviewOut]]:
+    params = {"status": status, "mine": str(mine).lower(), "limit": limit, "order": order}
     return Call("GET", "/reviews", models(ReviewOut), params)
 
 
@@ -166,6 +227,61 @@ def decide(escalation_id: int, body: Approve | Reject | Respond | Edit) -> Call[
     """A decision; its route is named by the body's kind (`Approve` -> `/approve`)."""
     action = type(body).__name__.lower()
     return Call("POST", f"/reviews/{escalation_id}/{action}", model(DecisionOut), body=body)
+
+
+def facts(user: str | None, history: bool) -> Call[list[FactOut]]:
+    params = {"user": user, "history": str(history).lower()}
+    return Call("GET", "/memory/facts", models(FactOut), params)
+
+
+def search_memory(query: str, user: str | None) -> Call[SearchOut]:
+    return Call("GET", "/memory/search", model(SearchOut), {"q": query, "user": user})
+
+
+def forget(**fields: Any) -> Call[ForgetOut]:
+    """`fields`: `Forget`'s (user, cancel_runs, runs)."""
+    return Call("POST", "/memory/forget", model(ForgetOut), body=Forget(**fields))
+
+
+def delete_fact(fact_id: int) -> Call[DeletedOut]:
+    return Call("DELETE", f"/memory/facts/{fact_id}", model(DeletedOut))
+
+
+def delete_episode(episode_id: int) -> Call[DeletedOut]:
+    return Call("DELETE", f"/memory/episodes/{episode_id}", model(DeletedOut))
+
+
+def procedures(scope: str | None, user: str | None) -> Call[list[ProcedureOut]]:
+    return Call("GET", "/procedures", models(ProcedureOut), {"scope": scope, "user": user})
+
+
+def add_procedure(fields: dict[str, Any]) -> Call[ProcedureOut]:
+    """`fields`: a `NewProcedure`'s, its kind named by `scope` (everyone, user, tool)."""
+    body = NEW_PROCEDURE.validate_python(fields)
+    return Call("POST", "/procedures", model(ProcedureOut), body=body)
+
+
+def procedure(procedure_id: int) -> Call[ProcedureDetail]:
+    return Call("GET", f"/procedures/{procedure_id}", model(ProcedureDetail))
+
+
+def edit_procedure(
+    procedure_id: int, expected_version: int | None, changes: dict[str, Any]
+) -> Call[ProcedureOut]:
+    """`changes`: `ProcedureChange`'s fields (None clears plan_template, user or tool)."""
+    body = ProcedureChange.model_validate(changes)
+    params = {"expected_version": expected_version}
+    return Call("PATCH", f"/procedures/{procedure_id}", model(ProcedureOut), params, body)
+
+
+def delete_procedure(procedure_id: int) -> Call[ProcedureOut]:
+    return Call("DELETE", f"/procedures/{procedure_id}", model(ProcedureOut))
+
+
+def save_procedure(run_id: int, **fields: Any) -> Call[ProcedureOut]:
+    """`fields`: `SaveFromRun`'s (title, scope, tool)."""
+    body = SaveFromRun(**fields)
+    return Call("POST", f"/procedures/from-run/{run_id}", model(ProcedureOut), body=body)
 
 
 def stream_item(event: str, data: str) -> StreamItem | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
-from pydantic import Field, StrictBool
 
 from api.auth import Principal, Submitter
 from api.responses import (
@@ -26,7 +25,7 @@ from api.responses import (
     ScoredFactOut,
     SearchOut,
 )
-from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Body, UserId
+from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Forget
 from api.token_limits import LIMITED, charge_costly_read
 from models.db import session_scope
 from models.engine.runs import USER_ID_MAX_CHARS
@@ -65,23 +64,6 @@ def without_memory(detail: RunDetail, principal: Principal) -> RunDetail:
             if event.kind in memory_admin.MEMORY_EVENT_KINDS:
                 event.detail = memory_admin.hidden_detail(event.detail)
     return detail
-
-
-class Forget(Body):
-    """Whose memory to delete (a submitter token's own user when left out), and what else."""
-
-    user: UserId | None = None
-    cancel_runs: StrictBool = Field(
-        default=False,
-        description="Also cancel the user's active runs (a waiting escalation is withdrawn).",
-    )
-    runs: StrictBool = Field(
-        default=False,
-        description="Also erase the content of the user's runs (goals, pinned facts, step "
-        "arguments and results, event details, escalation details, comments and answers), "
-        "keeping ids, statuses, timings and spend. 400 while the user has active runs, "
-        "unless `cancel_runs`.",
-    )
 
 
 def memory_user(user: str | None, principal: Principal) -> str:

@@ -11,142 +11,27 @@ it with 409 unless the procedure is still at that version).
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.auth import AnyPrincipal, Principal
-from api.schemas import NOT_BLANK_PATTERN, PG_INT_MAX, Body, UserId
-from models.memory import procedure_admin
-from models.memory.procedures import (
-    BODY_MAX_CHARS,
-    TITLE_MAX_CHARS,
-    WHEN_MAX_CHARS,
-    Actor,
-    Procedure,
-    Scope,
+from api.responses import ProcedureDetail, ProcedureOut, ProcedureVersionOut
+from api.schemas import (
+    PG_INT_MAX,
+    NewProcedure,
+    ProcedureChange,
+    SaveFromRun,
+    ToolProcedure,
+    UserId,
+    UserProcedure,
 )
+from models.memory import procedure_admin
+from models.memory.procedures import Actor, Procedure, Scope
 from models.plans.plans import PlanSpec
 
 router = APIRouter(prefix="/procedures", tags=["procedures"])
 RowId = Annotated[int, Path(ge=1, le=PG_INT_MAX)]
-Title = Annotated[
-    str, StringConstraints(min_length=1, max_length=TITLE_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
-]
-When = Annotated[
-    str, StringConstraints(min_length=1, max_length=WHEN_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
-]
-HowTo = Annotated[str, StringConstraints(max_length=BODY_MAX_CHARS)]
-ToolName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
-RULES = (
-    "A procedure needs a how-to (`body`, not blank) or a `plan_template`, or both; the template "
-    "follows the rules of a plan (`PlanSpec`)."
-)
-
-
-class _Content(Body):
-    title: Title
-    when_to_use: When = Field(description="When to use it: what recall matches a goal with.")
-    body: HowTo = Field(default="", description="The how-to text. " + RULES)
-    plan_template: PlanSpec | None = Field(default=None, description="A plan to adapt. " + RULES)
-
-
-class EveryoneProcedure(_Content):
-    """A procedure for every run (reviewers and admins write these)."""
-
-    scope: Literal["everyone"]
-
-
-class UserProcedure(_Content):
-    """A procedure of one user's runs only; `user` defaults to a submitter token's own."""
-
-    scope: Literal["user"]
-    user: UserId | None = None
-
-
-class ToolProcedure(_Content):
-    """A procedure for any run whose catalogue or plan has `tool` (an enabled tool)."""
-
-    scope: Literal["tool"]
-    tool: ToolName
-
-
-NewProcedure = Annotated[
-    EveryoneProcedure | UserProcedure | ToolProcedure, Field(discriminator="scope")
-]
-
-
-class ProcedureChange(Body):
-    """The fields to change (at least one); `null` clears `plan_template`, `user` or `tool`.
-    The procedure with the changes must still be a valid one (409 otherwise)."""
-
-    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
-    title: Title | None = None
-    when_to_use: When | None = None
-    body: HowTo | None = None
-    plan_template: PlanSpec | None = None
-    scope: Scope | None = None
-    user: UserId | None = None
-    tool: ToolName | None = None
-
-
-class SaveFromRun(Body):
-    """How to save the run's plan: default title the goal, default scope the run's user's
-    (everyone's for a reviewer token)."""
-
-    title: Title | None = None
-    scope: Scope | None = None
-    tool: ToolName | None = None
-
-
-class ProcedureOut(BaseModel):
-    """A procedure's current version."""
-
-    model_config = ConfigDict(from_attributes=True)
-    id: int
-    version: int
-    scope: Scope
-    user_id: str | None
-    tool: str | None
-    title: str
-    when_to_use: str
-    body: str
-    plan_template: dict[str, Any] | None
-    source_run_id: int | None = Field(description="The run it was saved from, if any.")
-    created_by: str
-    updated_by: str
-    written_as: str | None = Field(
-        description="The role the current version was written with (submitter, reviewer, "
-        "admin; null: unknown, acts as a reviewer's): whose rights an adopted template acts with."
-    )
-    created_at: datetime
-    updated_at: datetime
-    embedding_model: str
-
-
-class ProcedureVersionOut(BaseModel):
-    """One version of a procedure, as written."""
-
-    model_config = ConfigDict(from_attributes=True)
-    version: int
-    scope: Scope
-    user_id: str | None
-    tool: str | None
-    title: str
-    when_to_use: str
-    body: str
-    plan_template: dict[str, Any] | None
-    written_by: str
-    written_as: str | None = Field(description="The role it was written with (null: unknown).")
-    written_at: datetime
-
-
-class ProcedureDetail(ProcedureOut):
-    """A procedure with every version, oldest first."""
-
-    versions: list[ProcedureVersionOut]
 
 
 def actor_of(principal: Principal) -> Actor:

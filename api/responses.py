@@ -11,6 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from api.procedure_responses import ProcedureDetail as ProcedureDetail
+from api.procedure_responses import ProcedureOut as ProcedureOut
+from api.procedure_responses import ProcedureVersionOut as ProcedureVersionOut
+
 
 class ErrorOut(BaseModel):
     """Every refusal: `detail` says what was wrong and what is allowed; `error` is its kind."""

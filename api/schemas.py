@@ -27,11 +27,12 @@ from models.engine.runs import (
     MAX_PINNED_FACTS,
     USER_ID_MAX_CHARS,
 )
+from models.memory.procedures import BODY_MAX_CHARS, TITLE_MAX_CHARS, WHEN_MAX_CHARS, Scope
 from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
 from models.sql import PG_INT_MAX as PG_INT_MAX
 from models.storable import json_integer, storable_problem
 
-WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq submit --wall-time`: longer is a typo
+WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq run submit --wall-time`: longer is a typo
 COST_MAX_USD: Final = 1_000_000.0
 COMMENT_MAX_CHARS: Final = 4_000
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"  # Postgres text cannot hold NUL; query strings can send it
@@ -187,3 +188,89 @@ class Edit(Body):
 
     plan: PlanSpec
     comment: Comment | None = None
+
+
+class Forget(Body):
+    """Whose memory to delete (a submitter token's own user when left out), and what else."""
+
+    user: UserId | None = None
+    cancel_runs: StrictBool = Field(
+        default=False,
+        description="Also cancel the user's active runs (a waiting escalation is withdrawn).",
+    )
+    runs: StrictBool = Field(
+        default=False,
+        description="Also erase the content of the user's runs (goals, pinned facts, step "
+        "arguments and results, event details, escalation details, comments and answers), "
+        "keeping ids, statuses, timings and spend. 400 while the user has active runs, "
+        "unless `cancel_runs`.",
+    )
+
+
+Title = Annotated[
+    str, StringConstraints(min_length=1, max_length=TITLE_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+]
+When = Annotated[
+    str, StringConstraints(min_length=1, max_length=WHEN_MAX_CHARS, pattern=NOT_BLANK_PATTERN)
+]
+HowTo = Annotated[str, StringConstraints(max_length=BODY_MAX_CHARS)]
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+RULES = (
+    "A procedure needs a how-to (`body`, not blank) or a `plan_template`, or both; the template "
+    "follows the rules of a plan (`PlanSpec`)."
+)
+
+
+class _Content(Body):
+    title: Title
+    when_to_use: When = Field(description="When to use it: what recall matches a goal with.")
+    body: HowTo = Field(default="", description="The how-to text. " + RULES)
+    plan_template: PlanSpec | None = Field(default=None, description="A plan to adapt. " + RULES)
+
+
+class EveryoneProcedure(_Content):
+    """A procedure for every run (reviewers and admins write these)."""
+
+    scope: Literal["everyone"]
+
+
+class UserProcedure(_Content):
+    """A procedure of one user's runs only; `user` defaults to a submitter token's own."""
+
+    scope: Literal["user"]
+    user: UserId | None = None
+
+
+class ToolProcedure(_Content):
+    """A procedure for any run whose catalogue or plan has `tool` (an enabled tool)."""
+
+    scope: Literal["tool"]
+    tool: ToolName
+
+
+NewProcedure = Annotated[
+    EveryoneProcedure | UserProcedure | ToolProcedure, Field(discriminator="scope")
+]
+
+
+class ProcedureChange(Body):
+    """The fields to change (at least one); `null` clears `plan_template`, `user` or `tool`.
+    The procedure with the changes must still be a valid one (409 otherwise)."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+    title: Title | None = None
+    when_to_use: When | None = None
+    body: HowTo | None = None
+    plan_template: PlanSpec | None = None
+    scope: Scope | None = None
+    user: UserId | None = None
+    tool: ToolName | None = None
+
+
+class SaveFromRun(Body):
+    """How to save the run's plan: default title the goal, default scope the run's user's
+    (everyone's for a reviewer token)."""
+
+    title: Title | None = None
+    scope: Scope | None = None
+    tool: ToolName | None = None

@@ -1,4 +1,5 @@
-"""The `agentq` command line: up, submit, runs, status, watch, review, webhook, demo, migrate.
+"""The `agentq` command line: up, run (submit, list, show, watch, cancel, purge), review, memory,
+procedure, token, webhook, tools, demo, migrate, and the processes of a deployment.
 
 It talks to Postgres and the broker directly: the URLs come from `DATABASE_URL`/`BROKER_URL`, or
 from the `agentq up` running on the data directory (`AGENTQ_HOME`, default `~/.agentq`).
@@ -16,11 +17,9 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from models.bounds import PG_INT_MAX
 from models.errors import AgentqError
-from ops import deployment_commands, submit_command
+from ops import deployment_commands, run_commands
 from ops.deployment import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT
-from ops.json_output import JsonFlag
 from ops.lazy_group import LazyApp, lazy_group
 from ops.local_model import MODEL_HELP
 
@@ -62,12 +61,6 @@ def _webhook() -> typer.Typer:
     return webhook_app
 
 
-def _runs() -> typer.Typer:
-    from ops.run_commands import runs_app
-
-    return runs_app
-
-
 # Each help is the sub-app's own (tests/acceptance/test_first_run.py compares them).
 SUBCOMMANDS = {
     "review": LazyApp(
@@ -86,7 +79,6 @@ SUBCOMMANDS = {
         "retried, logged).",
         _webhook,
     ),
-    "runs": LazyApp("The newest runs (no subcommand), and the purge of ended ones.", _runs),
 }
 app = typer.Typer(
     cls=lazy_group(SUBCOMMANDS),
@@ -99,9 +91,6 @@ LISTEN_HELP = (
     "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
     "with passwords; writes the URLs their `agentq worker` needs to AGENTQ_HOME/remote.env."
 )
-
-
-RunId = Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Run id.")]
 
 
 @app.command()
@@ -127,12 +116,19 @@ def up(
 
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
+
+    Where agentq up runs already (on AGENTQ_HOME), it starts nothing and says so in one line:
+    exit status 0 when that stack's API answers, 1 when it does not (starting, or stuck).
     """
     from models.settings import get_settings
     from ops import preflight
 
     settings = get_settings()
     home = settings.home
+    if (already := preflight.already_running(home)) is not None:
+        line, code = already
+        console.print(Text(line, style="yellow" if code else "green"), soft_wrap=True)
+        raise typer.Exit(code)
     # Each in one line, before anything starts and before the heavy imports below.
     preflight.check_data_dir(home)
     preflight.check_port_free(settings.api_host, settings.api_port)
@@ -149,6 +145,7 @@ def up(
     from ops.listen import Listen, other_machines_text
     from ops.local import check_memory_model, ignored_broker_variables, start_api, start_engine
     from ops.processes import interrupt_on_sigterm
+    from ops.stack_file import record_api_url
 
     console.print(Text.assemble("starting agentq in ", (str(home), "bold"), " …"))
     if notice:
@@ -164,6 +161,7 @@ def up(
     )
     try:
         api_url = start_api(stack, host=settings.api_host, port=settings.api_port)
+        record_api_url(stack.data_dir, api_url)
     except BaseException:
         stack.stop()
         raise
@@ -182,7 +180,7 @@ def up(
             f"  logs      {home / 'logs'}\n"
             f"  provider  {provider_label(running.provider)}\n"
             f"  api       {api_url}/api/v1 (spec {api_url}/openapi.json, web UI {api_url}/ui)\n"
-            'Submit from another terminal: agentq submit "your goal". Ctrl-C stops everything.'
+            'Submit from another terminal: agentq run submit "your goal". Ctrl-C stops everything.'
         )
     )
     if opened is not None:
@@ -233,39 +231,6 @@ def migrate() -> None:
         console.print(f"stack limit {variable}: {'unset' if old is None else old} -> {new}")
 
 
-app.command()(submit_command.submit)
-
-
-@app.command()
-def status(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
-    """Show one run: budgets and deadline, pinned facts, plan and steps, escalation, answer."""
-    from models.db import session_scope
-    from models.engine.runs import get_run
-    from ops import views
-    from ops.connection import connect
-    from ops.json_output import print_json
-
-    connect()
-    with session_scope() as session:
-        run = get_run(session, run_id)
-        if as_json:
-            from api.runs import run_detail  # FastAPI's models: loaded only for --json
-
-            print_json(run_detail(session, run))
-        else:
-            console.print(views.run_panel(session, run))
-
-
-@app.command()
-def watch(run_id: RunId) -> None:
-    """A live table of the run's steps until it ends or waits for review."""
-    from ops.connection import connect
-    from ops.watch import watch_until_settled
-
-    connect()
-    raise typer.Exit(watch_until_settled(console, run_id))
-
-
 @app.command()
 def tools() -> None:
     """The tools plans can call (`AGENTQ_TOOL_MODULES`): name, what it does, its arguments and
@@ -287,18 +252,6 @@ def tools() -> None:
 
 
 @app.command()
-def cancel(run_id: RunId) -> None:
-    """Cancel an active run: steps not yet running are cancelled, a running step finishes and
-    nothing follows it, and an escalation waiting for review is withdrawn."""
-    from models.front import commands
-    from ops.connection import connect
-
-    connect()
-    commands.cancel(run_id)  # its follow-up writes the cancelled run's episode
-    console.print(f"run {run_id} cancelled")
-
-
-@app.command()
 def demo(
     model: Annotated[str | None, typer.Option(help=MODEL_HELP)] = None,
     scenarios: Annotated[int, typer.Option(min=1, max=2, help="How many scenarios to run.")] = 2,
@@ -309,6 +262,11 @@ def demo(
     raise typer.Exit(run_demo(console, model=model, scenarios=scenarios))
 
 
+app.add_typer(run_commands.run_app, name="run")
+# The names before `agentq run ...` (issue 28): they work as they did, unlisted.
+app.add_typer(run_commands.runs_app, name="runs", hidden=True)
+for old, command in run_commands.ALIASES.items():
+    app.command(old, hidden=True)(command)
 app.command()(deployment_commands.worker)
 app.command()(deployment_commands.scheduler)
 app.command()(deployment_commands.sender)

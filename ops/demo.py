@@ -122,7 +122,7 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
     run_id = _submit(console, scenario.trip)
     console.print(
         Text(
-            f"$ agentq submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
+            f"$ agentq run submit {DEMO_GOAL!r} --fact currency=EUR --fact cost_centre=CC-4410 "
             f"--fact trip={scenario.trip} --replans 1   # run {run_id}"
         )
     )

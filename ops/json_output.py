@@ -1,4 +1,4 @@
-"""`--json` of the listing commands (`runs`, `status`, `review list`, `memory facts`, `token
+"""`--json` of the listing commands (`run list`, `run show`, `review list`, `memory facts`, `token
 list`): one JSON document on stdout, in the shape of the API's answer to the same question
 (`api.responses`), so a script reads the CLI and the API alike."""
 

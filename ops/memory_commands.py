@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,6 +23,7 @@ from models.formats import utc
 from models.front import commands
 from models.memory import memory_admin, reembedding
 from models.memory.facts import facts_of
+from models.memory.retrieval import Scored
 from models.migrate import upgrade
 from models.settings import get_settings, use_settings
 from models.sql import PG_INT_MAX
@@ -79,37 +80,38 @@ def facts(
     console.print(table)
 
 
+def _hit(
+    hit: Scored[Any], kind: str, row_id: str, shown: Text, source: str | Text
+) -> tuple[float, list[str | Text]]:
+    """A search result's score and its row of `search`'s table."""
+    match = "yes" if hit.text_match else ""
+    similarity = f"{hit.similarity:.3f}"
+    return hit.score, [f"{hit.score:.4f}", kind, row_id, shown, source, similarity, match]
+
+
 @memory_app.command("search")
 def search(
     text: Annotated[str, typer.Argument(help="What to look for.")],
     user: User,
 ) -> None:
-    """Hybrid recall (vector + full text) over the user's facts and episodes, with scores."""
+    """Hybrid recall (vector + full text) over the user's facts and episodes, one table ordered
+    by score, highest first (score = relevance x recency)."""
     if not text.strip():
         raise typer.BadParameter("must not be empty", param_hint="'TEXT'")
     connect()
     found = memory_admin.search(user_id=user, query=text)
-    table = Table("kind", "id", "text", "source", "similarity", "text match", "score")
-    for f in found.facts:
-        table.add_row(
-            "fact",
-            str(f.item.id),
-            cell(f.item.text),
-            cell(f.item.source),
-            f"{f.similarity:.3f}",
-            "yes" if f.text_match else "",
-            f"{f.score:.4f}",
+    rows = [
+        _hit(f, "fact", str(f.item.id), cell(f.item.text), cell(f.item.source)) for f in found.facts
+    ]
+    rows += [
+        _hit(
+            e, "episode", f"run {e.item.run_id}", cell(e.item.summary, 120), f"run:{e.item.run_id}"
         )
-    for e in found.episodes:
-        table.add_row(
-            "episode",
-            f"run {e.item.run_id}",
-            cell(e.item.summary, 120),
-            f"run:{e.item.run_id}",
-            f"{e.similarity:.3f}",
-            "yes" if e.text_match else "",
-            f"{e.score:.4f}",
-        )
+        for e in found.episodes
+    ]
+    table = Table("score", "kind", "id", "text", "source", "similarity", "text match")
+    for _, cells in sorted(rows, key=lambda r: -r[0]):
+        table.add_row(*cells)
     console.print(table)
     console.print(Text(f"embedding model: {memory_admin.embedder().model}", style="dim"))
 

@@ -9,6 +9,7 @@ second.
 from __future__ import annotations
 
 import socket
+import urllib.request
 from pathlib import Path
 from typing import Final
 
@@ -16,8 +17,41 @@ from models.errors import StackError
 from models.memory.embedding_choice import fallback_notice, provider_in_use, require_local
 from models.settings import Settings
 from ops.data_dir import check_writable
+from ops.stack_file import read_stack_file
 
 API_PORT_REMEDY: Final = "set AGENTQ_API_PORT (or AGENTQ_API_HOST) to a free one"
+HEALTH_TIMEOUT_S: Final = 2.0  # the running API's /healthz answers at once, or not at all
+
+
+def already_running(home: Path) -> tuple[str, int] | None:
+    """What `agentq up` says, and its exit status, instead of starting anything when an
+    `agentq up` runs on `home` already (`ops.stack_file.read_stack_file`); None when none does.
+
+    Status 0 when that stack's API answers `/healthz`; 1 when its `agentq up` process runs but
+    the API does not answer (still starting, or stuck: the line names its log). Before this
+    check, the API's port, taken by the running stack, was reported with the advice to choose
+    another one (issue 28)."""
+    state = read_stack_file(home)
+    if state is None:
+        return None
+    pid, api_url = state.get("pid"), state.get("api_url")
+    stop = f"Ctrl-C in its terminal, or `kill {pid}`, stops it"
+    if isinstance(api_url, str) and answers(api_url + "/healthz"):
+        return f"agentq is already running in {home} (API at {api_url}; {stop})", 0
+    api = f"its API at {api_url} does not answer" if api_url else "its API is not up yet"
+    log = home / "logs" / "api.log"
+    return f"agentq up already runs in {home} (pid {pid}), but {api} (see {log}); {stop}", 1
+
+
+def answers(url: str) -> bool:
+    """Whether a GET of `url` gets a 2xx answer within `HEALTH_TIMEOUT_S` (straight, never
+    through a proxy of the environment: the URL is this machine's stack)."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with direct.open(url, timeout=HEALTH_TIMEOUT_S) as response:
+            return 200 <= int(response.status) < 300
+    except (OSError, ValueError):
+        return False
 
 
 def check_port_free(

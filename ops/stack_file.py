@@ -20,8 +20,9 @@ STACK_FILE_NAME = "stack.json"
 
 
 def read_stack_file(data_dir: Path) -> dict[str, Any] | None:
-    """`{"database_url", "broker_url", "pid", "started_at" (ISO 8601)}` of the stack running on
-    `data_dir`; None if the file is missing or unreadable, or its pid is dead or was reused.
+    """`{"database_url", "broker_url", "pid", "started_at" (ISO 8601), "api_url" (once the API
+    listens)}` of the stack running on `data_dir`; None if the file is missing or unreadable, or
+    its pid is dead or was reused.
 
     Raises `StackError` if another user owns the file or may write it (`read_own_file`): it
     names the database and broker that every agentq command then uses.
@@ -62,6 +63,15 @@ def write_stack_file(data_dir: Path, database_url: str, broker_url: str) -> None
         "started_at": datetime.now(UTC).isoformat(),
     }
     write_private(data_dir / STACK_FILE_NAME, json.dumps(state, indent=2) + "\n")
+
+
+def record_api_url(data_dir: Path, api_url: str) -> None:
+    """Add `api_url`, the API's base URL, to `<data_dir>/stack.json` once the API listens
+    (`agentq up`): what a second `agentq up` on the data dir checks (`ops.preflight`). Raises
+    `OSError` or `ValueError` if the file is gone or unreadable."""
+    path = data_dir / STACK_FILE_NAME
+    state = json.loads(modes.read_own_file(path))
+    write_private(path, json.dumps({**state, "api_url": api_url}, indent=2) + "\n")
 
 
 def claim_data_dir(data_dir: Path) -> IO[bytes]:

@@ -1,4 +1,4 @@
-"""`agentq submit`: a goal (or an explicit plan) as a new run, through
+"""`agentq run submit`: a goal (or an explicit plan) as a new run, through
 `models.front.commands.submit`, the function every front end submits with.
 
 The run is held to the stack's limits (`models.engine.stack_limits`: its quotas, default budgets and

@@ -2,7 +2,7 @@
 
 Every value that comes from a user or the database goes into a `rich.text.Text`, never into a
 markup string: a goal like `fix the [bold] tag [/]` is shown as typed instead of being parsed as
-Rich markup (which mangles it, or raises `MarkupError` for every later `agentq runs`). It passes
+Rich markup (which mangles it, or raises `MarkupError` for every later `agentq run list`). It passes
 `models.display.visible` first (`literal`, `cell`), as in the web console: a bidirectional
 override or an invisible character is shown as `⟨U+202E⟩`, and a terminal escape as
 `⟨U+001B⟩`, instead of reordering or hiding what follows (issue 9). The
@@ -87,7 +87,7 @@ def cell(value: Any, limit: int = CELL_MAX_CHARS, style: str = "") -> Text:
 
 def runs_table(runs: list[Run]) -> Table:
     """One line per run. Only the user and goal columns wrap, so a status such as
-    `waiting_review` stays whole in an 80-column terminal (the plan version is in `status`)."""
+    `waiting_review` stays whole in an 80-column terminal (the plan version is in `run show`)."""
     table = Table("run", Column("user", max_width=USER_MAX_WIDTH))
     for header in ("status", "replans", "tokens", "age"):
         table.add_column(header, no_wrap=True)
@@ -150,8 +150,8 @@ def facts_text(facts: dict[str, str]) -> Text:
 
 
 def goal_values_text(pins: GoalPins, *, asked: bool) -> Text | None:
-    """What `agentq submit` says of the values its goal states (`models.plans.goal_values`): those
-    pinned, those an explicit `--fact` overrode, or (not `asked`) what `--pin-from-goal` would
+    """What `agentq run submit` says of the values its goal states (`models.plans.goal_values`):
+    those pinned, those an explicit `--fact` overrode, or (not `asked`) what `--pin-from-goal` would
     pin; None when the goal states none."""
     if not pins.found:
         return None

@@ -1,4 +1,5 @@
-"""`agentq watch` and `submit --watch`, and the demo's runs: a run shown live until it settles.
+"""`agentq run watch` and `run submit --watch`, and the demo's runs: a run shown live until it
+settles.
 
 The run is redrawn when its timeline moves: the watch follows the run's events with the same
 cursor as the API's event stream (`models.operations.event_feed`, read from Postgres directly, every

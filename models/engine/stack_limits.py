@@ -2,7 +2,7 @@
 written by the process that owns the stack, read by every process that enforces them.
 
 A limit read from each process's own environment is only that process's: a stack started with
-`AGENTQ_USER_MAX_ACTIVE_RUNS=3` refused a fourth run over the API while `agentq submit` from
+`AGENTQ_USER_MAX_ACTIVE_RUNS=3` refused a fourth run over the API while `agentq run submit` from
 another shell, whose environment said nothing (so 20), accepted it (issue 27, item 12;
 DESIGN.md, invariant 13: limits that protect a shared stack are the stack's). So the owner
 writes them (`publish`) and the others read them:
@@ -19,7 +19,7 @@ Readers: every submit, whatever its front end (CLI, API, console) and environmen
 scheduler processes, before each task (`refresh`, at most every `REFRESH_S`), so the dispatch cap
 and whatever else they read from `get_settings()` is the stack's; the API's spec (its budget
 maxima). A limit with no row (a database no owner wrote) is the process's own setting. A
-process whose environment sets a limit to another value is told so (`notice`; `agentq submit`
+process whose environment sets a limit to another value is told so (`notice`; `agentq run submit`
 prints it in one line).
 
 Another limit joins by adding its `Settings` field name to `LIMITS`: no migration (a row per

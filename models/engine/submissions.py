@@ -60,7 +60,7 @@ class RunRequest:
     validates them; a budget left None takes its default (`AGENTQ_DEFAULT_*`).
 
     `pin_from_goal`: also pin the values the goal states (`models.plans.goal_values.pins`; the
-    explicit `facts` win). Off unless asked (`agentq submit --pin-from-goal`, the API's
+    explicit `facts` win). Off unless asked (`agentq run submit --pin-from-goal`, the API's
     `pin_from_goal: true`), because a pin binds: it reaches every prompt of the run whole and
     the goal check fails a run whose deliverable disagrees with it (`models.engine.goal_checks`), so
     a value read by a rule, however plain, binds a run only when its submitter chose that. The

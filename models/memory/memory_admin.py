@@ -95,12 +95,23 @@ def search(*, user_id: str, query: str) -> Recalled:
     """What `agentq memory search` and `GET /api/v1/memory/search` answer: `recall_for`, after
     refusing (`ConfigurationError`, naming the settings and `agentq memory reembed`) a user
     whose stored rows another embedding model or dimension made: their vectors are never
-    compared, so the search would silently find nothing (`models.memory.reembedding`). Commits: the
+    compared, so the search would silently find nothing (`models.memory.reembedding`). Each list
+    is highest score first (`by_score`). Commits: the
     check is one transaction, the recall another, and the query is embedded between them."""
     with session_scope() as session:
         check_user_memory(session, embedder(), user_id=user_id)
     with session_scope() as session:  # recall_for embeds before its first statement
-        return recall_for(session, user_id=user_id, query=query)
+        return by_score(recall_for(session, user_id=user_id, query=query))
+
+
+def by_score(found: Recalled) -> Recalled:
+    """`found` with each list ordered by `score`, highest first (ties keep recall's order): what
+    a person reads. A model call's recall keeps a turn's facts beside the turn instead
+    (`models.memory.rerank.group_turns`), which breaks that order."""
+    return Recalled(
+        facts=sorted(found.facts, key=lambda f: -f.score),
+        episodes=sorted(found.episodes, key=lambda e: -e.score),
+    )
 
 
 def recalls() -> bool:
@@ -215,8 +226,8 @@ class Forgotten:
 def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Forgotten:
     """Forget `user_id` for good: delete their memory and record an erasure point (the memory
     writes of their runs created before it are dropped); with `cancel_runs`, cancel each of
-    their active runs as `agentq cancel` does (a waiting escalation is withdrawn); with `runs`,
-    erase the content of their ended runs as well (`models.engine.erased_runs.erase_runs`).
+    their active runs as `agentq run cancel` does (a waiting escalation is withdrawn); with
+    `runs`, erase the content of their ended runs as well (`models.engine.erased_runs.erase_runs`).
 
     Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
     the user's erasure lock, which a decision waits for while it holds its run's lock, so the

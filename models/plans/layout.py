@@ -1,6 +1,6 @@
 """How a plan version's graph reads to people: each step's wave, and the steps it waits for by
-name. Pure; shared by the CLI (`agentq status`, `agentq watch`), the review console and the HTTP
-API (`PlanVersionOut.waves`), so the three show the same numbers.
+name. Pure; shared by the CLI (`agentq run show`, `agentq run watch`), the review console and
+the HTTP API (`PlanVersionOut.waves`), so the three show the same numbers.
 
 A step's wave is `models.plans.graph.waves`'s: 1 for a step that waits for nothing, else one more
 than the latest wave it waits for. Steps of one wave wait only for steps of earlier waves, so once

@@ -1,9 +1,9 @@
 """The agent-tasks benchmark's runs: submit a goal as a user does, wait for it, read its rows.
 
-Each goal is submitted by `models.engine.submissions.submit` (the path of `agentq submit` and the
-HTTP API) under a user of its own (`bench-<provider>-<goal id>`), so no goal recalls another's
-episodes or facts. A run has ended when it is terminal or waits for review with an open
-escalation; `observe` then reads its status, every successful call of the goal's effect tool
+Each goal is submitted by `models.engine.submissions.submit` (the path of `agentq run submit` and
+the HTTP API) under a user of its own (`bench-<provider>-<goal id>`), so no goal recalls another's
+episodes or facts. A run has ended when it is terminal or waits for review with an open escalation;
+`observe` then reads its status, every successful call of the goal's effect tool
 (tool steps of any plan version, and model steps' calls in the tool journal), its escalations
 and its budgets' use.
 """

@@ -1,14 +1,13 @@
 """The agentq side of the engine benchmark: runs with explicit plans, submitted as users do.
 
 Each run is submitted with an explicit plan by `models.engine.submissions.submit`, the path of
-`agentq submit --plan` and the HTTP API: its first steps are queued in the submit transaction and
-sent after the commit, with no coordinator task. A load test of one user: its submits are not
-limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this
-process's submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's (default
-4), so the figure is one user's throughput as deployed. A worker that ends a step runs the next
-one in-process (`worker.execution.steps.finish`) or hands it to the queue, and a run ends with its
-synthesis (an offline-provider model call) and a memory task: they count as overhead, not as
-steps.
+`agentq run submit --plan` and the HTTP API: its first steps are queued in the submit transaction
+and sent after the commit, with no coordinator task. A load test of one user: its submits are not
+limited (AGENTQ_USER_MAX_ACTIVE_RUNS and AGENTQ_USER_SUBMITS_PER_MINUTE are 0 for this process's
+submits); the dispatch cap, AGENTQ_USER_MAX_RUNNING_STEPS, is the engine's (default 4), so the
+figure is one user's throughput as deployed. A worker that ends a step runs the next one in-process
+(`worker.execution.steps.finish`) or hands it to the queue, and a run ends with its synthesis (an
+offline-provider model call) and a memory task: they count as overhead, not as steps.
 """
 
 from __future__ import annotations

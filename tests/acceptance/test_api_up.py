@@ -3,6 +3,7 @@ open it. The CLI as a user runs it, in a subprocess, on the embedded default."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ops.stack_file import record_api_url, write_stack_file
 from tests.acceptance.test_cli import AGENTQ, _env, agentq
 from tests.integration.conftest import engine_dir
 from tests.support.net import free_port
@@ -65,6 +67,16 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         }
         ready = httpx.get(f"{base}/readyz", trust_env=False)
         assert ready.status_code == 200, ready.text
+        again = subprocess.run(
+            [AGENTQ, "up"],
+            env={**_env(home), "AGENTQ_API_PORT": str(port)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        said = f"agentq is already running in {home} (API at {base}; Ctrl-C in its terminal"
+        assert again.returncode == 0 and again.stdout.startswith(said), again.stdout
+        assert len(again.stdout.splitlines()) == 1 and again.stderr == "", again.stdout
         assert httpx.get(f"{base}/api/v1/runs", trust_env=False).status_code == 401
 
         created = agentq(home, "token", "create", "--name", "ci", "--role", "admin")
@@ -114,3 +126,23 @@ def test_up_refuses_a_port_in_use_and_names_the_setting(home: Path) -> None:
     assert code == 2, out
     assert "AGENTQ_API_PORT" in out and "agentq is up" not in out
     assert not (home / "stack.json").exists()  # everything that started was stopped
+
+
+@pytest.mark.parametrize("api", ["dead", "not yet"])
+def test_up_on_a_stack_whose_api_does_not_answer_says_so_and_starts_nothing(
+    tmp_path: Path, api: str
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    write_stack_file(home, "postgresql+psycopg://x@/x", "redis://127.0.0.1:1/0")  # pid: ours
+    url = f"http://127.0.0.1:{free_port()}"
+    if api == "dead":
+        record_api_url(home, url)
+    done = subprocess.run(
+        [AGENTQ, "up"], env=_env(home), capture_output=True, text=True, timeout=60
+    )
+    expected = f"its API at {url} does not answer" if api == "dead" else "its API is not up yet"
+    assert done.returncode == 1 and expected in done.stdout, done.stdout + done.stderr
+    assert f"agentq up already runs in {home} (pid {os.getpid()})" in done.stdout
+    assert len(done.stdout.splitlines()) == 1, done.stdout
+    assert sorted(p.name for p in home.iterdir()) == ["stack.json"]  # nothing started

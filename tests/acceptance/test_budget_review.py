@@ -1,4 +1,4 @@
-"""A spent token budget through the CLI (issue 27, item 11): `agentq submit --tokens 500` of a
+"""A spent token budget through the CLI (issue 27, item 11): `agentq run submit --tokens 500` of a
 goal escalates `token_budget_spent`; `review list` and `review show` give the spend, the limit,
 the default new limit and the ceiling; `review approve --tokens N` sets N and says so, and a
 limit over the ceiling is refused naming it. Before, approve said only "run resumes" and the run
@@ -30,7 +30,7 @@ def test_review_shows_the_spent_budget_and_approve_sets_the_chosen_limit(home: P
     proc, out = start_up(home, free_port())
     try:
         assert "agentq is up" in out, out
-        submitted = agentq(home, "submit", "plan this", "--tokens", "500", "--watch")
+        submitted = agentq(home, "run", "submit", "plan this", "--tokens", "500", "--watch")
         assert "waiting for review" in submitted.stdout, submitted.stdout + submitted.stderr
         listed = agentq(home, "review", "list")
         assert re.search(r"token_budget_spent \(tokens \d+/500\)", listed.stdout), listed.stdout
@@ -46,7 +46,7 @@ def test_review_shows_the_spent_budget_and_approve_sets_the_chosen_limit(home: P
         approved = agentq(home, "review", "approve", "1", "--tokens", "50000")
         assert approved.returncode == 0, approved.stdout + approved.stderr
         assert "tokens 500 -> 50000 (chosen by the reviewer" in approved.stdout
-        status = agentq(home, "status", "1", "--json")
+        status = agentq(home, "run", "show", "1", "--json")
         assert '"tokens_limit": 50000' in status.stdout, status.stdout
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0

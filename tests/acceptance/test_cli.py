@@ -85,7 +85,7 @@ def test_tools_lists_every_tool_with_its_arguments(home: Path) -> None:
 
 
 def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
-    result = agentq(home, "runs")
+    result = agentq(home, "run", "list")
     assert result.returncode == 2
     assert "agentq up" in result.stdout and "DATABASE_URL" in result.stdout
 
@@ -129,6 +129,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     )
     submitted = agentq(
         home,
+        "run",
         "submit",
         "cli test",
         "--plan",
@@ -161,12 +162,14 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     assert [(s["name"], s["after"]) for s in json.loads(drafted.stdout)["steps"]] == [("x", ["a"])]
     approved = agentq(home, "review", "approve", esc_id.group(1), "--comment", "try again")
     assert approved.returncode == 0, approved.stdout + approved.stderr
-    watched = agentq(home, "watch", "1")
+    watched = agentq(home, "run", "watch", "1")
     assert watched.returncode == 0 and "succeeded" in watched.stdout
     again = agentq(home, "review", "approve", esc_id.group(1))
     assert again.returncode == 2 and "decided" in again.stdout
-    runs = agentq(home, "runs")
+    runs = agentq(home, "run", "list")
     assert "cli test" in runs.stdout and "succeeded" in runs.stdout
+    as_before = agentq(home, "runs", "--json")  # the old name, a hidden alias
+    assert as_before.stdout == agentq(home, "run", "list", "--json").stdout != ""
     facts = agentq(home, "memory", "facts", "--user", "local")
     assert "The user's currency is EUR" in facts.stdout, facts.stdout + facts.stderr
     found = agentq(
@@ -182,7 +185,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
         r"forgot local: [1-9]\d* facts, 1 episodes", forgot.stdout
     )
     assert "currency" not in agentq(home, "memory", "facts", "--user", "local").stdout
-    ended = agentq(home, "cancel", "1")
+    ended = agentq(home, "run", "cancel", "1")
     assert ended.returncode == 2 and "succeeded" in ended.stdout, ended.stdout  # nothing changed
     slow = home / "slow.json"
     slow.write_text(
@@ -196,20 +199,20 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
             }
         )
     )
-    second = agentq(home, "submit", "slow one", "--plan", str(slow))
+    second = agentq(home, "run", "submit", "slow one", "--plan", str(slow))
     run_id = re.search(r"run (\d+) submitted", second.stdout)
     assert run_id, second.stdout + second.stderr
-    cancelled = agentq(home, "cancel", run_id.group(1))
+    cancelled = agentq(home, "run", "cancel", run_id.group(1))
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     assert f"run {run_id.group(1)} cancelled" in cancelled.stdout
-    assert "cancelled" in agentq(home, "status", run_id.group(1)).stdout
+    assert "cancelled" in agentq(home, "run", "show", run_id.group(1)).stdout
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert not (home / "stack.json").exists()
 
 
 def _no_runs(home: Path) -> bool:
-    listed = agentq(home, "runs")
+    listed = agentq(home, "run", "list")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     return re.search(r"│\s*\d+\s*│", listed.stdout) is None
 
@@ -241,7 +244,7 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     latin1.write_bytes(
         '{"steps": [{"name": "caf\u00e9", "kind": "tool", "tool": "noop"}]}'.encode("latin-1")
     )
-    refused = agentq(home, "submit", "x", "--plan", str(latin1))
+    refused = agentq(home, "run", "submit", "x", "--plan", str(latin1))
     assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stdout
     for verb in ("approve", "reject", "respond", "edit", "release"):
         extra = {"reject": ["--comment", "no"], "respond": ["--answer", "1"]}.get(verb, [])
@@ -249,9 +252,9 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
         missing = agentq(home, "review", verb, "999", *extra)
         assert missing.returncode == 2 and "escalation 999 does not exist" in missing.stdout
     stack = json.loads((home / "stack.json").read_text())
-    no_broker = agentq(home, "submit", "x", env={"DATABASE_URL": stack["database_url"]})
+    no_broker = agentq(home, "run", "submit", "x", env={"DATABASE_URL": stack["database_url"]})
     assert no_broker.returncode == 2 and "no broker" in no_broker.stdout, no_broker.stdout
-    big = agentq(home, "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
+    big = agentq(home, "run", "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
     assert big.returncode == 2, big.stdout + big.stderr
     assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stdout
     assert _no_runs(home)
@@ -267,26 +270,27 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
         )
     )
     goal = "Fix the [/] bracket [bold]now[/bold]"
-    done = agentq(home, "submit", goal, "--user", "[/]", "--plan", str(plan), "--watch")
+    done = agentq(home, "run", "submit", goal, "--user", "[/]", "--plan", str(plan), "--watch")
     assert done.returncode == 0, done.stdout + done.stderr
     for shown in (
         done.stdout,
-        agentq(home, "status", "1").stdout,
-        agentq(home, "watch", "1").stdout,
+        agentq(home, "run", "show", "1").stdout,
+        agentq(home, "run", "watch", "1").stdout,
     ):
         assert goal in shown and "[/]" in shown and '"[offline]"' in shown, shown
-    listed = agentq(home, "runs").stdout
+    listed = agentq(home, "run", "list").stdout
     assert "Fix the [/]" in listed and "succeeded" in listed, listed
 
     broker_down = {"DATABASE_URL": stack["database_url"], "BROKER_URL": "redis://127.0.0.1:1/0"}
-    saved = agentq(home, "submit", "later", env=broker_down)
+    saved = agentq(home, "run", "submit", "later", env=broker_down)
     assert saved.returncode == 0, saved.stdout + saved.stderr
     assert "run 2 submitted; the broker could not be reached" in saved.stdout
-    assert "later" in agentq(home, "runs").stdout
+    assert "later" in agentq(home, "run", "list").stdout
 
     goal = "Submit 473.43 EUR to CC-4410"
     pinned = agentq(
         home,
+        "run",
         "submit",
         goal,
         "--plan",
@@ -300,7 +304,7 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     assert "pinned from the goal: amount=473.43 cost_centre=CC-4410" in pinned.stdout
     assert "your --fact won over the goal's currency=EUR" in pinned.stdout
     assert "currency=USD, amount=473.43, cost_centre=CC-4410" in pinned.stdout  # the run's facts
-    shown = agentq(home, "submit", goal, "--plan", str(plan))
+    shown = agentq(home, "run", "submit", goal, "--plan", str(plan))
     assert (
         "the goal states amount=473.43 currency=EUR cost_centre=CC-4410; --pin-from-goal pins them"
         in shown.stdout

@@ -57,7 +57,7 @@ def test_a_terminated_demo_stops_its_stack_and_leaves_no_process(home: Path) -> 
     )
     assert proc.stdout is not None
     seen, deadline = "", time.monotonic() + 120
-    while "$ agentq submit" not in seen:  # the stack is up and a run is going
+    while "$ agentq run submit" not in seen:  # the stack is up and a run is going
         line = proc.stdout.readline()
         assert line and time.monotonic() < deadline, seen
         seen += line

@@ -45,7 +45,7 @@ def test_a_cli_with_a_looser_environment_is_held_to_the_stacks_quota(home: Path)
         assert "AGENTQ_USER_MAX_ACTIVE_RUNS: user 'u1' has 1 runs not yet ended" in second.stdout
         agreeing = agentq(home, *submit, env={"AGENTQ_USER_MAX_ACTIVE_RUNS": "1"})
         assert agreeing.returncode == 2 and agreeing.stderr == "", agreeing.stderr
-        other = agentq(home, "submit", "another user", "--user", "u2", env=looser)
+        other = agentq(home, "run", "submit", "another user", "--user", "u2", env=looser)
         assert other.returncode == 0, other.stdout + other.stderr
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0

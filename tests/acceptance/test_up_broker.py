@@ -93,7 +93,7 @@ def test_every_process_uses_the_printed_broker_whatever_the_environment_says(
         for submit_env in ({}, env):  # a clean terminal, and one with the same variables
             started = time.monotonic()
             done = agentq(
-                home, "submit", "one broker", "--plan", str(plan), "--watch", env=submit_env
+                home, "run", "submit", "one broker", "--plan", str(plan), "--watch", env=submit_env
             )
             took_s = time.monotonic() - started
             assert done.returncode == 0 and "succeeded" in done.stdout, done.stdout + done.stderr

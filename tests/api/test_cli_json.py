@@ -1,5 +1,5 @@
-"""`--json` on `agentq runs`, `status`, `review list`, `memory facts` and `token list`: the CLI as
-a subprocess (talking to the session's engine) prints one JSON document that parses into the
+"""`--json` on `agentq run list`, `run show`, `review list`, `memory facts` and `token list`: the
+CLI as a subprocess (talking to the session's engine) prints one JSON document that parses into the
 API's own response models, and nothing else on stdout."""
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ def test_runs_and_status_print_the_apis_shapes(client: Client) -> None:
     body = {"goal": "json me", "user": "json-user", "plan": {"steps": [noop("a")]}}
     run_id = client("admin").post("/api/v1/runs", json=body).json()["run"]["id"]
     assert wait_for_run(run_id).status == "succeeded"
-    listed = TypeAdapter(list[RunOut]).validate_python(agentq_json("runs", "--user", "json-user"))
+    listed = TypeAdapter(list[RunOut]).validate_python(
+        agentq_json("run", "list", "--user", "json-user")
+    )
     assert run_id in [r.id for r in listed] and {r.user_id for r in listed} == {"json-user"}
-    shown = RunDetail.model_validate(agentq_json("status", str(run_id)))
+    shown = RunDetail.model_validate(agentq_json("run", "show", str(run_id)))
     api = client("admin").get(f"/api/v1/runs/{run_id}").json()
     assert shown.model_dump(mode="json") == api  # the same document as the API's
 

@@ -151,7 +151,9 @@ def test_submitters_see_their_own_runs_and_no_inbox(
     console: Console, sign_in: SignIn, make_token: MakeToken, escalated: tuple[int, int]
 ) -> None:
     others_run, esc_id = escalated
-    mine = submitted_id(console.agentq("submit", "<b>mine</b> & yours", "--user", "sam").stdout)
+    mine = submitted_id(
+        console.agentq("run", "submit", "<b>mine</b> & yours", "--user", "sam").stdout
+    )
     sam = sign_in(make_token("submitter", "sam", user="sam")[1])
     listed = sam.get("/ui/runs")
     assert listed.status_code == 200
@@ -178,7 +180,7 @@ def test_revoking_the_token_ends_its_sessions(
 def test_a_spent_budget_is_shown_and_approve_sets_the_limit_typed(
     console: Console, reviewer: httpx.Client
 ) -> None:
-    out = console.agentq("submit", "plan this", "--user", "forms-budget", "--tokens", "500")
+    out = console.agentq("run", "submit", "plan this", "--user", "forms-budget", "--tokens", "500")
     run_id = submitted_id(out.stdout)
     wait_for_status(console, run_id, ("waiting_review",))
     with console.db() as session:

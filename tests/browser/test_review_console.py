@@ -31,7 +31,7 @@ def page(browser: Browser) -> Iterator[Page]:
 def _submit_demo_scenario_2(console: Console) -> int:
     """What `agentq demo` submits for its second scenario (November, a replan budget of 1)."""
     facts = {**DEMO_FACTS, "trip": SCENARIOS[1].trip}
-    args = ["submit", DEMO_GOAL, "--user", DEMO_USER, "--replans", "1"]
+    args = ["run", "submit", DEMO_GOAL, "--user", DEMO_USER, "--replans", "1"]
     for key, value in facts.items():
         args += ["--fact", f"{key}={value}"]
     return submitted_id(console.agentq(*args).stdout)

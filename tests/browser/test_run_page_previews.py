@@ -33,7 +33,7 @@ def test_a_large_result_is_a_preview_linking_to_its_whole_page(
     plan = console.home / f"plan-{user}.json"
     plan.write_text(json.dumps({"steps": steps}))
     run_id = submitted_id(
-        console.agentq("submit", "previews", "--user", user, "--plan", str(plan)).stdout
+        console.agentq("run", "submit", "previews", "--user", user, "--plan", str(plan)).stdout
     )
     wait_for_status(console, run_id, ("succeeded",))
     with console.db() as session:
@@ -61,7 +61,7 @@ def test_the_timeline_pages_back_through_older_events(
     plan = console.home / f"plan-{user}.json"
     plan.write_text(json.dumps({"steps": [{"name": "a", "kind": "tool", "tool": "noop"}]}))
     run_id = submitted_id(
-        console.agentq("submit", "paging", "--user", user, "--plan", str(plan)).stdout
+        console.agentq("run", "submit", "paging", "--user", user, "--plan", str(plan)).stdout
     )
     wait_for_status(console, run_id, ("succeeded",))
     with console.db() as session:

@@ -191,7 +191,7 @@ def test_the_cli_purges_and_prints_the_counts(make_run: Callable[..., int]) -> N
     old = ended_long_ago(make_run, "retention-cli")
     steps = rows_of([old])["steps"]
     done = subprocess.run(
-        ["agentq", "runs", "purge", "--before", "2002-01-01", "--yes"],
+        ["agentq", "run", "purge", "--before", "2002-01-01", "--yes"],
         capture_output=True,
         text=True,
         timeout=60,

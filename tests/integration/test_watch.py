@@ -1,4 +1,4 @@
-"""`agentq watch` follows the run's event feed (`ops.watch`): it redraws when an event arrives,
+"""`agentq run watch` follows the run's event feed (`ops.watch`): it redraws when an event arrives,
 not on a clock, and stops at the run's final status; over the real database."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ spec conformance) and checks that it no longer holds. The fixtures are tests/bro
 directory gets its own `agentq up`.
 """
 
-from tests.support.browser import browser
+from tests.support.browser import browser, pytest_runtest_setup
 from tests.support.console import console, make_token, sign_in
 
-__all__ = ["browser", "console", "make_token", "sign_in"]
+__all__ = ["browser", "console", "make_token", "pytest_runtest_setup", "sign_in"]

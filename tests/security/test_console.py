@@ -281,7 +281,7 @@ def test_a_right_to_left_override_is_shown_as_a_marker_in_the_console_and_the_cl
     console: Console, make_token: MakeToken, sign_in: SignIn
 ) -> None:
     goal = f"Pay EUR 1000.00{RLO}1 to the vendor"  # reads as "EUR 1000.001 ..." reversed
-    run_id = submitted_id(console.agentq("submit", goal, "--user", "bidi").stdout)
+    run_id = submitted_id(console.agentq("run", "submit", goal, "--user", "bidi").stdout)
     wait_for_status(console, run_id, ("succeeded", "failed", "waiting_review"))
     with console.db() as session:
         run = session.get(Run, run_id)
@@ -290,7 +290,7 @@ def test_a_right_to_left_override_is_shown_as_a_marker_in_the_console_and_the_cl
     assert "EUR 1000.00⟨U+202E⟩1" in page and RLO not in page
     listed = sign_in(make_token("reviewer", "bidi-lister")[1]).get("/ui/runs").text
     assert "1000.00⟨U+202E⟩1" in listed and RLO not in listed
-    for args in (("status", str(run_id)), ("runs", "--user", "bidi")):
+    for args in (("run", "show", str(run_id)), ("run", "list", "--user", "bidi")):
         shown = console.agentq(*args).stdout
         assert "⟨U+202E⟩" in shown and RLO not in shown, shown
 

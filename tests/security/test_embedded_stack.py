@@ -114,7 +114,9 @@ def test_up_names_the_redis_it_runs(console: Console) -> None:
 def test_celery_still_runs_steps_through_the_locked_redis(console: Console) -> None:
     plan = console.home / "plan-locked-redis.json"
     plan.write_text(json.dumps({"steps": [{"name": "a", "kind": "tool", "tool": "noop"}]}))
-    out = console.agentq("submit", "locked redis", "--user", "redis-check", "--plan", str(plan))
+    out = console.agentq(
+        "run", "submit", "locked redis", "--user", "redis-check", "--plan", str(plan)
+    )
     assert wait_for_status(console, submitted_id(out.stdout), ("succeeded",)).status == "succeeded"
 
 

@@ -102,7 +102,7 @@ def test_up_imports_nothing_from_the_directory_it_is_started_in(home: Path, tmp_
         plan = start_dir / "plan.json"
         plan.write_text(json.dumps({"steps": [{"name": "a", "kind": "tool", "tool": "noop"}]}))
         submitted = subprocess.run(
-            [AGENTQ, "submit", "from a checkout", "--user", "cwd", "--plan", str(plan)],
+            [AGENTQ, "run", "submit", "from a checkout", "--user", "cwd", "--plan", str(plan)],
             env=env,
             cwd=start_dir,
             capture_output=True,
@@ -200,7 +200,7 @@ def test_cli_refuses_a_stack_json_others_could_have_written(
     else:
         planted.chmod(int(how.removeprefix("mode "), 8))
     done = subprocess.run(
-        [AGENTQ, "runs"],
+        [AGENTQ, "run", "list"],
         env=_env(home),
         capture_output=True,
         text=True,
@@ -208,7 +208,7 @@ def test_cli_refuses_a_stack_json_others_could_have_written(
         stdin=subprocess.DEVNULL,
     )
     text = " ".join(done.stdout.split())
-    assert done.returncode == 2, f"agentq runs used the planted stack.json:\n{done.stdout}"
+    assert done.returncode == 2, f"agentq run list used the planted stack.json:\n{done.stdout}"
     assert str(planted) in text and "stack.json" in text, text
     reason = "owned by nobody" if how == "owned by nobody" else "writable by"
     assert reason in text, text

@@ -80,7 +80,7 @@ def test_rapid_submits_get_429_with_retry_after(console: Console, submitter: Sub
     with console.db() as session:
         assert len(session.exec(select(Run.id).where(Run.user_id == user)).all()) == accepted
     cli = subprocess.run(
-        [AGENTQ, "submit", "one more", "--user", user],
+        [AGENTQ, "run", "submit", "one more", "--user", user],
         env=console.env,
         capture_output=True,
         text=True,

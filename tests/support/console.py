@@ -135,7 +135,7 @@ def make_token(console: Console) -> Callable[..., tuple[int, str]]:
 
 
 def submitted_id(output: str) -> int:
-    """The run id in `agentq submit`'s output."""
+    """The run id in `agentq run submit`'s output."""
     found = re.search(r"run (\d+) submitted", output)
     assert found, output
     return int(found.group(1))
@@ -163,7 +163,9 @@ def escalate_run(
         {"name": "x", "kind": "tool", "tool": "always_fails"},
     ]
     plan.write_text(json.dumps({"steps": steps}))
-    out = console.agentq("submit", goal, "--user", user, "--plan", str(plan), "--replans", "0")
+    out = console.agentq(
+        "run", "submit", goal, "--user", user, "--plan", str(plan), "--replans", "0"
+    )
     run_id = submitted_id(out.stdout)
     wait_for_status(console, run_id, ("waiting_review",))
     with console.db() as session:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from models.errors import ConfigurationError
-from models.memory import retrieval
+from models.memory import memory_admin, retrieval
 from models.memory.facts import FACTS, Fact, FactWrite, content_hash, decide, normalise
 from models.memory.retrieval import Hit, Search, fuse, recency_weight, rrf, tied_ranks
 
@@ -195,3 +195,13 @@ def test_search_sql_takes_the_dimension_from_the_embedding() -> None:
     assert "ORDER BY embedding::vector(7) <=> CAST(:q AS vector(7))" in sql
     assert "valid_to IS NULL" in sql
     assert "valid_to IS NULL" not in query(include_history=True).sql(retrieval.NEAREST_INDEXED)
+
+
+def test_a_search_answers_each_list_highest_score_first_ties_in_recall_order() -> None:
+    def hit(name: str, score: float) -> retrieval.Scored[str]:
+        return retrieval.Scored(name, 0.5, 0.0, False, score, 1.0, score)
+
+    grouped = [hit("turn", 0.9), hit("from the turn", 0.2), hit("b", 0.5), hit("c", 0.5)]
+    ordered = memory_admin.by_score(memory_admin.Recalled(facts=grouped, episodes=grouped[::-1]))
+    assert [h.item for h in ordered.facts] == ["turn", "b", "c", "from the turn"]
+    assert [h.item for h in ordered.episodes] == ["turn", "c", "b", "from the turn"]
