@@ -102,9 +102,10 @@ def _no_other_work_waits(timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with session_scope() as session:
-            if fair_queue.next_item(session, now=utcnow()) is None:
+            item = fair_queue.next_item(session, now=utcnow())
+            if item is None:
                 return
-        assert time.monotonic() < deadline, "other users' work still waits"
+        assert time.monotonic() < deadline, f"other users' work still waits: {item}"
         time.sleep(0.2)
 
 

@@ -86,7 +86,7 @@ def all_problems(pages: dict[Path, str | None]) -> list[str]:
 
 
 def test_the_cli_tree_has_the_lazy_sub_apps_commands() -> None:
-    assert ("review", "list") in TREE and ("runs", "purge") in TREE and ("up",) in TREE
+    assert ("review", "list") in TREE and ("run", "purge") in TREE and ("up",) in TREE
     assert ("show",) not in TREE
 
 
@@ -104,13 +104,13 @@ def test_a_page_naming_a_missing_command_or_option_fails() -> None:
         "```bash\n"
         "$ agentq review list --all\n"
         "agentq review frobnicate 3   # no such subcommand\n"
-        "agentq up && agentq submit 'goal' --frobnicate 2\n"
-        "agentq runs --status succeeded --limit 5\n"
+        "agentq up && agentq run submit 'goal' --frobnicate 2\n"
+        "agentq run list --status succeeded --limit 5\n"
         "```\n"
     )
     assert all_problems({page: text}) == [
         "docs/example.md:5: `agentq review frobnicate` is no command (`review frobnicate 3`)",
-        "docs/example.md:6: `agentq submit` has no option --frobnicate",
+        "docs/example.md:6: `agentq run submit` has no option --frobnicate",
         "docs/example.md:1: `agentq show` is no command (`show 7`)",
     ]
 
@@ -157,7 +157,7 @@ def _documented() -> list[tuple[str, ...]]:
 
 def test_every_documented_command_prints_its_help() -> None:
     documented = _documented()
-    assert ("submit",) in documented and ("review", "list") in documented
+    assert ("run", "submit") in documented and ("review", "list") in documented
     runner = CliRunner()
     for path in documented:
         result = runner.invoke(app, [*path, "--help"], prog_name="agentq")
@@ -165,7 +165,7 @@ def test_every_documented_command_prints_its_help() -> None:
         assert f"agentq {' '.join(path)}" in " ".join(result.output.split()), (path, result.output)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["submit", "--help"], ["tools"]])
+@pytest.mark.parametrize("args", [["--help"], ["run", "submit", "--help"], ["tools"]])
 def test_documented_commands_run_without_a_stack(args: list[str]) -> None:
     """As a user runs them: the installed `agentq` script, in a subprocess."""
     agentq = shutil.which("agentq")
@@ -175,5 +175,5 @@ def test_documented_commands_run_without_a_stack(args: list[str]) -> None:
         [agentq, *args], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    expected = {"--help": "submit", "submit": "--pin-from-goal", "tools": "noop"}[args[0]]
+    expected = {"--help": "run", "run": "--pin-from-goal", "tools": "noop"}[args[0]]
     assert expected in done.stdout, done.stdout

@@ -66,7 +66,12 @@ def test_the_docs_receiver_accepts_what_agentq_signs(
     body = '{"event": "run.finished", "run_id": 7}'
     headers = _headers(body)
     assert _post(receiver, body, headers) == 204
-    assert f"{headers['Idempotency-Key']} {body}" in capsys.readouterr().out
+    # The receiver's thread prints after its answer is sent: wait for the line a little.
+    printed, deadline = "", time.monotonic() + 5
+    while f"{headers['Idempotency-Key']} {body}" not in printed and time.monotonic() < deadline:
+        time.sleep(0.02)
+        printed += capsys.readouterr().out
+    assert f"{headers['Idempotency-Key']} {body}" in printed
 
 
 def test_the_docs_receiver_refuses_a_forgery_and_a_replay(receiver: str) -> None:
