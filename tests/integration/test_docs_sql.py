@@ -52,8 +52,8 @@ def test_every_query_of_the_page_runs_and_shows_the_runs(make_run: Callable[...,
     wait_for_run(done, ("succeeded",))
     wait_for_run(stuck, ("waiting_review",))
     queries = _page_queries()
-    assert len(queries) == 5, "the page promises five queries"
-    progress, plan, timeline, review_queue, spend = queries
+    assert len(queries) == 6, "the page promises six queries"
+    progress, plan, timeline, review_queue, spend, run_spend = queries
 
     assert stuck in {r["run_id"] for r in _rows(progress, done)}
     assert done not in {r["run_id"] for r in _rows(progress, done)}  # finished: not active
@@ -64,6 +64,8 @@ def test_every_query_of_the_page_runs_and_shows_the_runs(make_run: Callable[...,
     assert stuck in {r["run_id"] for r in _rows(review_queue, done)}
     mine = [r for r in _rows(spend, done) if r["user_id"] == user]
     assert len(mine) == 1 and mine[0]["runs"] == 2 and mine[0]["succeeded"] == 1
+    (one,) = _rows(run_spend, done)
+    assert one["run_id"] == done and one["status"] == "succeeded" and one["tokens_limit"] > 0
 
 
 def test_every_sql_block_of_the_docs_runs(make_run: Callable[..., int]) -> None:
