@@ -35,7 +35,8 @@ def read_stack_file(data_dir: Path) -> dict[str, Any] | None:
     except StackError as exc:
         why = "agentq commands would use the database and broker it names"
         raise StackError(
-            f"{exc}, and {why}. Remove it if no agentq up of yours runs there."
+            f"{exc}, and {why}. Remove it if no agentq up of yours runs there, or set "
+            "AGENTQ_HOME to a directory of your own."
         ) from exc
     if not isinstance(state, dict) or not _is_live(state.get("pid"), state.get("started_at")):
         return None
