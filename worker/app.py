@@ -187,6 +187,8 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
             queue.send(TASK_EXECUTE_STEP, claimed.step.id, countdown=done.again_in_s)
         if done.synthesize:
             _synthesize_after_step(claimed.step.run_id)
+        if done.phase is not None:  # taken in fair order: another run's plan, replan or synthesis
+            _run_phase(done.phase)
         claimed = done.next
 
 

@@ -53,6 +53,18 @@ SELECT claimed.*, r.user_id AS run_user_id, r.replan_check AS run_replan_check,
          WHERE s.run_id = claimed.run_id AND s.name = claimed.name) AS run_tries
 FROM claimed JOIN runs r ON r.id = claimed.run_id"""
 
+# claim_step_unlocked: CLAIM_STEP for a worker that holds another run's lock (a step taken in fair
+# order as it ends its own: `worker.execution.wakeups`): a step or run another transaction has
+# locked is skipped, not waited for (two such workers each holding the run the other wants would
+# deadlock), and the claim changes nothing.
+CLAIM_STEP_UNLOCKED: Final = CLAIM_STEP.replace(
+    "FOR KEY SHARE\n), claimed AS (",
+    """FOR KEY SHARE SKIP LOCKED
+), step_locked AS (
+    SELECT id FROM steps WHERE id = :step_id FOR UPDATE SKIP LOCKED
+), claimed AS (""",
+).replace("WHERE id = :step_id AND status", "WHERE id = (SELECT id FROM step_locked) AND status")
+
 
 def _ending(guard: str) -> str:
     """The CTEs that end attempt :attempt of step :step_id, when `guard` (SQL) holds too."""
@@ -148,12 +160,14 @@ def claim(
     lease_s: float,
     now: datetime,
     expected: str = "queued",
+    skip_locked: bool = False,
 ) -> Claim:
     """`expected` -> running: take a lease of `lease_s` seconds and the next attempt number.
 
     `expected` is `queued` for a step sent through the broker, `pending` for the next step that
     the worker which finished its last dependency claims itself (`models.engine.decisions`). Raises
-    `IllegalTransition` when the step is in another state (a duplicate delivery)."""
+    `IllegalTransition` when the step is in another state (a duplicate delivery), or with
+    `skip_locked` (`CLAIM_STEP_UNLOCKED`) when another transaction holds it or its run."""
     params = {
         "step_id": step_id,
         "expected": expected,
@@ -161,8 +175,10 @@ def claim(
         "now": now,
         "lease_until": now + timedelta(seconds=lease_s),
     }
-    row = sql.one(session, CLAIM_STEP, params)
+    row = sql.one(session, CLAIM_STEP_UNLOCKED if skip_locked else CLAIM_STEP, params)
     if row is None:
+        if skip_locked:
+            raise IllegalTransition("steps", step_id, "locked or taken", repr(expected))
         raise _refused(session, step_id, expected, now)
     found = row._asdict()
     fields = {k: v for k, v in found.items() if not k.startswith("run_")} | {"run_id": row.run_id}

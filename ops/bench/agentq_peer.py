@@ -55,13 +55,14 @@ def plan_of(
         raise BenchError(f"agentq refused the benchmark plan{hint}: {exc}") from exc
 
 
-def submit(plan: PlanSpec) -> int:
-    """Submit one run with `plan` (no submit quotas; `models.engine.submissions.submit`); the run
+def submit(plan: PlanSpec, user: str = BENCH_USER) -> int:
+    """Submit one run with `plan` for `user` (`models.engine.submissions.submit`, this process's
+    submit quotas off; a stack's own limits still apply: `models.engine.stack_limits`); the run
     id. Raises `BenchError` if its first messages could not be sent."""
     unlimited = get_settings().model_copy(
         update={"user_max_active_runs": 0, "user_submits_per_minute": 0}
     )
-    request = RunRequest(user_id=BENCH_USER, goal="benchmark", plan=plan)
+    request = RunRequest(user_id=user, goal="benchmark", plan=plan)
     submitted = submissions.submit(request, settings=unlimited)
     if not submitted.notified:
         raise BenchError(f"run {submitted.run_id}: the broker did not take its first messages")
@@ -96,11 +97,13 @@ def wait_for_runs(run_ids: list[int], poll_s: float = POLL_INTERVAL_S) -> float:
     raise BenchError(f"agentq runs not done after {TIMEOUT_S:g} s: {counts}")
 
 
-def agentq_round(plans: int, plan: PlanSpec) -> float:
+def agentq_round(plans: int, plan: PlanSpec, users: int = 1) -> float:
     """Seconds for `plans` runs of `plan`, from the first submit to the newest
-    `runs.finished_at`, found by polling Postgres every `POLL_INTERVAL_S`."""
+    `runs.finished_at`, found by polling Postgres every `POLL_INTERVAL_S`. With several `users`
+    (`bench-0`, `bench-1`, ...) the runs go to each in turn."""
     start = time.time()
-    run_ids = [submit(plan) for _ in range(plans)]
+    names = [BENCH_USER] if users == 1 else [f"{BENCH_USER}-{i}" for i in range(users)]
+    run_ids = [submit(plan, names[i % users]) for i in range(plans)]
     return wait_for_runs(run_ids) - start
 
 

@@ -51,8 +51,11 @@ POSTGRES = "postgres"
 GROUPS = (
     ("worker.app", "worker"),
     ("scheduler.app", "coordinator"),
+    ("scheduler.sender", "sender"),
+    ("uvicorn", "api"),
+    ("ops.cli up", "agentq up"),  # the supervisor of `agentq up` (ops.bench.up_stack)
     ("redis", "redis"),
-    ("multiprocessing", "bench children"),  # LangGraph's processes, multiprocessing's tracker
+    ("multiprocessing", "bench children"),  # the peers' processes, multiprocessing's tracker
 )
 
 
@@ -66,10 +69,10 @@ def postmaster_pid(pgdata: Path) -> int:
         raise StackError(f"no running Postgres found in {pgdata}: {exc}") from exc
 
 
-def group_of(cmdline: list[str]) -> str:
-    """The group of a child of this process (and of its descendants), by its command line."""
+def group_of(cmdline: list[str], default: str = "other") -> str:
+    """The group of a process by its command line (`GROUPS`), else `default`."""
     text = " ".join(cmdline)
-    return next((group for word, group in GROUPS if word in text), "other")
+    return next((group for word, group in GROUPS if word in text), default)
 
 
 def cumulative_cpu_s(process: psutil.Process) -> float:
@@ -79,18 +82,20 @@ def cumulative_cpu_s(process: psutil.Process) -> float:
 
 
 def _add_tree(found: Sample, root: psutil.Process, group: str | None, *, alone: bool) -> None:
-    """Add `root` (and, unless `alone`, its descendants) under `group` (None: by `root`'s
-    command line). Processes that vanish while being read are left out: they ended, and their
-    parent's reaped-children times have them."""
+    """Add `root` (and, unless `alone`, its descendants) under `group`; with None, each process
+    by its own command line, or else its tree root's (`agentq up` starts the stack's processes:
+    each is grouped as what it is). Processes that vanish while being read are left out: they
+    ended, and their parent's reaped-children times have them."""
     try:
-        group = group or group_of(root.cmdline())
+        root_group = group or group_of(root.cmdline())
         tree = [root] if alone else [root, *root.children(recursive=True)]
     except psutil.Error:
         return
     for process in tree:
         try:
             with process.oneshot():
-                found[(process.pid, process.create_time())] = (group, cumulative_cpu_s(process))
+                own = group or group_of(process.cmdline(), root_group)
+                found[(process.pid, process.create_time())] = (own, cumulative_cpu_s(process))
         except psutil.Error:
             continue
 

@@ -1,5 +1,6 @@
 """One attempt of a step, as the worker holds it: the claimed step with what it needs from its
-run (`Claimed`), and what the attempt came to (`Outcome`). Plain data, shared by the step task
+run (`Claimed`), what the attempt came to (`Outcome`), and the back-off before the next one
+(`retry_countdown_s`). Plain data, shared by the step task
 (`worker.execution.steps`), the should-replan check that annotates an outcome
 (`worker.phases.replan_checks`) and the outage retry that carries one (`worker.execution.outages`).
 """
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from models.settings import get_settings
 from models.tables import Step
 
 
@@ -47,3 +49,8 @@ class Claimed:
     deadline_at: datetime | None = (
         None  # the run's wall-time deadline (`worker.execution.time_limits`)
     )
+
+
+def retry_countdown_s(attempt: int) -> float:
+    """Exponential backoff before attempt `attempt + 1`: backoff x 2^(attempt-1) seconds."""
+    return float(get_settings().retry_backoff_s * 2 ** (attempt - 1))

@@ -65,7 +65,7 @@ from models.plans.tools import ToolContext, enabled_tool
 from models.settings import get_settings
 from models.tables import Step, utcnow
 from worker.execution import time_limits, wakeups
-from worker.execution.attempts import Claimed, Outcome
+from worker.execution.attempts import Claimed, Outcome, retry_countdown_s
 from worker.execution.claims import worker_name
 from worker.execution.step_turns import step_turn
 from worker.execution.time_limits import StepTimeLimit, StepTimeLimitExceeded
@@ -93,10 +93,14 @@ def claim(step_id: int) -> Claimed | None:
 def claim_woken(
     step_id: int, *, wake: bool = True
 ) -> tuple[Claimed | None, fair_queue.Item | None]:
-    """A fresh message's claim (`worker.execution.wakeups`): the fair-next waiting step claimed, or
-    the run phase to run in this task, in one transaction with the read; when the fair-next item is
-    step `step_id` itself (or without `wake`), `claim`'s claim of it."""
+    """A fresh message's claim (`worker.execution.wakeups`): nothing when its step is no longer
+    queued (the message is spent); else the fair-next waiting step claimed, or the run phase to
+    run in this task, in one transaction with the read; when the fair-next item is step
+    `step_id` itself (or without `wake`), `claim`'s claim of it."""
     with session_scope() as session:
+        if wake and not wakeups.is_queued(session, step_id):  # a spent message
+            log.info("execute_step.spent", step_id=step_id)
+            return None, None
         taken = wakeups.take_next(session, step_id, now=utcnow()) if wake else None
         if taken is not None:
             other = _with_results(session, taken.step) if taken.step is not None else None
@@ -244,21 +248,25 @@ def _run(claimed: Claimed) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Finished:
     """What is left after a step's outcome was committed: the step to run next in this process
-    (`next`), whether to synthesize the run here (`synthesize`), messages to send (`sends`), and
-    for a retry or a deferral the countdown after which the step is sent again (`again_in_s`)."""
+    (`next`), whether to synthesize the run here (`synthesize`), another run's phase to run here
+    (`phase`, taken in fair order), messages to send (`sends`), and for a retry or a deferral the
+    countdown after which the step is sent again (`again_in_s`)."""
 
     next: Claimed | None = None
     synthesize: bool = False
     sends: list[Send] = field(default_factory=list)
     again_in_s: float | None = None
+    phase: fair_queue.Item | None = None
 
 
 @retry_dropped
 def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
     """Record `outcome` for the attempt that holds the step and advance its run, in one
     transaction under the run's lock (`models.engine.decisions`): the coordinator's decision is
-    applied here, and with `may_chain` one step that can start now is claimed for this process,
-    unless another user is owed a turn first (`Locked.others_waiting`, `models.engine.fair_queue`).
+    applied here, and with `may_chain` this process takes the next item in fair order itself, in
+    the same transaction (DESIGN.md, invariant 13): its run's next step when no other user is owed
+    a turn first (`Locked.others_waiting`, `models.engine.fair_queue`), else the fair-next waiting
+    item, whoever's (`worker.execution.wakeups.take_in_chain`: a step, or a phase to run here).
     A retry or a deferral only puts the step back in the queue. A lost lease (another attempt holds
     the step) changes nothing."""
     step, settings = claimed.step, get_settings()
@@ -296,7 +304,15 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
             claim_next=claim_next,
         )
         next_step = applied.claimed and _with_results(session, applied.claimed, locked.after())
-    return Finished(next_step or None, applied.synthesize, applied.sends)
+        fair = (
+            wakeups.take_in_chain(session, now=utcnow())
+            if claim_next is None and may_chain
+            else None
+        )
+        if fair is not None and fair.step is not None:
+            next_step = _with_results(session, fair.step)
+    phase = fair.phase if fair is not None else None
+    return Finished(next_step or None, applied.synthesize, applied.sends, phase=phase)
 
 
 def _claim_next(session: Session, step_id: int) -> leases.Claim:
@@ -379,8 +395,3 @@ def _escalate(session: Session, locked: decisions.Locked, step: Step, outcome: O
         locked.status = "waiting_review"
     else:
         log.info("execute_step.not_escalated", step_id=step.id, status=locked.status)
-
-
-def retry_countdown_s(attempt: int) -> float:
-    """Exponential backoff before attempt `attempt + 1`: backoff x 2^(attempt-1) seconds."""
-    return float(get_settings().retry_backoff_s * 2 ** (attempt - 1))
