@@ -125,6 +125,15 @@ class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSet
     )
     # ... and for at most this long (issue 27: 20 x 60 s held a worker 20 min; a hop costs ms).
     chain_max_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds chained, at most.")
+    # Fair order's time slice (`models.engine.fair_queue`, issue 29), a scheduler's minimum
+    # granularity (Linux CFS): 20 ms is 5-10 no-op steps, far below one model call.
+    fair_slice_s: float = Field(
+        default=0.02,
+        ge=0,
+        le=10,
+        description="Worker seconds a user may run ahead of a waiting user before a free worker "
+        "turns to the other's work; 0: after every step.",
+    )
     phase_stale_s: float = Field(default=120.0, gt=0, description="Re-send plan/synthesize after.")
     reconcile_interval_s: float = Field(
         default=10.0, gt=0, description="How often beat runs the reconciler, s."

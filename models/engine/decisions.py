@@ -27,6 +27,7 @@ from models.engine.dispatch import Send
 from models.engine.queue import TASK_REPLAN, TASK_SYNTHESIZE
 from models.errors import BudgetExhausted
 from models.plans import plan_checks
+from models.settings import get_settings
 from models.tables import Step, utcnow
 
 # lock_run: the run row, locked FOR UPDATE until the transaction ends; when :erasure_key is
@@ -114,7 +115,8 @@ def lock(
 ) -> Locked | None:
     """Lock run `run_id` and read its graph (two statements); None when there is no such run.
     `used_s`: the seconds the step being ended has had, which its user is about to be charged
-    (`others_waiting` compares the users' service with it counted)."""
+    (`others_waiting` compares the users' service with it counted, and the stack's time slice,
+    `AGENTQ_FAIR_SLICE_S`: `models.engine.fair_queue.OWED`)."""
     row = sql.one(session, LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key})
     if row is None:
         return None
@@ -134,7 +136,8 @@ def lock(
         "user_id": row.user_id,
         "checking": row.replan_check != "off",
     }
-    graph = sql.one(session, RUN_GRAPH, {**params, "now": utcnow(), "used_s": used_s})
+    times = {"now": utcnow(), "used_s": used_s, "slice_s": get_settings().fair_slice_s}
+    graph = sql.one(session, RUN_GRAPH, {**params, **times})
     if graph.version is not None:
         step_ids, after = graph.version
         known = {s[0]: (s[1], s[2]) for s in graph.steps}

@@ -5,8 +5,13 @@ tasks, `models.engine.dispatch`) waits there in front of everyone who submits la
 user's 4 runs of 3 x 15 s steps took another user's one-step run from 0.2 s to 179 s (issue 27, item
 2). So the broker's order is not the order of work. A message is a wake-up: the worker that takes a
 fresh one runs the fair-next waiting item (`NEXT_ITEM`), whoever's it is
-(`worker.execution.wakeups`). The worker that ends a step runs its run's next step itself only when
-no other user is owed a turn (`OWED`, read with the run's lock in `models.engine.decisions`).
+(`worker.execution.wakeups`). The worker that ends a step takes the next item itself, in the same
+transaction: its run's next step while no other user is owed a turn (`OWED`, read with the run's
+lock in `models.engine.decisions`), else the fair-next item, whoever's. A user is owed a turn once
+it is `AGENTQ_FAIR_SLICE_S` of service behind (a time slice: a scheduler's minimum granularity,
+as Linux CFS has), so a run of short steps runs on in one worker rather than taking turns step by
+step, each turn a transaction and a broker message more, while another user's run waits at most
+one slice more than one busy step.
 
 Waiting items, each with its due time: a queued step due now (`queued_at`), a running step whose
 lease expired (its worker was lost: taken back in the claim), and a run in `planning`,
@@ -80,11 +85,12 @@ FROM (SELECT w.* FROM ({WAITING}) w LEFT JOIN user_service u ON u.user_id = w.us
       ORDER BY coalesce(u.service_s, 0), w.run_at, w.run_id, w.due, w.step_id NULLS FIRST
       LIMIT 1) n""")
 # owed: whether another user's waiting item is owed a turn before user :user_id's next step (that
-# user has had no more service than :user_id will have once :used_s is charged), or a step of a
-# lost worker waits to be taken back (it goes before any younger work, whoever's).
+# user will be at least :slice_s seconds of service behind :user_id once :used_s is charged), or a
+# step of a lost worker waits to be taken back (it goes before any younger work, whoever's).
 OWED: Final = f"""EXISTS (
     SELECT 1 FROM ({WAITING}) w LEFT JOIN user_service u ON u.user_id = w.user_id
-    WHERE w.status = 'running' OR (w.user_id <> :user_id AND coalesce(u.service_s, 0) <= :used_s
+    WHERE w.status = 'running' OR (w.user_id <> :user_id
+        AND coalesce(u.service_s, 0) + :slice_s <= :used_s
         + coalesce((SELECT m.service_s FROM user_service m WHERE m.user_id = :user_id), 0)))"""
 # charge: add :used_s worker seconds to user :user_id's service.
 CHARGE: Final = """

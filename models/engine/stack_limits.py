@@ -52,13 +52,14 @@ LIMITS: Final[tuple[str, ...]] = (
     "user_max_active_runs",
     "user_submits_per_minute",
     "user_max_running_steps",
+    "fair_slice_s",
     "step_data_max_bytes",
     "run_step_data_max_bytes",
     "user_step_data_max_bytes",
     *(field for _, default, ceiling in BUDGET_CEILINGS for field in (default, ceiling)),
 )
-"""The `Settings` fields that are the stack's (quotas, the dispatch cap, the step-data caps per
-step, run and user, default budgets and their ceilings)."""
+"""The `Settings` fields that are the stack's (quotas, the dispatch cap, fair order's time slice,
+the step-data caps per step, run and user, default budgets and their ceilings)."""
 REFRESH_S: Final = 10.0  # how stale a worker's or scheduler's copy may be (`refresh`)
 _SESSION_KEY: Final = "agentq.stack_limits"  # Session.info: the rows read in this transaction
 log = structlog.get_logger("agentq.stack_limits")

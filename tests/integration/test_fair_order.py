@@ -1,5 +1,6 @@
 """The fair order on real Postgres (`models.engine.fair_queue`): least-served user first, oldest run
-within a user, a lost worker's step before its user's younger runs, a returning user lifted.
+within a user, a lost worker's step before its user's younger runs, a returning user lifted, and
+another user owed a turn once a time slice behind.
 
 Each test sets its rows up in one transaction, reads the order there and rolls back, so the
 engine's reconciler and workers never see them; other tests' rows share this database, so the
@@ -17,7 +18,8 @@ from sqlmodel import Session
 
 from models import sql
 from models.db import session_scope
-from models.engine import fair_queue
+from models.engine import decisions, fair_queue
+from models.settings import get_settings
 from models.tables import Run, Step, utcnow
 from tests.integration.conftest import run_steps
 
@@ -132,3 +134,27 @@ def test_a_user_back_from_a_pause_is_lifted_to_the_active_users_least(
         session.rollback()
     assert lifted == FLOOR_S + 100  # the least among the active users
     assert kept == FLOOR_S + 100
+
+
+def test_a_user_is_owed_a_turn_once_a_time_slice_behind(
+    make_run: Callable[..., int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`AGENTQ_FAIR_SLICE_S`: the worker ending a step of `a` runs `a`'s next one itself while
+    the waiting `b` is less than one slice of service behind, and turns to `b` after."""
+    monkeypatch.setenv("AGENTQ_FAIR_SLICE_S", "0.5")
+    get_settings.cache_clear()
+    a, b = _user("a"), _user("b")
+    try:
+        with session_scope() as session:
+            _served(session, a, FLOOR_S)
+            _served(session, b, FLOOR_S + 0.25)  # b has had a quarter second more than a
+            a_run = make_run([NOOP], user=a, start=False)
+            session.get(Run, a_run).status = "running"  # type: ignore[union-attr]
+            _waiting_step(session, make_run, b, due_ago_s=1)
+            within = decisions.lock(session, a_run, used_s=0.5)  # a 0.25 s ahead of b
+            beyond = decisions.lock(session, a_run, used_s=0.8)  # 0.55 s ahead: over the slice
+            session.rollback()
+    finally:
+        get_settings.cache_clear()
+    assert within is not None and not within.others_waiting
+    assert beyond is not None and beyond.others_waiting

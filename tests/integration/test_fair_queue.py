@@ -7,6 +7,7 @@
 - A step taken back from a killed worker is claimed again before the younger steps of a backlog
   waiting in the broker, not behind them (issue 27: kill to recommit p90 80 s with ~96 queued).
 - A chain of one run's steps in one task stops at `AGENTQ_CHAIN_MAX_S`.
+- The worker that ends a step takes another user's waiting step itself, in that transaction.
 
 The dispatch cap is off here (AGENTQ_USER_MAX_RUNNING_STEPS 0), so a backlog waits in the broker,
 as deep as a user can make it. Embeddings are `hash` (see tests/integration/test_dispatch.py).
@@ -15,6 +16,7 @@ as deep as a user can make it. Embeddings are `hash` (see tests/integration/test
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -154,3 +156,29 @@ def test_a_chain_stops_at_its_wall_time_bound(submit: Submit) -> None:
             chains.append(0)
         chains[-1] += 1
     assert max(chains) <= 2, f"steps per task: {chains}"
+
+
+def _worker_lines(stack: LocalStack, event: str, step_id: int) -> list[str]:
+    pattern = re.compile(rf"{re.escape(event)}\b.*\bstep_id={step_id}\b")
+    text = stack.log_path("worker").read_text(errors="replace")
+    return [line for line in text.splitlines() if pattern.search(line)]
+
+
+def test_a_worker_that_ends_a_step_takes_another_users_step_itself(
+    one_worker: LocalStack, submit: Submit
+) -> None:
+    """DESIGN.md, invariant 13: the worker that ends the busy user's step claims the other
+    user's step in the same transaction (`chain.step`), with no broker hop; that step's own
+    message then finds it taken and is spent (`execute_step.spent`)."""
+    busy, other = new_user("chaining"), new_user("taken")
+    busy_run = submit(sleeps(3, CHAIN_MAX_S / 3), user=busy)  # a step may chain after each
+    wait_until(lambda: bool(_started(busy)), "the busy user's first step started")
+    quick = submit(sleeps(1, 0.0), user=other)
+    assert wait_for_run(quick).status == "succeeded"
+    (step,) = run_steps(quick)
+    assert _worker_lines(one_worker, "chain.step", step.id or 0), "not taken by a chain"
+    wait_until(
+        lambda: bool(_worker_lines(one_worker, "execute_step.spent", step.id or 0)),
+        "the taken step's own message was spent",
+    )
+    assert wait_for_run(busy_run).status == "succeeded"
