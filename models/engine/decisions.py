@@ -43,9 +43,9 @@ FOR UPDATE OF r"""
 # run_graph: the current version's steps, in order, and what each waits for; the name and
 # status of every step of the run; the failed steps a version answered; the steps of the current
 # version after which the should-replan check answered `replan` (read only for a run that
-# checks: `models.plans.plan_checks`); whether another user's waiting item is owed a turn first
-# (`models.engine.fair_queue.OWED`). A statement of its own, after the lock, so that it sees what
-# committed while the lock was awaited.
+# checks: `models.plans.plan_checks`); for a worker ending a step (:ending), whether another user's
+# waiting item is owed a turn first (`models.engine.fair_queue.OWED`). A statement of its own, after
+# the lock, so that it sees what committed while the lock was awaited.
 RUN_GRAPH: Final = f"""
 SELECT
     (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v
@@ -57,7 +57,7 @@ SELECT
     (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c
      WHERE :checking AND c.run_id = :run_id AND c.plan_version = :plan_version
         AND c.verdict = 'replan') AS doubted,
-    {fair_queue.OWED} AS others_waiting"""
+    CASE WHEN :ending THEN {fair_queue.OWED} ELSE false END AS others_waiting"""
 
 
 @dataclass
@@ -111,12 +111,13 @@ class Locked:
 
 
 def lock(
-    session: Session, run_id: int, *, erasure_key: str | None = None, used_s: float = 0.0
+    session: Session, run_id: int, *, erasure_key: str | None = None, used_s: float | None = None
 ) -> Locked | None:
     """Lock run `run_id` and read its graph (two statements); None when there is no such run.
-    `used_s`: the seconds the step being ended has had, which its user is about to be charged
-    (`others_waiting` compares the users' service with it counted, and the stack's time slice,
-    `AGENTQ_FAIR_SLICE_S`: `models.engine.fair_queue.OWED`)."""
+    `used_s`, for a worker ending a step: the seconds that step has had, which its user is about
+    to be charged; then `others_waiting` is read (the users' service compared with it counted,
+    and the stack's time slice, `AGENTQ_FAIR_SLICE_S`: `models.engine.fair_queue.OWED`), else it
+    is False and not read (a decision at a submit, a plan's or the coordinator's)."""
     row = sql.one(session, LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key})
     if row is None:
         return None
@@ -136,7 +137,12 @@ def lock(
         "user_id": row.user_id,
         "checking": row.replan_check != "off",
     }
-    times = {"now": utcnow(), "used_s": used_s, "slice_s": get_settings().fair_slice_s}
+    times = {
+        "now": utcnow(),
+        "ending": used_s is not None,
+        "used_s": used_s or 0.0,
+        "slice_s": get_settings().fair_slice_s,
+    }
     graph = sql.one(session, RUN_GRAPH, {**params, **times})
     if graph.version is not None:
         step_ids, after = graph.version
