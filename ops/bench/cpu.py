@@ -6,7 +6,7 @@ The stack is sampled with psutil at the start and the end of a round, by group:
 - each child of this process with all its descendants, grouped by its command line (`GROUPS`):
   `worker` (the Celery `steps` worker and its pool processes), `coordinator` (the scheduler's
   worker, its pool process and beat), `redis`, `bench children` (LangGraph's benchmark
-  processes and multiprocessing's resource tracker);
+  processes, DBOS's executor processes and multiprocessing's resource tracker);
 - `postgres`: the postmaster (its pid is the first line of `<pgdata>/postmaster.pid`, a file
   Postgres documents) and its descendants: one backend per connection, the checkpointer,
   background writer, WAL writer, autovacuum launcher and workers.
@@ -52,7 +52,7 @@ GROUPS = (
     ("worker.app", "worker"),
     ("scheduler.app", "coordinator"),
     ("redis", "redis"),
-    ("multiprocessing", "bench children"),  # LangGraph's processes, multiprocessing's tracker
+    ("multiprocessing", "bench children"),  # LangGraph's and DBOS's processes, the tracker
 )
 
 

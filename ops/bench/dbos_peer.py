@@ -21,7 +21,8 @@ DBOS keeps its tables in its own database, `dbos_bench`, of the stack's Postgres
 A round is timed from the first enqueue to the newest `dbos.workflow_status.updated_at` (epoch
 ms, written by the executor that ends the workflow) of the batch. Between rounds the executors
 are stopped (SIGSTOP) and resumed (SIGCONT) at the next `run`: idle, each polls Postgres every
-0.05 s, which would otherwise be charged to the other systems' rounds.
+0.05 s (two idle executors used 15% of a core, measured 2026-12-05), which would otherwise be
+charged to the other systems' rounds.
 """
 
 from __future__ import annotations
