@@ -6,7 +6,7 @@ The stack is sampled with psutil at the start and the end of a round, by group:
 - each child of this process with all its descendants, grouped by its command line (`GROUPS`):
   `worker` (the Celery `steps` worker and its pool processes), `coordinator` (the scheduler's
   worker, its pool process and beat), `redis`, `bench children` (LangGraph's benchmark
-  processes and multiprocessing's resource tracker);
+  processes, DBOS's executor processes and multiprocessing's resource tracker);
 - `postgres`: the postmaster (its pid is the first line of `<pgdata>/postmaster.pid`, a file
   Postgres documents) and its descendants: one backend per connection, the checkpointer,
   background writer, WAL writer, autovacuum launcher and workers.
@@ -55,7 +55,7 @@ GROUPS = (
     ("uvicorn", "api"),
     ("ops.cli up", "agentq up"),  # the supervisor of `agentq up` (ops.bench.up_stack)
     ("redis", "redis"),
-    ("multiprocessing", "bench children"),  # the peers' processes, multiprocessing's tracker
+    ("multiprocessing", "bench children"),  # LangGraph's and DBOS's processes, the tracker
 )
 
 

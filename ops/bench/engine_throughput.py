@@ -1,11 +1,11 @@
-"""Engine throughput: agentq steps per second against raw Celery and LangGraph, in one run.
+"""Engine throughput: agentq steps per second against raw Celery, LangGraph and DBOS, in one run.
 
 `python -m ops.bench.engine_throughput [--plans 20] [--steps 5 | --parallel K] [--workers 2]`
 `python -m ops.bench.engine_throughput --workers 1,2,4 [--plans 200 --steps 1 --sleep 0.1]`
 
 Needs the `bench` extra (`pip install -e '.[bench]'`). One embedded engine (`ops.local.
 start_engine`: Postgres 18 with pgvector, Redis, the `steps` worker with `--workers` processes,
-the coordinator with beat) serves three systems, each measured on it in alternating rounds
+the coordinator with beat) serves four systems, each measured on it in alternating rounds
 (`ops.bench.rounds`; medians reported):
 - agentq (`ops.bench.agentq_peer`): `--plans` runs of `--steps` `noop` tool steps in order, or
   with `--parallel K` of K independent steps (`"after": []`), timed from the first submit to
@@ -14,7 +14,10 @@ the coordinator with beat) serves three systems, each measured on it in alternat
   and worker processes (with `--parallel K`, K lone tasks per plan), no durability at all;
 - LangGraph (`ops.bench.langgraph_peer`): as many invocations of a graph of as many no-op nodes
   (a chain, or a fan-out of K), checkpointed by `PostgresSaver` with `durability="sync"` into
-  the same Postgres, on as many OS processes as agentq has workers.
+  the same Postgres, on as many OS processes as agentq has workers;
+- DBOS (`ops.bench.dbos_peer`): as many workflows of as many no-op `@DBOS.step`s (in order, or
+  K at once), enqueued on a DBOS queue polled every 0.05 s by as many executor processes as
+  agentq has workers, its tables in their own database of the same Postgres server.
 For each: steps per second, and CPU milliseconds per step of every process of the stack
 (`ops.bench.cpu`); then agentq's rate over each peer's. Then agentq's dispatch latency at low
 load (`--latency-runs` runs one at a time): p50 and p99 of `steps.started_at - queued_at`.
@@ -38,23 +41,36 @@ from ops.bench import figures as fig
 from ops.bench.agentq_peer import agentq_round, dispatch_latencies, one_at_a_time, plan_of
 from ops.bench.celery_peer import raw_round
 from ops.bench.cpu import CpuMeter
+from ops.bench.dbos_peer import DBOSPeer, WorkflowSpec
 from ops.bench.harness import Engine, engine, engine_env
-from ops.bench.langgraph_peer import GraphSpec, LangGraphPeer
+from ops.bench.langgraph_peer import GraphSpec, LangGraphPeer, Shape
 from ops.bench.rounds import System, alternate
 from ops.bench.scaling import scaling
 
 LANGGRAPH = "LangGraph"
 LANGGRAPH_POSTGRES = "langgraph-checkpoint-postgres"
+DBOS = "DBOS"
 
 
 def comparison(args: argparse.Namespace, workers: int) -> None:
-    """agentq, raw Celery and LangGraph on one engine; print the figures."""
+    """agentq, raw Celery, LangGraph and DBOS on one engine; print the figures."""
     steps = args.parallel or args.steps
     plan = plan_of(steps, parallel=bool(args.parallel))  # refused before anything starts
-    spec = GraphSpec("fanout" if args.parallel else "chain", steps)
-    with engine(args.data_dir, workers, engine_env(args.embedder, args.dispatch_cap)) as eng:
-        with LangGraphPeer(eng.database_url, processes=workers, spec=spec) as graphs:
-            systems = comparison_systems(args, eng, graphs, plan)
+    shape: Shape = "fanout" if args.parallel else "chain"
+    env = engine_env(args.embedder, args.dispatch_cap)
+    with engine(args.data_dir, workers, env) as eng:
+        with (
+            LangGraphPeer(
+                eng.database_url, processes=workers, spec=GraphSpec(shape, steps)
+            ) as graphs,
+            DBOSPeer(
+                eng.database_url,
+                processes=workers,
+                spec=WorkflowSpec(shape, steps),
+                worker_concurrency=args.dbos_concurrency or None,
+            ) as flows,
+        ):
+            systems = comparison_systems(args, eng, graphs, flows, plan)
             found = alternate(systems, args.rounds, CpuMeter(eng.pgdata), eng.settle)
         latencies = low_load_latencies(eng, args.latency_runs, plan)
     kind = "independent noop steps" if args.parallel else "noop steps in order"
@@ -62,9 +78,9 @@ def comparison(args: argparse.Namespace, workers: int) -> None:
 
 
 def comparison_systems(
-    args: argparse.Namespace, eng: Engine, graphs: LangGraphPeer, plan: PlanSpec
+    args: argparse.Namespace, eng: Engine, graphs: LangGraphPeer, flows: DBOSPeer, plan: PlanSpec
 ) -> list[System]:
-    """agentq, raw Celery, LangGraph: `args.plans` x the plan's steps per round each."""
+    """agentq, raw Celery, LangGraph, DBOS: `args.plans` x the plan's steps per round each."""
     plans, steps, parallel = args.plans, len(plan.steps), bool(args.parallel)
     return [
         System(
@@ -85,6 +101,12 @@ def comparison_systems(
             run=lambda: graphs.run(plans),
             warm_up=lambda: graphs.run(graphs.processes),
         ),
+        System(
+            DBOS,
+            plans * steps,
+            run=lambda: flows.run(plans),
+            warm_up=lambda: flows.run(flows.processes),
+        ),
     ]
 
 
@@ -104,13 +126,14 @@ def report(
     latencies: dict[str, list[float]],
 ) -> None:
     """Print the setup, the comparison table, the ratios, the latencies and the summary."""
-    agentq, raw, graphs = found
+    agentq, raw, graphs, flows = found
     print(f"\nmachine: {fig.machine()}")
     for line in setup_lines(args, workers, shape):
         print(line)
     print("\n" + fig.markdown_table(fig.COMPARISON_HEAD, fig.comparison_rows(found)) + "\n")
     print(fig.markdown_table(*fig.cpu_rows(found)) + "\n")
     print(fig.ratio_line(agentq, graphs))
+    print(fig.ratio_line(agentq, flows))
     print(fig.ratio_line(agentq, raw))
     for line in fig.latency_lines(latencies):
         print(line)
@@ -121,12 +144,15 @@ def setup_lines(args: argparse.Namespace, workers: int, shape: str) -> list[str]
     """What ran: each system's processes and settings, the workload, the rounds."""
     cap = "default" if args.dispatch_cap is None else str(args.dispatch_cap)
     versions = ", ".join(f"{p} {version(p)}" for p in ("langgraph", LANGGRAPH_POSTGRES))
+    concurrency = args.dbos_concurrency or "unlimited"
     return [
         f"agentq: {workers} worker processes (steps queue) + 1 coordinator process with beat; "
         f"embeddings {args.embedder}; dispatch cap {cap}",
         "raw Celery: the same broker and worker processes; no result backend, no rows",
         f"LangGraph: {workers} processes, PostgresSaver, durability=sync, the same Postgres "
         f"({versions})",
+        f"DBOS: {workers} executor processes, queue polled every 0.05 s, worker concurrency "
+        f"{concurrency}; its own database of the same Postgres (dbos {version('dbos')})",
         f"workload per round: {shape}; median of {args.rounds} rounds, order rotated",
     ]
 
@@ -151,6 +177,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=parse_workers, default=[2], help="e.g. 2, or 1,2,4")
     p.add_argument("--sleep", type=float, default=0.1, help="scaling: each sleep step's s")
     p.add_argument("--dispatch-cap", type=int, default=None, help="AGENTQ_USER_MAX_RUNNING_STEPS")
+    p.add_argument(
+        "--dbos-concurrency", type=int, default=0, help="DBOS worker_concurrency; 0: unlimited"
+    )
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per system")
     p.add_argument("--latency-runs", type=int, default=20, help="one-at-a-time runs; 0: skip")
     p.add_argument("--embedder", default="hash", choices=["hash", "local"], help="embeddings")
