@@ -68,14 +68,47 @@ def execute(session: Session, sql: str, params: Mapping[str, Any] | None = None)
         prepare = False if isinstance(sql, Replanned) else None
         return cursor.execute(driver_sql(sql), params or {}, prepare=prepare)
     except psycopg.Error as error:
-        dialect = connection.dialect
-        dropped = dialect.is_disconnect(error, driver, cursor)  # type: ignore[arg-type]
-        if dropped:
-            connection.invalidate(error)
-            connection.engine.dispose(close=False)  # its other pooled connections are as old
-        raise sa.exc.DBAPIError.instance(
-            sql, params, error, psycopg.Error, connection_invalidated=dropped
-        ) from error
+        raise _translated(connection, driver, error, sql, params) from error
+
+
+def _translated(
+    connection: sa.Connection,
+    driver: Any,
+    error: psycopg.Error,
+    sql: str,
+    params: Mapping[str, Any] | None,
+) -> sa.exc.StatementError:
+    """A driver error as SQLAlchemy's `DBAPIError` (`connection_invalidated` for a dropped
+    connection, which is invalidated, and its engine's other pooled connections with it)."""
+    dropped = connection.dialect.is_disconnect(error, driver, None)  # type: ignore[arg-type]
+    if dropped:
+        connection.invalidate(error)
+        connection.engine.dispose(close=False)  # its other pooled connections are as old
+    return sa.exc.DBAPIError.instance(
+        sql, params, error, psycopg.Error, connection_invalidated=dropped
+    )
+
+
+def first_rows(session: Session, *statements: tuple[str, Mapping[str, Any]]) -> list[Any]:
+    """The first row (or None) of each of `statements` (`(sql, params)`), run in order in the
+    session's transaction and sent together, in one round trip (psycopg's pipeline mode): the
+    server runs each after the one before has finished, each with its own snapshot (READ
+    COMMITTED), so a statement after a lock sees what committed while the lock was awaited.
+    Raises as `execute`; then none of them is taken to have run."""
+    if session.new or session.dirty or session.deleted:
+        session.flush()
+    connection, driver = _connections(session)
+    cursors = []
+    try:
+        with driver.pipeline():
+            for sql, params in statements:
+                cursor = driver.cursor(row_factory=namedtuple_row)
+                prepare = False if isinstance(sql, Replanned) else None
+                cursor.execute(driver_sql(sql), params, prepare=prepare)
+                cursors.append(cursor)
+        return [cursor.fetchone() for cursor in cursors]
+    except psycopg.Error as error:
+        raise _translated(connection, driver, error, statements[0][0], statements[0][1]) from error
 
 
 def _connections(session: Session) -> tuple[sa.Connection, Any]:

@@ -45,19 +45,24 @@ FOR UPDATE OF r"""
 # version after which the should-replan check answered `replan` (read only for a run that
 # checks: `models.plans.plan_checks`); for a worker ending a step (:ending), whether another user's
 # waiting item is owed a turn first (`models.engine.fair_queue.OWED`). A statement of its own, after
-# the lock, so that it sees what committed while the lock was awaited.
+# the lock, so that it sees what committed while the lock was awaited; it reads the run's version,
+# user and check from the row itself, so it is sent with LOCK_RUN in one round trip (`lock`).
 RUN_GRAPH: Final = f"""
+WITH run_row AS (
+    SELECT plan_version, user_id, replan_check <> 'off' AS checking FROM runs WHERE id = :run_id)
 SELECT
-    (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v
-     WHERE v.run_id = :run_id AND v.version = :plan_version) AS version,
+    (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v, run_row
+     WHERE v.run_id = :run_id AND v.version = run_row.plan_version) AS version,
     (SELECT coalesce(jsonb_agg(jsonb_build_array(s.id, s.name, s.status)), '[]'::jsonb)
      FROM steps s WHERE s.run_id = :run_id) AS steps,
     (SELECT coalesce(jsonb_agg(p.replaces_step_id), '[]'::jsonb) FROM plan_versions p
      WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled,
-    (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c
-     WHERE :checking AND c.run_id = :run_id AND c.plan_version = :plan_version
+    (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c, run_row
+     WHERE run_row.checking AND c.run_id = :run_id AND c.plan_version = run_row.plan_version
         AND c.verdict = 'replan') AS doubted,
-    CASE WHEN :ending THEN {fair_queue.OWED} ELSE false END AS others_waiting"""
+    CASE WHEN :ending THEN (
+        SELECT {fair_queue.OWED.replace(":user_id", "run_row.user_id")} FROM run_row)
+    ELSE false END AS others_waiting"""
 
 
 @dataclass
@@ -113,12 +118,23 @@ class Locked:
 def lock(
     session: Session, run_id: int, *, erasure_key: str | None = None, used_s: float | None = None
 ) -> Locked | None:
-    """Lock run `run_id` and read its graph (two statements); None when there is no such run.
+    """Lock run `run_id` and read its graph (two statements, in one round trip:
+    `models.sql.first_rows`); None when there is no such run.
     `used_s`, for a worker ending a step: the seconds that step has had, which its user is about
     to be charged; then `others_waiting` is read (the users' service compared with it counted,
     and the stack's time slice, `AGENTQ_FAIR_SLICE_S`: `models.engine.fair_queue.OWED`), else it
     is False and not read (a decision at a submit, a plan's or the coordinator's)."""
-    row = sql.one(session, LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key})
+    times = {
+        "now": utcnow(),
+        "ending": used_s is not None,
+        "used_s": used_s or 0.0,
+        "slice_s": get_settings().fair_slice_s,
+    }
+    row, graph = sql.first_rows(
+        session,
+        (LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key}),
+        (RUN_GRAPH, {"run_id": run_id, **times}),
+    )
     if row is None:
         return None
     locked = Locked(
@@ -131,19 +147,6 @@ def lock(
         tokens_spent=bool(row.tokens_spent),
         plan_version=row.plan_version,
     )
-    params = {
-        "run_id": run_id,
-        "plan_version": row.plan_version,
-        "user_id": row.user_id,
-        "checking": row.replan_check != "off",
-    }
-    times = {
-        "now": utcnow(),
-        "ending": used_s is not None,
-        "used_s": used_s or 0.0,
-        "slice_s": get_settings().fair_slice_s,
-    }
-    graph = sql.one(session, RUN_GRAPH, {**params, **times})
     if graph.version is not None:
         step_ids, after = graph.version
         known = {s[0]: (s[1], s[2]) for s in graph.steps}
