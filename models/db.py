@@ -66,11 +66,31 @@ def get_engine(url: str | None = None) -> Engine:
     url = url or database_url()
     key = (os.getpid(), url)
     if key not in _engines:
-        engine = sa.create_engine(url, pool_recycle=POOL_RECYCLE_S, pool_size=5, max_overflow=5)
+        engine = sa.create_engine(
+            url,
+            pool_recycle=POOL_RECYCLE_S,
+            pool_size=5,
+            max_overflow=5,
+            connect_args=driver_options(),
+        )
         event.listen(engine, "checkin", _note_checkin)
         event.listen(engine, "checkout", _ping_if_idle)
         _engines[key] = engine
     return _engines[key]
+
+
+def driver_options() -> dict[str, Any]:
+    """psycopg's connection options (SQLAlchemy's `connect_args`) for `AGENTQ_DATABASE_POOLER`:
+    through a transaction pooler, `prepare_threshold=None`, so psycopg prepares no statement on
+    the server (by default it prepares one run five times on a connection). A prepared statement
+    belongs to one server connection, and a transaction pooler hands each transaction any of
+    them: the next client's `_pg3_0` then already exists there, or its own is missing (psycopg
+    docs, "Server-side binding", on PgBouncer; PgBouncer docs, "Features": its own prepared
+    statement support needs `max_prepared_statements`, 1.21 or newer). Every engine agentq makes
+    passes these (this module's, the migrations')."""
+    if get_settings().database_pooler == "transaction":
+        return {"prepare_threshold": None}
+    return {}
 
 
 def _note_checkin(dbapi_connection: Any, record: Any) -> None:

