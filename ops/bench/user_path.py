@@ -40,6 +40,7 @@ from ops.bench import profiles
 from ops.bench.agentq_peer import agentq_round, plan_of, wait_for_runs
 from ops.bench.api_users import ApiUsers
 from ops.bench.cpu import CpuMeter, group_of
+from ops.bench.dbos_peer import DBOSPeer, WorkflowSpec
 from ops.bench.harness import settings_here, wait_until_idle
 from ops.bench.langgraph_peer import GraphSpec, LangGraphPeer
 from ops.bench.rounds import System, alternate
@@ -108,10 +109,9 @@ def _rounds(
     ]
     with ExitStack() as peers:
         if not args.agentq_only:
-            from ops.bench.dbos_peer import DBOSPeer
-
+            flows = WorkflowSpec("chain", steps)
+            dbos = peers.enter_context(DBOSPeer(stack.database_url, processes=workers, spec=flows))
             spec = GraphSpec("chain", steps)
-            dbos = peers.enter_context(DBOSPeer(stack.database_url, processes=workers, spec=spec))
             graphs = peers.enter_context(
                 LangGraphPeer(stack.database_url, processes=workers, spec=spec)
             )
