@@ -73,10 +73,11 @@ def run_foreground(argv: list[str], settings: Settings) -> NoReturn:
 
 
 def _settings() -> Settings:
-    """The settings as the environment and `.env` give them now (never `agentq up`'s)."""
-    from models.settings import Settings
+    """The settings as the environment and `.env` give them now (never `agentq up`'s). Raises
+    `ConfigurationError` naming the variable for a value it cannot take."""
+    from models.settings import read_settings
 
-    return Settings()
+    return read_settings()
 
 
 def _level(value: str) -> str:

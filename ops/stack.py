@@ -36,7 +36,7 @@ import psycopg
 from redis import RedisError
 
 from models.errors import StackError
-from models.settings import Settings, get_settings
+from models.settings import get_settings, read_settings
 from ops import data_dir as modes
 from ops import deployment, embedded_redis, processes
 from ops.deployment import SCHEDULE_FILE_NAME
@@ -60,7 +60,7 @@ LOG_TAIL_LINES = 20
 def default_data_dir() -> Path:
     """The data directory: `$AGENTQ_HOME` if set, else `~/.agentq` (`Settings.home`, read now,
     not the process's cached settings)."""
-    return Settings().home.expanduser()
+    return read_settings().home.expanduser()
 
 
 @dataclass

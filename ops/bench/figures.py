@@ -145,7 +145,7 @@ COMPARISON_HEAD = (
     "median s",
     "steps/s",
     "CPU ms/step, all processes",
-    "agentq / this, steps/s",
+    "first row's steps/s / this row's",
 )
 
 

@@ -172,9 +172,10 @@ def report(
     """Print the setup, the comparison, the ratios, the per-run breakdown and the latencies."""
     print(f"\nmachine: {fig.machine()}")
     peers = () if args.agentq_only else ("dbos", "langgraph", "langgraph-checkpoint-postgres")
+    named = ", ".join(f"{p} {version(p)}" for p in peers) or "none (--agentq-only)"
     print(
         f"agentq up --workers {args.workers}, default settings; {args.users} users over the "
-        f"API; peers: {', '.join(f'{p} {version(p)}' for p in peers)}"
+        f"API; peers: {named}"
     )
     shape = f"{args.plans} plans x {args.steps} noop steps in order"
     print(f"workload per round: {shape}; median of {args.rounds} rounds, order rotated\n")
@@ -214,14 +215,22 @@ def report(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        description="Engine throughput on the user's path: runs over agentq up's HTTP API by "
+        "several users, beside DBOS Transact and LangGraph on the same Postgres (module docstring: "
+        "what each system runs and how rounds are timed)."
+    )
     p.add_argument("--users", type=int, default=20, help="users submitting over the API")
     p.add_argument("--plans", type=int, default=100, help="runs per round")
     p.add_argument("--steps", type=int, default=5, help="steps per plan, max 50")
     p.add_argument("--workers", type=int, default=2, help="agentq up --workers, and each peer's")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per system")
     p.add_argument("--lone-runs", type=int, default=20, help="one-at-a-time API runs; 0: skip")
-    p.add_argument("--agentq-only", action="store_true", help="no peers (profiling)")
+    p.add_argument(
+        "--agentq-only",
+        action="store_true",
+        help="measure agentq alone, no DBOS or LangGraph rounds (for profiling)",
+    )
     p.add_argument(
         "--py-spy",
         type=Path,

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from models.engine.queue import celery_config, transport_options
+from models.errors import ConfigurationError
 from models.settings import Settings
 from ops import cli
 from ops.listen import Listen, env_text, hba_text, other_machines_text, remote_urls
@@ -52,6 +53,22 @@ def test_refuses_another_scheme_and_names_the_allowed(tmp_path: Path) -> None:
     result, execve = run_cli(["worker"], env)
     assert not execve.called
     assert "AGENTQ_BROKER_URL: scheme 'sqs'; allowed: redis, rediss, amqp" in str(result.exception)
+
+
+@pytest.mark.parametrize("command", ["worker", "scheduler", "sender", "api"])
+@pytest.mark.parametrize(
+    ("variable", "value"), [("AGENTQ_DATABASE_POOLER", "yes"), ("AGENTQ_FAIR_SLICE_S", "-1")]
+)
+def test_an_invalid_setting_is_one_line_naming_the_variable(
+    command: str, variable: str, value: str, tmp_path: Path
+) -> None:
+    """The deployment commands read settings as every other command does: a bad value is a
+    `ConfigurationError` naming the variable (one red line, exit 2 in `cli.main`), no traceback."""
+    env = {**URLS, "AGENTQ_HOME": str(tmp_path), variable: value}
+    result, execve = run_cli([command], env)
+    assert not execve.called
+    assert isinstance(result.exception, ConfigurationError), result.exception
+    assert str(result.exception).startswith(f"invalid settings: {variable}: ")
 
 
 def test_worker_execs_the_celery_worker_with_the_urls(tmp_path: Path) -> None:
