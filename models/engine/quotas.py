@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
+from models import sql
 from models.errors import UserQuotaExceeded
 from models.settings import Settings
 from models.tables import utcnow
@@ -29,18 +29,14 @@ ACTIVE_RUNS_RETRY_AFTER_S: Final = 30
 
 # submit_lock: one user's submits take turns until the transaction ends (a hash collision
 # between two users only makes them take turns too).
-SUBMIT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
-# active_runs: how many of the user's runs have not ended (partial index ix_runs_user_active).
-ACTIVE_RUNS = (
-    "SELECT count(*) FROM runs "
-    "WHERE user_id = :user_id AND status NOT IN ('succeeded', 'failed', 'cancelled')"
-)
-# recent_submits: when each of the user's runs created after :since was created, oldest first
-# (index ix_runs_user_created).
-RECENT_SUBMITS = (
-    "SELECT created_at FROM runs WHERE user_id = :user_id AND created_at > :since "
-    "ORDER BY created_at"
-)
+SUBMIT_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
+# quota_state: how many of the user's runs have not ended (partial index ix_runs_user_active),
+# and when each of its runs created after :since was created, oldest first (ix_runs_user_created).
+QUOTA_STATE: Final = """
+SELECT (SELECT count(*) FROM runs
+        WHERE user_id = :user_id AND status NOT IN ('succeeded', 'failed', 'cancelled')) AS active,
+    ARRAY(SELECT created_at FROM runs WHERE user_id = :user_id AND created_at > :since
+          ORDER BY created_at) AS recent"""
 
 
 def refusal(
@@ -90,17 +86,25 @@ def check_submit(session: Session, *, settings: Settings, user_id: str) -> None:
     """Raise `UserQuotaExceeded` when `user_id` may not submit a run now (see `refusal`).
 
     Call it in the transaction that inserts the run: the user's advisory lock is held until that
-    transaction ends, so a concurrent submit of the same user counts this one.
+    transaction ends, so a concurrent submit of the same user counts this one. The lock and the
+    counts are one round trip (`models.sql.first_rows`; the counts are read after the lock is
+    granted, in a snapshot of their own).
     """
     if not (settings.user_max_active_runs or settings.user_submits_per_minute):
         return
-    session.execute(sa.text(SUBMIT_LOCK), {"key": json.dumps(["submits", user_id])})
     now = utcnow()
-    active = session.scalar(sa.text(ACTIVE_RUNS), {"user_id": user_id}) or 0
     since = now - timedelta(seconds=SUBMIT_WINDOW_S)
-    recent = session.scalars(sa.text(RECENT_SUBMITS), {"user_id": user_id, "since": since}).all()
+    _, state = sql.first_rows(  # one round trip; the count is read once the lock is held
+        session,
+        (SUBMIT_LOCK, {"key": json.dumps(["submits", user_id])}),
+        (QUOTA_STATE, {"user_id": user_id, "since": since}),
+    )
     problem = refusal(
-        user_id=user_id, active=int(active), recent=list(recent), settings=settings, now=now
+        user_id=user_id,
+        active=int(state.active),
+        recent=list(state.recent),
+        settings=settings,
+        now=now,
     )
     if problem is not None:
         raise problem

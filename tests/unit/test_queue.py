@@ -54,3 +54,24 @@ def test_a_held_back_message_is_not_published(monkeypatch: pytest.MonkeyPatch) -
         queue._client.pop(pid)
         if saved is not None:
             queue._client[pid] = saved
+
+
+def test_sending_builds_no_result_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29's profile: Celery's `AsyncResult` made each new API thread build the app's result
+    backend (a scan of every installed package's entry points) for a result never asked for.
+    A message sent on kombu's in-memory broker leaves no backend in the sending thread."""
+    pid = os.getpid()
+    saved = queue._client.get(pid)
+    app = queue.make_celery("memory", Settings(_env_file=None, broker_url="memory://"))
+    queue._client[pid] = app
+    try:
+        queue.send(queue.TASK_EXECUTE_STEP, 7)
+        assert not hasattr(app._local, "backend")
+        with app.connection_for_read() as connection:
+            message = connection.SimpleQueue("steps").get(timeout=1)
+        assert message.headers["task"] == queue.TASK_EXECUTE_STEP
+        assert message.headers["argsrepr"] == "[7]"
+    finally:
+        queue._client.pop(pid)
+        if saved is not None:
+            queue._client[pid] = saved
