@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from sqlalchemy.orm import instrumentation
 from sqlmodel import Session
 
 from models import sql
@@ -180,16 +181,28 @@ def claim(
         if skip_locked:
             raise IllegalTransition("steps", step_id, "locked or taken", repr(expected))
         raise _refused(session, step_id, expected, now)
-    found = row._asdict()
-    fields = {k: v for k, v in found.items() if not k.startswith("run_")} | {"run_id": row.run_id}
     return Claim(
-        Step(**fields),
+        step_of(row),
         row.run_user_id,
         dict(row.run_facts),
         int(row.run_tries),
         row.run_replan_check,
         row.run_deadline_at,
     )
+
+
+_STEP_CLASS: Final = instrumentation.manager_of_class(Step)
+
+
+def step_of(row: Any) -> Step:
+    """The `Step` of a claim's row (its `steps` columns; the `run_*` ones are the run's), built as
+    SQLAlchemy builds a row it loads: the columns put in place, no `__init__`, whose attribute
+    by attribute ORM events cost 0.1 to 0.25 ms a step (issue 29's profile of chained steps).
+    Detached, like the object `Step(**columns)` made."""
+    step: Step = _STEP_CLASS.new_instance()
+    columns = row._asdict()
+    step.__dict__.update({name: columns[name] for name in Step.model_fields})
+    return step
 
 
 def end_attempt(

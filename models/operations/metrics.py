@@ -2,9 +2,9 @@
 
 The worker, the scheduler and the API record into these definitions; in a Celery pool each
 process writes its own files under the multiprocess directory (`models.operations.metrics_export`),
-which whoever serves `/metrics` adds up. Every metric here has labels, so no value exists before the
-first `.labels(...)`: the process's start-up code can switch prometheus-client to multiprocess
-mode after this module is imported (`models.operations.metrics_export.record_in`).
+which whoever serves `/metrics` adds up. Every metric here has labels, so no value exists before
+the first `.labels(...)` (`labeled`): the process's start-up code can switch prometheus-client to
+multiprocess mode after this module is imported (`models.operations.metrics_export.record_in`).
 
 What a transaction makes true is counted once it commits (`on_commit`), never when it rolls back:
 a step's outcome, a model call's spend. Nothing here makes a database round trip; the gauges that
@@ -14,11 +14,13 @@ describe rows (queue depth, active runs, open escalations) are read at scrape ti
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 from prometheus_client import Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -98,6 +100,16 @@ ALL: Final = (
 _PENDING: Final = "agentq.metrics.pending"  # Session.info key: records waiting for the commit
 
 
+@functools.cache
+def labeled(metric: MetricWrapperBase, *values: str) -> Any:
+    """`metric.labels(*values)` (in the metric's label order), looked up once per process.
+    prometheus-client keeps each labelled child for good too, but finds it again under a lock
+    with every label checked, once per call: with a step's counter and histogram that was about
+    a tenth of a chained step's worker CPU (issue 29's profile). The same child either way; its
+    value still follows a fork (prometheus-client's multiprocess values check the pid)."""
+    return metric.labels(*values)
+
+
 def on_commit(session: Session, record: Callable[[], None]) -> None:
     """Run `record` once `session`'s transaction commits, and never if it rolls back."""
     session.info.setdefault(_PENDING, []).append(record)
@@ -133,9 +145,9 @@ def step_ended(
     label = step_tool(kind, tool)
 
     def record() -> None:
-        STEPS.labels(status=status, tool=label).inc()
+        labeled(STEPS, status, label).inc()
         if started_at is not None:
-            STEP_DURATION.labels(tool=label).observe((now - started_at).total_seconds())
+            labeled(STEP_DURATION, label).observe((now - started_at).total_seconds())
 
     on_commit(session, record)
 
@@ -147,7 +159,7 @@ def step_dispatched(session: Session, step: Any) -> None:
         return
     latency = max(0.0, (step.started_at - step.queued_at).total_seconds())
     label = step_tool(step.kind, step.tool)
-    on_commit(session, lambda: DISPATCH_LATENCY.labels(tool=label).observe(latency))
+    on_commit(session, lambda: labeled(DISPATCH_LATENCY, label).observe(latency))
 
 
 def model_spent(session: Session, *, model: str, tokens: dict[str, int], cost_usd: float) -> None:
@@ -156,25 +168,25 @@ def model_spent(session: Session, *, model: str, tokens: dict[str, int], cost_us
 
     def record() -> None:
         for kind, count in tokens.items():
-            MODEL_TOKENS.labels(model=model, kind=kind).inc(count)
-        MODEL_COST.labels(model=model).inc(cost_usd)
+            labeled(MODEL_TOKENS, model, kind).inc(count)
+        labeled(MODEL_COST, model).inc(cost_usd)
 
     on_commit(session, record)
 
 
 def model_answered(*, provider: str, purpose: str, seconds: float) -> None:
     """Observe one model request's duration."""
-    MODEL_CALL_DURATION.labels(provider=provider, purpose=purpose).observe(seconds)
+    labeled(MODEL_CALL_DURATION, provider, purpose).observe(seconds)
 
 
 def model_failed(session: Session, *, provider: str, kind: str) -> None:
     """Count a request with no usable answer (`kind`: its `model.call` outcome), once `session`
     commits its event."""
-    on_commit(session, lambda: MODEL_CALL_ERRORS.labels(provider=provider, kind=kind).inc())
+    on_commit(session, lambda: labeled(MODEL_CALL_ERRORS, provider, kind).inc())
 
 
 def repaired(counts: dict[str, int]) -> None:
     """Count a committed reconcile's repairs (`scheduler.tasks.reconcile`'s counts by kind)."""
     for kind, count in counts.items():
         if count:
-            RECONCILER_REPAIRS.labels(kind=kind).inc(count)
+            labeled(RECONCILER_REPAIRS, kind).inc(count)
