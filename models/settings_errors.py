@@ -4,6 +4,7 @@ pydantic field (`models.settings.read_settings` raises them as `ConfigurationErr
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -17,8 +18,16 @@ def describe_parse_error(exc: SettingsError) -> str:
     return f"invalid settings: {name}: must be JSON (an object or a list, as documented); {exc}"
 
 
+# Words of a setting's name that say its value may hold a credential (a URL's or an endpoint's
+# password, a key, a secret): such a bad value is never echoed in an error, which reaches logs and
+# terminals. Whole words: `context_window_tokens` is a count.
+UNSHOWN: Final = frozenset({"url", "endpoint", "key", "secret", "secrets", "token", "password"})
+SHOWN_MAX_CHARS: Final = 60
+
+
 def describe_settings_error(exc: ValidationError) -> str:
-    """Pydantic's errors, each naming the environment variable rather than the field."""
+    """Pydantic's errors, each naming the environment variable rather than the field, and the
+    value given (`got '-1'`) unless it may hold a credential (`UNSHOWN`) or is long."""
     aliases = {
         "database_url": "DATABASE_URL",
         "broker_url": "BROKER_URL",
@@ -28,5 +37,11 @@ def describe_settings_error(exc: ValidationError) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         name = aliases.get(field, f"AGENTQ_{field.upper()}") if field else "settings"
-        parts.append(f"{name}: {error['msg']}")
+        given = error.get("input")
+        shown = (
+            isinstance(given, str | int | float)
+            and len(repr(given)) <= SHOWN_MAX_CHARS
+            and UNSHOWN.isdisjoint(field.split("_"))
+        )
+        parts.append(f"{name}: {error['msg']}" + (f" (got {given!r})" if shown else ""))
     return "invalid settings: " + "; ".join(parts)
