@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from api.schemas import NOT_BLANK_PATTERN
 from models.errors import (
     AgentqError,
     BrokerUnavailable,
@@ -117,20 +118,35 @@ def encodable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+# Patterns whose pydantic message (`String should match pattern '^[^\x00]*...'`) says less than
+# what they mean, and what they mean.
+PATTERN_MEANS: Final = {
+    NOT_BLANK_PATTERN: "must hold a character other than whitespace, and no NUL character"
+}
+
+
 def field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     """FastAPI's field errors without their `input`, every text made encodable; `ctx` values
-    that are not finite numbers become text (an exception, a pattern)."""
+    that are not finite numbers become text (an exception, a pattern); a pattern of
+    `PATTERN_MEANS` is said in words."""
     return [
         {
             "type": error["type"],
             "loc": [
                 part if isinstance(part, int) else encodable(str(part)) for part in error["loc"]
             ],
-            "msg": encodable(str(error["msg"])),
+            "msg": encodable(_message(error)),
             **({"ctx": _context(error["ctx"])} if error.get("ctx") else {}),
         }
         for error in exc.errors()
     ]
+
+
+def _message(error: Any) -> str:
+    pattern = (error.get("ctx") or {}).get("pattern")
+    if error["type"] == "string_pattern_mismatch" and pattern in PATTERN_MEANS:
+        return PATTERN_MEANS[pattern]
+    return str(error["msg"])
 
 
 def _context(ctx: dict[str, Any]) -> dict[str, Any]:

@@ -265,7 +265,7 @@ def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> Non
         ({"goal": "g", "user": "u", "budgets": {"tokens": 2**40}}, "tokens"),
         ({"goal": "g", "user": "u", "colour": "red"}, "colour"),
         ({"goal": "nul \u0000 inside", "user": "u"}, "NUL"),
-        ({"goal": "   ", "user": "u"}, "goal"),
+        ({"goal": "   ", "user": "u"}, "other than whitespace"),
         ({"goal": "g", "user": "u", "budgets": {"cost_usd": False}}, "cost_usd"),
         ({"goal": "g", "user": "u", "facts": {"k": "v"}, "plan": DEEP_PLAN}, "nest deeper"),
         ({"goal": "g", "user": "u", "plan": {"steps": []}}, "steps"),
