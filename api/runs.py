@@ -248,19 +248,21 @@ def submit(
     )
     if idempotency_key is None:
         submitted = commands.submit(request, describe=run_detail)
-        return _submitted_out(submitted.seen, submitted)
+        return submitted_out(submitted.seen, submitted)
     key = Key(f"token:{principal.token_id}", idempotency_key)
     once = commands.submit_once(request, key, describe=_run_json)
     if once.replayed:
         response.headers[REPLAYED_HEADER] = "true"
-    return _submitted_out(RunDetail.model_validate(once.seen), once)
+    return submitted_out(RunDetail.model_validate(once.seen), once)
 
 
 def _run_json(session: Session, run: Run) -> dict[str, Any]:
     return run_detail(session, run).model_dump(mode="json")
 
 
-def _submitted_out(run: RunDetail, submitted: Submitted[Any]) -> SubmittedOut:
+def submitted_out(run: RunDetail, submitted: Submitted[Any]) -> SubmittedOut:
+    """The answer to a submit (`POST /api/v1/runs`, `agentq run submit --json`): the run as
+    `run`, whether its messages were sent, and the values found in its goal."""
     pins = submitted.from_goal
     from_goal = GoalValuesOut(found=pins.found, pinned=pins.pinned, overridden=pins.overridden)
     return SubmittedOut(run=run, notified=submitted.notified, from_goal=from_goal)

@@ -33,6 +33,9 @@ IDEMPOTENCY_HELP = (
     "Submitting again with this key (within AGENTQ_IDEMPOTENCY_WINDOW_S, 24 h) answers with the "
     "run the first submit made; the same key with another request is refused."
 )
+SUBMIT_JSON_HELP = (
+    "Print one JSON document, as POST /api/v1/runs answers: the run, `notified`, `from_goal`."
+)
 console = Console()
 notes = Console(stderr=True)
 
@@ -69,8 +72,9 @@ def submit(
         str | None, typer.Option(metavar="KEY", help=IDEMPOTENCY_HELP)
     ] = None,
     watch_run: Annotated[bool, typer.Option("--watch", help="Watch until it ends.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=SUBMIT_JSON_HELP)] = False,
 ) -> None:
-    """Submit a goal; prints the run id."""
+    """Submit a goal; prints the run id (with --json, the API's answer to the same submit)."""
     from models.engine.submissions import RunRequest
     from models.front import commands
     from ops import views
@@ -78,6 +82,8 @@ def submit(
     from ops.inputs import parse_facts, read_plan
     from ops.watch import watch_until_settled
 
+    if as_json and watch_run:
+        raise typer.BadParameter("--json prints the submitted run once; --watch follows it: one")
     connect()
     if notice := commands.limits_notice():
         notes.print(Text(notice, style="yellow"), soft_wrap=True)
@@ -97,6 +103,9 @@ def submit(
     )
     submitted = _submitted(request, idempotency_key)
     run_id = submitted.run_id
+    if as_json:
+        _print_submitted(submitted)
+        return
     if submitted.replayed:
         console.print(f"run {run_id} submitted (before, with this key; nothing new submitted)")
     else:
@@ -117,3 +126,15 @@ def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:
         return commands.submit(request)
     scoped = Key(f"user:{request.user_id}", key, field="--idempotency-key")
     return commands.submit_once(request, scoped, describe=lambda _, run: {"run_id": run.id})
+
+
+def _print_submitted(submitted: Submitted[Any]) -> None:
+    """`submitted` as the API answers a submit (`api.runs.submitted_out`), the run read now."""
+    from api.runs import run_detail, submitted_out  # FastAPI's models: loaded only for --json
+    from models.db import session_scope
+    from models.engine.runs import get_run
+    from ops.json_output import print_json
+
+    with session_scope() as session:
+        detail = run_detail(session, get_run(session, submitted.run_id))
+    print_json(submitted_out(detail, submitted))

@@ -199,13 +199,16 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
             }
         )
     )
-    second = agentq(home, "run", "submit", "slow one", "--plan", str(slow))
-    run_id = re.search(r"run (\d+) submitted", second.stdout)
-    assert run_id, second.stdout + second.stderr
-    cancelled = agentq(home, "run", "cancel", run_id.group(1))
+    second = agentq(home, "run", "submit", "slow one", "--plan", str(slow), "--json")
+    answer = json.loads(second.stdout)  # the API's answer to a submit, and nothing else
+    assert answer["notified"] is True and answer["from_goal"]["pinned"] == {}, answer
+    assert answer["run"]["goal"] == "slow one" and answer["run"]["status"] == "running", answer
+    assert [s["name"] for s in answer["run"]["steps"]] == ["wait", "after"], answer
+    run_id = str(answer["run"]["id"])
+    cancelled = agentq(home, "run", "cancel", run_id)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-    assert f"run {run_id.group(1)} cancelled" in cancelled.stdout
-    assert "cancelled" in agentq(home, "run", "show", run_id.group(1)).stdout
+    assert f"run {run_id} cancelled" in cancelled.stdout
+    assert "cancelled" in agentq(home, "run", "show", run_id).stdout
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert not (home / "stack.json").exists()
@@ -219,6 +222,7 @@ def _no_runs(home: Path) -> bool:
 
 BAD_INPUTS = [
     (("submit", "x", "--wall-time", "inf"), "--wall-time"),
+    (("submit", "x", "--json", "--watch"), "--json"),
     (("submit", "x", "--wall-time", "1e12"), "--wall-time"),
     (("submit", "x", "--replans", "99999999999999999999"), "--replans"),
     (("submit", "x", "--tokens", "0"), "--tokens"),
