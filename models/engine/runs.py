@@ -14,12 +14,12 @@ from models.engine import events, quotas, stack_limits, tracing, transitions
 from models.errors import InvalidInput, NotFound
 from models.plans.graph import ancestors
 from models.plans.plan_checks import REPLAN_CHECKS
+from models.plans.plan_writes import add_plan_version
 from models.plans.plans import (
     MAX_CRITERIA,
     MAX_CRITERION_CHARS,
     PlanSpec,
     Splice,
-    add_plan_version,
 )
 from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem

@@ -24,12 +24,12 @@ from sqlmodel import Session, select
 from models import sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
 from models.plans import graph
-from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation, stored
+from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation
 from models.plans.references import referenced_facts, references
 from models.plans.step_outputs import MAX_OUTPUT_FIELDS, OutputSpec
 from models.states import STEP_NOT_STARTED
 from models.storable import parse_json, storable_problem
-from models.tables import PlanVersion, Run, Step, utcnow
+from models.tables import PlanVersion, Run, Step
 
 MAX_PLAN_STEPS: Final = 50
 MAX_INSTRUCTION_CHARS: Final = 4000
@@ -313,87 +313,3 @@ def handled_failures(session: Session, run_id: int) -> set[int]:
         )
     )
     return {r for r in rows if r is not None}
-
-
-def add_plan_version(
-    session: Session,
-    run: Run,
-    *,
-    splice: Splice,
-    new: Sequence[StepSpec | Step],
-    created_by: str,
-    max_attempts: int,
-    reason: str = "",
-) -> PlanVersion:
-    """Write plan version `run.plan_version + 1`: the kept steps of `splice` with the `new` ones
-    in the place of `splice.replaced` (`models.plans.graph.splice`; a `Step` in `new` is a row
-    already written, such as a reviewer's answer, which waits as an unwritten step would). The
-    version records the replaced step as the failure it answers (`replaces_step_id`), or the
-    deliverable that did not meet the run's goal, which leaves the version (`graph.remaining`).
-
-    The run's `plan_version` is moved to it by the caller's transition (`resume_run`), in the same
-    transaction. Raises `InvalidPlan` if the version is not a valid graph (callers validate with
-    `parse_plan` first). Returns the new `PlanVersion` row.
-    """
-    version = run.plan_version + 1
-    built = splice.build(new)
-    if built.problems:
-        raise InvalidPlan("; ".join(built.problems))
-    position = {key: i for i, key in enumerate(built.order)}
-    created = [s if isinstance(s, Step) else _new_step(run, version, s, max_attempts) for s in new]
-    for i, step in enumerate(created):  # set before the insert: no UPDATE per step after it
-        step.position = position[-(i + 1)]
-    for step in splice.kept:  # only a splice moves kept steps (one UPDATE each that moved)
-        if (step.id or 0) in position and step.position != position[step.id or 0]:
-            step.position = position[step.id or 0]  # (a succeeded step replaced is not kept)
-    session.add_all(created)
-    session.flush()
-    ids = {-(i + 1): s.id or 0 for i, s in enumerate(created)}
-    ids.update({s.id or 0: s.id or 0 for s in splice.kept})
-    row = PlanVersion(
-        run_id=run.id or 0,
-        version=version,
-        step_ids=[ids[k] for k in built.order],
-        after={str(ids[k]): [ids[d] for d in built.after[k]] for k in built.order},
-        created_by=created_by,
-        reason=reason,
-        replaces_step_id=splice.replaced,
-    )
-    session.add(row)
-    session.flush()
-    return row
-
-
-def _new_step(run: Run, version: int, spec: StepSpec, max_attempts: int) -> Step:
-    return Step(
-        run_id=run.id or 0,
-        plan_version=version,
-        position=0,
-        name=spec.name,
-        instruction=spec.instruction,
-        kind=spec.kind,
-        tool=spec.tool,
-        args=spec.args,
-        tools=spec.tools,
-        expect=stored(spec.expect),
-        output=dict(spec.output) if spec.output else None,
-        max_attempts=max_attempts,
-    )
-
-
-def add_answer_step(session: Session, run: Run, *, name: str, answer: dict[str, Any]) -> Step:
-    """A reviewer's answer, stored as an already-succeeded `human` step named `name`."""
-    step = Step(
-        run_id=run.id or 0,
-        plan_version=run.plan_version + 1,
-        position=0,
-        name=name,
-        instruction="answer from a reviewer",
-        kind="human",
-        status="succeeded",
-        result=answer,
-        finished_at=utcnow(),
-    )
-    session.add(step)
-    session.flush()
-    return step

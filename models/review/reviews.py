@@ -44,11 +44,10 @@ from models.errors import InvalidInput, NotFound
 from models.memory.messages import add_message
 from models.plans import plan_checks
 from models.plans.expectations import loaded
+from models.plans.plan_writes import add_answer_step, add_plan_version
 from models.plans.plans import (
     ArgsCheck,
     StepSpec,
-    add_answer_step,
-    add_plan_version,
     current_graph,
     current_steps,
     edit_splice,

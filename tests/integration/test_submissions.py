@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.db import session_scope
@@ -82,6 +83,53 @@ def test_an_explicit_plans_first_steps_are_queued_by_its_submit(sent: Sent) -> N
     a, b, _ = run_steps(submitted.run_id)
     assert sent == [(TASK_EXECUTE_STEP, (a.id,)), (TASK_EXECUTE_STEP, (b.id,))]  # no coordinate
     assert wait_for_run(submitted.run_id).status == "succeeded"
+
+
+def _step_rows(session: Session, run: Run) -> list[tuple[object, ...]]:
+    """The run's steps as stored, in the version's order, with its `after` of each."""
+    rows = session.execute(
+        sa.text(
+            "SELECT s.id, s.position, s.name, s.kind, s.tool, s.args, s.tools, s.expect, "
+            "jsonb_typeof(s.output) AS output_type, s.output, s.status, s.attempt, "
+            "s.max_attempts, s.deferrals, s.plan_version, v.step_ids, v.after "
+            "FROM steps s JOIN plan_versions v ON v.run_id = s.run_id AND v.version = 1 "
+            "WHERE s.run_id = :run_id ORDER BY s.position"
+        ),
+        {"run_id": run.id},
+    )
+    return [tuple(row) for row in rows]
+
+
+def test_a_plan_versions_steps_are_written_whole_in_its_order(sent: Sent) -> None:
+    """The new steps of a version are one statement (`models.plans.plan_writes.INSERT_STEPS`):
+    every column as the plan gave it, positions in the version's order, ids in its graph, and
+    no `output` stored as JSON null, as the ORM wrote it."""
+    plan = parse_plan(
+        {
+            "steps": [
+                {"name": "m", "kind": "model", "instruction": "sum", "output": {"total": "number"}},
+                {**_noop("b", "m"), "expect": [{"key": "value", "present": True}]},
+                {"name": "e", "kind": "tool", "tool": "echo", "args": {"value": "v"}, "after": []},
+            ]
+        },
+        tools=["noop", "echo"],
+    )
+    request = RunRequest(user_id=_user("rows"), goal="rows as written", plan=plan)
+    rows = submissions.submit(request, settings=get_settings(), describe=_step_rows).seen
+    ids = [row[0] for row in rows]
+    assert [row[1:5] for row in rows] == [
+        (0, "m", "model", None),
+        (1, "b", "tool", "noop"),
+        (2, "e", "tool", "echo"),
+    ]
+    assert [row[5] for row in rows] == [{}, {}, {"value": "v"}]
+    assert rows[1][7] == [{"key": "value", "present": True}] and rows[0][7] == rows[2][7] == []
+    assert [row[8] for row in rows] == ["object", "null", "null"]
+    assert rows[0][9] == {"total": "number"}
+    attempts = get_settings().step_max_attempts
+    assert all(row[11:15] == (0, attempts, 0, 1) for row in rows)
+    step_ids, after = rows[0][15], rows[0][16]
+    assert step_ids == ids and after == {str(ids[0]): [], str(ids[1]): [ids[0]], str(ids[2]): []}
 
 
 def test_a_goal_alone_is_sent_to_planning_by_its_submit(sent: Sent) -> None:

@@ -23,10 +23,10 @@ from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidPlan
 from models.memory.procedure_recall import RECALLED
 from models.plans import plan_checks
+from models.plans.plan_writes import add_plan_version
 from models.plans.plans import (
     PlanSpec,
     Splice,
-    add_plan_version,
     current_graph,
     current_steps,
     edit_splice,
