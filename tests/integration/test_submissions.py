@@ -5,6 +5,7 @@ every second here: TEST_ENV)."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -68,10 +69,31 @@ def sent(engine: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Sent:
 
 @pytest.fixture
 def broker_down(engine: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process's broker cannot be reached (the engine's processes still reach theirs)."""
+    """This process's broker cannot be reached (the engine's processes still reach theirs), once
+    no step of an earlier test is queued or running: a worker that ends a step goes on with the
+    oldest queued step of any run (`worker.execution.chains`), which would take a step whose
+    message was lost before the reconciler does."""
+    _wait_until_no_step_in_flight()
     monkeypatch.setenv("AGENTQ_BROKER_URL", DOWN_BROKER)
     monkeypatch.setitem(queue._client, os.getpid(), queue.make_celery("down"))
     yield
+
+
+IN_FLIGHT = sa.text(
+    "SELECT count(*) FROM steps WHERE status IN ('queued', 'running') "
+    "UNION ALL SELECT count(*) FROM runs WHERE status IN ('planning', 'replanning', 'synthesizing')"
+)
+
+
+def _wait_until_no_step_in_flight(timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with session_scope() as session:
+            counts = [int(n) for (n,) in session.execute(IN_FLIGHT)]
+        if not any(counts):
+            return
+        assert time.monotonic() < deadline, f"still in flight (steps, runs): {counts}"
+        time.sleep(0.1)
 
 
 def test_an_explicit_plans_first_steps_are_queued_by_its_submit(sent: Sent) -> None:
@@ -115,7 +137,8 @@ def test_a_plan_versions_steps_are_written_whole_in_its_order(sent: Sent) -> Non
         tools=["noop", "echo"],
     )
     request = RunRequest(user_id=_user("rows"), goal="rows as written", plan=plan)
-    rows = submissions.submit(request, settings=get_settings(), describe=_step_rows).seen
+    submitted = submissions.submit(request, settings=get_settings(), describe=_step_rows)
+    rows = submitted.seen
     ids = [row[0] for row in rows]
     assert [row[1:5] for row in rows] == [
         (0, "m", "model", None),
@@ -130,6 +153,7 @@ def test_a_plan_versions_steps_are_written_whole_in_its_order(sent: Sent) -> Non
     assert all(row[11:15] == (0, attempts, 0, 1) for row in rows)
     step_ids, after = rows[0][15], rows[0][16]
     assert step_ids == ids and after == {str(ids[0]): [], str(ids[1]): [ids[0]], str(ids[2]): []}
+    wait_for_run(submitted.run_id)  # its model step fails and is replanned: none left running
 
 
 def test_a_goal_alone_is_sent_to_planning_by_its_submit(sent: Sent) -> None:
