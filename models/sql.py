@@ -28,6 +28,7 @@ import psycopg
 import sqlalchemy as sa
 from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
+from sqlalchemy.orm import instrumentation
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, SQLModel
@@ -162,12 +163,25 @@ def rows_of(
     return [loaded(session, model, row._asdict()) for row in execute(session, sql, params)]
 
 
+def built(model: type[M], found: Mapping[str, Any]) -> M:
+    """A detached instance of `model` holding the row `found` (column -> value; other keys are
+    ignored), built as SQLAlchemy builds a row it loads: the columns put in place, no `__init__`,
+    whose attribute by attribute ORM events cost 0.1 to 0.25 ms a row (issue 29's profile of
+    chained steps). `model(**found)` when `found` lacks a column (its default is the model's)."""
+    fields = model.model_fields
+    if not fields.keys() <= found.keys():
+        return model(**{name: found[name] for name in fields if name in found})
+    instance: M = instrumentation.manager_of_class(model).new_instance()
+    instance.__dict__.update({name: found[name] for name in fields})
+    return instance
+
+
 def loaded(session: Session, model: type[M], found: dict[str, Any]) -> M:
     """The instance of `model` for the row `found` (column -> value): the session's own, updated
-    to `found`, when it holds one; else a new instance, not added to the session."""
+    to `found`, when it holds one; else a new instance, not added to the session (`built`)."""
     held = session.identity_map.get(identity_key(model, found["id"]))
     if held is None:
-        return model(**found)
+        return built(model, found)
     for key, value in found.items():
         set_committed_value(held, key, value)
     return held

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from models import sql
 from models.engine.leases import step_of
 from models.tables import Step
 
@@ -54,3 +55,14 @@ def test_a_claimed_step_is_the_step_its_columns_make() -> None:
     assert sa.inspect(step).transient and sa.inspect(made).transient
     step.status = "succeeded"  # through the ORM's instrumentation, as on any Step
     assert step.status == "succeeded" and step.model_dump()["status"] == "succeeded"
+
+
+def test_a_row_lacking_a_column_gets_the_models_default() -> None:
+    """`models.sql.built` falls back to `model(**found)` when a column is missing, so an
+    attribute is never left unset on a detached instance (reading it would raise)."""
+    partial = {key: value for key, value in COLUMNS.items() if key != "deferrals"}
+    step = sql.built(Step, {**partial, "not_a_column": 1})
+    assert step.deferrals == Step(**partial).deferrals
+    assert "not_a_column" not in step.__dict__
+    whole = sql.built(Step, {**COLUMNS, "run_user_id": "ann"})
+    assert "run_user_id" not in whole.__dict__ and whole.model_dump() == COLUMNS
