@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -86,6 +86,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
+errors = Console(stderr=True)
 SUPERVISE_INTERVAL_S = 1.0
 LISTEN_HELP = (
     "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
@@ -274,14 +275,36 @@ app.command()(deployment_commands.api)
 
 
 def main() -> None:
-    """Entry point: agentq errors become one red line and exit code 2."""
+    """Entry point. Every refusal is one line on stderr, `error: ...`, exit status 2: agentq's
+    errors (`AgentqError`) and the usage errors of click, which Typer would draw as a boxed panel
+    cut at 80 columns in a pipe. Ctrl-C at a prompt is `Aborted.`, exit status 1."""
     try:
-        app()
+        code = app(standalone_mode=False)  # click's errors raised here, not printed
     except AgentqError as exc:
-        # Text, not markup: messages quote user input and patterns such as `^[a-z]{0,99}$`.
-        # One line however narrow the terminal: it wraps the line itself.
-        console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
-        sys.exit(2)
+        fail(str(exc), 2)
+    except typer.Abort:
+        errors.print("Aborted.")
+        sys.exit(1)
+    except typer.TyperException as exc:  # click's ClickException and its usage errors
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed already
+            sys.exit(exc.exit_code)
+        fail(usage_line(exc), exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_line(exc: typer.TyperException) -> str:
+    """Click's message for `exc`, with the command's `--help` to try when it has a context:
+    `No such option: --bogus (try 'agentq run list --help')`."""
+    ctx = getattr(exc, "ctx", None)
+    message = exc.format_message().rstrip(".")
+    return f"{message} (try '{ctx.command_path} --help')" if ctx is not None else message
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `error: message` to stderr in one line, however narrow the terminal (Text, not
+    markup: messages quote user input and patterns such as `^[a-z]{0,99}$`), and exit."""
+    errors.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

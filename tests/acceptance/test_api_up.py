@@ -97,9 +97,9 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         )
         assert "name 'bobsub', role submitter, acting for user 'bob'" in bobsub.stdout
         twice = agentq(home, "token", "create", "--name", "ci", "--role", "reviewer")
-        assert twice.returncode == 2 and "name: token 1 is named 'ci' already" in twice.stdout
+        assert twice.returncode == 2 and "name: token 1 is named 'ci' already" in twice.stderr
         no_user = agentq(home, "token", "create", "--name", "s", "--role", "submitter")
-        assert no_user.returncode == 2 and "user" in no_user.stdout, no_user.stdout
+        assert no_user.returncode == 2 and "user" in no_user.stderr, no_user.stderr
         bad_role = agentq(home, "token", "create", "--name", "s", "--role", "root")
         assert bad_role.returncode == 2 and "submitter, reviewer, admin" in bad_role.stderr
 
@@ -107,7 +107,7 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         assert revoked.returncode == 0, revoked.stdout + revoked.stderr
         assert httpx.get(f"{base}/api/v1/me", headers=auth, trust_env=False).status_code == 401
         again = agentq(home, "token", "revoke", "1")
-        assert again.returncode == 2 and "revoked" in again.stdout
+        assert again.returncode == 2 and "revoked" in again.stderr
         assert token.group(1) not in (home / "logs" / "api.log").read_text()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0

@@ -87,7 +87,8 @@ def test_tools_lists_every_tool_with_its_arguments(home: Path) -> None:
 def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
     result = agentq(home, "run", "list")
     assert result.returncode == 2
-    assert "agentq up" in result.stdout and "DATABASE_URL" in result.stdout
+    assert result.stdout == "" and result.stderr.startswith("error: no agentq stack is running")
+    assert "agentq up" in result.stderr and "DATABASE_URL" in result.stderr
 
 
 @pytest.fixture
@@ -165,7 +166,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     watched = agentq(home, "run", "watch", "1")
     assert watched.returncode == 0 and "succeeded" in watched.stdout
     again = agentq(home, "review", "approve", esc_id.group(1))
-    assert again.returncode == 2 and "decided" in again.stdout
+    assert again.returncode == 2 and "decided" in again.stderr, again.stderr
     runs = agentq(home, "run", "list")
     assert "cli test" in runs.stdout and "succeeded" in runs.stdout
     as_before = agentq(home, "runs", "--json")  # the old name, a hidden alias
@@ -186,7 +187,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     )
     assert "currency" not in agentq(home, "memory", "facts", "--user", "local").stdout
     ended = agentq(home, "run", "cancel", "1")
-    assert ended.returncode == 2 and "succeeded" in ended.stdout, ended.stdout  # nothing changed
+    assert ended.returncode == 2 and "succeeded" in ended.stderr, ended.stderr  # nothing changed
     slow = home / "slow.json"
     slow.write_text(
         json.dumps(
@@ -249,18 +250,18 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
         '{"steps": [{"name": "caf\u00e9", "kind": "tool", "tool": "noop"}]}'.encode("latin-1")
     )
     refused = agentq(home, "run", "submit", "x", "--plan", str(latin1))
-    assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stdout
+    assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stderr
     for verb in ("approve", "reject", "respond", "edit", "release"):
         extra = {"reject": ["--comment", "no"], "respond": ["--answer", "1"]}.get(verb, [])
         extra += ["--plan", str(latin1)] if verb == "edit" else []
         missing = agentq(home, "review", verb, "999", *extra)
-        assert missing.returncode == 2 and "escalation 999 does not exist" in missing.stdout
+        assert missing.returncode == 2 and "escalation 999 does not exist" in missing.stderr
     stack = json.loads((home / "stack.json").read_text())
     no_broker = agentq(home, "run", "submit", "x", env={"DATABASE_URL": stack["database_url"]})
-    assert no_broker.returncode == 2 and "no broker" in no_broker.stdout, no_broker.stdout
+    assert no_broker.returncode == 2 and "no broker" in no_broker.stderr, no_broker.stderr
     big = agentq(home, "run", "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
     assert big.returncode == 2, big.stdout + big.stderr
-    assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stdout
+    assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stderr
     assert _no_runs(home)
 
     plan = home / "plan.json"
