@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from models.bounds import PG_INT_MAX, REPLAN_CHECKS
+from models.errors import InvalidInput
 from ops.option_values import not_blank, replan_check_value
 
 if TYPE_CHECKING:
@@ -83,7 +84,10 @@ def submit(
     from ops.watch import watch_until_settled
 
     if as_json and watch_run:
-        raise typer.BadParameter("--json prints the submitted run once; --watch follows it: one")
+        raise InvalidInput(
+            "--json and --watch cannot be used together: --json prints the submitted run as "
+            "JSON, --watch follows it; choose one"
+        )
     connect()
     if notice := commands.limits_notice():
         notes.print(Text(notice, style="yellow"), soft_wrap=True)

@@ -204,6 +204,11 @@ USAGE_ERRORS = [
     (("token", "create", "--name", "x", "--role", "root"), "submitter, reviewer, admin"),
     (("worker", "--loglevel", "loud"), "'loud'; allowed: DEBUG, INFO, WARNING, ERROR"),
     (("nosuch",), "No such command 'nosuch'"),
+    (
+        ("run", "submit", "x", "--json", "--watch"),
+        "--json and --watch cannot be used together: --json prints the submitted run as JSON, "
+        "--watch follows it; choose one",
+    ),
 ]
 USAGE_IDS = [" ".join(args) for args, _ in USAGE_ERRORS]
 
