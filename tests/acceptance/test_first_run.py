@@ -229,3 +229,14 @@ def test_no_arguments_prints_the_help() -> None:
     result = subprocess.run([AGENTQ, "run"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "Usage: agentq run" in result.stdout, result.stdout
     assert "error" not in result.stderr, result.stderr
+
+
+def test_a_worker_whose_database_is_unreachable_says_so_in_one_line(home: Path) -> None:
+    database = f"postgresql://agentq:s3cret-pw@127.0.0.1:{free_port()}/agentq"  # nothing there
+    env = {"AGENTQ_DATABASE_URL": database, "AGENTQ_BROKER_URL": "redis://127.0.0.1:1/0"}
+    result = agentq(home, "worker", env=env, timeout_s=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "", result.stdout
+    assert result.stderr == (
+        "error: cannot reach the database at AGENTQ_DATABASE_URL (connection refused)\n"
+    ), result.stderr
