@@ -204,7 +204,8 @@ def review_edit(
     plan: Annotated[
         Path,
         typer.Option(
-            help="JSON file: the steps that replace those not run (start from `review plan`)."
+            help="JSON file: the steps that replace those not run (start from `review plan`); "
+            "- reads it from stdin."
         ),
     ],
     comment: Comment = None,

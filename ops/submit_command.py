@@ -48,7 +48,12 @@ def submit(
     ] = "local",
     fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
     pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
-    plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSON file with an explicit plan {"steps": [...]}; - reads it from stdin.'
+        ),
+    ] = None,
     criterion: Annotated[
         list[str],
         typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),

@@ -35,15 +35,20 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def agentq(
-    home: Path, *args: str, timeout_s: float = 120, env: dict[str, str] | None = None
+    home: Path,
+    *args: str,
+    timeout_s: float = 120,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """`agentq ARGS` with `stdin` as its standard input (none: an empty one)."""
     return subprocess.run(
         [AGENTQ, *args],
         env={**_env(home), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        stdin=subprocess.DEVNULL,
+        input=stdin or "",
     )
 
 
@@ -314,3 +319,6 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
         "the goal states amount=473.43 currency=EUR cost_centre=CC-4410; --pin-from-goal pins them"
         in shown.stdout
     ), shown.stdout
+    piped = agentq(home, "run", "submit", "piped", "--plan", "-", "--watch", stdin=plan.read_text())
+    assert piped.returncode == 0, piped.stdout + piped.stderr  # `--plan -`: the plan on stdin
+    assert '"[offline]"' in piped.stdout and "succeeded" in piped.stdout, piped.stdout
