@@ -118,19 +118,16 @@ def up(
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
 
-    Where agentq up runs already (on AGENTQ_HOME), it starts nothing and says so in one line:
-    exit status 0 when that stack's API answers, 1 when it does not (starting, or stuck).
+    Where agentq up runs already (on AGENTQ_HOME), it starts nothing and is refused in one
+    line naming that one's pid, API address and data directory (exit status 2).
     """
     from models.settings import get_settings
     from ops import preflight
 
     settings = get_settings()
     home = settings.home
-    if (already := preflight.already_running(home)) is not None:
-        line, code = already
-        console.print(Text(line, style="yellow" if code else "green"), soft_wrap=True)
-        raise typer.Exit(code)
     # Each in one line, before anything starts and before the heavy imports below.
+    preflight.check_not_running(home)
     preflight.check_data_dir(home)
     preflight.check_port_free(settings.api_host, settings.api_port)
     if listen is not None:
