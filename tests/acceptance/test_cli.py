@@ -154,6 +154,10 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     esc_id = re.search(r"│\s*(\d+)\s*│\s*1\s*│", queue.stdout)
     assert esc_id, queue.stdout
     assert "in 23h" in queue.stdout, queue.stdout  # time left before the escalation's deadline
+    why = agentq(home, "run", "show", "1").stdout  # why it waits, and how to decide it
+    assert "replan_budget_spent: A step failed and the run has no replans left" in why, why
+    assert "failed step" in why and "flaky: try 1 of 1 failing tries" in why, why
+    assert f"agentq review show {esc_id.group(1)}" in why, why
     claimed = agentq(home, "review", "claim")
     assert claimed.returncode == 0 and "claimed by" in claimed.stdout, claimed.stdout
     none_open = agentq(home, "review", "claim")
