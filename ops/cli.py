@@ -216,13 +216,17 @@ def migrate() -> None:
     """Apply the database migrations (an explicit step; workers never migrate). With
     DATABASE_URL set (a deployment), also write the stack's limits this environment sets
     (quotas, dispatch cap, default budgets, ceilings); an `agentq up` stack's are its own."""
+    from models.db import check_reachable
     from models.front import commands
     from models.migrate import upgrade
     from models.settings import get_settings
     from ops.connection import connect
 
-    deployment = bool(get_settings().database_url)  # else `connect` finds the `agentq up`
+    url = get_settings().database_url
+    deployment = bool(url)  # else `connect` finds the `agentq up`
     connect()
+    if url:  # one line, not Alembic's traceback, for a database it cannot connect to
+        check_reachable(url, named="AGENTQ_DATABASE_URL")
     upgrade()
     console.print("database is at the latest migration")
     for variable, old, new in commands.publish_limits(by="agentq migrate") if deployment else []:

@@ -93,6 +93,20 @@ def test_an_unreachable_database_is_one_line_naming_the_variable(
     assert said == "cannot reach the database at AGENTQ_DATABASE_URL (connection refused)", said
 
 
+def test_migrate_on_an_unreachable_database_is_one_line_and_migrates_nothing(
+    tmp_path: Path,
+) -> None:
+    database = f"postgresql://agentq:s3cret-pw@127.0.0.1:{free_port()}/agentq"  # nothing there
+    env = {**URLS, "AGENTQ_DATABASE_URL": database, "AGENTQ_HOME": str(tmp_path)}
+    with mock.patch("models.migrate.upgrade") as upgrade:
+        result, _ = run_cli(["migrate"], env, reachable=False)
+    assert not upgrade.called
+    assert isinstance(result.exception, DatabaseUnavailable), result.exception
+    assert str(result.exception) == (
+        "cannot reach the database at AGENTQ_DATABASE_URL (connection refused)"
+    )
+
+
 @pytest.mark.parametrize(
     ("url", "said"),
     [
