@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, ParamSpec, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
@@ -59,6 +60,51 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+REACH_TIMEOUT_S: Final = 10  # `check_reachable`'s connect_timeout (libpq's, whole seconds)
+DRIVER_PREFIXES: Final = ("connection failed: ", "connection is bad: ", "FATAL: ")
+
+
+def check_reachable(url: str, *, named: str) -> None:
+    """Open one connection to the database at `url` and close it, within `REACH_TIMEOUT_S`.
+
+    Raises `DatabaseUnavailable` ("cannot reach the database at AGENTQ_DATABASE_URL (connection
+    refused)") when nothing answers there, `DatabaseError` when the server refuses the
+    connection (a password, a role or a database that does not exist), `ConfigurationError`
+    when the URL cannot be read. Each names the setting `named`, never the URL: it may hold a
+    password (`driver_reason` masks it in the driver's words too)."""
+    try:
+        password = urlsplit(url).password
+        urlsplit(url).port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError as exc:  # its words name the part, not the URL
+        raise ConfigurationError(f"{named}: not a URL the driver can read ({exc})") from exc
+    plain = normalize_url(url).replace("postgresql+psycopg://", "postgresql://", 1)
+    try:
+        psycopg.connect(plain, connect_timeout=REACH_TIMEOUT_S).close()
+    except psycopg.OperationalError as exc:
+        reason = driver_reason(exc, password)
+        if "FATAL:" in str(exc):  # the server answered, and said no
+            raise DatabaseError(
+                f"the database at {named} refused the connection ({reason})"
+            ) from exc
+        raise DatabaseUnavailable(f"cannot reach the database at {named} ({reason})") from exc
+    except psycopg.Error as exc:
+        reason = driver_reason(exc, password)
+        raise ConfigurationError(f"{named}: not a URL the driver can read ({reason})") from exc
+
+
+def driver_reason(exc: psycopg.Error, password: str | None) -> str:
+    """The reason psycopg (libpq) gives for `exc` in a few words: the end of its first line
+    (`connection failed: connection to server at "h", port 1 failed: Connection refused` ->
+    `connection refused`), with `password` (the URL's, as written or decoded) masked."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    reason = first.rsplit(" failed: ", 1)[-1]
+    for prefix in DRIVER_PREFIXES:
+        reason = reason.removeprefix(prefix).strip()
+    for secret in {password, unquote(password)} if password else ():
+        reason = reason.replace(secret, "***")
+    return reason[:1].lower() + reason[1:]
 
 
 def get_engine(url: str | None = None) -> Engine:

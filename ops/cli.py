@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -86,6 +86,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
+errors = Console(stderr=True)
 SUPERVISE_INTERVAL_S = 1.0
 LISTEN_HELP = (
     "Let other machines reach the embedded Postgres and Redis on this address (0.0.0.0: all), "
@@ -117,19 +118,16 @@ def up(
     A process that dies is started again (with a warning). Ctrl-C stops everything, letting
     running steps finish first; Ctrl-C again stops at once.
 
-    Where agentq up runs already (on AGENTQ_HOME), it starts nothing and says so in one line:
-    exit status 0 when that stack's API answers, 1 when it does not (starting, or stuck).
+    Where agentq up runs already (on AGENTQ_HOME), it starts nothing and is refused in one
+    line naming that one's pid, API address and data directory (exit status 2).
     """
     from models.settings import get_settings
     from ops import preflight
 
     settings = get_settings()
     home = settings.home
-    if (already := preflight.already_running(home)) is not None:
-        line, code = already
-        console.print(Text(line, style="yellow" if code else "green"), soft_wrap=True)
-        raise typer.Exit(code)
     # Each in one line, before anything starts and before the heavy imports below.
+    preflight.check_not_running(home)
     preflight.check_data_dir(home)
     preflight.check_port_free(settings.api_host, settings.api_port)
     if listen is not None:
@@ -218,13 +216,17 @@ def migrate() -> None:
     """Apply the database migrations (an explicit step; workers never migrate). With
     DATABASE_URL set (a deployment), also write the stack's limits this environment sets
     (quotas, dispatch cap, default budgets, ceilings); an `agentq up` stack's are its own."""
+    from models.db import check_reachable
     from models.front import commands
     from models.migrate import upgrade
     from models.settings import get_settings
     from ops.connection import connect
 
-    deployment = bool(get_settings().database_url)  # else `connect` finds the `agentq up`
+    url = get_settings().database_url
+    deployment = bool(url)  # else `connect` finds the `agentq up`
     connect()
+    if url:  # one line, not Alembic's traceback, for a database it cannot connect to
+        check_reachable(url, named="AGENTQ_DATABASE_URL")
     upgrade()
     console.print("database is at the latest migration")
     for variable, old, new in commands.publish_limits(by="agentq migrate") if deployment else []:
@@ -274,14 +276,36 @@ app.command()(deployment_commands.api)
 
 
 def main() -> None:
-    """Entry point: agentq errors become one red line and exit code 2."""
+    """Entry point. Every refusal is one line on stderr, `error: ...`, exit status 2: agentq's
+    errors (`AgentqError`) and the usage errors of click, which Typer would draw as a boxed panel
+    cut at 80 columns in a pipe. Ctrl-C at a prompt is `Aborted.`, exit status 1."""
     try:
-        app()
+        code = app(standalone_mode=False)  # click's errors raised here, not printed
     except AgentqError as exc:
-        # Text, not markup: messages quote user input and patterns such as `^[a-z]{0,99}$`.
-        # One line however narrow the terminal: it wraps the line itself.
-        console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
-        sys.exit(2)
+        fail(str(exc), 2)
+    except typer.Abort:
+        errors.print("Aborted.")
+        sys.exit(1)
+    except typer.TyperException as exc:  # click's ClickException and its usage errors
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed already
+            sys.exit(exc.exit_code)
+        fail(usage_line(exc), exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_line(exc: typer.TyperException) -> str:
+    """Click's message for `exc`, with the command's `--help` to try when it has a context:
+    `No such option: --bogus (try 'agentq run list --help')`."""
+    ctx = getattr(exc, "ctx", None)
+    message = exc.format_message().rstrip(".")
+    return f"{message} (try '{ctx.command_path} --help')" if ctx is not None else message
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `error: message` to stderr in one line, however narrow the terminal (Text, not
+    markup: messages quote user input and patterns such as `^[a-z]{0,99}$`), and exit."""
+    errors.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from models.formats import provider_label
 from models.front import commands, queries
 from models.memory import memory_admin
 from models.settings import get_settings
-from ops import preflight, views
+from ops import escalation_views, preflight
 from ops.demo_local import (
     DEMO_USER,
     engine_configured,
@@ -131,7 +131,7 @@ def _scenario(console: Console, scenario: Scenario) -> bool:
         waiting = get_run(session, run_id).status == "waiting_review"
         esc = queries.open_escalation(session, run_id) if waiting else None
         if esc is not None:
-            console.print(views.escalation_panel(session, esc))
+            console.print(escalation_views.escalation_panel(session, esc))
             escalation_id = esc.id or 0
     if waiting:
         _respond(console, escalation_id)

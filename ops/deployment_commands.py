@@ -65,9 +65,15 @@ def _required(url: str | None, variable: str, schemes: tuple[str, ...]) -> str:
 
 
 def run_foreground(argv: list[str], settings: Settings) -> NoReturn:
-    """Replace this process with `argv`, in `/`, with `deployment_env(settings)`. Raises
-    `ConfigurationError` (see `deployment_env`) before anything runs."""
+    """Replace this process with `argv`, in `/`, with `deployment_env(settings)`, once the
+    database answers. Raises before anything runs: `ConfigurationError` (see `deployment_env`),
+    and what `models.db.check_reachable` raises for a database it cannot connect to, in one
+    line naming AGENTQ_DATABASE_URL (a worker started against it printed Celery's 180-line
+    "Unable to load celery application" with the driver's tracebacks)."""
+    from models.db import check_reachable  # psycopg, SQLAlchemy: not at `agentq --help`
+
     env = deployment_env(settings)
+    check_reachable(env["AGENTQ_DATABASE_URL"], named="AGENTQ_DATABASE_URL")
     os.chdir("/")
     os.execve(argv[0], argv, env)
 

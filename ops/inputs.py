@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import re
+import sys
 from pathlib import Path
 
 from models.engine.runs import FACT_KEY_PATTERN
@@ -35,10 +36,15 @@ def parse_facts(pairs: list[str]) -> dict[str, str]:
     return facts
 
 
+STDIN_PATH = Path("-")  # `--plan -`: the plan is read from stdin, as `cat`, `jq` and pip take `-`
+
+
 def read_plan_text(path: Path) -> str:
-    """The text of a plan file; raises `ConfigurationError` naming the file if it cannot be read
-    or is not UTF-8."""
+    """The text of a plan file, or of stdin when `path` is `-` (`STDIN_PATH`); raises
+    `ConfigurationError` naming the file if it cannot be read or is not UTF-8."""
     try:
+        if path == STDIN_PATH:
+            return sys.stdin.buffer.read().decode("utf-8")
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(f"--plan {path}: {exc.strerror}") from exc

@@ -23,24 +23,26 @@ API_PORT_REMEDY: Final = "set AGENTQ_API_PORT (or AGENTQ_API_HOST) to a free one
 HEALTH_TIMEOUT_S: Final = 2.0  # the running API's /healthz answers at once, or not at all
 
 
-def already_running(home: Path) -> tuple[str, int] | None:
-    """What `agentq up` says, and its exit status, instead of starting anything when an
-    `agentq up` runs on `home` already (`ops.stack_file.read_stack_file`); None when none does.
+def check_not_running(home: Path) -> None:
+    """Raise `StackError` when an `agentq up` runs on `home` already
+    (`ops.stack_file.read_stack_file`), in one line naming its pid, its API (host and port) and
+    the data directory, and how to stop it or start another elsewhere; when its API does not
+    answer `/healthz` (still starting, or stuck), the line says so and names its log.
 
-    Status 0 when that stack's API answers `/healthz`; 1 when its `agentq up` process runs but
-    the API does not answer (still starting, or stuck: the line names its log). Before this
-    check, the API's port, taken by the running stack, was reported with the advice to choose
-    another one (issue 28)."""
+    A second `agentq up` used to start nothing and exit 0 (issue 28: before that, the API's
+    port, taken by the running stack, was reported with the advice to choose another): a script
+    that starts a stack took it for its own, which the first one's Ctrl-C then stopped."""
     state = read_stack_file(home)
     if state is None:
-        return None
+        return
     pid, api_url = state.get("pid"), state.get("api_url")
-    stop = f"Ctrl-C in its terminal, or `kill {pid}`, stops it"
+    running = f"agentq up is already running on {home} (pid {pid}"
+    stop = f"stop it first (Ctrl-C in its terminal, or `kill {pid}`), or set AGENTQ_HOME to another"
     if isinstance(api_url, str) and answers(api_url + "/healthz"):
-        return f"agentq is already running in {home} (API at {api_url}; {stop})", 0
+        raise StackError(f"{running}, API at {api_url}): {stop} data directory")
     api = f"its API at {api_url} does not answer" if api_url else "its API is not up yet"
     log = home / "logs" / "api.log"
-    return f"agentq up already runs in {home} (pid {pid}), but {api} (see {log}); {stop}", 1
+    raise StackError(f"{running}), but {api} (see {log}): {stop} data directory")
 
 
 def answers(url: str) -> bool:

@@ -22,7 +22,7 @@ from models.front import commands, queries
 from models.review import drafts, escalations, reviews
 from models.sql import PG_INT_MAX
 from models.tables import Escalation
-from ops import views
+from ops import escalation_views, views
 from ops.budget_views import queue_budgets
 from ops.connection import connect
 from ops.inputs import read_plan_text, reviewer_name
@@ -52,7 +52,9 @@ def review_list(
         if as_json:
             print_json([review_out(session, e) for e in queue])
         else:
-            console.print(views.escalations_table(queue, budgets=queue_budgets(session, queue)))
+            console.print(
+                escalation_views.escalations_table(queue, budgets=queue_budgets(session, queue))
+            )
 
 
 @review_app.command("show")
@@ -62,7 +64,9 @@ def review_show(escalation_id: EscalationId) -> None:
     connect()
     with session_scope() as session:
         console.print(
-            views.escalation_panel(session, escalations.get_escalation(session, escalation_id))
+            escalation_views.escalation_panel(
+                session, escalations.get_escalation(session, escalation_id)
+            )
         )
 
 
@@ -89,8 +93,8 @@ def review_claim() -> None:
 def claimed_panel(session: Session, esc: Escalation | None) -> RenderableType:
     """What `review claim` shows: the claimed escalation, or who holds the claims."""
     if esc is None:
-        return views.nothing_to_claim(reviews.claims_by_reviewer(session))
-    return views.escalation_panel(session, esc)
+        return escalation_views.nothing_to_claim(reviews.claims_by_reviewer(session))
+    return escalation_views.escalation_panel(session, esc)
 
 
 @review_app.command("release")
@@ -204,7 +208,8 @@ def review_edit(
     plan: Annotated[
         Path,
         typer.Option(
-            help="JSON file: the steps that replace those not run (start from `review plan`)."
+            help="JSON file: the steps that replace those not run (start from `review plan`); "
+            "- reads it from stdin."
         ),
     ],
     comment: Comment = None,

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from models.bounds import PG_INT_MAX, REPLAN_CHECKS
+from models.errors import InvalidInput
 from ops.option_values import not_blank, replan_check_value
 
 if TYPE_CHECKING:
@@ -47,7 +48,12 @@ def submit(
     ] = "local",
     fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
     pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
-    plan: Annotated[Path | None, typer.Option(help="JSON file with an explicit plan.")] = None,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSON file with an explicit plan {"steps": [...]}; - reads it from stdin.'
+        ),
+    ] = None,
     criterion: Annotated[
         list[str],
         typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
@@ -83,7 +89,10 @@ def submit(
     from ops.watch import watch_until_settled
 
     if as_json and watch_run:
-        raise typer.BadParameter("--json prints the submitted run once; --watch follows it: one")
+        raise InvalidInput(
+            "--json and --watch cannot be used together: --json prints the submitted run as "
+            "JSON, --watch follows it; choose one"
+        )
     connect()
     if notice := commands.limits_notice():
         notes.print(Text(notice, style="yellow"), soft_wrap=True)

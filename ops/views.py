@@ -1,4 +1,5 @@
-"""Rich renderings of runs, steps and escalations for the CLI. Reads rows; changes nothing.
+"""Rich renderings of runs and steps for the CLI (the review queue's: `ops.escalation_views`).
+Reads rows; changes nothing.
 
 Every value that comes from a user or the database goes into a `rich.text.Text`, never into a
 markup string: a goal like `fix the [bold] tag [/]` is shown as typed instead of being parsed as
@@ -13,7 +14,6 @@ need with the session first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -23,12 +23,9 @@ from rich.text import Text
 from sqlmodel import Session
 
 from models.display import visible
-from models.engine import budget_grants, stack_limits
-from models.engine.budget_grants import Standing
 from models.engine.runs import pinned_facts
 from models.formats import (
     CELL_MAX_CHARS,
-    DETAIL_SHOWN_ELSEWHERE,
     age,
     compact,
     provider_label,
@@ -43,11 +40,9 @@ from models.plans.goal_values import GoalPins
 from models.plans.graph import linear
 from models.plans.layout import after_text, places, runs_together
 from models.plans.plans import current_graph
-from models.review.escalations import deadline_left_s, waiting_s
-from models.settings import get_settings
+from models.review import reasons
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, Step, utcnow
-from ops.budget_views import budget_text, spent_text
 
 STATUS_STYLE = {
     "succeeded": "green",
@@ -203,12 +198,8 @@ def render_run(
     head.add_row("wall time", wall_time(run))
     parts: list[RenderableType] = [head, steps_table(steps, after)]
     if escalation is not None:
-        parts.append(
-            literal(
-                f"escalation {escalation.id} ({escalation.status}): {escalation.reason}",
-                style="magenta",
-            )
-        )
+        failed = next((s for s in steps if s.id and s.id == escalation.step_id), None)
+        parts.append(escalation_summary(escalation, failed))
     if run.error:
         parts.append(literal(f"error: {run.error}", style="red"))
     if run.final_result:
@@ -219,6 +210,32 @@ def render_run(
         parts.append(literal(hint + SAVE_HINT.format(run_id=run.id), style="cyan"))
     title = f"run {run.id} · plan version {run.plan_version}"
     return Panel(Group(*parts), title=title, title_align="left")
+
+
+def escalation_summary(esc: Escalation, failed: Step | None) -> RenderableType:
+    """`run show`'s lines on the run's open escalation: why it was opened (its reason and that
+    in a reviewer's words: `models.review.reasons.why`), the failed step (`failed`, else the one
+    its detail names) and its error, the detail's other values, and the command to decide it."""
+    told = reasons.why(esc, failed)
+    grid = Table.grid(padding=(0, 2))
+    head = literal(f"escalation {esc.id} ({esc.status})", style="magenta")
+    grid.add_row(head, literal(told.summary))
+    step = failed.name if failed is not None else esc.detail.get("step")
+    if step:
+        tool = (failed.tool if failed is not None else None) or esc.detail.get("tool")
+        grid.add_row("failed step", literal(f"{step} ({tool})" if tool else str(step)))
+    for label, row in why_rows(told):
+        grid.add_row(label, row)
+    grid.add_row("decide", literal(f"agentq review show {esc.id}"))
+    return grid
+
+
+def why_rows(told: reasons.Why) -> list[tuple[str | Text, Text]]:
+    """The `error` row and one row per other value of an escalation's detail (`told.extra`)."""
+    rows: list[tuple[str | Text, Text]] = []
+    if told.error:
+        rows.append(("error", cell(told.error, DETAIL_MAX_CHARS, style="red")))
+    return rows + [(literal(k), cell(v, DETAIL_MAX_CHARS)) for k, v in told.extra.items()]
 
 
 def run_panel(session: Session, run: Run) -> RenderableType:
@@ -244,131 +261,6 @@ def procedures_text(used: Iterable[Used]) -> Text:
         for u in used
     ]
     return literal("procedures used: " + "; ".join(lines))
-
-
-def deadline_left(esc: Escalation, now: datetime | None = None) -> Text:
-    """Time left before the escalation's deadline (`in 3h`), or since it passed (`passed 2h
-    ago`, red); `-` once decided or without a deadline."""
-    left_s = deadline_left_s(esc, now or utcnow())
-    if left_s is None:
-        return Text("-")
-    if left_s >= 0:
-        return Text(f"in {span(left_s)}")
-    return Text(f"passed {span(-left_s)} ago", style="red")
-
-
-def escalations_table(
-    rows: list[Escalation],
-    now: datetime | None = None,
-    budgets: Mapping[int, Standing] | None = None,
-) -> Table:
-    """The review queue, oldest first; `waiting` stops at the decision for decided ones, and
-    `deadline` is the time left before the escalation's deadline. A spent budget in `budgets`
-    (by escalation id) shows in `reason` as `tokens 512/500`: spent of its limit."""
-    now, budgets = now or utcnow(), budgets or {}
-    table = Table()
-    headers = ("id", "run", "reason", "step", "status", "claimed by", "waiting", "deadline")
-    for header in headers:
-        table.add_column(header, no_wrap=header not in ("step", "claimed by"))
-    for e in rows:
-        spent = budgets.get(e.id or 0)
-        table.add_row(
-            str(e.id),
-            str(e.run_id),
-            literal(e.reason + (spent_text(spent) if spent is not None else "")),
-            cell(e.detail.get("step", ""), 40),
-            styled(e.status),
-            literal(e.claimed_by or ""),
-            span(waiting_s(e, now)),
-            deadline_left(e, now),
-        )
-    return table
-
-
-def nothing_to_claim(claims: dict[str, int]) -> Text:
-    """What `review claim` says when it finds no open escalation: the queue is empty, or every
-    undecided escalation is claimed, by whom, and how to free a claim whose reviewer is gone."""
-    if not claims:
-        return Text("the review queue is empty")
-    holders = ", ".join(f"{reviewer} ({n})" for reviewer, n in claims.items())
-    total = sum(claims.values())
-    return literal(
-        f"no open escalation to claim: {total} claimed by {holders}; a claim whose reviewer is "
-        "gone can be freed with `agentq review release ID --force`"
-    )
-
-
-def render_escalation(
-    esc: Escalation,
-    *,
-    run: Run | None,
-    step: Step | None,
-    facts: dict[str, str],
-    budget: Standing | None = None,
-) -> RenderableType:
-    """Why the run escalated, the failing step and its error (or the stored error when no step
-    failed), the budget used (and the spent `budget`: what approve would set), pinned facts,
-    and the decision once there is one."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_row("reason", literal(esc.reason))
-    grid.add_row("status", styled(esc.status))
-    if esc.claimed_by and esc.status == "claimed":
-        grid.add_row("claimed by", literal(esc.claimed_by))
-    now = utcnow()
-    grid.add_row("waiting", Text(f"{span(waiting_s(esc, now))} (opened {utc(esc.created_at)})"))
-    if esc.deadline_at is not None and esc.status != "decided":
-        due = Text.assemble(f"{utc(esc.deadline_at)} (", deadline_left(esc, now), ")")
-        grid.add_row("deadline", due)
-    if run is not None:
-        grid.add_row("run", literal(f"{run.id}: {run.goal} ({run.status})"))
-        grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")
-        grid.add_row("pinned facts", facts_text(facts))
-    if budget is not None:
-        grid.add_row("budget", literal(budget_text(budget), style="magenta"))
-    if step is not None:
-        grid.add_row(
-            "failed step", literal(f"{step.name} ({step.tool or step.kind}), {step.attempt} tries")
-        )
-    error = (step.error if step is not None else None) or esc.detail.get("error")
-    if error:
-        grid.add_row("error", cell(error, DETAIL_MAX_CHARS, style="red"))
-    for key, value in esc.detail.items():
-        if key not in DETAIL_SHOWN_ELSEWHERE and value not in ("", None, {}, []):
-            grid.add_row(literal(key), cell(value, DETAIL_MAX_CHARS))
-    for label, row in decision_rows(esc):
-        grid.add_row(label, row)
-    return Panel(grid, title=f"escalation {esc.id}", title_align="left")
-
-
-def decision_rows(esc: Escalation) -> list[tuple[str, Text]]:
-    """`decision`, `answer` and `comment` rows of a decided escalation; [] before that."""
-    if not esc.decision:
-        return []
-    when = f" at {utc(esc.decided_at)}" if esc.decided_at else ""
-    rows = [("decision", literal(f"{esc.decision} by {esc.decided_by}{when}"))]
-    if esc.granted:
-        rows.append(("budgets set", literal(budget_grants.describe(esc.granted))))
-    if esc.answer is not None:
-        rows.append(("answer", cell(esc.answer, DETAIL_MAX_CHARS)))
-    if esc.comment:
-        rows.append(("comment", cell(esc.comment, DETAIL_MAX_CHARS)))
-    return rows
-
-
-def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
-    """`render_escalation` for `esc`, with its run, failed step and the run's pinned facts."""
-    run = session.get(Run, esc.run_id)
-    budget = None
-    if run is not None and esc.status != "decided":
-        limits = stack_limits.effective(session, get_settings())
-        budget = budget_grants.spent(session, esc, run, settings=limits, now=utcnow())
-    return render_escalation(
-        esc,
-        run=run,
-        step=session.get(Step, esc.step_id) if esc.step_id else None,
-        facts=pinned_facts(session, esc.run_id) if run is not None else {},
-        budget=budget,
-    )
 
 
 def said(notified: bool, done: str) -> RenderableType:

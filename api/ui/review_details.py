@@ -15,39 +15,16 @@ from sqlmodel import Session
 from api.ui import run_details
 from models.engine import budget_grants, stack_limits
 from models.engine.runs import pinned_facts
-from models.formats import DETAIL_SHOWN_ELSEWHERE
 from models.front import queries
 from models.plans.layout import places, runs_together
 from models.plans.plans import current_graph, handled_failures
-from models.review import escalations
+from models.review import escalations, reasons
 from models.review.drafts import starting_plan
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
 
 TABS: Final = ("open", "claimed", "mine", "decided")
 DECIDED_SHOWN: Final = 50  # the decided tab lists the newest decisions only
-
-# Why a run escalated, in a reviewer's words; an unlisted reason is shown as its code.
-REASON_TEXT: Final = {
-    "replan_budget_spent": "A step failed and the run has no replans left in its budget.",
-    "token_budget_spent": "The run spent its token budget.",
-    "cost_budget_spent": "The run spent its cost budget.",
-    "wall_time_budget_spent": "The run ran out of wall time.",
-    "step_data_budget_spent": "A step's result does not fit the run's step-data budget: it was "
-    "not stored. Approve grants the budget once more; edit asks for less data.",
-    "user_step_data_spent": "A step's result does not fit what its user's runs may store "
-    "together: it was not stored. Purged or erased runs give theirs back.",
-    "budget_spent": "The run spent a budget.",
-    "quota_exhausted": "The model provider's account has no quota left.",
-    "rate_limited": "The model provider kept refusing requests (rate limited).",
-    "context_overflow": "The step's context does not fit the model's context window.",
-    "invalid_plan": "The planner did not produce a valid plan.",
-    "synthesis_failed": "The final answer could not be written.",
-    "goal_not_met": "The steps finished, but what the run delivered fails its goal check, and "
-    "no replan is left: approve accepts it as it is; edit replaces the step that delivered it.",
-    "invalid_goal_check": "The goal check's answer never validated.",
-    "internal_error": "agentq itself failed while planning or answering; see the worker log.",
-}
 
 
 @dataclass(frozen=True)
@@ -89,6 +66,7 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
     esc = escalations.get_escalation(session, escalation_id)
     run = session.get(Run, esc.run_id)
     failed = session.get(Step, esc.step_id) if esc.step_id else None
+    told = reasons.why(esc, failed)
     graph = current_graph(session, run) if run is not None else None
     steps = list(graph.kept) if graph is not None else []
     after = (graph.after if graph is not None else None) or {}
@@ -102,13 +80,9 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         "esc": esc,
         "run": run,
         "failed": failed,
-        "error": (failed.error if failed is not None else None) or esc.detail.get("error"),
-        "why": REASON_TEXT.get(esc.reason, esc.reason),
-        "extra": {
-            k: v
-            for k, v in esc.detail.items()
-            if k not in DETAIL_SHOWN_ELSEWHERE and v not in ("", None, {}, [])
-        },
+        "error": told.error,
+        "why": told.text,
+        "extra": told.extra,
         "facts": pinned_facts(session, esc.run_id),
         "steps": steps,
         "places": found,

@@ -3,8 +3,9 @@ users, beside DBOS Transact and LangGraph on the same Postgres, in one invocatio
 
 `python -m ops.bench.user_path [--users 20] [--plans 100] [--steps 5] [--workers 2] [--rounds 3]`
 
-Needs the `bench` extra. One `agentq up --workers N` (`ops.bench.up_stack`: the real command,
-default settings, its own AGENTQ_HOME) serves every system, each measured in alternating rounds
+Needs the `bench` extra (`pip install -e '.[bench]'`), except with `--agentq-only`. One
+`agentq up --workers N` (`ops.bench.up_stack`: the real command, default settings, its own
+AGENTQ_HOME) serves every system, each measured in alternating rounds
 (`ops.bench.rounds`; medians reported):
 - `agentq API`: `--plans` runs of `--steps` `noop` steps in order, spread over `--users` users,
   each with a submitter token and its own HTTP client, all submitting at once
@@ -26,6 +27,8 @@ carry over.
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -40,14 +43,14 @@ from ops.bench import profiles
 from ops.bench.agentq_peer import agentq_round, plan_of, wait_for_runs
 from ops.bench.api_users import ApiUsers
 from ops.bench.cpu import CpuMeter, group_of
-from ops.bench.dbos_peer import DBOSPeer, WorkflowSpec
 from ops.bench.harness import settings_here, wait_until_idle
-from ops.bench.langgraph_peer import GraphSpec, LangGraphPeer
 from ops.bench.rounds import System, alternate
 from ops.bench.run_timeline import PHASES, phase_rows, phases_of
 from ops.bench.up_stack import UpStack
 
 API, IN_PROCESS, DBOS, LANGGRAPH = "agentq API", "agentq in-process", "DBOS", "LangGraph"
+BENCH_MODULES = ("dbos", "langgraph", "langgraph.checkpoint.postgres")  # the `bench` extra's
+INSTALL_BENCH = "pip install -e '.[bench]'"
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -109,30 +112,53 @@ def _rounds(
     ]
     with ExitStack() as peers:
         if not args.agentq_only:
-            flows = WorkflowSpec("chain", steps)
-            dbos = peers.enter_context(DBOSPeer(stack.database_url, processes=workers, spec=flows))
-            spec = GraphSpec("chain", steps)
-            graphs = peers.enter_context(
-                LangGraphPeer(stack.database_url, processes=workers, spec=spec)
-            )
-            systems += [
-                System(
-                    DBOS,
-                    plans * steps,
-                    run=lambda: dbos.run(plans),
-                    warm_up=lambda: dbos.run(workers),
-                ),
-                System(
-                    LANGGRAPH,
-                    plans * steps,
-                    run=lambda: graphs.run(plans),
-                    warm_up=lambda: graphs.run(workers),
-                ),
-            ]
+            systems += _peer_systems(peers, stack.database_url, plans, steps, workers)
         if args.py_spy is None:
             return alternate(systems, args.rounds, CpuMeter(stack.pgdata), settle)
         with profiles.recording(python_processes(stack), args.py_spy):
             return alternate(systems, args.rounds, CpuMeter(stack.pgdata), settle)
+
+
+def _peer_systems(
+    peers: ExitStack, database_url: str, plans: int, steps: int, workers: int
+) -> list[System]:
+    """DBOS and LangGraph on `workers` processes each, entered into `peers`, as `System`s of
+    `plans` runs of `steps` steps in a chain. Imported here: they need the `bench` extra, which
+    `--help` and `--agentq-only` do not (`require_bench_extra`)."""
+    from ops.bench.dbos_peer import DBOSPeer, WorkflowSpec
+    from ops.bench.langgraph_peer import GraphSpec, LangGraphPeer
+
+    flows = WorkflowSpec("chain", steps)
+    dbos = peers.enter_context(DBOSPeer(database_url, processes=workers, spec=flows))
+    spec = GraphSpec("chain", steps)
+    graphs = peers.enter_context(LangGraphPeer(database_url, processes=workers, spec=spec))
+    return [
+        System(DBOS, plans * steps, run=lambda: dbos.run(plans), warm_up=lambda: dbos.run(workers)),
+        System(
+            LANGGRAPH,
+            plans * steps,
+            run=lambda: graphs.run(plans),
+            warm_up=lambda: graphs.run(workers),
+        ),
+    ]
+
+
+def require_bench_extra() -> None:
+    """Exit with one line naming the `bench` extra (status 2) when DBOS or LangGraph (or its
+    Postgres checkpointer) cannot be imported, before anything starts."""
+    missing = []
+    for module in BENCH_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        print(
+            f"error: the DBOS and LangGraph peers need the bench extra ({', '.join(missing)} not "
+            f"installed): {INSTALL_BENCH}, or measure agentq alone with --agentq-only",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def python_processes(stack: UpStack) -> list[tuple[str, int]]:
@@ -245,8 +271,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> None:
-    """Measure and print."""
-    measure(parse_args())
+    """Measure and print; without the `bench` extra, only `--agentq-only`."""
+    args = parse_args()
+    if not args.agentq_only:
+        require_bench_extra()
+    measure(args)
 
 
 if __name__ == "__main__":

@@ -74,9 +74,13 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
             text=True,
             timeout=60,
         )
-        said = f"agentq is already running in {home} (API at {base}; Ctrl-C in its terminal"
-        assert again.returncode == 0 and again.stdout.startswith(said), again.stdout
-        assert len(again.stdout.splitlines()) == 1 and again.stderr == "", again.stdout
+        said = (  # refused, naming the one that runs: a script must not take it for its own
+            f"error: agentq up is already running on {home} (pid {proc.pid}, API at {base}): "
+            f"stop it first (Ctrl-C in its terminal, or `kill {proc.pid}`), or set AGENTQ_HOME "
+            "to another data directory\n"
+        )
+        assert again.returncode == 2 and again.stderr == said, again.stderr
+        assert again.stdout == "", again.stdout
         assert httpx.get(f"{base}/api/v1/runs", trust_env=False).status_code == 401
 
         created = agentq(home, "token", "create", "--name", "ci", "--role", "admin")
@@ -97,9 +101,9 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         )
         assert "name 'bobsub', role submitter, acting for user 'bob'" in bobsub.stdout
         twice = agentq(home, "token", "create", "--name", "ci", "--role", "reviewer")
-        assert twice.returncode == 2 and "name: token 1 is named 'ci' already" in twice.stdout
+        assert twice.returncode == 2 and "name: token 1 is named 'ci' already" in twice.stderr
         no_user = agentq(home, "token", "create", "--name", "s", "--role", "submitter")
-        assert no_user.returncode == 2 and "user" in no_user.stdout, no_user.stdout
+        assert no_user.returncode == 2 and "user" in no_user.stderr, no_user.stderr
         bad_role = agentq(home, "token", "create", "--name", "s", "--role", "root")
         assert bad_role.returncode == 2 and "submitter, reviewer, admin" in bad_role.stderr
 
@@ -107,7 +111,7 @@ def test_up_serves_the_api_and_tokens_open_it(home: Path) -> None:
         assert revoked.returncode == 0, revoked.stdout + revoked.stderr
         assert httpx.get(f"{base}/api/v1/me", headers=auth, trust_env=False).status_code == 401
         again = agentq(home, "token", "revoke", "1")
-        assert again.returncode == 2 and "revoked" in again.stdout
+        assert again.returncode == 2 and "revoked" in again.stderr
         assert token.group(1) not in (home / "logs" / "api.log").read_text()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
@@ -129,7 +133,7 @@ def test_up_refuses_a_port_in_use_and_names_the_setting(home: Path) -> None:
 
 
 @pytest.mark.parametrize("api", ["dead", "not yet"])
-def test_up_on_a_stack_whose_api_does_not_answer_says_so_and_starts_nothing(
+def test_up_on_a_stack_whose_api_does_not_answer_is_refused_and_starts_nothing(
     tmp_path: Path, api: str
 ) -> None:
     home = tmp_path / "home"
@@ -142,7 +146,9 @@ def test_up_on_a_stack_whose_api_does_not_answer_says_so_and_starts_nothing(
         [AGENTQ, "up"], env=_env(home), capture_output=True, text=True, timeout=60
     )
     expected = f"its API at {url} does not answer" if api == "dead" else "its API is not up yet"
-    assert done.returncode == 1 and expected in done.stdout, done.stdout + done.stderr
-    assert f"agentq up already runs in {home} (pid {os.getpid()})" in done.stdout
-    assert len(done.stdout.splitlines()) == 1, done.stdout
+    assert done.returncode == 2 and expected in done.stderr, done.stdout + done.stderr
+    assert done.stderr.startswith(
+        f"error: agentq up is already running on {home} (pid {os.getpid()})"
+    )
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == "", done.stdout + done.stderr
     assert sorted(p.name for p in home.iterdir()) == ["stack.json"]  # nothing started

@@ -42,7 +42,7 @@ def test_review_shows_the_spent_budget_and_approve_sets_the_chosen_limit(home: P
         assert "AGENTQ_MAX_TOKEN_BUDGET" in shown.stdout
         over = agentq(home, "review", "approve", "1", "--tokens", "2000000")
         assert over.returncode == 2, over.stdout + over.stderr
-        assert "budget.tokens: at most 1000000 (AGENTQ_MAX_TOKEN_BUDGET)" in over.stdout
+        assert "budget.tokens: at most 1000000 (AGENTQ_MAX_TOKEN_BUDGET)" in over.stderr
         approved = agentq(home, "review", "approve", "1", "--tokens", "50000")
         assert approved.returncode == 0, approved.stdout + approved.stderr
         assert "tokens 500 -> 50000 (chosen by the reviewer" in approved.stdout

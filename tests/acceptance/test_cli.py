@@ -35,15 +35,20 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def agentq(
-    home: Path, *args: str, timeout_s: float = 120, env: dict[str, str] | None = None
+    home: Path,
+    *args: str,
+    timeout_s: float = 120,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """`agentq ARGS` with `stdin` as its standard input (none: an empty one)."""
     return subprocess.run(
         [AGENTQ, *args],
         env={**_env(home), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        stdin=subprocess.DEVNULL,
+        input=stdin or "",
     )
 
 
@@ -87,7 +92,8 @@ def test_tools_lists_every_tool_with_its_arguments(home: Path) -> None:
 def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
     result = agentq(home, "run", "list")
     assert result.returncode == 2
-    assert "agentq up" in result.stdout and "DATABASE_URL" in result.stdout
+    assert result.stdout == "" and result.stderr.startswith("error: no agentq stack is running")
+    assert "agentq up" in result.stderr and "DATABASE_URL" in result.stderr
 
 
 @pytest.fixture
@@ -148,6 +154,10 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     esc_id = re.search(r"│\s*(\d+)\s*│\s*1\s*│", queue.stdout)
     assert esc_id, queue.stdout
     assert "in 23h" in queue.stdout, queue.stdout  # time left before the escalation's deadline
+    why = agentq(home, "run", "show", "1").stdout  # why it waits, and how to decide it
+    assert "replan_budget_spent: A step failed and the run has no replans left" in why, why
+    assert "failed step" in why and "flaky: try 1 of 1 failing tries" in why, why
+    assert f"agentq review show {esc_id.group(1)}" in why, why
     claimed = agentq(home, "review", "claim")
     assert claimed.returncode == 0 and "claimed by" in claimed.stdout, claimed.stdout
     none_open = agentq(home, "review", "claim")
@@ -165,7 +175,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     watched = agentq(home, "run", "watch", "1")
     assert watched.returncode == 0 and "succeeded" in watched.stdout
     again = agentq(home, "review", "approve", esc_id.group(1))
-    assert again.returncode == 2 and "decided" in again.stdout
+    assert again.returncode == 2 and "decided" in again.stderr, again.stderr
     runs = agentq(home, "run", "list")
     assert "cli test" in runs.stdout and "succeeded" in runs.stdout
     as_before = agentq(home, "runs", "--json")  # the old name, a hidden alias
@@ -186,7 +196,7 @@ def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]
     )
     assert "currency" not in agentq(home, "memory", "facts", "--user", "local").stdout
     ended = agentq(home, "run", "cancel", "1")
-    assert ended.returncode == 2 and "succeeded" in ended.stdout, ended.stdout  # nothing changed
+    assert ended.returncode == 2 and "succeeded" in ended.stderr, ended.stderr  # nothing changed
     slow = home / "slow.json"
     slow.write_text(
         json.dumps(
@@ -249,18 +259,18 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
         '{"steps": [{"name": "caf\u00e9", "kind": "tool", "tool": "noop"}]}'.encode("latin-1")
     )
     refused = agentq(home, "run", "submit", "x", "--plan", str(latin1))
-    assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stdout
+    assert refused.returncode == 2 and f"--plan {latin1}: not UTF-8" in refused.stderr
     for verb in ("approve", "reject", "respond", "edit", "release"):
         extra = {"reject": ["--comment", "no"], "respond": ["--answer", "1"]}.get(verb, [])
         extra += ["--plan", str(latin1)] if verb == "edit" else []
         missing = agentq(home, "review", verb, "999", *extra)
-        assert missing.returncode == 2 and "escalation 999 does not exist" in missing.stdout
+        assert missing.returncode == 2 and "escalation 999 does not exist" in missing.stderr
     stack = json.loads((home / "stack.json").read_text())
     no_broker = agentq(home, "run", "submit", "x", env={"DATABASE_URL": stack["database_url"]})
-    assert no_broker.returncode == 2 and "no broker" in no_broker.stdout, no_broker.stdout
+    assert no_broker.returncode == 2 and "no broker" in no_broker.stderr, no_broker.stderr
     big = agentq(home, "run", "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
     assert big.returncode == 2, big.stdout + big.stderr
-    assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stdout
+    assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stderr
     assert _no_runs(home)
 
     plan = home / "plan.json"
@@ -313,3 +323,6 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
         "the goal states amount=473.43 currency=EUR cost_centre=CC-4410; --pin-from-goal pins them"
         in shown.stdout
     ), shown.stdout
+    piped = agentq(home, "run", "submit", "piped", "--plan", "-", "--watch", stdin=plan.read_text())
+    assert piped.returncode == 0, piped.stdout + piped.stderr  # `--plan -`: the plan on stdin
+    assert '"[offline]"' in piped.stdout and "succeeded" in piped.stdout, piped.stdout

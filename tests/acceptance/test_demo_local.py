@@ -42,7 +42,7 @@ def test_the_demo_on_the_local_model_files_the_report(home: Path) -> None:
 def test_an_unknown_model_is_refused_naming_the_choices(home: Path) -> None:
     result = agentq(home, "demo", "--model", "gpt-9")
     assert result.returncode == 2
-    assert "--model: 'gpt-9' is not one of offline, local, smollm2, gemma3" in result.stdout
+    assert "--model: 'gpt-9' is not one of offline, local, smollm2, gemma3" in result.stderr
 
 
 def test_a_terminated_demo_stops_its_stack_and_leaves_no_process(home: Path) -> None:

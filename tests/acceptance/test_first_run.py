@@ -192,3 +192,51 @@ def test_the_listed_help_of_each_sub_app_is_its_own() -> None:
 
     for name, lazy in SUBCOMMANDS.items():
         assert lazy.load().info.help == lazy.help, name
+
+
+# A mistyped command line, and what it must be told: each is refused before any stack is looked
+# for, on stderr, in one line naming what was wrong and what is allowed (not click's panel).
+USAGE_ERRORS = [
+    (("run", "list", "--status", "bogus"), "'--status': 'bogus' is not a run status; use one of"),
+    (("run", "list", "--bogus"), "No such option: --bogus"),
+    (("run", "list", "--limit", "0"), "'--limit': Input should be greater than or equal to 1"),
+    (("run", "submit"), "Missing argument 'goal'"),
+    (("token", "create", "--name", "x", "--role", "root"), "submitter, reviewer, admin"),
+    (("worker", "--loglevel", "loud"), "'loud'; allowed: DEBUG, INFO, WARNING, ERROR"),
+    (("nosuch",), "No such command 'nosuch'"),
+    (
+        ("run", "submit", "x", "--json", "--watch"),
+        "--json and --watch cannot be used together: --json prints the submitted run as JSON, "
+        "--watch follows it; choose one",
+    ),
+]
+USAGE_IDS = [" ".join(args) for args, _ in USAGE_ERRORS]
+
+
+@pytest.mark.parametrize(("args", "said"), USAGE_ERRORS, ids=USAGE_IDS)
+def test_a_usage_error_is_one_line_on_stderr(home: Path, args: tuple[str, ...], said: str) -> None:
+    result = agentq(home, *args, timeout_s=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "", result.stdout
+    assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1, (
+        result.stderr
+    )
+    assert said in result.stderr, result.stderr
+    assert "╭" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_no_arguments_prints_the_help() -> None:
+    result = subprocess.run([AGENTQ, "run"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Usage: agentq run" in result.stdout, result.stdout
+    assert "error" not in result.stderr, result.stderr
+
+
+def test_a_worker_whose_database_is_unreachable_says_so_in_one_line(home: Path) -> None:
+    database = f"postgresql://agentq:s3cret-pw@127.0.0.1:{free_port()}/agentq"  # nothing there
+    env = {"AGENTQ_DATABASE_URL": database, "AGENTQ_BROKER_URL": "redis://127.0.0.1:1/0"}
+    result = agentq(home, "worker", env=env, timeout_s=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "", result.stdout
+    assert result.stderr == (
+        "error: cannot reach the database at AGENTQ_DATABASE_URL (connection refused)\n"
+    ), result.stderr

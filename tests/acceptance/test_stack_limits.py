@@ -42,9 +42,12 @@ def test_a_cli_with_a_looser_environment_is_held_to_the_stacks_quota(home: Path)
         assert "AGENTQ_USER_MAX_ACTIVE_RUNS=100 (the stack's: 1, set by agentq up" in said[0]
         second = agentq(home, *submit, env=looser)
         assert second.returncode == 2, second.stdout + second.stderr
-        assert "AGENTQ_USER_MAX_ACTIVE_RUNS: user 'u1' has 1 runs not yet ended" in second.stdout
+        assert "AGENTQ_USER_MAX_ACTIVE_RUNS: user 'u1' has 1 runs not yet ended" in second.stderr
         agreeing = agentq(home, *submit, env={"AGENTQ_USER_MAX_ACTIVE_RUNS": "1"})
-        assert agreeing.returncode == 2 and agreeing.stderr == "", agreeing.stderr
+        # no line about the limits: the refusal alone
+        assert agreeing.returncode == 2, agreeing.stderr
+        assert agreeing.stderr.startswith("error: ") and len(agreeing.stderr.splitlines()) == 1
+        assert "AGENTQ_USER_MAX_ACTIVE_RUNS: user 'u1'" in agreeing.stderr, agreeing.stderr
         other = agentq(home, "run", "submit", "another user", "--user", "u2", env=looser)
         assert other.returncode == 0, other.stdout + other.stderr
         proc.send_signal(signal.SIGINT)

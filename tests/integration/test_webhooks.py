@@ -265,7 +265,7 @@ def test_an_operator_adds_a_webhook_from_the_cli_and_reads_its_log(
 ) -> None:
     refused = agentq("webhook", "add", "http://127.0.0.1:9/", "--event", "review.needed")
     assert refused.returncode == 2
-    assert "events: review.needed is not an event; use one or more of" in refused.stdout
+    assert "events: review.needed is not an event; use one or more of" in refused.stderr
     with Receiver() as receiver:
         added = agentq("webhook", "add", receiver.url, "--event", "escalation.opened")
         assert added.returncode == 0, added.stdout + added.stderr

@@ -207,7 +207,7 @@ def test_cli_refuses_a_stack_json_others_could_have_written(
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
-    text = " ".join(done.stdout.split())
+    text = " ".join(done.stderr.split())
     assert done.returncode == 2, f"agentq run list used the planted stack.json:\n{done.stdout}"
     assert str(planted) in text and "stack.json" in text, text
     reason = "owned by nobody" if how == "owned by nobody" else "writable by"

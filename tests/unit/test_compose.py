@@ -106,7 +106,8 @@ AGENTQ_PROCESSES = ("worker", "scheduler", "sender", "api")
 def process_argv(svc: Mapping[str, Any]) -> list[str]:
     """What the container runs: for `agentq worker|scheduler|api ...`, the command line that
     command execs (ops/deployment.py), from the real CLI with the service's environment and
-    `os.execve` caught, from `celery` or `uvicorn` on; any other command as it stands."""
+    `os.execve` caught, from `celery` or `uvicorn` on; any other command as it stands. The
+    compose file's database is not there: the check that it answers is skipped."""
     cmd = command(svc)
     if cmd[:1] != ["agentq"] or cmd[1:2] not in ([p] for p in AGENTQ_PROCESSES):
         return cmd
@@ -114,6 +115,7 @@ def process_argv(svc: Mapping[str, Any]) -> list[str]:
         mock.patch.dict(os.environ, environment(svc, {}), clear=True),
         mock.patch("ops.deployment_commands.os.execve") as execve,
         mock.patch("ops.deployment_commands.os.chdir"),
+        mock.patch("models.db.check_reachable"),
     ):
         result = CliRunner().invoke(cli.app, cmd[1:])
     assert execve.called, f"{cmd} does not start its process: {result.output}"

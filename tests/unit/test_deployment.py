@@ -4,6 +4,7 @@ broker's per-transport options (models/engine/queue.py). No services: `os.execve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -13,11 +14,13 @@ from unittest import mock
 import pytest
 from typer.testing import CliRunner
 
+from models.db import check_reachable
 from models.engine.queue import celery_config, transport_options
-from models.errors import ConfigurationError
+from models.errors import ConfigurationError, DatabaseUnavailable
 from models.settings import Settings
 from ops import cli
 from ops.listen import Listen, env_text, hba_text, other_machines_text, remote_urls
+from tests.support.net import free_port
 
 URLS = {
     "AGENTQ_DATABASE_URL": "postgresql://agentq:pw@db.internal:5432/agentq",
@@ -25,12 +28,16 @@ URLS = {
 }
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> tuple[Any, mock.MagicMock]:
-    """The CLI with `env` alone, `os.execve` and `os.chdir` caught."""
+def run_cli(
+    args: list[str], env: dict[str, str], *, reachable: bool = True
+) -> tuple[Any, mock.MagicMock]:
+    """The CLI with `env` alone, `os.execve` and `os.chdir` caught; the database check
+    (`models.db.check_reachable`) passes unless not `reachable`, when it connects for real."""
     with (
         mock.patch.dict(os.environ, {"PATH": os.environ.get("PATH", ""), **env}, clear=True),
         mock.patch("ops.deployment_commands.os.execve") as execve,
         mock.patch("ops.deployment_commands.os.chdir") as chdir,
+        mock.patch("models.db.check_reachable") if reachable else contextlib.nullcontext(),
     ):
         result = CliRunner().invoke(cli.app, args)
     if execve.called:
@@ -69,6 +76,51 @@ def test_an_invalid_setting_is_one_line_naming_the_variable(
     assert not execve.called
     assert isinstance(result.exception, ConfigurationError), result.exception
     assert str(result.exception).startswith(f"invalid settings: {variable}: ")
+
+
+@pytest.mark.parametrize("command", ["worker", "scheduler", "sender", "api"])
+def test_an_unreachable_database_is_one_line_naming_the_variable(
+    command: str, tmp_path: Path
+) -> None:
+    """Before Celery or uvicorn runs: the worker's import of a database it could not reach was
+    Celery's 180-line "Unable to load celery application" with the driver's tracebacks."""
+    database = f"postgresql://agentq:s3cret-pw@127.0.0.1:{free_port()}/agentq"  # nothing there
+    env = {**URLS, "AGENTQ_DATABASE_URL": database, "AGENTQ_HOME": str(tmp_path)}
+    result, execve = run_cli([command], env, reachable=False)
+    assert not execve.called
+    assert isinstance(result.exception, DatabaseUnavailable), result.exception
+    said = str(result.exception)
+    assert said == "cannot reach the database at AGENTQ_DATABASE_URL (connection refused)", said
+
+
+def test_migrate_on_an_unreachable_database_is_one_line_and_migrates_nothing(
+    tmp_path: Path,
+) -> None:
+    database = f"postgresql://agentq:s3cret-pw@127.0.0.1:{free_port()}/agentq"  # nothing there
+    env = {**URLS, "AGENTQ_DATABASE_URL": database, "AGENTQ_HOME": str(tmp_path)}
+    with mock.patch("models.migrate.upgrade") as upgrade:
+        result, _ = run_cli(["migrate"], env, reachable=False)
+    assert not upgrade.called
+    assert isinstance(result.exception, DatabaseUnavailable), result.exception
+    assert str(result.exception) == (
+        "cannot reach the database at AGENTQ_DATABASE_URL (connection refused)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgresql://u:pw@127.0.0.1:port/x", "Port could not be cast to integer value as 'port'"),
+        ("postgresql://u:p w@127.0.0.1/x", 'unexpected spaces found in "***"'),
+        ("postgresql://u:pw%40x@127.0.0.1/x?nope=1", 'invalid URI query parameter: "nope"'),
+    ],
+)
+def test_an_unreadable_database_url_is_named_and_its_password_masked(url: str, said: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        check_reachable(url, named="AGENTQ_DATABASE_URL")
+    message = str(refused.value)
+    assert message.startswith("AGENTQ_DATABASE_URL: not a URL the driver can read (")
+    assert said in message and "p w" not in message and "pw" not in message, message
 
 
 def test_worker_execs_the_celery_worker_with_the_urls(tmp_path: Path) -> None:

@@ -115,6 +115,21 @@ def test_a_page_naming_a_missing_command_or_option_fails() -> None:
     ]
 
 
+def test_the_cli_page_names_each_command_that_prints_json_and_no_other() -> None:
+    """docs/how-to/cli.md, "Output for scripts": it named `status` (the hidden old name of `run
+    show`) among the commands taking `--json`, where no check reached it; each is now written in
+    full with its `--json`, and the set is the CLI's."""
+    takes_json = {path for path, found in TREE.items() if "--json" in takes_value(found)}
+    page = doc_pages.ROOT / "docs" / "how-to" / "cli.md"
+    named = {
+        max((path for path in TREE if m.words[: len(path)] == path), key=len)
+        for m in doc_pages.mentions(page)
+        if "--json" in (w.strip("[]") for w in m.words)
+    }
+    assert ("run", "show") in takes_json, takes_json
+    assert named == takes_json
+
+
 def _setting_problems(page: Path) -> list[str]:
     found = []
     for line, name in doc_pages.setting_names(page):

@@ -15,7 +15,7 @@ from models.review.reviews import deadline_comment, deadline_left_s, waiting_s
 from models.settings import Settings
 from models.settings_errors import describe_settings_error
 from models.tables import Escalation
-from ops import views
+from ops import escalation_views, views
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -63,25 +63,27 @@ def test_the_queue_shows_time_waiting_and_left_at_80_columns() -> None:
     late = make_escalation(
         id=6, claimed_by="someone", status="claimed", deadline_at=NOW - timedelta(hours=2)
     )
-    out = render(views.escalations_table([make_escalation(), late], now=NOW), width=80)
+    out = render(escalation_views.escalations_table([make_escalation(), late], now=NOW), width=80)
     assert "deadline" in out and "in 21h" in out and "passed 2h ago" in out, out
     assert out.count("3h") >= 2, out
     assert max(len(line) for line in out.splitlines()) <= 80, out
 
 
 def test_the_escalation_panel_shows_the_deadline_until_decided() -> None:
-    shown = render(views.render_escalation(make_escalation(), run=None, step=None, facts={}))
+    shown = render(
+        escalation_views.render_escalation(make_escalation(), run=None, step=None, facts={})
+    )
     assert "deadline" in shown and views.utc(NOW + timedelta(hours=21)) in shown, shown
     assert "waiting" in shown and f"(opened {views.utc(NOW - timedelta(hours=3))})" in shown
     decided = make_escalation(status="decided", decision="reject", decided_at=NOW)
     assert "deadline " not in render(
-        views.render_escalation(decided, run=None, step=None, facts={})
+        escalation_views.render_escalation(decided, run=None, step=None, facts={})
     )
 
 
 def test_claim_with_nothing_open_says_who_holds_the_claims() -> None:
-    assert str(views.nothing_to_claim({})) == "the review queue is empty"
-    said = str(views.nothing_to_claim({"alice": 2, "bob": 1}))
+    assert str(escalation_views.nothing_to_claim({})) == "the review queue is empty"
+    said = str(escalation_views.nothing_to_claim({"alice": 2, "bob": 1}))
     assert "3 claimed by alice (2), bob (1)" in said and "agentq review release" in said
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +14,7 @@ from models.plans.plans import Splice, parse_plan
 from models.plans.tools import argument_problems
 from models.review.answers import answer_from_text
 from models.tables import Step
-from ops.inputs import parse_facts
+from ops.inputs import parse_facts, read_plan_text
 
 TOOLS = ["noop", "convert"]
 
@@ -117,6 +120,21 @@ def test_pinned_facts_parse_and_refuse() -> None:
     with pytest.raises(ConfigurationError, match="given twice"):
         parse_facts(["k=a", "k=b"])
     assert parse_facts(["k=a", "k=a"]) == {"k": "a"}
+
+
+def test_a_plan_named_dash_is_read_from_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--plan -` (run submit, review edit) reads stdin, as `-` means to cat and jq; a file
+    named by its path is read as before, and stdin is not touched for it."""
+    text = '{"steps": [{"name": "caf\u00e9", "kind": "tool", "tool": "noop"}]}'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
+    (tmp_path / "plan.json").write_text("{}", encoding="utf-8")
+    assert read_plan_text(tmp_path / "plan.json") == "{}"
+    assert read_plan_text(Path("-")) == text
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("latin-1"))))
+    with pytest.raises(ConfigurationError, match=r"^--plan -: not UTF-8 text \(byte 24\)"):
+        read_plan_text(Path("-"))
 
 
 def test_plans_and_submissions_refuse_what_postgres_cannot_store() -> None:

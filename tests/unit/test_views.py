@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console, RenderableType
 
 from models.tables import Escalation, Run, Step, utcnow
-from ops import views
+from ops import escalation_views, views
 
 GOAL = "Fix the [/] bracket [bold]now[/bold] and [offline]"
 USER = "[/]"
@@ -81,6 +81,36 @@ def test_run_panel_shows_markup_like_text_literally() -> None:
         assert text in out, out
 
 
+def test_run_panel_tells_why_the_run_waits_for_review() -> None:
+    """`run show` of an escalated run: the reason in a reviewer's words, the failed step, its
+    error, the detail's other values and the command to decide it (was the reason code alone)."""
+    esc = make_escalation(detail={"step": "[b]lookup", "tool": "noop", "raw_output": "{no json"})
+    out = render(views.render_run(make_run(), facts={}, steps=[make_step()], escalation=esc))
+    said = "escalation 5 (open)  replan_budget_spent: A step failed and the run has no replans"
+    assert said in out, out
+    assert "failed step          [b]lookup (noop)" in out, out
+    assert f"error                {REGEX_ERROR}" in out, out  # the step's, literally
+    assert "raw_output           {no json" in out and "agentq review show 5" in out, out
+
+
+def test_run_panel_names_the_failed_step_of_the_detail_when_not_in_the_plan_shown() -> None:
+    esc = make_escalation(
+        step_id=None,
+        reason="goal_not_met",
+        detail={"step": "report", "tool": "echo", "error": "lacks CC-4410", "missing": ["CC"]},
+    )
+    out = render(views.render_run(make_run(), facts={}, steps=[], escalation=esc))
+    assert "goal_not_met: The steps finished, but what the run delivered fails" in out, out
+    assert "failed step          report (echo)" in out and "lacks CC-4410" in out, out
+    assert 'missing              ["CC"]' in out, out
+    unknown = make_escalation(reason="new_reason", detail={})
+    out = render(views.render_run(make_run(), facts={}, steps=[], escalation=unknown))
+    (line,) = [ln.strip("│ ") for ln in out.splitlines() if "escalation 5" in ln]
+    assert line == "escalation 5 (open)  new_reason", out  # an unknown reason: its code alone
+    labels = {ln.strip("│ ").split("  ")[0] for ln in out.splitlines()}
+    assert "error" not in labels and "failed step" not in labels, out
+
+
 def test_run_panel_shows_the_wall_time_budget_and_deadline() -> None:
     run = make_run(status="running")
     out = render(views.render_run(run, facts={}, steps=[], escalation=None))
@@ -103,7 +133,7 @@ def test_runs_table_keeps_user_text_and_the_status_whole_at_80_columns() -> None
 
 def test_escalation_panel_shows_the_failed_steps_error_literally() -> None:
     out = render(
-        views.render_escalation(
+        escalation_views.render_escalation(
             make_escalation(), run=make_run(), step=make_step(), facts={"a": "[x]"}
         )
     )
@@ -117,7 +147,9 @@ def test_escalation_without_a_step_shows_the_stored_error_and_no_empty_detail() 
         reason="invalid_plan",
         detail={"error": "ProviderError: openai provider: Missing credentials", "raw_output": ""},
     )
-    out = render(views.render_escalation(esc, run=make_run(plan_version=0), step=None, facts={}))
+    out = render(
+        escalation_views.render_escalation(esc, run=make_run(plan_version=0), step=None, facts={})
+    )
     assert "ProviderError: openai provider: Missing credentials" in out, out
     assert "raw_output" not in out
 
@@ -133,10 +165,12 @@ def test_decided_escalation_shows_answer_and_comment_and_stops_waiting() -> None
         comment="from the [bold] bank",
         created_at=created,
     )
-    out = render(views.render_escalation(esc, run=make_run(), step=make_step(), facts={}))
+    out = render(
+        escalation_views.render_escalation(esc, run=make_run(), step=make_step(), facts={})
+    )
     assert "respond by [/]rita at " in out, out
     assert '{"rate":0.95}' in out and "from the [bold] bank" in out
-    table = render(views.escalations_table([esc]))
+    table = render(escalation_views.escalations_table([esc]))
     assert "│ 2m " in table, table
 
 
