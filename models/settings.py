@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,6 +24,7 @@ from pydantic import (
 from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
+from models.settings_connections import ConnectionSettings
 from models.settings_errors import describe_parse_error, describe_settings_error
 from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
@@ -52,21 +52,14 @@ DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
 }
 
 
-class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSettings):
+class Settings(
+    ConnectionSettings, ProviderSettings, OperationsSettings, MemorySettings, StepDataSettings
+):
     """All of agentq's configuration; each field's default is the documented default."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTQ_", env_file=".env", extra="ignore")
 
-    database_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("AGENTQ_DATABASE_URL", "DATABASE_URL"),
-        description="SQLAlchemy URL of Postgres with pgvector; unset: the embedded server.",
-    )
-    broker_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("AGENTQ_BROKER_URL", "BROKER_URL"),
-        description="Celery broker URL (redis:// or amqp://); unset: the embedded Redis.",
-    )
+    # The database's and the broker's URLs: `models.settings_connections`.
     home: Path = Field(default=Path.home() / ".agentq", description="Data directory.")
     reviewer: str | None = Field(
         default=None,
@@ -246,7 +239,7 @@ class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSet
     )
     # Step data per step, run and user: `models.settings_storage`.
 
-    @field_validator("database_url", "broker_url", "ui_session_secret", mode="before")
+    @field_validator("ui_session_secret", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -28,14 +28,15 @@ SHOWN_MAX_CHARS: Final = 60
 def describe_settings_error(exc: ValidationError) -> str:
     """Pydantic's errors, each naming the environment variable rather than the field, and the
     value given (`got '-1'`) unless it may hold a credential (`UNSHOWN`) or is long."""
-    aliases = {
-        "database_url": "DATABASE_URL",
-        "broker_url": "BROKER_URL",
-        "openai_api_key": "OPENAI_API_KEY",
+    aliases = {  # either name sets the field (`AliasChoices`): the error cannot tell which did
+        "database_url": "AGENTQ_DATABASE_URL or DATABASE_URL",
+        "broker_url": "AGENTQ_BROKER_URL or BROKER_URL",
+        "openai_api_key": "AGENTQ_OPENAI_API_KEY or OPENAI_API_KEY",
     }
     parts = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
+        # A value read by an alias is located by it (`DATABASE_URL`, `AGENTQ_BROKER_URL`).
+        field = str(error["loc"][0]).lower().removeprefix("agentq_") if error["loc"] else ""
         name = aliases.get(field, f"AGENTQ_{field.upper()}") if field else "settings"
         given = error.get("input")
         shown = (

@@ -258,6 +258,16 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     stack = json.loads((home / "stack.json").read_text())
     no_broker = agentq(home, "run", "submit", "x", env={"DATABASE_URL": stack["database_url"]})
     assert no_broker.returncode == 2 and "no broker" in no_broker.stdout, no_broker.stdout
+    for variable, url in [
+        ("BROKER_URL", "redis://:hunter2@127.0.0.1:99999/0"),  # was committed, then a traceback
+        ("DATABASE_URL", "mysql://agentq:hunter2@127.0.0.1/agentq"),
+    ]:
+        env = {"DATABASE_URL": stack["database_url"], "BROKER_URL": stack["broker_url"]}
+        bad = agentq(home, "run", "submit", "x", env={**env, variable: url})
+        said = bad.stdout + bad.stderr
+        assert bad.returncode == 2 and f"{variable}: " in bad.stdout, said
+        assert "Traceback" not in said and "hunter2" not in said, said
+        assert bad.stdout.count("\n") == 1, said
     big = agentq(home, "run", "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
     assert big.returncode == 2, big.stdout + big.stderr
     assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stdout

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from models import settings as settings_module
 from models.db import database_url
 from models.errors import ConfigurationError
-from models.settings import Settings, get_settings, use_settings
+from models.settings import Settings, get_settings, read_settings, use_settings
 
 
 @pytest.fixture(autouse=True)
@@ -154,3 +156,111 @@ def test_a_value_that_may_hold_a_credential_is_never_echoed() -> None:
     said = describe_settings_error(caught.value)
     assert "hunter2" not in said and "BROKER_URL: String should match" in said
     assert "AGENTQ_LEASE_S: Input should be greater than or equal to 1 (got '0')" in said
+
+
+@pytest.mark.parametrize("variable", ["DATABASE_URL", "AGENTQ_DATABASE_URL"])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://app:hunter2@db/app", "must start with postgresql://, postgres:// or"),
+        ("hunter2", "must start with postgresql://"),
+        ("postgresql://app:hunter2@db:port/app", "cannot be parsed as a URL like postgresql://"),
+        ("postgresql://app:hunter2@db:99999/app", "the port must be a number from 1 to 65535"),
+        ("postgresql://app:hunter2@db:0/app", "the port must be a number from 1 to 65535"),
+        ("postgresql://app:hunter2@[::1/app", "cannot be parsed"),
+    ],
+)
+def test_a_bad_database_url_is_refused_naming_the_variable_never_the_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, url: str, says: str
+) -> None:
+    """A bad URL was a traceback where it was first used: in `agentq run submit`, after the
+    run's row was committed. Now it is refused when the settings are read, in one line."""
+    monkeypatch.chdir(tmp_path)  # no `.env`
+    monkeypatch.setenv(variable, url)
+    monkeypatch.setenv("BROKER_URL", "redis://r:6379/0")
+    with pytest.raises(ConfigurationError) as refused:
+        read_settings()
+    said = str(refused.value)
+    assert said.startswith("invalid settings: AGENTQ_DATABASE_URL or DATABASE_URL: "), said
+    assert says in said and "hunter2" not in said and "\n" not in said, said
+    assert "BROKER_URL" not in said, said  # the broker's URL is good
+
+
+@pytest.mark.parametrize("variable", ["BROKER_URL", "AGENTQ_BROKER_URL"])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (
+            "sqs://key:hunter2@",
+            "must start with redis://, rediss://, amqp://, amqps:// or pyamqp://",
+        ),
+        ("redis://:hunter2@127.0.0.1:99999/0", "cannot be parsed as a URL like redis://"),
+        ("redis://:hunter2@127.0.0.1:six/0", "a port must be a number from 1 to 65535"),
+        ("amqp://guest:hunter2@mq:0//", "the port must be a number from 1 to 65535"),
+        ("redis://:hunter2#x@127.0.0.1:6379/0", "special characters in a password"),
+    ],
+)
+def test_a_bad_broker_url_is_refused_naming_the_variable_never_the_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, url: str, says: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no `.env`
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(ConfigurationError) as refused:
+        read_settings()
+    said = str(refused.value)
+    assert said.startswith("invalid settings: AGENTQ_BROKER_URL or BROKER_URL: "), said
+    assert says in said and "hunter2" not in said, said
+
+
+@pytest.mark.parametrize(
+    ("database", "broker"),
+    [
+        (
+            "postgresql+psycopg://postgres@/postgres?host=/tmp/agentq%20home/pgdata",
+            "redis://:p%40ss@127.0.0.1:6379/0",
+        ),
+        (
+            "postgresql://agentq:p%23w@db.internal:5432/agentq",
+            "amqp://guest:guest@127.0.0.1:5672//",
+        ),
+        ("postgres://db/x", "rediss://:pw@cache.example:6380/0"),
+        ("postgresql://db/x?sslmode=require", "pyamqp://mq"),
+        ("postgresql:///agentq", "amqps://u:p@mq:5671/vhost"),
+    ],
+)
+def test_the_urls_agentq_runs_on_are_accepted(
+    monkeypatch: pytest.MonkeyPatch, database: str, broker: str
+) -> None:
+    """The embedded stack's URLs (`ops.embedded_postgres`, `ops.embedded_redis`), `agentq up
+    --listen`'s, and the schemes SQLAlchemy with psycopg and kombu take."""
+    monkeypatch.setenv("DATABASE_URL", database)
+    monkeypatch.setenv("BROKER_URL", broker)
+    s = Settings(_env_file=None)
+    assert (s.database_url, s.broker_url) == (database, broker)
+
+
+def test_every_settings_class_keeps_its_validators_in_settings() -> None:
+    """A validator of a class `Settings` inherits is lost when another base has one of the same
+    name (pydantic keeps the first in the MRO): each base's must reach `Settings` whole."""
+    kept = Settings.__pydantic_decorators__.field_validators
+    for base in Settings.__mro__[1:]:
+        own = base.__dict__.get("__pydantic_decorators__")
+        for name, validator in own.field_validators.items() if own else ():
+            assert kept[name].info.fields == validator.info.fields, (base.__name__, name)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "DATABASE_URL",
+        "BROKER_URL",
+        "OPENAI_API_KEY",
+        "AGENTQ_OPENAI_BASE_URL",
+        "AGENTQ_UI_SESSION_SECRET",
+    ],
+)
+def test_a_blank_value_is_unset(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "  ")
+    s = Settings(_env_file=None)
+    assert (s.database_url, s.broker_url, s.openai_api_key, s.openai_base_url) == (None,) * 4
+    assert s.ui_session_secret is None
