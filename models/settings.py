@@ -389,4 +389,4 @@ def read_settings() -> Settings:
     except ValidationError as exc:
         raise ConfigurationError(describe_settings_error(exc)) from exc
     except SettingsError as exc:  # a value that is not JSON where JSON is expected
-        raise ConfigurationError(describe_parse_error(exc)) from exc
+        raise ConfigurationError(describe_parse_error(exc, Settings.model_fields)) from exc

@@ -116,11 +116,44 @@ def test_a_setting_that_is_not_json_names_its_variable(monkeypatch: pytest.Monke
     monkeypatch.setenv("AGENTQ_FACT_TTL_S", "{bad")
     get_settings.cache_clear()
     try:
-        with pytest.raises(ConfigurationError, match="AGENTQ_FACT_TTL_S: must be JSON"):
+        with pytest.raises(ConfigurationError, match="AGENTQ_FACT_TTL_S: must be a JSON object"):
             get_settings()
     finally:
         monkeypatch.delenv("AGENTQ_FACT_TTL_S")
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        (
+            "AGENTQ_TOOL_MODULES",
+            "worker.tools.builtin,my.tools",
+            'AGENTQ_TOOL_MODULES: must be a JSON list, such as ["worker.tools.builtin", '
+            '"worker.tools.expenses"]',
+        ),
+        (
+            "AGENTQ_PLAN_SUBMIT_ROLES",
+            "admin",
+            'AGENTQ_PLAN_SUBMIT_ROLES: must be a JSON list, such as ["submitter", "admin"]',
+        ),
+        (  # a secret: no example, and never the value
+            "AGENTQ_WEBHOOK_SECRETS",
+            "ops=hunter2",
+            "AGENTQ_WEBHOOK_SECRETS: must be a JSON object, as the settings reference shows",
+        ),
+    ],
+)
+def test_a_setting_that_is_not_json_is_one_line_saying_what_json(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, said: str
+) -> None:
+    """It said `...; error parsing value for field "tool_modules" from source
+    "EnvSettingsSource"`: pydantic-settings' words, not the user's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as refused:
+        read_settings()
+    assert str(refused.value) == f"invalid settings: {said}"
 
 
 def test_settings_given_by_the_process_win_over_the_environment_and_survive_a_cache_clear(
