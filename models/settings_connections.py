@@ -1,4 +1,5 @@
-"""Settings for what every process connects to: the database's and the broker's URLs.
+"""Settings for what every process connects to: the database's and the broker's URLs, and the
+check of the other URL settings (`check_http_url`: `AGENTQ_OTLP_ENDPOINT`).
 
 `models.settings.Settings` inherits these fields, so they are read like every other setting
 (`AGENTQ_<NAME>`, `.env`, and the conventional `DATABASE_URL` and `BROKER_URL`) and reached as
@@ -12,6 +13,7 @@ hold a password.
 from __future__ import annotations
 
 from typing import Final
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -78,6 +80,21 @@ def check_broker_url(url: str) -> str:
         port = parse_url(url)["port"]
     except ValueError:  # a port that is no number or out of range, an unclosed [
         raise _unparsed(BROKER_SHAPE) from None
+    _check_port(port)
+    return url
+
+
+def check_http_url(url: str) -> str:
+    """`url` if it is an http:// or https:// URL that names a host, with a port from 1 to 65535
+    (or none); else raises `PydanticCustomError` saying what is wrong, not the URL."""
+    shape = "an http:// or https:// URL with a host, such as http://collector:4318"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is no number or out of range, an unclosed [
+        raise url_error(f"must be {shape} (a port from 1 to {PORT_MAX})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise url_error(f"must be {shape}")
     _check_port(port)
     return url
 

@@ -290,10 +290,48 @@ def test_every_settings_class_keeps_its_validators_in_settings() -> None:
         "OPENAI_API_KEY",
         "AGENTQ_OPENAI_BASE_URL",
         "AGENTQ_UI_SESSION_SECRET",
+        "AGENTQ_OTLP_ENDPOINT",
     ],
 )
 def test_a_blank_value_is_unset(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     monkeypatch.setenv(variable, "  ")
     s = Settings(_env_file=None)
     assert (s.database_url, s.broker_url, s.openai_api_key, s.openai_base_url) == (None,) * 4
-    assert s.ui_session_secret is None
+    assert s.ui_session_secret is None and s.otlp_endpoint is None
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "ftp://collector:4318",
+        "collector:4318",
+        "http://",
+        "http://:4318",
+        "https://collector:99999",
+        "http://collector:otlp",
+        "http://[::1:4318",
+    ],
+)
+def test_the_otlp_endpoint_must_be_an_http_url_with_a_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str
+) -> None:
+    """It was only matched against `^https?://`, so `http://` and a port of 99999 passed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTQ_OTLP_ENDPOINT", endpoint)
+    with pytest.raises(ConfigurationError) as refused:
+        read_settings()
+    must = (
+        "invalid settings: AGENTQ_OTLP_ENDPOINT: must be an http:// or https:// URL with a host, "
+        "such as http://collector:4318"
+    )
+    assert str(refused.value) in (must, must + " (a port from 1 to 65535)")  # never the URL
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["http://collector:4318", "https://otel.example/", "http://[::1]:4318"]
+)
+def test_an_otlp_endpoint_with_a_host_is_taken(
+    monkeypatch: pytest.MonkeyPatch, endpoint: str
+) -> None:
+    monkeypatch.setenv("AGENTQ_OTLP_ENDPOINT", endpoint)
+    assert Settings(_env_file=None).otlp_endpoint == endpoint
