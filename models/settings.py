@@ -16,15 +16,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
 from models.settings_connections import ConnectionSettings
+from models.settings_console import ConsoleSettings
 from models.settings_errors import describe_parse_error, describe_settings_error
 from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
@@ -53,7 +52,12 @@ DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
 
 
 class Settings(
-    ConnectionSettings, ProviderSettings, OperationsSettings, MemorySettings, StepDataSettings
+    ConnectionSettings,
+    ProviderSettings,
+    OperationsSettings,
+    ConsoleSettings,
+    MemorySettings,
+    StepDataSettings,
 ):
     """All of agentq's configuration; each field's default is the documented default."""
 
@@ -203,30 +207,7 @@ class Settings(
         description="Tasks of one user (steps, plans, replans, syntheses) queued or running.",
     )
 
-    ui_session_secret: SecretStr | None = Field(
-        default=None,
-        description="Signs the review console's session cookies; unset: generated once into "
-        "AGENTQ_HOME.",
-    )
-    ui_session_max_age_s: int = Field(
-        default=12 * 3600, ge=60, description="Review console session lifetime, s."
-    )
-    ui_cookie_secure: bool = Field(
-        default=False, description="Send the review console's cookie over HTTPS only."
-    )
-    # Console sessions and docs (issue 9: console hardening). 30 minutes: the upper end of the
-    # idle timeouts the OWASP Session Management Cheat Sheet gives for low-risk applications
-    # (15-30 min); a page's live refresh does not count as activity.
-    ui_session_idle_s: int = Field(
-        default=1800,
-        ge=60,
-        le=7 * 86_400,
-        description="A console session with no request for this long is signed out, s.",
-    )
-    api_docs: bool = Field(
-        default=False,
-        description="Serve Swagger UI at /docs (it loads its script and CSS from a CDN).",
-    )
+    # The review console's sessions, and the API's Swagger UI: `models.settings_console`.
     # Tools and step data (issue 9: tools are explicit configuration; size caps).
     tool_modules: list[str] = Field(
         default=["worker.tools.builtin", "worker.tools.expenses"],
@@ -238,11 +219,6 @@ class Settings(
         description="Roles that may submit an explicit plan over the API; admin always may.",
     )
     # Step data per step, run and user: `models.settings_storage`.
-
-    @field_validator("ui_session_secret", mode="before")
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
 
     def price_of(self, model: str) -> ModelPrice:
         """The price of `model` (`AGENTQ_MODEL_PRICES_USD_PER_MTOK`); the offline model is free.

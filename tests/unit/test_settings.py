@@ -335,3 +335,33 @@ def test_an_otlp_endpoint_with_a_host_is_taken(
 ) -> None:
     monkeypatch.setenv("AGENTQ_OTLP_ENDPOINT", endpoint)
     assert Settings(_env_file=None).otlp_endpoint == endpoint
+
+
+@pytest.mark.parametrize("secret", ["hunter2", "x" * 31])
+def test_a_short_console_secret_is_refused_saying_how_long(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, secret: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTQ_UI_SESSION_SECRET", secret)
+    with pytest.raises(ConfigurationError) as refused:
+        read_settings()
+    said = str(refused.value)
+    assert said.startswith(
+        "invalid settings: AGENTQ_UI_SESSION_SECRET: must be at least 32 characters"
+    ), said
+    assert secret not in said and "31" not in said  # neither the secret nor its length
+
+
+def test_a_console_secret_of_32_characters_or_none_signs_the_console(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Unset, the console's secret is generated into AGENTQ_HOME (43 characters), which the
+    setting's minimum never sees; a set one of any characters keys the HMAC (UTF-8)."""
+    from api.ui.security import ConsoleConfig
+
+    monkeypatch.setenv("AGENTQ_HOME", str(tmp_path))
+    generated = ConsoleConfig.from_settings(Settings(_env_file=None)).login_secret
+    assert len(generated) >= 32 and (tmp_path / "ui_session_secret").is_file()
+    monkeypatch.setenv("AGENTQ_UI_SESSION_SECRET", "é" * 32)
+    given = ConsoleConfig.from_settings(Settings(_env_file=None)).login_secret
+    assert given == ("é" * 32).encode()
