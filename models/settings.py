@@ -29,6 +29,7 @@ from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
 from models.settings_provider import ProviderSettings
 from models.settings_storage import StepDataSettings
+from models.settings_variables import given_names, warn_unknown
 
 OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
 
@@ -357,7 +358,9 @@ def get_settings() -> Settings:
 
 def read_settings() -> Settings:
     """The settings as the environment and `.env` say now, `use_settings`' values over them, not
-    cached (a new Celery client's broker URL must see a change). Raises `ConfigurationError`."""
+    cached (a new Celery client's broker URL must see a change). Raises `ConfigurationError`.
+    Warns on stderr of an `AGENTQ_` variable that is no setting (`warn_unknown`)."""
+    warn_unknown(given_names(Settings.model_config.get("env_file")), Settings.model_fields)
     try:
         return Settings(**_overrides)  # type: ignore[arg-type]  # checked by Settings itself
     except ConfigurationError:

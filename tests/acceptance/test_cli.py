@@ -90,6 +90,17 @@ def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
     assert "agentq up" in result.stdout and "DATABASE_URL" in result.stdout
 
 
+def test_a_misspelt_setting_is_warned_of_in_one_line(home: Path) -> None:
+    """pydantic-settings ignores a variable that names no setting: `AGENTQ_LEASE=20` changed
+    nothing, silently."""
+    result = agentq(home, "run", "list", env={"AGENTQ_LEASE": "20", "AGENTQ_TEST_X": "1"})
+    assert result.returncode == 2 and "agentq up" in result.stdout  # no stack: as before
+    assert result.stderr == (
+        "warning: AGENTQ_LEASE is no agentq setting, so it is ignored; did you mean "
+        "AGENTQ_LEASE_S?\n"
+    )
+
+
 @pytest.fixture
 def up(home: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     proc = subprocess.Popen(
