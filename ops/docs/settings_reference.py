@@ -106,7 +106,7 @@ def render() -> str:
     fields = Settings.model_fields
     parts = [
         "# Settings reference\n",
-        "Generated from `models.settings.Settings` when the site is built "
+        "Generated from `models.settings.Settings` by `python -m ops.docs.pages` "
         "(`ops/docs/settings_reference.py`). Every setting is an environment variable (or a line "
         "in `.env` in the current directory); nothing needs setting for the embedded stack. "
         "Lists and mappings are JSON. A value outside its allowed range is refused at start-up "
