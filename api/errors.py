@@ -11,9 +11,12 @@ quota) and `TokenLimitExceeded` (a token's open streams or costly reads, `api.to
 FastAPI's own refusals (401, 403, 404 of an unknown path) get the same body, and so does a body
 over `api.limits.BODY_MAX_BYTES` (413, `BodyTooLarge`). A body or parameter of the wrong shape is
 a 422 whose `detail` is FastAPI's list of field errors, `{"detail": [...], "error":
-"ValidationError"}`; each error keeps its `type`, `loc`, `msg` and `ctx` but never echoes the
-`input` (it can be a megabyte, or text that cannot be encoded: a lone surrogate). Messages are
-agentq's own, which name the field and what is allowed; they never quote a request header.
+"ValidationError"}`; each error keeps its `type`, `loc`, `msg` and `ctx` but never the `input`
+(it can be a megabyte, or text that cannot be encoded: a lone surrogate). `loc` is FastAPI's path
+to the field, so a bad key of an object is in it (`["body", "facts", "Cost Centre", "[key]"]`):
+the key names the place, as a field's name does. A pattern's `msg` says in words what it allows
+(`models.patterns.WORDS`). Messages are agentq's own, which name the field and what is allowed;
+they never quote a request header.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from api.schemas import NOT_BLANK_PATTERN
 from models.errors import (
     AgentqError,
     BrokerUnavailable,
@@ -47,6 +49,7 @@ from models.errors import (
     TokenLimitExceeded,
     UserQuotaExceeded,
 )
+from models.patterns import error_message
 
 STATUS_OF: dict[type[AgentqError], int] = {
     InvalidInput: 400,
@@ -118,35 +121,21 @@ def encodable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-# Patterns whose pydantic message (`String should match pattern '^[^\x00]*...'`) says less than
-# what they mean, and what they mean.
-PATTERN_MEANS: Final = {
-    NOT_BLANK_PATTERN: "must hold a character other than whitespace, and no NUL character"
-}
-
-
 def field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     """FastAPI's field errors without their `input`, every text made encodable; `ctx` values
-    that are not finite numbers become text (an exception, a pattern); a pattern of
-    `PATTERN_MEANS` is said in words."""
+    that are not finite numbers become text (an exception, a pattern); a pattern's `msg` says
+    in words what it allows (`models.patterns.WORDS`), and its `ctx` keeps the pattern."""
     return [
         {
             "type": error["type"],
             "loc": [
                 part if isinstance(part, int) else encodable(str(part)) for part in error["loc"]
             ],
-            "msg": encodable(_message(error)),
+            "msg": encodable(error_message(error)),
             **({"ctx": _context(error["ctx"])} if error.get("ctx") else {}),
         }
         for error in exc.errors()
     ]
-
-
-def _message(error: Any) -> str:
-    pattern = (error.get("ctx") or {}).get("pattern")
-    if error["type"] == "string_pattern_mismatch" and pattern in PATTERN_MEANS:
-        return PATTERN_MEANS[pattern]
-    return str(error["msg"])
 
 
 def _context(ctx: dict[str, Any]) -> dict[str, Any]:

@@ -25,13 +25,14 @@ from api.responses import (
     ScoredFactOut,
     SearchOut,
 )
-from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, Forget
+from api.schemas import PG_INT_MAX, Forget
 from api.token_limits import LIMITED, charge_costly_read
 from models.db import session_scope
 from models.engine.runs import USER_ID_MAX_CHARS
 from models.front import commands
 from models.memory import memory_admin
 from models.memory.facts import facts_of
+from models.patterns import NO_NUL_PATTERN
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 QUERY_MAX_CHARS = 2_000  # a search is a question, not a document

@@ -34,13 +34,12 @@ import copy
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from api.schemas import NO_NUL_PATTERN, NOT_BLANK_PATTERN
+from models.patterns import NO_NUL_PATTERN, NOT_BLANK_PATTERN, STEP_NAME_PATTERN
 from models.plans.expectations import expect_schema
 from models.plans.plans import (
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
     MAX_STEP_TOOLS,
-    STEP_NAME_PATTERN,
 )
 from models.plans.references import REFERENCE_PATTERN
 from models.plans.step_outputs import output_spec_schema

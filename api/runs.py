@@ -33,9 +33,9 @@ from api.responses import (
     StepResultOut,
     SubmittedOut,
 )
-from api.schemas import NO_NUL_PATTERN, PG_INT_MAX, RunStatus, RunSubmit
+from api.schemas import PG_INT_MAX, RunStatus, RunSubmit
 from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_page
-from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
+from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS
 from models.db import session_scope
 from models.engine import previews
 from models.engine.idempotency import Key
@@ -43,6 +43,7 @@ from models.engine.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.engine.submissions import RunRequest, Submitted
 from models.errors import NotFound
 from models.front import commands, queries
+from models.patterns import IDEMPOTENCY_KEY_PATTERN, NO_NUL_PATTERN
 from models.plans.layout import by_wave
 from models.plans.plans import dependencies
 from models.review import escalations

@@ -16,31 +16,30 @@ from pydantic import (
     Field,
     StrictBool,
     StringConstraints,
+    ValidationError,
     WithJsonSchema,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from models.engine.runs import (
-    FACT_KEY_PATTERN,
     FACT_VALUE_MAX_CHARS,
     GOAL_MAX_CHARS,
     MAX_PINNED_FACTS,
     USER_ID_MAX_CHARS,
 )
 from models.memory.procedures import BODY_MAX_CHARS, TITLE_MAX_CHARS, WHEN_MAX_CHARS, Scope
+from models.patterns import FACT_KEY_PATTERN, NOT_BLANK_PATTERN
 from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
 from models.sql import PG_INT_MAX as PG_INT_MAX
-from models.storable import json_integer, storable_problem
+from models.storable import json_integer, storable_problem, too_deep
 
 WALL_TIME_MAX_S: Final = 30 * 86_400  # as `agentq run submit --wall-time`: longer is a typo
 COST_MAX_USD: Final = 1_000_000.0
 COMMENT_MAX_CHARS: Final = 4_000
-NO_NUL_PATTERN: Final = r"^[^\x00]*$"  # Postgres text cannot hold NUL; query strings can send it
 # An integer field of a strict body also takes `3.0` (after its constraints, which must come
 # first in `Annotated` for pydantic to state them in the schema).
 WHOLE_NUMBER: Final = BeforeValidator(json_integer)
-# Some text that is not only whitespace (the server strips and refuses blank text), and no NUL.
-NOT_BLANK_PATTERN: Final = r"^[^\x00]*[^\x00\s][^\x00]*$"
 
 RunStatus = Literal[
     "queued",
@@ -78,16 +77,36 @@ ANSWER_SCHEMA: Final = {
 
 class Body(BaseModel):
     """A request body: unknown fields refused, and nothing Postgres cannot store. Strict: a value
-    of another JSON type is refused, never converted (`false` is not 0, `"1"` is not 1)."""
+    of another JSON type is refused, never converted (`false` is not 0, `"1"` is not 1).
+
+    What cannot be stored is refused before any field is read (pydantic's validation recurses:
+    nesting is checked first), located at its field (`loc` `["body", "goal"]`), with the exact
+    place in the message (`body.goal: NUL characters ...`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod
     def _storable(cls, data: Any) -> Any:
-        if problem := storable_problem(data):
-            raise ValueError(problem)
+        if not isinstance(data, dict) or too_deep(data):
+            if problem := storable_problem(data):
+                raise PydanticCustomError("value_error", problem)
+            return data
+        for field, value in data.items():
+            if problem := storable_problem({field: value}):
+                raise _located(cls.__name__, field, value, problem)
         return data
+
+
+def _located(title: str, field: Any, value: Any, problem: str) -> ValidationError:
+    """The refusal of `problem` at `field` (a raised `ValidationError` keeps its `loc`, which a
+    `ValueError` would not have: pydantic-core takes its line errors as they are); at the body
+    itself when the field's own name cannot be stored."""
+    loc = () if storable_problem(field) else (field,)
+    error = PydanticCustomError("value_error", problem)
+    return ValidationError.from_exception_data(
+        title, [InitErrorDetails(type=error, loc=loc, input=value)]
+    )
 
 
 class Budgets(Body):

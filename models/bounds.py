@@ -10,7 +10,6 @@ from typing import Final
 
 PG_INT_MAX: Final = 2**31 - 1  # ids, counts and budgets are Postgres `integer` columns
 REPLAN_CHECKS: Final = ("off", "model")  # AGENTQ_REPLAN_CHECK, and a run's `replan_check`
-# A submit's Idempotency-Key (`models.engine.idempotency`): 1 to 255 visible ASCII characters
-# (Stripe's length), so a header carries it as it is and it reads as itself in a log.
+# A submit's Idempotency-Key (`models.engine.idempotency`), at most this long (Stripe's length);
+# its pattern is `models.patterns.IDEMPOTENCY_KEY_PATTERN`.
 IDEMPOTENCY_KEY_MAX_CHARS: Final = 255
-IDEMPOTENCY_KEY_PATTERN: Final = r"^[\x21-\x7e]{1,255}$"

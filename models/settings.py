@@ -13,23 +13,23 @@ from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
-    SecretStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
+from models.settings_connections import ConnectionSettings
+from models.settings_console import ConsoleSettings
 from models.settings_errors import describe_parse_error, describe_settings_error
 from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
 from models.settings_provider import ProviderSettings
 from models.settings_storage import StepDataSettings
+from models.settings_variables import given_names, warn_unknown
 
 OFFLINE_MODEL = "offline"  # the offline provider's model name, and its (zero) price's key
 
@@ -52,21 +52,19 @@ DEFAULT_MODEL_PRICES_USD_PER_MTOK: dict[str, ModelPrice] = {
 }
 
 
-class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSettings):
+class Settings(
+    ConnectionSettings,
+    ProviderSettings,
+    OperationsSettings,
+    ConsoleSettings,
+    MemorySettings,
+    StepDataSettings,
+):
     """All of agentq's configuration; each field's default is the documented default."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTQ_", env_file=".env", extra="ignore")
 
-    database_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("AGENTQ_DATABASE_URL", "DATABASE_URL"),
-        description="SQLAlchemy URL of Postgres with pgvector; unset: the embedded server.",
-    )
-    broker_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("AGENTQ_BROKER_URL", "BROKER_URL"),
-        description="Celery broker URL (redis:// or amqp://); unset: the embedded Redis.",
-    )
+    # The database's and the broker's URLs: `models.settings_connections`.
     home: Path = Field(default=Path.home() / ".agentq", description="Data directory.")
     reviewer: str | None = Field(
         default=None,
@@ -210,30 +208,7 @@ class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSet
         description="Tasks of one user (steps, plans, replans, syntheses) queued or running.",
     )
 
-    ui_session_secret: SecretStr | None = Field(
-        default=None,
-        description="Signs the review console's session cookies; unset: generated once into "
-        "AGENTQ_HOME.",
-    )
-    ui_session_max_age_s: int = Field(
-        default=12 * 3600, ge=60, description="Review console session lifetime, s."
-    )
-    ui_cookie_secure: bool = Field(
-        default=False, description="Send the review console's cookie over HTTPS only."
-    )
-    # Console sessions and docs (issue 9: console hardening). 30 minutes: the upper end of the
-    # idle timeouts the OWASP Session Management Cheat Sheet gives for low-risk applications
-    # (15-30 min); a page's live refresh does not count as activity.
-    ui_session_idle_s: int = Field(
-        default=1800,
-        ge=60,
-        le=7 * 86_400,
-        description="A console session with no request for this long is signed out, s.",
-    )
-    api_docs: bool = Field(
-        default=False,
-        description="Serve Swagger UI at /docs (it loads its script and CSS from a CDN).",
-    )
+    # The review console's sessions, and the API's Swagger UI: `models.settings_console`.
     # Tools and step data (issue 9: tools are explicit configuration; size caps).
     tool_modules: list[str] = Field(
         default=["worker.tools.builtin", "worker.tools.expenses"],
@@ -245,11 +220,6 @@ class Settings(ProviderSettings, OperationsSettings, MemorySettings, StepDataSet
         description="Roles that may submit an explicit plan over the API; admin always may.",
     )
     # Step data per step, run and user: `models.settings_storage`.
-
-    @field_validator("database_url", "broker_url", "ui_session_secret", mode="before")
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
 
     def price_of(self, model: str) -> ModelPrice:
         """The price of `model` (`AGENTQ_MODEL_PRICES_USD_PER_MTOK`); the offline model is free.
@@ -388,7 +358,9 @@ def get_settings() -> Settings:
 
 def read_settings() -> Settings:
     """The settings as the environment and `.env` say now, `use_settings`' values over them, not
-    cached (a new Celery client's broker URL must see a change). Raises `ConfigurationError`."""
+    cached (a new Celery client's broker URL must see a change). Raises `ConfigurationError`.
+    Warns on stderr of an `AGENTQ_` variable that is no setting (`warn_unknown`)."""
+    warn_unknown(given_names(Settings.model_config.get("env_file")), Settings.model_fields)
     try:
         return Settings(**_overrides)  # type: ignore[arg-type]  # checked by Settings itself
     except ConfigurationError:
@@ -396,4 +368,4 @@ def read_settings() -> Settings:
     except ValidationError as exc:
         raise ConfigurationError(describe_settings_error(exc)) from exc
     except SettingsError as exc:  # a value that is not JSON where JSON is expected
-        raise ConfigurationError(describe_parse_error(exc)) from exc
+        raise ConfigurationError(describe_parse_error(exc, Settings.model_fields)) from exc

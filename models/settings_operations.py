@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
 from models.errors import ConfigurationError
+from models.settings_connections import check_http_url
 
 
 class OperationsSettings(BaseSettings):
@@ -128,9 +129,8 @@ class OperationsSettings(BaseSettings):
     # --- tracing and logs (issue 15, parts 2 and 3: README "Tracing and logs") ---
     otlp_endpoint: str | None = Field(
         default=None,
-        pattern=r"^https?://",
-        description="Base URL of an OTLP/HTTP collector (spans go to <url>/v1/traces); unset: "
-        "no tracing, no exporter (`models.engine.tracing`).",
+        description="Base URL of an OTLP/HTTP collector, http:// or https:// with a host (spans "
+        "go to <url>/v1/traces); unset: no tracing, no exporter (`models.engine.tracing`).",
     )
     log_format: Literal["console", "json"] = Field(
         default="console",
@@ -192,6 +192,16 @@ class OperationsSettings(BaseSettings):
         description="A circuit's first open window, s; doubled at each failed probe, at most "
         "an hour.",
     )
+
+    @field_validator("otlp_endpoint", mode="before")
+    @classmethod
+    def _blank_endpoint_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_endpoint(cls, url: str | None) -> str | None:
+        return None if url is None else check_http_url(url)
 
     @model_validator(mode="after")
     def _check_webhook_lease(self) -> Self:

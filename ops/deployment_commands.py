@@ -35,32 +35,27 @@ from ops.deployment import (
 if TYPE_CHECKING:
     from models.settings import Settings
 
-DATABASE_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
-BROKER_SCHEMES: Final = ("redis", "rediss", "amqp", "amqps", "pyamqp")
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def deployment_env(settings: Settings) -> dict[str, str]:
     """The environment of a deployment process: `ops.local.engine_env` with the configured
-    URLs. Raises `ConfigurationError` naming the variable when a URL is unset, or its scheme
-    is not one of `DATABASE_SCHEMES` / `BROKER_SCHEMES`."""
+    URLs. Raises `ConfigurationError` naming the variable when a URL is unset (a URL that is set
+    was checked when the settings were read: `models.settings_connections`)."""
     from ops.local import engine_env  # SQLAlchemy, Celery: not at `agentq --help`
 
-    database = _required(settings.database_url, "AGENTQ_DATABASE_URL", DATABASE_SCHEMES)
-    broker = _required(settings.broker_url, "AGENTQ_BROKER_URL", BROKER_SCHEMES)
+    database = _required(settings.database_url, "AGENTQ_DATABASE_URL")
+    broker = _required(settings.broker_url, "AGENTQ_BROKER_URL")
     return engine_env(database, broker)
 
 
-def _required(url: str | None, variable: str, schemes: tuple[str, ...]) -> str:
+def _required(url: str | None, variable: str) -> str:
     if not url:
         raise ConfigurationError(
             f"{variable} is not set: a deployment process runs against a Postgres and a broker "
             "that it is given, never the embedded stack (on this machine, run `agentq up`; for "
             "another machine's stack, `agentq up --listen` writes both URLs to its remote.env)"
         )
-    scheme = url.partition("://")[0]
-    if scheme not in schemes:
-        raise ConfigurationError(f"{variable}: scheme {scheme!r}; allowed: {', '.join(schemes)}")
     return url
 
 

@@ -9,9 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-from models.engine.runs import FACT_KEY_PATTERN
 from models.errors import ConfigurationError
 from models.front import commands
+from models.patterns import FACT_KEY_PATTERN, WORDS
 from models.plans.plans import PlanSpec
 from models.review import escalations
 from models.settings import get_settings
@@ -24,7 +24,7 @@ def parse_facts(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not re.match(FACT_KEY_PATTERN, key):
             raise ConfigurationError(
-                f"--fact {pair!r}: expected KEY=VALUE with KEY matching {FACT_KEY_PATTERN}"
+                f"--fact {pair!r}: expected KEY=VALUE, where KEY {WORDS[FACT_KEY_PATTERN]}"
             )
         if not value:
             raise ConfigurationError(f"--fact {pair!r}: the value is empty")

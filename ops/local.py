@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dotenv import dotenv_values
-from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
 from models.db import session_scope
@@ -30,6 +29,7 @@ from models.memory.memory_admin import embedder
 from models.memory.reembedding import check_embedding_model
 from models.migrate import upgrade
 from models.settings import Settings, get_settings, setting_name
+from models.settings_variables import field_variables
 from ops.deployment import (
     SCHEDULE_FILE_NAME,
     api_argv,
@@ -95,10 +95,7 @@ def dotenv_settings(environ: Mapping[str, str]) -> dict[str, str]:
 
 def _variable_names(field: str, info: FieldInfo) -> set[str]:
     """The environment variables a `Settings` field is read from, upper case."""
-    alias = info.validation_alias
-    if isinstance(alias, AliasChoices):
-        return {str(choice).upper() for choice in alias.choices}
-    return {alias.upper() if isinstance(alias, str) else setting_name(field)}
+    return {name.upper() for name in field_variables(field, info)}
 
 
 def start_engine(

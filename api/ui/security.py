@@ -73,7 +73,7 @@ class ConsoleConfig:
     @classmethod
     def from_settings(cls, settings: Settings) -> ConsoleConfig:
         return cls(
-            login_secret=session_secret(settings).encode("ascii"),
+            login_secret=session_secret(settings).encode(),
             lifetime=ui_sessions.Lifetime(
                 idle_s=settings.ui_session_idle_s, max_age_s=settings.ui_session_max_age_s
             ),

@@ -34,8 +34,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, Session, SQLModel
 
 from models import sql
-from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
+from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS
 from models.errors import IdempotencyKeyReused, InvalidInput
+from models.patterns import IDEMPOTENCY_KEY_PATTERN
 from models.tables import created_field
 
 KEY_MAX_CHARS: Final = IDEMPOTENCY_KEY_MAX_CHARS

@@ -12,6 +12,7 @@ from sqlmodel import Session
 from models import sql
 from models.engine import events, quotas, stack_limits, tracing, transitions
 from models.errors import InvalidInput, NotFound
+from models.patterns import FACT_KEY_PATTERN, WORDS
 from models.plans.graph import ancestors
 from models.plans.plan_checks import REPLAN_CHECKS
 from models.plans.plan_writes import add_plan_version
@@ -25,7 +26,6 @@ from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem
 from models.tables import PinnedFact, Run, Step, utcnow
 
-FACT_KEY_PATTERN = r"^[a-z][a-z0-9_]{0,99}$"
 USER_ID_MAX_CHARS = 200
 GOAL_MAX_CHARS = 20_000  # a goal is an instruction; documents belong in tools or facts
 # Pinned facts reach every prompt of the run whole (they are never trimmed: DESIGN.md,
@@ -152,7 +152,7 @@ def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None
         raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
     for key, value in facts.items():
         if not re.match(FACT_KEY_PATTERN, key):
-            raise InvalidInput(f"fact {key!r}: the key must match {FACT_KEY_PATTERN}")
+            raise InvalidInput(f"fact {key!r}: the key {WORDS[FACT_KEY_PATTERN]}")
         if not value:
             raise InvalidInput(f"fact {key!r}: the value is empty")
         if len(value) > FACT_VALUE_MAX_CHARS:

@@ -37,6 +37,7 @@ from sqlmodel import Field as Column
 from sqlmodel import Session, SQLModel, col, select
 
 from models.errors import Conflict, InvalidInput, InvalidPlan, NotAllowed, NotFound
+from models.patterns import error_message
 from models.plans.plans import parse_plan
 from models.plans.tools import argument_problems
 from models.tables import Run, created_field
@@ -147,7 +148,7 @@ def checked(data: dict[str, Any], *, tools: Collection[str]) -> ProcedureSpec:
     try:
         spec = ProcedureSpec.model_validate(data)
     except ValidationError as exc:
-        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}" for e in exc.errors()]
         raise InvalidInput("; ".join(parts[:10])) from exc
     problem = _scope_problem(spec, tools)
     if problem:

@@ -32,14 +32,13 @@ from pydantic import (
     model_validator,
 )
 
+from models.patterns import KEY_PATH_PATTERN
+
 MAX_STEP_EXPECTATIONS: Final = 20
 MAX_IN_VALUES: Final = 100
 MAX_KEY_PATH_CHARS: Final = 200
 MAX_VALUE_CHARS: Final = 1000  # one text value of `in`
 SHOWN_VALUE_MAX_CHARS: Final = 200  # a value seen, as compact JSON in a reason
-# `[.]`, not `\.`: llama-cpp-python's schema-to-grammar converter (0.3.36) passes the escape on
-# to a grammar its server cannot parse, and the server crashes (the planner's schema holds this).
-KEY_PATH_PATTERN: Final = r"^[A-Za-z0-9_-]+([.][A-Za-z0-9_-]+)*$"
 TESTS: Final = ("present", "min", "max", "in")
 ALLOWED_KEYS: Final = "'key' and one test: 'present': true, 'min' and/or 'max' (numbers), or 'in'"
 

@@ -23,6 +23,7 @@ from sqlmodel import Session, select
 
 from models import sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
+from models.patterns import STEP_NAME_PATTERN, error_message
 from models.plans import graph
 from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation
 from models.plans.references import referenced_facts, references
@@ -47,7 +48,6 @@ CROSS JOIN LATERAL jsonb_array_elements_text(v.step_ids) WITH ORDINALITY AS e(st
 JOIN steps s ON s.id = e.step_id::int
 WHERE v.run_id = :run_id AND v.version = :version
 ORDER BY e.n"""
-STEP_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
 
 
 class StepSpec(BaseModel):
@@ -213,7 +213,9 @@ def parse_plan(
 def _describe(exc: ValueError) -> str:
     if not isinstance(exc, ValidationError):
         return f"invalid plan: not JSON: {exc}"
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'plan'}: {e['msg']}" for e in exc.errors()]
+    parts = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'plan'}: {error_message(e)}" for e in exc.errors()
+    ]
     return "invalid plan: " + "; ".join(parts[:10])
 
 

@@ -21,12 +21,13 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field
 
 from models.errors import InvalidStepOutput
+from models.patterns import STEP_NAME_PATTERN
 from models.storable import storable_problem
 
 OutputType = Literal["string", "number", "integer", "boolean"]
 OUTPUT_TYPES: Final[tuple[OutputType, ...]] = ("string", "number", "integer", "boolean")
 MAX_OUTPUT_FIELDS: Final = 20  # each is a line of the prompt and a property of the schema
-OUTPUT_FIELD_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"  # a `${steps.NAME.KEY}` key, as a name
+OUTPUT_FIELD_PATTERN: Final = STEP_NAME_PATTERN  # a `${steps.NAME.KEY}` key, named as a step is
 SHOWN_CHARS: Final = 100  # of a refused value, in an error
 OutputField = Annotated[str, Field(pattern=OUTPUT_FIELD_PATTERN)]
 OutputSpec = dict[OutputField, OutputType]

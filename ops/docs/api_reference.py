@@ -132,9 +132,10 @@ def render() -> str:
     schemas = document.get("components", {}).get("schemas", {})
     parts = [
         "# HTTP API reference\n",
-        "Generated from the API's OpenAPI spec (`api.app.create_api().openapi()`) when the site "
-        "is built (`ops/docs/api_reference.py`). A running server serves the same spec at "
-        "`/openapi.json`, and Swagger UI at `/docs` when `AGENTQ_API_DOCS` is set "
+        "Generated from the API's OpenAPI spec (`api.app.create_api().openapi()`) by "
+        "`python -m ops.docs.pages` (`ops/docs/api_reference.py`), with the default settings: a "
+        "running server serves its own spec at `/openapi.json` (its budget ceilings and enabled "
+        "tools are its settings'), and Swagger UI at `/docs` when `AGENTQ_API_DOCS` is set "
         "(for `agentq up`: <http://127.0.0.1:8765/docs>). Request bodies over 1 MiB are refused "
         f"with 413. {len(found)} operations.\n",
         prose(document["info"].get("description", "")) + "\n",

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from typer._click import Command, Context
 
 PROGRAM = "agentq"
+# Columns the help is wrapped to (click's default without a terminal), whatever the terminal of
+# whoever renders the page: the page is committed and compared (`ops.docs.pages`).
+HELP_WIDTH = 80
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ def walk() -> Iterator[Found]:
     """Every command of `agentq`, root first, each group before its subcommands, in the order
     `--help` lists them; lazy sub-apps are loaded."""
     root = typer.main.get_command(app)
-    yield from _walk(root, root.make_context(PROGRAM, [], resilient_parsing=True), ())
+    context = root.make_context(PROGRAM, [], resilient_parsing=True, terminal_width=HELP_WIDTH)
+    yield from _walk(root, context, ())
 
 
 def _walk(command: Command, context: Context, path: tuple[str, ...]) -> Iterator[Found]:
@@ -84,7 +88,7 @@ def render() -> str:
     ]
     head = (
         "# CLI reference\n\n"
-        "Generated from the Typer app in `ops/cli.py` when the site is built "
+        "Generated from the Typer app in `ops/cli.py` by `python -m ops.docs.pages` "
         "(`ops/docs/cli_reference.py`): it is what `agentq <command> --help` prints. "
         "Options such as `--json` are listed with the command they belong to.\n\n"
         + table(["command", "what it does"], index)

@@ -59,7 +59,7 @@ def render() -> str:
     ]
     head = (
         "# Metrics reference\n\n"
-        "Generated from the metrics' definitions when the site is built "
+        "Generated from the metrics' definitions by `python -m ops.docs.pages` "
         "(`ops/docs/metrics_reference.py`). The API serves them at `/metrics` (and the worker or "
         "scheduler on `AGENTQ_METRICS_PORT` when set), in Prometheus' text format. Counters and "
         "histograms are recorded by the processes once their transaction commits (a histogram's "

@@ -1,8 +1,8 @@
 """The settings reference page (`docs/reference/settings.md`): every field of
 `models.settings.Settings`, with its environment variable, type, default, allowed values (the
 field's constraints and `Literal` choices) and description, grouped by the class that declares
-it (`Settings` and the classes it inherits from: `models.settings_operations`,
-`models.settings_storage`)."""
+it (`Settings` and the classes it inherits from, one a module: `models.settings_connections`,
+`models.settings_operations`, `models.settings_storage`, ...)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import annotated_types
-from pydantic import AliasChoices, BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from models.settings import Settings, setting_name
+from models.settings import Settings
+from models.settings_variables import field_variables as variables
 from ops.docs.markdown import cell, code, prose, table
 
 BOUNDS = {
@@ -25,14 +26,6 @@ BOUNDS = {
     annotated_types.Le: ("le", "≤"),
     annotated_types.Lt: ("lt", "<"),
 }
-
-
-def variables(name: str, field: FieldInfo) -> list[str]:
-    """The environment variables that set field `name`: `AGENTQ_<NAME>`, or its aliases."""
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [str(choice) for choice in alias.choices]
-    return [setting_name(name)]
 
 
 def type_name(annotation: Any) -> str:
@@ -113,11 +106,13 @@ def render() -> str:
     fields = Settings.model_fields
     parts = [
         "# Settings reference\n",
-        "Generated from `models.settings.Settings` when the site is built "
+        "Generated from `models.settings.Settings` by `python -m ops.docs.pages` "
         "(`ops/docs/settings_reference.py`). Every setting is an environment variable (or a line "
         "in `.env` in the current directory); nothing needs setting for the embedded stack. "
         "Lists and mappings are JSON. A value outside its allowed range is refused at start-up "
-        f"with a message naming the variable. {len(fields)} settings.\n",
+        "with a message naming the variable. An `AGENTQ_` variable that names no setting is "
+        "ignored, with a warning on stderr naming the closest setting "
+        f"(`models.settings_variables`). {len(fields)} settings.\n",
     ]
     for cls, names in declared_by():
         title = cls.__module__.partition("settings_")[2].replace("_", " ") or "general"

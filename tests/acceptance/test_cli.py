@@ -96,6 +96,17 @@ def test_commands_without_a_stack_say_how_to_start_one(home: Path) -> None:
     assert "agentq up" in result.stderr and "DATABASE_URL" in result.stderr
 
 
+def test_a_misspelt_setting_is_warned_of_in_one_line(home: Path) -> None:
+    """pydantic-settings ignores a variable that names no setting: `AGENTQ_LEASE=20` changed
+    nothing, silently."""
+    result = agentq(home, "run", "list", env={"AGENTQ_LEASE": "20", "AGENTQ_TEST_X": "1"})
+    assert result.returncode == 2 and "agentq up" in result.stderr  # no stack: as before
+    assert result.stderr.startswith(
+        "warning: AGENTQ_LEASE is no agentq setting, so it is ignored; did you mean "
+        "AGENTQ_LEASE_S?\n"
+    )
+
+
 @pytest.fixture
 def up(home: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     proc = subprocess.Popen(
@@ -268,6 +279,16 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     stack = json.loads((home / "stack.json").read_text())
     no_broker = agentq(home, "run", "submit", "x", env={"DATABASE_URL": stack["database_url"]})
     assert no_broker.returncode == 2 and "no broker" in no_broker.stderr, no_broker.stderr
+    for variable, url in [
+        ("BROKER_URL", "redis://:hunter2@127.0.0.1:99999/0"),  # was committed, then a traceback
+        ("DATABASE_URL", "mysql://agentq:hunter2@127.0.0.1/agentq"),
+    ]:
+        env = {"DATABASE_URL": stack["database_url"], "BROKER_URL": stack["broker_url"]}
+        bad = agentq(home, "run", "submit", "x", env={**env, variable: url})
+        said = bad.stdout + bad.stderr
+        assert bad.returncode == 2 and f"{variable}: " in bad.stderr, said
+        assert "Traceback" not in said and "hunter2" not in said, said
+        assert bad.stdout == "" and bad.stderr.count("\n") == 1, said
     big = agentq(home, "run", "submit", "x", "--fact", "note=" + "x" * 10_001)  # the API's cap too
     assert big.returncode == 2, big.stdout + big.stderr
     assert "fact 'note': the value is at most 10000 characters (got 10001)" in big.stderr

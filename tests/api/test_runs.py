@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from api.limits import BODY_MAX_BYTES
 from models.db import session_scope
+from models.patterns import FACT_KEY_PATTERN, WORDS
 from models.tables import Run
 from tests.api.conftest import Client, noop, snapshot, user_of, wait_for_event
 from tests.integration.conftest import wait_for_run
@@ -274,6 +275,10 @@ def test_bad_submissions_name_the_field_and_write_nothing(client: Client) -> Non
         assert response.status_code == 422 and field in response.text, (body, response.text)
         assert response.json()["error"] == "ValidationError"
         assert all("input" not in error for error in response.json()["detail"])
+    key = admin.post("/api/v1/runs", json={"goal": "g", "user": "u", "facts": {"Bad Key": "x"}})
+    assert [e["msg"] for e in key.json()["detail"]] == [WORDS[FACT_KEY_PATTERN]]  # no regex
+    nul = admin.post("/api/v1/runs", json={"goal": "nul \u0000 inside", "user": "u"})
+    assert [e["loc"] for e in nul.json()["detail"]] == [["body", "goal"]]  # was ["body"]
     assert run_count() == before
 
 

@@ -22,6 +22,7 @@ from models.errors import (
     InvalidPlan,
     NotFound,
 )
+from models.front.commands import checked_plan
 from models.states import RUN_STATUSES
 
 
@@ -51,6 +52,40 @@ def test_a_submission_with_a_nul_in_a_plan_argument_is_refused() -> None:
     step = {"name": "a", "kind": "tool", "tool": "echo", "args": {"value": "x\x00"}}
     with pytest.raises(ValidationError, match=r"body.plan.steps.0.args.value: NUL"):
         RunSubmit.model_validate({"goal": "g", "plan": {"steps": [step]}})
+
+
+STEP = {"name": "a", "kind": "tool", "tool": "noop"}
+
+
+@pytest.mark.parametrize(
+    ("steps", "refused"),
+    [
+        ([{**STEP, "name": "Bad"}], "422"),  # the step's shape: read with the body
+        ([{**STEP, "colour": 1}], "422"),
+        ([{"name": "a", "kind": "tool"}], "422"),
+        ([{"name": "m", "kind": "model", "instruction": "x", "args": {"x": 1}}], "422"),
+        ([{**STEP, "expect": [{"key": "x", "min": 2, "max": 1}]}], "422"),
+        ([{**STEP, "tool": "nope"}], "400"),  # how the steps fit the server and each other
+        ([{**STEP, "args": {"x": 1}}], "400"),
+        ([{**STEP, "tool": "echo", "args": {"value": "${facts.k}"}}], "400"),
+        ([STEP, STEP], "400"),
+        ([{**STEP, "after": ["a"]}], "400"),
+    ],
+)
+def test_a_plans_shape_is_a_422_and_how_it_fits_a_400(
+    steps: list[dict[str, Any]], refused: str
+) -> None:
+    """As docs/how-to/python-client.md ("Refusals") says: FastAPI refuses what `RunSubmit` does
+    (422), then the submit route's `checked_plan` raises `InvalidPlan` (400)."""
+    body = {"goal": "g", "plan": {"steps": steps}}
+    try:
+        RunSubmit.model_validate(body)
+    except ValidationError:
+        assert refused == "422"
+        return
+    with pytest.raises(InvalidPlan):
+        checked_plan(body["plan"], facts={})
+    assert refused == "400" and status_of(InvalidPlan()) == 400
 
 
 def test_errors_map_to_statuses() -> None:

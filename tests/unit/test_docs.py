@@ -6,20 +6,27 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from collections.abc import Iterator
 
 import pytest
 
 from models.errors import InvalidStepOutput
+from models.front.commands import checked_plan
 from models.plans.expectations import unmet
 from models.plans.goal_values import pins
 from models.plans.layout import by_wave
 from models.plans.plans import Splice, parse_plan
 from models.plans.step_outputs import parse_output
-from models.plans.tools import configured_tool_names
-from ops.docs.hooks import PAGES
+from models.plans.tools import catalog, configured_tool_names
+from ops.demo import DEMO_GOAL
+from ops.inputs import parse_facts
 from ops.views import goal_values_text
 from tests.support import doc_pages
-from tests.support.doc_pages import block_matching
+from tests.support.doc_pages import SHELL_LANGUAGES, Block, block_matching
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.providers import ModelRequest
+from worker.tools import expenses
 
 README = (doc_pages.ROOT / "README.md").read_text()
 
@@ -100,8 +107,8 @@ REPO_FILE = re.compile(
 )
 
 
-# Named but not files of the tree: a placeholder in a command, and the pages the site generates.
-NOT_FILES = {"tests/integration/test_x.py", *(f"docs/{page}" for page in PAGES)}
+# Named but not a file of the tree: a placeholder in a command.
+NOT_FILES = {"tests/integration/test_x.py"}
 
 
 def test_every_file_the_docs_name_exists() -> None:
@@ -113,3 +120,52 @@ def test_every_file_the_docs_name_exists() -> None:
         if not (doc_pages.ROOT / name).exists() and name not in NOT_FILES
     ]
     assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
+
+
+def _shell_commands(block: Block) -> Iterator[tuple[int, list[str]]]:
+    """`(line, words)` of each command of a shell block, as the shell splits it: a line ending
+    in a backslash, or inside an open quote (a curl's JSON body), goes on to the next."""
+    pending, start = "", block.line
+    for number, line in enumerate(block.body.splitlines(), start=block.line):
+        start = number if not pending else start
+        pending += line + "\n"
+        if line.endswith("\\"):
+            continue
+        try:
+            words = shlex.split(pending.replace("\\\n", " "), comments=True)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        pending = ""
+        yield start, words
+
+
+def _demo_goal_submits() -> Iterator[tuple[str, dict[str, str]]]:
+    """`(page:line, pinned facts)` of every submit of the demo's goal in the docs' shell blocks:
+    `agentq run submit "<goal>" --fact K=V ...` and a curl whose JSON body has the goal."""
+    for page in doc_pages.pages():
+        for block in doc_pages.blocks(page):
+            if block.language not in SHELL_LANGUAGES:
+                continue
+            for number, words in _shell_commands(block):
+                where = f"{doc_pages.relative(page)}:{number}"
+                if words[:4] == ["agentq", "run", "submit", DEMO_GOAL]:
+                    pairs = [words[i + 1] for i, word in enumerate(words) if word == "--fact"]
+                    yield where, parse_facts(pairs)
+                elif words[:1] == ["curl"] and "-d" in words:
+                    body = json.loads(words[words.index("-d") + 1])
+                    if body.get("goal") == DEMO_GOAL:
+                        yield where, body.get("facts", {})
+
+
+def test_every_submit_of_the_demo_goal_pins_what_its_plan_needs() -> None:
+    """The README's first run escalated `invalid_plan`: the offline planner's expense plan names
+    `${facts.trip}` and `${facts.cost_centre}`, which it did not pin, and a trip must be one the
+    demo's receipts know (`worker.tools.expenses`)."""
+    submits = list(_demo_goal_submits())
+    pages = {where.partition(":")[0] for where, _ in submits}
+    assert pages >= {"README.md", "docs/getting-started.md", "docs/how-to/python-client.md"}
+    for where, facts in submits:
+        payload = {"goal": DEMO_GOAL, "facts": facts, "tools": catalog()}
+        request = ModelRequest(purpose="plan", messages=[], payload=payload)
+        checked_plan(OfflineProvider().complete(request).text, facts=facts)  # raises InvalidPlan
+        assert facts.get("trip") in expenses._TRIP_MONTHS, (where, facts)

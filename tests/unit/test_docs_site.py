@@ -18,7 +18,7 @@ from models.operations.metric_gauges import GAUGES
 from models.operations.metrics import ALL
 from models.settings import Settings
 from ops.docs import api_reference, cli_reference, metrics_reference, settings_reference
-from ops.docs.hooks import PAGES
+from ops.docs.pages import PAGES, rendered, stale
 from ops.docs.settings_reference import variables
 from tests.support.doc_pages import ROOT
 
@@ -48,6 +48,18 @@ def _built(site: Path, page: str) -> Path:
 def test_the_nav_has_every_generated_page_and_no_page_twice() -> None:
     assert set(PAGES) <= set(NAV)
     assert len(NAV) == len(set(NAV))
+
+
+def test_the_committed_reference_pages_are_what_the_code_renders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pages are files of the repository, so that links to them work on GitHub too; they
+    describe the defaults, whatever the settings and terminal of whoever renders them."""
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setenv("AGENTQ_MAX_TOKEN_BUDGET", "5")
+    monkeypatch.setenv("AGENTQ_TOOL_MODULES", '["worker.tools.builtin"]')
+    found = stale(rendered())
+    assert not found, f"stale: {found}; run `python -m ops.docs.pages` and commit them"
 
 
 @pytest.fixture(scope="module")

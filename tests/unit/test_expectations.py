@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from api.openapi import walk
 from models.errors import InvalidPlan
+from models.patterns import KEY_PATH_PATTERN
 from models.plans.expectations import (
-    KEY_PATH_PATTERN,
     MAX_STEP_EXPECTATIONS,
     SHOWN_VALUE_MAX_CHARS,
     Expectation,

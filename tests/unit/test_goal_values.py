@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from models.engine.runs import FACT_KEY_PATTERN, MAX_PINNED_FACTS
+from models.engine.runs import MAX_PINNED_FACTS
+from models.patterns import FACT_KEY_PATTERN
 from models.plans.goal_values import MAX_GOAL_VALUES, GoalValue, extract, pins
 
 DEMO = "Submit 473.43 EUR to CC-4410"

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.patterns import STEP_NAME_PATTERN
 from models.plans.expectations import expect_schema
 from models.plans.plans import (
     MAX_CRITERIA,
@@ -21,7 +22,6 @@ from models.plans.plans import (
     MAX_INSTRUCTION_CHARS,
     MAX_PLAN_STEPS,
     MAX_STEP_TOOLS,
-    STEP_NAME_PATTERN,
 )
 from models.plans.step_outputs import describe, output_schema, output_spec_schema
 from models.tables import Step
