@@ -189,6 +189,8 @@ class Step(SQLModel, table=True):
             "run_id",
             postgresql_where=sa.text("status IN ('pending', 'ready', 'queued', 'running')"),
         ),
+        # The steps a taken step's message was handed over to (`models.engine.handovers`, 0035).
+        sa.Index("ix_steps_wake_via", "wake_via", postgresql_where=sa.text("wake_via IS NOT NULL")),
     )
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
@@ -224,6 +226,9 @@ class Step(SQLModel, table=True):
     finished_at: datetime | None = timestamp_field()
     result: dict[str, Any] | None = _json_dict(nullable=True)
     error: str | None = None
+    # The step whose broker message wakes a worker for this one, which was queued without its own:
+    # that step was taken before its message came (`models.engine.handovers`).
+    wake_via: int | None = None
 
 
 class StepAttempt(SQLModel, table=True):

@@ -55,7 +55,7 @@ from models.operations.logs import bind_work, configure_logging, task_bound
 from models.orphans import die_with_parent
 from models.plans.tools import load_tool_modules
 from models.settings import get_settings
-from worker.execution import chains, deferrals, outages, recovery, steps, wakeups
+from worker.execution import chains, deferrals, messages, outages, recovery, steps, wakeups
 from worker.execution.attempts import Claimed, Outcome
 from worker.execution.crashes import escalated_on_crash
 from worker.execution.heartbeats import StepHeld, heartbeat
@@ -156,6 +156,9 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
     claimed, outcome = _start(step_id, held, wake=not (after_lost or redelivered))
     if claimed is None and held is None and redelivered:
         recovery.check_later(step_id)  # its worker was lost mid-step: back when its lease ends
+        claimed, phase = messages.claim_woken(step_id, heirs_only=True)  # handed over
+        if phase is not None:
+            _run_phase(phase)
     chain = chains.Chain.from_settings(settings)
     while claimed is not None:
         step = claimed.step
@@ -209,13 +212,13 @@ def _start(
     if held is not None:
         return outages.resume(step_id, held) or (None, None)
     if not wake:
-        return steps.claim(step_id), None
+        return messages.claim(step_id), None
     for _ in range(wakeups.PHASES_PER_WAKEUP):
-        claimed, phase = steps.claim_woken(step_id)
+        claimed, phase = messages.claim_woken(step_id)
         if phase is None:
             return claimed, None
         _run_phase(phase)  # then pick again: the phase may have released the next item
-    return steps.claim(step_id), None
+    return messages.claim_woken(step_id, fair=False)[0], None
 
 
 def _run_phase(item: fair_queue.Item) -> None:

@@ -39,6 +39,7 @@ from models.plans.plans import PlanSpec
 from models.settings import get_settings
 from ops.bench.agentq_peer import BENCH_USER, plan_of
 from ops.stack import LocalStack
+from worker.execution import messages as step_messages
 from worker.execution import steps
 from worker.memory import remembering
 from worker.phases import synthesis
@@ -113,7 +114,7 @@ def one_run(plan: PlanSpec, tally: Tally, messages: Collected) -> None:
         run_id = submit(request, settings=settings).run_id
     for (step_id,) in messages.take(queue.TASK_EXECUTE_STEP):
         with tally.timing("claim"):
-            claimed = steps.claim(step_id)
+            claimed = step_messages.claim(step_id)
         while claimed is not None:
             outcome = steps.perform(claimed)
             with tally.timing("finish"):

@@ -44,7 +44,7 @@ from tests.integration.conftest import (
     wait_for_memory,
     wait_for_run,
 )
-from worker.execution import steps
+from worker.execution import messages, steps
 from worker.execution.attempts import Outcome
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ def _step_ended(submit_run_as: Submit, outcome: Outcome) -> tuple[int, list[Send
     the messages the worker would then have sent."""
     run_id, sends = _decided(submit_run_as, [{"name": "only", "kind": "tool", "tool": "noop"}])
     (step_id,) = [args[0] for task, args in sends if task == TASK_EXECUTE_STEP]
-    claimed = steps.claim(step_id)
+    claimed = messages.claim(step_id)
     assert claimed is not None
     return run_id, steps.finish(claimed, outcome, may_chain=False).sends
 

@@ -18,7 +18,7 @@ from models.engine.queue import TASK_EXECUTE_STEP
 from models.tables import Step, StepAttempt, utcnow
 from scheduler import tasks
 from tests.integration.conftest import queued_without_a_message
-from worker.execution import steps
+from worker.execution import messages
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def test_a_message_before_the_due_time_claims_nothing_and_comes_back_then(
     monkeypatch.setattr(
         queue, "send", lambda task, *args, countdown=None: sent.append((task, args, countdown))
     )
-    assert steps.claim(step_id) is None
+    assert messages.claim(step_id) is None
     ((task, args, countdown),) = sent
     assert (task, args) == (TASK_EXECUTE_STEP, (step_id,))
     assert countdown is not None and 160 < countdown <= 170
@@ -45,7 +45,7 @@ def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
     engine: object, make_run: Callable[..., int]
 ) -> None:
     step_id = queued_without_a_message(make_run, "due", utcnow())
-    claimed = steps.claim(step_id)
+    claimed = messages.claim(step_id)
     assert claimed is not None
     with session_scope() as session:
         retried = step_transitions.retry_step(
@@ -64,7 +64,7 @@ def test_a_retry_is_due_after_its_backoff_and_not_stale_before(
 def backdated_retry(make_run: Callable[..., int], backoff_s: float) -> int:
     """A step retried `backoff_s` ago with that backoff: due now, its attempt ended then."""
     step_id = queued_without_a_message(make_run, "held", utcnow())
-    claimed = steps.claim(step_id)
+    claimed = messages.claim(step_id)
     assert claimed is not None
     with session_scope() as session:
         step_transitions.retry_step(

@@ -37,6 +37,7 @@ COLUMNS = {
     "deferrals": 1,
     "tokens_used": 0,
     "cost_used_usd": 0.0,
+    "wake_via": None,
 }
 
 

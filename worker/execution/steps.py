@@ -34,15 +34,13 @@ from models.engine import (
     decisions,
     escalation_rules,
     fair_queue,
+    handovers,
     leases,
-    queue,
     step_transitions,
     storage,
 )
 from models.engine.coordinator import decide
 from models.engine.dispatch import Send
-from models.engine.queue import TASK_EXECUTE_STEP
-from models.engine.runs import upstream_results
 from models.errors import (
     BudgetExhausted,
     ContextOverflow,
@@ -53,13 +51,12 @@ from models.errors import (
     QuotaExhausted,
     RateLimited,
     RetryableToolError,
-    StepNotDue,
     ToolError,
 )
 from models.memory.erasures import lock_key
 from models.operations import metrics
 from models.plans.expectations import loaded, unmet
-from models.plans.references import has_reference, resolve
+from models.plans.references import resolve
 from models.plans.step_data import check_step_data, json_bytes
 from models.plans.tools import ToolContext, enabled_tool
 from models.settings import get_settings
@@ -67,6 +64,7 @@ from models.tables import Step, utcnow
 from worker.execution import time_limits, wakeups
 from worker.execution.attempts import Claimed, Outcome, retry_countdown_s
 from worker.execution.claims import worker_name
+from worker.execution.messages import with_results
 from worker.execution.step_turns import step_turn
 from worker.execution.time_limits import StepTimeLimit, StepTimeLimitExceeded
 from worker.execution.tool_use import model_step
@@ -77,74 +75,6 @@ log = structlog.get_logger("agentq.worker")
 
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.
 STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
-
-
-@retry_dropped
-def claim(step_id: int) -> Claimed | None:
-    """Claim step `step_id`, sent through the broker, for this process; None when another
-    delivery already has it (`models.engine.leases.claim`), or when the step is not due yet (a
-    retry's backoff or a rate limit's retry-after, in `steps.queued_at`): then the message is sent
-    again for the time left, so an early redelivery (kombu#337) never runs a step before its
-    time."""
-    return claim_woken(step_id, wake=False)[0]
-
-
-@retry_dropped
-def claim_woken(
-    step_id: int, *, wake: bool = True
-) -> tuple[Claimed | None, fair_queue.Item | None]:
-    """A fresh message's claim (`worker.execution.wakeups`): nothing when its step is no longer
-    queued (the message is spent); else the fair-next waiting step claimed, or the run phase to
-    run in this task, in one transaction with the read; when the fair-next item is step
-    `step_id` itself (or without `wake`), `claim`'s claim of it."""
-    with session_scope() as session:
-        if wake and not wakeups.is_queued(session, step_id):  # a spent message
-            log.info("execute_step.spent", step_id=step_id)
-            return None, None
-        taken = wakeups.take_next(session, step_id, now=utcnow()) if wake else None
-        if taken is not None:
-            other = _with_results(session, taken.step) if taken.step is not None else None
-        else:
-            try:
-                claimed = leases.claim(
-                    session,
-                    step_id,
-                    worker=worker_name(),
-                    lease_s=get_settings().lease_s,
-                    now=utcnow(),
-                )
-            except StepNotDue as early:  # delivered before its due time: sent for the time left
-                due_in_s = early.due_in_s
-            except IllegalTransition as exc:
-                log.info("execute_step.skipped", step_id=step_id, reason=str(exc))
-                return None, None
-            else:
-                metrics.step_dispatched(session, claimed.step)
-                return _with_results(session, claimed), None
-    if taken is not None:
-        for task, args in taken.sends:  # a broker that is down: the reconciler re-sends
-            queue.try_send(task, *args)
-        return other, taken.phase
-    log.info("execute_step.early", step_id=step_id, due_in_s=round(due_in_s, 3))
-    queue.send(TASK_EXECUTE_STEP, step_id, countdown=due_in_s)
-    return None, None
-
-
-def _with_results(
-    session: Session, claimed: leases.Claim, after: dict[int, tuple[int, ...]] | None = None
-) -> Claimed:
-    step = claimed.step
-    needed = step.kind == "model" or has_reference(step.args)
-    results = upstream_results(session, step.run_id, step.id or 0, after=after) if needed else {}
-    return Claimed(
-        step,
-        claimed.facts,
-        results,
-        claimed.tries,
-        claimed.user_id,
-        claimed.replan_check,
-        claimed.deadline_at,
-    )
 
 
 def perform(claimed: Claimed) -> Outcome:
@@ -303,16 +233,19 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
             cap=settings.user_max_running_steps,
             claim_next=claim_next,
         )
-        next_step = applied.claimed and _with_results(session, applied.claimed, locked.after())
+        next_step = applied.claimed and with_results(session, applied.claimed, locked.after())
         fair = (
             wakeups.take_in_chain(session, now=utcnow())
             if claim_next is None and may_chain
             else None
         )
+        sends = applied.sends
         if fair is not None and fair.step is not None:
-            next_step = _with_results(session, fair.step)
+            next_step = with_results(session, fair.step)
+            taken = fair.step.step.id or 0  # queued: its message is out, handed over here
+            sends = handovers.handed_in_chain(session, sends, taken=taken)
     phase = fair.phase if fair is not None else None
-    return Finished(next_step or None, applied.synthesize, applied.sends, phase=phase)
+    return Finished(next_step or None, applied.synthesize, sends, phase=phase)
 
 
 def _claim_next(session: Session, step_id: int) -> leases.Claim:

@@ -4,28 +4,26 @@ The broker's FIFO order is not the order of work (`models.engine.fair_queue`): t
 a fresh message asks Postgres for the fair-next waiting item of any user and kind, and claims it
 with its own guarded transition (a step: `models.engine.leases.claim`, taken back first if a lost
 worker's lease expired; a phase: run in this task, claimed by its own code, `models.engine.phases`).
-When that item is another step and the message's own step still waits, the own step is sent a
-wake-up of its own after the commit, so every queued step keeps a message. A message whose step
-is no longer queued (a worker that ended a step took it in fair order: `worker.execution.steps.
-finish`) is spent, and ends after one read by key (`is_queued`). After a phase the message picks
-again, at most
-`PHASES_PER_WAKEUP` times, then claims its own step: a phase item whose claim keeps doing
-nothing cannot hold the queue. A redelivered message, one carrying a held attempt
-(`worker.execution.outages`) and a recovery check (`worker.execution.recovery`) are not wake-ups:
-they name their step.
+A message wakes for its own step while that is queued, else for the step it was handed over to
+(`models.engine.handovers.heir`); none left, it is spent. When the item taken is another queued
+step, that step's message is handed over to the one this message woke for, which keeps a message
+without a new one sent; a lost worker's step taken back had none, so the step woken for is sent a
+message of its own. The worker that ends a step takes the fair-next item the same way
+(`take_in_chain`). After a phase the message picks again, at most `PHASES_PER_WAKEUP` times, then
+claims its own step: a phase item whose claim keeps doing nothing cannot hold the queue. A
+redelivered message, one carrying a held attempt (`worker.execution.outages`) and a recovery check
+(`worker.execution.recovery`) are not wake-ups: they name their step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
 
 import structlog
 from sqlmodel import Session
 
-from models import sql
-from models.engine import fair_queue, leases, step_transitions
+from models.engine import fair_queue, handovers, leases, step_transitions
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_COORDINATE, TASK_EXECUTE_STEP
 from models.errors import IllegalTransition
@@ -35,8 +33,6 @@ from worker.execution.claims import worker_name
 
 log = structlog.get_logger("agentq.worker")
 PHASES_PER_WAKEUP = 3  # phases one message runs before it claims its own step
-# step_status: step :step_id if it is queued.
-STEP_STATUS: Final = "SELECT 1 FROM steps WHERE id = :step_id AND status = 'queued'"
 
 
 @dataclass(frozen=True)
@@ -50,26 +46,43 @@ class Taken:
     sends: list[Send] = field(default_factory=list)
 
 
-def take_next(session: Session, own_step_id: int, *, now: datetime) -> Taken | None:
-    """In the caller's transaction: the fair-next item when it is not step `own_step_id`, taken
-    (a step claimed; a phase only named: its task's claim takes it); None when it is that step,
-    or nothing waits, or another worker took the item first (then claim the own step)."""
+def take_next(session: Session, own_step_id: int, *, message: int, now: datetime) -> Taken | None:
+    """In the caller's transaction: the fair-next item when it is not step `own_step_id` (the step
+    the message of step `message` wakes for), taken (a step claimed; a phase only named: its
+    task's claim takes it); None when it is that step, or nothing waits, or another worker took
+    the item first (then claim the own step). A queued step taken hands its message over to the
+    own step (`models.engine.handovers`); a lost worker's step taken back had none, so the own
+    step is sent one of its own."""
     item = fair_queue.next_item(session, now=now)
     if item is None or item.step_id == own_step_id:
         return None
     if item.step_id is None:  # run here, then this message picks again (`worker.app._start`)
         return _phase(item, own_step_id)
-    wake: list[Send] = (
-        [(TASK_EXECUTE_STEP, (own_step_id,))] if is_queued(session, own_step_id) else []
-    )
     try:
         claimed, sends = _claim(session, item, now)
     except IllegalTransition:  # another worker took it since the read: claim the own step
         return None
-    if claimed is None:
-        return Taken(sends=sends + wake) if sends else None
+    wake = _pass_on(session, item, message)
+    if claimed is None:  # a lost worker spent its attempts: failed, its run's coordinate sent
+        return Taken(sends=sends + wake)
     log.info("wakeup.step", step_id=item.step_id, user_id=item.user_id, for_step=own_step_id)
     return Taken(step=claimed, sends=sends + wake)
+
+
+def _pass_on(session: Session, item: fair_queue.Item, message: int) -> list[Send]:
+    """After a wake-up took `item` instead of the step its message (of step `message`) wakes for:
+    that step, read again (`handovers.heir`: a chain may have taken it meanwhile and handed the
+    message on), takes over `item`'s message when `item` was queued (it had one); else it is sent
+    a message of its own. Nothing when no step waits on the message any more."""
+    for _ in range(3):
+        heir = handovers.heir(session, message)
+        if heir is None:
+            return []
+        if item.status != "queued":
+            return [(TASK_EXECUTE_STEP, (heir,))]
+        if handovers.hand_over(session, taken=item.step_id or 0, heir=heir):
+            return []
+    return [(TASK_EXECUTE_STEP, (message,))]
 
 
 def take_in_chain(session: Session, *, now: datetime) -> Taken | None:
@@ -127,11 +140,3 @@ def _claim(
     )
     metrics.step_dispatched(session, claimed.step)
     return claimed, []
-
-
-def is_queued(session: Session, step_id: int) -> bool:
-    """Whether step `step_id` is `queued` (one read by its key): its message is still needed.
-    A message whose step is not (a worker chained it, or it ended) is spent: every queued step
-    has a message of its own (`models.engine.dispatch`; a lost one is the reconciler's), so it
-    wakes nobody."""
-    return sql.one(session, STEP_STATUS, {"step_id": step_id}) is not None
