@@ -219,10 +219,10 @@ def migrate() -> None:
     from models.db import check_reachable
     from models.front import commands
     from models.migrate import upgrade
-    from models.settings import get_settings
+    from models.settings import read_settings
     from ops.connection import connect
 
-    url = get_settings().database_url
+    url = read_settings().database_url
     deployment = bool(url)  # else `connect` finds the `agentq up`
     connect()
     if url:  # one line, not Alembic's traceback, for a database it cannot connect to

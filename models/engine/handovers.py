@@ -30,20 +30,17 @@ from models import sql
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_EXECUTE_STEP
 
-# A message's walk along the pointers stops after this many steps: a step's message waits in the
-# broker for seconds, during which each hop is a worker taking a step (a chain holds at most
-# `AGENTQ_CHAIN_MAX_STEPS` steps of one run); a cycle (a step queued again after it was taken)
-# ends here too.
-MAX_HOPS: Final = 1000
-# heir: the first step still queued on the line of step :step_id's message: itself, or a step it
-# was handed over to, or one that step's was, ... nearest first.
+# heir: the oldest step still queued on the line of step :step_id's message: itself, or a step it
+# was handed over to, or one that step's was, ... Each step is visited once (UNION, not UNION ALL:
+# a step queued again after it was taken may be handed a message more than once, and may point
+# back along its own line; walking paths instead of steps grows exponentially on such a graph).
 HEIR: Final = """
-WITH RECURSIVE line(id, status, hops) AS (
-    SELECT id, status, 0 FROM steps WHERE id = :step_id
-    UNION ALL
-    SELECT s.id, s.status, line.hops + 1 FROM line JOIN steps s ON s.wake_via = line.id
-    WHERE line.status <> 'queued' AND line.hops < :max_hops)
-SELECT id FROM line WHERE status = 'queued' ORDER BY hops, id LIMIT 1"""
+WITH RECURSIVE line(id, status) AS (
+    SELECT id, status FROM steps WHERE id = :step_id
+    UNION
+    SELECT s.id, s.status FROM line JOIN steps s ON s.wake_via = line.id
+    WHERE line.status <> 'queued')
+SELECT id FROM line WHERE status = 'queued' ORDER BY id = :step_id DESC, id LIMIT 1"""
 # hand_over: queued step :heir is woken by the message of step :taken (guarded: still queued).
 HAND_OVER: Final = """
 UPDATE steps SET wake_via = :taken WHERE id = :heir AND status = 'queued' RETURNING id"""
@@ -51,9 +48,9 @@ UPDATE steps SET wake_via = :taken WHERE id = :heir AND status = 'queued' RETURN
 
 def heir(session: Session, step_id: int) -> int | None:
     """The step the message of step `step_id` wakes a worker for: `step_id` itself while it is
-    queued, else the nearest step still queued that its message was handed over to (`HEIR`);
+    queued, else the oldest step still queued that its message was handed over to (`HEIR`);
     None when there is none (the message is spent)."""
-    row = sql.one(session, HEIR, {"step_id": step_id, "max_hops": MAX_HOPS})
+    row = sql.one(session, HEIR, {"step_id": step_id})
     return None if row is None else int(row.id)
 
 

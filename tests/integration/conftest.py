@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlmodel import col, select
 
 from models.db import session_scope
@@ -181,6 +182,20 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
     return make
 
 
+STUCK_STEPS = sa.text(
+    "SELECT id, name, status, attempt, wake_via, queued_at, lease_expires_at FROM steps "
+    "WHERE run_id = :run_id ORDER BY id"
+)
+
+
+def _stuck(run_id: int) -> str:
+    """What a run that did not settle in time holds, for the failure's message: its steps (status,
+    attempt, the message handed over to it, due time, lease) and the broker's `steps` depth."""
+    with session_scope() as session:
+        steps = [tuple(row) for row in session.execute(STUCK_STEPS, {"run_id": run_id})]
+    return f"steps {steps}; broker steps queue depth {queue.depth('steps')}"
+
+
 def wait_for_run(
     run_id: int,
     statuses: tuple[str, ...] = SETTLED,
@@ -200,7 +215,7 @@ def wait_for_run(
             if run.status in statuses:
                 break
         if time.monotonic() > deadline:
-            pytest.fail(f"run {run_id} still {run.status} after {timeout_s} s")
+            pytest.fail(f"run {run_id} still {run.status} after {timeout_s} s: {_stuck(run_id)}")
         time.sleep(0.2)
     if memory and run.status in RUN_TERMINAL:
         wait_for_memory(run_id)
