@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from models.db import check_reachable
 from models.engine.queue import celery_config, transport_options
 from models.errors import ConfigurationError, DatabaseUnavailable
-from models.settings import Settings
+from models.settings import Settings, get_settings
 from ops import cli
 from ops.listen import Listen, env_text, hba_text, other_machines_text, remote_urls
 from tests.support.net import free_port
@@ -31,8 +31,10 @@ URLS = {
 def run_cli(
     args: list[str], env: dict[str, str], *, reachable: bool = True
 ) -> tuple[Any, mock.MagicMock]:
-    """The CLI with `env` alone, `os.execve` and `os.chdir` caught; the database check
-    (`models.db.check_reachable`) passes unless not `reachable`, when it connects for real."""
+    """The CLI with `env` alone, as a new process would read it (no settings cached by an earlier
+    test), `os.execve` and `os.chdir` caught; the database check (`models.db.check_reachable`)
+    passes unless not `reachable`, when it connects for real."""
+    get_settings.cache_clear()
     with (
         mock.patch.dict(os.environ, {"PATH": os.environ.get("PATH", ""), **env}, clear=True),
         mock.patch("ops.deployment_commands.os.execve") as execve,
@@ -40,6 +42,7 @@ def run_cli(
         mock.patch("models.db.check_reachable") if reachable else contextlib.nullcontext(),
     ):
         result = CliRunner().invoke(cli.app, args)
+    get_settings.cache_clear()  # what the CLI read from `env` is not the next test's
     if execve.called:
         chdir.assert_called_once_with("/")
     return result, execve
