@@ -7,6 +7,7 @@ the fault suite (nothing lost, nothing doubled)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -34,8 +35,10 @@ def _set(session: Session, step_id: int, status: str, wake_via: int | None = Non
 
 @pytest.fixture
 def four(make_run: Callable[..., int]) -> list[int]:
-    """The ids of four steps of one run, inserted only (all `pending`)."""
-    run_id = make_run([_noop(name) for name in "abcd"], start=False)
+    """The ids of four steps of one run, inserted only (all `pending`), of a user of their own:
+    the steps moved by hand stay `queued` or `running`, holding that user's dispatch slots."""
+    user = f"handovers-{uuid.uuid4().hex[:8]}"
+    run_id = make_run([_noop(name) for name in "abcd"], start=False, user=user)
     return [step.id or 0 for step in run_steps(run_id)]
 
 
