@@ -168,8 +168,10 @@ def test_a_worker_that_ends_a_step_takes_another_users_step_itself(
     one_worker: LocalStack, submit: Submit
 ) -> None:
     """DESIGN.md, invariant 13: the worker that ends the busy user's step claims the other
-    user's step in the same transaction (`chain.step`), with no broker hop; that step's own
-    message then finds it taken and is spent (`execute_step.spent`)."""
+    user's step in the same transaction (`chain.step`), with no broker hop, and queues the busy
+    run's next step with no message of its own: the taken step's message is handed over to it
+    (`models.engine.handovers`). When that message comes it wakes for the busy run's step, or
+    finds it taken too and is spent."""
     busy, other = new_user("chaining"), new_user("taken")
     busy_run = submit(sleeps(3, CHAIN_MAX_S / 3), user=busy)  # a step may chain after each
     wait_until(lambda: bool(_started(busy)), "the busy user's first step started")
@@ -177,8 +179,16 @@ def test_a_worker_that_ends_a_step_takes_another_users_step_itself(
     assert wait_for_run(quick).status == "succeeded"
     (step,) = run_steps(quick)
     assert _worker_lines(one_worker, "chain.step", step.id or 0), "not taken by a chain"
+    heirs = [s for s in run_steps(busy_run) if s.wake_via == step.id]
+    assert [s.position for s in heirs] == [1]  # the busy run's second step, queued then
+    handed = (
+        rf"execute_step\.handed_over\b(?=.*\bstep_id={heirs[0].id}\b)(?=.*\bmessage={step.id}\b)"
+    )
     wait_until(
-        lambda: bool(_worker_lines(one_worker, "execute_step.spent", step.id or 0)),
-        "the taken step's own message was spent",
+        lambda: (
+            bool(_worker_lines(one_worker, "execute_step.spent", step.id or 0))
+            or bool(re.search(handed, one_worker.log_path("worker").read_text()))
+        ),
+        "the taken step's message woke for the busy run's step, or was spent",
     )
     assert wait_for_run(busy_run).status == "succeeded"

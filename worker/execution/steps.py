@@ -34,6 +34,7 @@ from models.engine import (
     decisions,
     escalation_rules,
     fair_queue,
+    handovers,
     leases,
     step_transitions,
     storage,
@@ -241,6 +242,8 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         sends = applied.sends
         if fair is not None and fair.step is not None:
             next_step = with_results(session, fair.step)
+            taken = fair.step.step.id or 0  # queued: its message is out, handed over here
+            sends = handovers.handed_in_chain(session, sends, taken=taken)
     phase = fair.phase if fair is not None else None
     return Finished(next_step or None, applied.synthesize, sends, phase=phase)
 

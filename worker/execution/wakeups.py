@@ -62,10 +62,7 @@ def take_next(session: Session, own_step_id: int, *, message: int, now: datetime
         claimed, sends = _claim(session, item, now)
     except IllegalTransition:  # another worker took it since the read: claim the own step
         return None
-    # Hand-overs (`_pass_on`) are off until issue 29's stuck runs are explained: the own step is
-    # sent a message of its own while it is queued, as before.
-    heir = handovers.heir(session, own_step_id)
-    wake: list[Send] = [(TASK_EXECUTE_STEP, (heir,))] if heir == own_step_id else []
+    wake = _pass_on(session, item, message)
     if claimed is None:  # a lost worker spent its attempts: failed, its run's coordinate sent
         return Taken(sends=sends + wake)
     log.info("wakeup.step", step_id=item.step_id, user_id=item.user_id, for_step=own_step_id)
