@@ -30,17 +30,17 @@ from models import sql
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_EXECUTE_STEP
 
-# heir: the oldest step still queued on the line of step :step_id's message: itself, or a step it
-# was handed over to, or one that step's was, ... Each step is visited once (UNION, not UNION ALL:
-# a step queued again after it was taken may be handed a message more than once, and may point
-# back along its own line; walking paths instead of steps grows exponentially on such a graph).
+# heir: the oldest step still queued on the line of step :step_id's message: itself (then the only
+# row: a queued step's line goes no further), or a step it was handed over to, or one that step's
+# was, ... Each step is visited once (UNION, not UNION ALL: a step queued again after it was taken
+# may point back along its own line, which UNION ALL would walk round and round).
 HEIR: Final = """
 WITH RECURSIVE line(id, status) AS (
     SELECT id, status FROM steps WHERE id = :step_id
     UNION
     SELECT s.id, s.status FROM line JOIN steps s ON s.wake_via = line.id
     WHERE line.status <> 'queued')
-SELECT id FROM line WHERE status = 'queued' ORDER BY id = :step_id DESC, id LIMIT 1"""
+SELECT id FROM line WHERE status = 'queued' ORDER BY id LIMIT 1"""
 # hand_over: queued step :heir is woken by the message of step :taken (guarded: still queued).
 HAND_OVER: Final = """
 UPDATE steps SET wake_via = :taken WHERE id = :heir AND status = 'queued' RETURNING id"""
