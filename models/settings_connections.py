@@ -51,6 +51,12 @@ def _check_port(port: int | None) -> None:
         raise url_error(f"the port must be a number from 1 to {PORT_MAX}")
 
 
+def blank_is_unset(value: object) -> object:
+    """A setting's raw value with a blank string (empty, or spaces only) read as unset (None): an
+    `X=` line in a compose file or `.env` means "not set" to the people who write it."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
 def check_database_url(url: str) -> str:
     """`url` if SQLAlchemy parses it into a Postgres URL of `DATABASE_SCHEMES` with a port from
     1 to 65535 (or none); else raises `PydanticCustomError` saying what is wrong, not the URL."""
@@ -118,7 +124,7 @@ class ConnectionSettings(BaseSettings):
     @field_validator("database_url", "broker_url", mode="before")
     @classmethod
     def _blank_url_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        return blank_is_unset(value)
 
     @field_validator("database_url")
     @classmethod

@@ -13,6 +13,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings
 
+from models.settings_connections import blank_is_unset
+
 # An HMAC key shorter than the hash's output "is strongly discouraged" (RFC 2104, section 3); the
 # console's is HMAC-SHA256's, 32 bytes. The secret agentq generates when none is set is
 # `secrets.token_urlsafe(32)`, 43 characters (`models.private_files.read_or_create_secret`).
@@ -56,8 +58,7 @@ class ConsoleSettings(BaseSettings):
     def _session_secret(cls, value: object) -> object:
         """Blank is unset; a shorter secret than `UI_SESSION_SECRET_MIN_CHARS` is refused
         (saying how long, never the secret)."""
-        if isinstance(value, str) and not value.strip():
-            return None
+        value = blank_is_unset(value)
         if isinstance(value, str) and len(value) < UI_SESSION_SECRET_MIN_CHARS:
             raise PydanticCustomError("too_short", UI_SESSION_SECRET_RULE)
         return value

@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
 from models.errors import ConfigurationError
-from models.settings_connections import check_http_url
+from models.settings_connections import blank_is_unset, check_http_url
 
 
 class OperationsSettings(BaseSettings):
@@ -196,7 +196,7 @@ class OperationsSettings(BaseSettings):
     @field_validator("otlp_endpoint", mode="before")
     @classmethod
     def _blank_endpoint_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        return blank_is_unset(value)
 
     @field_validator("otlp_endpoint")
     @classmethod

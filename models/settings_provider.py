@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings
 
+from models.settings_connections import blank_is_unset
+
 
 class ProviderSettings(BaseSettings):
     """Fields of `Settings` for the chat model provider."""
@@ -89,4 +91,4 @@ class ProviderSettings(BaseSettings):
     @field_validator("openai_base_url", "openai_api_key", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        return blank_is_unset(value)
