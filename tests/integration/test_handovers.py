@@ -15,9 +15,10 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from models.db import session_scope
-from models.engine import handovers
+from models.engine import fair_queue, handovers
 from models.engine.queue import TASK_EXECUTE_STEP, TASK_PLAN
 from tests.integration.conftest import run_steps
+from worker.execution import wakeups
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +109,22 @@ def test_a_chain_sends_nothing_for_a_step_its_taken_steps_message_wakes_for(
         assert handovers.handed_in_chain(session, sends, taken=b) == [sends[1], sends[2]]
         only_plan = [(TASK_PLAN, (7,))]
         assert handovers.handed_in_chain(session, only_plan, taken=a) == only_plan
+
+
+def test_a_wake_up_hands_the_item_it_took_to_the_step_it_woke_for(four: list[int]) -> None:
+    """A wake-up for b's message took queued a instead: b takes over a's message and is sent none;
+    had b been taken meanwhile and its message handed to c, c takes it over; a lost worker's step
+    taken back (running) had no message to hand, so the step woken for is sent one."""
+    a, b, c, _ = four
+    taken = fair_queue.Item(user_id="u", run_id=0, step_id=a, status="queued")
+    with session_scope() as session:
+        _set(session, a, "running")
+        _set(session, b, "queued")
+        assert wakeups._pass_on(session, taken, b, b) == []
+        assert handovers.heir(session, a) == b
+        _set(session, b, "running")
+        _set(session, c, "queued", wake_via=b)
+        assert wakeups._pass_on(session, taken, b, b) == []  # b was taken: its heir c
+        assert handovers.heir(session, a) == c
+        back = fair_queue.Item(user_id="u", run_id=0, step_id=a, status="running")
+        assert wakeups._pass_on(session, back, c, c) == [(TASK_EXECUTE_STEP, (c,))]

@@ -62,26 +62,28 @@ def take_next(session: Session, own_step_id: int, *, message: int, now: datetime
         claimed, sends = _claim(session, item, now)
     except IllegalTransition:  # another worker took it since the read: claim the own step
         return None
-    wake = _pass_on(session, item, message)
+    wake = _pass_on(session, item, own_step_id, message)
     if claimed is None:  # a lost worker spent its attempts: failed, its run's coordinate sent
         return Taken(sends=sends + wake)
     log.info("wakeup.step", step_id=item.step_id, user_id=item.user_id, for_step=own_step_id)
     return Taken(step=claimed, sends=sends + wake)
 
 
-def _pass_on(session: Session, item: fair_queue.Item, message: int) -> list[Send]:
-    """After a wake-up took `item` instead of the step its message (of step `message`) wakes for:
-    that step, read again (`handovers.heir`: a chain may have taken it meanwhile and handed the
-    message on), takes over `item`'s message when `item` was queued (it had one); else it is sent
-    a message of its own. Nothing when no step waits on the message any more."""
+def _pass_on(session: Session, item: fair_queue.Item, own: int, message: int) -> list[Send]:
+    """After a wake-up took `item` instead of step `own`, the step its message (of step
+    `message`) wakes for: `own` takes over `item`'s message when `item` was queued (it had one),
+    else it is sent a message of its own. When `own` was taken meanwhile (a chain handed the
+    message on), the message's heir is read again (`handovers.heir`) and takes it over instead;
+    nothing when no step waits on the message any more."""
+    heir: int | None = own
     for _ in range(3):
-        heir = handovers.heir(session, message)
         if heir is None:
             return []
         if item.status != "queued":
             return [(TASK_EXECUTE_STEP, (heir,))]
         if handovers.hand_over(session, taken=item.step_id or 0, heir=heir):
             return []
+        heir = handovers.heir(session, message)
     return [(TASK_EXECUTE_STEP, (message,))]
 
 
