@@ -43,7 +43,7 @@ from api.responses import (
     StreamEventOut,
     SubmittedOut,
 )
-from api.schemas import Approve, Edit, Reject, Respond
+from api.schemas import Approve, Reject, Respond
 
 __all__ = ["ApiError", "AsyncClient", "Client", "StreamItem"]
 T = TypeVar("T")
@@ -99,8 +99,8 @@ class Client(MemoryCalls):
     ) -> SubmittedOut:
         """Submit a goal; `fields` are the API's `RunSubmit` fields: `user`, `facts` (key ->
         value), `budgets` (`{"replans", "tokens", "cost_usd", "wall_time_s"}`), `plan`
-        (`{"steps": [...]}`), `success_criteria`, `replan_check`, `pin_from_goal`. Raises
-        pydantic's `ValidationError` (naming the field) before sending a bad one.
+        (`{"steps": [...]}`), `success_criteria`, `replan_check`, `pin_from_goal`, `approvals`.
+        Raises pydantic's `ValidationError` (naming the field) before sending a bad one.
 
         Sent with an `Idempotency-Key` (`idempotency_key`, else a new UUID 4), and sent again
         after a connection error, a timeout or a 502/503/504 (`routes.sends_again`): the server
@@ -226,11 +226,13 @@ class Client(MemoryCalls):
         """Answer in the failed step's place; `fields`: `comment`, `remember`."""
         return self._call(routes.decide(escalation_id, Respond(answer=answer, **fields)))
 
-    def edit(self, escalation_id: int, plan: dict[str, Any], **fields: Any) -> DecisionOut:
-        """Replace the steps not run yet with `plan` (`{"steps": [...]}`); `fields`: `comment`."""
-        return self._call(
-            routes.decide(escalation_id, Edit.model_validate({"plan": plan, **fields}))
-        )
+    def edit(
+        self, escalation_id: int, plan: dict[str, Any] | None = None, **fields: Any
+    ) -> DecisionOut:
+        """Replace the steps not run yet with `plan` (`{"steps": [...]}`), or, for an
+        `approval_required` escalation, the gated call's arguments with `arguments={...}`;
+        `fields`: `arguments`, `comment`."""
+        return self._call(routes.decide(escalation_id, routes.edit_body(plan, fields)))
 
 
 class AsyncClient(AsyncMemoryCalls):
@@ -388,7 +390,7 @@ class AsyncClient(AsyncMemoryCalls):
     async def respond(self, escalation_id: int, answer: Any, **fields: Any) -> DecisionOut:
         return await self._call(routes.decide(escalation_id, Respond(answer=answer, **fields)))
 
-    async def edit(self, escalation_id: int, plan: dict[str, Any], **fields: Any) -> DecisionOut:
-        return await self._call(
-            routes.decide(escalation_id, Edit.model_validate({"plan": plan, **fields}))
-        )
+    async def edit(
+        self, escalation_id: int, plan: dict[str, Any] | None = None, **fields: Any
+    ) -> DecisionOut:
+        return await self._call(routes.decide(escalation_id, routes.edit_body(plan, fields)))

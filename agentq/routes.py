@@ -160,7 +160,7 @@ def review_or_none(response: httpx.Response) -> ReviewOut | None:
 
 def submit(goal: str, idempotency_key: str, **fields: Any) -> Call[SubmittedOut]:
     """`POST /runs` with `Idempotency-Key: idempotency_key`: `fields` are `RunSubmit`'s (user,
-    facts, budgets, plan, success_criteria, replan_check, pin_from_goal)."""
+    facts, budgets, plan, success_criteria, replan_check, pin_from_goal, approvals)."""
     body = RunSubmit(goal=goal, **fields)
     headers = {"Idempotency-Key": idempotency_key}
     return Call("POST", "/runs", model(SubmittedOut), body=body, headers=headers)
@@ -227,6 +227,13 @@ def decide(escalation_id: int, body: Approve | Reject | Respond | Edit) -> Call[
     """A decision; its route is named by the body's kind (`Approve` -> `/approve`)."""
     action = type(body).__name__.lower()
     return Call("POST", f"/reviews/{escalation_id}/{action}", model(DecisionOut), body=body)
+
+
+def edit_body(plan: dict[str, Any] | None, fields: dict[str, Any]) -> Edit:
+    """An edit's body: `plan` (None: left out, for `fields["arguments"]`, a gated call's new
+    arguments) and `fields` (`arguments`, `comment`); pydantic's `ValidationError` unless exactly
+    one of plan and arguments is given."""
+    return Edit.model_validate(fields if plan is None else {"plan": plan, **fields})
 
 
 def facts(user: str | None, history: bool) -> Call[list[FactOut]]:

@@ -66,6 +66,9 @@ def state_rules(
         schemas.pop("Expectation", None)  # pydantic's, which only StepSpec used; now inlined
     _cap_budgets(schemas.get("Budgets", {}), ceilings)
     _enabled_tool(schemas.get("ToolProcedure", {}), [t["name"] for t in tools])
+    submit = schemas.get("RunSubmit", {}).get("properties", {})
+    if "approvals" in submit:
+        submit["approvals"] = approvals_schema([t["name"] for t in tools], submit["approvals"])
     for schema in _all_schemas(spec):
         _no_nul(schema)
     schemas[JSON_VALUE] = json_value_schema()
@@ -86,6 +89,47 @@ def _enabled_tool(procedure: dict[str, Any], names: list[str]) -> None:
     tool = procedure.get("properties", {}).get("tool")
     if tool is not None:
         tool["enum"] = names
+
+
+def approvals_schema(names: list[str], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's tightening of the approval policy exactly (`models.approval_policy`, `run=True`;
+    `models.engine.runs.check_run_approvals`): keys are enabled tools or `fnmatch` patterns (a
+    key with `*`, `?` or `[`), each rule `"always"` or `{"when": [...]}` whose conditions name an
+    argument and exactly one comparison."""
+    operands: dict[str, Any] = {
+        **{name: {"type": "number"} for name in ("gt", "gte", "lt", "lte")},
+        **{name: JSON_VALUE_REF for name in ("eq", "ne")},
+        **{name: {"type": "array", "items": JSON_VALUE_REF} for name in ("in", "not_in")},
+        **{name: {"type": "string"} for name in ("startswith", "endswith", "not_endswith")},
+        "contains": {"type": "string"},
+    }
+    arg = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[A-Za-z0-9_.-]+$"}
+    conditions = [
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["arg", name],
+            "properties": {"arg": arg, name: operand},
+        }
+        for name, operand in operands.items()
+    ]
+    when = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["when"],
+        "properties": {
+            "when": {"type": "array", "minItems": 1, "maxItems": 20, "items": {"oneOf": conditions}}
+        },
+    }
+    return {
+        "type": "object",
+        "description": given.get("description", ""),
+        "maxProperties": 200,
+        "propertyNames": {
+            "anyOf": [{"enum": names}, {"type": "string", "pattern": r"^[^\x00]*[*?\[][^\x00]*$"}]
+        },
+        "additionalProperties": {"oneOf": [{"const": "always"}, when]},
+    }
 
 
 def json_value_schema() -> dict[str, Any]:

@@ -31,6 +31,17 @@ class ProcedureOut(BaseModel):
         description="The role the current version was written with (submitter, reviewer, "
         "admin; null: unknown, acts as a reviewer's): whose rights an adopted template acts with."
     )
+    origin: str = Field(
+        description="Who wrote the current version: person, or learned (by agentq, from the run "
+        "source_run_id, which succeeded after a replan or a reviewer's answer or edit)."
+    )
+    failures: int = Field(
+        description="Runs in a row whose adopted plan of this version then needed a replan or "
+        "failed; each halves its recall score."
+    )
+    retired_at: datetime | None = Field(
+        description="When that many failures retired it (kept, never recalled); null: active."
+    )
     created_at: datetime
     updated_at: datetime
     embedding_model: str
@@ -50,10 +61,24 @@ class ProcedureVersionOut(BaseModel):
     plan_template: dict[str, Any] | None
     written_by: str
     written_as: str | None = Field(description="The role it was written with (null: unknown).")
+    origin: str = Field(description="person, or learned (by agentq, from a run).")
     written_at: datetime
 
 
+class ProcedureOutcomeOut(BaseModel):
+    """How one run that adopted the procedure's plan template turned out."""
+
+    model_config = ConfigDict(from_attributes=True)
+    run_id: int
+    version: int = Field(description="The version the run adopted.")
+    outcome: str = Field(description="held, replanned or failed.")
+    detail: str
+    created_at: datetime
+
+
 class ProcedureDetail(ProcedureOut):
-    """A procedure with every version, oldest first."""
+    """A procedure with every version, and the outcomes of the runs that adopted it, oldest
+    first."""
 
     versions: list[ProcedureVersionOut]
+    outcomes: list[ProcedureOutcomeOut]

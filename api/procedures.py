@@ -16,7 +16,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, status
 
 from api.auth import AnyPrincipal, Principal
-from api.responses import ProcedureDetail, ProcedureOut, ProcedureVersionOut
+from api.responses import (
+    ProcedureDetail,
+    ProcedureOut,
+    ProcedureOutcomeOut,
+    ProcedureVersionOut,
+)
 from api.schemas import (
     PG_INT_MAX,
     NewProcedure,
@@ -80,7 +85,10 @@ def show(procedure_id: RowId, principal: AnyPrincipal) -> ProcedureDetail:
     """The procedure and its versions; 404 when the token may not read it."""
     found = procedure_admin.show(actor_of(principal), procedure_id)
     versions = [ProcedureVersionOut.model_validate(v) for v in found.versions]
-    return ProcedureDetail(**_out(found.procedure).model_dump(), versions=versions)
+    outcomes = [ProcedureOutcomeOut.model_validate(o) for o in found.outcomes]
+    return ProcedureDetail(
+        **_out(found.procedure).model_dump(), versions=versions, outcomes=outcomes
+    )
 
 
 @router.patch("/{procedure_id}", response_model=ProcedureOut, summary="Edit one")

@@ -11,8 +11,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from api.goal_check_responses import Criterion as Criterion
+from api.goal_check_responses import GoalCheckOut as GoalCheckOut
 from api.procedure_responses import ProcedureDetail as ProcedureDetail
 from api.procedure_responses import ProcedureOut as ProcedureOut
+from api.procedure_responses import ProcedureOutcomeOut as ProcedureOutcomeOut
 from api.procedure_responses import ProcedureVersionOut as ProcedureVersionOut
 
 
@@ -46,14 +49,6 @@ class Spend(BaseModel):
     deferrals: int
     step_data_bytes: int = Field(description="Step data the run's steps hold, bytes.")
     step_data_limit_bytes: int = Field(description="The run's step-data budget, bytes.")
-
-
-class Criterion(BaseModel):
-    """One success criterion of a run: its text (pinned facts as `${facts.KEY}`) and who gave
-    it (`user` at submit, `planner` with the first plan)."""
-
-    text: str
-    by: str
 
 
 class RunOut(BaseModel):
@@ -241,8 +236,9 @@ class RunDetail(RunOut):
     replan_check: str = Field(description="`model`: after each step, the should-replan check.")
     success_criteria: list[Criterion] = Field(
         description="What the run must achieve, judged once its answer is written "
-        "(`goal.checked` events hold each verdict)."
+        "(`goal.checked` events hold each verdict; `goal_check` tells the newest)."
     )
+    goal_check: GoalCheckOut = Field(description="The run's goal check, in words.")
     final_result: Shortenable | None
     plan_versions: list[PlanVersionOut]
     current_step_ids: list[int]

@@ -232,18 +232,22 @@ def respond(escalation_id: EscalationId, body: Respond, principal: Reviewer) -> 
     )
 
 
-@router.post("/{escalation_id}/edit", response_model=DecisionOut, summary="Edit the plan")
+@router.post(
+    "/{escalation_id}/edit", response_model=DecisionOut, summary="Edit the plan or a gated call"
+)
 def edit(escalation_id: EscalationId, body: Edit, principal: Reviewer) -> DecisionOut:
     """Your steps replace every step that has not run yet (add, remove, reorder, rewrite), in
     the failed step's place; their `after` may also name the steps that ran or still run. They
     are checked first (tools, arguments, pinned facts, the graph they make with the kept steps,
-    references only to steps they wait for; 400 naming the step and field). 409 when already
-    decided."""
+    references only to steps they wait for; 400 naming the step and field). For an
+    `approval_required` escalation, `arguments` replace the gated call's (checked against the
+    tool's schema; 400 naming `arguments`). 409 when already decided."""
     return _sent(
         commands.edit(
             escalation_id,
             reviewer=principal.name,
-            plan=body.plan.model_dump(),
+            plan=None if body.plan is None else body.plan.model_dump(),
+            arguments=body.arguments,
             comment=body.comment,
             token_id=principal.token_id,
             describe=decision_out,

@@ -24,6 +24,7 @@ from api.responses import (
     ErrorOut,
     EscalationOut,
     EventOut,
+    GoalCheckOut,
     GoalValuesOut,
     PlanVersionOut,
     RunDetail,
@@ -38,6 +39,8 @@ from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_p
 from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS
 from models.db import session_scope
 from models.engine import previews
+from models.engine.goal_checks import criteria_texts
+from models.engine.goal_reports import GoalReport, report_of
 from models.engine.idempotency import Key
 from models.engine.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
 from models.engine.submissions import RunRequest, Submitted
@@ -143,6 +146,29 @@ def event_out(event: previews.EventShown) -> EventOut:
     )
 
 
+def goal_check_out(goal: GoalReport) -> GoalCheckOut:
+    """The goal check as the run detail shows it (its words: `models.engine.goal_reports`)."""
+    return GoalCheckOut(
+        state=goal.state,
+        met=goal.met,
+        summary=goal.summary,
+        headline=goal.headline,
+        criteria=list(goal.criteria),
+        reason=goal.reason,
+        missing=list(goal.missing),
+        checked_by=goal.checked_by,
+        plan_version=goal.plan_version,
+        checked_at=goal.checked_at,
+    )
+
+
+def criteria_out(run: Run, pinned: dict[str, str]) -> list[Criterion]:
+    """The run's success criteria as written, each with its pinned values put in (`shown`)."""
+    shown = criteria_texts(run, pinned)
+    pairs = zip(run.success_criteria, shown, strict=True)
+    return [Criterion(text=c["text"], by=c["by"], shown=text) for c, text in pairs]
+
+
 def run_detail(
     session: Session,
     run: Run,
@@ -159,10 +185,12 @@ def run_detail(
     escalations = queries.run_escalations(session, run_id)
     plan_versions = [plan_version_out(v) for v in versions]
     current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
+    pinned = pinned_facts(session, run_id)
     return RunDetail(
         **run_out(run).model_dump(),
-        pinned_facts=pinned_facts(session, run_id),
-        success_criteria=[Criterion.model_validate(c) for c in run.success_criteria],
+        pinned_facts=pinned,
+        success_criteria=criteria_out(run, pinned),
+        goal_check=goal_check_out(report_of(session, run, pinned)),
         replan_check=run.replan_check,
         final_result=final.out(),
         plan_versions=plan_versions,
@@ -246,6 +274,7 @@ def submit(
         success_criteria=body.success_criteria,
         replan_check=body.replan_check,
         pin_from_goal=body.pin_from_goal,
+        approvals=body.approvals,
     )
     if idempotency_key is None:
         submitted = commands.submit(request, describe=run_detail)

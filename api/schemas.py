@@ -7,7 +7,7 @@ parser accepts it). The response bodies are in `api.responses`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -169,6 +169,13 @@ class RunSubmit(Body):
         "binds every step and the goal check. The response's `from_goal` shows what was found "
         "either way. An explicit `plan` may refer only to `facts`.",
     )
+    approvals: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Tighten the operator's approval policy for this run: tool name or pattern "
+        '-> "always" or {"when": [{"arg": <name>, <comparison>: <value>}]} (never "never": a '
+        "run may only ask for more approvals). A gated call waits for a reviewer "
+        "(`approval_required`) before it runs.",
+    )
 
 
 class Approve(Body):
@@ -203,10 +210,33 @@ class Respond(Body):
 
 
 class Edit(Body):
-    """Edit: these steps replace every step that has not run yet (add, remove, reorder, rewrite)."""
+    """Edit: these steps replace every step that has not run yet (add, remove, reorder, rewrite);
+    for an `approval_required` escalation, `arguments` replace the gated call's instead."""
 
-    plan: PlanSpec
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        strict=True,
+        json_schema_extra={  # exactly one of the two, as `_one_edit` checks
+            "oneOf": [
+                {"required": ["plan"], "properties": {"plan": {"type": "object"}}},
+                {"required": ["arguments"], "properties": {"arguments": {"type": "object"}}},
+            ]
+        },
+    )
+    plan: PlanSpec | None = None
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description="For an approval_required escalation: the gated call's new arguments, "
+        "checked against the tool's schema; give either this or plan.",
+    )
     comment: Comment | None = None
+
+    @model_validator(mode="after")
+    def _one_edit(self) -> Self:
+        if (self.plan is None) == (self.arguments is None):
+            raise ValueError("give either plan (the steps) or arguments (a gated call's)")
+        return self
 
 
 class Forget(Body):

@@ -8,7 +8,10 @@ it may use:
   tokens, ...), errors, run and step states (`states`), SQL helpers (`sql`, `bounds`), what
   Postgres can store (`storable`), values as people read them (`formats`, `display`), advisory
   locks, private files and orphan-proof forks. The base uses no domain.
-- `plans/`: a plan's shape, references, expectations and tools; uses the base.
+- `mcp/`: sessions with the MCP servers of `AGENTQ_MCP_SERVERS`, their tools' listings, calls
+  and results; uses the base.
+- `plans/`: a plan's shape, references, expectations and tools (Python ones and MCP servers');
+  uses the base and `mcp`.
 - `engine/`: runs, steps, transitions, the coordinator, the queue, leases, budgets; uses plans.
 - `memory/`: facts, episodes, procedures, messages, recall, embeddings; uses the engine.
 - `review/`: escalations and reviewers' decisions; uses the engine and memory.

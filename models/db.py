@@ -166,13 +166,17 @@ def dispose_engines() -> None:
 
 
 @contextmanager
-def session_scope(url: str | None = None) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error.
+def session_scope(url: str | None = None, *, autocommit: bool = False) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error; with `autocommit`, one whose
+    every statement commits by itself, for what may not run inside a transaction block
+    (`CREATE INDEX CONCURRENTLY`; SQLAlchemy docs, "Setting Isolation for Individual Sessions").
 
     Driver errors become `DatabaseError` (its message is the server's, without the statement),
     or its subclass `DatabaseUnavailable` when the database itself is away (`unavailable`).
     """
-    with Session(get_engine(url), expire_on_commit=False) as session:
+    engine = get_engine(url)
+    bind = engine.execution_options(isolation_level="AUTOCOMMIT") if autocommit else engine
+    with Session(bind, expire_on_commit=False) as session:
         try:
             yield session
             session.commit()

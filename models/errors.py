@@ -189,6 +189,28 @@ class ToolCrashed(ToolError):
         )
 
 
+class McpServerUnavailable(RetryableToolError):
+    """An MCP server (`AGENTQ_MCP_SERVERS`) could not be started or reached, initialized and
+    listed; its tool did not run. Retried: a server being restarted may answer later."""
+
+
+class McpConnectionLost(RetryableToolError):
+    """The connection to an MCP server closed during a call (the server crashed, or went away):
+    the call may or may not have taken effect. Retried, with the same idempotency key in its
+    `_meta`, on a new session."""
+
+
+class McpCallTimedOut(RetryableToolError):
+    """An MCP tool did not answer within the time its step had left; it may have taken effect.
+    Retried, with the same idempotency key in its `_meta`."""
+
+
+class McpToolFailed(ToolError):
+    """An MCP tool answered with an error (`isError`), or its server refused the call (a
+    JSON-RPC error) or answered what cannot be read. Not retried: the same call would get the
+    same answer."""
+
+
 class StepDataTooLarge(ToolError):
     """A step's resolved arguments or its result are larger than `AGENTQ_STEP_DATA_MAX_BYTES`.
 

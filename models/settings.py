@@ -22,9 +22,12 @@ from pydantic import (
 from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
+from models.settings_approvals import ApprovalSettings
+from models.settings_client import ClientSettings
 from models.settings_connections import ConnectionSettings
 from models.settings_console import ConsoleSettings
 from models.settings_errors import describe_parse_error, describe_settings_error
+from models.settings_mcp import McpSettings
 from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
 from models.settings_provider import ProviderSettings
@@ -59,6 +62,9 @@ class Settings(
     ConsoleSettings,
     MemorySettings,
     StepDataSettings,
+    ApprovalSettings,
+    McpSettings,
+    ClientSettings,
 ):
     """All of agentq's configuration; each field's default is the documented default."""
 
@@ -219,7 +225,8 @@ class Settings(
         default=["submitter", "admin"],
         description="Roles that may submit an explicit plan over the API; admin always may.",
     )
-    # Step data per step, run and user: `models.settings_storage`.
+    # Step data per step, run and user: `models.settings_storage`; MCP servers:
+    # `models.settings_mcp`.
 
     def price_of(self, model: str) -> ModelPrice:
         """The price of `model` (`AGENTQ_MODEL_PRICES_USD_PER_MTOK`); the offline model is free.

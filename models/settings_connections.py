@@ -90,10 +90,11 @@ def check_broker_url(url: str) -> str:
     return url
 
 
-def check_http_url(url: str) -> str:
+def check_http_url(url: str, example: str = "http://collector:4318") -> str:
     """`url` if it is an http:// or https:// URL that names a host, with a port from 1 to 65535
-    (or none); else raises `PydanticCustomError` saying what is wrong, not the URL."""
-    shape = "an http:// or https:// URL with a host, such as http://collector:4318"
+    (or none); else raises `PydanticCustomError` saying what is wrong (with `example`), not the
+    URL."""
+    shape = f"an http:// or https:// URL with a host, such as {example}"
     try:
         parts = urlsplit(url)
         port = parts.port

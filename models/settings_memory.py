@@ -58,7 +58,10 @@ class MemorySettings(BaseSettings):
         "tokens.",
     )
     summary_max_tokens: int = Field(
-        default=800, ge=50, description="Length of a run's rolling summary of older turns, tokens."
+        default=800,
+        ge=50,
+        description="Length of a run's rolling summary of older turns, tokens; at most 12% of "
+        "a summarize call's budget and the answer's limit (`worker.memory.folds`).",
     )
     recall_facts_k: int = Field(
         default=5, ge=0, le=100, description="Facts recalled per model call."
@@ -79,6 +82,24 @@ class MemorySettings(BaseSettings):
         ge=0,
         le=20,
         description="Procedures recalled into a plan, replan or model-step call; 0: none.",
+    )
+    # Procedures learned from runs (`models.memory.procedure_learning`) and retired when they stop
+    # working (`models.memory.procedure_outcomes`).
+    learn_procedures: bool = Field(
+        default=True,
+        description=(
+            "Learn a user's procedure from each run that succeeded after a replan or a reviewer's "
+            "answer or edit (false: procedures are only what people save)."
+        ),
+    )
+    procedure_retire_after: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description=(
+            "Runs in a row whose adopted procedure then needed a replan or failed, after which "
+            "the procedure is retired (kept, never recalled)."
+        ),
     )
     context_procedure_share: float = Field(
         default=0.15,

@@ -56,12 +56,15 @@ STEP_STATUSES: Final = (
     "ready",
     "queued",
     "running",
+    "waiting_approval",
     "succeeded",
     "failed",
     "cancelled",
 )
 STEP_DONE: Final = frozenset({"succeeded", "failed", "cancelled"})
-STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued"})  # what a cancel or edit drops
+# What a cancel or edit drops; `waiting_approval`: stopped before a gated tool call, waiting for
+# a reviewer's decision (`models.approvals`), holding no worker.
+STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued", "waiting_approval"})
 
 STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {
@@ -75,6 +78,9 @@ STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
         ("running", "failed"),
         ("running", "queued"),  # a retry, or a lease that expired
         ("queued", "failed"),  # attempts spent while the message was lost
+        ("running", "waiting_approval"),  # stopped before a gated tool call (issue 30)
+        ("waiting_approval", "ready"),  # a reviewer decided the call: the step goes on
+        ("waiting_approval", "cancelled"),
         ("pending", "cancelled"),
         ("ready", "cancelled"),
         ("queued", "cancelled"),

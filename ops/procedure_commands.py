@@ -95,12 +95,14 @@ def add(
 def listing(scope: ScopeOption = None, user: UserOption = None) -> None:
     """The procedures, newest first."""
     rows = procedure_admin.listing(_actor(), scope=scope, user_id=user)
-    table = Table("id", "v", "scope", "title", "when to use", "template", "updated")
+    table = Table("id", "v", "scope", "by", "state", "title", "when to use", "template", "updated")
     for p in rows:
         table.add_row(
             str(p.id),
             str(p.version),
             cell(scope_text(p)),
+            p.origin,
+            state_text(p),
             cell(p.title),
             cell(p.when_to_use),
             f"{len((p.plan_template or {}).get('steps', []))} steps" if p.plan_template else "",
@@ -126,11 +128,18 @@ def show(
             raise InvalidInput(f"--version {version}: procedure {procedure_id} has {known}")
         chosen = older[0]
     console.print(panel(chosen, found.procedure))
-    history = Table("version", "by", "as", "at")
+    history = Table("version", "by", "as", "origin", "at")
     for v in found.versions:
         role = v.written_as or "unknown"  # unknown acts as a reviewer's (models.review.authorship)
-        history.add_row(str(v.version), cell(v.written_by), role, utc(v.written_at))
+        history.add_row(str(v.version), cell(v.written_by), role, v.origin, utc(v.written_at))
     console.print(history)
+    if found.outcomes:
+        adopted = Table("run", "version", "outcome", "what happened", "at", title="Adopted by")
+        for o in found.outcomes:
+            adopted.add_row(
+                str(o.run_id), str(o.version), o.outcome, cell(o.detail), utc(o.created_at)
+            )
+        console.print(adopted)
 
 
 @procedure_app.command("edit")
@@ -200,14 +209,29 @@ def scope_text(p: Procedure | ProcedureVersion) -> str:
     return {"user": f"user {p.user_id}", "tool": f"tool {p.tool}"}.get(p.scope, p.scope)
 
 
+def state_text(p: Procedure) -> str:
+    """`active`, `demoted (N failures in a row)` or `retired <when>`
+    (`models.memory.procedure_outcomes`)."""
+    if p.retired_at is not None:
+        return f"retired {utc(p.retired_at)}"
+    if p.failures:
+        return f"demoted ({p.failures} failures in a row)"
+    return "active"
+
+
 def panel(p: Procedure | ProcedureVersion, current: Procedure) -> Panel:
     """One version of a procedure in full."""
     grid = Table.grid(padding=(0, 2))
     grid.add_row("scope", literal(scope_text(p)))
+    grid.add_row(
+        "written", literal("learned by agentq" if p.origin == "learned" else "by a person")
+    )
+    grid.add_row("state", literal(state_text(current)))
     grid.add_row("when to use", literal(p.when_to_use))
     grid.add_row("how to", literal(p.body or "-"))
     if current.source_run_id:
-        grid.add_row("saved from", Text(f"run {current.source_run_id}"))
+        came = "learned from" if current.origin == "learned" else "saved from"
+        grid.add_row(came, Text(f"run {current.source_run_id}"))
     parts: list[Any] = [grid]
     if p.plan_template:
         parts.append(literal(json.dumps(p.plan_template, indent=1, ensure_ascii=False)))

@@ -206,24 +206,39 @@ def review_respond(
 def review_edit(
     escalation_id: EscalationId,
     plan: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="JSON file: the steps that replace those not run (start from `review plan`); "
             "- reads it from stdin."
         ),
-    ],
+    ] = None,
+    arguments: Annotated[
+        str | None,
+        typer.Option(
+            help="For an approval_required escalation: the gated call's new arguments, a JSON "
+            "object (checked against the tool's schema)."
+        ),
+    ] = None,
     comment: Comment = None,
 ) -> None:
     """Edit the plan: your steps replace every step that has not run yet; a step's `after`
-    names the steps it waits for, which may be steps that ran or still run. Recorded as
-    $AGENTQ_REVIEWER, else your login name."""
+    names the steps it waits for, which may be steps that ran or still run. For a tool call
+    waiting for approval, give its new `--arguments` instead. Recorded as $AGENTQ_REVIEWER,
+    else your login name."""
+    if (plan is None) == (arguments is None):
+        raise typer.BadParameter("give either --plan or --arguments")
     connect()
     done = commands.edit(
         escalation_id,
         reviewer=reviewer_name(),
-        plan=lambda: read_plan_text(plan),  # read once the escalation is found
+        plan=None if plan is None else (lambda: read_plan_text(plan)),  # read once found
+        arguments=arguments,
         comment=comment,
     )
     console.print(
-        views.said(done.notified, f"escalation decided: plan edited; run {done.run_id} resumes")
+        views.said(
+            done.notified,
+            f"escalation decided: {'plan' if plan else 'arguments'} edited; "
+            f"run {done.run_id} resumes",
+        )
     )

@@ -66,6 +66,14 @@ def submit(
             "plan still makes sense (default AGENTQ_REPLAN_CHECK).",
         ),
     ] = None,
+    approvals: Annotated[
+        str | None,
+        typer.Option(
+            metavar="JSON",
+            help='Tighten the approval policy for this run: {"<tool>": "always" | {"when": '
+            '[{"arg": "amount", "gt": 500}]}}; a gated call waits for a reviewer.',
+        ),
+    ] = None,
     replans: Annotated[
         int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
     ] = None,
@@ -83,6 +91,7 @@ def submit(
     """Submit a goal; prints the run id (with --json, the API's answer to the same submit)."""
     from models.engine.submissions import RunRequest
     from models.front import commands
+    from models.review.answers import json_object
     from ops import views
     from ops.connection import connect
     from ops.inputs import parse_facts, read_plan
@@ -109,6 +118,7 @@ def submit(
         success_criteria=criterion,
         replan_check=replan_check,
         pin_from_goal=pin_from_goal,
+        approvals=json_object(approvals, "--approvals") if approvals else {},
     )
     submitted = _submitted(request, idempotency_key)
     run_id = submitted.run_id

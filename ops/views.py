@@ -23,6 +23,7 @@ from rich.text import Text
 from sqlmodel import Session
 
 from models.display import visible
+from models.engine.goal_reports import GoalReport, report, report_of
 from models.engine.runs import pinned_facts
 from models.formats import (
     CELL_MAX_CHARS,
@@ -53,6 +54,7 @@ STATUS_STYLE = {
     "ready": "yellow",
     "pending": "dim",
     "waiting_review": "magenta",
+    "waiting_approval": "magenta",
     "planning": "cyan",
     "replanning": "cyan",
     "synthesizing": "cyan",
@@ -60,6 +62,7 @@ STATUS_STYLE = {
     "claimed": "yellow",
     "decided": "green",
 }
+GOAL_STYLE = {"met": "green", "not_met": "red", "accepted": "magenta"}  # else dim
 DETAIL_MAX_CHARS = 400
 USER_MAX_WIDTH = 12  # columns; a long user name is cut with an ellipsis in the runs table
 
@@ -172,19 +175,20 @@ def render_run(
     after: Mapping[int, Iterable[int]] | None = None,
     procedures: Iterable[Used] = (),
     offer_procedure: bool = False,
+    goal: GoalReport | None = None,
 ) -> RenderableType:
-    """Everything about one run: budgets, pinned facts, the current plan (`steps` in order,
-    `after` what each waits for, as `steps_table` takes), the procedures its plans used,
-    escalation, answer, and with `offer_procedure` the command that saves its plan as one."""
+    """Everything about one run: budgets, pinned facts, its goal check (`goal`, else as told
+    with no verdict: `models.engine.goal_reports`), the current plan (`steps` in order, `after`
+    what each waits for, as `steps_table` takes), the procedures its plans used, escalation,
+    answer, and with `offer_procedure` the command that saves its plan as one."""
     head = Table.grid(padding=(0, 2))
     head.add_row("goal", literal(run.goal))
     head.add_row("user", literal(run.user_id))
     head.add_row("status", styled(run.status))
     head.add_row("provider", Text(provider_label(run.provider)))
     head.add_row("pinned facts", facts_text(facts))
-    if run.success_criteria:
-        criteria = "\n".join(f"{c['text']} ({c['by']})" for c in run.success_criteria)
-        head.add_row("success criteria", literal(criteria))
+    for label, text in goal_rows(goal or report(run, None, pinned=facts)):
+        head.add_row(label, text)
     if run.replan_check != "off":
         head.add_row("replan check", Text(f"{run.replan_check}: after each step that succeeds"))
     head.add_row(
@@ -210,6 +214,17 @@ def render_run(
         parts.append(literal(hint + SAVE_HINT.format(run_id=run.id), style="cyan"))
     title = f"run {run.id} · plan version {run.plan_version}"
     return Panel(Group(*parts), title=title, title_align="left")
+
+
+def goal_rows(goal: GoalReport) -> list[tuple[str, Text]]:
+    """The goal check's rows (`GoalReport.rows`), its summary in the colour of its state and a
+    row of several lines as a list."""
+    rows: list[tuple[str, Text]] = []
+    for label, lines in goal.rows:
+        style = GOAL_STYLE.get(goal.state, "dim") if label == "goal check" else ""
+        text = lines[0] if len(lines) == 1 else "\n".join(f"- {line}" for line in lines)
+        rows.append((label, literal(text, style=style)))
+    return rows
 
 
 def escalation_summary(esc: Escalation, failed: Step | None) -> RenderableType:
@@ -241,14 +256,16 @@ def why_rows(told: reasons.Why) -> list[tuple[str | Text, Text]]:
 def run_panel(session: Session, run: Run) -> RenderableType:
     """`render_run` for `run`, with its pinned facts, current plan and open escalation."""
     graph = current_graph(session, run)
+    facts = pinned_facts(session, run.id or 0)
     return render_run(
         run,
-        facts=pinned_facts(session, run.id or 0),
+        facts=facts,
         steps=list(graph.kept),
         escalation=queries.open_escalation(session, run.id or 0),
         after=graph.after or {},
         procedures=used_by_run(session, run.id or 0),
         offer_procedure=offers_procedure(session, run),
+        goal=report_of(session, run, facts),
     )
 
 

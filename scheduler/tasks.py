@@ -28,7 +28,7 @@ from models.errors import AgentqError, IllegalTransition
 from models.memory import facts
 from models.operations import retention
 from models.plans.plans import current_steps, handled_failures
-from models.review import reviews
+from models.review import escalations, reviews
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, utcnow
@@ -207,9 +207,9 @@ def apply_escalation_deadlines(
 
     `now` defaults to the clock and `action` to `AGENTQ_ESCALATION_DEADLINE_ACTION` ("reject"
     or "wait"). Each escalation is its own transaction, taken `FOR UPDATE SKIP LOCKED`
-    (`models.review.reviews.next_due`) and marked in the same guarded UPDATE that checks it was not
-    marked yet, so two beats, or a beat and a reviewer, never apply a deadline twice. Either way
-    a warning is logged: with `wait`, that and the timeline event are the notice.
+    (`models.review.escalations.next_due`) and marked in the same guarded UPDATE that checks it
+    was not marked yet, so two beats, or a beat and a reviewer, never apply a deadline twice.
+    Either way a warning is logged: with `wait`, that and the timeline event are the notice.
     """
     now = now or utcnow()
     action = action or get_settings().escalation_deadline_action
@@ -249,7 +249,7 @@ def _pass_next_deadline(now: datetime, action: str, tried: list[int]) -> Escalat
     """Apply the deadline of the next due escalation not in `tried` (its id is added), in one
     transaction; None when none is due."""
     with session_scope() as session:
-        esc = reviews.next_due(session, now=now, skip=tried)
+        esc = escalations.next_due(session, now=now, skip=tried)
         if esc is None:
             return None
         tried.append(esc.id or 0)

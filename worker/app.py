@@ -9,7 +9,10 @@ the next steps and the synthesis in-process; a plan or replan applies its run's 
 `agentq.remember_run` runs on the `memory` queue (`models.engine.queue`): a worker started with
 `-Q memory` alone writes memory only.
 Each pool process loads the embedding model when it starts (`worker.memory.remembering.warm_up`,
-logged as `worker.warm`), so no run waits for it.
+logged as `worker.warm`), so no run waits for it. The main process starts and lists each MCP
+server of `AGENTQ_MCP_SERVERS` once before the pool forks (one that cannot start is named in one
+log line), then closes them; each pool process opens its own sessions when a step first calls a
+server's tool, and closes them when it ends (`models.mcp.sessions`).
 
 A task that finds the database unavailable sends itself again after a backoff
 (`models.engine.queue.OUTAGE_RETRIES`) instead of being acknowledged as done; a step's task carries
@@ -49,6 +52,7 @@ from models.engine.queue import (
     make_celery,
 )
 from models.errors import AgentqError, DatabaseUnavailable, PhaseNotDue, RateLimited
+from models.mcp import catalogue, sessions
 from models.memory.tokens import check_tokenizer
 from models.operations import metrics_export
 from models.operations.logs import bind_work, configure_logging, task_bound
@@ -170,7 +174,9 @@ def _execute_step(task: Task, step_id: int, held: dict[str, Any] | None, after_l
                 outcome = outcome or _perform(claimed)
                 done = steps.finish(claimed, outcome, may_chain=chain.may_continue())
         except DatabaseUnavailable as exc:
-            countdown = queue.outage_countdown_s(task.request.retries)
+            countdown = queue.outage_countdown_s(
+                task.request.retries, holds_outcome=outcome is not None
+            )
             carried = {"held": outages.carry(claimed, outcome, exc)}
             log.warning(
                 "execute_step.database_unavailable",
@@ -306,6 +312,17 @@ def _stack_limits(**_: Any) -> None:
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]
+def _check_mcp_servers(**_: Any) -> None:
+    """In the main process, before the pool forks: start and list every MCP server once, so
+    one that cannot start is named in this log now (one line each, `models.mcp.catalogue`),
+    then close them all: each pool process opens its own sessions when first needed
+    (`models.mcp.sessions`); the listings are inherited."""
+    if settings.mcp_servers:
+        catalogue.check_servers()
+        sessions.shutdown()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
 def _metrics(**_: Any) -> None:
     """In the main process, before the pool forks: every process writes its metrics under
     `AGENTQ_METRICS_DIR`, served on `AGENTQ_METRICS_PORT` if set
@@ -317,3 +334,10 @@ def _metrics(**_: Any) -> None:
 @worker_process_shutdown.connect  # type: ignore[untyped-decorator]
 def _forget_metrics(pid: int | None = None, **_: Any) -> None:
     metrics_export.forget_process(pid or os.getpid(), metrics_export.metrics_dir(settings))
+
+
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _close_mcp_sessions(**_: Any) -> None:
+    """A pool process ends by `os._exit` (no atexit): its MCP sessions are closed here, so its
+    stdio servers exit with it (`models.mcp.sessions.close_all`)."""
+    sessions.close_all()

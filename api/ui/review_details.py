@@ -18,7 +18,7 @@ from models.engine.runs import pinned_facts
 from models.front import queries
 from models.plans.layout import places, runs_together
 from models.plans.plans import current_graph, handled_failures
-from models.review import escalations, reasons
+from models.review import call_decisions, escalations, reasons
 from models.review.drafts import starting_plan
 from models.settings import get_settings
 from models.tables import Escalation, Run, Step, utcnow
@@ -78,6 +78,7 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         budget = budget_grants.spent(session, esc, run, settings=limits, now=now)
     return {
         "esc": esc,
+        "call": call_decisions.call_view(session, esc),  # a gated tool call (issue 30)
         "run": run,
         "failed": failed,
         "error": told.error,

@@ -228,9 +228,14 @@ def respond(
 
 @router.post("/reviews/{escalation_id}/edit")
 def edit(
-    request: Request, escalation_id: EscalationId, plan: Text = "", comment: Text = ""
+    request: Request,
+    escalation_id: EscalationId,
+    plan: Text = "",
+    arguments: Text = "",
+    comment: Text = "",
 ) -> Response:
-    """Edit the plan: the reviewer's steps replace every step that has not run yet."""
+    """Edit the plan: the reviewer's steps replace every step that has not run yet; or, for a
+    tool call waiting for approval, its arguments."""
     return _decide(
         request,
         escalation_id,
@@ -239,11 +244,12 @@ def edit(
             escalation_id,
             reviewer=who.name,
             plan=plan,
+            arguments=arguments if arguments.strip() else None,
             comment=comment.strip() or None,
             token_id=who.token_id,
         ),
-        typed={"plan": plan, "edit_comment": comment},
-        done="Escalation {id} decided with your plan; run {run} resumes.",
+        typed={"plan": plan, "arguments": arguments, "edit_comment": comment},
+        done="Escalation {id} decided with your edit; run {run} resumes.",
     )
 
 

@@ -33,6 +33,7 @@ from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
 from models.db import session_scope
 from models.engine import previews
+from models.engine.goal_reports import report_of
 from models.engine.runs import pinned_facts
 from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
 from models.front import commands, queries
@@ -130,8 +131,9 @@ def runs_version(request: Request) -> dict[str, int]:
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None) -> HTMLResponse:
-    """One run: spend, pinned facts, plan versions side by side, steps, escalations, and the
-    newest page of its timeline (below `events_before`)."""
+    """One run: spend, pinned facts, its goal check (`models.engine.goal_reports`), plan
+    versions side by side, steps, escalations, and the newest page of its timeline (below
+    `events_before`)."""
     principal = current_principal(request)
     with session_scope() as session:
         version = queries.last_event_id(session, run_ids=[run_id])  # first: see its doc
@@ -139,9 +141,11 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
         columns = run_details.plan_columns(session, run)
         readable = principal.can_read_memory(run.user_id)
         page = run_details.timeline(session, run_id, memory_readable=readable, before=events_before)
+        facts = pinned_facts(session, run_id)
         context: dict[str, Any] = {
             "run": run,
-            "facts": pinned_facts(session, run_id),
+            "facts": facts,
+            "goal": report_of(session, run, facts),
             "columns": columns,
             "steps": run_details.current_cells(columns),
             "moments": page.moments,

@@ -48,9 +48,14 @@ STATUS_TONE: Final = {
     "replanning": "busy",
     "synthesizing": "busy",
     "waiting_review": "review",
+    "waiting_approval": "review",
     "open": "review",
     "delivered": "ok",  # webhook deliveries (api.ui.webhooks)
     "delivering": "busy",
+    "met": "ok",  # goal checks (models.engine.goal_reports)
+    "not_met": "bad",
+    "accepted": "review",
+    "unchecked": "wait",
 }
 
 

@@ -7,7 +7,8 @@ coordinator's decision after each step (`coordinator`, a pure function of rows) 
 was read in), who runs what (`queue`, `dispatch`, `fair_queue`, `leases`, `phases`, `held`,
 `reconciliation`, `ended_runs`), what a run may spend (`budgets`, `budget_grants`,
 `token_calibrations`, `storage`), the journal of tool calls (`tool_journal`), goal checks
-(`goal_checks`), when a failure escalates (`escalation_rules`), each run's timeline (`events`),
+(`goal_checks`, told in words by `goal_reports`), when a failure escalates
+(`escalation_rules`), each run's timeline (`events`),
 the outbox of its notifications (`notifications`), its trace (`tracing`), its steps as shown
 (`previews`) and its content erased when its user is forgotten (`erased_runs`).
 

@@ -64,13 +64,15 @@ class GoalVerdict:
     (`reason`, one sentence), what the outcome lacks (`missing`, one line each), and
     `step_id`, the deliverable a replan or a reviewer's edit puts new steps in the place of
     (None when the run delivered nothing). `source` is "rules" (the pinned facts, no model) or
-    "model" (the check call)."""
+    "model" (the check call); `criteria` are the success criteria it judged, pinned values put
+    in (`models.engine.goal_checks.criteria_texts`)."""
 
     met: bool
     reason: str
     missing: tuple[str, ...] = ()
     step_id: int | None = None
     source: str = "model"
+    criteria: tuple[str, ...] = ()
 
 
 def decide(run: RunView) -> Decision:
@@ -82,6 +84,8 @@ def decide(run: RunView) -> Decision:
       still in flight finds the run waiting for review and writes nothing);
     - planning, replanning or synthesizing: wait for the task in flight;
     - running: escalate when the token budget is spent; otherwise, over the plan graph:
+      - a step stopped before a gated tool call (`waiting_approval`) is escalated
+        `approval_required`, one at a time (DESIGN.md, invariant 14);
       - the first failed step (in plan order) not handled by a later version is replanned if a
         replan is left, else escalated; branches still running go on and keep their results,
         and the failed step's dependents wait for what the replan puts in its place;
@@ -130,6 +134,9 @@ def decide_unmet(run: RunView, verdict: GoalVerdict) -> Decision:
 
 
 def _next_in_graph(run: RunView) -> Decision:
+    stopped = next((s for s in run.steps if s.status == "waiting_approval"), None)
+    if stopped is not None:  # before anything else: its call waits for a person (issue 30)
+        return Decision("escalate", "approval_required", stopped.id, {"step": stopped.name})
     failed = [s for s in run.steps if s.status == "failed" and s.id not in run.handled_failures]
     if failed:
         step = failed[0]

@@ -21,6 +21,8 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models import sql
+from models.approvals import calls as approval_calls
+from models.approvals.calls import APPROVAL_REQUIRED
 from models.engine import dispatch, fair_queue, leases, run_transitions, step_transitions
 from models.engine.coordinator import Decision, RunView, StepView, decide
 from models.engine.dispatch import Send
@@ -244,6 +246,8 @@ def escalate(
     full = dict(detail)
     if step is not None:
         full.update(step=step.name, error=step.error or full.get("error", ""), tool=step.tool or "")
+    if reason == APPROVAL_REQUIRED and step_id:  # the gated call, as the reviewer judges it
+        full.update(approval_calls.detail(session, step_id))
     if step_id and full.get("replan_check") == "replan":  # why the check found the rest pointless
         why = plan_checks.replan_reason(session, locked.run_id, locked.plan_version, step_id)
         full["error"] = f"the should-replan check after it said: {why}"

@@ -40,6 +40,13 @@ ERASE_RUN_CONTENT: Final = {
     # run's steps never replay them)
     "tool journal": "DELETE FROM tool_journal "
     f"WHERE step_id IN (SELECT id FROM steps WHERE run_id IN ({ENDED_RUNS}))",
+    # gated tool calls: every row goes (their arguments, answers and comments, the model
+    # exchange they kept), and the run's approval rules (they may quote argument values)
+    "tool approvals": f"DELETE FROM tool_approvals WHERE run_id IN ({ENDED_RUNS})",
+    "run approvals": f"DELETE FROM run_approvals WHERE run_id IN ({ENDED_RUNS})",
+    # how the procedures the runs adopted turned out: the detail quotes a replan's reason (the
+    # procedure keeps its count of failures in a row)
+    "procedure outcomes": f"DELETE FROM procedure_outcomes WHERE run_id IN ({ENDED_RUNS})",
     # plan versions: the reason (it quotes step names and errors) goes
     "plan versions": f"UPDATE plan_versions SET reason = '' WHERE run_id IN ({ENDED_RUNS})",
     # events: every detail goes, but the numbers of `model.call` events (tokens, cost: spend)
@@ -58,7 +65,7 @@ ERASE_RUN_CONTENT: Final = {
 
 def erase_runs(session: Session, *, user_id: str) -> dict[str, int]:
     """Erase the content of every ended run of `user_id` (goals, pinned facts, step names,
-    instructions, arguments, results and errors, journaled tool calls, plan reasons, event
+    instructions, arguments, results and errors, journaled and gated tool calls, plan reasons, event
     details, escalation details, comments and answers), keeping ids, statuses, timings and
     spend (budgets, tokens, cost, `model.call` numbers); the step data they held (none now) is
     taken off the user's total (`models.engine.storage.release_erased`). Returns the rows touched

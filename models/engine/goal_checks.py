@@ -29,29 +29,33 @@ deliverable (`models.engine.coordinator.decide_unmet`, under the replan budget),
 spent an escalation `goal_not_met` naming the deliverable, the reason and what is missing. A
 reviewer who approves that escalation accepts the outcome as it is: the check is waived for the
 run's plan version (`waived`); an edit puts new steps in the deliverable's place, a new version,
-which is checked again. Every verdict is recorded as a `goal.checked` event (`record`).
+which is checked again. Every verdict is recorded as a `goal.checked` event (`record`), with
+the criteria it judged; so is the met verdict of a run with pinned facts and no criteria
+(`Checks.agreed`). `models.engine.goal_reports` tells the newest in words.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlmodel import Session
 
 from models import sql
+from models.engine import goal_evidence
 from models.engine.coordinator import GoalVerdict
 from models.engine.events import record_event
-from models.engine.runs import pinned_facts
+from models.engine.runs import current_graph, pinned_facts
 from models.plans.references import references
 from models.tables import Run, Step
 
 GOAL_NOT_MET: Final = "goal_not_met"  # the escalation reason
 GOAL_CHECKED: Final = "goal.checked"  # the event each verdict is recorded as
 MAX_DEPTH: Final = 8  # how deep a result is looked into for a pinned fact's field
+AGREED: Final = "every delivered value agrees with the pinned facts; there are no criteria"
 _FACT_REFERENCE = re.compile(r"\$\{facts\.([A-Za-z0-9_]+)\}")
 # What a criterion names that a deliverable must hold: quoted text, then identifiers with a
 # digit or a hyphen between capitals and digits (CC-4410, EXP-1a2b), codes of 3+ capitals (EUR),
@@ -167,11 +171,17 @@ def waived(session: Session, run: Run) -> bool:
 class Checks:
     """What a synthesis checks of run `run`'s outcome: the `deliverables` (`deliverables`), their
     `conflicts` with the pinned facts, and the success `criteria` to judge (`criteria_texts`);
-    no conflicts and no criteria once a reviewer waived the check."""
+    `checked` when there was anything to check (pinned facts or criteria): not once a reviewer
+    waived the check, which leaves no conflicts and no criteria. `given`: the values the run was
+    given, `restating`: the deliverables that may only restate them
+    (`models.engine.goal_evidence`)."""
 
     deliverables: list[Step]
     conflicts: list[Conflict]
     criteria: list[str]
+    checked: bool = False
+    given: frozenset[str] = frozenset()
+    restating: frozenset[str] = frozenset()
 
     def rules_verdict(self) -> GoalVerdict | None:
         """The verdict that needs no model, for any provider: not met when a deliverable
@@ -182,28 +192,46 @@ class Checks:
         by_name = {s.name: s.id for s in self.deliverables}
         if self.conflicts:
             missing = tuple(c.describe() for c in self.conflicts)
-            reason = f"{len(missing)} delivered value(s) disagree with the pinned facts"
-            return GoalVerdict(False, reason, missing, by_name[self.conflicts[0].step], "rules")
+            verb = "disagrees" if len(missing) == 1 else "disagree"
+            reason = f"{_count(missing, 'delivered value')} {verb} with the pinned facts"
+            step_id = by_name[self.conflicts[0].step]
+            return GoalVerdict(False, reason, missing, step_id, "rules", tuple(self.criteria))
         if not self.criteria:
             return None
         results = {s.name: s.result or {} for s in self.deliverables}
-        met, reason, lacking = rule_verdict(self.criteria, results)
+        met, reason, lacking = rule_verdict(
+            self.criteria, results, given=self.given, restating=self.restating
+        )
         if met:
             return None
         last = self.deliverables[-1].id if self.deliverables else None
-        return GoalVerdict(False, reason, tuple(lacking), last, "rules")
+        return GoalVerdict(False, reason, tuple(lacking), last, "rules", tuple(self.criteria))
+
+    def agreed(self) -> GoalVerdict | None:
+        """The verdict of a run with pinned facts and no criteria whose deliverables agree with
+        them: met, by the rules (recorded like any verdict, so the run's goal check can be
+        shown); None when there was nothing to check, or something left to judge."""
+        if not self.checked or self.conflicts or self.criteria:
+            return None
+        last = self.deliverables[-1].id if self.deliverables else None
+        return GoalVerdict(True, AGREED, (), last, "rules")
 
 
 def checks_of(session: Session, run: Run, steps: Sequence[Step]) -> Checks:
     """What to check of run `run` (`steps`: its current plan version's, `models.plans.plans.
     current_steps`). Reads the pinned facts, then (only when there is something to check) the
-    waiver."""
+    waiver, and the plan's graph when there are criteria."""
     pinned = pinned_facts(session, run.id or 0)
     delivered = deliverables(steps)
     if (not pinned and not run.success_criteria) or waived(session, run):
         return Checks(delivered, [], [])
     found = conflicts(pinned, {s.name: s.result or {} for s in delivered})
-    return Checks(delivered, found, criteria_texts(run, pinned))
+    criteria = criteria_texts(run, pinned)
+    if not criteria:  # the pinned facts alone: nothing a model could only restate
+        return Checks(delivered, found, criteria, checked=True)
+    given = goal_evidence.given_values(run.goal, pinned)
+    restated = goal_evidence.restating(steps, current_graph(session, run.id or 0))
+    return Checks(delivered, found, criteria, checked=True, given=given, restating=restated)
 
 
 def criteria_texts(run: Run, facts: Mapping[str, str]) -> list[str]:
@@ -232,28 +260,62 @@ def terms(criterion: str) -> list[str]:
 
 
 def rule_verdict(
-    criteria: Sequence[str], deliverables: Mapping[str, Mapping[str, Any]]
+    criteria: Sequence[str],
+    deliverables: Mapping[str, Mapping[str, Any]],
+    *,
+    given: frozenset[str] = frozenset(),
+    restating: frozenset[str] = frozenset(),
 ) -> tuple[bool, str, list[str]]:
     """`(met, reason, missing)` for `criteria` judged by their values alone: a criterion is met
     when every one of its `terms` agrees with a scalar field of a deliverable (`agrees`) or is
     a whole token of a text field (`_in_text`: "4" is not in "CC-4410"); `missing` names each
-    term no deliverable holds. A criterion naming no value cannot be judged this way and counts
-    as met (the reason says how many did)."""
-    values = [value for result in deliverables.values() for _, _, value in _fields(result)]
+    term no deliverable holds. A criterion every one of whose terms the run was `given` (each
+    agrees with one of them) is not met by the deliverables named in `restating`
+    (`models.engine.goal_evidence`: a model's text restating what it was told); one that names a
+    value the run worked out is, as by any deliverable. A criterion naming no value cannot be
+    judged this way and counts as met (the reason says how many did)."""
+
+    def values(names: Iterable[str]) -> list[Any]:
+        return [value for name in names for _, _, value in _fields(deliverables[name])]
+
+    evidence = values(n for n in deliverables if n not in restating)
+    restated = values(n for n in deliverables if n in restating)
     missing: list[str] = []
     unjudged = 0
     for criterion in criteria:
         wanted = terms(criterion)
         unjudged += not wanted
-        missing += [
-            f"{criterion!r}: no deliverable holds {term!r}"
-            for term in wanted
-            if not any(_holds(value, term) for value in values)
-        ]
+        told = bool(wanted) and all(any(agrees(g, t) for g in given) for t in wanted)
+        pool = evidence if told else evidence + restated  # what may hold this criterion's values
+        for term in wanted:
+            if not any(_holds(v, term) for v in pool):
+                echoed = any(_holds(v, term) for v in restated)
+                note = " (a model step only restated it)" if echoed else ""
+                missing.append(f"{criterion!r}: nothing the run delivered holds {term!r}{note}")
     if missing:
-        return False, f"{len(missing)} value(s) the criteria name are not delivered", missing
-    judged = len(criteria) - unjudged
-    return True, f"every value {judged} criteria name is delivered ({unjudged} name none)", []
+        reason = f"the run did not deliver {_count(missing, 'value')} the criteria name"
+        return False, reason, missing
+    return True, _met_reason(len(criteria), unjudged), []
+
+
+def _met_reason(criteria: int, unjudged: int) -> str:
+    """Why `rule_verdict` found `criteria` criteria met, `unjudged` of them naming no value (the
+    words a person reads in `agentq run show`; issue 31 found "every value 0 criteria name is
+    delivered (1 name none)" there)."""
+    if unjudged == criteria:
+        return (
+            "no criterion names a value to look for (a number, a code, quoted text), so values "
+            "alone find nothing missing"
+        )
+    held = "every value the criteria name is in what the run delivered"
+    if not unjudged:
+        return held
+    return f"{held}; {unjudged} of the {criteria} criteria name no value to look for"
+
+
+def _count(items: Sequence[Any], noun: str) -> str:
+    """`1 value`, `2 values`."""
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def _holds(value: Any, term: str) -> bool:
@@ -273,7 +335,8 @@ def _in_text(term: str, text: str) -> bool:
 
 def record(session: Session, run: Run, verdict: GoalVerdict) -> None:
     """Record `verdict` on run `run`'s plan version as a `goal.checked` event (in the caller's
-    transaction): `{plan_version, met, source, reason, missing, step_id}`."""
+    transaction): `{plan_version, met, source, reason, missing, criteria}` and its step id
+    (`models.engine.goal_reports` tells it to people)."""
     record_event(
         session,
         run.id or 0,
@@ -284,6 +347,7 @@ def record(session: Session, run: Run, verdict: GoalVerdict) -> None:
         source=verdict.source,
         reason=verdict.reason,
         missing=list(verdict.missing),
+        criteria=list(verdict.criteria),
     )
 
 

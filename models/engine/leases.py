@@ -24,7 +24,8 @@ from models.tables import Step
 
 # claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
 # row and event; returns the step, its run's user, its run's pinned facts and how many attempts
-# steps of its name have had in the run, this one included, and its run's wall-time deadline.
+# steps of its name have had in the run, this one included, its run's wall-time deadline and its
+# run's tightening of the approval policy (`models.approvals`; NULL: none).
 # The run's row is locked (key share) before the step's, the order every path takes (a cancel
 # locks the run, then its steps): the event's foreign key used to lock the run after the step,
 # and a cancel between the two met `deadlock detected` (issue 27, item 10).
@@ -47,6 +48,7 @@ WITH run_locked AS (
 )
 SELECT claimed.*, r.user_id AS run_user_id, r.replan_check AS run_replan_check,
     r.deadline_at AS run_deadline_at,
+    (SELECT p.rules FROM run_approvals p WHERE p.run_id = claimed.run_id) AS run_approvals,
     (SELECT coalesce(jsonb_object_agg(f.key, f.value), '{}'::jsonb)
      FROM pinned_facts f WHERE f.run_id = claimed.run_id) AS run_facts,
     1 + (SELECT count(*) FROM step_attempts a JOIN steps s ON s.id = a.step_id
@@ -140,6 +142,7 @@ class Claim:
     deadline_at: datetime | None = (
         None  # the run's wall-time deadline (`worker.execution.time_limits`)
     )
+    approvals: dict[str, Any] | None = None  # the run's tightening (`models.approvals.calls`)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ def claim(
         int(row.run_tries),
         row.run_replan_check,
         row.run_deadline_at,
+        row.run_approvals,
     )
 
 

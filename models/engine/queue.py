@@ -130,9 +130,15 @@ OUTAGE_RETRIES: Final[dict[str, Any]] = {
 }
 
 
-def outage_countdown_s(retries: int) -> float:
+def outage_countdown_s(retries: int, *, holds_outcome: bool = False) -> float:
     """Seconds before a task that found the database unavailable runs again after `retries`
-    retries: 1, 2, 4, 4, ... as `OUTAGE_RETRIES` waits (Celery's own formula)."""
+    retries: 1, 2, 4, 4, ... as `OUTAGE_RETRIES` waits (Celery's own formula); always 1 for a
+    task that `holds_outcome`, a step's outcome still to be written (`worker.execution.outages`):
+    its lease is no longer renewed, so the outcome must land soon after Postgres is back, before
+    the lease (`AGENTQ_LEASE_S` after its last renewal) ends and a wake-up takes the step back to
+    run it again."""
+    if holds_outcome:
+        return float(OUTAGE_RETRY_FIRST_S)
     return float(
         get_exponential_backoff_interval(OUTAGE_RETRY_FIRST_S, retries, OUTAGE_RETRY_MAX_S)
     )

@@ -10,6 +10,8 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from models import sql
+from models.approval_policy import parse as parse_policy
+from models.approvals import calls as approval_calls
 from models.engine import events, quotas, stack_limits, tracing, transitions
 from models.errors import InvalidInput, NotFound
 from models.patterns import FACT_KEY_PATTERN, WORDS
@@ -22,6 +24,7 @@ from models.plans.plans import (
     PlanSpec,
     Splice,
 )
+from models.plans.tools import configured_tool_names
 from models.settings import BUDGET_CEILINGS, Settings, setting_name
 from models.storable import storable_problem
 from models.tables import PinnedFact, Run, Step, utcnow
@@ -51,6 +54,7 @@ def submit_run(
     success_criteria: list[str] | None = None,
     from_goal: dict[str, str] | None = None,
     replan_check: str | None = None,
+    approvals: dict[str, Any] | None = None,
 ) -> Run:
     """Insert a run (status `queued`) with its pinned facts and `success_criteria` (then those
     of `plan`, all the user's: `models.engine.goal_checks`); budgets default from `settings`, as
@@ -58,7 +62,8 @@ def submit_run(
     quotas, default budgets and ceilings are the stack's (`models.engine.stack_limits.effective`),
     whatever `settings` says.
     `from_goal` names those of `facts` found in the goal (`models.plans.goal_values`), which the
-    `run.submitted` event records apart.
+    `run.submitted` event records apart. `approvals` tightens the operator's approval policy for
+    this run (`models.approval_policy`: "always" or "when" rules, never "never").
 
     With an explicit `plan` (already validated) the run starts at plan version 1 (`running`) and
     skips the planning call. Nothing starts it: submitters use `models.engine.submissions.submit`,
@@ -72,6 +77,8 @@ def submit_run(
     _check_submission(goal=goal, user_id=user_id, facts=facts or {})
     criteria = [*(success_criteria or []), *(plan.success_criteria if plan else [])]
     _check_criteria(criteria, facts or {})
+    if approvals:
+        check_run_approvals(approvals)
     replan_check = replan_check or settings.replan_check
     if replan_check not in REPLAN_CHECKS:
         raise InvalidInput(
@@ -99,9 +106,12 @@ def submit_run(
     session.flush()
     run_id = run.id or 0
     session.add_all(PinnedFact(run_id=run_id, key=k, value=v) for k, v in (facts or {}).items())
+    approval_calls.set_run_policy(session, run_id, approvals or {})
     detail: dict[str, Any] = {"user": user_id, "facts": facts or {}}
     if from_goal:
         detail["pinned_from_goal"] = from_goal
+    if approvals:
+        detail["approvals"] = approvals
     events.record_event(session, run_id, "run.submitted", **detail)
     if plan is not None:
         add_plan_version(
@@ -115,6 +125,18 @@ def submit_run(
         transitions.resume_run(session, run_id, expected="queued", plan_version=1)
     session.flush()
     return run
+
+
+def check_run_approvals(approvals: dict[str, Any]) -> None:
+    """Raise `InvalidInput` naming `approvals.<tool>` unless `approvals` is a run's tightening
+    (`models.approval_policy.parse`) whose exact tool names are tools this stack offers."""
+    parse_policy(approvals, field="approvals", run=True)
+    offered = set(configured_tool_names())
+    unknown = sorted(k for k in approvals if not any(c in k for c in "*?[") and k not in offered)
+    if unknown:
+        raise InvalidInput(
+            f"approvals.{unknown[0]}: no such tool; offered: {', '.join(sorted(offered))}"
+        )
 
 
 def run_budgets(settings: Settings, asked: dict[str, float | None]) -> dict[str, float]:
@@ -240,6 +262,12 @@ WHERE r.id = :run_id"""
 STEP_RESULTS: Final = "SELECT name, result FROM steps WHERE id = ANY(:ids) AND status = 'succeeded'"
 
 
+def current_graph(session: Session, run_id: int) -> dict[int, tuple[int, ...]]:
+    """Run `run_id`'s current plan version's graph: step id -> the ids it waits for."""
+    stored = session.execute(sa.text(CURRENT_AFTER), {"run_id": run_id}).scalar_one_or_none()
+    return {int(k): tuple(v) for k, v in (stored or {}).items()}
+
+
 def upstream_results(
     session: Session,
     run_id: int,
@@ -251,8 +279,7 @@ def upstream_results(
     by name: what its references and its model call may use (`models.plans.graph.ancestors`).
     `after` is the current version's graph when the caller has read it already."""
     if after is None:
-        stored = session.execute(sa.text(CURRENT_AFTER), {"run_id": run_id}).scalar_one_or_none()
-        after = {int(k): tuple(v) for k, v in (stored or {}).items()}
+        after = current_graph(session, run_id)
     upstream = sorted(ancestors(after, step_id))
     if not upstream:
         return {}

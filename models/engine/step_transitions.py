@@ -128,6 +128,31 @@ def defer_step(
     return step
 
 
+def await_approval(session: Session, step_id: int, *, attempt: int, why: str) -> Step:
+    """running -> waiting_approval for the attempt that holds the step, stopped before a gated
+    tool call (`models.approvals`): its lease is released and no worker waits. Not a failure:
+    `deferrals` grows with `attempt`, so the attempt does not count against `max_attempts`."""
+    return _end_held_attempt(
+        session,
+        step_id,
+        attempt,
+        to="waiting_approval",
+        outcome="awaiting_approval",
+        detail=lambda step: {"why": why},
+        deferrals=Step.deferrals + 1,
+    )
+
+
+def approval_decided(session: Session, step_id: int) -> Step:
+    """waiting_approval -> ready: a reviewer decided its call; it waits for a dispatch slot of
+    its user, and its next attempt reads the decision before the call."""
+    step = guarded(
+        session, Step, step_id, to="ready", expected=["waiting_approval"], queued_at=utcnow()
+    )
+    record_event(session, step.run_id, "step.ready", step_id=step_id)
+    return step
+
+
 def failed_attempts(step: Step) -> int:
     """Attempts of `step` that count against `max_attempts`: claims less rate-limit deferrals."""
     return step.attempt - step.deferrals

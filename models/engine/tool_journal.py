@@ -80,8 +80,13 @@ class CallKeys:
     """The keys of one run of a model step's loop, call by call: `next` counts the calls for
     each tool and arguments, so the n-th identical call gets occurrence n."""
 
-    def __init__(self) -> None:
-        self._seen: Counter[str] = Counter()
+    def __init__(self, seen: Mapping[str, int] | None = None) -> None:
+        """`seen`: the counts so far (`snapshot`), for a loop that goes on where it stopped."""
+        self._seen: Counter[str] = Counter(seen or {})
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, as JSON."""
+        return dict(self._seen)
 
     def next(self, tool: str, arguments: Mapping[str, Any]) -> str:
         """The key of this call (`call_key`), counting it."""

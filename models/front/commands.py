@@ -24,6 +24,7 @@ from sqlmodel import Session
 from typing_extensions import TypeVar
 
 from models.access import api_tokens
+from models.approvals.calls import APPROVAL_REQUIRED
 from models.db import session_scope
 from models.engine import idempotency, queue, stack_limits, submissions, transitions
 from models.engine.runs import get_run
@@ -278,19 +279,36 @@ def edit(
     escalation_id: int,
     *,
     reviewer: str,
-    plan: Any,
+    plan: Any = None,
+    arguments: Any = None,
     comment: str | None = None,
     token_id: int | None = None,
     describe: DecisionView[T] = _nothing,  # type: ignore[assignment]
 ) -> Done[T]:
     """Edit the plan (`reviews.edit`): `plan` (JSON text or a dict) replaces the steps not yet
-    run, checked against the registered tools and their arguments; `plan` may be a function
-    that reads it (a file), called once the escalation is found, so a missing escalation is
-    what is said first. Raises `InvalidPlan` naming the step and field, what `plan()` raises,
-    and as `approve`."""
-    return _decide(
-        escalation_id,
-        lambda session, _esc: reviews.edit(
+    run, checked against the registered tools and their arguments. An `approval_required`
+    escalation is edited with `arguments` instead (JSON text or a dict): the gated call's new
+    arguments, checked against the tool's schema. Either may be a function that reads it (a
+    file), called once the escalation is found, so a missing escalation is what is said first.
+    Raises `InvalidPlan` naming the step and field, `InvalidInput` naming `arguments`, what the
+    function raises, and as `approve`."""
+
+    def apply(session: Session, esc: Escalation) -> Run:
+        settings = get_settings()
+        given = arguments() if callable(arguments) else arguments
+        if given is not None or esc.reason == APPROVAL_REQUIRED:
+            return reviews.edit(
+                session,
+                escalation_id,
+                reviewer=reviewer,
+                plan=None,
+                tools=(),
+                max_attempts=settings.step_max_attempts,
+                comment=comment,
+                token_id=token_id,
+                arguments=None if given is None else answers.json_object(given, "arguments"),
+            )
+        return reviews.edit(
             session,
             escalation_id,
             reviewer=reviewer,
@@ -298,11 +316,11 @@ def edit(
             tools=configured_tool_names(),
             check_args=argument_problems,
             comment=comment,
-            max_attempts=get_settings().step_max_attempts,
+            max_attempts=settings.step_max_attempts,
             token_id=token_id,
-        ),
-        describe,
-    )
+        )
+
+    return _decide(escalation_id, apply, describe)
 
 
 def forget_fact(fact_id: int, *, user_id: str | None = None) -> memory_admin.Deleted:

@@ -26,6 +26,7 @@ from models.db import session_scope
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.memory import procedures as book
 from models.memory.memory_admin import embedder
+from models.memory.procedure_outcomes import ProcedureOutcome, outcomes_of
 from models.memory.procedures import Actor, Embedded, Procedure, ProcedureSpec, ProcedureVersion
 from models.plans.plans import current_steps, dependencies
 from models.plans.step_specs import spec_of
@@ -77,17 +78,21 @@ def listing(
 
 @dataclass(frozen=True)
 class Shown:
-    """One procedure and every version of it, oldest first."""
+    """One procedure, every version of it and the outcomes of the runs that adopted it
+    (`models.memory.procedure_outcomes`), oldest first."""
 
     procedure: Procedure
     versions: list[ProcedureVersion]
+    outcomes: Sequence[ProcedureOutcome]
 
 
 def show(actor: Actor, procedure_id: int) -> Shown:
-    """Procedure `procedure_id` with its versions; `NotFound` when `actor` may not read it."""
+    """Procedure `procedure_id` with its versions and outcomes; `NotFound` when `actor` may not
+    read it."""
     with session_scope() as session:
         row = book.readable(session, procedure_id, actor)
-        return Shown(row, book.versions_of(session, procedure_id))
+        versions = book.versions_of(session, procedure_id)
+        return Shown(row, versions, outcomes_of(session, procedure_id))
 
 
 def edit(

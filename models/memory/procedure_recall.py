@@ -2,11 +2,14 @@
 
 A run sees the procedures for everyone, those of its own user, and those of the tools its
 catalogue or plan offers (`Visible`); never another user's. Candidates come from the two paths
-facts use (`models.memory.retrieval`): cosine distance by pgvector and full-text match, fused by
-reciprocal rank (`models.memory.retrieval.fuse`), with no recency weight: a procedure's age says
-nothing about whether it applies. Ties are broken by scope, the narrower first (the user's own, then
-a tool's, then everyone's: `rank`). The scan is exact, with no HNSW index: procedures are written
-by people, hundreds rather than the millions an index pays off for.
+facts use: cosine distance by pgvector and BM25 over the visible procedures' words, and are
+re-scored as facts are (`models.memory.rerank.rescore`: similarity + 0.5 x BM25 relative to the
+best candidate's), with no recency weight (a procedure's age says nothing about whether it
+applies) and no conversation context (a procedure has none). Ties are broken by scope, the
+narrower first (the user's own, then a tool's, then everyone's: `rank`). The scan is exact, with
+no HNSW index: procedures are written by people or learned from runs, hundreds per user rather
+than the millions an index pays off for. A retired procedure is never recalled, and one whose
+adopted plans needed replans in a row ranks lower (`models.memory.procedure_outcomes`).
 
 Which procedures a plan's context carried is recorded as a `procedures.recalled` event in the
 transaction that writes the plan (`worker.phases.planner`): `{"purpose", "plan_version",
@@ -16,7 +19,7 @@ console and CLI.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
@@ -24,7 +27,8 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from models.memory import retrieval
+from models.memory import rerank, retrieval
+from models.memory.procedure_outcomes import weight
 from models.memory.procedures import Procedure
 from models.tables import RunEvent, utcnow
 
@@ -34,22 +38,29 @@ PROCEDURES: Final = retrieval.Source("procedures", born="updated_at")
 HIDDEN_TITLE: Final = "(a procedure of the run's user: hidden)"
 
 _VISIBLE = (
-    "(scope = 'everyone' OR (scope = 'user' AND user_id = :user_id)"
-    " OR (scope = 'tool' AND tool = ANY(CAST(:tools AS text[]))))"
+    "(f.scope = 'everyone' OR (f.scope = 'user' AND f.user_id = :user_id)"
+    " OR (f.scope = 'tool' AND f.tool = ANY(CAST(:tools AS text[]))))"
 )
-_DISTANCE = "embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
-_CANDIDATES = f"""
-    SELECT id, updated_at AS born, {_DISTANCE} AS distance,
-           ts_rank_cd(tsv, {retrieval.ANY_WORD}) AS text_rank,
-           tsv @@ websearch_to_tsquery('english', :query_text) AS text_match
-    FROM procedures
-    WHERE embedding_model = :model AND embedding_dim = {{dim}} AND {_VISIBLE}"""
-# procedures_nearest: the procedures a run may see, by exact cosine distance.
-NEAREST: Final = f"{_CANDIDATES}\n    ORDER BY ({_DISTANCE}) + 0, id LIMIT :pool"
-# procedures_text: the procedures a run may see that match the query's words, best first.
-TEXT_MATCHES: Final = f"""{_CANDIDATES}
-      AND tsv @@ {retrieval.ANY_WORD}
-    ORDER BY text_rank DESC, id LIMIT :pool"""
+_DISTANCE = "f.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
+# The procedures a run may see, of the query's embedding model and dimension, not retired.
+_ROWS = f"""FROM procedures AS f
+    WHERE f.embedding_model = :model AND f.embedding_dim = {{dim}} AND {_VISIBLE}
+      AND f.retired_at IS NULL"""
+# procedure_candidates: the visible procedures best by BM25 (idf and lengths from the visible
+# ones, `models.memory.rerank.term_stats`) and nearest by exact cosine distance, each scored
+# for `models.memory.rerank.rescore`; one statement.
+CANDIDATES: Final = f"""WITH {rerank.QUERY_WORDS},
+{rerank.term_stats(f"SELECT f.tsv {_ROWS} LIMIT :idf_sample")},
+by_text AS MATERIALIZED (
+    SELECT f.id {_ROWS} AND f.tsv @@ (SELECT words FROM informative)
+    ORDER BY {rerank.ROW_BM25} DESC, f.id LIMIT :pool
+), by_vector AS MATERIALIZED (
+    SELECT f.id {_ROWS} ORDER BY ({_DISTANCE}) + 0, f.id LIMIT :pool
+)
+SELECT f.id, f.updated_at AS born, {_DISTANCE} AS distance,
+       coalesce({rerank.ROW_BM25}, 0) AS text_rank, f.tsv @@ query_terms.all_words AS text_match
+FROM procedures AS f CROSS JOIN query_terms
+WHERE f.id IN (SELECT id FROM by_text UNION SELECT id FROM by_vector)"""
 
 
 @dataclass(frozen=True)
@@ -69,16 +80,23 @@ ScoredProcedure = retrieval.Scored[Procedure]
 
 
 def rank(
-    by_vector: Sequence[retrieval.Hit],
-    by_text: Sequence[retrieval.Hit],
+    found: Sequence[rerank.Candidate],
     query: retrieval.Search,
     scopes: dict[int, str],
+    failures: Mapping[int, int] | None = None,
 ) -> list[retrieval.Scored[int]]:
-    """The best `query.k` procedure ids: `models.memory.retrieval.fuse` of both lists (its relevance
-    threshold included), equal scores ordered by `SCOPE_ORDER` of `scopes` (id -> scope)."""
-    fused = retrieval.fuse(by_vector, by_text, replace(query, k=retrieval.MAX_K))
-    fused.sort(key=lambda r: (-r.score, SCOPE_ORDER.get(scopes.get(r.item, ""), 3), -r.item))
-    return fused[: query.k]
+    """The best `query.k` procedure ids of `found`: `models.memory.rerank.rescore`'s score
+    (cosine similarity + TEXT_WEIGHT x BM25 relative to the best candidate's, relevance
+    threshold included; a procedure has no thread, date or session summary, so nothing else
+    counts) weighed down by its procedure's `failures` in a row (id ->
+    count, `models.memory.procedure_outcomes.weight`), equal scores ordered by `SCOPE_ORDER` of
+    `scopes` (id -> scope)."""
+    scored = [
+        replace(r, score=r.score * weight((failures or {}).get(r.item, 0)))
+        for r in rerank.rescore(found, query)
+    ]
+    scored.sort(key=lambda r: (-r.score, SCOPE_ORDER.get(scopes.get(r.item, ""), 3), -r.item))
+    return scored[: query.k]
 
 
 def recall_procedures(
@@ -106,34 +124,34 @@ def recall_procedures(
         min_similarity,
         None,
     )
-    params = {**query.params(), **visible.params()}
-    by_vector = _hits(session, query.sql(NEAREST), params)
-    by_text = _hits(session, query.sql(TEXT_MATCHES), params)
-    ids = {h.id for h in [*by_vector, *by_text]}
+    params = {**query.params(), **visible.params(), "idf_sample": rerank.IDF_SAMPLE}
+    sql = sa.text(query.sql(CANDIDATES))
+    found = [rerank.Candidate(**row._mapping) for row in session.execute(sql, params)]
+    ids = {c.id for c in found}
     rows = {p.id or 0: p for p in session.exec(select(Procedure).where(col(Procedure.id).in_(ids)))}
-    ranked = rank(by_vector, by_text, query, {i: p.scope for i, p in rows.items()})
+    scopes = {i: p.scope for i, p in rows.items()}
+    ranked = rank(found, query, scopes, {i: p.failures for i, p in rows.items()})
     return retrieval.with_rows(rows, ranked)
 
 
-def _hits(session: Session, sql: str, params: dict[str, Any]) -> list[retrieval.Hit]:
-    return [retrieval.Hit(**row._mapping) for row in session.execute(sa.text(sql), params)]
-
-
 def used_entry(procedure: Procedure) -> dict[str, Any]:
-    """What a `procedures.recalled` event says of one procedure: id, version, title, scope."""
+    """What a `procedures.recalled` event says of one procedure: id, version, title, scope,
+    origin."""
     return {
         "id": procedure.id,
         "version": procedure.version,
         "title": procedure.title,
         "scope": procedure.scope,
+        "origin": procedure.origin,
     }
 
 
 @dataclass(frozen=True)
 class Used:
     """One procedure a plan's context carried: which plan version it informed, with its id,
-    version, title and scope as they were then (the procedure may since have changed);
-    `adopted` when the plan is its template, taken by reference (`worker.phases.adoption`)."""
+    version, title, scope and origin (`person`, or `learned` from a run) as they were then (the
+    procedure may since have changed); `adopted` when the plan is its template, taken by
+    reference (`worker.phases.adoption`)."""
 
     plan_version: int
     purpose: str
@@ -142,6 +160,7 @@ class Used:
     title: str
     scope: str
     adopted: bool = False
+    origin: str = "person"  # events before issue 31 say none: every procedure was a person's
 
 
 def used_by_run(session: Session, run_id: int, *, memory_readable: bool = True) -> list[Used]:
@@ -161,6 +180,7 @@ def used_by_run(session: Session, run_id: int, *, memory_readable: bool = True) 
                     str(p.get("title") or ""),
                     str(p.get("scope") or ""),
                     adopted=detail.get("adopted") == p.get("id"),
+                    origin=str(p.get("origin") or "person"),
                 )
             )
     return found

@@ -40,10 +40,11 @@ from models.errors import Conflict, InvalidInput, InvalidPlan, NotAllowed, NotFo
 from models.patterns import error_message
 from models.plans.plans import parse_plan
 from models.plans.tools import argument_problems
-from models.tables import Run, created_field
+from models.tables import Run, created_field, timestamp_field
 
 Scope = Literal["everyone", "user", "tool"]
 Role = Literal["submitter", "reviewer", "admin"]
+Origin = Literal["person", "learned"]  # who wrote a version: a person, or agentq from a run
 SCOPES: Final = ("everyone", "user", "tool")
 TITLE_MAX_CHARS: Final = 200
 WHEN_MAX_CHARS: Final = 2_000
@@ -61,6 +62,10 @@ CONTENT: Final = ("scope", "user_id", "tool", "title", "when_to_use", "body", "p
 
 def _template_column() -> Any:
     return Column(default=None, sa_type=MutableDict.as_mutable(JSONB), nullable=True)
+
+
+def _origin_column() -> Any:
+    return Column(default="person", max_length=10, sa_column_kwargs={"server_default": "person"})
 
 
 class Procedure(SQLModel, table=True):
@@ -88,6 +93,11 @@ class Procedure(SQLModel, table=True):
     created_by: str = Column(max_length=200)
     updated_by: str = Column(max_length=200)
     written_as: str | None = Column(default=None, max_length=10)  # the current version's
+    origin: str = _origin_column()  # the current version's: `Origin`
+    # Runs in a row whose adopted template (this version) needed a replan, and when that retired
+    # it (`models.memory.procedure_outcomes`); a new version starts again from 0, not retired.
+    failures: int = Column(default=0, sa_column_kwargs={"server_default": "0"})
+    retired_at: datetime | None = timestamp_field()
     created_at: datetime = created_field()
     updated_at: datetime = created_field()
     tsv: str | None = Column(
@@ -112,6 +122,7 @@ class ProcedureVersion(SQLModel, table=True):
     plan_template: dict[str, Any] | None = _template_column()
     written_by: str = Column(max_length=200)
     written_as: str | None = Column(default=None, max_length=10)  # `Role`; None: unknown
+    origin: str = _origin_column()
     written_at: datetime = created_field()
 
 
@@ -135,8 +146,13 @@ class ProcedureSpec(BaseModel):
         return value
 
     def embedded_text(self) -> str:
-        """What is embedded and recalled by: title, when to use it, the head of the how-to."""
-        return f"{self.title}\n{self.when_to_use}\n{self.body[:EMBEDDED_BODY_CHARS]}"
+        """What is embedded and recalled by (`embedded_text`)."""
+        return embedded_text(self.title, self.when_to_use, self.body)
+
+
+def embedded_text(title: str, when_to_use: str, body: str) -> str:
+    """A procedure's embedded text: title, when to use it, the how-to's head, one per line."""
+    return f"{title}\n{when_to_use}\n{body[:EMBEDDED_BODY_CHARS]}"
 
 
 def checked(data: dict[str, Any], *, tools: Collection[str]) -> ProcedureSpec:
@@ -276,9 +292,10 @@ def insert(
     *,
     by: Actor,
     source_run_id: int | None = None,
+    origin: Origin = "person",
 ) -> Procedure:
     """Write a new procedure (version 1) and its first version row, written by `by` (its name
-    and role); returns it with its id."""
+    and role), a person's or `learned`; returns it with its id."""
     row = Procedure(
         **_content(spec),
         **embedded.columns(),
@@ -287,6 +304,7 @@ def insert(
         created_by=by.name,
         updated_by=by.name,
         written_as=by.role,
+        origin=origin,
     )
     session.add(row)
     session.flush()
@@ -302,9 +320,11 @@ def update(
     spec: ProcedureSpec,
     embedded: Embedded,
     by: Actor,
+    origin: Origin = "person",
 ) -> Procedure:
     """Make `spec` version `expected + 1` of the procedure, if it is still at `expected` (a
-    guarded UPDATE); `Conflict` when another edit got there first, `NotFound` when it is gone."""
+    guarded UPDATE), a person's or `learned`; a new version starts with no failures and is not
+    retired. `Conflict` when another edit got there first, `NotFound` when it is gone."""
     stmt = (
         sa.update(Procedure)
         .where(col(Procedure.id) == procedure_id, col(Procedure.version) == expected)
@@ -314,6 +334,9 @@ def update(
             version=Procedure.version + 1,
             updated_by=by.name,
             written_as=by.role,
+            origin=origin,
+            failures=0,
+            retired_at=None,
             updated_at=sa.func.now(),
         )
         .returning(col(Procedure.id))
@@ -369,6 +392,7 @@ def _add_version(session: Session, row: Procedure, by: Actor) -> None:
         version=row.version,
         written_by=by.name,
         written_as=by.role,
+        origin=row.origin,
         **values,
     )
     session.add(version)

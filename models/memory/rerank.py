@@ -75,21 +75,14 @@ IDF_SAMPLE = 5_000  # rows of the tenant read for n, df and the mean length
 
 # The query's words, once: each lexeme (with a tsquery matching it alone; a lexeme holding a
 # quote or a backslash is left out) and all of them (`models.memory.retrieval`'s every-word match).
-_QUERY_WORDS = """query_terms AS MATERIALIZED (
+QUERY_WORDS = """query_terms AS MATERIALIZED (
     SELECT websearch_to_tsquery('english', :query_text) AS all_words
 ), query_words AS MATERIALIZED (
     SELECT DISTINCT lexeme, ('''' || lexeme || '''')::tsquery AS alone
     FROM unnest(tsvector_to_array(to_tsvector('english', :query_text))) AS lexeme
     WHERE strpos(lexeme, '''') = 0 AND strpos(lexeme, chr(92)) = 0
 )"""
-# The tenant's corpus statistics for the query's words, from a sample of its rows (an
-# index-only scan of `{table}_terms`, migration 0025); the words in at most half of them select
-# candidates (above half, Robertson and Sparck Jones' idf is negative: no evidence of
-# relevance), all of them score.
-_TERM_STATS = """term_sample AS MATERIALIZED (
-    SELECT tsv FROM {table}
-    WHERE user_id = :user_id AND embedding_model = :model LIMIT :idf_sample
-), corpus AS MATERIALIZED (
+_STATS = """corpus AS MATERIALIZED (
     SELECT count(*)::float8 AS n, greatest(avg(length(tsv)), 1)::float8 AS mean_length
     FROM term_sample
 ), terms AS MATERIALIZED (
@@ -101,10 +94,32 @@ _TERM_STATS = """term_sample AS MATERIALIZED (
     SELECT string_agg('''' || terms.lexeme || '''', ' | ')::tsquery AS words
     FROM terms, corpus WHERE terms.df <= corpus.n / 2
 )"""
-# One query word's share of row `f`'s BM25 (`u` the row's lexeme, `terms` the word's idf).
-_TERM_BM25 = f"""terms.idf * {K1 + 1} * coalesce(array_length(u.positions, 1), 1)
+
+
+def term_stats(sample: str) -> str:
+    """The CTEs `term_sample`, `corpus`, `terms` and `informative`: the corpus statistics for
+    the query's words (after `QUERY_WORDS`), from `sample`, a query of at most IDF_SAMPLE rows'
+    `tsv`. The words in at most half of those rows select candidates (above half, Robertson and
+    Sparck Jones' idf is negative: no evidence of relevance); all of them score."""
+    return f"""term_sample AS MATERIALIZED (
+    {sample}
+), {_STATS}"""
+
+
+# The tenant's statistics, from a sample of its rows (an index-only scan of `{table}_terms`,
+# migration 0025).
+_TERM_STATS = term_stats(
+    "SELECT tsv FROM {table}\n"
+    "    WHERE user_id = :user_id AND embedding_model = :model LIMIT :idf_sample"
+)
+# One query word's share of row `f`'s BM25 (`u` the row's lexeme, `terms` the word's idf):
+# summed over `unnest(f.tsv) AS u JOIN terms ON terms.lexeme = u.lexeme`, with `corpus`.
+TERM_BM25 = f"""terms.idf * {K1 + 1} * coalesce(array_length(u.positions, 1), 1)
         / (coalesce(array_length(u.positions, 1), 1)
            + {K1} * (1 - {B} + {B} * length(f.tsv) / corpus.mean_length))"""
+# Row `f`'s BM25 for the query's words (after `QUERY_WORDS` and `term_stats`).
+ROW_BM25 = f"""(SELECT sum({TERM_BM25}) FROM corpus, unnest(f.tsv) AS u
+              JOIN terms ON terms.lexeme = u.lexeme)"""
 _DISTANCE = "f.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))"
 _TENANT = """f.embedding_model = :model AND f.user_id = :user_id AND f.embedding_dim = {dim}
   AND {visible}"""
@@ -114,8 +129,7 @@ _TENANT = """f.embedding_model = :model AND f.user_id = :user_id AND f.embedding
 _PICKED = f"""by_text AS MATERIALIZED (
     SELECT f.id FROM {{table}} AS f CROSS JOIN informative
     WHERE {_TENANT} AND f.tsv @@ informative.words
-    ORDER BY (SELECT sum({_TERM_BM25}) FROM corpus, unnest(f.tsv) AS u
-              JOIN terms ON terms.lexeme = u.lexeme) DESC, f.id
+    ORDER BY {ROW_BM25} DESC, f.id
     LIMIT :pool
 ), by_vector AS MATERIALIZED (
     SELECT f.id FROM {{table}} AS f WHERE {_TENANT}
@@ -148,7 +162,7 @@ _AROUND = f""", around AS MATERIALIZED (
 
 def _scored(rows: str, thread: str, position: str, dated: str, summary: str) -> str:
     return f""", bm25 AS MATERIALIZED (
-    SELECT f.id, sum({_TERM_BM25}) AS score
+    SELECT f.id, sum({TERM_BM25}) AS score
     FROM {{table}} AS f CROSS JOIN corpus
     CROSS JOIN LATERAL unnest(f.tsv) AS u JOIN terms ON terms.lexeme = u.lexeme
     WHERE f.id IN (SELECT id FROM {rows}) GROUP BY f.id
@@ -161,7 +175,7 @@ FROM {{table}} AS f CROSS JOIN query_terms LEFT JOIN bm25 ON bm25.id = f.id
 WHERE {_TENANT} AND f.id IN (SELECT id FROM {rows})"""
 
 
-_WITH = f"WITH {_QUERY_WORDS}, {_TERM_STATS}, {_PICKED}"
+_WITH = f"WITH {QUERY_WORDS}, {_TERM_STATS}, {_PICKED}"
 # candidates: the best rows by BM25 and by cosine and `:ids`, scored for `rescore` (episodes).
 CANDIDATES = _WITH + _scored("picked", "NULL::text", "NULL::int", "false", "false")
 # candidates_in_threads: the same, and each one's neighbours in its thread (facts).

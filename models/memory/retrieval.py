@@ -78,6 +78,13 @@ JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
 WHERE i.indrelid = CAST(:table AS regclass) AND a.amname = 'hnsw'"""
 # drop_index: drop one of those, by a name `vector_index_name` made (checked before it gets here).
 DROP_INDEX = "DROP INDEX IF EXISTS {name}"
+# vector_index_concurrently: `VECTOR_INDEX` built without blocking writes, outside a transaction.
+VECTOR_INDEX_CONCURRENTLY = VECTOR_INDEX.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
+# drop_index_concurrently: `DROP_INDEX` outside a transaction (of an index a failed build left).
+DROP_INDEX_CONCURRENTLY = DROP_INDEX.replace("DROP INDEX", "DROP INDEX CONCURRENTLY", 1)
+# index_valid: whether the index :name on one memory table is valid (no row: there is none).
+INDEX_VALID = """SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = CAST(:table AS regclass) AND c.relname = :name"""
 # search_settings: this transaction's iterative-scan settings (a savepoint undoes them afterwards).
 SEARCH_SETTINGS = f"""
 SELECT set_config('hnsw.iterative_scan', :iterative_scan, true),
@@ -140,7 +147,7 @@ class Search:
 
     def params(self) -> dict[str, Any]:
         """The bind parameters of the named queries."""
-        q = "[" + ",".join(repr(float(x)) for x in self.embedding) + "]"
+        q = vector_text(self.embedding)
         keys = ("user_id", "model", "query_text", "pool", "now")
         return {"q": q, **{key: getattr(self, key) for key in keys}}
 
@@ -160,8 +167,8 @@ class Hit:
 @dataclass(frozen=True)
 class Scored(Generic[T]):
     """A recalled `item` (a row, or its id before the rows are loaded) and its score's parts:
-    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts and episodes,
-    `models.memory.rerank`; ts_rank_cd for procedures; 0 without a shared word), `relevance` before
+    cosine `similarity` in [-1, 1], `text_rank` (BM25 for facts, episodes and procedures,
+    `models.memory.rerank`; 0 without a shared word), `relevance` before
     recency (the re-scored relevance, or the RRF score of `fuse`), `recency` its weight in
     [1 - RECENCY_WEIGHT, 1], `score = relevance * recency`."""
 
@@ -208,6 +215,11 @@ def check_embedding(embedding: Sequence[float]) -> int:
     return len(embedding)
 
 
+def vector_text(embedding: Sequence[float]) -> str:
+    """`embedding` in pgvector's text form, `[0.1,-0.2]`, to bind as text and cast to `vector`."""
+    return "[" + ",".join(repr(float(x)) for x in embedding) + "]"
+
+
 def vector_index_name(table: str, model: str, dim: int) -> str:
     """`<table>_embedding_<slug>_<dim>_<hash8>`: under 63 characters (NAMEDATALEN), and the hash
     keeps models that slug alike ("a-b", "a_b") apart."""
@@ -245,19 +257,37 @@ def drop_other_dims(session: Session, *, table: str, model: str, dim: int) -> li
     return stale
 
 
-def ensure_vector_index(session: Session, *, table: str, model: str, dim: int) -> None:
-    """Create `model`'s HNSW index on `table` (`facts` or `episodes`) unless it exists (then
-    nothing is run that needs the table's owner).
+def ensure_vector_index(
+    session: Session, *, table: str, model: str, dim: int, concurrently: bool = False
+) -> None:
+    """Create `model`'s HNSW index on `table` (`facts` or `episodes`) unless a valid one exists
+    (then nothing is run that needs the table's owner); one left invalid by a failed concurrent
+    build is dropped and built again.
 
     Raises `ConfigurationError` for another table, an unsafe model name, or a dim outside
-    1..2000. The build holds a SHARE lock on the table (writes wait) until the caller commits;
-    for a large table build it with `CREATE INDEX CONCURRENTLY` outside a transaction instead.
+    1..2000. The build holds a SHARE lock on the table (writes wait) until the caller commits.
+    With `concurrently`, for a session whose statements commit by themselves
+    (`models.db.session_scope(autocommit=True)`), it is `CREATE INDEX CONCURRENTLY`: writes go
+    on, it waits for the transactions open when it starts, and it indexes only the row versions
+    its snapshots see (PostgreSQL docs, CREATE INDEX, "Building Indexes Concurrently"), where a
+    plain build also indexes the old versions of rows rewritten by its own or a recent
+    transaction, and fails on one of another dimension ("expected 256 dimensions, not 384";
+    issue 31: `models.memory.reembedding.reembed`).
     """
     name = vector_index_name(check_table(table), check_model(model), check_dim(dim))
-    session.execute(sa.text(INDEX_LOCK), {"name": name})
-    if name in session.scalars(sa.text(VECTOR_INDEXES), {"table": table}).all():
+    if not concurrently:  # a transaction-level lock: none in autocommit
+        session.execute(sa.text(INDEX_LOCK), {"name": name})
+    valid = session.scalar(sa.text(INDEX_VALID), {"table": table, "name": name})
+    if valid:
         return  # no DDL, which needs the table's owner: a remote role (models.access.remote_access)
-    session.execute(sa.text(VECTOR_INDEX.format(name=name, table=table, dim=dim, model=model)))
+    drop, create = (
+        (DROP_INDEX_CONCURRENTLY, VECTOR_INDEX_CONCURRENTLY)
+        if concurrently
+        else (DROP_INDEX, VECTOR_INDEX)
+    )
+    if valid is not None:
+        session.execute(sa.text(drop.format(name=name)))
+    session.execute(sa.text(create.format(name=name, table=table, dim=dim, model=model)))
 
 
 @contextmanager

@@ -7,6 +7,7 @@ from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
 # Every module that defines tables, so they are on SQLModel.metadata for autogenerate.
+import models.approvals.calls
 import models.engine.fair_queue
 import models.engine.idempotency
 import models.engine.stack_limits
@@ -14,6 +15,7 @@ import models.engine.storage
 import models.memory.episodes
 import models.memory.facts
 import models.memory.messages
+import models.memory.procedure_outcomes
 import models.memory.procedures
 import models.operations.webhook_tables
 import models.plans.plan_checks

@@ -1,7 +1,8 @@
 """Retention of ended runs (issue 15): delete the runs that ended before a cutoff, with every row
 that belongs to them, a batch of runs per transaction.
 
-What goes: the run and its plan versions, steps, step attempts, journaled tool calls, replan
+What goes: the run and its plan versions, steps, step attempts, journaled and gated tool calls
+(and the run's approval rules), replan
 checks, pinned facts, escalations, events, conversation turns, rolling summaries, idempotency
 keys, and its webhook
 deliveries with their attempts (every table that holds a run's or a step's rows: `PURGED`, in
@@ -68,7 +69,10 @@ _OF_STEPS: Final = f"step_id IN (SELECT id FROM steps WHERE run_id {IN_BATCH})"
 PURGED: Final = {
     "step_attempts": f"DELETE FROM step_attempts WHERE {_OF_STEPS}",
     "tool_journal": f"DELETE FROM tool_journal WHERE {_OF_STEPS}",
+    "tool_approvals": f"DELETE FROM tool_approvals WHERE run_id {IN_BATCH}",
+    "run_approvals": f"DELETE FROM run_approvals WHERE run_id {IN_BATCH}",
     "plan_checks": f"DELETE FROM plan_checks WHERE run_id {IN_BATCH}",
+    "procedure_outcomes": f"DELETE FROM procedure_outcomes WHERE run_id {IN_BATCH}",
     "steps": f"DELETE FROM steps WHERE run_id {IN_BATCH}",
     "plan_versions": f"DELETE FROM plan_versions WHERE run_id {IN_BATCH}",
     "pinned_facts": f"DELETE FROM pinned_facts WHERE run_id {IN_BATCH}",

@@ -28,6 +28,7 @@ from models.plans import graph
 from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation
 from models.plans.references import referenced_facts, references
 from models.plans.step_outputs import MAX_OUTPUT_FIELDS, OutputSpec
+from models.plans.tools import unavailable_reason
 from models.states import STEP_NOT_STARTED
 from models.storable import parse_json, storable_problem
 from models.tables import PlanVersion, Run, Step
@@ -222,14 +223,21 @@ def _describe(exc: ValueError) -> str:
 def _plan_problems(plan: PlanSpec, *, tools: Collection[str]) -> Iterator[str]:
     for i, step in enumerate(plan.steps):
         if step.tool and step.tool not in tools:
-            yield f"steps.{i}.tool: unknown tool {step.tool!r}; known: {', '.join(sorted(tools))}"
+            yield f"steps.{i}.tool: {_unknown(step.tool, tools)}"
         for name in step.tools:
             if name not in tools:
-                yield f"steps.{i}.tools: unknown tool {name!r}; known: {', '.join(sorted(tools))}"
+                yield f"steps.{i}.tools: {_unknown(name, tools)}"
         try:
             references(step.args)
         except ToolArgumentsError as exc:
             yield f"steps.{i}.args: {exc}"
+
+
+def _unknown(name: str, tools: Collection[str]) -> str:
+    """`unknown tool 'x'; known: ...`, saying why first for an MCP tool that is not offered
+    (`models.plans.tools.unavailable_reason`: its server cannot start, ...)."""
+    why = unavailable_reason(name)
+    return f"unknown tool {name!r}{f' ({why})' if why else ''}; known: {', '.join(sorted(tools))}"
 
 
 def _refs(args: Any) -> frozenset[str]:

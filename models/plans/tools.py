@@ -1,56 +1,56 @@
-"""The tool registry: named Python functions a plan step may call, and the playbooks that use them.
+"""The tool registry: the named Python functions and MCP servers' tools a plan step may call.
 
 A tool is a plain function `f(ctx: ToolContext, **args) -> dict[str, Any]` registered with the
-`@tool(...)` decorator when its module is imported (`load_tool_modules`). Its arguments are
-checked against its signature with pydantic before it runs, and refused when they hold what JSON
-cannot (`NaN`, `Infinity`: `unstorable_argument`), so a model that invents an argument gets a
-`ToolArgumentsError` that names the field and what is allowed, and the function never runs.
+`@tool(...)` decorator when its module is imported (`load_tool_modules`), or a tool of an MCP
+server of `AGENTQ_MCP_SERVERS`, named `mcp__<server>__<tool>` (`models.mcp`: its function calls
+the server). Its arguments are checked before it runs, against the function's signature with
+pydantic or against the MCP tool's JSON schema (`models.plans.tool_arguments`), and refused when
+they hold what JSON cannot (`NaN`, `Infinity`: `unstorable_argument`), so a model that invents
+an argument gets a `ToolArgumentsError` that names the field and what is allowed, and the
+function never runs (nor is the server called).
 
-The tools a process offers are those of the modules in `AGENTQ_TOOL_MODULES` (`enabled_tool`,
-`configured_tool_names`, `catalog`), whatever else happens to be imported: a plan naming any
-other tool is refused, and a worker never runs one. A tool that raises anything but agentq's own
-`ToolError` family fails with `ToolCrashed`, which names only the tool and the exception's type;
-the exception itself, which may hold host paths, goes to the worker's log. A tool's arguments
-and result are capped at `AGENTQ_STEP_DATA_MAX_BYTES` (`models.plans.step_data`).
-
-A playbook is a canned plan (a list of step dicts) that the offline planner returns for goals that
-contain all of its keywords.
+The tools a process offers are those of the modules in `AGENTQ_TOOL_MODULES` and of the MCP
+servers (`enabled_tool`, `configured_tool_names`, `catalog`), whatever else happens to be
+imported: a plan naming any other tool is refused, and a worker never runs one. A tool that
+raises anything but agentq's own `ToolError` family fails with `ToolCrashed`, which names only
+the tool and the exception's type; the exception itself, which may hold host paths, goes to the
+worker's log. A tool's arguments and result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`
+(`models.plans.step_data`).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import importlib
-import inspect
 import json
-import typing
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, create_model
 
 from models.errors import (
     ConfigurationError,
+    McpServerUnavailable,
     ToolArgumentsError,
     ToolCrashed,
     ToolError,
     ToolNotEnabled,
 )
+from models.mcp import calls, catalogue
+from models.plans import tool_arguments
 from models.plans.references import has_reference
 from models.plans.step_data import check_step_data
 from models.settings import get_settings
-from models.storable import json_integer, storable_problem
+from models.storable import storable_problem
 
 ToolFunction = Callable[..., dict[str, Any]]
 
 DEFAULT_TOOL_MODULES: tuple[str, ...] = ("worker.tools.builtin", "worker.tools.expenses")
 """The modules that register agentq's own tools: the built-ins and the expense-report demo."""
 
-_ARG_ERRORS_SHOWN = 5  # a model that gets everything wrong does not need 40 lines of errors
 log = structlog.get_logger("agentq.worker")
 
 
@@ -62,6 +62,8 @@ class ToolContext:
     attempt of a step with this name in the run (a replanned step keeps counting), this one
     included. `facts` are the run's pinned facts, such as `currency=EUR`. `call_number` is the
     1-based number of this call among the tool calls of a model step (0 in a tool step).
+    `deadline` is when the step's time limit passes, on `time.monotonic()`'s clock (None: not
+    known, as outside a worker's step).
     """
 
     run_id: int
@@ -71,6 +73,11 @@ class ToolContext:
     tries_of_name: int
     facts: Mapping[str, str]
     call_number: int = 0
+    deadline: float | None = None
+
+    def time_left_s(self, default_s: float) -> float:
+        """Seconds until `deadline` (0 or less: passed), or `default_s` when it is not known."""
+        return default_s if self.deadline is None else self.deadline - time.monotonic()
 
     @property
     def idempotency_key(self) -> str:
@@ -90,8 +97,16 @@ class Fallback:
 
 @dataclass(frozen=True)
 class Tool:
-    """A registered tool: its function, its description for the planner and its result keys;
-    `module` is where the function is defined (what `AGENTQ_TOOL_MODULES` must name)."""
+    """A tool: its function, its description for the planner and its result keys; `module` is
+    where the function is defined (what `AGENTQ_TOOL_MODULES` must name; "" for an MCP tool).
+
+    `schema` is the JSON schema its arguments are checked against (an MCP tool's
+    `inputSchema`); None: its function's signature is (pydantic). `annotations` are its hints
+    as its MCP server sent them, camelCase keys as in the protocol (`readOnlyHint`,
+    `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`); `{}` for a Python tool and
+    for an MCP tool sent without any (the protocol's defaults then: not read-only, destructive,
+    not idempotent, open world).
+    """
 
     name: str
     description: str
@@ -99,21 +114,27 @@ class Tool:
     returns: tuple[str, ...]
     fallback: Fallback | None
     module: str = ""
+    schema: Mapping[str, Any] | None = None
+    annotations: Mapping[str, Any] = field(default_factory=dict)
 
     def parameters_schema(self) -> dict[str, Any]:
-        """The JSON schema (pydantic's) of the arguments: the signature without `ctx`."""
-        return _arguments_model(self.func).model_json_schema()
+        """The JSON schema of the arguments: `schema`, or pydantic's of the signature without
+        `ctx`."""
+        if self.schema is not None:
+            return copy.deepcopy(dict(self.schema))
+        return tool_arguments.signature_schema(self.func)
 
     def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         """Validate `args`, call the function and check its result.
 
         Raises `ToolArgumentsError` (the function is not called) when the arguments do not fit
-        the signature or hold a non-finite number (`unstorable_argument`), `StepDataTooLarge`
+        the signature or `schema` or hold a non-finite number (`unstorable_argument`),
+        `StepDataTooLarge`
         when the arguments or the result are over `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError`
         when the result is not a JSON-serialisable dict holding every key in `returns`, what
-        the function raises of the `ToolError` family (`RetryableToolError` included) and
-        billiard's `SoftTimeLimitExceeded`; anything else the function raises is logged with
-        its traceback and raised as `ToolCrashed`.
+        the function raises of the `ToolError` family (`RetryableToolError` included; an MCP
+        tool's: `models.mcp.calls`) and billiard's `SoftTimeLimitExceeded`; anything else the
+        function raises is logged with its traceback and raised as `ToolCrashed`.
         """
         max_bytes = get_settings().step_data_max_bytes
         check_step_data(args, what=f"the arguments of tool {self.name!r}", max_bytes=max_bytes)
@@ -130,16 +151,27 @@ class Tool:
         return result
 
     def _validate(self, args: dict[str, Any]) -> dict[str, Any]:
-        model = _arguments_model(self.func)
         if not isinstance(args, dict):
             raise ToolArgumentsError(f"tool {self.name!r}: arguments must be an object: {args!r}")
+        problems: Sequence[tool_arguments.Problem | str] = []
         if problem := unstorable_argument(args):
-            raise ToolArgumentsError(_rejected(self, [problem]))
-        try:
-            parsed = model.model_validate(args)
-        except ValidationError as exc:
-            raise ToolArgumentsError(_describe_errors(self, exc)) from exc
-        return {field: getattr(parsed, field) for field in type(parsed).model_fields}
+            problems = [problem]
+        else:
+            validated, problems = self.checked(args)
+        if problems:
+            schema = self.parameters_schema()
+            raise ToolArgumentsError(tool_arguments.rejected(self.name, schema, problems))
+        return validated
+
+    def checked(
+        self, args: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], list[tool_arguments.Problem]]:
+        """`args` checked against `schema` or the signature: the arguments to call the function
+        with (pydantic's values for a Python tool, `args` as they are for a schema), or the
+        problems."""
+        if self.schema is not None:
+            return dict(args), tool_arguments.by_schema(self.schema, args)
+        return tool_arguments.by_signature(self.func, args)
 
     def describe(self) -> dict[str, Any]:
         """This tool as a catalog entry (see `catalog`)."""
@@ -166,13 +198,9 @@ def argument_problems(name: str, args: dict[str, Any]) -> list[str]:
         return [str(exc)]
     if problem := unstorable_argument(args):
         return [f"tool {name!r}: {problem}"]
-    try:
-        _arguments_model(found.func).model_validate(args)
-    except ValidationError as exc:
-        deferred = {key for key, value in args.items() if has_reference(value)}
-        errors = [e for e in exc.errors() if not (e["loc"] and e["loc"][0] in deferred)]
-        return [f"tool {name!r}: {_describe_error(e)}" for e in errors]
-    return []
+    deferred = {key for key, value in args.items() if has_reference(value)}
+    problems = found.checked(args)[1]
+    return [f"tool {name!r}: {p}" for p in problems if p.field.split(".")[0] not in deferred]
 
 
 def unstorable_argument(args: Mapping[str, Any]) -> str | None:
@@ -185,7 +213,6 @@ def unstorable_argument(args: Mapping[str, Any]) -> str | None:
 
 
 _TOOLS: dict[str, Tool] = {}
-_PLAYBOOKS: list[tuple[tuple[str, ...], list[dict[str, Any]], tuple[str, ...]]] = []
 
 
 def tool(
@@ -199,13 +226,15 @@ def tool(
 
     The function's first parameter must be `ctx` (a `ToolContext`); the others are the tool's
     arguments and need type hints (pydantic validates them). Raises `ValueError` when the name
-    is taken or the signature does not fit.
+    is taken or is an MCP tool's (`mcp__<server>__<tool>`), or the signature does not fit.
     """
 
     def register(func: ToolFunction) -> ToolFunction:
+        if catalogue.split_name(name) is not None:
+            raise ValueError(f"tool {name!r}: names mcp__<server>__<tool> are MCP servers' tools")
         if name in _TOOLS:
             raise ValueError(f"tool {name!r} is already registered (by {_TOOLS[name].func!r})")
-        _arguments_model(func)  # fail at import, not at the first call
+        tool_arguments.signature_model(func)  # fail at import, not at the first call
         _TOOLS[name] = Tool(name, description, func, tuple(returns), fallback, func.__module__)
         return func
 
@@ -213,7 +242,11 @@ def tool(
 
 
 def get_tool(name: str) -> Tool:
-    """The registered tool `name`; raises `ToolError` listing the registered names if unknown."""
+    """The registered tool `name`, or the MCP tool `name` (`mcp__<server>__<tool>`) if its server
+    offers it (its `annotations` are the server's hints). Raises `ToolError` listing the
+    registered names if unknown, or saying why the MCP tool is not offered."""
+    if catalogue.split_name(name) is not None:
+        return _mcp_tool(name)
     try:
         return _TOOLS[name]
     except KeyError:
@@ -222,12 +255,16 @@ def get_tool(name: str) -> Tool:
 
 
 def enabled_tool(name: str) -> Tool:
-    """The tool `name` if `AGENTQ_TOOL_MODULES` offers it: what a worker runs.
+    """The tool `name` if `AGENTQ_TOOL_MODULES` or an MCP server (`AGENTQ_MCP_SERVERS`) offers
+    it: what a worker runs.
 
     Raises `ToolNotEnabled` naming the tool and the enabled ones otherwise (registered by some
-    other imported module, or not at all).
+    other imported module, or not at all), or why the MCP tool is not offered;
+    `McpServerUnavailable` (retryable) when its MCP server cannot start now.
     """
-    enabled = configured_tool_names()
+    if catalogue.split_name(name) is not None:
+        return _mcp_tool(name)
+    enabled = _module_tool_names()
     if name not in enabled:
         raise ToolNotEnabled(
             f"tool {name!r} is not enabled (AGENTQ_TOOL_MODULES); enabled: "
@@ -236,20 +273,33 @@ def enabled_tool(name: str) -> Tool:
     return _TOOLS[name]
 
 
+def unavailable_reason(name: str) -> str | None:
+    """Why the MCP tool `name` is not offered (`models.mcp.catalogue.unavailable`: its server is
+    not configured, cannot start, or does not offer it), for a plan's refusal; None otherwise."""
+    found = catalogue.unavailable(name)
+    return found.why if found else None
+
+
 def catalog() -> list[dict[str, Any]]:
     """Every enabled tool (`configured_tool_names`), sorted by name, as shown to planners.
 
     Shape: `[{"name", "description", "parameters": <JSON schema>, "returns": [key, ...],
     "fallback": {"tool", "args"} | None}, ...]`.
     """
-    return [_TOOLS[name].describe() for name in configured_tool_names()]
+    tools = {name: _TOOLS[name] for name in _module_tool_names()} | _mcp_tools()
+    return [tools[name].describe() for name in sorted(tools)]
 
 
 def configured_tool_names() -> list[str]:
-    """Names of the tools of the modules in `AGENTQ_TOOL_MODULES` (or their submodules), sorted,
-    for checking plans in any process (the CLI, the API) and running them in a worker;
-    importing the modules registers their tools and runs nothing else. Tools registered by
-    other modules (a test's own) are not among them."""
+    """Names of the tools of the modules in `AGENTQ_TOOL_MODULES` (or their submodules) and of
+    the MCP servers of `AGENTQ_MCP_SERVERS` that can start (`models.mcp.catalogue`), sorted, for
+    checking plans in any process (the CLI, the API) and running them in a worker; importing the
+    modules registers their tools and runs nothing else. Tools registered by other modules (a
+    test's own) are not among them."""
+    return sorted([*_module_tool_names(), *_mcp_tools()])
+
+
+def _module_tool_names() -> list[str]:
     modules = get_settings().tool_modules
     load_tool_modules(modules)
     return sorted(
@@ -261,9 +311,52 @@ def configured_tool_names() -> list[str]:
 
 def declared_returns(name: str | None) -> tuple[str, ...]:
     """The result keys the configured tool `name` declares; () for None or an unknown tool."""
-    configured_tool_names()
+    if name and catalogue.split_name(name) is not None:
+        try:
+            return _mcp_tool(name).returns
+        except ToolError:
+            return ()
+    _module_tool_names()
     found = _TOOLS.get(name or "")
     return found.returns if found else ()
+
+
+def _mcp_tools() -> dict[str, Tool]:
+    return {name: _as_tool(found) for name, found in catalogue.offered().items()}
+
+
+def _mcp_tool(name: str) -> Tool:
+    """The MCP tool `name`; raises `McpServerUnavailable` or `ToolNotEnabled` saying why not."""
+    missing = catalogue.unavailable(name)
+    if missing is not None:
+        raise (McpServerUnavailable if missing.retryable else ToolNotEnabled)(missing.why)
+    server, _ = catalogue.split_name(name) or ("", "")
+    return _as_tool(catalogue.listing(server).offered[name])
+
+
+def _as_tool(found: catalogue.McpTool) -> Tool:
+    """An MCP server's tool as a `Tool`: its function calls the server within the step's time
+    left (`AGENTQ_STEP_TIME_LIMIT_S` outside a step), with the step's idempotency key."""
+
+    def call(ctx: ToolContext, **args: Any) -> dict[str, Any]:
+        return calls.call_tool(
+            found.server,
+            found.tool,
+            args,
+            idempotency_key=ctx.idempotency_key,
+            timeout_s=ctx.time_left_s(get_settings().step_time_limit_s),
+        )
+
+    returns = ("content", "text", "structured") if found.has_output else ("content", "text")
+    return Tool(
+        found.name,
+        found.description,
+        call,
+        returns,
+        None,
+        schema=found.input_schema,
+        annotations=found.annotations,
+    )
 
 
 def load_tool_modules(modules: Sequence[str]) -> None:
@@ -279,101 +372,6 @@ def load_tool_modules(modules: Sequence[str]) -> None:
                 f"AGENTQ_TOOL_MODULES: cannot import {module!r} ({exc}); list importable modules "
                 "that register tools"
             ) from exc
-
-
-def playbook(
-    keywords: tuple[str, ...], steps: list[dict[str, Any]], criteria: tuple[str, ...] = ()
-) -> None:
-    """Register a canned plan for goals containing every keyword (case-insensitive), with the
-    success criteria the offline planner writes with it (`models.engine.goal_checks`).
-
-    Raises `ValueError` for an empty keyword tuple or one already registered.
-    """
-    key = tuple(word.lower() for word in keywords)
-    if not key:
-        raise ValueError("a playbook needs at least one keyword")
-    if any(existing == key for existing, _, _ in _PLAYBOOKS):
-        raise ValueError(f"a playbook for {key!r} is already registered")
-    _PLAYBOOKS.append((key, copy.deepcopy(steps), tuple(criteria)))
-
-
-def find_playbook(goal: str) -> list[dict[str, Any]] | None:
-    """A copy of the first registered playbook whose keywords all appear in `goal`, else None."""
-    found = _matching(goal)
-    return copy.deepcopy(found[1]) if found is not None else None
-
-
-def playbook_criteria(goal: str) -> list[str]:
-    """The success criteria of the playbook `find_playbook` finds for `goal` ([] for none)."""
-    found = _matching(goal)
-    return list(found[2]) if found is not None else []
-
-
-def _matching(goal: str) -> tuple[tuple[str, ...], list[dict[str, Any]], tuple[str, ...]] | None:
-    text = goal.lower()
-    return next((p for p in _PLAYBOOKS if all(word in text for word in p[0])), None)
-
-
-@functools.cache
-def _arguments_model(func: ToolFunction) -> type[BaseModel]:
-    """A pydantic model of `func`'s parameters after `ctx`; extra arguments are rejected."""
-    params = list(inspect.signature(func).parameters.values())
-    if not params or params[0].name != "ctx":
-        raise ValueError(f"{func.__qualname__}: a tool's first parameter must be 'ctx'")
-    hints = typing.get_type_hints(func, include_extras=True)
-    fields: dict[str, Any] = {}
-    for param in params[1:]:
-        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            raise ValueError(f"{func.__qualname__}: *args/**kwargs are not allowed in a tool")
-        if param.name not in hints:
-            raise ValueError(f"{func.__qualname__}: parameter {param.name!r} needs a type hint")
-        default = ... if param.default is param.empty else param.default
-        fields[param.name] = (_whole_numbers_as_json(hints[param.name]), default)
-    # Strict, as the API's bodies: a value of another JSON type is refused, never converted
-    # ("5" is not 5), so the spec's argument schemas (`api.openapi`) say what is accepted.
-    config = ConfigDict(extra="forbid", strict=True)
-    model: type[BaseModel] = create_model(f"{func.__name__}_arguments", __config__=config, **fields)
-    return model
-
-
-def _whole_numbers_as_json(hint: Any) -> Any:
-    """An `int` argument also takes `3.0` (`models.storable.json_integer`), as JSON Schema's
-    `integer` does; every other hint is returned as it is."""
-    base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
-    return Annotated[hint, BeforeValidator(json_integer)] if base is int else hint
-
-
-def _describe_errors(tool_: Tool, exc: ValidationError) -> str:
-    """`tool 'x' rejected its arguments: rate: Input should be greater than 0 (got 0); ...`."""
-    problems = [_describe_error(error) for error in exc.errors()[:_ARG_ERRORS_SHOWN]]
-    if exc.error_count() > _ARG_ERRORS_SHOWN:
-        problems.append(f"and {exc.error_count() - _ARG_ERRORS_SHOWN} more")
-    return _rejected(tool_, problems)
-
-
-def _rejected(tool_: Tool, problems: list[str]) -> str:
-    allowed = describe_parameters(tool_.parameters_schema())
-    return f"tool {tool_.name!r} rejected its arguments: {'; '.join(problems)}. Takes: {allowed}"
-
-
-def _describe_error(error: Mapping[str, Any]) -> str:
-    field = ".".join(str(part) for part in error["loc"]) or "(arguments)"
-    if error["type"] == "missing":
-        return f"{field}: required but missing"
-    shown = repr(error["input"])
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    return f"{field}: {error['msg']} (got {shown})"
-
-
-def describe_parameters(schema: Mapping[str, Any]) -> str:
-    """`total: number, currency: string, note: string (optional)`, from a tool's arguments'
-    JSON schema (`Tool.parameters_schema`); "none" for a tool without arguments."""
-    required = set(schema.get("required", ()))
-    parts = []
-    for name, prop in schema.get("properties", {}).items():
-        kind = prop.get("type") or ("any" if not prop.get("anyOf") else "one of several types")
-        parts.append(f"{name}: {kind}" + ("" if name in required else " (optional)"))
-    return ", ".join(parts) or "none"
 
 
 def _check_result(name: str, result: object, returns: tuple[str, ...]) -> None:

@@ -6,13 +6,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sqlmodel import Session, select
+
 from models.errors import InvalidInput, InvalidStepOutput
 from models.plans.expectations import loaded, unmet
 from models.plans.step_data import json_bytes, over_cap
 from models.plans.step_outputs import parse_output
 from models.settings import get_settings
 from models.storable import storable_problem
-from models.tables import Step
+from models.tables import PinnedFact, Step
+
+
+def json_object(given: Any, field: str) -> dict[str, Any]:
+    """`given` (a dict, or JSON text of an object) as a dict; raises `InvalidInput` naming
+    `field` for anything else."""
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{field}: not JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(given, dict):
+        raise InvalidInput(f"{field}: a JSON object, not {type(given).__name__}")
+    return given
 
 
 def answer_from_text(text: str, *, returns: tuple[str, ...]) -> dict[str, Any]:
@@ -51,3 +66,12 @@ def answer_problem(step: Step, answer: dict[str, Any]) -> str | None:
             return str(exc)
     reasons = unmet(loaded(step.expect), answer)
     return f"step {step.name!r}: unmet expectation: " + "; ".join(reasons) if reasons else None
+
+
+def pin_answer(session: Session, run_id: int, answer: dict[str, Any], *, set_by: str) -> None:
+    """Pin `answer` as the run's `reviewer_answer` (a later answer replaces an earlier one)."""
+    pinned = session.exec(
+        select(PinnedFact).where(PinnedFact.run_id == run_id, PinnedFact.key == "reviewer_answer")
+    ).one_or_none() or PinnedFact(run_id=run_id, key="reviewer_answer", value="")
+    pinned.value, pinned.set_by = json.dumps(answer), set_by
+    session.add(pinned)

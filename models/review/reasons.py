@@ -30,6 +30,9 @@ REASON_TEXT: Final = {
     "goal_not_met": "The steps finished, but what the run delivered fails its goal check, and "
     "no replan is left: approve accepts it as it is; edit replaces the step that delivered it.",
     "invalid_goal_check": "The goal check's answer never validated.",
+    "approval_required": "A tool call needs a person's approval before it runs (the approval "
+    "policy): approve runs it once as asked; edit runs it with your arguments; reject (with a "
+    "reason) fails it; respond answers in the tool's place.",
     "internal_error": "agentq itself failed while planning or answering; see the worker log.",
 }
 

@@ -19,6 +19,9 @@ second decision raises `IllegalTransition` and changes nothing), and the run res
   source is `reviewer:<name>`, written when the run is remembered (`worker.memory.remembering`);
 - reject: the run fails with the reviewer's comment.
 
+An `approval_required` escalation's four decisions are on its gated tool call instead
+(`models.review.call_decisions`: approve, edit its arguments, reject, or answer in its place).
+
 The caller commits, then sends `agentq.coordinate` for the run.
 
 Every escalation has a deadline (`deadline_at`, opened + `AGENTQ_ESCALATION_TIMEOUT_S`). The
@@ -35,12 +38,13 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
+from models.approvals import calls as approval_calls
+from models.approvals.calls import APPROVAL_REQUIRED
 from models.engine import budget_grants, stack_limits, storage, transitions
 from models.engine.runs import add_criteria, pinned_facts
-from models.errors import InvalidInput, NotFound
+from models.errors import Conflict, InvalidInput, NotFound
 from models.memory.messages import add_message
 from models.plans import plan_checks
 from models.plans.expectations import loaded
@@ -53,7 +57,7 @@ from models.plans.plans import (
     edit_splice,
     parse_plan,
 )
-from models.review import escalations
+from models.review import answers, call_decisions, claims
 from models.review.answers import answer_problem
 from models.review.escalations import (
     DEADLINE_ACTIONS,
@@ -63,64 +67,12 @@ from models.review.escalations import (
 )
 from models.settings import Settings, get_settings
 from models.states import STEP_NOT_STARTED
-from models.tables import Escalation, PinnedFact, Run, Step, utcnow
+from models.tables import Escalation, Run, Step, utcnow
 
-# Where the scheduler and the tests have always found them; `models.review.escalations` holds them.
-next_due = escalations.next_due
-waiting_s = escalations.waiting_s
-deadline_left_s = escalations.deadline_left_s
-
-
-def claim_next(
-    session: Session, *, reviewer: str, token_id: int | None = None
-) -> Escalation | None:
-    """Claim the oldest open escalation no other reviewer holds, for `reviewer` through the API
-    token `token_id` (None: the CLI); None when the queue is empty."""
-    row = session.exec(
-        select(Escalation)
-        .where(Escalation.status == "open")
-        .order_by(Escalation.created_at)  # type: ignore[arg-type]
-        .with_for_update(skip_locked=True)
-        .limit(1)
-    ).one_or_none()
-    return (
-        None
-        if row is None
-        else transitions.claim_escalation(
-            session, row.id or 0, reviewer=reviewer, token_id=token_id
-        )
-    )
-
-
-def claims_by_reviewer(session: Session) -> dict[str, int]:
-    """How many escalations each reviewer holds claimed, most first: `{"alice": 2, "bob": 1}`."""
-    rows = session.exec(
-        select(Escalation.claimed_by, sa.func.count())
-        .where(Escalation.status == "claimed")
-        .group_by(col(Escalation.claimed_by))
-        .order_by(sa.func.count().desc(), col(Escalation.claimed_by))
-    ).all()
-    return {str(reviewer): int(n) for reviewer, n in rows}
-
-
-def release(
-    session: Session,
-    escalation_id: int,
-    *,
-    reviewer: str,
-    force: bool = False,
-    token_id: int | None = None,
-    reason: str | None = None,
-) -> Escalation:
-    """Give a claimed escalation back to the queue (claimed -> open): by the caller who claimed
-    it (the API token `token_id`, or with None the CLI as `reviewer`), or by anyone with `force`
-    (its claimer is gone; `reason` is recorded). Raises `NotFound`, `ClaimedByAnother` (someone
-    else's claim, no `force`) or `IllegalTransition` (not claimed); records
-    `escalation.released`."""
-    get_escalation(session, escalation_id)
-    return transitions.release_escalation(
-        session, escalation_id, reviewer=reviewer, force=force, token_id=token_id, reason=reason
-    )
+# Where the commands and the tests have always found them (`models.review.claims`).
+claim_next = claims.claim_next
+claims_by_reviewer = claims.claims_by_reviewer
+release = claims.release
 
 
 def pass_deadline(
@@ -168,6 +120,9 @@ def approve(
     `token_id`: the API token deciding (None: the CLI); every decision takes it, see
     `transitions.decide_escalation`."""
     asked = get_escalation(session, escalation_id)
+    if asked.reason == APPROVAL_REQUIRED:
+        call = call_decisions.waiting_call(session, asked)
+        return _call_decided(session, asked, call, "approve", reviewer, comment, token_id)
     run = _locked_run(session, asked.run_id)
     limits = stack_limits.effective(session, settings or get_settings())
     granted = budget_grants.grants(session, asked, run, budget or {}, settings=limits, now=utcnow())
@@ -223,13 +178,23 @@ def edit(
     check_args: ArgsCheck | None = None,
     comment: str | None = None,
     token_id: int | None = None,
+    arguments: dict[str, Any] | None = None,
 ) -> Run:
     """Decide `edit`: `plan` (JSON text or a dict, `{"steps": [...]}`) replaces the steps not yet
     run; the steps that ran (or still run) are kept, and the new steps go in the place of the
     escalation's failed step (`after` may name kept steps). It is validated first (`parse_plan`:
     `tools`, `check_args`, the run's pinned facts, the graph it makes with the kept steps);
-    `InvalidPlan` changes nothing."""
+    `InvalidPlan` changes nothing. An `approval_required` escalation is edited with `arguments`
+    instead, the gated call's new arguments (`models.review.call_decisions.check_edit`)."""
     esc_row = get_escalation(session, escalation_id)
+    if esc_row.reason == APPROVAL_REQUIRED:
+        if arguments is None:
+            raise Conflict(f"escalation {escalation_id} waits on a tool call: edit its arguments")
+        call = call_decisions.waiting_call(session, esc_row)
+        checked = call_decisions.check_edit(call, arguments)
+        return _call_decided(session, esc_row, call, "edit", reviewer, comment, token_id, checked)
+    if arguments is not None:
+        raise Conflict(f"escalation {escalation_id} waits on no tool call: edit its plan")
     run = _locked_run(session, esc_row.run_id)
     steps = current_steps(session, run)
     splice = edit_splice(session, run, replaced=esc_row.step_id)
@@ -281,6 +246,13 @@ def respond(
     its `output` and the values its `expect` allows (`models.review.answers.answer_problem`);
     `InvalidInput` names the problem, and nothing is written."""
     asked = get_escalation(session, escalation_id)
+    if asked.reason == APPROVAL_REQUIRED:
+        call = call_decisions.waiting_call(session, asked)
+        call_decisions.check_answer(session, call, answer)
+        storage.charge_answer(session, asked.run_id, answer)  # InvalidInput when it does not fit
+        return _call_decided(
+            session, asked, call, "respond", reviewer, comment, token_id, None, answer
+        )
     step = session.get(Step, asked.step_id) if asked.step_id else None
     if step is not None and (problem := answer_problem(step, answer)):
         raise InvalidInput(f"answer: {problem}")
@@ -298,7 +270,7 @@ def respond(
     storage.charge_answer(session, run.id or 0, answer)  # InvalidInput when it does not fit
     failed = session.get(Step, esc.step_id) if esc.step_id else None
     if failed is None:
-        _pin_answer(session, run.id or 0, answer, set_by=f"reviewer:{reviewer}")
+        answers.pin_answer(session, run.id or 0, answer, set_by=f"reviewer:{reviewer}")
         if run.plan_version == 0:
             transitions.requeue_run(session, esc.run_id)
         else:
@@ -318,15 +290,6 @@ def respond(
     return run
 
 
-def _pin_answer(session: Session, run_id: int, answer: dict[str, Any], *, set_by: str) -> None:
-    """Pin `answer` as the run's `reviewer_answer` (a later answer replaces an earlier one)."""
-    pinned = session.exec(
-        select(PinnedFact).where(PinnedFact.run_id == run_id, PinnedFact.key == "reviewer_answer")
-    ).one_or_none() or PinnedFact(run_id=run_id, key="reviewer_answer", value="")
-    pinned.value, pinned.set_by = json.dumps(answer), set_by
-    session.add(pinned)
-
-
 def reject(
     session: Session,
     escalation_id: int,
@@ -340,6 +303,12 @@ def reject(
     `override_claim` rejects it even when another reviewer holds the claim (a passed deadline)."""
     if not comment.strip():
         raise InvalidInput("reject: --comment is required and must not be empty")
+    asked = get_escalation(session, escalation_id)
+    call = call_decisions.call_of(session, asked) if asked.reason == APPROVAL_REQUIRED else None
+    if call is not None:  # with no call waiting, the run fails as for any rejection
+        return _call_decided(
+            session, asked, call, "reject", reviewer, comment, token_id, override=override_claim
+        )
     esc = _decide(
         session,
         escalation_id,
@@ -354,6 +323,37 @@ def reject(
         if step.status in STEP_NOT_STARTED:
             transitions.cancel_step(session, step.id or 0)
     return transitions.fail_run(session, esc.run_id, error=f"rejected by {reviewer}: {comment}")
+
+
+def _call_decided(
+    session: Session,
+    asked: Escalation,
+    call: approval_calls.ToolApproval,
+    decision: str,
+    reviewer: str,
+    comment: str | None,
+    token_id: int | None,
+    arguments: dict[str, Any] | None = None,
+    answer: dict[str, Any] | None = None,
+    *,
+    override: bool = False,
+) -> Run:
+    """Decide an `approval_required` escalation on its waiting `call`
+    (`models.review.call_decisions`: `audit`, `apply`); the run resumes."""
+    esc = _decide(
+        session,
+        asked.id or 0,
+        decision=decision,
+        reviewer=reviewer,
+        comment=comment,
+        answer=call_decisions.audit(call, arguments, answer),
+        override_claim=override,
+        token_id=token_id,
+    )
+    call_decisions.apply(session, esc, call)
+    run = _locked_run(session, esc.run_id)
+    _resume(session, run, run.plan_version)
+    return run
 
 
 def _decide(

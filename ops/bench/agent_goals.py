@@ -53,9 +53,10 @@ class Expected:
 
 @dataclass(frozen=True)
 class Goal:
-    """One benchmark goal; `id` also names its user (`bench-<provider>-<id>`), so no goal
-    recalls another's episodes. `plan`: an explicit plan (`{"steps": [...]}`) or None (the
-    planner's)."""
+    """One benchmark goal. The goals of one `family` (its `kind` unless given) belong to one
+    user (`bench-<family>`, `ops.bench.agent_runs.user_of`): what a run of the family teaches
+    (episodes, facts, learned procedures) its next goals may use, in this pass and the next.
+    `plan`: an explicit plan (`{"steps": [...]}`) or None (the planner's)."""
 
     id: str
     kind: str
@@ -66,6 +67,12 @@ class Goal:
     replans: int = 1
     replan_check: str = "off"
     plan: Mapping[str, Any] | None = None
+    family: str = ""
+
+    @property
+    def user(self) -> str:
+        """The family's user: `bench-<family or kind>`."""
+        return f"bench-{self.family or self.kind}"
 
 
 def _filed(total: float, currency: str, cost_centre: str) -> Expected:
@@ -100,6 +107,8 @@ def _customer(
 NOTE: Final = "Draft a note to the account manager of customer {c}"
 REMIND: Final = "Send customer {c} an invoice reminder for what it owes"
 LISBON: Final = "File my Lisbon trip expense report"  # the product's own playbook and tools
+MONTHLY: Final = "File my monthly expense claim"  # a recurring goal: the trip is pinned
+MY_CUSTOMER: Final = "Draft a note to the account manager of my customer"  # the customer pinned
 
 
 def _note(to: str, customer: str) -> Expected:
@@ -286,5 +295,26 @@ GOALS: Final[tuple[Goal, ...]] = (
         "HOOLI-4004",
         Expected("stops", "draft_note"),
         replan_check="model",
+    ),
+    # Two families of a recurring goal (issue 31's learning curve): one text, one user, the
+    # trip or customer pinned. The first of each needs a replan (the live rate service is down
+    # for CHF and JPY; the CRM for Globex and Initech); what it teaches plans the rest at once.
+    *(
+        _claim(id_, "", trip, pins, _filed(total, *pins), text=MONTHLY, family="monthly")
+        for id_, trip, pins, total in (
+            ("monthly-zurich", "zurich-2026-10", ("EUR", "CC-5120"), 534.75),
+            ("monthly-tokyo", "tokyo-2026-10", ("USD", "CC-6001"), 309.12),
+            ("monthly-zurich-again", "zurich-2026-10", ("EUR", "CC-5190"), 534.75),
+        )
+    ),
+    *(
+        _customer(
+            f"notes-{name}", "lookup", MY_CUSTOMER, customer, _note(to, customer), family="notes"
+        )
+        for name, customer, to in (
+            ("globex", "GLOBEX-2002", "li.wei@example.com"),
+            ("initech", "INITECH-3003", "ravi.patel@example.com"),
+            ("globex-again", "GLOBEX-2002", "li.wei@example.com"),
+        )
     ),
 )

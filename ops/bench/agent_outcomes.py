@@ -20,6 +20,7 @@ from ops.bench.figures import markdown_table
 CENT: Final = 0.005  # numbers in an effect's result agree to within half a cent
 ENDED: Final = frozenset({"succeeded", "waiting_review"})  # how a stopped plan may end
 TABLE_HEAD: Final = (
+    "pass",
     "provider",
     "goals",
     "outcome as expected",
@@ -27,6 +28,7 @@ TABLE_HEAD: Final = (
     "false success",
     "replans",
     "escalations",
+    "model calls/goal",
     "tokens/goal",
     "s/goal",
 )
@@ -37,7 +39,8 @@ class Observed:
     """What one run's rows say: `status` (`runs.status`; "timeout" if it had not ended),
     `effects` (the results of each successful call of the goal's effect tool, oldest first),
     `escalations` (their reasons, oldest first), `replans` (`runs.replans_used`), `tokens`
-    (`runs.tokens_used`), `seconds` (submit to the run's end or its last escalation)."""
+    (`runs.tokens_used`), `seconds` (submit to the run's end or its last escalation),
+    `model_calls` (its `model.call` events: every attempt, its memory's extraction included)."""
 
     status: str
     effects: tuple[Mapping[str, Any], ...]
@@ -45,6 +48,7 @@ class Observed:
     replans: int
     tokens: int
     seconds: float
+    model_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class Totals:
     escalated: int
     tokens_per_goal: float
     seconds_per_goal: float
+    model_calls_per_goal: float = 0.0
 
 
 def totals(checked: Sequence[Checked]) -> Totals:
@@ -137,12 +142,14 @@ def totals(checked: Sequence[Checked]) -> Totals:
         escalated=sum(bool(o.escalations) for o in seen),
         tokens_per_goal=sum(o.tokens for o in seen) / n if n else 0.0,
         seconds_per_goal=sum(o.seconds for o in seen) / n if n else 0.0,
+        model_calls_per_goal=sum(o.model_calls for o in seen) / n if n else 0.0,
     )
 
 
-def table_row(provider: str, found: Totals) -> list[str]:
-    """The README table's row for `provider` (`TABLE_HEAD`)."""
+def table_row(provider: str, found: Totals, pass_no: int = 1) -> list[str]:
+    """The table's row for pass `pass_no` on `provider` (`TABLE_HEAD`)."""
     return [
+        str(pass_no),
         provider,
         str(found.goals),
         f"{found.as_expected}/{found.goals}",
@@ -150,14 +157,32 @@ def table_row(provider: str, found: Totals) -> list[str]:
         str(found.false_success),
         str(found.replans),
         str(found.escalated),
+        f"{found.model_calls_per_goal:.1f}",
         f"{found.tokens_per_goal:,.0f}",
         f"{found.seconds_per_goal:.1f}",
     ]
 
 
-def table(provider: str, checked: Sequence[Checked]) -> str:
-    """The Markdown table of one provider's run (one row)."""
-    return markdown_table(TABLE_HEAD, [table_row(provider, totals(checked))])
+def table(passes: Sequence[tuple[str, Sequence[Checked]]]) -> str:
+    """The Markdown table of the passes, (provider, checked goals) each: a row per pass."""
+    rows = [table_row(p, totals(c), i) for i, (p, c) in enumerate(passes, start=1)]
+    return markdown_table(TABLE_HEAD, rows)
+
+
+def learning_line(passes: Sequence[Sequence[Checked]]) -> str:
+    """`learning: replans R1 -> RN, tokens/goal T1 -> TN, expected E1 -> EN, false successes F`:
+    the first pass against the last over the goals both ran (a time box may end the last one
+    early: then `, over G of their goals` follows), false successes over all passes."""
+    ran = {c.goal for c in passes[-1]}
+    first = totals([c for c in passes[0] if c.goal in ran])
+    last = totals(passes[-1])
+    false = sum(totals(p).false_success for p in passes)
+    line = (
+        f"learning: replans {first.replans} -> {last.replans}, "
+        f"tokens/goal {first.tokens_per_goal:,.0f} -> {last.tokens_per_goal:,.0f}, "
+        f"expected {first.as_expected} -> {last.as_expected}, false successes {false}"
+    )
+    return line if len(ran) == len(passes[0]) else f"{line}, over {len(ran)} of their goals"
 
 
 def goal_line(kind: str, c: Checked) -> str:

@@ -1,9 +1,9 @@
 """The agent-tasks benchmark's runs: submit a goal as a user does, wait for it, read its rows.
 
 Each goal is submitted by `models.engine.submissions.submit` (the path of `agentq run submit` and
-the HTTP API) under a user of its own (`bench-<provider>-<goal id>`), so no goal recalls another's
-episodes or facts. A run has ended when it is terminal or waits for review with an open escalation;
-`observe` then reads its status, every successful call of the goal's effect tool
+the HTTP API) as its family's user (`Goal.user`: `bench-<family>`), who keeps its memory from goal
+to goal and from pass to pass. A run has ended when it is terminal or waits for review with an
+open escalation; `observe` then reads its status, every successful call of the goal's effect tool
 (tool steps of any plan version, and model steps' calls in the tool journal), its escalations
 and its budgets' use.
 """
@@ -26,27 +26,23 @@ from models.plans.plans import parse_plan
 from models.plans.tools import configured_tool_names
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
-from models.tables import Escalation, Run, Step, ToolJournalEntry
+from models.tables import Escalation, Run, RunEvent, Step, ToolJournalEntry
 from ops.bench.agent_goals import Goal
 from ops.bench.agent_outcomes import Observed
 from ops.bench.harness import BenchError
 
 POLL_S: Final = 0.2
+MODEL_CALL: Final = "model.call"  # one event per model call attempt (`worker.model_calls.calls`)
 
 
-def user_of(provider: str, goal: Goal) -> str:
-    """The user a goal's run belongs to: `bench-<provider>-<goal id>`."""
-    return f"bench-{provider}-{goal.id}"
-
-
-def submit(provider: str, goal: Goal) -> int:
+def submit(goal: Goal) -> int:
     """Submit `goal` (no submit quotas for this process's submits); the run id. Raises
     `BenchError` if its first messages could not be sent, `InvalidPlan` for a bad plan."""
     plan = None
     if goal.plan is not None:
         plan = parse_plan(dict(goal.plan), tools=configured_tool_names(), facts=goal.facts)
     request = RunRequest(
-        user_id=user_of(provider, goal),
+        user_id=goal.user,
         goal=goal.text,
         facts=dict(goal.facts),
         plan=plan,
@@ -114,6 +110,13 @@ def observe(run_id: int, effect: str, *, timed_out: bool = False) -> Observed:
             escalations=tuple(e.reason for e in escalations),
             replans=run.replans_used,
             tokens=run.tokens_used,
+            model_calls=len(
+                session.exec(
+                    select(RunEvent.id).where(
+                        RunEvent.run_id == run_id, RunEvent.kind == MODEL_CALL
+                    )
+                ).all()
+            ),
             seconds=(end - run.created_at).total_seconds(),
         )
 

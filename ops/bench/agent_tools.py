@@ -29,7 +29,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from models.errors import RetryableToolError, ToolError
-from models.plans.tools import Fallback, ToolContext, playbook, tool
+from models.plans.playbooks import playbook
+from models.plans.tools import Fallback, ToolContext, tool
 from worker.tools.expenses import EXPENSE_CRITERIA, Currency, Month
 
 DATA_DIR = Path(__file__).parent / "data"

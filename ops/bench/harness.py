@@ -21,7 +21,7 @@ from typing import Final
 import redis
 from psycopg import conninfo
 
-from models.db import database_url
+from models.db import database_url, dispose_engines
 from models.engine import queue
 from models.settings import get_settings
 from ops.local import start_engine
@@ -130,6 +130,9 @@ def _running(data_dir: Path, workers: int, extra_env: dict[str, str] | None) -> 
                 yield Engine(stack, broker, stack.data_dir / "pgdata", database_url())
         finally:
             stack.stop()
+            # its Postgres is gone: a next engine on the same data directory has the same URL,
+            # and this process's pool would hand out connections the old server terminated
+            dispose_engines()
     finally:
         for key, value in saved.items():  # back to whatever this process talked to before
             if value is None:

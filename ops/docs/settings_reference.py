@@ -28,6 +28,9 @@ BOUNDS = {
 }
 
 
+TITLES = {"mcp": "MCP servers"}  # a section's title where capitalising its module's is wrong
+
+
 def type_name(annotation: Any) -> str:
     """`int`, `float | None`, `list[str]`: the annotation without module prefixes."""
     if isinstance(annotation, type) and not typing.get_args(annotation):
@@ -116,7 +119,7 @@ def render() -> str:
     ]
     for cls, names in declared_by():
         title = cls.__module__.partition("settings_")[2].replace("_", " ") or "general"
-        parts.append(f"## {title.capitalize()}\n")
+        parts.append(f"## {TITLES.get(title, title.capitalize())}\n")
         doc = prose(cls.__doc__ or "")
         parts.append(f"{doc} Declared in `{cls.__module__}.{cls.__name__}`.\n")
         rows = [_row(n, fields[n]) for n in names]

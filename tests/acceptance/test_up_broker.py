@@ -28,8 +28,9 @@ from tests.integration.conftest import engine_dir
 from tests.support.net import free_port
 
 pytestmark = pytest.mark.acceptance
-RECONCILE_INTERVAL_S = 10.0  # AGENTQ_RECONCILE_INTERVAL_S's default; a queued step is re-sent
-# only after AGENTQ_QUEUED_STALE_S (60 s), so a run done within this went through one broker
+QUEUED_STALE_S = 60.0  # AGENTQ_QUEUED_STALE_S's default: the reconciler re-sends a queued step
+# (or a run's task, after AGENTQ_PHASE_STALE_S, 120 s) no sooner, so a run done within this went
+# through one broker. (A 10 s bound, the reconcile interval, failed on a loaded machine: 12.1 s.)
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ def test_every_process_uses_the_printed_broker_whatever_the_environment_says(
             )
             took_s = time.monotonic() - started
             assert done.returncode == 0 and "succeeded" in done.stdout, done.stdout + done.stderr
-            assert took_s < RECONCILE_INTERVAL_S, f"took {took_s:.1f} s: the reconciler moved it"
+            assert took_s < QUEUED_STALE_S, f"took {took_s:.1f} s: the reconciler moved it"
         assert _connections(decoy) == seen_before  # no agentq process connected to it
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0

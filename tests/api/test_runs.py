@@ -100,8 +100,12 @@ def test_success_criteria_and_the_replan_check_are_taken_at_submit(client: Clien
     assert created.status_code == 201, created.text
     run_id = created.json()["run"]["id"]
     assert created.json()["run"]["success_criteria"] == [
-        {"text": "Filed against ${facts.cost_centre}", "by": "user"},
-        {"text": "Says CC-4410", "by": "user"},
+        {
+            "text": "Filed against ${facts.cost_centre}",
+            "by": "user",
+            "shown": "Filed against CC-4410",
+        },
+        {"text": "Says CC-4410", "by": "user", "shown": "Says CC-4410"},
     ]
     assert wait_for_run(run_id).status == "succeeded"
     detail = alice.get(f"/api/v1/runs/{run_id}").json()

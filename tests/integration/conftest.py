@@ -157,6 +157,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         wall_time_s: float | None = None,
         criteria: list[str] | None = None,
         replan_check: str | None = None,
+        approvals: dict[str, Any] | None = None,
     ) -> int:
         from models.plans.tools import configured_tool_names
 
@@ -171,6 +172,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
             "wall_time_s": wall_time_s,
             "success_criteria": criteria or [],
             "replan_check": replan_check,
+            "approvals": approvals or {},
         }
         if start:
             submitted = submissions.submit(RunRequest(**fields), settings=get_settings())

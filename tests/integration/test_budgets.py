@@ -6,6 +6,7 @@ for the last room cannot both pass (`models.engine.storage`)."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -131,9 +132,39 @@ def test_a_refusals_sample_is_folded_in_alone_and_the_mean_forgets_slowly() -> N
     with session_scope() as session:
         for _ in range(window + 50):
             token_calibrations.record(session, token_calibrations.Sample(model, 1000, 1000))
-        after = token_calibrations.record(session, token_calibrations.Sample(model, 1000, 3000))
-    assert after == pytest.approx(1.0 + 2.0 / window)  # one of the newest `window`, not of 151
+        after = token_calibrations.record(session, token_calibrations.Sample(model, 1000, 2000))
+    assert after == pytest.approx(1.0 + 1.0 / window)  # one of the newest `window`, not of 151
     assert _calibration(model).samples == window + 51  # type: ignore[union-attr]
+
+
+def test_no_sample_takes_the_ratio_out_of_the_band() -> None:
+    """Issue 31, item 6: random counts, Ollama's cached-prompt ones among them (a few tokens of
+    ours' thousands), go through `Sample.of` and the fold; after each, the stored ratio is one a
+    real tokenizer gives, and only the samples in the band were counted."""
+    model, rng = f"ollama-{uuid.uuid4().hex[:8]}", random.Random(31)
+    low, high = token_calibrations.CALIBRATION_RATIO_MIN, token_calibrations.CALIBRATION_RATIO_MAX
+    taken = 0
+    with session_scope() as session:
+        for _ in range(300):
+            ours = rng.randint(token_calibrations.CALIBRATION_MIN_TOKENS, 20_000)
+            theirs = rng.choice([rng.randint(1, 10), rng.randint(1, 3 * ours)])
+            sample = token_calibrations.Sample.of(model, ours=ours, theirs=theirs)
+            if sample is None:
+                continue
+            taken += 1
+            assert low <= token_calibrations.record(session, sample) <= high
+    found = _calibration(model)
+    assert found is not None and found.samples == taken and 0 < taken < 300
+
+
+def test_a_ratio_stored_out_of_the_band_is_pulled_into_it_by_the_next_sample() -> None:
+    """A ratio written before the band (an Ollama cached count folded in) or by hand."""
+    model = f"ollama-{uuid.uuid4().hex[:8]}"
+    with session_scope() as session:
+        session.add(TokenCalibration(model=model, ratio=0.002, samples=500))
+    with session_scope() as session:
+        after = token_calibrations.record(session, token_calibrations.Sample(model, 1000, 1100))
+    assert after == token_calibrations.CALIBRATION_RATIO_MIN  # not 0.002 + 1.098 / 100
 
 
 # -- step data (models.engine.storage): the run's budget and the user's total

@@ -14,7 +14,9 @@ from sqlmodel import col, select
 
 from models.db import session_scope
 from models.engine import queue
+from models.engine.goal_reports import GoalReport, report_of
 from models.engine.queue import TASK_COORDINATE
+from models.engine.runs import get_run, pinned_facts
 from models.review import reviews
 from models.tables import Escalation, RunEvent
 from tests.integration.conftest import wait_for_run
@@ -36,6 +38,12 @@ def _verdicts(run_id: int) -> list[dict[str, Any]]:
     with session_scope() as session:
         stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == "goal.checked")
         return [e.detail for e in session.exec(stmt.order_by(col(RunEvent.id)))]
+
+
+def _report(run_id: int) -> GoalReport:
+    with session_scope() as session:
+        run = get_run(session, run_id)
+        return report_of(session, run, pinned_facts(session, run_id))
 
 
 def _escalation(run_id: int) -> Escalation:
@@ -74,6 +82,8 @@ def test_a_deliverable_that_contradicts_a_pinned_fact_escalates(make_run: MakeRu
             select(Escalation).where(Escalation.run_id == run_id).order_by(col(Escalation.id))
         ).all()
     assert len(escalations) == 1  # approved once, not checked again for the same plan
+    told = _report(run_id)
+    assert told.state == "accepted" and told.missing == (missing,)
 
 
 def test_a_step_after_the_deliverable_does_not_hide_it(make_run: MakeRun) -> None:
@@ -97,6 +107,9 @@ def test_what_the_run_delivers_is_checked_not_what_fed_it(make_run: MakeRun) -> 
     outputs = (run.final_result or {})["outputs"]
     assert outputs["receipts"]["currency"] != "EUR"  # an intermediate value that differs
     assert outputs["submit"]["currency"] == "EUR"
+    (verdict,) = _verdicts(run.id or 0)  # pinned facts, no criteria: recorded all the same
+    assert (verdict["met"], verdict["source"], verdict["criteria"]) == (True, "rules", [])
+    assert _report(run.id or 0).state == "met"
 
 
 def test_unmet_criteria_are_replanned_then_escalated_once_the_budget_is_spent(
@@ -150,7 +163,10 @@ def test_met_criteria_succeed_and_are_recorded(make_run: MakeRun) -> None:
     assert run.status == "succeeded", run.error
     (verdict,) = _verdicts(run_id)
     assert verdict["met"] is True and verdict["source"] == "model"
+    assert verdict["criteria"] == ["Filed against CC-4410 for 473.43"]  # as judged
     assert (run.final_result or {})["answer"].startswith("[offline]")
+    told = _report(run_id)
+    assert told.summary.startswith("Goal met (plan version 1, checked by the offline provider")
 
 
 def test_a_reviewers_edit_replaces_the_deliverable_that_missed_the_goal(make_run: MakeRun) -> None:
@@ -181,3 +197,19 @@ def test_the_planners_criteria_are_kept_and_checked(make_run: MakeRun) -> None:
     assert [c["by"] for c in run.success_criteria] == ["planner"]
     assert "${facts.cost_centre}" in run.success_criteria[0]["text"]
     assert _verdicts(run.id or 0)[-1]["met"] is True
+
+
+def test_a_model_step_restating_a_given_value_does_not_meet_a_criterion(make_run: MakeRun) -> None:
+    """A model step that read nothing from outside the run only restates the pinned customer
+    (`models.engine.goal_evidence`); after a tool step it reads, the same text counts."""
+    note = {"name": "note", "kind": "model", "instruction": "Draft the note about ACME-1001"}
+    criteria = ["The note about ${facts.customer} is drafted"]
+    facts = {"customer": "ACME-1001"}
+    alone = wait_for_run(make_run([note], facts=facts, criteria=criteria, replans=0))
+    assert alone.status == "waiting_review" and _escalation(alone.id or 0).reason == "goal_not_met"
+    (verdict,) = _verdicts(alone.id or 0)
+    assert verdict["source"] == "rules" and "only restated" in " ".join(verdict["missing"])
+
+    after_tool = [_echo("lookup", {"manager": "ana"}), {**note, "after": ["lookup"]}]  # no id
+    read = wait_for_run(make_run(after_tool, facts=facts, criteria=criteria, replans=0))
+    assert read.status == "succeeded", _verdicts(read.id or 0)

@@ -4,6 +4,7 @@ and working memory keeps the rule and the ledger under the token budget."""
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Callable
 
@@ -18,11 +19,13 @@ from models.memory.facts import facts_of
 from models.memory.memory_admin import recall_for
 from models.memory.messages import RunSummary, add_message
 from models.memory.tokens import count_message_tokens, count_tokens
+from models.plans.tools import catalog
 from models.settings import get_settings
 from models.tables import RunEvent
 from tests.integration.conftest import run_steps, wait_for_run
-from worker.memory import working_memory
-from worker.model_calls.prompts import step_prompt
+from worker.memory import folds, working_memory
+from worker.memory.context import Piece
+from worker.model_calls.prompts import plan_prompt, step_prompt
 
 pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]
@@ -197,3 +200,71 @@ def test_a_40_step_run_with_400_token_results_fits_a_4k_window(
     with session_scope() as session:
         summaries = session.exec(select(RunSummary).where(RunSummary.run_id == run_id)).all()
     assert summaries and "Summary of earlier turns" in text
+
+
+def test_folding_40_turns_in_a_4k_window_costs_a_few_calls_and_keeps_pinned_facts(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31, item 5: each dropped turn of ~1,000 tokens cost a summarize call of its own
+    (half the budget per call), 39 calls for a 41-step run. Now a fold takes as many turns as
+    one call's input holds, through the engine's rows and the offline summarizer."""
+    run_id = make_run(
+        [{"name": "a", "kind": "tool", "tool": "noop"}], user=_user("hal"), facts=FACTS
+    )
+    assert wait_for_run(run_id).status == "succeeded"
+    with session_scope() as session:
+        user = get_run(session, run_id).user_id
+        rows = [
+            add_message(
+                session,
+                run_id=run_id,
+                user_id=user,
+                role="tool",
+                content=f"step day_{i}: "
+                + " ".join(f"receipt {i}.{j}: taxi {j}.40 EUR;" for j in range(75)),
+            )
+            for i in range(40)
+        ]
+        history = [Piece(m.role, m.content, m.token_count, m.id) for m in rows]
+    monkeypatch.setenv("AGENTQ_CONTEXT_WINDOW_TOKENS", "4096")
+    monkeypatch.setenv("AGENTQ_RESERVED_OUTPUT_TOKENS", "512")
+    get_settings.cache_clear()
+    try:
+        request = working_memory.request_for(run_id, step_prompt("Total the receipts", {}))
+        prompt_budget = working_memory.budget(step_prompt("Total the receipts", {}))
+        fold_budget = folds.budget()
+        plan = plan_prompt(GOAL, catalog())
+        fresh = make_run(None, user=_user("ida"), goal=GOAL, facts=FACTS, start=False)
+        planning = working_memory.request_for(fresh, plan)  # no `context_overflow`
+        plan_budget = working_memory.budget(plan)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    with session_scope() as session:
+        summaries = session.exec(
+            select(RunSummary).where(RunSummary.run_id == run_id).order_by(col(RunSummary.id))
+        ).all()
+        calls = session.exec(
+            select(RunEvent).where(RunEvent.run_id == run_id, col(RunEvent.kind) == "model.call")
+        ).all()
+    folded = [c for c in calls if c.detail["purpose"] == "summarize"]
+    assert all(900 <= t.tokens <= 1100 for t in history) and len(summaries) == len(folded)
+    # N turns cost at most their total over what one fold surely takes: the capacity beside
+    # the longest previous summary, less the largest turn (the room a fold may leave unused)
+    length = folds.summary_tokens(fold_budget)
+    mark = folds.mark_tokens(count_tokens)
+    costs = [folds.summarized_cost(t, length, mark) for t in history[:-2]]
+    longest = max(s.token_count for s in summaries)
+    room = folds.capacity(fold_budget, previous_tokens=longest, length=length, count=count_tokens)
+    assert 1 <= len(folded) <= math.ceil(sum(costs) / (room - max(costs)))
+    assert len(folded) <= 6  # a few calls, not one per turn
+    covered = [s.covers_through_id for s in summaries]
+    assert covered == sorted(set(covered))  # each fold moves the summary on
+    assert all(c.detail["estimated_prompt_tokens"] <= fold_budget for c in folded)
+    text = "\n".join(m["content"] for m in request.messages)
+    assert count_message_tokens(request.messages, get_settings().model) <= prompt_budget
+    assert "Summary of earlier turns" in text and "step day_39:" in text
+    assert "- currency = EUR" in text and "- cost_centre = CC-4410" in text  # never folded
+    plan_tokens = count_message_tokens(planning.messages, get_settings().model)
+    assert plan_tokens <= plan_budget < 4096 - 512
+    assert '"name":"submit_report"' in planning.messages[0]["content"]  # the whole catalogue

@@ -28,7 +28,12 @@ from models.db import session_scope
 from models.engine import budgets, queue, transitions
 from models.engine.queue import TASK_COORDINATE
 from models.engine.runs import submit_run
-from models.engine.token_calibrations import CALIBRATION_MIN_TOKENS
+from models.engine.token_calibrations import (
+    CALIBRATION_MIN_TOKENS,
+    CALIBRATION_RATIO_MAX,
+    CALIBRATION_RATIO_MIN,
+    plausible,
+)
 from models.errors import TokenBudgetSpent
 from models.plans.plans import parse_plan
 from models.plans.tools import load_tool_modules
@@ -357,7 +362,8 @@ def long_turn_then(mark: str) -> list[dict[str, Any]]:
     """A tool step whose ~450-token result becomes a conversation turn of twice that (its
     arguments and its result), two small steps (the last two turns, which always stay), then a
     model step carrying `mark`. The ledger keeps the result's key values (never dropped); a
-    smaller budget drops the long turn, which is folded into the summary."""
+    smaller budget drops the long turn, which waits for a fold's worth of turns
+    (`worker.memory.folds.due`)."""
     lines = " ".join(f"receipt {i}: taxi fare {i}.40 EUR, Lyon to the airport;" for i in range(30))
     echo = {"name": "fetch", "kind": "tool", "tool": "echo", "args": {"value": lines}}
     small = [{"name": n, "kind": "tool", "tool": "noop", "args": {}} for n in ("check", "sort")]
@@ -376,17 +382,19 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
 ) -> None:
     """Issue 12: a context filled to agentq's budget was refused by llama.cpp's server as longer
     than its window, and the step failed as on a provider error. The refusal's count of the
-    prompt, and every answer's, calibrate the model's token counts."""
+    prompt, and every answer's that a tokenizer could give, calibrate the model's token counts:
+    the refused prompt is ~1,300 tokens of ours, so the server's 2,400 is a ratio of ~1.85, in
+    the band (`token_calibrations.plausible`)."""
     calibrated = calibration_samples()
-    fake.script(context_too_long(server, context_tokens=8192, prompt_tokens=9000), when=mark)
+    fake.script(context_too_long(server, context_tokens=3000, prompt_tokens=2400), when=mark)
     run_id = submit(long_turn_then(mark), goal="total my receipts", user_id=f"ctx-{mark}")
     run = wait_for_run(run_id, memory=True)
     assert run.status == "succeeded"
     refused, answered = fake.received(mark)[:2]
     assert (refused.reply, answered.reply) == ("context_too_long", "ok")
     assert len(answered.text) < len(refused.text)  # a smaller prompt, not the same one again
-    assert "Summary of earlier turns" in answered.text  # the dropped turn, folded
-    assert "Summary of earlier turns" not in refused.text
+    # the dropped turn is less than a fold's worth: it waits, its key values in the ledger
+    assert "Summary of earlier turns" not in answered.text + refused.text
     # the ledger keeps the step's key values; the turn that held the whole result was dropped
     assert answered.text.count("receipt 0:") == 1 < refused.text.count("receipt 0:")
     assert "(= steps.fetch, row" in answered.text
@@ -399,23 +407,53 @@ def test_a_context_the_server_refuses_as_too_long_is_rebuilt_smaller(
     assert wording in step_calls[0].detail["error"]
     assert total.tokens_used == ANSWER_TOKENS  # the refused attempt charged nothing
     charged = check_charges(run)
-    assert "summarize" in [c.detail["purpose"] for c in charged]
+    assert "summarize" not in [c.detail["purpose"] for c in charged]
     samples = [c for c in charged if c.detail["outcome"] == "ok" and is_sample(c)]
     assert calibration_samples() >= calibrated + len(samples) + 1  # + 1: the refusal's
 
 
-def calibration_samples() -> int:
-    """How many calls have calibrated the fake engine's model
+def calibration() -> tuple[int, float | None]:
+    """How many calls have calibrated the fake engine's model, and its ratio
     (`models.engine.token_calibrations`)."""
     with session_scope() as session:
         found = session.get(TokenCalibration, "gpt-4o-mini", populate_existing=True)
-    return found.samples if found else 0
+    return (found.samples, found.ratio) if found else (0, None)
+
+
+def calibration_samples() -> int:
+    """How many calls have calibrated the fake engine's model."""
+    return calibration()[0]
 
 
 def is_sample(call: RunEvent) -> bool:
-    """Whether a `model.call` event's counts make a calibration sample."""
+    """Whether a `model.call` event's counts make a calibration sample: ours long enough, and
+    the server's count one a tokenizer gives (`token_calibrations.plausible`)."""
     ours = call.detail.get("estimated_prompt_tokens") or 0
-    return ours >= CALIBRATION_MIN_TOKENS and call.detail["prompt_tokens"] > 0
+    theirs = call.detail["prompt_tokens"]
+    return ours >= CALIBRATION_MIN_TOKENS and theirs > 0 and plausible(ours, theirs)
+
+
+def test_a_cached_prompts_count_is_charged_but_calibrates_nothing(
+    fake: FakeOpenAI, mark: str
+) -> None:
+    """Issue 31, item 6: Ollama reports a prompt it served from its cache as a few tokens (3 of
+    our 1,277). The call is charged what the server said; the model's ratio does not move."""
+    samples, ratio = calibration()
+    fake.script(ok(prompt_tokens=3), when=mark)
+    instruction = f"{mark}: " + "add up the taxi receipts of the Lyon trip. " * 30
+    run = wait_for_run(submit([model_step(instruction)], goal="cached prompt"), memory=True)
+    assert run.status == "succeeded"
+    (step,) = run_steps(run.id or 0)
+    (cached,) = events(run.id or 0, "model.call", step.id)
+    assert cached.detail["prompt_tokens"] == 3  # what the server said, and was charged
+    assert cached.detail["estimated_prompt_tokens"] >= CALIBRATION_MIN_TOKENS  # a sample's size
+    assert step.tokens_used == 3 + COMPLETION_TOKENS
+    taken = [c for c in check_charges(run) if c.detail["outcome"] == "ok" and is_sample(c)]
+    assert cached.id not in [c.id for c in taken]
+    after, now = calibration()
+    assert after == samples + len(taken)
+    assert taken or now == ratio  # the fake's default count (100) is refused as well
+    assert now is None or CALIBRATION_RATIO_MIN <= now <= CALIBRATION_RATIO_MAX
 
 
 def test_a_context_refused_twice_escalates_as_context_overflow(fake: FakeOpenAI, mark: str) -> None:

@@ -158,14 +158,20 @@ def test_a_plan_answered_during_an_outage_is_written_once_postgres_is_back(
     fake.script(slow(1.0), when=marker)
     run_id = _planned(marker)
     _await_plan_request(fake, marker)
+    away = datetime.now(UTC)
     phase_engine.stop_postgres()
-    time.sleep(2.0)  # the answer comes, and its write meets the outage
+    time.sleep(1.5)  # the answer comes (1 s after its request), and its write meets the outage
     phase_engine.start_postgres()
     back = datetime.now(UTC)
     dispose_engines()  # this process's pooled connections died with the server
     run = wait_for_run(run_id, timeout_s=60)
     assert run.status == "succeeded" and run.plan_version == 1
-    assert len(_plan_requests(fake, marker)) == 1  # its answer was kept: asked once
+    asked = len(_plan_requests(fake, marker))
+    outage_s = (back - away).total_seconds()
+    if outage_s < LEASE_S - HEARTBEAT_S:  # its lease outlived the outage: its answer was kept
+        assert asked == 1, outage_s
+    else:  # a loaded machine's stop and start outlasted the lease: taken back once, by design
+        assert asked <= 2, (asked, outage_s)
     with session_scope() as session:
         planned = session.exec(
             select(RunEvent)

@@ -47,6 +47,9 @@ STEP_CALLS: dict[str, Callable[[Any, int], Any]] = {
         s, s.get(Step, i), to="failed", now=utcnow(), error="x"
     ),
     "cancelled": lambda s, i: transitions.cancel_step(s, i),
+    "waiting_approval": lambda s, i: step_transitions.await_approval(
+        s, i, attempt=s.get(Step, i).attempt, why="x"
+    ),
 }
 
 

@@ -9,6 +9,7 @@ ran code as the worker's user.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,5 +30,28 @@ def append_marker(ctx: ToolContext, path: str, marker: str) -> dict[str, Any]:
     target = Path(path)
     with target.open("a", encoding="utf-8") as handle:
         handle.write(marker + "\n")
+    with target.open(encoding="utf-8") as handle:
+        return {"lines": sum(1 for _ in handle)}
+
+
+@tool(
+    "append_once_then_sleep",
+    description="Append `marker` to the file at `path` under the call's idempotency key, unless "
+    "that key is there already; then sleep `seconds`. Return the file's line count.",
+    returns=("lines",),
+)
+def append_once_then_sleep(
+    ctx: ToolContext, path: str, marker: str, seconds: float
+) -> dict[str, Any]:
+    """An effect made once per idempotency key (`ctx.idempotency_key`, the same on every attempt
+    of the step), as an idempotent API makes it, then a wait in which a test kills the worker:
+    the effect is made and not yet journaled."""
+    target = Path(path)
+    line = f"{ctx.idempotency_key}\t{marker}"
+    seen = target.read_text(encoding="utf-8").splitlines() if target.exists() else []
+    if line not in seen:
+        with target.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    time.sleep(seconds)
     with target.open(encoding="utf-8") as handle:
         return {"lines": sum(1 for _ in handle)}

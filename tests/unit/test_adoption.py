@@ -122,10 +122,15 @@ def test_the_offline_planner_adopts_a_template_it_can_follow_as_it_is() -> None:
         "goal": "File my expense report",
         "tools": tools,
         "facts": {"trip": "lisbon-2026-10", "currency": "EUR", "cost_centre": "CC-4410"},
-        "procedures": [{"id": 9, "plan_template": CACHED}],
+        "procedures": [{"id": 9, "title": "File an expense report", "plan_template": CACHED}],
     }
     request = ModelRequest(purpose="plan", messages=[], payload=payload)
     assert json.loads(OfflineProvider().complete(request).text) == {"procedure": 9}
+    unrelated = {"id": 9, "title": "File a customer note", "plan_template": CACHED}
+    request = ModelRequest(
+        purpose="plan", messages=[], payload={**payload, "procedures": [unrelated]}
+    )
+    assert "steps" in json.loads(OfflineProvider().complete(request).text)  # one word shared
     no_trip = {**payload, "facts": {"currency": "EUR"}}  # `${facts.trip}` it cannot follow
     request = ModelRequest(purpose="plan", messages=[], payload=no_trip)
     assert "steps" in json.loads(OfflineProvider().complete(request).text)

@@ -41,13 +41,27 @@ MAX_MODULE_LINES: Final = 400
 # `models/`. The front door (`models.front`) may import every domain, and no domain imports it.
 DOMAIN_USES: Final[dict[str, frozenset[str]]] = {
     "base": frozenset(),
-    "plans": frozenset({"base"}),
-    "engine": frozenset({"base", "plans"}),
+    "mcp": frozenset({"base"}),  # MCP servers' sessions and listings (issue 30)
+    "plans": frozenset({"base", "mcp"}),
+    "approvals": frozenset({"base"}),  # gated tool calls (issue 30)
+    "engine": frozenset({"base", "plans", "approvals"}),
     "memory": frozenset({"base", "plans", "engine"}),
-    "review": frozenset({"base", "plans", "engine", "memory"}),
+    "review": frozenset({"base", "plans", "approvals", "engine", "memory"}),
     "access": frozenset({"base", "plans", "engine", "review"}),
     "operations": frozenset({"base", "plans", "engine"}),
-    "front": frozenset({"base", "plans", "engine", "memory", "review", "access", "operations"}),
+    "front": frozenset(
+        {
+            "base",
+            "mcp",
+            "plans",
+            "approvals",
+            "engine",
+            "memory",
+            "review",
+            "access",
+            "operations",
+        }
+    ),
 }
 
 

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from models.errors import RetryableToolError, ToolError
-from models.plans.tools import ToolContext, find_playbook
-from ops.bench import agent_tools
+from models.plans.playbooks import find_playbook
+from models.plans.tools import ToolContext
+from ops.bench import agent_tasks, agent_tools
 from ops.bench.agent_goals import GOALS, Expected, Goal
-from ops.bench.agent_outcomes import Checked, Observed, check, table_row, totals
+from ops.bench.agent_outcomes import Checked, Observed, check, learning_line, table_row, totals
 from ops.bench.agent_tasks import selected
 
 CTX = ToolContext(run_id=1, step_id=2, step_name="s", attempt=1, tries_of_name=1, facts={})
@@ -54,9 +55,15 @@ def test_each_expected_total_is_what_the_receipts_and_rates_give(goal: Goal) -> 
     assert goal.expected.fields["cost_centre"] == goal.facts["cost_centre"]
 
 
-def test_there_are_twenty_goals_or_more_of_every_kind_with_unique_users() -> None:
+def test_there_are_twenty_goals_or_more_of_every_kind_with_a_user_per_family() -> None:
     assert len(GOALS) >= 20
     assert len({g.id for g in GOALS}) == len(GOALS)
+    families = {g.family or g.kind for g in GOALS}
+    assert len({g.user for g in GOALS}) == len(families)  # a family's goals share its user
+    recurring = [g for g in GOALS if g.family]
+    assert {g.family for g in recurring} == {"monthly", "notes"}
+    for family in ("monthly", "notes"):  # one goal text, what differs is pinned
+        assert len({g.text for g in recurring if g.family == family}) == 1
     assert {g.kind for g in GOALS} == {"expense", "lookup", "unmeetable", "pointless"}
     assert {g.expected.kind for g in GOALS} == {"met", "escalates", "stops"}
 
@@ -141,7 +148,8 @@ def test_a_false_success_is_a_succeeded_run_whose_check_failed() -> None:
     found = totals(checked)
     assert (found.goals, found.as_expected, found.succeeded, found.false_success) == (3, 1, 2, 1)
     assert (found.replans, found.escalated, found.tokens_per_goal) == (3, 1, 100.0)
-    assert table_row("offline", found) == ["offline", "3", "1/3", "2", "1", "3", "1", "100", "2.0"]
+    row = ["1", "offline", "3", "1/3", "2", "1", "3", "1", "0.0", "100", "2.0"]
+    assert table_row("offline", found) == row
 
 
 def test_goals_are_picked_by_id_in_the_benchmarks_order() -> None:
@@ -150,3 +158,25 @@ def test_goals_are_picked_by_id_in_the_benchmarks_order() -> None:
     assert len(selected(argparse.Namespace(goals="", limit=3))) == 3
     with pytest.raises(SystemExit, match="unknown goals: nope"):
         selected(argparse.Namespace(goals="nope", limit=0))
+
+
+def test_each_pass_names_its_provider_and_the_last_serves_the_rest() -> None:
+    args = agent_tasks.parse_args(["--provider", "offline,local,gemma3", "--passes", "4"])
+    assert agent_tasks.providers(args) == ["offline", "smollm2", "gemma3", "gemma3"]
+    with pytest.raises(SystemExit, match="--provider: llama; use offline, smollm2, gemma3"):
+        agent_tasks.providers(agent_tasks.parse_args(["--provider", "offline,llama"]))
+
+
+def test_a_last_pass_cut_short_is_compared_on_the_goals_it_ran() -> None:
+    def ran(goal: str, replans: int) -> Checked:
+        seen = Observed("succeeded", (), (), replans=replans, tokens=100 * replans, seconds=1.0)
+        return Checked(goal, 1, seen, True, "")
+
+    first = [ran("a", 1), ran("b", 3), ran("c", 5)]
+    assert learning_line([first, [ran("a", 0), ran("b", 1), ran("c", 1)]]) == (
+        "learning: replans 9 -> 2, tokens/goal 300 -> 67, expected 3 -> 3, false successes 0"
+    )
+    assert learning_line([first, [ran("a", 0)]]) == (
+        "learning: replans 1 -> 0, tokens/goal 100 -> 0, expected 1 -> 1, false successes 0"
+        ", over 1 of their goals"
+    )

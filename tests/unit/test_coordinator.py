@@ -137,6 +137,18 @@ def test_blocked_and_escalation_say_why() -> None:
     assert (blocked.reason, blocked.detail) == ("plan_blocked", {"step": "s2"})
 
 
+def test_a_step_stopped_before_a_gated_call_escalates_before_a_failure_is_replanned() -> None:
+    run = view("running", (1, "failed", ()), (2, "waiting_approval", ()), (3, "running", ()))
+    decision = decide(run)
+    assert (decision.action, decision.reason, decision.step_id) == (
+        "escalate",
+        "approval_required",
+        2,
+    )
+    assert decision.detail == {"step": "s2"}
+    assert decide(view("waiting_review", (2, "waiting_approval", ()))).action == "wait"
+
+
 STATUSES = st.sampled_from(STEP_STATUSES)
 
 
@@ -166,7 +178,11 @@ def test_decisions_are_deterministic_and_follow_the_graph(
     assert decision == decide(twin)
     status = {i: s for i, s, _ in steps}
     unhandled = [i for i, s, _ in steps if s == "failed" and i not in handled]
-    if unhandled:
+    stopped = [i for i, s, _ in steps if s == "waiting_approval"]
+    if stopped:  # a call waiting for a person goes first, one at a time (DESIGN.md, inv. 14)
+        assert (decision.action, decision.reason) == ("escalate", "approval_required")
+        assert decision.step_id == stopped[0]
+    elif unhandled:
         assert decision.action in ("replan", "escalate")
         assert decision.step_id == unhandled[0]
         assert (decision.action == "replan") == (used < limit)

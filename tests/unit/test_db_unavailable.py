@@ -80,6 +80,8 @@ def test_a_refused_connection_is_raised_as_unavailable_not_dropped() -> None:
 def test_the_backoff_doubles_to_its_cap() -> None:
     assert [outage_countdown_s(n) for n in range(6)] == [1, 2, 4, 4, 4, 4]
     assert outage_countdown_s(10_000) == OUTAGE_RETRY_MAX_S
+    # a step's outcome waiting to be written polls every second: its lease is not renewed
+    assert {outage_countdown_s(n, holds_outcome=True) for n in range(6)} == {1.0}
 
 
 def _claimed(attempt: int) -> Claimed:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console, RenderableType
 
-from models.review.reviews import deadline_comment, deadline_left_s, waiting_s
+from models.review.escalations import deadline_comment, deadline_left_s, waiting_s
 from models.settings import Settings
 from models.settings_errors import describe_settings_error
 from models.tables import Escalation

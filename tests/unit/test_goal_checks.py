@@ -17,6 +17,7 @@ from models.engine.goal_checks import (
     rule_verdict,
     terms,
 )
+from models.engine.goal_evidence import given_values, restating
 from models.engine.runs import add_criteria
 from models.plans.plans import MAX_CRITERIA, PlanSpec
 from models.tables import Run, Step
@@ -106,17 +107,17 @@ REPORT = {
     ("criteria", "met", "missing"),
     [
         (["Filed in EUR against CC-4410 for 473.43"], True, []),
-        (["Filed in USD"], False, ["'Filed in USD': no deliverable holds 'USD'"]),
+        (["Filed in USD"], False, ["'Filed in USD': nothing the run delivered holds 'USD'"]),
         (["total 473.430"], True, []),  # numbers compare as numbers
         (["mentions 'lisbon'"], True, []),  # a word of a text field, any case
-        (["mentions 'lis'"], False, ["\"mentions 'lis'\": no deliverable holds 'lis'"]),
+        (["mentions 'lis'"], False, ["\"mentions 'lis'\": nothing the run delivered holds 'lis'"]),
         # a number is no part of an identifier, another number or a word (issue 12's benchmark)
-        (["all 4 receipts"], False, ["'all 4 receipts': no deliverable holds '4'"]),
+        (["all 4 receipts"], False, ["'all 4 receipts': nothing the run delivered holds '4'"]),
         (["the report is filed"], True, []),  # names no value: not judged by rules
         (
             ["against CC-4411", "in EUR"],
             False,
-            ["'against CC-4411': no deliverable holds 'CC-4411'"],
+            ["'against CC-4411': nothing the run delivered holds 'CC-4411'"],
         ),
     ],
 )
@@ -160,7 +161,7 @@ def test_the_offline_check_is_the_rules() -> None:
     request = ModelRequest(purpose="check_goal", messages=[], payload=payload)
     answer = json.loads(OfflineProvider().complete(request).text)
     assert answer["met"] is False and answer["missing"] == [
-        "'Filed in USD': no deliverable holds 'USD'"
+        "'Filed in USD': nothing the run delivered holds 'USD'"
     ]
 
 
@@ -176,3 +177,60 @@ def test_the_offline_check_is_the_rules() -> None:
 )
 def test_a_bound_is_no_value_to_deliver(criterion: str, expected: list[str]) -> None:
     assert terms(criterion) == expected
+
+
+# --- a model restating what it was told delivers nothing (issue 31, item 4) ------------------
+
+
+def _node(id_: int, name: str, kind: str, tools: list[str] | None = None) -> Step:
+    return Step(
+        id=id_,
+        run_id=1,
+        plan_version=1,
+        position=id_,
+        name=name,
+        kind=kind,
+        tool="t" if kind == "tool" else None,
+        tools=tools or [],
+        status="succeeded",
+    )
+
+
+def test_a_model_step_that_read_nothing_from_outside_restates() -> None:
+    steps = [
+        _node(1, "plan", "model"),  # SmolLM2's two steps on "Draft a note to ... ACME-1001"
+        _node(2, "goal", "model"),
+        _node(3, "lookup", "tool"),
+        _node(4, "write", "model"),  # waits for the lookup through `between`
+        _node(5, "between", "model"),
+        _node(6, "caller", "model", tools=["draft_note"]),  # offered a tool: may have read
+        _node(7, "answer", "human"),
+        _node(8, "after_answer", "model"),
+    ]
+    after = {2: (1,), 4: (5,), 5: (3,), 8: (7,)}
+    assert restating(steps, after) == {"plan", "goal"}
+
+
+def test_a_given_value_only_restated_by_a_model_is_not_delivered() -> None:
+    criteria = ["The note about ACME-1001 is drafted to its account manager."]
+    written = {"goal": {"text": "2. plan a note to customer ACME-1001"}}
+    given = given_values("Draft a note to the account manager of customer ACME-1001", {})
+    assert "ACME-1001" in given
+    met, _, missing = rule_verdict(criteria, written, given=given, restating=frozenset({"goal"}))
+    assert not met and "only restated" in missing[0]
+    # the same text from a step that read the world (or with nothing given) is evidence
+    assert rule_verdict(criteria, written, given=given)[0]
+    assert rule_verdict(criteria, written, restating=frozenset({"goal"}))[0]
+
+
+def test_a_value_the_run_worked_out_counts_from_a_models_text_with_the_given_ones() -> None:
+    given = given_values("Add up my receipts", {"currency": "eur"})
+    written = {"sum": {"text": "The total is 42 EUR"}}
+    restating_sum = frozenset({"sum"})
+    # 42 was worked out: the answer delivers the criterion, its given EUR with it
+    assert rule_verdict(["The total is 42 EUR."], written, given=given, restating=restating_sum)[0]
+    # a criterion of given values alone needs a step that read the world
+    told = ["The report is filed in EUR."]
+    assert not rule_verdict(told, written, given=given, restating=restating_sum)[0]
+    filed = {**written, "file": {"currency": "EUR"}}  # a tool filed it in EUR
+    assert rule_verdict(told, filed, given=given, restating=restating_sum)[0]

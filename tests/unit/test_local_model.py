@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from llama_cpp.llama_chat_format import LlamaChatCompletionHandlerRegistry
 
 from models.settings import Settings
 from models.tables import Step
-from ops.llama_server import LOCAL_MODELS, LlamaServer, LocalModel
+from ops.llama_server import GEMMA3, LOCAL_MODELS, SMOLLM2, LlamaServer, LocalModel, server_argv
 from ops.local_model import local_env
 from worker.model_calls.prompts import REPLAN_NOTE, plan_prompt, planner_instructions, replan_prompt
 
@@ -54,6 +55,14 @@ def test_a_missing_model_wheel_names_the_extra_to_install() -> None:
     with pytest.raises(FileNotFoundError, match=r"pip install -e '\.\[nothing\]'"):
         missing.gguf()
     assert set(LOCAL_MODELS) == {"smollm2", "gemma3"}
+
+
+def test_gemma_is_served_with_its_own_chat_format() -> None:
+    # its GGUF has no chat template: without one the server falls back to Llama 2's markup
+    argv = server_argv(GEMMA3, Path("g.gguf"), 8080, n_ctx=8192, threads=1)
+    assert argv[argv.index("--chat_format") + 1] == "gemma"
+    assert "gemma" in LlamaChatCompletionHandlerRegistry()._chat_handlers
+    assert "--chat_format" not in server_argv(SMOLLM2, Path("s.gguf"), 8080, n_ctx=8192, threads=1)
 
 
 def test_plan_and_replan_calls_open_with_the_same_static_system_message() -> None:

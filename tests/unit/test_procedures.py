@@ -12,7 +12,8 @@ from models.errors import ConfigurationError, InvalidInput
 from models.memory.procedure_admin import template_from
 from models.memory.procedure_recall import PROCEDURES, hidden_detail, rank
 from models.memory.procedures import Actor, Procedure, checked
-from models.memory.retrieval import Hit, Scored, Search
+from models.memory.rerank import Candidate
+from models.memory.retrieval import Scored, Search
 from models.memory.tokens import count_tokens
 from models.plans.tools import DEFAULT_TOOL_MODULES, load_tool_modules
 from models.settings import Settings
@@ -21,7 +22,7 @@ from worker.memory.context import Layers, Piece, assemble
 from worker.model_calls.offline import OfflineProvider
 from worker.model_calls.prompts import plan_prompt, step_prompt
 from worker.model_calls.providers import ModelRequest
-from worker.phases.adoption import ADOPT_NOTE
+from worker.phases.adoption import ADOPT_NOTE, offered
 from worker.phases.procedure_context import EXAMPLE_NOTE, entries, template_lines, text_of
 
 load_tool_modules(DEFAULT_TOOL_MODULES)
@@ -34,28 +35,44 @@ def query(k: int = 3, min_similarity: float = 0.2) -> Search:
     return Search(PROCEDURES, "u", "m", "q", [1.0, 0.0], k, NOW, min_similarity, None)
 
 
-def hit(id_: int, distance: float, text_rank: float = 0.0) -> Hit:
-    return Hit(id=id_, born=NOW, distance=distance, text_rank=text_rank, text_match=text_rank > 0)
+def hit(id_: int, distance: float, text_rank: float = 0.0, every_word: bool = False) -> Candidate:
+    return Candidate(id_, NOW, distance, text_rank, every_word)
 
 
 # --- recall ranking ----------------------------------------------------------------------------
 
 
-def test_recall_ranks_by_fused_relevance_and_drops_the_irrelevant() -> None:
-    # each query computes both signals of every row it returns (`_CANDIDATES`)
-    by_vector = [hit(1, 0.1), hit(2, 0.3, text_rank=0.5), hit(3, 0.95)]  # 3: similarity 0.05
-    by_text = [hit(2, 0.3, text_rank=0.5)]
-    ranked = rank(by_vector, by_text, query(), {1: "everyone", 2: "everyone", 3: "everyone"})
-    assert [r.item for r in ranked] == [2, 1]  # both lists beat the nearest alone
-    assert ranked[0].similarity == pytest.approx(0.7) and ranked[0].text_match
+def test_recall_ranks_by_similarity_and_relative_bm25_and_drops_the_irrelevant() -> None:
+    # 1 nearest with no word in common; 2 a little farther with the best BM25 (+0.5); 3
+    # unrelated (similarity 0.05 < 0.2) though one word matches; 4 as far, every word matching
+    found = [hit(1, 0.1), hit(2, 0.3, 2.0), hit(3, 0.95, 1.0), hit(4, 0.95, 1.0, every_word=True)]
+    ranked = rank(found, query(k=4), dict.fromkeys(range(1, 5), "everyone"))
+    assert [r.item for r in ranked] == [2, 1, 4]
+    assert ranked[0].similarity == pytest.approx(0.7) and ranked[0].score == pytest.approx(1.2)
+    assert ranked[2].score == pytest.approx(0.05 + 0.25)  # half the best BM25: half the weight
+
+
+def test_bm25_is_relative_to_the_best_candidate_so_its_scale_does_not_matter() -> None:
+    small = rank([hit(1, 0.4, 0.02), hit(2, 0.3, 0.01)], query(), {1: "user", 2: "user"})
+    large = rank([hit(1, 0.4, 200.0), hit(2, 0.3, 100.0)], query(), {1: "user", 2: "user"})
+    assert [r.item for r in small] == [r.item for r in large] == [1, 2]
+    assert [r.score for r in small] == pytest.approx([r.score for r in large])
+
+
+def test_a_procedure_that_failed_ranks_below_an_equal_one_that_did_not() -> None:
+    found = [hit(1, 0.2, 1.0), hit(2, 0.2, 1.0)]
+    ranked = rank(found, query(), {1: "user", 2: "user"}, failures={2: 1})
+    assert [r.item for r in ranked] == [1, 2] and ranked[1].score == pytest.approx(
+        ranked[0].score / 2
+    )
 
 
 def test_equal_scores_put_the_narrower_scope_first_and_k_cuts_after() -> None:
-    # the same distance: RRF gives tied ranks equal scores, and the scope decides
+    # the same distance and words: equal scores, and the scope decides
     found = [hit(1, 0.2), hit(2, 0.2), hit(3, 0.2)]
     scopes = {1: "everyone", 2: "user", 3: "tool"}
-    assert [r.item for r in rank(found, [], query(), scopes)] == [2, 3, 1]
-    assert [r.item for r in rank(found, [], query(k=1), scopes)] == [2]  # not the lowest id
+    assert [r.item for r in rank(found, query(), scopes)] == [2, 3, 1]
+    assert [r.item for r in rank(found, query(k=1), scopes)] == [2]  # not the lowest id
 
 
 # --- the layer's own token share ---------------------------------------------------------------
@@ -228,8 +245,27 @@ def test_a_plan_call_sees_the_template_as_a_worked_example_a_step_does_not() -> 
         "scope": "user",
         "plan_template": TEMPLATE,
         "written_as": "submitter",
+        "origin": "person",
     }
     assert entries([found], []) == []  # what the budget left out is not listed
+
+
+def test_a_learned_template_is_a_plan_only_for_the_goal_it_was_learned_for() -> None:
+    learned = procedure(title="File the expense claim for my Zurich trip", origin="learned")
+    london, zurich = "File the expense claim for my London trip", "File my Zurich trip's claim"
+    elsewhere = text_of(scored(learned), plan_prompt(london, []))
+    assert "How to: Total them in EUR." in elsewhere  # the lesson still reads
+    assert EXAMPLE_NOTE not in elsewhere and ADOPT_NOTE % 7 not in elsewhere
+    again = text_of(
+        scored(learned), plan_prompt("Please file the expense claim for my Zurich trip", [])
+    )
+    assert EXAMPLE_NOTE in again and ADOPT_NOTE % 7 in again
+    listed = entries([scored(learned)], [7])
+    assert offered({"goal": london, "procedures": listed}) == []
+    assert [p["id"] for p in offered({"goal": zurich + " expense", "procedures": listed})] == [7]
+    # a person's template is offered wherever recall found it
+    person = entries([scored(procedure(title="File the expense claim for my Zurich trip"))], [7])
+    assert [p["id"] for p in offered({"goal": london, "procedures": person})] == [7]
 
 
 def test_the_offline_planner_follows_a_recalled_template_it_can() -> None:
@@ -240,12 +276,14 @@ def test_the_offline_planner_follows_a_recalled_template_it_can() -> None:
         "facts": {},
         "tools": tools,
         "procedures": [
-            {"id": 1, "plan_template": needs_fact},
-            {"id": 2, "plan_template": TEMPLATE},
+            {"id": 1, "title": "Tally receipts", "plan_template": needs_fact},
+            {"id": 3, "title": "Send an invoice reminder", "plan_template": TEMPLATE},
+            {"id": 2, "title": "Tally receipts", "plan_template": TEMPLATE},
         ],
     }
     request = ModelRequest(purpose="plan", messages=[], payload=payload)
-    # the first needs a fact; the second is adopted by reference (worker.phases.adoption)
+    # the first needs a fact, the second is about another goal; the third is adopted by
+    # reference (worker.phases.adoption)
     assert json.loads(OfflineProvider().complete(request).text) == {"procedure": 2}
 
 

@@ -22,7 +22,8 @@ from models.tables import Step
 from ops.fake_provider import completion_body, ok
 from worker.execution.attempts import Outcome
 from worker.execution.step_turns import turn_text
-from worker.model_calls.offline import OfflineProvider, offline_fields
+from worker.model_calls.offline import OfflineProvider
+from worker.model_calls.offline_fields import labelled, offline_fields
 from worker.model_calls.prompts import plan_schema, replan_prompt, step_prompt
 from worker.model_calls.providers import ModelRequest
 
@@ -227,6 +228,63 @@ def test_the_offline_answer_finds_each_field_by_plain_rules_or_leaves_it_out(
             parse_output(completion.text, output)
     else:
         assert parse_output(completion.text, output) == fields
+
+
+INVOICE = {"total": "number", "currency": "string"}  # docs/concepts/plans.md, "Typed answers"
+
+
+@pytest.mark.parametrize(
+    ("payload", "fields"),
+    [
+        # the goal states the invoice (issue 31: the documented example escalated offline)
+        (
+            {
+                "instruction": "Read the total and currency of the invoice.",
+                "goal": "Read this invoice: Hotel Lisboa, 3 nights, total 473.43 EUR",
+            },
+            {"total": 473.43, "currency": "EUR"},
+        ),
+        # the instruction before the goal; a value written after the field's name
+        (
+            {"instruction": "total: €1,234.50, currency = USD", "goal": "total 9 EUR"},
+            {"total": 1234.50, "currency": "USD"},
+        ),
+        # a pinned fact before either
+        (
+            {"instruction": "total 473.43 EUR", "facts": {"currency": "USD"}},
+            {"total": 473.43, "currency": "USD"},
+        ),
+        # no invoice anywhere: nothing made up ("currency of the invoice" states none)
+        ({"instruction": "Read the total and currency of the invoice.", "goal": "Read it"}, {}),
+    ],
+)
+def test_the_offline_answer_reads_the_instruction_and_the_goal(
+    payload: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    assert offline_fields(INVOICE, payload) == fields
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "text", "values"),
+    [
+        ("total", "number", "the total and the total of $1,234.50, total: -3.", ["1234.50", "-3"]),
+        ("total", "number", "total 2026-10-14, total 4x, totals 5", []),  # not a number alone
+        ("cost_centre", "string", "file to Cost Centre: CC-4410.", ["CC-4410"]),
+        ("vendor", "string", 'vendor = "Hotel Lisboa", vendor Lisboa', ["Hotel Lisboa"]),
+        ("paid", "boolean", "paid: yes", ["yes"]),
+    ],
+)
+def test_a_value_is_labelled_by_the_fields_name(
+    name: str, kind: str, text: str, values: list[str]
+) -> None:
+    assert labelled(name, kind, text) == values
+
+
+def test_a_boolean_field_takes_true_false_yes_no_written_as_text() -> None:
+    paid = {"paid": "boolean"}
+    assert offline_fields(paid, {"instruction": "paid: yes"}) == {"paid": True}
+    assert offline_fields(paid, {"instruction": "x", "facts": {"paid": "false"}}) == {"paid": False}
+    assert offline_fields(paid, {"instruction": "paid: maybe"}) == {}
 
 
 def test_the_fake_server_answers_a_step_schema_with_a_placeholder_of_each_type() -> None:

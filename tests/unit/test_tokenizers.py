@@ -8,10 +8,16 @@ import math
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
+from models.engine import token_calibrations
 from models.engine.token_calibrations import (
     CALIBRATION_MARGIN,
     CALIBRATION_MIN_TOKENS,
+    CALIBRATION_RATIO_MAX,
+    CALIBRATION_RATIO_MIN,
     Sample,
     factor,
 )
@@ -39,10 +45,61 @@ def test_a_sample_needs_both_counts_and_a_prompt_long_enough_to_say_much() -> No
     assert Sample.of("m", ours=CALIBRATION_MIN_TOKENS - 1, theirs=500) is None
 
 
+@given(
+    ours=st.integers(min_value=CALIBRATION_MIN_TOKENS, max_value=200_000),
+    theirs=st.integers(min_value=1, max_value=600_000),
+)
+def test_a_sample_is_taken_exactly_when_its_ratio_is_in_the_band(ours: int, theirs: int) -> None:
+    """Issue 31, item 6: a server's count far from ours (Ollama's cached prompt: 3 tokens of our
+    1,277) is not a tokenizer's, and is never folded in."""
+    sample = Sample.of("m", ours=ours, theirs=theirs)
+    in_band = CALIBRATION_RATIO_MIN <= theirs / ours <= CALIBRATION_RATIO_MAX
+    assert (sample is not None) == in_band
+    if sample is not None:
+        ratio = sample.params()["cal_ratio"]
+        assert CALIBRATION_RATIO_MIN <= ratio <= CALIBRATION_RATIO_MAX
+
+
+def test_the_band_holds_every_measured_tokenizer_and_refuses_a_cached_prompts_count() -> None:
+    # the lowest and highest per-text ratios measured (ops.bench.tokenizer_ratios: Gemma 3)
+    assert Sample.of("m", ours=1000, theirs=967) is not None
+    assert Sample.of("m", ours=1000, theirs=1192) is not None
+    assert Sample.of("ollama", ours=1277, theirs=3) is None
+    assert Sample.of("m", ours=1000, theirs=2001) is None
+
+
+def test_a_sample_made_directly_out_of_the_band_is_refused_naming_the_count() -> None:
+    with pytest.raises(ValueError, match=r"theirs: 3 tokens against 1277 .* 0\.5 to 2\.0"):
+        Sample("ollama", 1277, 3)
+    with pytest.raises(ValueError, match="with ours over 0"):
+        Sample("m", 0, 10)
+
+
+def test_a_refused_sample_is_logged_once_per_model() -> None:
+    token_calibrations.forget_calibrations()
+    with capture_logs() as logs:
+        for theirs in (3, 5, 9000):
+            assert Sample.of("ollama-a", ours=1277, theirs=theirs) is None
+        assert Sample.of("ollama-b", ours=1277, theirs=3) is None
+        assert Sample.of("ollama-a", ours=1277, theirs=1300) is not None
+    refused = [entry for entry in logs if entry["event"] == "token_calibration.refused"]
+    assert [(e["model"], e["theirs"], e["log_level"]) for e in refused] == [
+        ("ollama-a", 3, "warning"),
+        ("ollama-b", 3, "warning"),
+    ]
+    assert refused[0]["allowed"] == [CALIBRATION_RATIO_MIN, CALIBRATION_RATIO_MAX]
+    token_calibrations.forget_calibrations()  # and a process that forgets logs it again
+    with capture_logs() as logs:
+        Sample.of("ollama-a", ours=1277, theirs=3)
+    assert [e["model"] for e in logs] == ["ollama-a"]
+
+
 def test_the_factor_never_enlarges_the_budget_and_keeps_a_margin_over_the_mean() -> None:
     assert factor(None) == 1.0
     assert factor(0.5) == 1.0  # a server that counts fewer tokens: our estimate is the safe side
     assert factor(1.24) == pytest.approx(1.24 * (1 + CALIBRATION_MARGIN))
+    # a ratio stored before the band (a count of something else) shrinks no budget past it
+    assert factor(40.0) == pytest.approx(CALIBRATION_RATIO_MAX * (1 + CALIBRATION_MARGIN))
 
 
 def test_the_budget_is_divided_by_the_factor_unless_a_refusal_measured_it() -> None:

@@ -13,6 +13,7 @@ import pytest
 from pydantic import Field
 
 from models.errors import ConfigurationError, RetryableToolError, ToolArgumentsError, ToolError
+from models.plans.playbooks import find_playbook, playbook
 from models.plans.references import references, resolve
 from models.plans.tools import (
     DEFAULT_TOOL_MODULES,
@@ -20,10 +21,8 @@ from models.plans.tools import (
     ToolContext,
     argument_problems,
     catalog,
-    find_playbook,
     get_tool,
     load_tool_modules,
-    playbook,
     tool,
 )
 from worker.tools.expenses import EXPENSE_PLAYBOOK
@@ -192,6 +191,8 @@ def test_duplicate_and_malformed_registrations_are_refused() -> None:
         tool("t_untyped", description="")(untyped)
     with pytest.raises(ValueError, match=r"\*\*kwargs"):
         tool("t_star", description="")(star)
+    with pytest.raises(ValueError, match="are MCP servers' tools"):
+        tool("mcp__files__read", description="")(star)
     with pytest.raises(ToolError):
         get_tool("t_no_ctx")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
+from models.engine.goal_reports import report
 from models.tables import Escalation, Run, Step, utcnow
 from ops import escalation_views, views
 
@@ -206,3 +207,24 @@ def test_a_plain_list_reads_as_before_one_step_per_wave() -> None:
     assert "can run together" not in out
     row_b = next(line for line in out.splitlines() if "│ b " in line)
     assert [c.strip() for c in row_b.split("│")[1:5]] == ["2", "2", "b", "a"], out
+
+
+def test_run_panel_tells_the_goal_check_with_the_pinned_values_put_in() -> None:
+    """Issue 31, item 5: the verdict in words, never `${facts.KEY}` (the row was the criteria
+    as written, and the verdict only a timeline event)."""
+    run = make_run(success_criteria=[{"text": "Filed in ${facts.currency} [b]", "by": "user"}])
+    facts = {"currency": "EUR"}
+    out = render(views.render_run(run, facts=facts, steps=[], escalation=None))
+    assert "goal check    Not checked yet: the goal is checked once the steps finish" in out, out
+    assert "criteria      Filed in EUR [b]" in out and "${facts" not in out, out
+    verdict = {"plan_version": 1, "met": False, "source": "rules", "reason": "1 value missing"}
+    goal = report(run, {**verdict, "missing": ["a", "b"]}, pinned=facts)
+    out = render(views.render_run(run, facts=facts, steps=[], escalation=None, goal=goal))
+    lines = [" ".join(ln.strip("│ ").split()) for ln in out.splitlines()]
+    start = lines.index(f"goal check {goal.summary}")
+    assert lines[start + 1 : start + 5] == [
+        "criteria Filed in EUR [b]",
+        "why 1 value missing",
+        "missing - a",
+        "- b",
+    ], out

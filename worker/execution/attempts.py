@@ -20,10 +20,12 @@ class Outcome:
     """What one attempt of a step came to.
 
     `deferred`: rate-limited, due again in `retry_after_s`; `escalated`: the step failed and the
-    run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left.
+    run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left;
+    `awaiting_approval`: stopped before the gated call `stopped` (JSON, as the outcome is carried
+    across a database outage: `worker.execution.outages`).
     """
 
-    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated"]
+    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated", "awaiting_approval"]
     result: dict[str, Any] | None = None
     error: str = ""
     retry_after_s: float = 0.0
@@ -32,6 +34,7 @@ class Outcome:
     check: dict[str, str] | None = (
         None  # the should-replan check's answer (`worker.phases.replan_checks`)
     )
+    stopped: dict[str, Any] | None = None  # `models.approvals.calls.ApprovalRequired.row`
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Claimed:
     deadline_at: datetime | None = (
         None  # the run's wall-time deadline (`worker.execution.time_limits`)
     )
+    approvals: dict[str, Any] | None = None  # the run's tightening of the approval policy
 
 
 def retry_countdown_s(attempt: int) -> float:

@@ -111,4 +111,5 @@ def with_results(
         claimed.user_id,
         claimed.replan_check,
         claimed.deadline_at,
+        claimed.approvals,
     )

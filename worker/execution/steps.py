@@ -12,7 +12,8 @@ result that leaves one of the step's expectations unmet (`expect`) fails the ste
 A step stops at its time limit, or its run's wall-time deadline if sooner
 (`worker.execution.time_limits`).
 
-Only the tools of `AGENTQ_TOOL_MODULES` run (`enabled_tool`). A step's resolved arguments and its
+Only the tools of `AGENTQ_TOOL_MODULES` and of the MCP servers of `AGENTQ_MCP_SERVERS` run
+(`enabled_tool`; an MCP call's timeout is the step's time left). A step's resolved arguments and its
 result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`: over it, the step fails for good
 (`StepDataTooLarge`; it would build the same data again); a result over its run's or user's
 step data (`models.engine.storage`) is not stored, and the run escalates. An error that is not one
@@ -22,13 +23,16 @@ log": its text, which may hold host paths, goes to this worker's log only.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from sqlmodel import Session
 
+from models.approvals import calls as approval_calls
+from models.approvals.calls import ApprovalRequired
 from models.db import retry_dropped, session_scope
 from models.engine import (
     decisions,
@@ -61,7 +65,7 @@ from models.plans.step_data import check_step_data, json_bytes
 from models.plans.tools import ToolContext, enabled_tool
 from models.settings import get_settings
 from models.tables import Step, utcnow
-from worker.execution import time_limits, wakeups
+from worker.execution import approval_gates, time_limits, wakeups
 from worker.execution.attempts import Claimed, Outcome, retry_countdown_s
 from worker.execution.claims import worker_name
 from worker.execution.messages import with_results
@@ -73,6 +77,8 @@ from worker.phases import replan_checks
 log = structlog.get_logger("agentq.worker")
 
 
+# The step's status after an outcome that ends its attempt; every other one fails it.
+STATUS_AFTER: Final = {"succeeded": "succeeded", "awaiting_approval": "waiting_approval"}
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.
 STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
 
@@ -85,8 +91,10 @@ def perform(claimed: Claimed) -> Outcome:
     limit = StepTimeLimit.of(settings.step_time_limit_s, claimed.deadline_at, utcnow())
     try:
         with time_limits.enforced(limit):  # raises inside the step at its limit
-            result = _run(claimed)
+            result = _run(claimed, deadline=time.monotonic() + limit.seconds)
         return checked_outcome(step, result)
+    except ApprovalRequired as stopped:  # before a gated call: the step waits, no worker held
+        return Outcome("awaiting_approval", stopped=stopped.row())
     except STEP_FAILURES as exc:
         return failure_outcome(exc, step, max_deferrals=settings.model_max_deferrals)
     except DatabaseUnavailable:  # no failure of the step: its task waits out the outage
@@ -155,7 +163,9 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _run(claimed: Claimed) -> dict[str, Any]:
+def _run(claimed: Claimed, *, deadline: float) -> dict[str, Any]:
+    """The step's result; `deadline` (`time.monotonic()`'s clock) is when its time limit
+    passes, which its tools may read (`ToolContext.time_left_s`: an MCP call's timeout)."""
     step = claimed.step
     ctx = ToolContext(
         run_id=step.run_id,
@@ -164,15 +174,16 @@ def _run(claimed: Claimed) -> dict[str, Any]:
         attempt=step.attempt,
         tries_of_name=claimed.tries,
         facts=claimed.facts,
+        deadline=deadline,
     )
     max_bytes = get_settings().step_data_max_bytes
     if step.kind == "model":
-        result = model_step(step, claimed.results, ctx)
+        result = model_step(step, claimed.results, ctx, claimed.approvals)
         check_step_data(result, what=f"the result of step {step.name!r}", max_bytes=max_bytes)
         return result
     tool = enabled_tool(step.tool or "")
     args = resolve(step.args, results=claimed.results, facts=claimed.facts, max_bytes=max_bytes)
-    return tool.invoke(ctx, args)
+    return approval_gates.tool_step_call(ctx, tool, args, claimed.approvals)
 
 
 @dataclass(frozen=True)
@@ -215,13 +226,17 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         metrics.step_ended(
             session, step.kind, step.tool, outcome.kind, started_at=step.started_at, now=utcnow()
         )
-        if outcome.kind in ("retry", "deferred"):  # a step's end charges it in `_record`
+        if outcome.kind in (
+            "retry",
+            "deferred",
+            "awaiting_approval",
+        ):  # an end charges in `_record`
             fair_queue.charge(session, claimed.user_id, used_s)
         if outcome.kind == "retry":
             return Finished(again_in_s=retry_countdown_s(step.attempt))
         if outcome.kind == "deferred":  # the worker is free now; the step is due after the wait
             return Finished(again_in_s=outcome.retry_after_s)
-        locked.set_status(step.id or 0, "succeeded" if outcome.kind == "succeeded" else "failed")
+        locked.set_status(step.id or 0, _status_after(outcome))
         replan_checks.note(session, locked, step, outcome)
         if outcome.kind == "escalated":
             _escalate(session, locked, step, outcome)
@@ -246,6 +261,11 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
             sends = handovers.handed_in_chain(session, sends, taken=taken)
     phase = fair.phase if fair is not None else None
     return Finished(next_step or None, applied.synthesize, sends, phase=phase)
+
+
+def _status_after(outcome: Outcome) -> str:
+    """The step's status once `outcome` is recorded (a retry and a deferral aside)."""
+    return STATUS_AFTER.get(outcome.kind, "failed")
 
 
 def _claim_next(session: Session, step_id: int) -> leases.Claim:
@@ -285,6 +305,11 @@ def _record(
         )
     elif outcome.kind == "succeeded":
         return _succeed(session, step, outcome, turn, user_id)
+    elif outcome.kind == "awaiting_approval" and outcome.stopped is not None:
+        approval_calls.stop(session, step.run_id, step_id, outcome.stopped)
+        step_transitions.await_approval(
+            session, step_id, attempt=attempt, why=str(outcome.stopped["why"])
+        )
     else:
         leases.end_attempt(
             session, step, to="failed", now=now, error=outcome.error, turn=turn, user_id=user_id

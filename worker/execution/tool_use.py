@@ -11,7 +11,8 @@ model gets the error as the call's answer and is asked again. Valid calls run an
 A tool's failure goes back to the model as its error: a crash (`ToolCrashed`) says only the tool
 and the exception's type, a result over `AGENTQ_STEP_DATA_MAX_BYTES` says the cap, so neither a
 host path nor an oversized value reaches the model, the events or the step's result. Only tools
-that `AGENTQ_TOOL_MODULES` enables are offered (`enabled_tool`).
+that `AGENTQ_TOOL_MODULES` or an MCP server of `AGENTQ_MCP_SERVERS` offers are offered
+(`enabled_tool`).
 
 Every call whose tool ran is journaled (`models.engine.tool_journal`) right after it returns, in a
 transaction of its own. The loop's reads and writes wait out a database outage
@@ -43,6 +44,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from models.approvals.calls import ApprovalRequired, ToolApproval
 from models.db import session_scope
 from models.engine import events, tool_journal
 from models.engine.runs import get_run
@@ -55,10 +57,11 @@ from models.errors import (
 )
 from models.memory.tokens import count_message_tokens, count_tokens
 from models.plans.step_data import json_bytes
-from models.plans.tools import Tool, ToolContext, enabled_tool
+from models.plans.tools import Tool, ToolContext, argument_problems, enabled_tool
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Step
+from worker.execution import approval_gates
 from worker.execution.step_outputs import OutputAnswers
 from worker.memory.context import Piece, shorten
 from worker.model_calls.calls import waits_out_outages
@@ -87,7 +90,12 @@ class Answered:
     replayed_from: int | None = None
 
 
-def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext) -> dict[str, Any]:
+def model_step(
+    step: Step,
+    results: dict[str, dict[str, Any]],
+    ctx: ToolContext,
+    approvals: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run model step `step`: its instruction with the earlier `results`, calling its tools.
 
     Returns `{"text", "model", "offline"}`, plus `"tool_calls": [{"tool", "arguments", "result"
@@ -100,7 +108,9 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     `DatabaseUnavailable` (the journal could not be read or written), `StepDataBudgetSpent` or
     `UserStepDataSpent` (a call's arguments and result did not fit its run's or user's step
     data: `models.engine.tool_journal.record`), and what `call_model` raises. A call the tool
-    journal holds for this step is answered from it (`journaled_call`).
+    journal holds for this step is answered from it (`journaled_call`). A call the approval
+    policy gates (`approvals`: the run's tightening) raises `ApprovalRequired` with the loop's
+    state; after the decision the loop goes on from there (`worker.execution.approval_gates`).
     """
     tools = {name: enabled_tool(name) for name in step.tools}
     prompt = step_prompt(
@@ -108,20 +118,29 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
     )
     fitted = Fitted.build(step.run_id, prompt)
     settings = get_settings()
-    exchange: list[dict[str, Any]] = []  # the tool calls and their answers, after the request
-    ran: list[dict[str, Any]] = []
-    keys, invalid_answers = tool_journal.CallKeys(), 0
+    # A step that stopped for an approval did so as a deferral (`step_transitions.await_approval`):
+    # one that never deferred has no loop to go on with, and reads none.
+    loop = approval_gates.resumed(step.id or 0) if tools and step.deferrals else None
+    # the tool calls and their answers, after the request
+    exchange: list[dict[str, Any]] = loop.exchange if loop else []
+    ran: list[dict[str, Any]] = loop.ran if loop else []
+    keys = tool_journal.CallKeys(loop.seen if loop else None)
+    invalid_answers = loop.invalid if loop else 0
+    pending = loop.completion() if loop else None
     outputs = OutputAnswers(step) if step.output else None
-    for number in range(1, settings.model_step_max_calls + 1):
-        if number > 1:  # after a round of tool calls: is the run still on, does it still fit?
-            _check_run_goes_on(step)
-            messages = fitted.with_tail(exchange).messages
-            if count_message_tokens(messages, settings.model) > fitted.budget():
-                raise ContextOverflow(
-                    f"step {step.name!r}: the tool-calling exchange outgrew the prompt budget "
-                    f"after {number - 1} model calls"
-                )
-        completion = fitted.call(exchange, step_id=step.id)
+    for number in range(loop.number if loop else 1, settings.model_step_max_calls + 1):
+        if pending is not None:  # the answer whose gated call was decided: answer its calls
+            completion, pending = pending, None
+        else:
+            if number > 1:  # after a round of tool calls: is the run still on, does it fit?
+                _check_run_goes_on(step)
+                messages = fitted.with_tail(exchange).messages
+                if count_message_tokens(messages, settings.model) > fitted.budget():
+                    raise ContextOverflow(
+                        f"step {step.name!r}: the tool-calling exchange outgrew the prompt "
+                        f"budget after {number - 1} model calls"
+                    )
+            completion = fitted.call(exchange, step_id=step.id)
         if not completion.tool_calls and outputs is not None:
             fields = outputs.take(completion, exchange)  # None: refused, and asked again
             if fields is not None:
@@ -130,10 +149,24 @@ def model_step(step: Step, results: dict[str, dict[str, Any]], ctx: ToolContext)
         if not completion.tool_calls:
             answer = {"text": completion.text, "model": completion.model}
             return {**answer, "offline": completion.offline, **({"tool_calls": ran} if ran else {})}
-        answered = [
-            journaled_call(replace(ctx, call_number=len(ran) + i + 1), tools, call, keys)
-            for i, call in enumerate(completion.tool_calls)
-        ]
+        seen = keys.snapshot()
+        try:
+            answered = [
+                journaled_call(
+                    replace(ctx, call_number=len(ran) + i + 1), tools, call, keys, approvals
+                )
+                for i, call in enumerate(completion.tool_calls)
+            ]
+        except ApprovalRequired as stopped:  # the loop goes on from here after the decision
+            stopped.resume = approval_gates.Loop.stopped_at(
+                completion,
+                exchange=exchange,
+                ran=ran,
+                seen=seen,
+                invalid=invalid_answers,
+                number=number,
+            )
+            raise
         _record(step, number, answered)
         exchange += [assistant_message(completion), *(tool_message(a) for a in answered)]
         ran += [_ran(a) for a in answered if a.invalid is None]
@@ -158,7 +191,11 @@ def _check_run_goes_on(step: Step) -> None:
 
 
 def journaled_call(
-    ctx: ToolContext, tools: dict[str, Tool], call: ToolCall, keys: tool_journal.CallKeys
+    ctx: ToolContext,
+    tools: dict[str, Tool],
+    call: ToolCall,
+    keys: tool_journal.CallKeys,
+    approvals: dict[str, Any] | None = None,
 ) -> Answered:
     """`answer_call`, journaled: a valid call that step `ctx.step_id` already ran (its key from
     `keys`) is answered with the recorded result or error and its tool does not run; else the
@@ -169,13 +206,38 @@ def journaled_call(
         return checked
     tool, arguments = checked
     key = keys.next(call.name, arguments)
-    recorded = _find(ctx.step_id, key)
+    recorded = approval_gates.journaled(ctx.step_id, key)
     if recorded is not None:
         return _replayed(call, arguments, recorded)
-    answered = _invoked(ctx, tool, call, arguments)
+    why = approval_gates.gate(tool, arguments, approvals)
+    if why is None:
+        answered = _invoked(ctx, tool, call, arguments)
+    elif problems := argument_problems(tool.name, arguments):  # re-asked, never sent for approval
+        return _refused(call, "; ".join(problems))
+    elif (decided := approval_gates.decision(ctx.step_id, key)) is None:
+        raise ApprovalRequired(tool.name, key, arguments, why)
+    else:
+        answered = _as_decided(ctx, tool, call, arguments, decided)
     if answered.invalid is None:
-        _journal(ctx, key, answered)
+        recorded = tool_journal.Recorded(answered.result, answered.error, ctx.attempt)
+        approval_gates.journal(ctx, key, call.name, answered.arguments or {}, recorded)
     return answered
+
+
+def _as_decided(
+    ctx: ToolContext, tool: Tool, call: ToolCall, arguments: dict[str, Any], decided: ToolApproval
+) -> Answered:
+    """A gated call as its reviewer decided: rejected (the model is told why), answered (the
+    reviewer's answer is the result) or run with the approved or edited arguments."""
+    if decided.status == "rejected":
+        why = approval_gates.rejection(decided)
+        return Answered(call, f"error: {why}", arguments=arguments, error=why)
+    if decided.status == "answered":
+        answer = dict(decided.answer or {})
+        return Answered(
+            call, json.dumps(answer, ensure_ascii=False), arguments=arguments, result=answer
+        )
+    return _invoked(ctx, tool, call, dict(decided.arguments_used or arguments))
 
 
 def answer_call(ctx: ToolContext, tools: dict[str, Tool], call: ToolCall) -> Answered:
@@ -235,30 +297,6 @@ def _replayed(
         error=recorded.error,
         replayed_from=recorded.attempt,
     )
-
-
-@waits_out_outages
-def _find(step_id: int, key: str) -> tool_journal.Recorded | None:
-    with session_scope() as session:
-        return tool_journal.find(session, step_id=step_id, key=key)
-
-
-@waits_out_outages  # the tool ran: its run is journaled once Postgres is back
-def _journal(ctx: ToolContext, key: str, answered: Answered) -> None:
-    """Raises the refusal (`BudgetExhausted`) of a call over its run's or user's step data,
-    once it is journaled without its data (`models.engine.tool_journal.record`)."""
-    recorded = tool_journal.Recorded(answered.result, answered.error, ctx.attempt)
-    with session_scope() as session:
-        refused = tool_journal.record(
-            session,
-            step_id=ctx.step_id,
-            key=key,
-            tool=answered.call.name,
-            arguments=answered.arguments or {},
-            recorded=recorded,
-        )
-    if refused is not None:
-        raise refused
 
 
 def _refused(call: ToolCall, why: str) -> Answered:

@@ -93,8 +93,10 @@ class Layers:
 class Context:
     """The assembled messages and what was left out.
 
-    `uncovered` are dropped turns newer than the summary's coverage: the caller should fold them
-    into a new summary and assemble again.
+    `unfolded` are the older turns (all but the last `VERBATIM_TURNS`) newer than the summary's
+    coverage, oldest first, whether the context holds them or not; `uncovered` are those of them it
+    dropped. When a fold is due (`worker.memory.folds.due`) the caller folds the oldest into a new
+    summary and assembles again.
     """
 
     messages: list[dict[str, str]]
@@ -103,6 +105,7 @@ class Context:
     recalled_used: int
     turns_used: int
     uncovered: list[Piece] = field(default_factory=list)
+    unfolded: list[Piece] = field(default_factory=list)
     procedures_used: list[int] = field(default_factory=list)  # their ids, in context order
 
 
@@ -218,6 +221,7 @@ def assemble(
         recalled_used=len(recalled),
         turns_used=len(recent) + len(last),
         uncovered=[p for p in dropped if (p.ref or 0) > layers.summary_covers_through],
+        unfolded=[p for p in older if (p.ref or 0) > layers.summary_covers_through],
         procedures_used=[p.ref or 0 for p in procedures],
     )
 

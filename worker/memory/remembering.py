@@ -18,7 +18,10 @@ ended runs of the same user that wait for memory and need no model call
 (`models.engine.ended_runs.BATCHABLE`), with one `embed` call for all their texts, in one read and
 one write transaction. Each of those runs still has its own message; the episode is written once per
 run (`models.memory.episodes.remember_episodes`), so the second task to write a run writes nothing,
-and a task that finds its run already remembered does nothing."""
+and a task that finds its run already remembered does nothing.
+
+Then each run whose episode the task wrote has its procedures judged and may teach one
+(`worker.memory.procedure_learning`), once per run."""
 
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import utcnow
 from worker.execution.claims import claim_phase, renewed
-from worker.memory import extraction
+from worker.memory import extraction, procedure_learning
 from worker.memory.run_memory import RunMemory, run_memory
 from worker.model_calls import calls
 from worker.model_calls.prompts import FactSpec
@@ -93,12 +96,20 @@ def remember_ended_run(run_id: int) -> None:
             holder = claim_phase(run_id, tuple(RUN_TERMINAL))
             if holder is None:
                 return
-        _remember(own, [other for other in others if not other.writes_facts], holder)
+        written = _remember(own, [other for other in others if not other.writes_facts], holder)
     except DatabaseUnavailable:  # not the memory's failure: the task waits out the outage
         raise
     except (AgentqError, ValidationError, ValueError) as exc:
         with session_scope() as session:
             _record_failure(session, run_id, str(exc))
+        return
+    for remembered in sorted(written):  # each run once: the task that wrote its episode
+        try:
+            procedure_learning.learn_from(remembered)
+        except DatabaseUnavailable:  # the task waits out the outage
+            raise
+        except (AgentqError, ValueError) as exc:  # an embedder's failure: the memory stands
+            procedure_learning.not_learned(remembered, str(exc))
 
 
 def _read(run_id: int) -> list[EndedRun]:
@@ -133,11 +144,13 @@ def _record_failure(session: Session, run_id: int, error: str) -> None:
     events.record_event(session, run_id, "memory.failed", error=error[:500])
 
 
-def _remember(own: RunMemory, others: list[RunMemory], holder: phases.Claimed | None) -> None:
-    """Extract (unless skipped), embed once, write, and record how it went; raises what
-    embedding and writing raise (the caller records it). With `holder`, the phase claim of the
-    extraction, renewed while the model and the embedder are called: nothing is written if
-    another attempt took the phase over since."""
+def _remember(
+    own: RunMemory, others: list[RunMemory], holder: phases.Claimed | None
+) -> Collection[int]:
+    """Extract (unless skipped), embed once, write, and record how it went; the ids of the runs
+    whose episode this wrote. Raises what embedding and writing raise (the caller records it).
+    With `holder`, the phase claim of the extraction, renewed while the model and the embedder
+    are called: nothing is written if another attempt took the phase over since."""
     with renewed(holder):
         facts, error = _extract(own)
         model = embedder()
@@ -151,6 +164,7 @@ def _remember(own: RunMemory, others: list[RunMemory], holder: phases.Claimed | 
     written = _write(own, episodes, holder, facts, vectors[1 : len(texts)], model.model, error)
     if len(episodes) > 1:
         log.info("memory.batched", run_id=own.run.id, written=sorted(written))
+    return written
 
 
 @calls.waits_out_outages  # paid for (the extraction, the embeddings): kept across an outage

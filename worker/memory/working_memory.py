@@ -6,9 +6,10 @@ reviewer's words are in the call: `worker.memory.withholding`), the rolling summ
 turns, and assembles them with `worker.memory.context.assemble` under the budget
 `AGENTQ_CONTEXT_WINDOW_TOKENS - RESERVED_OUTPUT_TOKENS - tool schemas`, less
 `AGENTQ_CONTEXT_SAFETY_MARGIN`, in the server's tokens: divided by what the model's server counts
-for each of ours (`calibration`, `models.engine.token_calibrations`). Turns dropped from the window
-that the summary does not cover yet are folded into a new summary (a model call, charged to the run)
-before the request is returned, so trimming never loses what the summary should hold.
+for each of ours (`calibration`, `models.engine.token_calibrations`). When the turns the summary
+does not cover fill a summarize call and the context drops some of them, the oldest are folded
+into a new summary (`worker.memory.folds`: a model call, charged to the run) before the request
+is returned.
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from sqlmodel import Session
 from models.db import session_scope
 from models.engine import events, token_calibrations
 from models.engine.runs import get_run, pinned_by_author
-from models.errors import ContextOverflow, ContextTooLong
 from models.memory.erasures import may_write
 from models.memory.memory_admin import Recalled, embeds_remotely, query_vector, recalls
-from models.memory.messages import Message, RunSummary, latest_summary, save_summary, turns
+from models.memory.messages import Message, RunSummary, latest_summary, turns
 from models.memory.tokens import count_tokens, count_tool_schema_tokens
 from models.plans.plans import current_steps
 from models.settings import get_settings
 from models.tables import Run, Step
-from worker.memory import ledger, withholding
+from worker.memory import folds, ledger, withholding
 from worker.memory.context import (
     Context,
     Layers,
@@ -39,12 +39,9 @@ from worker.memory.context import (
     shorten,
     usable_budget,
 )
-from worker.model_calls.calls import call_model
-from worker.model_calls.prompts import Prompt, summarize_prompt
-from worker.model_calls.providers import MAX_OUTPUT_TOKENS, ModelRequest
+from worker.model_calls.prompts import Prompt
+from worker.model_calls.providers import ModelRequest
 from worker.phases import adoption, procedure_context
-
-MAX_SUMMARY_ROUNDS = 20  # each round folds at most half the budget of turns
 
 
 def _piece(role: str, text: str, ref: int | None = None) -> Piece:
@@ -220,13 +217,23 @@ def with_query_vector(prompt: Prompt) -> Prompt:
     return replace(prompt, query_vector=tuple(query_vector(prompt.query)))
 
 
-def build(
-    session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None
-) -> tuple[Context, dict[str, Any]]:
+@dataclass(frozen=True)
+class Built:
+    """One assembled context (`build`): its messages and what was left out, the payload its
+    request carries, and the fold due before it is sent (`worker.memory.folds.due`; None:
+    none)."""
+
+    context: Context
+    payload: dict[str, Any]
+    fold: folds.Fold | None
+
+
+def build(session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None) -> Built:
     """Assemble the context of `prompt` in run `run` once, in the caller's transaction (`steps`:
-    the current version's steps when the caller has read them already); returns it and the
-    payload (with what memory recalled, and the procedures the context carried: `procedures`,
-    `worker.phases.procedure_context.entries`). Raises `ContextOverflow`."""
+    the current version's steps when the caller has read them already), with the payload (the
+    run's goal unless the prompt's own says it, with what memory recalled, and the procedures the
+    context carried: `procedures`, `worker.phases.procedure_context.entries`) and the fold it
+    needs first. Raises `ContextOverflow`."""
     read = RunRead.of(session, run, steps)
     own_words = withholding.own_words_only(session, run, prompt)
     if own_words:
@@ -238,25 +245,23 @@ def build(
     recalled = withholding.recall_or_withhold(session, run, prompt, read.facts, words=theirs)
     pieces = [_piece("user", procedure_context.text_of(f, prompt), f.item.id) for f in found]
     s = get_settings()
+    factor = calibration(session)
+    layers = _layers(session, run, prompt, recalled, read, pieces, own_words=own_words)
     context = assemble(
-        _layers(session, run, prompt, recalled, read, pieces, own_words=own_words),
-        budget=budget(prompt, calibration(session)),
+        layers,
+        budget=budget(prompt, factor),
         recall_share=s.recall_share,
         procedure_share=s.context_procedure_share,
     )
-    # the event quotes the user's memory: a forget racing this call must not leave it behind
-    quoted = recalled.facts or recalled.episodes
-    run_id = run.id or 0
-    if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
-        events.record_event(
-            session,
-            run_id,
-            "memory.recalled",
-            purpose=prompt.purpose,
-            facts=[f.item.text for f in recalled.facts],
-            episodes=[e.item.run_id for e in recalled.episodes],
-        )
+    fold = folds.due(
+        context,
+        fold_budget=folds.budget(factor),
+        previous_tokens=layers.summary.tokens if layers.summary else 0,
+        count=_counter(),
+    )
+    _record_recall(session, run, prompt, recalled)
     payload = {
+        "goal": run.goal,  # in every call's run state: the offline provider reads it too
         **prompt.payload,
         "facts": read.facts,
         "recalled_facts": [f.item.text for f in recalled.facts],
@@ -271,42 +276,57 @@ def build(
             for e in recalled.episodes
         ],
     }
-    return context, payload
+    return Built(context, payload, fold)
+
+
+def _record_recall(session: Session, run: Run, prompt: Prompt, recalled: Recalled) -> None:
+    # the event quotes the user's memory: a forget racing this call must not leave it behind
+    run_id = run.id or 0
+    quoted = recalled.facts or recalled.episodes
+    if quoted and may_write(session, run_id=run_id, user_id=run.user_id, what="recall event"):
+        events.record_event(
+            session,
+            run_id,
+            "memory.recalled",
+            purpose=prompt.purpose,
+            facts=[f.item.text for f in recalled.facts],
+            episodes=[e.item.run_id for e in recalled.episodes],
+        )
 
 
 def request_in(
     session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None
 ) -> ModelRequest | None:
-    """The request for `prompt`, assembled in the caller's transaction; None when turns dropped
-    from the window must first be folded into the summary (model calls: `request_for` does it
-    outside any transaction). Raises `ContextOverflow`."""
-    context, payload = build(session, run, prompt, steps=steps)
-    if context.uncovered and prompt.purpose != "summarize":
-        return None
-    return _request(prompt, context, payload)
+    """The request for `prompt`, assembled in the caller's transaction; None when turns must
+    first be folded into the summary (model calls: `request_for` does it outside any
+    transaction). Raises `ContextOverflow`."""
+    built = build(session, run, prompt, steps=steps)
+    return None if built.fold else _request(prompt, built)
 
 
 def request_for(run_id: int, prompt: Prompt) -> ModelRequest:
-    """The request for `prompt` in run `run_id`, its context assembled from rows.
+    """The request for `prompt` in run `run_id`, its context assembled from rows, after the
+    folds it needs (at most `worker.memory.folds.MAX_FOLDS_PER_CALL`).
 
     Raises `models.errors.ContextOverflow` when the never-trimmed layers alone exceed the budget.
     """
     prompt = with_query_vector(prompt)
-    context, payload = _built(run_id, prompt)
-    for _ in range(MAX_SUMMARY_ROUNDS):
-        if not context.uncovered or prompt.purpose == "summarize":
+    built = _built(run_id, prompt)
+    for _ in range(folds.MAX_FOLDS_PER_CALL):
+        if built.fold is None:
             break
-        fold_into_summary(run_id, context.uncovered, half_budget=context.budget // 2)
-        context, payload = _built(run_id, prompt)
-    return _request(prompt, context, payload)
+        folds.fold(run_id, built.fold, count=_counter())
+        built = _built(run_id, prompt)
+    return _request(prompt, built)
 
 
-def _built(run_id: int, prompt: Prompt) -> tuple[Context, dict[str, Any]]:
+def _built(run_id: int, prompt: Prompt) -> Built:
     with session_scope() as session:
         return build(session, get_run(session, run_id), prompt)
 
 
-def _request(prompt: Prompt, context: Context, payload: dict[str, Any]) -> ModelRequest:
+def _request(prompt: Prompt, built: Built) -> ModelRequest:
+    context, payload = built.context, built.payload
     return ModelRequest(
         purpose=prompt.purpose,
         messages=context.messages,
@@ -315,47 +335,5 @@ def _request(prompt: Prompt, context: Context, payload: dict[str, Any]) -> Model
         estimated_prompt_tokens=context.tokens + schema_tokens(prompt),
         tools=prompt.tools,
         # the answer never takes more than the room the budget kept free for it
-        max_output_tokens=min(MAX_OUTPUT_TOKENS, get_settings().reserved_output_tokens),
+        max_output_tokens=folds.answer_tokens(),
     )
-
-
-def fold_into_summary(run_id: int, uncovered: list[Piece], *, half_budget: int) -> None:
-    """Write a new rolling summary: the current one extended with the oldest uncovered turns
-    that fit in `half_budget` tokens (the rest wait for the next round). Raises
-    `ContextOverflow` when the server refuses the summary's request as too long."""
-    batch: list[Piece] = []
-    used = 0
-    for piece in uncovered:
-        if batch and used + piece.cost > half_budget:
-            break
-        batch.append(piece)
-        used += piece.cost
-    with session_scope() as session:
-        current = latest_summary(session, run_id)
-        user_id = get_run(session, run_id).user_id
-    max_chars = get_settings().summary_max_tokens * 4  # ~4 characters per token
-    prompt = summarize_prompt(
-        current.content if current else None, [p.text for p in batch], max_chars
-    )
-    try:
-        completion = call_model(run_id, _summary_request(prompt))
-    except ContextTooLong as exc:  # the batch fits our budget, not the server's window
-        raise ContextOverflow(f"the summary of earlier turns was refused: {exc}") from exc
-    with session_scope() as session:
-        save_summary(
-            session,
-            run_id=run_id,
-            user_id=user_id,
-            covers_through_id=batch[-1].ref or 0,
-            content=completion.text,
-            token_count=count_tokens(completion.text, get_settings().model),
-        )
-
-
-def _summary_request(prompt: Prompt) -> ModelRequest:
-    # The summarizer sees only its own instructions and task: the turns are the task.
-    messages = [
-        {"role": "system", "content": prompt.instructions},
-        {"role": "user", "content": prompt.task},
-    ]
-    return ModelRequest(purpose="summarize", messages=messages, payload=prompt.payload)

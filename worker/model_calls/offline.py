@@ -8,16 +8,16 @@ every text it writes starts with `[offline]` where a person could mistake it for
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from models.engine.goal_checks import rule_verdict
 from models.errors import ProviderError, ToolArgumentsError
-from models.plans.goal_values import extract
+from models.memory.procedure_learning import ABOUT_GOAL_SHARE, about_goal, template_applies
 from models.plans.plans import MAX_INSTRUCTION_CHARS
+from models.plans.playbooks import find_playbook, playbook_criteria
 from models.plans.references import referenced_facts
-from models.plans.tools import find_playbook, playbook_criteria
+from worker.model_calls.offline_fields import offline_fields
 from worker.model_calls.providers import (
     Completion,
     ModelRequest,
@@ -28,7 +28,6 @@ from worker.model_calls.providers import (
 OFFLINE_PREFIX = "[offline] "
 SYNTHESIS_LINE_MAX_CHARS = 200
 SUMMARY_LINE_MAX_CHARS = 160
-FIELD_MAX_DEPTH = 8  # how deep a step's results are looked into for an output field
 
 
 class OfflineProvider:
@@ -42,9 +41,10 @@ class OfflineProvider:
       one step with the failed step's name, else the failed step once more (the engine bounds
       replans); either keeps the failed step's expectations; after a should-replan check's
       `replan` (`failed_step.doubt`), one model step that tells the user why the plan stopped;
-    - step `{"instruction", "facts", "results"}`: `"[offline] <instruction>"`; a step that
-      declares `output` (`{..., "output": {field: type}}`) gets JSON of its fields instead, each
-      found by plain rules (`offline_fields`), never invented;
+    - step `{"instruction", "goal", "facts", "results"}`: `"[offline] <instruction>"`; a step
+      that declares `output` (`{..., "output": {field: type}}`) gets JSON of its fields instead,
+      each found by plain rules in its context (`worker.model_calls.offline_fields`), never
+      invented;
     - synthesize `{"goal", "facts", "results": [{"name", "status", "result"}]}`: `"[offline] "` and
       one line `name: <compact JSON, at most 200 chars>` per succeeded step;
     - check_plan `{"goal", "step": {"name", "result"}, "remaining": [{"name", "uses", ...}]}`:
@@ -62,8 +62,9 @@ class OfflineProvider:
     A plan also reads `episodes` (recalled past runs): a step whose tool failed in a past run and
     was fixed by its fallback is planned with the fallback from the start; and `procedures`
     (recalled procedures, `worker.phases.procedure_context.entries`): the first plan template whose
-    tools are all offered and whose `${facts.KEY}` are all pinned is the plan, before any
-    playbook (a procedure is what a person kept from a run that worked).
+    title is about the goal (`about_goal`; all of a learned one's title), whose tools are all
+    offered and whose `${facts.KEY}` are all pinned is the plan, before any playbook (a procedure
+    is what a person kept, or agentq learned, from a run that worked).
 
     Token counts are estimates: ceil(chars / 4) per message and for the answer. Playbooks exist
     once their tool modules are loaded (`load_tool_modules`); until then every plan is `answer`.
@@ -109,12 +110,19 @@ def _offline_plan(payload: Mapping[str, Any]) -> str:
 
 
 def _from_procedure(payload: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The first recalled procedure whose plan template this run can follow."""
+    """The first recalled procedure for this goal (`about_goal`) whose plan template this run
+    can follow."""
     tools = {t["name"] for t in payload.get("tools", [])}
     facts = set(payload.get("facts") or {})
+    goal = str(payload.get("goal") or "")
     for procedure in payload.get("procedures") or []:
         steps = (procedure.get("plan_template") or {}).get("steps") or []
-        if steps and all(_followable(step, tools, facts) for step in steps):
+        title, origin = str(procedure.get("title") or ""), str(procedure.get("origin") or "")
+        if not steps or not template_applies(title, origin, goal):
+            continue
+        if origin != "learned" and not about_goal(title, goal, share=ABOUT_GOAL_SHARE):
+            continue
+        if all(_followable(step, tools, facts) for step in steps):
             return dict(procedure)
     return None
 
@@ -191,58 +199,6 @@ def _offline_step(payload: Mapping[str, Any]) -> str:
     if payload.get("output"):
         return json.dumps(offline_fields(payload["output"], payload), ensure_ascii=False)
     return OFFLINE_PREFIX + str(payload["instruction"])
-
-
-def offline_fields(output: Mapping[str, str], payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The offline answer to a step declaring `output` (field -> type): each field's value from
-    the first place that holds one of its type under the field's name, in this order: the pinned
-    facts; the results of the steps it waits for (a key at any depth, up to `FIELD_MAX_DEPTH`,
-    the steps taken by name); the values its instruction states (`models.plans.goal_values`:
-    `amount`, `currency`, `date`, `cost_centre`, ...). Text that reads as a number counts for a
-    number, a number as text for a string. A field found nowhere is left out, so the worker refuses
-    the answer naming it and the step fails: the offline provider never makes up a value (no 0
-    total, no empty currency), which is what declaring `output` is for."""
-    facts = payload.get("facts") or {}
-    results = [result for _, result in sorted((payload.get("results") or {}).items())]
-    stated = {v.key: v.value for v in extract(str(payload.get("instruction", "")))}
-    fields: dict[str, Any] = {}
-    for name, kind in output.items():
-        places = [facts.get(name), *_under(name, results), stated.get(name)]
-        found = [value for place in places if (value := _as(kind, place)) is not _NONE]
-        if found:
-            fields[name] = found[0]
-    return fields
-
-
-_NONE = object()  # no value of the type wanted
-
-
-def _under(name: str, value: Any, depth: int = 0) -> list[Any]:
-    """The values under key `name` anywhere in `value` (dicts and lists), depth first."""
-    if depth > FIELD_MAX_DEPTH:
-        return []
-    if isinstance(value, Mapping):
-        here = [value[name]] if name in value else []
-        return here + [v for item in value.values() for v in _under(name, item, depth + 1)]
-    if isinstance(value, list):
-        return [v for item in value for v in _under(name, item, depth + 1)]
-    return []
-
-
-def _as(kind: str, value: Any) -> Any:
-    """`value` as a JSON value of type `kind`, or `_NONE` when it is none."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value) and kind != "string":
-        value, number = (float(value) if "." in value else int(value)), True
-    if kind == "string" and (isinstance(value, str) or number):
-        return value if isinstance(value, str) else json.dumps(value)
-    if kind == "number" and number:
-        return value
-    if kind == "integer" and number and float(value).is_integer():
-        return int(value)
-    if kind == "boolean" and isinstance(value, bool):
-        return value
-    return _NONE
 
 
 def _offline_synthesize(payload: Mapping[str, Any]) -> str:

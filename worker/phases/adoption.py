@@ -27,6 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from models.errors import InvalidPlan
+from models.memory.procedure_learning import template_applies
 from models.review.authorship import USER_WRITERS
 from models.storable import parse_json
 
@@ -40,10 +41,17 @@ PLANNING: Final = ("plan", "replan")
 
 def offered(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The procedures of `payload` (`worker.memory.working_memory.build`'s `procedures`) a plan may
-    adopt: those with a plan template, less (in a replan: `payload["failed_step"]`) those whose
-    step of the failed step's name calls its tool with its arguments again."""
-    failed = payload.get("failed_step") or {}
-    return [p for p in payload.get("procedures") or [] if adoptable(p.get("plan_template"), failed)]
+    adopt: those with a plan template that applies to the goal (`payload["goal"]`: a learned one's
+    only to the goal it was learned for, `models.memory.procedure_learning.template_applies`),
+    less (in a replan: `payload["failed_step"]`) those whose step of the failed step's name calls
+    its tool with its arguments again."""
+    failed, goal = payload.get("failed_step") or {}, str(payload.get("goal") or "")
+    return [
+        p
+        for p in payload.get("procedures") or []
+        if template_applies(str(p.get("title") or ""), str(p.get("origin") or ""), goal)
+        and adoptable(p.get("plan_template"), failed)
+    ]
 
 
 def adoptable(template: Mapping[str, Any] | None, failed: Mapping[str, Any] | None) -> bool:

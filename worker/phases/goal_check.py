@@ -93,7 +93,7 @@ def judge(
     spec = checked.value
     missing = () if spec.met else tuple(spec.missing) or (spec.reason,)
     step_id = deliverables[-1].id if deliverables else None
-    return GoalVerdict(spec.met, spec.reason, missing, step_id, source="model")
+    return GoalVerdict(spec.met, spec.reason, missing, step_id, "model", tuple(criteria))
 
 
 def _json(value: Any) -> str:

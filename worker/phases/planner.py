@@ -37,6 +37,7 @@ from models.settings import get_settings
 from models.states import STEP_NOT_STARTED
 from models.tables import Run, Step
 from worker.execution.claims import claim_phase_in, renewed
+from worker.memory import procedure_learning
 from worker.model_calls import calls
 from worker.model_calls.prompts import Prompt, plan_prompt, replan_prompt
 from worker.model_calls.structured import Answer, ask, unanswered
@@ -154,10 +155,10 @@ def record_procedures(
     session: Session, run_id: int, answer: Answer[PlanSpec], *, purpose: str, plan_version: int
 ) -> None:
     """Record which procedures the context of `answer`'s request carried (`procedures.recalled`:
-    `{"purpose", "plan_version", "procedures": [{"id", "version", "title", "scope"}],
+    `{"purpose", "plan_version", "procedures": [{"id", "version", "title", "scope", "origin"}],
     "adopted": the id the answer adopted, or null}`: `worker.phases.adoption`), in the caller's
     transaction, the one that writes plan version `plan_version`; nothing when none."""
-    keys = ("id", "version", "title", "scope")
+    keys = ("id", "version", "title", "scope", "origin")
     used = [{k: p.get(k) for k in keys} for p in answer.payload.get("procedures") or []]
     if used:
         events.record_event(
@@ -192,6 +193,8 @@ def _write_replan(
         locked = transitions.lock_run(session, run_id)
         if locked is None:
             return False
+        # an adopted template that needed this replan did not hold, whatever the replan answers
+        procedure_learning.record_replanned(session, run_id, why)
         error = answer.error
         if answer.value is not None:
             splice = _splice(session, locked, failed.id or 0, doubt)

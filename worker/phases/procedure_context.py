@@ -22,6 +22,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from models.memory.memory_admin import embedder, min_similarity
+from models.memory.procedure_learning import template_applies
 from models.memory.procedure_recall import ScoredProcedure, Visible, recall_procedures, tools_of
 from models.review.authorship import USER_WRITERS, reviewer_in_run
 from models.settings import get_settings
@@ -87,15 +88,18 @@ def reviewers_procedure(found: Sequence[ScoredProcedure]) -> dict[str, Any] | No
 
 def text_of(found: ScoredProcedure, prompt: Prompt) -> str:
     """How one procedure reads in `prompt`'s call: its id, title, version, scope, when to use
-    it, the how-to, and (planning only) its plan template as a worked example, with how to adopt
-    it by reference when the call may (`worker.phases.adoption`)."""
+    it, the how-to, and (planning only, when it applies to the goal: a learned one's only to the
+    goal it was learned for, `models.memory.procedure_learning.template_applies`) its plan
+    template as a worked example, with how to adopt it by reference when the call may
+    (`worker.phases.adoption`)."""
     p = found.item
     scope = {"user": "the user's own", "tool": f"tool {p.tool}"}.get(p.scope, "everyone")
     lines = [f"Procedure {p.id} ({scope}, version {p.version}): {p.title}"]
     lines.append(f"Use it when: {p.when_to_use}")
     if p.body:
         lines.append(f"How to: {p.body}")
-    if p.plan_template and prompt.purpose in PLANNING:
+    goal = str(prompt.payload.get("goal") or "")
+    if p.plan_template and prompt.purpose in PLANNING and template_applies(p.title, p.origin, goal):
         lines.append(EXAMPLE_NOTE + "\n" + template_lines(p.plan_template))
         if adoption.adoptable(p.plan_template, prompt.payload.get("failed_step")):
             lines.append(adoption.ADOPT_NOTE % (p.id or 0))
@@ -130,7 +134,8 @@ def _shown(value: Any) -> str:
 
 def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[str, Any]]:
     """The procedures the context carried (ids `used`, in order), as the payload lists them:
-    id, version, title, scope, plan template (the offline planner reads it) and the role its
+    id, version, title, scope, origin (a person's or learned), plan template (the offline planner
+    reads it) and the role its
     version's writer wrote with (`written_as`: whose rights an adopted template acts with,
     `worker.phases.adoption.author`)."""
     by_id = {f.item.id: f.item for f in found}
@@ -142,6 +147,7 @@ def entries(found: Sequence[ScoredProcedure], used: Sequence[int]) -> list[dict[
             "scope": p.scope,
             "plan_template": p.plan_template,
             "written_as": p.written_as,
+            "origin": p.origin,
         }
         for p in (by_id[i] for i in used if i in by_id)
     ]

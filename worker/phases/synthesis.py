@@ -70,9 +70,10 @@ def synthesize(run_id: int) -> list[Send]:
     (`models.engine.phases.keep_answer`) so that a later delivery of this synthesis checks it again
     instead of paying for another. A goal not met is replanned in the place of the deliverable,
     or escalated `goal_not_met` (`models.engine.coordinator.decide_unmet`); every verdict is
-    recorded (`goal.checked`). A spent token or cost budget, an exhausted quota or a provider
-    failure escalates the run instead of succeeding (`models.engine.escalation_rules` decides:
-    reason `token_budget_spent`, `cost_budget_spent`,
+    recorded (`goal.checked`), a run with pinned facts and no criteria's too (`Checks.agreed`).
+    A spent token or cost budget, an exhausted quota or a provider failure escalates the run
+    instead of succeeding (`models.engine.escalation_rules` decides: reason
+    `token_budget_spent`, `cost_budget_spent`,
     `quota_exhausted`, `synthesis_failed`; a check that never validates, `invalid_goal_check`),
     as does a context that overflows (`context_overflow`: ours, or the server's window after
     one smaller rebuild, `worker.model_calls.refits`); a rate limit is raised as `RateLimited` for
@@ -106,7 +107,7 @@ def synthesize(run_id: int) -> list[Send]:
             return _escalate(run_id, claimed, SynthesisFailed(exc), cap)
         final = _final(answered[1], steps)
         if not checks.criteria:
-            return _finish(run_id, claimed, final, answered, cap=cap)
+            return _finish(run_id, claimed, final, answered, cap=cap, verdict=checks.agreed())
         if not _keep(run_id, claimed, final, answered):
             return []
     else:

@@ -21,7 +21,8 @@ from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from models.errors import RetryableToolError, ToolError
-from models.plans.tools import Fallback, ToolContext, playbook, tool
+from models.plans.playbooks import playbook
+from models.plans.tools import Fallback, ToolContext, tool
 
 LIVE_RATE_TIMEOUT_SECONDS = 0.2
 CENT = Decimal("0.01")
