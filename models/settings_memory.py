@@ -106,7 +106,8 @@ class MemorySettings(BaseSettings):
         gt=0,
         le=1,
         description="Most of the same room that recalled procedures may take, apart from "
-        "AGENTQ_RECALL_SHARE (the two sum to at most 1).",
+        "AGENTQ_RECALL_SHARE (the two sum to at most 1); the most relevant procedure may also "
+        "take what recalled memory leaves unused of its share.",
     )
     recall_min_similarity: float | None = Field(
         default=None,

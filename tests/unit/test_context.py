@@ -170,3 +170,34 @@ def test_sizes_that_would_not_shrink_the_prompt_keep_the_refit_share() -> None:
 def test_a_window_with_no_room_for_the_answer_overflows() -> None:
     with pytest.raises(ContextOverflow, match="no room for a prompt the server accepts"):
         refit(window=1000, prompt=2100)
+
+
+def procedures_and_recall(recalled: int) -> Layers:
+    """One large, most relevant procedure (about 400 tokens) and a small, less relevant one."""
+    return Layers(
+        instructions=piece("system", "You carry out one step."),
+        state=piece("user", "Goal: file the Zurich claim."),
+        ledger=piece("user", "1. rates [ready]"),
+        task=piece("user", "Write the plan."),
+        recalled=[
+            piece("user", f"Remembered fact {i}: " + "detail " * 60) for i in range(recalled)
+        ],
+        procedures=[
+            piece("user", "How to file a Zurich claim: " + "step " * 400, ref=1),
+            piece("user", "How to file a Lisbon claim: read the rate.", ref=2),
+        ],
+    )
+
+
+def test_the_most_relevant_procedure_takes_what_recall_left_rather_than_lose_to_size() -> None:
+    ctx = assemble(procedures_and_recall(recalled=1), budget=3000, procedure_share=0.1)
+    assert ctx.procedures_used[0] == 1  # 400 tokens > 10% of the room, kept all the same
+    assert ctx.recalled_used == 1  # and the fact it shares the room with stays
+    assert count_message_tokens(ctx.messages) <= 3000
+
+
+def test_a_procedure_never_takes_room_recalled_memory_uses() -> None:
+    ctx = assemble(procedures_and_recall(recalled=20), budget=3000, procedure_share=0.1)
+    assert ctx.procedures_used == [2]  # the share is full of facts: the large one waits
+    alone = assemble(procedures_and_recall(recalled=20), budget=3000, procedure_share=0.0)
+    assert ctx.recalled_used == alone.recalled_used  # the facts kept are the same as without it

@@ -12,7 +12,9 @@ recalled memory, summary, older turns, the last turns, task):
    in at most `ledger_share` of the room left, folded oldest first when it needs more (never
    dropped);
 6. recalled procedures (how-tos and plan templates, `models.memory.procedure_recall`), most relevant
-   first, only what fits within `procedure_share` of the room left after layers 1-5;
+   first, only what fits within `procedure_share` of the room left after layers 1-5; the most
+   relevant one alone may also take what layer 7 left unused of its share, rather than be
+   skipped for a smaller, less relevant one;
 7. recalled facts and episodes, most relevant first, only what fits within `recall_share` of
    the same room (each share is its own: procedures never crowd out facts, nor the reverse);
 8. the rolling summary of older turns;
@@ -203,8 +205,9 @@ def assemble(
             f"({ledger.tokens} tokens at its smallest) need {used} tokens; the budget is {budget}"
         )
     room = budget - used
-    procedures = _take_in_order(layers.procedures, int(room * procedure_share))
     recalled = _take_in_order(layers.recalled, int(room * recall_share))
+    spare = int(room * recall_share) - sum(p.cost for p in recalled)
+    procedures = _procedures_within(layers.procedures, int(room * procedure_share), spare)
     used += sum(p.cost for p in [*procedures, *recalled])
     summary = layers.summary if layers.summary and used + layers.summary.cost <= budget else None
     used += summary.cost if summary else 0
@@ -231,6 +234,16 @@ def _ledger_within(layers: Layers, room: int) -> Piece:
     if layers.ledger.cost <= room or layers.fold_ledger is None:
         return layers.ledger
     return layers.fold_ledger(room - (layers.ledger.cost - layers.ledger.tokens))
+
+
+def _procedures_within(procedures: Sequence[Piece], room: int, spare: int) -> list[Piece]:
+    """The procedures that fit `room`, most relevant first; the most relevant one, when it alone
+    is larger than `room`, may also take `spare` (what recalled memory left of its share), so it
+    is not lost to size while a smaller, less relevant one takes its place (SmolLM2's zurich goal,
+    issue 31: its own learned procedure, 427 tokens, lost to another city's how-to)."""
+    if procedures and room < procedures[0].cost <= room + spare:
+        return [procedures[0], *_take_in_order(procedures[1:], room + spare - procedures[0].cost)]
+    return _take_in_order(procedures, room)
 
 
 def _take_in_order(pieces: Sequence[Piece], room: int) -> list[Piece]:
