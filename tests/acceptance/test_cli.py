@@ -131,6 +131,9 @@ def up(home: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
         proc.wait()
 
 
+# About 40 CLI processes and a stop that lets a running step finish: 2 min on a quiet machine, and
+# the 300 s default ran out on a loaded one (stop 37's CI, in the stop after SIGINT).
+@pytest.mark.timeout(480)
 def test_up_submit_watch_review_and_ctrl_c(up: tuple[Path, subprocess.Popen[str]]) -> None:
     home, proc = up
     plan = home / "plan.json"

@@ -167,10 +167,12 @@ def test_worker_killed_in_the_middle_of_a_chain_is_recovered_once(make_run: Any)
 def test_cancel_stops_every_branch(make_run: Any) -> None:
     from models.engine import transitions
 
+    # a and b sleep long enough that the second worker starts one while the other runs, even on
+    # a loaded machine (with 1 s each, a slow start of the second let the first end alone).
     run_id = make_run(
         [
-            sleep("a", 1.0, after=[]),
-            sleep("b", 1.0, after=[]),
+            sleep("a", 4.0, after=[]),
+            sleep("b", 4.0, after=[]),
             sleep("a2", 0.1, after=["a"]),
             sleep("b2", 0.1, after=["b"]),
         ]
@@ -182,7 +184,10 @@ def test_cancel_stops_every_branch(make_run: Any) -> None:
     with session_scope() as session:
         transitions.lock_run(session, run_id)
         transitions.cancel_run(session, run_id)
-    time.sleep(2.0)  # both running steps end meanwhile
+    deadline = time.monotonic() + 30
+    while any(s.status == "running" for s in run_steps(run_id)):  # both end meanwhile
+        assert time.monotonic() < deadline, "a running step never ended"
+        time.sleep(0.05)
     statuses = {s.name: s.status for s in run_steps(run_id)}
     assert statuses == {"a": "succeeded", "b": "succeeded", "a2": "cancelled", "b2": "cancelled"}
     assert attempts_of([s.id or 0 for s in run_steps(run_id) if s.name in ("a2", "b2")]) == []
