@@ -40,9 +40,9 @@ class LocalModel:
     distribution: str
     file: str
     extra: str
+    name: str
     assembler: str | None = None
     chat_format: str | None = None
-    name: str = ""
 
     def gguf(self) -> Path:
         """The GGUF file of the installed wheel; raises `FileNotFoundError` naming the extra

@@ -51,7 +51,7 @@ def test_the_server_counts_prompt_tokens_read_from_its_cache(tmp_path: Path) -> 
 
 
 def test_a_missing_model_wheel_names_the_extra_to_install() -> None:
-    missing = LocalModel("nope", "agentq-no-such-wheel", "x.gguf", "nothing")
+    missing = LocalModel("nope", "agentq-no-such-wheel", "x.gguf", "nothing", name="Nope")
     with pytest.raises(FileNotFoundError, match=r"pip install -e '\.\[nothing\]'"):
         missing.gguf()
     assert set(LOCAL_MODELS) == {"smollm2", "gemma3"}
