@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from models.memory.tokens import count_message_tokens, count_tokens
@@ -173,12 +175,10 @@ def test_a_window_with_no_room_for_the_answer_overflows() -> None:
 
 
 def procedures_and_recall(recalled: int) -> Layers:
-    """One large, most relevant procedure (about 400 tokens) and a small, less relevant one."""
-    return Layers(
-        instructions=piece("system", "You carry out one step."),
-        state=piece("user", "Goal: file the Zurich claim."),
-        ledger=piece("user", "1. rates [ready]"),
-        task=piece("user", "Write the plan."),
+    """`layers` with no turns, `recalled` facts of about 120 tokens, and one large, most relevant
+    procedure (about 400 tokens) before a small, less relevant one."""
+    return replace(
+        layers(turns=0, recalled=0),
         recalled=[
             piece("user", f"Remembered fact {i}: " + "detail " * 60) for i in range(recalled)
         ],

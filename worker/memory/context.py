@@ -205,8 +205,9 @@ def assemble(
             f"({ledger.tokens} tokens at its smallest) need {used} tokens; the budget is {budget}"
         )
     room = budget - used
-    recalled = _take_in_order(layers.recalled, int(room * recall_share))
-    spare = int(room * recall_share) - sum(p.cost for p in recalled)
+    recall_room = int(room * recall_share)
+    recalled = _take_in_order(layers.recalled, recall_room)
+    spare = recall_room - sum(p.cost for p in recalled)
     procedures = _procedures_within(layers.procedures, int(room * procedure_share), spare)
     used += sum(p.cost for p in [*procedures, *recalled])
     summary = layers.summary if layers.summary and used + layers.summary.cost <= budget else None
