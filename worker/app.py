@@ -36,7 +36,13 @@ from typing import Any, Final
 
 import structlog
 from celery import Task
-from celery.signals import task_prerun, worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    celeryd_after_setup,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 
 from models.db import dispose_engines, session_scope
 from models.engine import decisions, fair_queue, queue, stack_limits, tracing
@@ -297,11 +303,9 @@ def _fresh_engine(**_: Any) -> None:
     dispose_engines()
     # After the fork (the SDK's export thread), before any engine (SQLAlchemy's spans).
     tracing.setup(settings, service="worker")
-    # One thread per pool process: the pool is the parallelism; torch (the local embedder, imported
-    # by the warm-up below) would otherwise start a thread per core in every process.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Loaded here, after the fork, not in the parent: torch's OpenMP pool does not survive a fork
-    # (pytorch/pytorch#41197, #17199). Celery's worker_proc_alive_timeout allows for the load
+    # (pytorch/pytorch#41197, #17199); the parent only imported torch (`_preload_embedder`).
+    # Celery's worker_proc_alive_timeout allows for a load that has to import it after all
     # (models.engine.queue.WORKER_PROC_ALIVE_TIMEOUT_S).
     remembering.warm_up()
 
@@ -309,6 +313,14 @@ def _fresh_engine(**_: Any) -> None:
 @task_prerun.connect  # type: ignore[untyped-decorator]
 def _stack_limits(**_: Any) -> None:
     stack_limits.refresh()  # the dispatch cap is the stack's, whatever this machine's env says
+
+
+@celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _preload_embedder(**_: Any) -> None:
+    """In the main process, once its logging is set up and before the pool forks: import the
+    local embedder's libraries (torch, transformers), with one OpenMP thread per process, so a
+    pool process, the first ones and every replacement, warms up in about 0.2 s instead of 5."""
+    remembering.preload()
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]

@@ -29,11 +29,10 @@ from jsonschema.validators import validator_for
 from mcp.types import Tool
 
 from models.mcp import loop, sessions
+from models.mcp.names import split_name, tool_name
 from models.settings import get_settings
 from models.settings_mcp import McpServer
 
-PREFIX: Final = "mcp__"
-SEPARATOR: Final = "__"
 FUNCTION_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 UNAVAILABLE_RECHECK_S: Final = 10.0
 log = logging.getLogger("agentq.mcp")  # plain lines: the CLI's stderr shows them as they are
@@ -70,20 +69,6 @@ class Unavailable:
 
     why: str
     retryable: bool = False
-
-
-def tool_name(server: str, tool: str) -> str:
-    """agentq's name of `server`'s tool `tool`: `mcp__<server>__<tool>`."""
-    return f"{PREFIX}{server}{SEPARATOR}{tool}"
-
-
-def split_name(name: str) -> tuple[str, str] | None:
-    """`(server, tool)` of an agentq MCP tool name; None for a name not of that form. A server's
-    name holds no `__` (`models.settings_mcp`), so the first one after the prefix splits it."""
-    if not name.startswith(PREFIX):
-        return None
-    server, separator, tool = name.removeprefix(PREFIX).partition(SEPARATOR)
-    return (server, tool) if separator and server and tool else None
 
 
 def offered() -> dict[str, McpTool]:

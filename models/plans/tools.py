@@ -26,7 +26,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -39,12 +39,15 @@ from models.errors import (
     ToolError,
     ToolNotEnabled,
 )
-from models.mcp import calls, catalogue
+from models.mcp.names import split_name
 from models.plans import tool_arguments
 from models.plans.references import has_reference
 from models.plans.step_data import check_step_data
 from models.settings import get_settings
 from models.storable import storable_problem
+
+if TYPE_CHECKING:
+    from models.mcp.catalogue import McpTool
 
 ToolFunction = Callable[..., dict[str, Any]]
 
@@ -118,8 +121,7 @@ class Tool:
     annotations: Mapping[str, Any] = field(default_factory=dict)
 
     def parameters_schema(self) -> dict[str, Any]:
-        """The JSON schema of the arguments: `schema`, or pydantic's of the signature without
-        `ctx`."""
+        """The arguments' JSON schema: `schema`, or pydantic's of the signature without `ctx`."""
         if self.schema is not None:
             return copy.deepcopy(dict(self.schema))
         return tool_arguments.signature_schema(self.func)
@@ -129,13 +131,12 @@ class Tool:
 
         Raises `ToolArgumentsError` (the function is not called) when the arguments do not fit
         the signature or `schema` or hold a non-finite number (`unstorable_argument`),
-        `StepDataTooLarge`
-        when the arguments or the result are over `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError`
-        when the result is not a JSON-serialisable dict holding every key in `returns`, what
-        the function raises of the `ToolError` family (`RetryableToolError` included; an MCP
-        tool's: `models.mcp.calls`) and billiard's `SoftTimeLimitExceeded`; anything else the
-        function raises is logged with its traceback and raised as `ToolCrashed`.
-        """
+        `StepDataTooLarge` when the arguments or the result are over
+        `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError` when the result is not a JSON-serialisable
+        dict holding every key in `returns`, what the function raises of the `ToolError`
+        family (`RetryableToolError` included; an MCP tool's: `models.mcp.calls`) and
+        billiard's `SoftTimeLimitExceeded`; anything else the function raises is logged with
+        its traceback and raised as `ToolCrashed`."""
         max_bytes = get_settings().step_data_max_bytes
         check_step_data(args, what=f"the arguments of tool {self.name!r}", max_bytes=max_bytes)
         validated = self._validate(args)
@@ -230,7 +231,7 @@ def tool(
     """
 
     def register(func: ToolFunction) -> ToolFunction:
-        if catalogue.split_name(name) is not None:
+        if split_name(name) is not None:
             raise ValueError(f"tool {name!r}: names mcp__<server>__<tool> are MCP servers' tools")
         if name in _TOOLS:
             raise ValueError(f"tool {name!r} is already registered (by {_TOOLS[name].func!r})")
@@ -245,7 +246,7 @@ def get_tool(name: str) -> Tool:
     """The registered tool `name`, or the MCP tool `name` (`mcp__<server>__<tool>`) if its server
     offers it (its `annotations` are the server's hints). Raises `ToolError` listing the
     registered names if unknown, or saying why the MCP tool is not offered."""
-    if catalogue.split_name(name) is not None:
+    if split_name(name) is not None:
         return _mcp_tool(name)
     try:
         return _TOOLS[name]
@@ -262,7 +263,7 @@ def enabled_tool(name: str) -> Tool:
     other imported module, or not at all), or why the MCP tool is not offered;
     `McpServerUnavailable` (retryable) when its MCP server cannot start now.
     """
-    if catalogue.split_name(name) is not None:
+    if split_name(name) is not None:
         return _mcp_tool(name)
     enabled = _module_tool_names()
     if name not in enabled:
@@ -276,6 +277,10 @@ def enabled_tool(name: str) -> Tool:
 def unavailable_reason(name: str) -> str | None:
     """Why the MCP tool `name` is not offered (`models.mcp.catalogue.unavailable`: its server is
     not configured, cannot start, or does not offer it), for a plan's refusal; None otherwise."""
+    if split_name(name) is None:
+        return None
+    from models.mcp import catalogue
+
     found = catalogue.unavailable(name)
     return found.why if found else None
 
@@ -311,7 +316,7 @@ def _module_tool_names() -> list[str]:
 
 def declared_returns(name: str | None) -> tuple[str, ...]:
     """The result keys the configured tool `name` declares; () for None or an unknown tool."""
-    if name and catalogue.split_name(name) is not None:
+    if name and split_name(name) is not None:
         try:
             return _mcp_tool(name).returns
         except ToolError:
@@ -322,21 +327,28 @@ def declared_returns(name: str | None) -> tuple[str, ...]:
 
 
 def _mcp_tools() -> dict[str, Tool]:
+    if not get_settings().mcp_servers:  # the MCP SDK is loaded only where servers are configured
+        return {}
+    from models.mcp import catalogue
+
     return {name: _as_tool(found) for name, found in catalogue.offered().items()}
 
 
 def _mcp_tool(name: str) -> Tool:
     """The MCP tool `name`; raises `McpServerUnavailable` or `ToolNotEnabled` saying why not."""
+    from models.mcp import catalogue
+
     missing = catalogue.unavailable(name)
     if missing is not None:
         raise (McpServerUnavailable if missing.retryable else ToolNotEnabled)(missing.why)
-    server, _ = catalogue.split_name(name) or ("", "")
+    server, _ = split_name(name) or ("", "")
     return _as_tool(catalogue.listing(server).offered[name])
 
 
-def _as_tool(found: catalogue.McpTool) -> Tool:
+def _as_tool(found: McpTool) -> Tool:
     """An MCP server's tool as a `Tool`: its function calls the server within the step's time
     left (`AGENTQ_STEP_TIME_LIMIT_S` outside a step), with the step's idempotency key."""
+    from models.mcp import calls
 
     def call(ctx: ToolContext, **args: Any) -> dict[str, Any]:
         return calls.call_tool(

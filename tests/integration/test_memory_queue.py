@@ -115,6 +115,10 @@ def test_every_pool_process_warmed_up_before_the_first_task(
     assert set(pool) <= set(_warm_pids(engine))  # each live pool process loaded its model
     first_task = log.index("] received")  # the main process logs each message it takes
     assert log[:first_task].count(WORKER_WARM) == len(pool)  # all of them, before any task
+    # the main process imported torch before it forked, so no pool process imported it again
+    warms = [line for line in log.splitlines() if "event='worker.warm'" in line]
+    assert warms and all("preloaded=True" in line for line in warms), warms
+    assert log.index("event='worker.preloaded'") < log.index(WORKER_WARM)
 
 
 def test_a_replacement_pool_process_warms_up_and_is_not_killed() -> None:

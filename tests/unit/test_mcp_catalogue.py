@@ -17,7 +17,8 @@ import pytest
 from mcp.types import Tool, ToolAnnotations
 
 from models.mcp import loop
-from models.mcp.catalogue import listed, split_name, tool_name
+from models.mcp.catalogue import listed
+from models.mcp.names import split_name, tool_name
 from models.settings_mcp import McpServer
 
 OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}}

@@ -335,22 +335,43 @@ def check_memory_model() -> None:
         check_embedding_model(session, embedder())
 
 
+def preload() -> None:
+    """In a worker's main process, before its pool forks: import the configured embedder's
+    libraries (`models.memory.embedders.preload`), so each pool process's `warm_up` only reads
+    the weights. A failure is logged (`worker.preload`) and left to `warm_up`, which names it
+    again in each pool process."""
+    model = embedder()
+    try:
+        if embedders.preload(model):
+            log.info("worker.preloaded", embedder=model.model)
+    except Exception as exc:  # the pool must start even when the extra is missing
+        log.warning("worker.preload", embedder=model.model, error=f"{type(exc).__name__}: {exc}")
+
+
 def warm_up() -> float:
     """Load the configured embedder in this process (`models.memory.embedders.warm_up`), so no run
     waits for it; logs `worker.warming` (with `embedder`, the model) first, then `worker.warm`
-    with `seconds`, `embedder` and `warmed` (False for an API embedder, or when loading failed:
-    then `error`, and the first real embedding will fail and be recorded as `memory.failed`).
+    with `seconds`, `embedder`, `warmed` (False for an API embedder, or when loading failed:
+    then `error`, and the first real embedding will fail and be recorded as `memory.failed`) and
+    `preloaded` (whether the main process had imported the model's libraries: `preload`).
     Returns the seconds it took."""
     start = time.monotonic()
     model = embedder()
-    # Said before the load too: with the local model a pool process is silent for 5-30 s.
-    log.info("worker.warming", embedder=model.model, pid=os.getpid())
+    preloaded = embedders.preloaded(model)
+    # Said before the load too: without a preload, a pool process is silent for 5-30 s.
+    log.info("worker.warming", embedder=model.model, pid=os.getpid(), preloaded=preloaded)
     try:
         warmed, error = embedders.warm_up(model), None
     except Exception as exc:  # a failed warm-up must not stop the pool process from starting
         warmed, error = False, f"{type(exc).__name__}: {exc}"
     seconds = round(time.monotonic() - start, 3)
-    fields = {"seconds": seconds, "embedder": model.model, "warmed": warmed, "pid": os.getpid()}
+    fields = {
+        "seconds": seconds,
+        "embedder": model.model,
+        "warmed": warmed,
+        "preloaded": preloaded,
+        "pid": os.getpid(),
+    }
     if error is None:
         log.info("worker.warm", **fields)
     else:
