@@ -13,6 +13,8 @@ from ops.local import start_engine
 from ops.stack import LocalStack
 from tests.integration.conftest import TEST_ENV, engine_dir
 
+SESSION_POOL = 2  # the session engine's worker pool processes
+
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[LocalStack]:
@@ -21,7 +23,7 @@ def engine() -> Iterator[LocalStack]:
     os.environ.update(TEST_ENV)
     get_settings.cache_clear()
     for data_dir in engine_dir():
-        stack = start_engine(data_dir, worker_concurrency=2)
+        stack = start_engine(data_dir, worker_concurrency=SESSION_POOL)
         yield stack
         stack.stop()
 

@@ -28,6 +28,7 @@ from models.plans.tools import ToolContext, enabled_tool
 from models.review import reviews
 from models.settings import get_settings
 from models.tables import Escalation, StepAttempt, utcnow
+from tests.conftest import SESSION_POOL
 from tests.integration.conftest import run_steps, wait_for_run
 from worker.execution import approval_gates
 
@@ -95,6 +96,21 @@ def test_a_gated_call_waits_holding_no_worker_and_runs_once_when_approved(
         queue.send(TASK_EXECUTE_STEP, step.id)
     time.sleep(1.5)
     assert _lines(marker_file) == ["paid"]
+
+
+def test_calls_waiting_longer_than_any_step_hold_no_worker(
+    make_run: MakeRun, marker_file: Path
+) -> None:
+    """More calls wait than the worker has pool processes, and other work still runs: a wait
+    (a day, until its deadline) costs no worker, no lease and no message in flight."""
+    waiting = [_gated(make_run, marker_file)[0] for _ in range(SESSION_POOL + 1)]
+    noop = [{"name": "a", "kind": "tool", "tool": "noop"}]
+    other = make_run(noop, user=f"free-{uuid.uuid4().hex[:8]}")
+    assert wait_for_run(other, timeout_s=30).status == "succeeded"
+    for run_id in waiting:
+        (step,) = run_steps(run_id)
+        assert (step.status, step.lease_expires_at) == ("waiting_approval", None)
+    assert _lines(marker_file) == []
 
 
 def test_an_approved_call_that_ran_runs_not_again_on_a_later_attempt(
