@@ -25,6 +25,7 @@ from models.memory.procedures import SCOPES, Actor, Procedure, ProcedureVersion
 from models.sql import PG_INT_MAX
 from ops.connection import connect
 from ops.inputs import reviewer_name
+from ops.submit_command import DEFAULT_USER
 from ops.views import cell, literal
 
 procedure_app = typer.Typer(
@@ -51,7 +52,9 @@ TemplateFile = Annotated[
 ScopeOption = Annotated[
     str | None, typer.Option(callback=_scope, help=f"Who it is for: {', '.join(SCOPES)}.")
 ]
-UserOption = Annotated[str | None, typer.Option("--user", help="The user of a user scope.")]
+UserOption = Annotated[
+    str | None, typer.Option("--user", help="The user of a user scope (add: local if not given).")
+]
 ToolOption = Annotated[str | None, typer.Option("--tool", help="The tool of a tool scope.")]
 
 
@@ -87,6 +90,8 @@ def add(
     actor = _actor()
     data: dict[str, Any] = {"title": title or "", "when_to_use": when or "", "body": body or ""}
     data["scope"] = scope
+    if scope == "user" and user is None:
+        user = DEFAULT_USER  # as `agentq run submit` without --user
     data |= {"plan_template": _template(template), "user_id": user, "tool": tool}
     shown(procedure_admin.add(actor, data), "added")
 

@@ -40,12 +40,14 @@ SUBMIT_JSON_HELP = (
 console = Console()
 notes = Console(stderr=True)
 
+DEFAULT_USER = "local"  # the user of `run submit` and `procedure add` without --user
+
 
 def submit(
     goal: Annotated[str, typer.Argument(callback=not_blank, help="What the agent should achieve.")],
     user: Annotated[
         str, typer.Option(callback=not_blank, help="Who the run belongs to.")
-    ] = "local",
+    ] = DEFAULT_USER,
     fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
     pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
     plan: Annotated[

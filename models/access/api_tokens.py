@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.access import ui_sessions
-from models.engine.runs import USER_ID_MAX_CHARS
+from models.engine.runs import check_user_id
 from models.engine.transitions import WITHDRAWN_BY
 from models.errors import IllegalTransition, InvalidInput, NotFound
 from models.review import reviews
@@ -82,8 +82,8 @@ def _check(*, name: str, role: str, user_id: str | None) -> None:
         raise InvalidInput("user: a submitter token needs the agentq user it acts for")
     if role != "submitter" and user_id is not None:
         raise InvalidInput(f"user: only submitter tokens act for a user, not {role} tokens")
-    if user_id is not None and len(user_id) > USER_ID_MAX_CHARS:
-        raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
+    if user_id is not None:
+        check_user_id(user_id)
 
 
 def _check_name_free(session: Session, name: str) -> None:

@@ -170,8 +170,7 @@ def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None
             raise InvalidInput(problem)
     if not goal.strip() or len(goal) > GOAL_MAX_CHARS:
         raise InvalidInput(f"goal: must be 1 to {GOAL_MAX_CHARS} characters (got {len(goal)})")
-    if not user_id.strip() or len(user_id) > USER_ID_MAX_CHARS:
-        raise InvalidInput(f"user: must be 1 to {USER_ID_MAX_CHARS} characters")
+    check_user_id(user_id)
     for key, value in facts.items():
         if not re.match(FACT_KEY_PATTERN, key):
             raise InvalidInput(f"fact {key!r}: the key {WORDS[FACT_KEY_PATTERN]}")
@@ -182,6 +181,15 @@ def _check_submission(*, goal: str, user_id: str, facts: dict[str, str]) -> None
                 f"fact {key!r}: the value is at most {FACT_VALUE_MAX_CHARS} characters "
                 f"(got {len(value)}); a document belongs in a tool, not a pinned fact"
             )
+
+
+def check_user_id(user_id: str) -> None:
+    """Raise `InvalidInput` naming `user` unless `user_id` is 1 to `USER_ID_MAX_CHARS` (200, the
+    `user_id` columns' length) characters, not all blank: before anything is written for it."""
+    if not user_id.strip() or len(user_id) > USER_ID_MAX_CHARS:
+        raise InvalidInput(
+            f"user: must be 1 to {USER_ID_MAX_CHARS} characters (got {len(user_id)})"
+        )
 
 
 def _check_criteria(criteria: list[str], facts: dict[str, str]) -> None:

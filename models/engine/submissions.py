@@ -43,7 +43,7 @@ from sqlmodel import Session
 from models.db import session_scope
 from models.engine import decisions, fair_queue, idempotency, queue, stack_limits, tracing
 from models.engine.dispatch import Send
-from models.engine.runs import MAX_PINNED_FACTS, submit_run
+from models.engine.runs import MAX_PINNED_FACTS, check_user_id, submit_run
 from models.errors import AgentqError
 from models.plans.goal_values import GoalPins, pins
 from models.plans.plans import PlanSpec
@@ -118,6 +118,7 @@ def insert_and_decide(
     `models.engine.stack_limits`), in the caller's transaction; the run and the `(task, args)` to
     send once the caller has committed. Raises what `submit_run` raises (`InvalidInput`,
     `InvalidPlan`, `UserQuotaExceeded`), and then nothing is written."""
+    check_user_id(request.user_id)  # before the fair queue's row of that user is written
     goal_pins = request.goal_pins()
     settings = stack_limits.effective(session, settings)
     fair_queue.lift(session, request.user_id)  # a user back from a pause banks no credit

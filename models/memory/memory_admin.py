@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 
 from models.db import session_scope
 from models.engine import erased_runs, queue, transitions
+from models.engine.runs import check_user_id
 from models.errors import Conflict, IllegalTransition, NotFound
 from models.memory import erasures
 from models.memory.embedders import LocalEmbedder, make_embedder
@@ -232,8 +233,10 @@ def forget(user_id: str, *, cancel_runs: bool = False, runs: bool = False) -> Fo
     Commits, one transaction per part (memory; each cancel; the runs' content): a forget holds
     the user's erasure lock, which a decision waits for while it holds its run's lock, so the
     forget never waits for a run's lock itself. Raises `Conflict` (changing nothing) for
-    `runs` while the user has active runs and `cancel_runs` is not given.
+    `runs` while the user has active runs and `cancel_runs` is not given, and `InvalidInput`
+    for a `user_id` no user can have (`models.engine.runs.check_user_id`).
     """
+    check_user_id(user_id)  # before the erasure point's row is written
     with session_scope() as session:
         active = active_runs(session, user_id=user_id)
         if runs and active and not cancel_runs:

@@ -20,7 +20,7 @@ from models.db import session_scope
 from models.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from models.memory import procedure_admin
 from models.memory.procedure_recall import Used, used_by_run
-from models.memory.procedures import Actor
+from models.memory.procedures import Actor, Procedure
 from ops.procedure_commands import procedure_app
 from ops.stack import LocalStack
 from tests.integration.conftest import run_steps, wait_for_run
@@ -144,6 +144,13 @@ def test_the_cli_adds_shows_edits_saves_and_deletes(make_run: MakeRun, tmp_path:
     finally:
         gone = cli.invoke(procedure_app, ["delete", str(procedure_id), "--yes"])
         assert gone.exit_code == 0, gone.output
+    # a user scope without --user is user local's, as `agentq run submit`'s runs are
+    mine = cli.invoke(procedure_app, ["add", "--title", "Tally", "--when", "w", "--body", "b"])
+    assert mine.exit_code == 0, mine.output
+    with session_scope() as session:
+        added_for = session.get(Procedure, int(mine.output.split()[1]))
+        assert added_for is not None and (added_for.scope, added_for.user_id) == ("user", "local")
+    procedure_admin.remove(OPERATOR, added_for.id or 0)
     run_id = make_run(STEPS, user=user, goal="Tally the Nantes receipts")
     wait_for_run(run_id)
     saved = cli.invoke(procedure_app, ["save", "--from-run", str(run_id)])

@@ -17,6 +17,8 @@ from models.db import session_scope
 from models.engine import queue, submissions
 from models.engine.queue import TASK_EXECUTE_STEP, TASK_PLAN
 from models.engine.submissions import RunRequest
+from models.errors import InvalidInput
+from models.memory import memory_admin
 from models.plans.plans import parse_plan
 from models.settings import get_settings
 from models.tables import Run, RunEvent, Step
@@ -97,6 +99,26 @@ def test_an_explicit_plans_first_steps_are_queued_by_its_submit(sent: Sent) -> N
     a, b, _ = run_steps(submitted.run_id)
     assert sent == [(TASK_EXECUTE_STEP, (a.id,)), (TASK_EXECUTE_STEP, (b.id,))]  # no coordinate
     assert wait_for_run(submitted.run_id).status == "succeeded"
+
+
+@pytest.mark.parametrize("user_id", ["u" * 201, " "])
+def test_a_user_id_no_user_can_have_is_refused_before_anything_is_written(
+    engine: LocalStack, user_id: str
+) -> None:
+    """Checked before the fair queue's row of that user is written (a 201-character id once
+    reached Postgres: `value too long for type character varying(200)`)."""
+    with session_scope() as session:
+        before = session.scalar(sa.text("SELECT count(*) FROM user_service"))
+    request = RunRequest(user_id=user_id, goal="refused", plan=None)
+    with pytest.raises(
+        InvalidInput, match=rf"^user: must be 1 to 200 characters \(got {len(user_id)}\)$"
+    ):
+        submissions.submit(request, settings=get_settings())
+    with pytest.raises(InvalidInput, match=r"^user: must be 1 to 200 characters"):
+        memory_admin.forget(user_id)
+    with session_scope() as session:
+        assert session.scalar(sa.text("SELECT count(*) FROM user_service")) == before
+        assert session.scalar(sa.text("SELECT count(*) FROM runs WHERE goal = 'refused'")) == 0
 
 
 def _step_rows(session: Session, run: Run) -> list[tuple[object, ...]]:
