@@ -92,10 +92,11 @@ def show(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
 def watch(run_id: RunId) -> None:
     """A live table of the run's steps until it ends or waits for review."""
     from ops.connection import connect
-    from ops.watch import watch_until_settled
+    from ops.watch import run_goes_on, watch_until_settled
 
     connect()
-    raise typer.Exit(watch_until_settled(console, run_id))
+    with run_goes_on(console, run_id):
+        raise typer.Exit(watch_until_settled(console, run_id))
 
 
 @run_app.command("cancel")

@@ -10,6 +10,7 @@ Heavy modules are imported when it runs, not when `agentq --help` builds the com
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -97,7 +98,7 @@ def submit(
     from ops import views
     from ops.connection import connect
     from ops.inputs import parse_facts, read_plan
-    from ops.watch import watch_until_settled
+    from ops.watch import run_goes_on, watch_until_settled
 
     if as_json and watch_run:
         raise InvalidInput(
@@ -127,14 +128,15 @@ def submit(
     if as_json:
         _print_submitted(submitted)
         return
-    if submitted.replayed:
-        console.print(f"run {run_id} submitted (before, with this key; nothing new submitted)")
-    else:
-        console.print(views.said(submitted.notified, f"run {run_id} submitted"))
-    if found := views.goal_values_text(submitted.from_goal, asked=pin_from_goal):
-        console.print(found)
-    if watch_run:
-        raise typer.Exit(watch_until_settled(console, run_id))
+    with run_goes_on(console, run_id) if watch_run else nullcontext():
+        if submitted.replayed:
+            console.print(f"run {run_id} submitted (before, with this key; nothing new submitted)")
+        else:
+            console.print(views.said(submitted.notified, f"run {run_id} submitted"))
+        if found := views.goal_values_text(submitted.from_goal, asked=pin_from_goal):
+            console.print(found)
+        if watch_run:
+            raise typer.Exit(watch_until_settled(console, run_id))
 
 
 def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:

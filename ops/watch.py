@@ -12,6 +12,8 @@ the event of the run's final status is never seen before the status itself.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 
 from rich.console import Console
@@ -57,6 +59,23 @@ def follow(live: Live, run_id: int) -> str:
         if moved(feed, run_id) or time.monotonic() - drawn >= IDLE_REDRAW_S:
             status, drawn = draw(live, run_id), time.monotonic()
     return status
+
+
+@contextmanager
+def run_goes_on(console: Console, run_id: int) -> Iterator[None]:
+    """Around a command's watch of run `run_id` (`agentq run watch`, `run submit --watch`): on
+    Ctrl-C, say that the run goes on without the watch, then let the `KeyboardInterrupt` end the
+    command (exit status 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not console.is_terminal:  # a pipe's last render has no newline of its own
+            console.line()
+        console.print(
+            f"stopped watching; run {run_id} goes on (`agentq run watch {run_id}`, "
+            f"`agentq run cancel {run_id}`)"
+        )
+        raise
 
 
 def watch_until_settled(console: Console, run_id: int) -> int:

@@ -350,3 +350,27 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
     piped = agentq(home, "run", "submit", "piped", "--plan", "-", "--watch", stdin=plan.read_text())
     assert piped.returncode == 0, piped.stdout + piped.stderr  # `--plan -`: the plan on stdin
     assert '"[offline]"' in piped.stdout and "succeeded" in piped.stdout, piped.stdout
+
+    # Ctrl-C on --watch stops the watch, not the run, and says so
+    slow = home / "slow.json"
+    slow.write_text(
+        json.dumps(
+            {"steps": [{"name": "s", "kind": "tool", "tool": "sleep", "args": {"seconds": 3}}]}
+        )
+    )
+    watching = subprocess.Popen(
+        [AGENTQ, "run", "submit", "slow", "--plan", str(slow), "--watch"],
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert watching.stdout is not None
+    first = watching.stdout.readline()  # "run N submitted": the watch has begun
+    run_id = re.search(r"run (\d+) submitted", first)
+    assert run_id is not None, first
+    watching.send_signal(signal.SIGINT)
+    said = watching.communicate(timeout=30)[0]
+    assert watching.returncode == 130, said
+    assert f"stopped watching; run {run_id.group(1)} goes on" in said, said
+    assert "succeeded" in agentq(home, "run", "watch", run_id.group(1)).stdout
