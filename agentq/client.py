@@ -32,6 +32,8 @@ from httpx_sse import aconnect_sse, connect_sse
 from agentq import routes
 from agentq.memory_calls import AsyncMemoryCalls, MemoryCalls
 from agentq.routes import API_PREFIX, ApiError, ReviewOrder, ReviewStatus, StreamItem
+from agentq.run_calls import AsyncRunCalls, RunCalls
+from agentq.schedule_calls import AsyncScheduleCalls, ScheduleCalls  # issue 32, item 2
 from agentq.stream_state import STREAM_READ_TIMEOUT_S, TIMEOUT_S, StreamState, settled
 from api.responses import (
     DecisionOut,
@@ -55,11 +57,12 @@ def _base(url: str) -> str:
     return url.removesuffix(API_PREFIX)
 
 
-class Client(MemoryCalls):
+class Client(MemoryCalls, RunCalls, ScheduleCalls):
     """A synchronous client. `timeout_s` bounds each request; a stream may stay silent for
     `stream_read_timeout_s` (the server sends a keep-alive every 15 s by default) before it is
     reconnected. `transport` is httpx's (tests pass one). Use it as a context manager, or call
-    `close`. The memory and procedure methods are `agentq.memory_calls.MemoryCalls`'."""
+    `close`. The memory and procedure methods are `agentq.memory_calls.MemoryCalls`', `fork` is
+    `agentq.run_calls.RunCalls`'."""
 
     def __init__(
         self,
@@ -235,7 +238,7 @@ class Client(MemoryCalls):
         return self._call(routes.decide(escalation_id, routes.edit_body(plan, fields)))
 
 
-class AsyncClient(AsyncMemoryCalls):
+class AsyncClient(AsyncMemoryCalls, AsyncRunCalls, AsyncScheduleCalls):
     """`Client` for asyncio: the same methods, each a coroutine (`events` and `review_events`
     are async iterators). Use it as an async context manager, or await `aclose`."""
 

@@ -11,14 +11,7 @@ import builtins
 from typing import Any, TypeVar
 
 from agentq import routes
-from api.responses import (
-    DeletedOut,
-    FactOut,
-    ForgetOut,
-    ProcedureDetail,
-    ProcedureOut,
-    SearchOut,
-)
+from api.responses import DeletedOut, FactOut, ForgetOut, ProcedureDetail, ProcedureOut, SearchOut
 
 T = TypeVar("T")
 

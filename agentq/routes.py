@@ -42,6 +42,7 @@ from api.schemas import (
     ProcedureChange,
     Reject,
     Respond,
+    RunFork,
     RunSubmit,
     SaveFromRun,
 )
@@ -71,6 +72,7 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("GET", "/runs/{run_id}"): "get",
     ("GET", "/runs/{run_id}/steps/{step_id}/result"): "step_result",
     ("POST", "/runs/{run_id}/cancel"): "cancel",
+    ("POST", "/runs/{run_id}/fork"): "fork",
     ("GET", "/runs/{run_id}/events/stream"): "events",  # `wait` follows it too
     ("GET", "/reviews"): "reviews",
     ("GET", "/reviews/{escalation_id}"): "review",
@@ -93,6 +95,13 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("PATCH", "/procedures/{procedure_id}"): "edit_procedure",
     ("DELETE", "/procedures/{procedure_id}"): "delete_procedure",
     ("POST", "/procedures/from-run/{run_id}"): "save_procedure",
+    # goals on a schedule: agentq.schedule_calls
+    ("POST", "/schedules"): "add_schedule",
+    ("GET", "/schedules"): "schedules",
+    ("GET", "/schedules/{schedule_id}"): "schedule",
+    ("POST", "/schedules/{schedule_id}/pause"): "pause_schedule",
+    ("POST", "/schedules/{schedule_id}/resume"): "resume_schedule",
+    ("DELETE", "/schedules/{schedule_id}"): "remove_schedule",
 }
 
 
@@ -164,6 +173,12 @@ def submit(goal: str, idempotency_key: str, **fields: Any) -> Call[SubmittedOut]
     body = RunSubmit(goal=goal, **fields)
     headers = {"Idempotency-Key": idempotency_key}
     return Call("POST", "/runs", model(SubmittedOut), body=body, headers=headers)
+
+
+def fork(run_id: int, from_step: str, **fields: Any) -> Call[SubmittedOut]:
+    """`POST /runs/{run_id}/fork`: `fields` are `RunFork`'s (plan, facts)."""
+    body = RunFork(from_step=from_step, **fields)
+    return Call("POST", f"/runs/{run_id}/fork", model(SubmittedOut), body=body)
 
 
 def retry_delay_s(attempt: int) -> float:

@@ -21,7 +21,9 @@ from api import (
     metrics,
     procedures,
     reviews,
+    run_forks,
     runs,
+    schedules,
     streams,
 )
 from api.auth import AnyPrincipal
@@ -88,8 +90,8 @@ def me(principal: AnyPrincipal) -> PrincipalOut:
 
 
 def create_app() -> FastAPI:
-    """The API app: `/api/v1/{runs,reviews,memory,me}`, `/healthz`, `/readyz`, `/metrics`,
-    `/openapi.json`,
+    """The API app: `/api/v1/{runs,reviews,memory,procedures,schedules,me}`, `/healthz`,
+    `/readyz`, `/metrics`, `/openapi.json`,
     `/docs` (only with `AGENTQ_API_DOCS`), and the web UI (`api.ui.install`, at `/ui`)."""
     from api.ui import install
 
@@ -121,7 +123,15 @@ def create_api() -> FastAPI:
     )
     install_error_handlers(app)
     refusals = {code: {"model": ErrorOut, "description": text} for code, text in REFUSALS.items()}
-    routers = (runs.router, reviews.router, streams.router, memory.router, procedures.router)
+    routers = (
+        runs.router,
+        run_forks.router,
+        reviews.router,
+        streams.router,
+        memory.router,
+        procedures.router,
+        schedules.router,  # goals on a schedule (issue 32, item 2)
+    )
     for router in (*routers, me_router):
         app.include_router(
             router,

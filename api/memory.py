@@ -29,7 +29,7 @@ from api.schemas import PG_INT_MAX, Forget
 from api.token_limits import LIMITED, charge_costly_read
 from models.db import session_scope
 from models.engine.runs import USER_ID_MAX_CHARS
-from models.front import commands
+from models.front import commands, forgetting
 from models.memory import memory_admin
 from models.memory.facts import facts_of
 from models.patterns import NO_NUL_PATTERN
@@ -149,12 +149,12 @@ def forget(principal: Submitter, body: Forget | None = None) -> ForgetOut:
     """Delete all of the user's memory: facts with their history, episodes, turns, summaries,
     and the events that quoted recalled facts. It is final: memory writes of the user's runs
     created before it are dropped. With `cancel_runs`, the user's active runs are cancelled;
-    with `runs`, their runs' content is erased too. Admin for any user; a submitter token for
-    its own user only (403 for another). Every field is optional, the body too: a submitter
-    forgets its own memory with an empty POST."""
+    with `runs`, their runs' content is erased and their schedules deleted too. Admin for any
+    user; a submitter token for its own user only (403 for another). Every field is optional,
+    the body too: a submitter forgets its own memory with an empty POST."""
     body = body or Forget()
     user_id = memory_user(body.user, principal)
-    done = memory_admin.forget(user_id, cancel_runs=body.cancel_runs, runs=body.runs)
+    done = forgetting.forget(user_id, cancel_runs=body.cancel_runs, runs=body.runs)
     return ForgetOut(
         user_id=user_id,
         deleted=done.deleted,

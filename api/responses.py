@@ -13,10 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.goal_check_responses import Criterion as Criterion
 from api.goal_check_responses import GoalCheckOut as GoalCheckOut
+from api.memory_responses import DeletedOut as DeletedOut
+from api.memory_responses import EpisodeOut as EpisodeOut
+from api.memory_responses import FactOut as FactOut
+from api.memory_responses import ForgetOut as ForgetOut
+from api.memory_responses import Score as Score
+from api.memory_responses import ScoredEpisodeOut as ScoredEpisodeOut
+from api.memory_responses import ScoredFactOut as ScoredFactOut
+from api.memory_responses import SearchOut as SearchOut
 from api.procedure_responses import ProcedureDetail as ProcedureDetail
 from api.procedure_responses import ProcedureOut as ProcedureOut
 from api.procedure_responses import ProcedureOutcomeOut as ProcedureOutcomeOut
 from api.procedure_responses import ProcedureVersionOut as ProcedureVersionOut
+from api.schedule_responses import ScheduleFireOut as ScheduleFireOut
+from api.schedule_responses import ScheduleOut as ScheduleOut
 
 
 class ErrorOut(BaseModel):
@@ -227,6 +237,17 @@ class BudgetStanding(BaseModel):
     default_limit: float
 
 
+class ForkedFromOut(BaseModel):
+    """Where a forked run came from (`agentq run fork`, `models.engine.forks`): the source run and
+    the step it was forked from (that step and every step waiting for it ran anew), and this
+    run's steps copied from the source's, this run's step id (text) -> the source's."""
+
+    run_id: int
+    step: str
+    step_id: int
+    copied: dict[StepIdKey, int]
+
+
 class RunDetail(RunOut):
     """One run with everything about it: pinned facts, every plan version, every step (all
     versions, by id), a page of the timeline (the newest events, oldest first), its escalations
@@ -253,6 +274,12 @@ class RunDetail(RunOut):
     shortened: list[Literal["final_result"]] = Field(
         default=[], description="`final_result` when it is a `Preview`."
     )
+    forked_from: ForkedFromOut | None = None
+    forks: list[int] = Field(default=[], description="The runs forked from this one, oldest first.")
+    parent_run_id: int | None = Field(
+        default=None, description="For a child run: the run whose step of kind `run` submitted it."
+    )
+    child_runs: list[int] = Field(default=[], description="This run's child runs, oldest first.")
 
 
 class GoalValuesOut(BaseModel):
@@ -298,87 +325,6 @@ class DecisionOut(BaseModel):
     run: RunOut
     notified: bool
     said: str = Field(default="", description="What the decision did, in words (budgets set).")
-
-
-class FactOut(BaseModel):
-    """One version of a fact; current while `valid_to` is null (and `expires_at` not past)."""
-
-    model_config = ConfigDict(from_attributes=True)
-    id: int
-    user_id: str
-    subject: str
-    attribute: str | None
-    category: str
-    text: str
-    valid_from: datetime
-    valid_to: datetime | None
-    superseded_by: int | None
-    source_run_id: int | None
-    source: str = Field(
-        description="Where it came from: `run:<id>` (extracted from the user's run), "
-        "`reviewer:<name>` (a reviewer's answer, remembered at the reviewer's request), or "
-        "`unknown` (stored before sources were recorded)."
-    )
-    expires_at: datetime | None
-    embedding_model: str
-
-
-class EpisodeOut(BaseModel):
-    """One finished run as remembered."""
-
-    model_config = ConfigDict(from_attributes=True)
-    id: int
-    user_id: str
-    run_id: int
-    goal: str
-    outcome: str
-    final_answer: str
-    summary: str
-    created_at: datetime
-
-
-class Score(BaseModel):
-    """How a recalled item ranked: cosine `similarity`, whether the text matched, `score`."""
-
-    similarity: float
-    text_match: bool
-    score: float
-
-
-class ScoredFactOut(Score):
-    fact: FactOut
-
-
-class ScoredEpisodeOut(Score):
-    episode: EpisodeOut
-
-
-class SearchOut(BaseModel):
-    """Hybrid recall over a user's facts and episodes, best first."""
-
-    facts: list[ScoredFactOut]
-    episodes: list[ScoredEpisodeOut]
-    embedding_model: str
-
-
-class ForgetOut(BaseModel):
-    """Rows deleted per kind (facts, episodes, turns, summaries, recall events); the user's new
-    erasure point (memory writes of runs created before it are dropped); the runs cancelled;
-    with `runs`, the rows whose content was erased per table."""
-
-    user_id: str
-    deleted: dict[str, int]
-    erased_at: datetime
-    cancelled_runs: list[int] = []
-    erased_runs: dict[str, int] = {}
-
-
-class DeletedOut(BaseModel):
-    """One fact (with the versions it superseded) or episode deleted: rows changed per kind
-    (the facts or episode, and the `memory.recalled` events that quoted them)."""
-
-    user_id: str
-    deleted: dict[str, int]
 
 
 class TokenOut(BaseModel):

@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from api.auth import Reviewer
 from api.responses import BudgetStanding, DecisionOut, ReviewOut, StepOut
-from api.runs import escalation_out, run_out
+from api.run_views import escalation_out, run_out
 from api.schemas import PG_INT_MAX, Approve, Edit, Reject, Respond
 from api.token_limits import LIMITED, REVIEWS_PAGE_FREE, charge_page
 from models.db import session_scope

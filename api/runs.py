@@ -20,38 +20,26 @@ from api.auth import AnyPrincipal, Principal, Submitter
 from api.errors import IDEMPOTENCY_REUSED, QUOTA_REFUSAL
 from api.memory import without_memory
 from api.responses import (
-    Criterion,
     ErrorOut,
-    EscalationOut,
-    EventOut,
-    GoalCheckOut,
-    GoalValuesOut,
-    PlanVersionOut,
     RunDetail,
     RunOut,
-    Spend,
-    StepOut,
     StepResultOut,
     SubmittedOut,
 )
+from api.run_views import run_detail, run_out, submitted_out
 from api.schemas import PG_INT_MAX, RunStatus, RunSubmit
 from api.token_limits import EVENTS_PAGE_FREE, LIMITED, RUNS_PAGE_FREE, charge_page
 from models.bounds import IDEMPOTENCY_KEY_MAX_CHARS
 from models.db import session_scope
 from models.engine import previews
-from models.engine.goal_checks import criteria_texts
-from models.engine.goal_reports import GoalReport, report_of
 from models.engine.idempotency import Key
-from models.engine.runs import USER_ID_MAX_CHARS, get_run, pinned_facts
-from models.engine.submissions import RunRequest, Submitted
+from models.engine.runs import USER_ID_MAX_CHARS, get_run
+from models.engine.submissions import RunRequest
 from models.errors import NotFound
 from models.front import commands, queries
 from models.patterns import IDEMPOTENCY_KEY_PATTERN, NO_NUL_PATTERN
-from models.plans.layout import by_wave
-from models.plans.plans import dependencies
-from models.review import escalations
 from models.settings import get_settings
-from models.tables import Escalation, PlanVersion, Run, utcnow
+from models.tables import Run
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=PG_INT_MAX, description="Run id.")]
@@ -81,126 +69,6 @@ REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name for it
 EventsLimit = Annotated[
     int, Query(ge=1, le=previews.EVENTS_PAGE_MAX, description="Events in the page, the newest.")
 ]
-
-
-def run_out(run: Run) -> RunOut:
-    """The listed view of a run."""
-    return RunOut(
-        id=run.id or 0,
-        user_id=run.user_id,
-        goal=run.goal,
-        status=run.status,
-        plan_version=run.plan_version,
-        provider=run.provider,
-        error=run.error,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
-        finished_at=run.finished_at,
-        spend=Spend(
-            replans_used=run.replans_used,
-            replans_limit=run.replans_limit,
-            tokens_used=run.tokens_used,
-            tokens_limit=run.tokens_limit,
-            cost_used_usd=run.cost_used_usd,
-            cost_limit_usd=run.cost_limit_usd,
-            wall_time_limit_s=run.wall_time_limit_s,
-            deadline_at=run.deadline_at,
-            deferrals=run.deferrals,
-            step_data_bytes=run.step_data_bytes,
-            step_data_limit_bytes=run.step_data_limit_bytes,
-        ),
-    )
-
-
-def escalation_out(esc: Escalation) -> EscalationOut:
-    """An escalation with how long it has waited (until its decision), s."""
-    out = EscalationOut.model_validate(esc)
-    out.waiting_s = escalations.waiting_s(esc, utcnow())
-    return out
-
-
-def plan_version_out(version: PlanVersion) -> PlanVersionOut:
-    """A plan version with its graph as stored and its steps by wave (`models.plans.layout`)."""
-    waves = by_wave(version.step_ids, dependencies(version))
-    return PlanVersionOut.model_validate({**version.model_dump(), "waves": waves})
-
-
-def step_out(step: previews.StepShown) -> StepOut:
-    """A step as the run detail shows it: args and result whole, or previews when large."""
-    values = (("args", step.args), ("result", step.result))
-    shortened = [name for name, shown in values if shown.shortened]
-    return StepOut(
-        **step.columns, args=step.args.out(), result=step.result.out(), shortened=shortened
-    )
-
-
-def event_out(event: previews.EventShown) -> EventOut:
-    """An event as the run detail shows it: its detail whole, or a preview when large."""
-    return EventOut(
-        id=event.id,
-        step_id=event.step_id,
-        at=event.at,
-        kind=event.kind,
-        detail=event.detail.out(),
-        shortened=event.detail.shortened,
-    )
-
-
-def goal_check_out(goal: GoalReport) -> GoalCheckOut:
-    """The goal check as the run detail shows it (its words: `models.engine.goal_reports`)."""
-    return GoalCheckOut(
-        state=goal.state,
-        met=goal.met,
-        summary=goal.summary,
-        headline=goal.headline,
-        criteria=list(goal.criteria),
-        reason=goal.reason,
-        missing=list(goal.missing),
-        checked_by=goal.checked_by,
-        plan_version=goal.plan_version,
-        checked_at=goal.checked_at,
-    )
-
-
-def criteria_out(run: Run, pinned: dict[str, str]) -> list[Criterion]:
-    """The run's success criteria as written, each with its pinned values put in (`shown`)."""
-    shown = criteria_texts(run, pinned)
-    pairs = zip(run.success_criteria, shown, strict=True)
-    return [Criterion(text=c["text"], by=c["by"], shown=text) for c, text in pairs]
-
-
-def run_detail(
-    session: Session,
-    run: Run,
-    *,
-    events_before: int | None = None,
-    events_limit: int = previews.EVENTS_PAGE_DEFAULT,
-) -> RunDetail:
-    """Everything about `run`: plan versions, steps, a page of events (the newest
-    `events_limit` below `events_before`), escalations, pinned facts; large values as previews."""
-    run_id = run.id or 0
-    versions = queries.plan_versions(session, run_id)
-    page = previews.events_page(session, run_id, before=events_before, limit=events_limit)
-    final = previews.shown(run.final_result)
-    escalations = queries.run_escalations(session, run_id)
-    plan_versions = [plan_version_out(v) for v in versions]
-    current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
-    pinned = pinned_facts(session, run_id)
-    return RunDetail(
-        **run_out(run).model_dump(),
-        pinned_facts=pinned,
-        success_criteria=criteria_out(run, pinned),
-        goal_check=goal_check_out(report_of(session, run, pinned)),
-        replan_check=run.replan_check,
-        final_result=final.out(),
-        plan_versions=plan_versions,
-        current_step_ids=current,
-        steps=[step_out(s) for s in previews.steps_shown(session, run_id)],
-        events=[event_out(e) for e in page.events],
-        events_next_before=page.older,
-        escalations=[escalation_out(e) for e in escalations],
-        shortened=["final_result"] if final.shortened else [],
-    )
 
 
 def visible_run(session: Session, run_id: int, principal: Principal) -> Run:
@@ -288,14 +156,6 @@ def submit(
 
 def _run_json(session: Session, run: Run) -> dict[str, Any]:
     return run_detail(session, run).model_dump(mode="json")
-
-
-def submitted_out(run: RunDetail, submitted: Submitted[Any]) -> SubmittedOut:
-    """The answer to a submit (`POST /api/v1/runs`, `agentq run submit --json`): the run as
-    `run`, whether its messages were sent, and the values found in its goal."""
-    pins = submitted.from_goal
-    from_goal = GoalValuesOut(found=pins.found, pinned=pins.pinned, overridden=pins.overridden)
-    return SubmittedOut(run=run, notified=submitted.notified, from_goal=from_goal)
 
 
 def check_plan_role(principal: Principal) -> None:

@@ -29,8 +29,15 @@ from models.engine.runs import (
     USER_ID_MAX_CHARS,
 )
 from models.memory.procedures import BODY_MAX_CHARS, TITLE_MAX_CHARS, WHEN_MAX_CHARS, Scope
-from models.patterns import FACT_KEY_PATTERN, NOT_BLANK_PATTERN
+from models.patterns import (
+    FACT_KEY_PATTERN,
+    NOT_BLANK_PATTERN,
+    SCHEDULE_NAME_PATTERN,
+    STEP_NAME_PATTERN,
+)
 from models.plans.plans import MAX_CRITERIA, MAX_CRITERION_CHARS, PlanSpec
+from models.schedules.due_times import CRON_MAX_CHARS, TIMEZONE_MAX_CHARS
+from models.schedules.schedules import CATCH_UP_MAX
 from models.sql import PG_INT_MAX as PG_INT_MAX
 from models.storable import json_integer, storable_problem, too_deep
 
@@ -175,6 +182,21 @@ class RunSubmit(Body):
         '-> "always" or {"when": [{"arg": <name>, <comparison>: <value>}]} (never "never": a '
         "run may only ask for more approvals). A gated call waits for a reviewer "
         "(`approval_required`) before it runs.",
+    )
+
+
+class RunFork(Body):
+    """Fork a run from a step (`models.engine.forks`): `from_step` and every step waiting for it
+    run anew; the steps before it keep their results. `plan` (`{"steps": [...]}`) replaces
+    `from_step` and what waits for it, its steps waiting for the kept steps by name; `facts` are
+    pinned over the source run's."""
+
+    from_step: Annotated[str, StringConstraints(pattern=STEP_NAME_PATTERN)]
+    plan: PlanSpec | None = None
+    facts: dict[FactKey, FactValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PINNED_FACTS,
+        description="Pinned over the source run's facts: a key given replaces its value.",
     )
 
 
@@ -323,3 +345,33 @@ class SaveFromRun(Body):
     title: Title | None = None
     scope: Scope | None = None
     tool: ToolName | None = None
+
+
+class ScheduleCreate(RunSubmit):
+    """A goal on a schedule (`models.schedules`): the run as `POST /api/v1/runs` takes it, submitted
+    as `user` at each due time of `cron` (read in `timezone`) or every `every_s` seconds; give
+    exactly one of the two (400 naming them otherwise)."""
+
+    name: Annotated[str, StringConstraints(pattern=SCHEDULE_NAME_PATTERN)] = Field(
+        description="Unique among the user's schedules."
+    )
+    cron: Annotated[str, StringConstraints(min_length=1, max_length=CRON_MAX_CHARS)] | None = Field(
+        default=None,
+        description="Five fields (minute hour day-of-month month day-of-week, such as "
+        "`0 9 * * 1-5`) or @hourly, @daily, @weekly, @monthly, @yearly.",
+    )
+    timezone: Annotated[str, StringConstraints(max_length=TIMEZONE_MAX_CHARS)] | None = Field(
+        default=None, description="The IANA time zone `cron` is read in (default UTC)."
+    )
+    every_s: Annotated[int, Field(ge=1, le=PG_INT_MAX), WHOLE_NUMBER] | None = Field(
+        default=None,
+        description="An interval, s, from now: at least AGENTQ_SCHEDULE_MIN_INTERVAL_S.",
+    )
+    overlap: Literal["skip", "allow"] = Field(
+        default="skip", description="skip: no run while this schedule's last run is active."
+    )
+    catch_up: Annotated[int, Field(ge=1, le=CATCH_UP_MAX), WHOLE_NUMBER] | None = Field(
+        default=None,
+        description="Of the due times missed while no scheduler ran, how many fire (the latest); "
+        "default AGENTQ_SCHEDULE_CATCH_UP.",
+    )

@@ -24,6 +24,8 @@ KEY_PATH_PATTERN: Final = r"^[A-Za-z0-9_-]+([.][A-Za-z0-9_-]+)*$"
 # A submit's Idempotency-Key (`models.engine.idempotency`): 1 to 255 visible ASCII characters
 # (Stripe's length), so a header carries it as it is and it reads as itself in a log.
 IDEMPOTENCY_KEY_PATTERN: Final = r"^[\x21-\x7e]{1,255}$"
+# A schedule's name, unique per user (`models.schedules`): a word to type and to put in a URL.
+SCHEDULE_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"  # Postgres text cannot hold NUL; query strings can send it
 # Some text that is not only whitespace (the server strips and refuses blank text), and no NUL.
 NOT_BLANK_PATTERN: Final = r"^[^\x00]*[^\x00\s][^\x00]*$"
@@ -36,6 +38,8 @@ WORDS: Final[dict[str, str]] = {
     KEY_PATH_PATTERN: "must be keys of letters, digits, _ or -, joined by dots (such as total or "
     "receipt.total)",
     IDEMPOTENCY_KEY_PATTERN: "must be 1 to 255 visible ASCII characters, with no space",
+    SCHEDULE_NAME_PATTERN: "must be a lower-case letter or digit, then at most 63 lower-case "
+    "letters, digits, _ or - (such as daily-report)",
     NO_NUL_PATTERN: "must hold no NUL character",
     NOT_BLANK_PATTERN: "must hold a character other than whitespace, and no NUL character",
 }

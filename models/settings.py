@@ -23,6 +23,7 @@ from pydantic_settings import SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
 from models.settings_approvals import ApprovalSettings
+from models.settings_children import ChildRunSettings
 from models.settings_client import ClientSettings
 from models.settings_connections import ConnectionSettings
 from models.settings_console import ConsoleSettings
@@ -31,6 +32,7 @@ from models.settings_mcp import McpSettings
 from models.settings_memory import MemorySettings
 from models.settings_operations import OperationsSettings
 from models.settings_provider import ProviderSettings
+from models.settings_schedules import ScheduleSettings  # issue 32, item 2
 from models.settings_storage import StepDataSettings
 from models.settings_variables import given_names, warn_unknown
 
@@ -65,6 +67,8 @@ class Settings(
     ApprovalSettings,
     McpSettings,
     ClientSettings,
+    ScheduleSettings,
+    ChildRunSettings,
 ):
     """All of agentq's configuration; each field's default is the documented default."""
 

@@ -57,6 +57,7 @@ STEP_STATUSES: Final = (
     "queued",
     "running",
     "waiting_approval",
+    "waiting_child",
     "succeeded",
     "failed",
     "cancelled",
@@ -65,6 +66,9 @@ STEP_DONE: Final = frozenset({"succeeded", "failed", "cancelled"})
 # What a cancel or edit drops; `waiting_approval`: stopped before a gated tool call, waiting for
 # a reviewer's decision (`models.approvals`), holding no worker.
 STEP_NOT_STARTED: Final = frozenset({"pending", "ready", "queued", "waiting_approval"})
+# `waiting_child`: a step of kind `run` whose child run goes on (`models.engine.children`), holding
+# no worker; it ends with its child. A cancel drops it (and cancels the child); an edit keeps it.
+STEP_CANCELLABLE: Final = STEP_NOT_STARTED | {"waiting_child"}
 
 STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
     {
@@ -81,6 +85,10 @@ STEP_MOVES: Final[frozenset[tuple[str, str]]] = frozenset(
         ("running", "waiting_approval"),  # stopped before a gated tool call (issue 30)
         ("waiting_approval", "ready"),  # a reviewer decided the call: the step goes on
         ("waiting_approval", "cancelled"),
+        ("running", "waiting_child"),  # a step of kind `run` submitted its child run (issue 32)
+        ("waiting_child", "succeeded"),  # the child run ended: succeeded, or not
+        ("waiting_child", "failed"),
+        ("waiting_child", "cancelled"),
         ("pending", "cancelled"),
         ("ready", "cancelled"),
         ("queued", "cancelled"),

@@ -1,5 +1,5 @@
 """The `agentq` command line: up, run (submit, list, show, watch, cancel, purge), review, memory,
-procedure, token, webhook, tools, demo, migrate, mcp, and the processes of a deployment.
+procedure, token, webhook, schedule, tools, demo, migrate, mcp, and the processes of a deployment.
 
 It talks to Postgres and the broker directly: the URLs come from `DATABASE_URL`/`BROKER_URL`, or
 from the `agentq up` running on the data directory (`AGENTQ_HOME`, default `~/.agentq`). `agentq
@@ -63,6 +63,12 @@ def _webhook() -> typer.Typer:
     return webhook_app
 
 
+def _schedule() -> typer.Typer:
+    from ops.schedule_commands import schedule_app
+
+    return schedule_app
+
+
 # Each help is the sub-app's own (tests/acceptance/test_first_run.py compares them).
 SUBCOMMANDS = {
     "review": LazyApp(
@@ -80,6 +86,9 @@ SUBCOMMANDS = {
         "Webhooks told of escalation.opened, escalation.deadline_passed, run.finished (signed, "
         "retried, logged).",
         _webhook,
+    ),
+    "schedule": LazyApp(
+        "Goals on a schedule: a cron expression in a time zone, or an interval.", _schedule
     ),
 }
 app = typer.Typer(

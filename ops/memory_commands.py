@@ -21,7 +21,7 @@ from api.responses import FactOut
 from models.db import session_scope
 from models.errors import ConfigurationError
 from models.formats import utc
-from models.front import commands
+from models.front import commands, forgetting
 from models.memory import memory_admin, reembedding
 from models.memory.facts import facts_of
 from models.memory.retrieval import Scored
@@ -150,7 +150,7 @@ def forget(
     if not yes:
         what = "all memory" + (" and the run contents" if runs else "")
         typer.confirm(f"Delete {what} of {user!r}? This cannot be undone", abort=True)
-    done = memory_admin.forget(user, cancel_runs=cancel_runs, runs=runs)
+    done = forgetting.forget(user, cancel_runs=cancel_runs, runs=runs)
     parts = ", ".join(f"{n} {kind}" for kind, n in done.deleted.items())
     console.print(Text(f"forgot {user}: {parts}"))
     if done.cancelled_runs:

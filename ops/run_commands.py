@@ -21,11 +21,12 @@ from rich.console import Console
 
 from models.bounds import PG_INT_MAX
 from models.states import RUN_STATUSES
+from ops.fork_command import fork
 from ops.json_output import JsonFlag
 from ops.option_values import run_status
 from ops.submit_command import submit
 
-RUN_HELP: Final = "Runs: submit a goal, list, show, watch, cancel, purge the ended ones."
+RUN_HELP: Final = "Runs: submit a goal, list, show, watch, fork, cancel, purge the ended ones."
 run_app = typer.Typer(help=RUN_HELP, no_args_is_help=True)
 console = Console()
 RunId = Annotated[int, typer.Argument(min=1, max=PG_INT_MAX, help="Run id.")]
@@ -61,7 +62,7 @@ def list_runs(
     with session_scope() as session:
         found = queries.newest_runs(session, limit=limit, status=status, user_id=user)
         if as_json:
-            from api.runs import run_out  # FastAPI's models: loaded only for --json
+            from api.run_views import run_out  # FastAPI's models: loaded only for --json
 
             print_json([run_out(r) for r in found])
         else:
@@ -81,7 +82,7 @@ def show(run_id: RunId, as_json: Annotated[bool, JsonFlag] = False) -> None:
     with session_scope() as session:
         run = get_run(session, run_id)
         if as_json:
-            from api.runs import run_detail  # FastAPI's models: loaded only for --json
+            from api.run_views import run_detail  # FastAPI's models: loaded only for --json
 
             print_json(run_detail(session, run))
         else:
@@ -97,6 +98,9 @@ def watch(run_id: RunId) -> None:
     connect()
     with run_goes_on(console, run_id):
         raise typer.Exit(watch_until_settled(console, run_id))
+
+
+run_app.command("fork")(fork)
 
 
 @run_app.command("cancel")

@@ -126,7 +126,7 @@ def submit(
     submitted = _submitted(request, idempotency_key)
     run_id = submitted.run_id
     if as_json:
-        _print_submitted(submitted)
+        print_submitted(submitted)
         return
     with run_goes_on(console, run_id) if watch_run else nullcontext():
         if submitted.replayed:
@@ -151,9 +151,10 @@ def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:
     return commands.submit_once(request, scoped, describe=lambda _, run: {"run_id": run.id})
 
 
-def _print_submitted(submitted: Submitted[Any]) -> None:
-    """`submitted` as the API answers a submit (`api.runs.submitted_out`), the run read now."""
-    from api.runs import run_detail, submitted_out  # FastAPI's models: loaded only for --json
+def print_submitted(submitted: Submitted[Any]) -> None:
+    """`submitted` as the API answers a submit or a fork (`api.run_views.submitted_out`), the run
+    read now."""
+    from api.run_views import run_detail, submitted_out  # FastAPI's models: loaded only for --json
     from models.db import session_scope
     from models.engine.runs import get_run
     from ops.json_output import print_json

@@ -23,6 +23,7 @@ from rich.text import Text
 from sqlmodel import Session
 
 from models.display import visible
+from models.engine import children, forks
 from models.engine.goal_reports import GoalReport, report, report_of
 from models.engine.runs import pinned_facts
 from models.formats import (
@@ -55,6 +56,7 @@ STATUS_STYLE = {
     "pending": "dim",
     "waiting_review": "magenta",
     "waiting_approval": "magenta",
+    "waiting_child": "cyan",
     "planning": "cyan",
     "replanning": "cyan",
     "synthesizing": "cyan",
@@ -176,15 +178,19 @@ def render_run(
     procedures: Iterable[Used] = (),
     offer_procedure: bool = False,
     goal: GoalReport | None = None,
+    lineage: str | None = None,
 ) -> RenderableType:
     """Everything about one run: budgets, pinned facts, its goal check (`goal`, else as told
     with no verdict: `models.engine.goal_reports`), the current plan (`steps` in order, `after`
     what each waits for, as `steps_table` takes), the procedures its plans used, escalation,
-    answer, and with `offer_procedure` the command that saves its plan as one."""
+    answer, with `offer_procedure` the command that saves its plan as one, and its forks
+    (`lineage`, `models.engine.forks.lineage`)."""
     head = Table.grid(padding=(0, 2))
     head.add_row("goal", literal(run.goal))
     head.add_row("user", literal(run.user_id))
     head.add_row("status", styled(run.status))
+    if lineage:
+        head.add_row("lineage", literal(lineage))
     head.add_row("provider", Text(provider_label(run.provider)))
     head.add_row("pinned facts", facts_text(facts))
     for label, text in goal_rows(goal or report(run, None, pinned=facts)):
@@ -255,17 +261,20 @@ def why_rows(told: reasons.Why) -> list[tuple[str | Text, Text]]:
 
 def run_panel(session: Session, run: Run) -> RenderableType:
     """`render_run` for `run`, with its pinned facts, current plan and open escalation."""
+    run_id = run.id or 0
     graph = current_graph(session, run)
-    facts = pinned_facts(session, run.id or 0)
+    facts = pinned_facts(session, run_id)
+    lineage = (forks.lineage(session, run_id), children.lineage(session, run_id))
     return render_run(
         run,
         facts=facts,
         steps=list(graph.kept),
-        escalation=queries.open_escalation(session, run.id or 0),
+        escalation=queries.open_escalation(session, run_id),
         after=graph.after or {},
-        procedures=used_by_run(session, run.id or 0),
+        procedures=used_by_run(session, run_id),
         offer_procedure=offers_procedure(session, run),
         goal=report_of(session, run, facts),
+        lineage="; ".join(filter(None, lineage)),
     )
 
 

@@ -4,7 +4,9 @@ It consumes the `coordinator` queue and runs one beat that sends `agentq.reconci
 `agentq.escalation_deadlines` every `AGENTQ_RECONCILE_INTERVAL_S` seconds,
 `agentq.expire_memory` every `AGENTQ_MEMORY_EXPIRY_INTERVAL_S`, `agentq.deliver_webhooks` every
 `AGENTQ_WEBHOOK_POLL_INTERVAL_S` (to the `webhooks` queue: the webhook sender runs it,
-`scheduler.sender`, never this process) and, with `AGENTQ_RUN_RETENTION_DAYS` set,
+`scheduler.sender`, never this process), `agentq.fire_schedules` every
+`AGENTQ_SCHEDULE_POLL_INTERVAL_S` (goals on a schedule: `models.schedules.fires`, whose rows make
+a due time fire once however many beats send it) and, with `AGENTQ_RUN_RETENTION_DAYS` set,
 `agentq.purge_runs` every `AGENTQ_RUN_RETENTION_INTERVAL_S`: one beat per database, the one that
 holds the beat lock (`scheduler.beat`). The beat and the pool process die with the main process
 (`models.orphans`), so a killed scheduler leaves no beat sending.
@@ -37,6 +39,7 @@ from models.engine.queue import (
     TASK_DELIVER_WEBHOOKS,
     TASK_ESCALATION_DEADLINES,
     TASK_EXPIRE_MEMORY,
+    TASK_FIRE_SCHEDULES,
     TASK_PURGE_RUNS,
     TASK_RECONCILE,
     make_celery,
@@ -69,6 +72,13 @@ app.conf.beat_schedule = {
         "schedule": settings.webhook_poll_interval_s,
         "options": {"expires": settings.webhook_poll_interval_s},
     },
+    # Due schedules; a tick not taken within its interval is dropped, as the next one fires the
+    # same due times (their rows are the claim: models.schedules.fires).
+    "fire-schedules": {
+        "task": TASK_FIRE_SCHEDULES,
+        "schedule": settings.schedule_poll_interval_s,
+        "options": {"expires": settings.schedule_poll_interval_s},
+    },
 }
 if settings.run_retention_days is not None:
     app.conf.beat_schedule["purge-runs"] = {
@@ -100,6 +110,12 @@ def expire_memory() -> None:
 def escalation_deadlines() -> None:
     """Apply the configured action to escalations whose review deadline has passed."""
     tasks.apply_escalation_deadlines()
+
+
+@app.task(name=TASK_FIRE_SCHEDULES)  # type: ignore[untyped-decorator]
+def fire_schedules() -> None:
+    """Submit the runs of the schedules whose due time has come, once per due time."""
+    tasks.fire_schedules()
 
 
 @app.task(name=TASK_PURGE_RUNS)  # type: ignore[untyped-decorator]

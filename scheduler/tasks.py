@@ -1,5 +1,5 @@
-"""The scheduler's tasks: apply the coordinator's decisions, reconcile lost messages, and apply
-passed review deadlines.
+"""The scheduler's tasks: apply the coordinator's decisions, reconcile lost messages, apply
+passed review deadlines, and fire due schedules.
 
 Messages are sent only after the transaction that made them true has committed; if the process dies
 in between, the reconciler finds the row waiting and sends again (DESIGN.md, invariants 1 and 2).
@@ -29,6 +29,7 @@ from models.memory import facts
 from models.operations import retention
 from models.plans.plans import current_steps, handled_failures
 from models.review import escalations, reviews
+from models.schedules import fires
 from models.settings import get_settings
 from models.states import RUN_TERMINAL
 from models.tables import Escalation, Run, utcnow
@@ -180,6 +181,13 @@ def expire_memory() -> int:
 
 
 PURGE_BEAT_MAX_S = 30.0  # one beat's purge; the rest waits for the next, so a coordinator is freed
+
+
+def fire_schedules(*, now: datetime | None = None) -> int:
+    """Fire the due schedules (`models.schedules.fires.fire_due`); how many due times had a run
+    submitted."""
+    fired = fires.fire_due(settings=get_settings(), now=now)
+    return sum(f.outcome == "submitted" for f in fired)
 
 
 def purge_runs(*, now: datetime | None = None) -> dict[str, int]:

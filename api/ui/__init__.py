@@ -5,7 +5,8 @@ rows, `api.ui.security`), CSRF check and HTML error pages, so the JSON API's bea
 requests never meet a cookie. The API app's middleware (`api.headers`) gives its pages their
 Content-Security-Policy, `X-Frame-Options: DENY` and `Cache-Control: no-store`.
 Pages: `/ui/login`, `/ui/runs`, `/ui/runs/{id}`, `/ui/reviews` (the inbox), `/ui/reviews/{id}`,
-`/ui/webhooks` (the webhook delivery log, `api.ui.webhooks`); the live streams
+`/ui/webhooks` (the webhook delivery log, `api.ui.webhooks`), `/ui/schedules` (goals on a
+schedule, `api.ui.schedules`); the live streams
 `/ui/runs/{id}/events/stream` and `/ui/reviews/stream` (`api.ui.live`).
 """
 
@@ -22,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from api.errors import status_of
-from api.ui import live, reviews, runs, signin, webhooks
+from api.ui import live, reviews, runs, schedules, signin, webhooks
 from api.ui.security import (
     SESSION_COOKIE,
     ConsoleConfig,
@@ -54,7 +55,7 @@ def create_ui(settings: Settings | None = None) -> FastAPI:
     ui.state.console = ConsoleConfig.from_settings(settings)
     ui.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # `live` before `reviews`: /reviews/stream is no escalation id
-    for module in (signin, live, runs, reviews, webhooks):
+    for module in (signin, live, runs, reviews, webhooks, schedules):
         ui.include_router(module.router)
     ui.add_exception_handler(SignInRequired, _sign_in_first)
     ui.add_exception_handler(Forbidden, _refused)

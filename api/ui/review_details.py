@@ -13,7 +13,7 @@ from typing import Any, Final
 from sqlmodel import Session
 
 from api.ui import run_details
-from models.engine import budget_grants, stack_limits
+from models.engine import budget_grants, children, stack_limits
 from models.engine.runs import pinned_facts
 from models.front import queries
 from models.plans.layout import places, runs_together
@@ -80,6 +80,7 @@ def escalation_context(session: Session, escalation_id: int) -> dict[str, Any]:
         "esc": esc,
         "call": call_decisions.call_view(session, esc),  # a gated tool call (issue 30)
         "run": run,
+        "parent_run_id": children.parent_of(session, esc.run_id),  # a child run's (issue 32)
         "failed": failed,
         "error": told.error,
         "why": told.text,

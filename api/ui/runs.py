@@ -12,7 +12,9 @@ A run page lists the procedures its plans used (`procedures.recalled` events; th
 user's own hidden from readers of no memory of theirs), and a run that succeeded after a
 reviewer's edit offers whoever may read its user's memory (its submitter, an admin) to save its
 final plan as the user's procedure (`POST .../save-procedure`, as `agentq procedure save
---from-run` does).
+--from-run` does). A run page says where the run was forked from and which runs were forked from
+it, marks its copied steps, and offers its submitter (or an admin) "Fork from here" on each step
+a fork may start at (`POST .../fork`, as `agentq run fork` does).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
@@ -32,11 +34,20 @@ from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
 from models.db import session_scope
-from models.engine import previews
+from models.engine import children, forks, previews
+from models.engine.forks import ForkRequest
 from models.engine.goal_reports import report_of
 from models.engine.runs import pinned_facts
-from models.errors import Conflict, IllegalTransition, NotAllowed, NotFound
+from models.errors import (
+    Conflict,
+    IllegalTransition,
+    InvalidPlan,
+    NotAllowed,
+    NotFound,
+    UserQuotaExceeded,
+)
 from models.front import commands, queries
+from models.front.forks import fork as fork_run
 from models.memory import procedure_admin
 from models.memory.procedure_recall import used_by_run
 from models.plans.step_data import json_bytes
@@ -158,6 +169,11 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "procedures_used": used_by_run(session, run_id, memory_readable=readable),
             # saved as the user's own: offered to who may read (and delete) the user's memory
             "offer_procedure": readable and procedure_admin.offers_procedure(session, run),
+            "fork": session.get(forks.RunFork, run_id),
+            "forks": forks.forks_of(session, run_id),
+            "parent_run_id": children.parent_of(session, run_id),
+            "child_runs": children.children_of(session, run_id),
+            "forkable": forks.forkable(session, run) if principal.role in CANCEL_ROLES else set(),
         }
     live, base = run.status not in RUN_TERMINAL, f"{base_path(request)}/runs/{run_id}"
     return render(
@@ -231,6 +247,27 @@ def cancel(request: Request, run_id: RunId) -> Response:
 def cancel_page(request: Request, run_id: RunId) -> Response:
     """The cancel form's address opened (or reloaded) as a page: the run's page."""
     return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)
+
+
+@router.post("/runs/{run_id}/fork")
+def fork(request: Request, run_id: RunId, from_step: Annotated[str, Form()]) -> Response:
+    """Fork the run from step `from_step` (`models.front.forks.fork`, as `agentq run fork` and
+    `POST /api/v1/runs/{id}/fork` do) with its plan and facts as they are, and open the new run;
+    a fork refused (`Conflict`, `InvalidPlan`, a quota) is flashed on the run's page, nothing
+    written. Submitter (own runs) or admin, as cancelling."""
+    principal = current_principal(request)
+    if principal.role not in CANCEL_ROLES:
+        raise Forbidden("Only the run's submitter or an admin can fork a run.")
+    request_ = ForkRequest(run_id, from_step)
+    try:
+        forked = fork_run(
+            request_, user_id=principal.user_id if principal.role != "admin" else None
+        )
+    except (Conflict, InvalidPlan, UserQuotaExceeded) as exc:
+        flash(request, str(exc), "warn")
+        return RedirectResponse(f"{base_path(request)}/runs/{run_id}", SEE_OTHER)
+    flash(request, f"Run {forked.run_id} forked from run {run_id} at step {from_step}.")
+    return RedirectResponse(f"{base_path(request)}/runs/{forked.run_id}", SEE_OTHER)
 
 
 @router.post("/runs/{run_id}/save-procedure")

@@ -49,6 +49,7 @@ STATUS_TONE: Final = {
     "synthesizing": "busy",
     "waiting_review": "review",
     "waiting_approval": "review",
+    "waiting_child": "busy",
     "open": "review",
     "delivered": "ok",  # webhook deliveries (api.ui.webhooks)
     "delivering": "busy",

@@ -154,6 +154,12 @@ def set_run_policy(session: Session, run_id: int, rules: dict[str, Any]) -> None
         session.add(RunApprovals(run_id=run_id, rules=rules))
 
 
+def run_policy(session: Session, run_id: int) -> dict[str, Any]:
+    """The submitter's tightening kept for run `run_id` (`set_run_policy`); {} for none."""
+    row = session.get(RunApprovals, run_id)
+    return dict(row.rules) if row is not None else {}
+
+
 def detail(session: Session, step_id: int) -> dict[str, Any]:
     """What an `approval_required` escalation shows of the call its step waits on: `{"tool",
     "arguments", "why"}` ({} when none waits)."""

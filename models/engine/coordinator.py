@@ -16,6 +16,7 @@ from typing import Any, Literal
 from models.states import RUN_TERMINAL
 
 Action = Literal["wait", "plan", "enqueue_steps", "replan", "escalate", "synthesize"]
+BUSY = ("ready", "queued", "running", "waiting_child")  # a step that will end without a decision
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def decide(run: RunView) -> Decision:
         replanned the same way, the replan taking the place of the steps not started yet;
       - every pending step whose dependencies all succeeded is enqueued, all at once (each is
         made ready; dispatch sends it when its user has a free slot: `models.engine.dispatch`);
-      - a step ready, queued or running: wait for it;
+      - a step ready, queued, running, or waiting for its child run (`models.engine.
+        children`): wait for it;
       - a pending step left that can never start (it waits for a step with no result, and
         nothing is in flight): escalate `plan_blocked`, naming it;
       - nothing left: synthesize.
@@ -166,7 +168,7 @@ def _next_in_graph(run: RunView) -> Decision:
         return Decision(
             "enqueue_steps", f"{names} can start", ready[0].id, step_ids=tuple(s.id for s in ready)
         )
-    busy = next((s for s in run.steps if s.status in ("ready", "queued", "running")), None)
+    busy = next((s for s in run.steps if s.status in BUSY), None)
     if busy is not None:
         return Decision("wait", f"step {busy.name!r} is {busy.status}", busy.id)
     blocked = next((s for s in run.steps if s.status == "pending"), None)

@@ -6,7 +6,8 @@ applies it (`apply`): one ready step it claims itself and runs next, in-process;
 the broker; a finished plan starts its synthesis. A submit makes a new run's first decision in
 the transaction that inserts it (`advance`, from `models.engine.submissions`), and the scheduler's
 coordinator task the same for everything else (a reviewer's decision, a plan's or replan's
-result, recovery). Messages are sent only after the commit (`Applied.sends`), and a run's user
+result, recovery; it first ends the steps whose child runs have ended: `models.engine.children`).
+Messages are sent only after the commit (`Applied.sends`), and a run's user
 is dispatched (`models.engine.dispatch`) whenever the decision may have freed one of their slots.
 Every applier takes the run's lock before the user's dispatch lock, so none deadlocks another.
 """
@@ -23,7 +24,14 @@ from sqlmodel import Session
 from models import sql
 from models.approvals import calls as approval_calls
 from models.approvals.calls import APPROVAL_REQUIRED
-from models.engine import dispatch, fair_queue, leases, run_transitions, step_transitions
+from models.engine import (
+    children,
+    dispatch,
+    fair_queue,
+    leases,
+    run_transitions,
+    step_transitions,
+)
 from models.engine.coordinator import Decision, RunView, StepView, decide
 from models.engine.dispatch import Send
 from models.engine.queue import TASK_REPLAN, TASK_SYNTHESIZE
@@ -208,8 +216,21 @@ def advance(session: Session, run_id: int, *, cap: int) -> tuple[Decision, Appli
     locked = lock(session, run_id)
     if locked is None:
         return None
+    settle_children(session, locked)
     decision = decide(locked.view())
     return decision, apply(session, locked, decision, cap=cap)
+
+
+def settle_children(session: Session, locked: Locked) -> None:
+    """End the locked run's steps whose child runs have ended (`models.engine.children.settle`),
+    before its decision: one read, only for a run with a step waiting for a child."""
+    waiting = [s.id for s in locked.steps if s.status == "waiting_child"]
+    if not waiting:
+        return
+    ended, spent = children.settle(session, locked.run_id, waiting)
+    for step_id, status in ended.items():
+        locked.set_status(step_id, status)
+    locked.tokens_spent = locked.tokens_spent or spent
 
 
 def _apply(

@@ -26,7 +26,10 @@ from celery import Celery
 from celery.utils.time import get_exponential_backoff_interval
 from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlmodel import Session
 
+from models import sql
+from models.db import session_scope
 from models.errors import BrokerUnavailable, ConfigurationError, DatabaseUnavailable
 from models.settings import Settings, get_settings, read_settings
 from models.states import RUN_TERMINAL
@@ -50,6 +53,7 @@ TASK_EXPIRE_MEMORY: Final = "agentq.expire_memory"
 TASK_ESCALATION_DEADLINES: Final = "agentq.escalation_deadlines"
 TASK_PURGE_RUNS: Final = "agentq.purge_runs"
 TASK_DELIVER_WEBHOOKS: Final = "agentq.deliver_webhooks"
+TASK_FIRE_SCHEDULES: Final = "agentq.fire_schedules"  # due schedules (models.schedules.fires)
 TASK_RAW_NOOP: Final = "agentq.raw_noop"  # benchmark baseline: a plain Celery task
 
 ROUTES: Final = {
@@ -64,6 +68,7 @@ ROUTES: Final = {
     TASK_ESCALATION_DEADLINES: {"queue": QUEUE_COORDINATOR},
     TASK_PURGE_RUNS: {"queue": QUEUE_COORDINATOR},
     TASK_DELIVER_WEBHOOKS: {"queue": QUEUE_WEBHOOKS},
+    TASK_FIRE_SCHEDULES: {"queue": QUEUE_COORDINATOR},
     TASK_RAW_NOOP: {"queue": QUEUE_STEPS},
 }
 
@@ -355,8 +360,25 @@ def follow_up(run_id: int, status: str) -> bool:
     that has ended (its episode and facts are written on the `memory` queue; a run that ends in
     synthesis sends it there itself), and `agentq.coordinate` in any case (an ended run's
     cancelled steps freed dispatch slots of its user, which the coordinator fills:
-    `models.engine.dispatch`). Returns False when the broker could not be reached (`try_send`; an
-    ended run's episode is then not written)."""
-    if status in RUN_TERMINAL and not try_send(TASK_REMEMBER_RUN, run_id):
-        return False
+    `models.engine.dispatch`). An ended child run's parent is sent `agentq.coordinate` too: its
+    step waiting for the child ends (`models.engine.children`). Returns False when the broker
+    could not be reached (`try_send`; an ended run's episode is then not written)."""
+    if status in RUN_TERMINAL:
+        if not try_send(TASK_REMEMBER_RUN, run_id):
+            return False
+        with session_scope() as session:
+            wakes = wake_parent(session, run_id)
+        for task, args in wakes:
+            try_send(task, *args)
     return try_send(TASK_COORDINATE, run_id)
+
+
+def wake_parent(session: Session, run_id: int) -> list[tuple[str, tuple[int, ...]]]:
+    """What to send once run `run_id` has ended: `agentq.coordinate` for its parent, if it is a
+    child run (the parent's step waiting for it ends in that decision: `models.engine.children`);
+    nothing else. Read from `run_children` by hand here, so this module imports no domain table."""
+    parent = sql.scalar(session, PARENT_OF, {"run_id": run_id})
+    return [(TASK_COORDINATE, (int(parent),))] if parent is not None else []
+
+
+PARENT_OF: Final = "SELECT parent_run_id FROM run_children WHERE run_id = :run_id"

@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from models.engine.events import record_event
 from models.engine.guards import guarded
+from models.errors import IllegalTransition
 from models.tables import Step, StepAttempt, utcnow
 
 
@@ -141,6 +142,54 @@ def await_approval(session: Session, step_id: int, *, attempt: int, why: str) ->
         detail=lambda step: {"why": why},
         deferrals=Step.deferrals + 1,
     )
+
+
+def await_child(session: Session, step_id: int, *, attempt: int, child_run_id: int) -> Step:
+    """running -> waiting_child for the attempt that holds a step of kind `run`, whose child run
+    `child_run_id` was submitted in this transaction (`models.engine.children`): its lease is
+    released and no worker waits; the step ends with its child (`end_child`)."""
+    return _end_held_attempt(
+        session,
+        step_id,
+        attempt,
+        to="waiting_child",
+        outcome="awaiting_child",
+        detail=lambda step: {"child_run_id": child_run_id},
+    )
+
+
+def end_child(
+    session: Session,
+    step_id: int,
+    *,
+    result: dict[str, Any] | None,
+    error: str | None,
+    tokens: int,
+    cost_usd: float,
+) -> Step | None:
+    """waiting_child -> succeeded (with `result`) or failed (with `error`): its child run ended;
+    the step carries the child's spend (`tokens`, `cost_usd`). None when the step was not
+    waiting (another transaction ended it first: the parent resumes once)."""
+    succeeded = error is None
+    try:
+        step = guarded(
+            session,
+            Step,
+            step_id,
+            to="succeeded" if succeeded else "failed",
+            expected=["waiting_child"],
+            result=result if succeeded else None,
+            error=error,
+            tokens_used=tokens,
+            cost_used_usd=cost_usd,
+            finished_at=utcnow(),
+        )
+    except IllegalTransition:
+        return None
+    detail: dict[str, Any] = {"step_id": step_id}
+    kind = "step.succeeded" if succeeded else "step.failed"
+    record_event(session, step.run_id, kind, **(detail | ({} if succeeded else {"error": error})))
+    return step
 
 
 def approval_decided(session: Session, step_id: int) -> Step:

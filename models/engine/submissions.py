@@ -111,13 +111,19 @@ class Submitted(Generic[T]):
 
 
 def insert_and_decide(
-    session: Session, request: RunRequest, *, settings: Settings
+    session: Session,
+    request: RunRequest,
+    *,
+    settings: Settings,
+    then: Callable[[Session, Run], None] | None = None,
 ) -> tuple[Run, list[Send]]:
     """Insert the run (`models.engine.runs.submit_run`) and apply its first decision
     (`models.engine.decisions.advance`, under the stack's `user_max_running_steps`:
     `models.engine.stack_limits`), in the caller's transaction; the run and the `(task, args)` to
-    send once the caller has committed. Raises what `submit_run` raises (`InvalidInput`,
-    `InvalidPlan`, `UserQuotaExceeded`), and then nothing is written."""
+    send once the caller has committed. `then(session, run)`, if given, runs between the two
+    (a fork writes its plan there: `models.engine.forks`). Raises what `submit_run` and `then`
+    raise (`InvalidInput`, `InvalidPlan`, `UserQuotaExceeded`); the caller's transaction must
+    then write nothing."""
     check_user_id(request.user_id)  # before the fair queue's row of that user is written
     goal_pins = request.goal_pins()
     settings = stack_limits.effective(session, settings)
@@ -138,6 +144,8 @@ def insert_and_decide(
         replan_check=request.replan_check,
         approvals=request.approvals,
     )
+    if then is not None:
+        then(session, run)
     advanced = decisions.advance(session, run.id or 0, cap=settings.user_max_running_steps)
     return run, advanced[1].sends if advanced is not None else []
 

@@ -21,7 +21,7 @@ from models.engine import notifications
 from models.engine.events import record_event
 from models.engine.guards import guarded, move_run
 from models.errors import ClaimedByAnother, IllegalTransition
-from models.states import RUN_ACTIVE, STEP_NOT_STARTED, WITHDRAWN
+from models.states import RUN_ACTIVE, STEP_CANCELLABLE, WITHDRAWN
 from models.tables import Escalation, Run, Step, utcnow
 
 WITHDRAWN_BY = "agentq"  # who decides an escalation withdrawn: no reviewer did
@@ -52,7 +52,7 @@ def cancel_run(session: Session, run_id: int) -> Run:
     decide)."""
     run = move_run(session, run_id, to="cancelled", expected=RUN_ACTIVE, finished_at=utcnow())
     for step in session.exec(
-        select(Step).where(Step.run_id == run_id, col(Step.status).in_(STEP_NOT_STARTED))
+        select(Step).where(Step.run_id == run_id, col(Step.status).in_(STEP_CANCELLABLE))
     ):
         cancel_step(session, step.id or 0)
     waiting = select(Escalation.id).where(
@@ -75,8 +75,9 @@ def cancel_run(session: Session, run_id: int) -> Run:
 
 
 def cancel_step(session: Session, step_id: int) -> Step:
-    """pending | ready | queued -> cancelled (a reviewer removed it, or the run was cancelled)."""
-    step = guarded(session, Step, step_id, to="cancelled", expected=sorted(STEP_NOT_STARTED))
+    """pending | ready | queued | waiting_approval | waiting_child -> cancelled (a reviewer
+    removed it, or the run was cancelled)."""
+    step = guarded(session, Step, step_id, to="cancelled", expected=sorted(STEP_CANCELLABLE))
     record_event(session, step.run_id, "step.cancelled", step_id=step_id)
     return step
 

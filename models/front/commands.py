@@ -26,7 +26,7 @@ from typing_extensions import TypeVar
 from models.access import api_tokens
 from models.approvals.calls import APPROVAL_REQUIRED
 from models.db import session_scope
-from models.engine import idempotency, queue, stack_limits, submissions, transitions
+from models.engine import children, idempotency, queue, stack_limits, submissions, transitions
 from models.engine.runs import get_run
 from models.engine.submissions import RunRequest, Submitted
 from models.errors import ClaimedByAnother, InvalidInput
@@ -37,6 +37,7 @@ from models.plans.plans import PlanSpec, parse_plan
 from models.plans.tools import argument_problems, configured_tool_names, declared_returns
 from models.review import answers, escalations, reviews
 from models.settings import get_settings
+from models.states import RUN_ACTIVE
 from models.tables import Escalation, Run, utcnow
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one
@@ -115,16 +116,22 @@ def cancel(
     check: RunCheck = get_run,
     describe: Callable[[Session, Run], T] = _nothing,  # type: ignore[assignment]
 ) -> Done[T]:
-    """Cancel the active run `run_id` under its lock (`transitions.cancel_run`: steps not yet
-    running are cancelled, a waiting escalation is withdrawn), then send its follow-up (its
-    episode is written). `check(session, run_id)` first (default: `NotFound` for a missing
-    run). Raises `NotFound`, or `IllegalTransition` for a run that has ended (nothing changes)."""
+    """Cancel the active run `run_id` and its active child runs, theirs too (`models.engine.
+    children`), each under its lock (`transitions.cancel_run`: steps not yet running are
+    cancelled, a waiting escalation is withdrawn), then send their follow-ups (episodes are
+    written). `check(session, run_id)` first (default: `NotFound` for a missing run). Raises
+    `NotFound`, or `IllegalTransition` for a run that has ended (nothing changes)."""
     with session_scope() as session:
         check(session, run_id)
         transitions.lock_run(session, run_id)
         run = transitions.cancel_run(session, run_id)
-        seen = describe(session, run)
-        status = run.status
+        below = children.active_descendants(session, run_id)
+        for child in filter(None, (transitions.lock_run(session, i) for i in below)):
+            if child.status in RUN_ACTIVE:  # it may have ended since it was read
+                transitions.cancel_run(session, child.id or 0)
+        seen, status = describe(session, run), run.status
+    for child_id in below:
+        queue.follow_up(child_id, "cancelled")
     return Done(run_id, status, queue.follow_up(run_id, status), seen)
 
 

@@ -8,7 +8,9 @@ from sqlmodel import SQLModel
 
 # Every module that defines tables, so they are on SQLModel.metadata for autogenerate.
 import models.approvals.calls
+import models.engine.children
 import models.engine.fair_queue
+import models.engine.forks
 import models.engine.idempotency
 import models.engine.stack_limits
 import models.engine.storage
@@ -20,6 +22,7 @@ import models.memory.procedures
 import models.operations.webhook_tables
 import models.plans.plan_checks
 import models.process_leases
+import models.schedules.schedules  # goals on a schedule (issue 32, item 2)
 import models.tables  # noqa: F401
 from models.db import driver_options
 from models.migrate import AUTOGENERATE_PLUGINS

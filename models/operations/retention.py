@@ -71,6 +71,8 @@ PURGED: Final = {
     "tool_journal": f"DELETE FROM tool_journal WHERE {_OF_STEPS}",
     "tool_approvals": f"DELETE FROM tool_approvals WHERE run_id {IN_BATCH}",
     "run_approvals": f"DELETE FROM run_approvals WHERE run_id {IN_BATCH}",
+    "run_forks": f"DELETE FROM run_forks WHERE run_id {IN_BATCH}",  # a fork's source: kept by id
+    "run_children": f"DELETE FROM run_children WHERE run_id {IN_BATCH} OR parent_run_id {IN_BATCH}",
     "plan_checks": f"DELETE FROM plan_checks WHERE run_id {IN_BATCH}",
     "procedure_outcomes": f"DELETE FROM procedure_outcomes WHERE run_id {IN_BATCH}",
     "steps": f"DELETE FROM steps WHERE run_id {IN_BATCH}",

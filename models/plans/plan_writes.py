@@ -11,7 +11,7 @@ splice's moved steps stay ORM writes (one row; a replan's few).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 from sqlmodel import Session
@@ -119,6 +119,72 @@ def _insert_steps(
     }
     key_at = {position[key]: key for key in specs}
     return {key_at[row.position]: row.id for row in sql.execute(session, INSERT_STEPS, params)}
+
+
+# copy_steps: a fork's kept steps (`models.engine.forks`), from the source run's rows `:steps` (each
+# id with its new position, and whether it is copied): a copied step is `succeeded` with the
+# source's result and no attempt of its own, never run again; any other is `pending`, as new.
+COPY_STEPS: Final = """
+INSERT INTO steps (run_id, plan_version, position, name, instruction, kind, tool, args, tools,
+    expect, output, status, attempt, max_attempts, deferrals, tokens_used, cost_used_usd,
+    started_at, finished_at, result)
+SELECT :run_id, :version, c.position, s.name, s.instruction, s.kind, s.tool, s.args, s.tools,
+    s.expect, s.output, CASE WHEN c.copied THEN 'succeeded' ELSE 'pending' END, 0,
+    :max_attempts, 0, 0, 0.0, CASE WHEN c.copied THEN CAST(:now AS timestamptz) END,
+    CASE WHEN c.copied THEN CAST(:now AS timestamptz) END, CASE WHEN c.copied THEN s.result END
+FROM jsonb_to_recordset(CAST(:steps AS jsonb)) AS c(id integer, position integer, copied boolean)
+JOIN steps s ON s.id = c.id
+ORDER BY c.position
+RETURNING id, position"""
+
+
+def add_forked_version(
+    session: Session,
+    run: Run,
+    *,
+    splice: Splice,
+    copied: Collection[int],
+    new: Sequence[StepSpec],
+    created_by: str,
+    max_attempts: int,
+    reason: str,
+) -> dict[int, int]:
+    """Write the first plan version of a fork (`models.engine.forks`): another run's steps
+    `splice.kept` (those in `copied` as copies that succeeded, the rest pending) with the `new`
+    steps after them (`models.plans.graph.splice`). Returns each kept step's new id by its
+    source id. Raises `InvalidPlan` if the version is not a valid graph (callers validate with
+    `parse_plan` first)."""
+    version = run.plan_version + 1
+    built = splice.build(new)
+    if built.problems:
+        raise InvalidPlan("; ".join(built.problems))
+    position = {key: i for i, key in enumerate(built.order)}
+    kept = [
+        {"id": s.id, "position": position[s.id or 0], "copied": s.id in copied} for s in splice.kept
+    ]
+    params = {
+        "run_id": run.id,
+        "version": version,
+        "max_attempts": max_attempts,
+        "now": utcnow(),
+        "steps": json.dumps(kept),
+    }
+    source_at = {position[s.id or 0]: s.id or 0 for s in splice.kept}
+    copies = {source_at[r.position]: r.id for r in sql.execute(session, COPY_STEPS, params)}
+    specs = {-(i + 1): s for i, s in enumerate(new)}
+    ids = {**copies, **_insert_steps(session, run, version, specs, position, max_attempts)}
+    session.add(
+        PlanVersion(
+            run_id=run.id or 0,
+            version=version,
+            step_ids=[ids[k] for k in built.order],
+            after={str(ids[k]): [ids[d] for d in built.after[k]] for k in built.order},
+            created_by=created_by,
+            reason=reason,
+        )
+    )
+    session.flush()
+    return copies
 
 
 def add_answer_step(session: Session, run: Run, *, name: str, answer: dict[str, Any]) -> Step:

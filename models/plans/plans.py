@@ -57,7 +57,10 @@ class StepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=STEP_NAME_PATTERN, description="Result name, e.g. 'receipts'.")
     instruction: str = Field(default="", max_length=MAX_INSTRUCTION_CHARS)
-    kind: Literal["tool", "model"]
+    kind: Literal["tool", "model", "run"] = Field(
+        description="tool: call `tool`; model: a model call; run: a child run whose goal is "
+        '`instruction`, with `args` `{"facts": {...}}` (`models.engine.children`).',
+    )
     tool: str | None = Field(default=None, max_length=100)
     args: dict[str, Any] = Field(default_factory=dict)
     tools: list[str] = Field(
@@ -107,11 +110,27 @@ class StepSpec(BaseModel):
                 f"step {self.name!r}: 'output' is for kind 'model' steps only (a tool's result "
                 "has the fields the tool returns)"
             )
-        if self.kind == "model" and not self.instruction.strip():
-            raise ValueError(f"step {self.name!r}: kind 'model' needs an 'instruction'")
+        if self.kind in ("model", "run") and not self.instruction.strip():
+            what = "an 'instruction'" if self.kind == "model" else "an 'instruction' (its goal)"
+            raise ValueError(f"step {self.name!r}: kind {self.kind!r} needs {what}")
+        if self.kind == "run":
+            _check_child(self)
         if len(set(self.tools)) != len(self.tools):
             raise ValueError(f"step {self.name!r}: 'tools' names a tool twice")
         return self
+
+
+def _check_child(step: StepSpec) -> None:
+    """A step of kind `run` names no tool and no output, and its only `args` are its child's
+    `facts` (key -> text, or a `${...}` reference to a fact or a result it waits for). Raises
+    `ValueError` naming the step."""
+    if step.tool is not None or step.tools or step.output is not None:
+        raise ValueError(f"step {step.name!r}: kind 'run' takes no 'tool', 'tools' or 'output'")
+    facts = step.args.get("facts", {})
+    if set(step.args) - {"facts"} or not isinstance(facts, dict):
+        raise ValueError(f"step {step.name!r}: kind 'run' takes 'args' {{\"facts\": {{...}}}} only")
+    if not all(isinstance(v, str) for v in facts.values()):
+        raise ValueError(f"step {step.name!r}: args.facts: each value a text")
 
 
 class PlanSpec(BaseModel):

@@ -9,7 +9,8 @@ descriptions do, are not sent (`breaks_stated_rules`): a plan's step names are u
 names other steps of the plan and makes no cycle; a reference names a step the referring
 step waits for, or a pinned fact (so no body with a `${...}` is sent); an expectation's `min`
 is at most its `max`; and a new procedure has a how-to that is not blank or a plan template (a
-procedure's template follows the plan rules above).
+procedure's template follows the plan rules above); a schedule's timing is one the schedule rules
+allow (`breaks_timing`).
 
 Runs last in tests/api (file order): it submits, claims and decides whatever it likes. The runs it
 submits are cancelled afterwards so the workers are free for what comes next.
@@ -34,10 +35,13 @@ from sqlmodel import col, select
 from api.app import create_api
 from models.db import session_scope
 from models.engine import transitions
+from models.errors import InvalidInput
 from models.memory.procedures import Procedure
+from models.schedules import due_times
+from models.schedules.schedules import Schedule
 from models.settings import get_settings
 from models.states import RUN_ACTIVE
-from models.tables import Run
+from models.tables import Run, utcnow
 from tests.api.conftest import MakeToken
 from tests.integration.conftest import TEST_ENV
 
@@ -48,13 +52,17 @@ EXAMPLES_PER_OPERATION = 25  # about 20 operations x 25 examples: under a minute
 
 @pytest.fixture(scope="module")
 def fuzz_token(make_token: MakeToken) -> Iterator[str]:
-    """An admin token named `fuzzer`; afterwards, the runs the fuzzing left active are
+    """An admin token named `fuzzer`; afterwards, the schedules it made are removed (before
+    they submit runs into the tests that follow), the runs the fuzzing left active are
     cancelled, and the procedures it added deleted (everyone's would be recalled into the
     plans of the tests that follow, which the offline planner follows)."""
     with session_scope() as session:
         newest = session.scalar(select(col(Run.id)).order_by(col(Run.id).desc()).limit(1)) or 0
         last = session.scalar(select(sa.func.max(col(Procedure.id)))) or 0
+        last_schedule = session.scalar(select(sa.func.max(col(Schedule.id)))) or 0
     yield make_token("admin", name="fuzzer")
+    with session_scope() as session:
+        session.execute(sa.delete(Schedule).where(col(Schedule.id) > last_schedule))
     with session_scope() as session:
         active = select(Run).where(col(Run.id) > newest, col(Run.status).in_(RUN_ACTIVE))
         for run in session.exec(active):
@@ -113,6 +121,8 @@ def breaks_stated_rules(body: Any) -> bool:
     `max`. Such bodies are not sent."""
     if "${" in json.dumps(body, default=repr):
         return True
+    if isinstance(body, dict) and {"name", "goal"} <= body.keys() and breaks_timing(body):
+        return True  # a schedule's (issue 32, item 2)
     if isinstance(body, dict) and body.get("scope") and "when_to_use" in body:  # a procedure
         if not str(body.get("body") or "").strip() and body.get("plan_template") is None:
             return True
@@ -124,6 +134,24 @@ def breaks_stated_rules(body: Any) -> bool:
         names = [str(step.get("name")) for step in named]
         crossed = any(crossed_bounds(step.get("expect")) for step in named)
         return crossed or len(names) != len(set(names)) or breaks_graph_rules(named, names)
+    return False
+
+
+def breaks_timing(schedule: dict[str, Any]) -> bool:
+    """Whether a schedule's body, its timing fields of the right types, breaks the timing rules
+    its spec states in words (`models.schedules.due_times.timing`): exactly one of `cron` and
+    `every_s`, a cron expression croniter reads that is ever due, an IANA `timezone` only with
+    `cron`, an interval of at least AGENTQ_SCHEDULE_MIN_INTERVAL_S."""
+    fields = {"cron": str, "timezone": str, "every_s": int}
+    asked = {name: schedule.get(name) for name in fields}
+    if not all(v is None or isinstance(v, fields[k]) for k, v in asked.items()):
+        return False  # a wrong type: the schema refuses it
+    try:
+        due_times.timing(
+            **asked, anchor=utcnow(), min_interval_s=get_settings().schedule_min_interval_s
+        )
+    except InvalidInput:
+        return True
     return False
 
 

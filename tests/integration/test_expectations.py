@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from api.runs import step_out
+from api.run_views import step_out
 from models.db import session_scope
 from models.engine import previews
 from models.tables import Escalation, PlanVersion, StepAttempt

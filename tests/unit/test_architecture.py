@@ -49,6 +49,7 @@ DOMAIN_USES: Final[dict[str, frozenset[str]]] = {
     "review": frozenset({"base", "plans", "approvals", "engine", "memory"}),
     "access": frozenset({"base", "plans", "engine", "review"}),
     "operations": frozenset({"base", "plans", "engine"}),
+    "schedules": frozenset({"base", "plans", "engine"}),  # goals on a schedule (issue 32)
     "front": frozenset(
         {
             "base",
@@ -60,6 +61,7 @@ DOMAIN_USES: Final[dict[str, frozenset[str]]] = {
             "review",
             "access",
             "operations",
+            "schedules",
         }
     ),
 }

@@ -15,7 +15,7 @@ OLD_TO_NEW = {"submit": "submit", "status": "show", "watch": "watch", "cancel": 
 
 def test_run_has_every_verb_and_help_lists_only_the_new_names() -> None:
     run = CLI.commands["run"]  # type: ignore[attr-defined]
-    assert list(run.commands) == ["submit", "list", "show", "watch", "cancel", "purge"]
+    assert list(run.commands) == ["submit", "list", "show", "watch", "fork", "cancel", "purge"]
     listed = CliRunner().invoke(app, ["--help"], terminal_width=200).output
     names = {line.split()[1] for line in listed.splitlines() if line.startswith("│ ")}
     assert "run" in names and not names & {*OLD_TO_NEW, "runs"}, listed

@@ -22,10 +22,19 @@ class Outcome:
     `deferred`: rate-limited, due again in `retry_after_s`; `escalated`: the step failed and the
     run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left;
     `awaiting_approval`: stopped before the gated call `stopped` (JSON, as the outcome is carried
-    across a database outage: `worker.execution.outages`).
+    across a database outage: `worker.execution.outages`); `awaiting_child`: a step of kind `run`
+    whose child run is to be submitted with the step's end (`child`: its `facts` and `plan`).
     """
 
-    kind: Literal["succeeded", "retry", "failed", "deferred", "escalated", "awaiting_approval"]
+    kind: Literal[
+        "succeeded",
+        "retry",
+        "failed",
+        "deferred",
+        "escalated",
+        "awaiting_approval",
+        "awaiting_child",
+    ]
     result: dict[str, Any] | None = None
     error: str = ""
     retry_after_s: float = 0.0
@@ -35,6 +44,7 @@ class Outcome:
         None  # the should-replan check's answer (`worker.phases.replan_checks`)
     )
     stopped: dict[str, Any] | None = None  # `models.approvals.calls.ApprovalRequired.row`
+    child: dict[str, Any] | None = None  # `awaiting_child`: the child run's facts and plan
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from worker.execution.attempts import Outcome
 
 
 def step_turn(step: Step, outcome: Outcome, settings: Settings) -> leases.Turn | None:
-    """The step's conversation turn; none for a retry, a deferral or a stop before a gated call
-    (the step goes on)."""
-    if outcome.kind in ("retry", "deferred", "awaiting_approval"):
+    """The step's conversation turn; none for a retry, a deferral, a stop before a gated call or
+    a child run started (the step goes on)."""
+    if outcome.kind in ("retry", "deferred", "awaiting_approval", "awaiting_child"):
         return None
     content = turn_text(step, outcome)
     role = "assistant" if step.kind == "model" else "tool"

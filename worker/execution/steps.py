@@ -67,6 +67,7 @@ from models.settings import get_settings
 from models.tables import Step, utcnow
 from worker.execution import approval_gates, time_limits, wakeups
 from worker.execution.attempts import Claimed, Outcome, retry_countdown_s
+from worker.execution.child_steps import ChildRunNeeded, child_sends, start_child
 from worker.execution.claims import worker_name
 from worker.execution.messages import with_results
 from worker.execution.step_turns import step_turn
@@ -78,7 +79,12 @@ log = structlog.get_logger("agentq.worker")
 
 
 # The step's status after an outcome that ends its attempt; every other one fails it.
-STATUS_AFTER: Final = {"succeeded": "succeeded", "awaiting_approval": "waiting_approval"}
+STATUS_AFTER: Final = {
+    "succeeded": "succeeded",
+    "awaiting_approval": "waiting_approval",
+    "awaiting_child": "waiting_child",
+}
+WAITS: Final = ("retry", "deferred", "awaiting_approval", "awaiting_child")  # charged in `finish`
 # What a step's attempt may raise on purpose; anything else is a bug in a tool.
 STEP_FAILURES = (ToolError, ProviderError, BudgetExhausted, SoftTimeLimitExceeded, ContextOverflow)
 
@@ -95,6 +101,8 @@ def perform(claimed: Claimed) -> Outcome:
         return checked_outcome(step, result)
     except ApprovalRequired as stopped:  # before a gated call: the step waits, no worker held
         return Outcome("awaiting_approval", stopped=stopped.row())
+    except ChildRunNeeded as needed:  # kind `run`: the child is submitted with the step's end
+        return Outcome("awaiting_child", child=needed.child)
     except STEP_FAILURES as exc:
         return failure_outcome(exc, step, max_deferrals=settings.model_max_deferrals)
     except DatabaseUnavailable:  # no failure of the step: its task waits out the outage
@@ -177,6 +185,9 @@ def _run(claimed: Claimed, *, deadline: float) -> dict[str, Any]:
         deadline=deadline,
     )
     max_bytes = get_settings().step_data_max_bytes
+    if step.kind == "run":  # its child is submitted with the step's end
+        given = step.args.get("facts", {})
+        raise ChildRunNeeded(resolve(given, results=claimed.results, facts=claimed.facts))
     if step.kind == "model":
         result = model_step(step, claimed.results, ctx, claimed.approvals)
         check_step_data(result, what=f"the result of step {step.name!r}", max_bytes=max_bytes)
@@ -226,11 +237,7 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
         metrics.step_ended(
             session, step.kind, step.tool, outcome.kind, started_at=step.started_at, now=utcnow()
         )
-        if outcome.kind in (
-            "retry",
-            "deferred",
-            "awaiting_approval",
-        ):  # an end charges in `_record`
+        if outcome.kind in WAITS:  # an end charges in `_record`
             fair_queue.charge(session, claimed.user_id, used_s)
         if outcome.kind == "retry":
             return Finished(again_in_s=retry_countdown_s(step.attempt))
@@ -254,7 +261,7 @@ def finish(claimed: Claimed, outcome: Outcome, *, may_chain: bool) -> Finished:
             if claim_next is None and may_chain
             else None
         )
-        sends = applied.sends
+        sends = [*applied.sends, *child_sends(outcome)]
         if fair is not None and fair.step is not None:
             next_step = with_results(session, fair.step)
             taken = fair.step.step.id or 0  # queued: its message is out, handed over here
@@ -305,6 +312,8 @@ def _record(
         )
     elif outcome.kind == "succeeded":
         return _succeed(session, step, outcome, turn, user_id)
+    elif outcome.kind == "awaiting_child" and outcome.child is not None:
+        return start_child(session, step, outcome)
     elif outcome.kind == "awaiting_approval" and outcome.stopped is not None:
         approval_calls.stop(session, step.run_id, step_id, outcome.stopped)
         step_transitions.await_approval(

@@ -19,7 +19,7 @@ from models.engine.coordinator import GoalVerdict, decide_unmet
 from models.engine.dispatch import Send
 from models.engine.escalation_rules import Reported, SynthesisFailed
 from models.engine.goal_checks import Checks
-from models.engine.queue import TASK_REMEMBER_RUN
+from models.engine.queue import TASK_REMEMBER_RUN, wake_parent
 from models.engine.runs import results_by_name
 from models.errors import (
     BudgetExhausted,
@@ -175,7 +175,11 @@ def _finish(
             goal_checks.record(session, claimed.run, verdict)
         run_transitions.succeed_run(session, run_id, final_result=final)
         user_id = claimed.run.user_id
-        return [(TASK_REMEMBER_RUN, (run_id,)), *dispatch.dispatch(session, user_id, cap=cap)]
+        return [
+            (TASK_REMEMBER_RUN, (run_id,)),
+            *wake_parent(session, run_id),  # a child run's parent goes on
+            *dispatch.dispatch(session, user_id, cap=cap),
+        ]
 
 
 @calls.waits_out_outages

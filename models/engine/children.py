@@ -1,0 +1,144 @@
+"""Steps that are goals of their own (issue 32, item 3): a plan step of kind `run` submits a
+child run, and ends with it.
+
+A step of kind `run` (`models.plans.plans.StepSpec`: its `instruction` is the child's goal, its
+`args` the child's `facts`; the child's planner writes its plan) is claimed by a worker as any
+step is; instead of a tool call, the attempt's end submits the child run
+(`models.engine.child_runs.start`) in the transaction that moves the step `running ->
+waiting_child` (DESIGN.md, invariant 1: the child is written once, with the step's move, by the
+attempt that holds the step; and `run_children.parent_step_id` is unique). No worker waits for
+the child: the step holds no lease.
+
+The child is the parent's user's, with the parent's pinned facts (the step's `facts` over them),
+replan check and approval tightening, and as budgets what the parent has left (tokens, cost,
+replans, wall time), so the two together cannot spend more than the parent's budgets; when the
+child ends, its spend to its end is charged to the parent (`settle`; what its memory task spends
+after it, the fact extraction, stays its own). It is planned, run, retried, reviewed
+and remembered as any run: its escalations wait in the review queue as its own, each showing its
+parent.
+
+When the child ends (succeeded, failed, cancelled), its parent is sent `agentq.coordinate`
+(`models.engine.queue.wake_parent`: by the synthesis that ends it, and by `queue.follow_up` after
+any other end), and the parent's next decision (`models.engine.decisions.advance`) ends the step
+first, under the parent's lock: `succeeded` with the child's answer (`{"answer": ..., "run_id":
+N}`), or `failed` with why, which the coordinator then replans or escalates as any failure. A
+message lost on the way is made up by the reconciler, which nudges a quiet running run. The step's
+end is a guarded transition, so a parent told twice ends it once.
+
+Cancelling a parent cancels its active children, and theirs (`models.front.commands.cancel`). Depth
+and fan-out are bounded (`AGENTQ_CHILD_RUN_MAX_DEPTH`, `AGENTQ_CHILD_RUNS_MAX`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Final
+
+import sqlalchemy as sa
+from sqlmodel import Field, Session, SQLModel
+
+from models import sql
+from models.engine import step_transitions
+from models.states import RUN_ACTIVE
+from models.tables import created_field
+
+# ended_children: the ended child runs of the steps :step_ids (waiting for them), with what the
+# parent's step ends with.
+ENDED_CHILDREN: Final = """
+SELECT c.parent_step_id, r.id, r.status, r.final_result, r.error, r.tokens_used, r.cost_used_usd
+FROM run_children c JOIN runs r ON r.id = c.run_id
+WHERE c.parent_step_id = ANY(:step_ids) AND r.status IN ('succeeded', 'failed', 'cancelled')"""
+# charge_parent: a child's spend charged to its parent run; whether the parent's tokens are spent.
+CHARGE_PARENT: Final = """
+UPDATE runs SET tokens_used = tokens_used + :tokens, cost_used_usd = cost_used_usd + :cost_usd
+WHERE id = :run_id
+RETURNING tokens_used >= tokens_limit AS tokens_spent"""
+# descendants: the runs below :run_id (children, theirs...) still active, nearest first.
+ACTIVE_DESCENDANTS: Final = """
+WITH RECURSIVE below(run_id, depth) AS (
+    SELECT run_id, 1 FROM run_children WHERE parent_run_id = :run_id
+    UNION ALL
+    SELECT c.run_id, b.depth + 1 FROM run_children c JOIN below b ON c.parent_run_id = b.run_id
+)
+SELECT b.run_id FROM below b JOIN runs r ON r.id = b.run_id
+WHERE r.status = ANY(:active) ORDER BY b.depth, b.run_id"""
+CHILDREN: Final = """
+SELECT c.run_id, r.status FROM run_children c JOIN runs r ON r.id = c.run_id
+WHERE c.parent_run_id = :run_id ORDER BY c.run_id"""
+
+
+class RunChild(SQLModel, table=True):
+    """A child run: the step of its parent run that submitted it, and how deep it is (a run a
+    user submitted is at depth 0: its children at 1)."""
+
+    __tablename__ = "run_children"
+    run_id: int = Field(
+        sa_column=sa.Column(
+            sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+        )
+    )
+    parent_run_id: int = Field(foreign_key="runs.id", index=True, ondelete="CASCADE")
+    parent_step_id: int = Field(unique=True)
+    depth: int
+    created_at: datetime = created_field()
+
+
+def settle(session: Session, run_id: int, step_ids: Sequence[int]) -> tuple[dict[int, str], bool]:
+    """End each of run `run_id`'s steps `step_ids` (waiting for a child) whose child has ended,
+    in the caller's transaction, under the parent's lock (`models.engine.step_transitions.
+    end_child`), charging the child's spend to the parent. Returns the steps ended, id -> new
+    status, and whether the parent's tokens are spent now (False when nothing was charged)."""
+    ended: dict[int, str] = {}
+    spent = False
+    for row in sql.execute(session, ENDED_CHILDREN, {"step_ids": list(step_ids)}):
+        step_id, child_id, status, final, error, tokens, cost = row
+        result, why = None, None
+        if status == "succeeded":
+            result = {"answer": (final or {}).get("answer"), "run_id": child_id}
+        else:
+            why = f"child run {child_id} {status}" + (f": {error}" if error else "")
+        step = step_transitions.end_child(
+            session, step_id, result=result, error=why, tokens=tokens, cost_usd=cost
+        )
+        if step is None:
+            continue
+        ended[step_id] = step.status
+        params = {"run_id": run_id, "tokens": tokens, "cost_usd": cost}
+        spent = bool(sql.scalar(session, CHARGE_PARENT, params))
+    return ended, spent
+
+
+def parent_of(session: Session, run_id: int) -> int | None:
+    """The id of run `run_id`'s parent run; None for a run a user submitted."""
+    row = session.get(RunChild, run_id)
+    return row.parent_run_id if row is not None else None
+
+
+def depth_of(session: Session, run_id: int) -> int:
+    """How deep run `run_id` is: 0 for a run a user submitted."""
+    row = session.get(RunChild, run_id)
+    return row.depth if row is not None else 0
+
+
+def active_descendants(session: Session, run_id: int) -> list[int]:
+    """The ids of the runs below run `run_id` (its children, theirs...) still active, nearest
+    first: what cancelling it cancels."""
+    params = {"run_id": run_id, "active": sorted(RUN_ACTIVE)}
+    return [row for (row,) in sql.execute(session, ACTIVE_DESCENDANTS, params)]
+
+
+def children_of(session: Session, run_id: int) -> list[tuple[int, str]]:
+    """Run `run_id`'s child runs, `(id, status)`, oldest first."""
+    return [(int(i), str(s)) for i, s in sql.execute(session, CHILDREN, {"run_id": run_id})]
+
+
+def lineage(session: Session, run_id: int) -> str | None:
+    """Run `run_id`'s parent and children in words, for `agentq run show` and the console; None
+    for a run with neither."""
+    said = []
+    if (row := session.get(RunChild, run_id)) is not None:
+        said.append(f"child of run {row.parent_run_id} (its step {row.parent_step_id})")
+    if kids := children_of(session, run_id):
+        said.append("child runs " + ", ".join(f"{i} ({status})" for i, status in kids))
+    return "; ".join(said) or None

@@ -1,0 +1,159 @@
+"""Forking a run from a step (issue 32, item 1), on the real stack: the copied steps' effects are
+not repeated (counted on disk), the chosen step and what waits for it run anew, a fixed fact makes
+a failed run succeed in its fork, and a fork that needs a result the source has not is refused
+with nothing written."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlmodel import col, func, select
+
+from api.run_views import run_detail
+from models.db import session_scope
+from models.engine.forks import ForkRequest, RunFork
+from models.errors import Conflict, InvalidPlan, NotFound
+from models.front.forks import fork
+from models.memory.messages import Message
+from models.tables import Run, RunEvent
+from tests.integration.conftest import run_steps, wait_for_run
+
+pytestmark = pytest.mark.integration
+MakeRun = Callable[..., int]
+
+
+def _mark(name: str, path: Path, after: list[str] | None = None) -> dict[str, Any]:
+    step: dict[str, Any] = {
+        "name": name,
+        "kind": "tool",
+        "tool": "append_marker",
+        "args": {"path": str(path), "marker": name},
+    }
+    return step if after is None else {**step, "after": after}
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def _user() -> str:
+    return f"forker-{uuid.uuid4().hex[:8]}"
+
+
+def _runs_of(user: str) -> int:
+    with session_scope() as session:
+        return int(session.exec(select(func.count()).where(Run.user_id == user)).one())
+
+
+def test_a_fork_repeats_no_effect_of_the_copied_steps(make_run: MakeRun, marker_file: Path) -> None:
+    user = _user()
+    source = make_run([_mark(n, marker_file) for n in ("a", "b", "c")], user=user)
+    assert wait_for_run(source).status == "succeeded"
+    assert _lines(marker_file) == ["a", "b", "c"]
+    forked = fork(ForkRequest(source, "b"), user_id=user)
+    assert wait_for_run(forked.run_id).status == "succeeded"
+    assert _lines(marker_file) == ["a", "b", "c", "b", "c"]  # a's effect is not repeated
+    old, new = run_steps(source), run_steps(forked.run_id)
+    assert [(s.name, s.status) for s in new] == [(s.name, "succeeded") for s in old]
+    assert new[0].result == old[0].result == {"lines": 1}  # copied, as the source had it
+    assert (new[0].attempt, new[1].attempt, new[2].attempt) == (0, 1, 1)  # a never ran here
+    assert new[1].result == {"lines": 4}  # ran anew: a fourth line
+    with session_scope() as session:
+        row = session.get(RunFork, forked.run_id)
+        assert row is not None
+        assert (row.from_run_id, row.from_step, row.copied) == (
+            source,
+            "b",
+            {str(new[0].id): old[0].id},
+        )
+        turns = session.exec(select(Message.content).where(Message.step_id == new[0].id)).all()
+        source_turns = session.exec(select(Message.content).where(Message.step_id == old[0].id))
+        assert list(turns) == list(source_turns.all()) != []  # working memory reads it back
+        shown = run_detail(session, session.get(Run, forked.run_id))  # type: ignore[arg-type]
+        assert shown.forked_from is not None and shown.forked_from.run_id == source
+        assert run_detail(session, session.get(Run, source)).forks == [forked.run_id]  # type: ignore[arg-type]
+        kinds = session.exec(select(RunEvent.kind).where(RunEvent.run_id == forked.run_id)).all()
+    assert "run.forked" in kinds
+
+
+def test_a_failed_run_succeeds_in_a_fork_with_a_fixed_fact(
+    make_run: MakeRun, marker_file: Path
+) -> None:
+    """The step that failed its expectation with the wrong fact runs again with the right one;
+    the step before it, an effect, does not."""
+    user = _user()
+    check = {
+        "name": "check",
+        "kind": "tool",
+        "tool": "echo",
+        "args": {"value": "${facts.currency}"},
+        "expect": [{"key": "value", "in": ["EUR"]}],
+    }
+    source = make_run(
+        [_mark("pay", marker_file), check], user=user, facts={"currency": "GBP"}, replans=0
+    )
+    assert wait_for_run(source).status == "waiting_review"
+    forked = fork(ForkRequest(source, "check", facts={"currency": "EUR"}), user_id=user)
+    done = wait_for_run(forked.run_id)
+    assert done.status == "succeeded", done.error
+    assert _lines(marker_file) == ["pay"]
+    assert [s.result for s in run_steps(forked.run_id)][1] == {"value": "EUR"}
+
+
+def test_a_fork_from_a_branch_keeps_the_other_branch_and_takes_a_new_plan(
+    make_run: MakeRun, marker_file: Path
+) -> None:
+    """a and b start at once, c waits for both: a fork from b copies a and re-runs b's part
+    from the plan given, whose step waits for a by name."""
+    user = _user()
+    steps = [_mark("a", marker_file, []), _mark("b", marker_file, []), _mark("c", marker_file)]
+    steps[2]["after"] = ["a", "b"]
+    source = make_run(steps, user=user)
+    assert wait_for_run(source).status == "succeeded"
+    plan = {"steps": [_mark("b2", marker_file, ["a"])]}
+    forked = fork(ForkRequest(source, "b", plan=plan), user_id=user)
+    assert wait_for_run(forked.run_id).status == "succeeded"
+    assert sorted(_lines(marker_file)) == ["a", "b", "b2", "c"]  # c waited for b: not kept
+    assert [(s.name, s.attempt) for s in run_steps(forked.run_id)] == [("a", 0), ("b2", 1)]
+
+
+@pytest.mark.parametrize(
+    ("from_step", "plan", "error", "says"),
+    [
+        ("nope", None, Conflict, "from_step: run {run} has no step 'nope'"),
+        ("c", None, Conflict, "from_step: step 'c' waits for steps that did not succeed"),
+        ("c", {"steps": [{"name": "d", "kind": "tool", "tool": "nope"}]}, InvalidPlan, "nope"),
+    ],
+)
+def test_a_fork_that_cannot_be_made_writes_nothing(
+    make_run: MakeRun, from_step: str, plan: Any, error: type[Exception], says: str
+) -> None:
+    user = _user()
+    steps = [
+        {"name": "a", "kind": "tool", "tool": "noop"},
+        {"name": "b", "kind": "tool", "tool": "always_fails"},
+        {"name": "c", "kind": "tool", "tool": "noop"},
+    ]
+    source = make_run(steps, user=user, replans=0)
+    assert wait_for_run(source).status == "waiting_review"
+    if plan is not None:
+        from_step = "b"  # b failed: forking from it is allowed, the plan is not
+    with pytest.raises(error, match=says.format(run=source).replace("(", r"\(")):
+        fork(ForkRequest(source, from_step, plan=plan), user_id=user)
+    assert _runs_of(user) == 1
+
+
+def test_another_users_run_cannot_be_forked(make_run: MakeRun) -> None:
+    source = make_run([{"name": "a", "kind": "tool", "tool": "noop"}], user=_user())
+    wait_for_run(source)
+    with pytest.raises(NotFound, match=f"run {source} does not exist"):
+        fork(ForkRequest(source, "a"), user_id=_user())
+    with session_scope() as session:
+        assert (
+            session.exec(select(col(RunFork.run_id)).where(RunFork.from_run_id == source)).all()
+            == []
+        )
