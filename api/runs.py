@@ -124,26 +124,7 @@ def submit(
     the same key with another body is a 409 (`IdempotencyKeyReused`), and concurrent requests with
     one key make one run. A refused submit keeps no key.
     """
-    user_id = principal.acting_for(body.user)
-    plan = None
-    if body.plan is not None:
-        check_plan_role(principal)
-        plan = commands.checked_plan(body.plan.model_dump(), facts=body.facts)
-    budgets = body.budgets
-    request = RunRequest(
-        user_id=user_id,
-        goal=body.goal,
-        facts=body.facts,
-        plan=plan,
-        replans=budgets.replans,
-        tokens=budgets.tokens,
-        cost_usd=budgets.cost_usd,
-        wall_time_s=budgets.wall_time_s,
-        success_criteria=body.success_criteria,
-        replan_check=body.replan_check,
-        pin_from_goal=body.pin_from_goal,
-        approvals=body.approvals,
-    )
+    request = run_request(body, principal)
     if idempotency_key is None:
         submitted = commands.submit(request, describe=run_detail)
         return submitted_out(submitted.seen, submitted)
@@ -156,6 +137,31 @@ def submit(
 
 def _run_json(session: Session, run: Run) -> dict[str, Any]:
     return run_detail(session, run).model_dump(mode="json")
+
+
+def run_request(body: RunSubmit, principal: Principal) -> RunRequest:
+    """The run `body` asks for (a submit's, a schedule's), as `user` (or the submitter's own),
+    its plan checked against the registered tools (`models.front.commands.checked_plan`), for a
+    role that may send one (`check_plan_role`)."""
+    plan = None
+    if body.plan is not None:
+        check_plan_role(principal)
+        plan = commands.checked_plan(body.plan.model_dump(), facts=body.facts)
+    budgets = body.budgets
+    return RunRequest(
+        user_id=principal.acting_for(body.user),
+        goal=body.goal,
+        facts=body.facts,
+        plan=plan,
+        replans=budgets.replans,
+        tokens=budgets.tokens,
+        cost_usd=budgets.cost_usd,
+        wall_time_s=budgets.wall_time_s,
+        success_criteria=body.success_criteria,
+        replan_check=body.replan_check,
+        pin_from_goal=body.pin_from_goal,
+        approvals=body.approvals,
+    )
 
 
 def check_plan_role(principal: Principal) -> None:

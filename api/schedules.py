@@ -15,12 +15,10 @@ from fastapi import APIRouter, Path, Query, status
 
 from api.auth import AnyPrincipal, Principal, Submitter
 from api.responses import ScheduleOut
-from api.runs import check_plan_role
+from api.runs import run_request
 from api.schedule_responses import schedule_out
 from api.schemas import PG_INT_MAX, ScheduleCreate
 from models.engine.runs import USER_ID_MAX_CHARS
-from models.engine.submissions import RunRequest
-from models.front import commands
 from models.front import schedules as front
 from models.patterns import NO_NUL_PATTERN
 
@@ -32,30 +30,6 @@ def owner_of(principal: Principal) -> str | None:
     """Whose schedules `principal` may see: a submitter's own user's; every user's (None) for
     reviewers and admins."""
     return (principal.user_id or "") if principal.role == "submitter" else None
-
-
-def run_request(body: ScheduleCreate, principal: Principal) -> RunRequest:
-    """The run `body` asks for, as `user` (or the submitter's own), its plan checked against the
-    registered tools (`models.front.commands.checked_plan`) for a role that may send one."""
-    plan = None
-    if body.plan is not None:
-        check_plan_role(principal)
-        plan = commands.checked_plan(body.plan.model_dump(), facts=body.facts)
-    budgets = body.budgets
-    return RunRequest(
-        user_id=principal.acting_for(body.user),
-        goal=body.goal,
-        facts=body.facts,
-        plan=plan,
-        replans=budgets.replans,
-        tokens=budgets.tokens,
-        cost_usd=budgets.cost_usd,
-        wall_time_s=budgets.wall_time_s,
-        success_criteria=body.success_criteria,
-        replan_check=body.replan_check,
-        pin_from_goal=body.pin_from_goal,
-        approvals=body.approvals,
-    )
 
 
 @router.post(

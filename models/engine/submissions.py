@@ -125,10 +125,21 @@ def insert_and_decide(
     raise (`InvalidInput`, `InvalidPlan`, `UserQuotaExceeded`); the caller's transaction must
     then write nothing."""
     check_user_id(request.user_id)  # before the fair queue's row of that user is written
-    goal_pins = request.goal_pins()
     settings = stack_limits.effective(session, settings)
     fair_queue.lift(session, request.user_id)  # a user back from a pause banks no credit
-    run = submit_run(
+    run = insert(session, request, settings=settings)
+    if then is not None:
+        then(session, run)
+    advanced = decisions.advance(session, run.id or 0, cap=settings.user_max_running_steps)
+    return run, advanced[1].sends if advanced is not None else []
+
+
+def insert(session: Session, request: RunRequest, *, settings: Settings) -> Run:
+    """Insert `request`'s run (`models.engine.runs.submit_run`, with the values its goal states
+    pinned as asked: `RunRequest.goal_pins`), in the caller's transaction, nothing decided.
+    Raises what `submit_run` raises, and then nothing is written."""
+    goal_pins = request.goal_pins()
+    return submit_run(
         session,
         settings=settings,
         user_id=request.user_id,
@@ -144,10 +155,6 @@ def insert_and_decide(
         replan_check=request.replan_check,
         approvals=request.approvals,
     )
-    if then is not None:
-        then(session, run)
-    advanced = decisions.advance(session, run.id or 0, cap=settings.user_max_running_steps)
-    return run, advanced[1].sends if advanced is not None else []
 
 
 @overload

@@ -18,7 +18,8 @@ from typing import Any, Final
 
 from sqlmodel import Session
 
-from models.engine.runs import check_user_id, submit_run
+from models.engine import submissions
+from models.engine.runs import check_user_id
 from models.engine.submissions import RunRequest
 from models.errors import UserQuotaExceeded
 from models.plans.plans import PlanSpec
@@ -58,25 +59,9 @@ def check(session: Session, request: RunRequest, *, settings: Settings) -> None:
     the field), by running the submit's checks and insert in a savepoint rolled back whatever
     happens; a quota that refuses it now (`UserQuotaExceeded`) is not raised."""
     check_user_id(request.user_id)
-    pins = request.goal_pins()
     trial = session.begin_nested()
     try:
-        submit_run(
-            session,
-            settings=settings,
-            user_id=request.user_id,
-            goal=request.goal,
-            facts=pins.facts,
-            from_goal=pins.pinned,
-            plan=request.plan,
-            replans=request.replans,
-            tokens=request.tokens,
-            cost_usd=request.cost_usd,
-            wall_time_s=request.wall_time_s,
-            success_criteria=request.success_criteria,
-            replan_check=request.replan_check,
-            approvals=request.approvals,
-        )
+        submissions.insert(session, request, settings=settings)
     except UserQuotaExceeded:
         pass  # every check of the content passed before it
     finally:

@@ -6,25 +6,17 @@ refused, what was typed kept) and the call runs with them once."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 from sqlmodel import select
 
 from models.tables import Escalation, Step
 from tests.support.console import Console, submitted_id, wait_for_status
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, locale="en-GB")
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def test_a_reviewer_edits_a_gated_calls_arguments_and_it_runs_with_them(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from models.engine import run_transitions, transitions
 from models.engine.events import record_event
@@ -28,14 +28,6 @@ POLL_WITHIN_MS = 5_000  # the fallback's poll: every 2 s, then the page is fetch
 MARKER = "window.__agentqLiveMarker"
 MakeToken = Callable[..., tuple[int, str]]
 SignIn = Callable[[str], httpx.Client]
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 @pytest.fixture(scope="module", autouse=True)

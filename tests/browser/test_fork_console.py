@@ -8,23 +8,15 @@ import json
 import re
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from tests.support.console import AGENTQ, Console, submitted_id, wait_for_status
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 MakeToken = Callable[..., tuple[int, str]]
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def _succeeded_run(console: Console, user: str) -> int:

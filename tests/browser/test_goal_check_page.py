@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from models.engine import transitions
 from models.states import RUN_TERMINAL
@@ -19,14 +19,6 @@ from tests.support.console import Console, submitted_id, wait_for_status
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 MakeToken = Callable[..., tuple[int, str]]
 CRITERION = "Filed in ${facts.currency}"
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from ops.demo import DEMO_FACTS, DEMO_GOAL, DEMO_USER, SCENARIOS
 from tests.support.console import Console, submitted_id, wait_for_status
@@ -18,14 +18,6 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 RUN_DONE_MS = 120_000
 PHONE_WIDTH_PX = 390
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, locale="en-GB")
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def _submit_demo_scenario_2(console: Console) -> int:

@@ -5,23 +5,15 @@ Resume change it in place; another user's submitter does not see it."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from tests.support.console import Console
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 MakeToken = Callable[..., tuple[int, str]]
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def _sign_in(page: Page, console: Console, token: str) -> None:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 MISSING = (
@@ -48,3 +48,12 @@ def browser() -> Iterator[Browser]:
         launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield launched
         launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A page of a fresh browser context (its own cookies), 1360 x 900, British English."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, locale="en-GB")
+    opened = context.new_page()
+    yield opened
+    context.close()
