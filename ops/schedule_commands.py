@@ -80,12 +80,19 @@ def add(
     wall_time: Annotated[
         float | None, typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP)
     ] = None,
+    approvals: Annotated[
+        str | None,
+        typer.Option(
+            metavar="JSON", help="Tighten the approval policy for its runs, as run submit."
+        ),
+    ] = None,
     as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Put a goal on a schedule: a run is submitted as the user at each due time of --cron (in
     --timezone) or every --every seconds, once per due time, under the user's quotas."""
     from models.engine.submissions import RunRequest
     from models.front import schedules
+    from models.review.answers import json_object
     from ops.connection import connect
     from ops.inputs import parse_facts, read_plan
 
@@ -102,6 +109,7 @@ def add(
         success_criteria=criterion,
         replan_check=replan_check,
         pin_from_goal=pin_from_goal,
+        approvals=json_object(approvals, "--approvals") if approvals else {},
     )
     shown = schedules.create(
         request,
