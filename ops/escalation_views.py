@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlmodel import Session
 
-from models.engine import budget_grants, stack_limits
+from models.engine import budget_grants, children, stack_limits
 from models.engine.budget_grants import Standing
 from models.engine.runs import pinned_facts
 from models.formats import span, utc
@@ -86,10 +86,12 @@ def render_escalation(
     step: Step | None,
     facts: dict[str, str],
     budget: Standing | None = None,
+    lineage: str | None = None,
 ) -> RenderableType:
     """Why the run escalated, the failing step and its error (or the stored error when no step
     failed), the budget used (and the spent `budget`: what approve would set), pinned facts,
-    and the decision once there is one."""
+    the run's parent or children (`lineage`, `models.engine.children.lineage`), and the
+    decision once there is one."""
     grid = Table.grid(padding=(0, 2))
     told = reasons.why(esc, step)
     grid.add_row("reason", literal(told.summary))
@@ -103,6 +105,8 @@ def render_escalation(
         grid.add_row("deadline", due)
     if run is not None:
         grid.add_row("run", literal(f"{run.id}: {run.goal} ({run.status})"))
+        if lineage:
+            grid.add_row("lineage", literal(lineage))
         grid.add_row("replans", f"{run.replans_used}/{run.replans_limit}")
         grid.add_row("pinned facts", facts_text(facts))
     if budget is not None:
@@ -146,4 +150,5 @@ def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
         step=session.get(Step, esc.step_id) if esc.step_id else None,
         facts=pinned_facts(session, esc.run_id) if run is not None else {},
         budget=budget,
+        lineage=children.lineage(session, esc.run_id),
     )

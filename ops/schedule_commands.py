@@ -143,6 +143,12 @@ def list_(
     if as_json:
         _print_json(found)
         return
+    if not found:
+        whose = f" of user {user!r}" if user else ""
+        console.print(
+            f'no schedules{whose}; add one with agentq schedule add NAME "GOAL" --cron ...'
+        )
+        return
     table = Table("id", "user", "name", "when", "overlap", "next due", "last runs")
     for shown in found:
         row = shown.schedule

@@ -25,8 +25,9 @@ N}`), or `failed` with why, which the coordinator then replans or escalates as a
 message lost on the way is made up by the reconciler, which nudges a quiet running run. The step's
 end is a guarded transition, so a parent told twice ends it once.
 
-Cancelling a parent cancels its active children, and theirs (`models.front.commands.cancel`). Depth
-and fan-out are bounded (`AGENTQ_CHILD_RUN_MAX_DEPTH`, `AGENTQ_CHILD_RUNS_MAX`).
+Cancelling a parent cancels its active children, and theirs (`cancel_below`, from
+`models.front.commands.cancel`), each step that waited for one ending failed, its spend charged.
+Depth and fan-out are bounded (`AGENTQ_CHILD_RUN_MAX_DEPTH`, `AGENTQ_CHILD_RUNS_MAX`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel
 
 from models import sql
-from models.engine import step_transitions
+from models.engine import step_transitions, transitions
 from models.states import RUN_ACTIVE
-from models.tables import created_field
+from models.tables import Step, created_field
 
 # ended_children: the ended child runs of the steps :step_ids (waiting for them), with what the
 # parent's step ends with.
@@ -128,6 +129,24 @@ def active_descendants(session: Session, run_id: int) -> list[int]:
     return [row for (row,) in sql.execute(session, ACTIVE_DESCENDANTS, params)]
 
 
+def cancel_below(session: Session, run_id: int) -> list[int]:
+    """Cancel the active runs below run `run_id` (`models.engine.transitions.cancel_run`),
+    deepest first, each under its lock, and end the step each one's parent waits with (`settle`:
+    failed, the child's spend charged to the parent), in the caller's transaction (which holds
+    `run_id`'s lock). The ids cancelled, for their follow-ups after the commit."""
+    cancelled = []
+    for child_id in reversed(active_descendants(session, run_id)):
+        child = transitions.lock_run(session, child_id)
+        if child is None or child.status not in RUN_ACTIVE:  # it ended since it was read
+            continue
+        transitions.cancel_run(session, child_id)
+        cancelled.append(child_id)
+        link = session.get(RunChild, child_id)
+        if link is not None:
+            settle(session, link.parent_run_id, [link.parent_step_id])
+    return cancelled
+
+
 def children_of(session: Session, run_id: int) -> list[tuple[int, str]]:
     """Run `run_id`'s child runs, `(id, status)`, oldest first."""
     return [(int(i), str(s)) for i, s in sql.execute(session, CHILDREN, {"run_id": run_id})]
@@ -138,7 +157,9 @@ def lineage(session: Session, run_id: int) -> str | None:
     for a run with neither."""
     said = []
     if (row := session.get(RunChild, run_id)) is not None:
-        said.append(f"child of run {row.parent_run_id} (its step {row.parent_step_id})")
+        step = session.get(Step, row.parent_step_id)
+        named = f"step {step.name!r}" if step is not None else f"step {row.parent_step_id}"
+        said.append(f"child run of run {row.parent_run_id} ({named})")
     if kids := children_of(session, run_id):
         said.append("child runs " + ", ".join(f"{i} ({status})" for i, status in kids))
     return "; ".join(said) or None

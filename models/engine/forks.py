@@ -32,7 +32,7 @@ from; both runs show it (`forked_from`, `forks`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -57,6 +57,7 @@ from models.plans.plans import (
     handled_failures,
     parse_plan,
 )
+from models.plans.references import referenced_facts
 from models.plans.step_data import json_bytes
 from models.plans.tools import argument_problems, configured_tool_names
 from models.settings import get_settings
@@ -115,14 +116,23 @@ class Split:
     copied: list[Step]
     rerun: list[Step]
     rerun_after: dict[int, tuple[int, ...]]
+    answered: dict[str, Step] = field(default_factory=dict)  # failures left out, by name
 
 
 def split(
-    steps: Sequence[Step], after: Mapping[int, tuple[int, ...]], at: Step, answered: set[int]
+    steps: Sequence[Step],
+    after: Mapping[int, tuple[int, ...]],
+    at: Step,
+    answered: set[int],
+    *,
+    stale: Collection[int] = (),
 ) -> Split:
     """Split a version's `steps` (in order; `after` by id) at step `at`: the rule alone, no
-    reads. `answered`: failed steps a later version answered, which the fork leaves out.
-    Raises `Conflict` naming `from_step` when a step `at` waits for did not succeed."""
+    reads. `answered`: failed steps a later version answered, which the fork leaves out (kept
+    by name in `Split.answered`: a reviewer's answer re-runs as the step it answered). `stale`:
+    steps whose result a changed fact makes stale, which run anew too, with what waits for them.
+    Raises `Conflict` naming `from_step` when a step `at` waits for did not succeed. The steps
+    kept but not copied are given as `pending`, as the fork writes them."""
     at_id = at.id or 0
     waited = graph.ancestors(after, at_id)
     unmet = [s for s in steps if (s.id or 0) in waited and s.status != "succeeded"]
@@ -132,13 +142,18 @@ def split(
             f"from_step: step {at.name!r} waits for steps that did not succeed: {names}; fork "
             "from the first of them"
         )
-    rerun = {at_id} | {s.id or 0 for s in steps if at_id in graph.ancestors(after, s.id or 0)}
+    roots = {at_id, *stale}
+    rerun = roots | {s.id or 0 for s in steps if roots & graph.ancestors(after, s.id or 0)}
     gone = {s.id or 0 for s in steps if s.status == "failed" and s.id in answered} - rerun
 
     def deps(step: Step) -> tuple[int, ...]:
         return tuple(d for d in after.get(step.id or 0, ()) if d not in gone)
 
-    kept = [s for s in steps if (s.id or 0) not in rerun | gone]
+    kept = [
+        s if s.status == "succeeded" else s.model_copy(update={"status": "pending"})
+        for s in steps
+        if (s.id or 0) not in rerun | gone
+    ]
     again = [s for s in steps if (s.id or 0) in rerun]
     return Split(
         kept,
@@ -146,7 +161,21 @@ def split(
         [s for s in kept if s.status == "succeeded"],
         again,
         {s.id or 0: deps(s) for s in again},
+        {s.name: s for s in steps if (s.id or 0) in gone},
     )
+
+
+def stale_steps(steps: Sequence[Step], changed: Collection[str]) -> set[int]:
+    """The steps whose result the facts `changed` (keys whose value a fork changes) make stale:
+    a tool or child-run step naming one (`${facts.KEY}`), and every model step (a run's pinned
+    facts are in each of its prompts)."""
+    if not changed:
+        return set()
+    return {
+        s.id or 0
+        for s in steps
+        if s.kind == "model" or (s.kind != "human" and referenced_facts(s.args) & set(changed))
+    }
 
 
 def source_run(session: Session, run_id: int, *, user_id: str | None = None) -> Run:
@@ -167,15 +196,20 @@ def fork_in(session: Session, source: Run, request: ForkRequest) -> tuple[RunReq
     if source.goal == ERASED:
         raise Conflict(f"run_id: run {source.id}'s content was erased; nothing to fork")
     current = current_graph(session, source)
-    at = next((s for s in current.kept if s.name == request.from_step), None)
-    if at is None or at.kind == "human":
-        names = ", ".join(s.name for s in current.kept if s.kind != "human") or "none"
+    # the newest step of that name: a replan's or a reviewer's step took a failed one's place
+    at = next((s for s in reversed(current.kept) if s.name == request.from_step), None)
+    if at is None:
+        names = ", ".join(dict.fromkeys(s.name for s in current.kept)) or "none"
         raise Conflict(
             f"from_step: run {source.id} has no step {request.from_step!r} to fork from (its "
             f"plan version {source.plan_version} has: {names})"
         )
-    parts = split(current.kept, current.after or {}, at, handled_failures(session, source.id or 0))
-    facts = {**pinned_facts(session, source.id or 0), **request.facts}
+    given = pinned_facts(session, source.id or 0)
+    facts = {**given, **request.facts}
+    changed = {k for k, v in request.facts.items() if given.get(k) != v}
+    answered = handled_failures(session, source.id or 0)
+    stale = stale_steps(current.kept, changed)
+    parts = split(current.kept, current.after or {}, at, answered, stale=stale)
     new = _rerun_specs(parts, request.plan, facts)
     run_request = RunRequest(
         user_id=source.user_id,
@@ -213,14 +247,15 @@ def _rerun_specs(parts: Split, plan: Any, facts: Mapping[str, str]) -> list[Step
     steps as a reviewer's edit is (`parse_plan` with their `Splice`). Raises `InvalidPlan`, or
     `Conflict` for a reviewer's answer among the source's steps to re-run."""
     if plan is None:
-        human = [s.name for s in parts.rerun if s.kind == "human"]
+        human = [s.name for s in parts.rerun if s.kind == "human" and s.name not in parts.answered]
         if human:
             raise Conflict(
                 f"from_step: the steps to re-run hold a reviewer's answer ({', '.join(human)}), "
                 "which cannot run again; give the fork a plan for the steps from there on"
             )
         names = {s.id or 0: s.name for s in [*parts.kept, *parts.rerun]}
-        plan = {"steps": [_as_written(s, parts.rerun_after, names) for s in parts.rerun]}
+        written = [_as_written(s, parts.rerun_after, names, parts.answered) for s in parts.rerun]
+        plan = {"steps": written}
     checked = parse_plan(
         plan,
         tools=configured_tool_names(),
@@ -232,14 +267,21 @@ def _rerun_specs(parts: Split, plan: Any, facts: Mapping[str, str]) -> list[Step
 
 
 def _as_written(
-    step: Step, after: Mapping[int, tuple[int, ...]], names: Mapping[int, str]
+    step: Step,
+    after: Mapping[int, tuple[int, ...]],
+    names: Mapping[int, str],
+    answered: Mapping[str, Step],
 ) -> dict[str, Any]:
-    """A stored step as a plan writes it, with what it waits for by name."""
+    """A stored step as a plan writes it, with what it waits for by name; a reviewer's answer
+    as the failed step it answered (`answered`, by name), which runs again."""
+    waits = [names[d] for d in after.get(step.id or 0, ()) if d in names]
+    if step.kind == "human":
+        step = answered[step.name]
     written: dict[str, Any] = {
         "name": step.name,
         "instruction": step.instruction,
         "kind": step.kind,
-        "after": [names[d] for d in after.get(step.id or 0, ()) if d in names],
+        "after": waits,
         "expect": step.expect,
     }
     if step.kind == "tool":
@@ -311,17 +353,20 @@ def _write(session: Session, run: Run, forked: Forked) -> None:
 
 
 def forkable(session: Session, run: Run) -> set[str]:
-    """The names of the steps of `run`'s current version a fork may start at: every step it
-    waits for succeeded, and it is no reviewer's answer (`split`'s rule)."""
+    """The names of the steps of `run`'s current version a fork may start at, as `fork_in`
+    reads a name (its newest step): every step that one waits for succeeded, and it is no
+    reviewer's answer unless to a failed step of its name (which then runs again)."""
     current = current_graph(session, run)
     after, names = current.after or {}, set()
-    for step in current.kept:
+    newest = {s.name: s for s in current.kept}
+    for name, step in newest.items():
+        if step.kind == "human" and sum(s.name == name for s in current.kept) < 2:
+            continue
         try:
             split(current.kept, after, step, set())
         except Conflict:
             continue
-        if step.kind != "human":
-            names.add(step.name)
+        names.add(name)
     return names
 
 

@@ -37,7 +37,6 @@ from models.plans.plans import PlanSpec, parse_plan
 from models.plans.tools import argument_problems, configured_tool_names, declared_returns
 from models.review import answers, escalations, reviews
 from models.settings import get_settings
-from models.states import RUN_ACTIVE
 from models.tables import Escalation, Run, utcnow
 
 T = TypeVar("T", default=None)  # what `describe` reads; None without one
@@ -124,11 +123,8 @@ def cancel(
     with session_scope() as session:
         check(session, run_id)
         transitions.lock_run(session, run_id)
+        below = children.cancel_below(session, run_id)  # charged to their parents first
         run = transitions.cancel_run(session, run_id)
-        below = children.active_descendants(session, run_id)
-        for child in filter(None, (transitions.lock_run(session, i) for i in below)):
-            if child.status in RUN_ACTIVE:  # it may have ended since it was read
-                transitions.cancel_run(session, child.id or 0)
         seen, status = describe(session, run), run.status
     for child_id in below:
         queue.follow_up(child_id, "cancelled")

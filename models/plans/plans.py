@@ -14,6 +14,7 @@ which become its result.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
@@ -23,7 +24,7 @@ from sqlmodel import Session, select
 
 from models import sql
 from models.errors import InvalidPlan, PlanConflict, ToolArgumentsError
-from models.patterns import STEP_NAME_PATTERN, error_message
+from models.patterns import FACT_KEY_PATTERN, STEP_NAME_PATTERN, WORDS, error_message
 from models.plans import graph
 from models.plans.expectations import MAX_STEP_EXPECTATIONS, Expectation
 from models.plans.references import referenced_facts, references
@@ -131,6 +132,11 @@ def _check_child(step: StepSpec) -> None:
         raise ValueError(f"step {step.name!r}: kind 'run' takes 'args' {{\"facts\": {{...}}}} only")
     if not all(isinstance(v, str) for v in facts.values()):
         raise ValueError(f"step {step.name!r}: args.facts: each value a text")
+    bad = sorted(k for k in facts if not re.fullmatch(FACT_KEY_PATTERN, k))
+    if bad:
+        raise ValueError(
+            f"step {step.name!r}: args.facts: key {bad[0]!r} {WORDS[FACT_KEY_PATTERN]}"
+        )
 
 
 class PlanSpec(BaseModel):

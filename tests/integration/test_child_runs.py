@@ -149,7 +149,10 @@ def test_cancelling_a_parent_cancels_its_child_waiting_for_review(make_run: Make
         assert session.get(Run, child.id).status == "cancelled"  # type: ignore[union-attr]
         esc = session.exec(select(Escalation).where(Escalation.run_id == child.id)).one()
         assert esc.decision == "withdrawn"
-    assert run_steps(parent)[0].status == "cancelled"
+        spent = session.get(Run, child.id).tokens_used  # type: ignore[union-attr]
+        assert session.get(Run, parent).tokens_used >= spent  # type: ignore[union-attr]
+    (step,) = run_steps(parent)
+    assert (step.status, step.tokens_used) == ("failed", spent)  # ended with its child
 
 
 def _told(run_id: int) -> str:

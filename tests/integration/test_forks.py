@@ -17,9 +17,10 @@ from api.run_views import run_detail
 from models.db import session_scope
 from models.engine.forks import ForkRequest, RunFork
 from models.errors import Conflict, InvalidPlan, NotFound
+from models.front import commands
 from models.front.forks import fork
 from models.memory.messages import Message
-from models.tables import Run, RunEvent
+from models.tables import Escalation, Run, RunEvent
 from tests.integration.conftest import run_steps, wait_for_run
 
 pytestmark = pytest.mark.integration
@@ -157,3 +158,78 @@ def test_another_users_run_cannot_be_forked(make_run: MakeRun) -> None:
             session.exec(select(col(RunFork.run_id)).where(RunFork.from_run_id == source)).all()
             == []
         )
+
+
+def _escalation(run_id: int) -> int:
+    with session_scope() as session:
+        found = session.exec(
+            select(Escalation.id).where(Escalation.run_id == run_id, Escalation.status == "open")
+        ).one()
+        return int(found or 0)
+
+
+def test_a_fork_from_a_step_a_reviewer_answered_runs_that_step_again(
+    make_run: MakeRun, marker_file: Path
+) -> None:
+    """y failed and a reviewer answered for it (a `human` step named y takes its place): a fork
+    from y means the newest y, and runs the failed step's call again, as written; the failure
+    and the answer are history, x is copied, z runs anew after y."""
+    user = _user()
+    steps = [
+        _mark("x", marker_file),
+        {"name": "y", "kind": "tool", "tool": "always_fails"},
+        {"name": "z", "kind": "tool", "tool": "echo", "args": {"value": "${steps.y.value}"}},
+    ]
+    source = make_run(steps, user=user, replans=0)
+    assert wait_for_run(source).status == "waiting_review"
+    commands.respond(_escalation(source), reviewer="ann", answer='{"value": 3}')
+    assert wait_for_run(source).status == "succeeded"
+    forked = fork(ForkRequest(source, "y"), user_id=user)
+    assert wait_for_run(forked.run_id).status == "waiting_review"  # y fails again, no replans
+    new = {s.name: s for s in run_steps(forked.run_id)}
+    assert (new["x"].status, new["x"].attempt) == ("succeeded", 0)
+    assert (new["y"].kind, new["y"].tool, new["y"].status) == ("tool", "always_fails", "failed")
+    assert new["z"].status == "pending"
+    assert _lines(marker_file) == ["x"]
+
+
+def test_a_changed_fact_runs_again_the_kept_steps_that_read_it(
+    make_run: MakeRun, marker_file: Path
+) -> None:
+    """A fork from c with a new currency: b named `${facts.currency}`, so its copy would be
+    stale: it runs anew (and c after it); a, which read no fact, is copied."""
+    user = _user()
+    steps = [
+        _mark("a", marker_file),
+        {"name": "b", "kind": "tool", "tool": "echo", "args": {"value": "${facts.currency}"}},
+        {"name": "c", "kind": "tool", "tool": "echo", "args": {"value": "${steps.b.value}"}},
+    ]
+    source = make_run(steps, user=user, facts={"currency": "USD"})
+    assert wait_for_run(source).status == "succeeded"
+    forked = fork(ForkRequest(source, "c", facts={"currency": "EUR"}), user_id=user)
+    assert wait_for_run(forked.run_id).status == "succeeded"
+    new = {s.name: s for s in run_steps(forked.run_id)}
+    assert (new["a"].attempt, new["b"].attempt, new["c"].attempt) == (0, 1, 1)
+    assert new["c"].result == {"value": "EUR"}
+    assert _lines(marker_file) == ["a"]
+
+
+def test_a_fork_on_another_branch_than_an_unanswered_failure_runs_that_branch_again(
+    make_run: MakeRun,
+) -> None:
+    """x, then y (fails) -> z, and w after x: the run waits for review; a fork from w copies x
+    and runs w, y and z anew (the failure and what waits for it are kept as steps to run)."""
+    user = _user()
+    steps = [
+        {"name": "x", "kind": "tool", "tool": "noop"},
+        {"name": "y", "kind": "tool", "tool": "always_fails", "after": ["x"]},
+        {"name": "z", "kind": "tool", "tool": "noop", "after": ["y"]},
+        {"name": "w", "kind": "tool", "tool": "noop", "after": ["x"]},
+    ]
+    source = make_run(steps, user=user, replans=0)
+    assert wait_for_run(source).status == "waiting_review"
+    forked = fork(ForkRequest(source, "w"), user_id=user)
+    assert wait_for_run(forked.run_id).status == "waiting_review"  # y fails again
+    new = {s.name: (s.status, s.attempt) for s in run_steps(forked.run_id)}
+    assert new["x"] == ("succeeded", 0) and new["w"] == ("succeeded", 1)
+    assert new["y"][0] == "failed" and new["z"] == ("pending", 0)
