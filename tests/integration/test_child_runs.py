@@ -6,7 +6,10 @@ are bounded by settings."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -24,8 +27,10 @@ from models.engine.children import RunChild
 from models.engine.queue import TASK_COORDINATE
 from models.engine.runs import pinned_facts
 from models.front import commands
+from models.memory import procedure_admin
+from models.memory.procedures import Actor
 from models.settings import get_settings
-from models.tables import Escalation, Run, RunEvent, Step, utcnow
+from models.tables import Escalation, Run, RunEvent, Step, StepAttempt, utcnow
 from scheduler import tasks
 from tests.integration.conftest import run_steps, wait_for_run
 
@@ -117,7 +122,7 @@ def test_a_parent_whose_childs_news_was_lost_is_resumed_by_the_reconciler(
         ):
             session.execute(sa.text(statement), {**ids, "long_ago": long_ago})
         session.add(
-            RunChild(run_id=child, parent_run_id=parent, parent_step_id=steps[1].id, depth=1)
+            RunChild(run_id=child, parent_run_id=parent, parent_step_id=steps[1].id or 0, depth=1)
         )
     tasks.reconcile()
     done = wait_for_run(parent)
@@ -173,8 +178,6 @@ def _told(run_id: int) -> str:
 
 
 def wait_for_child(parent: int, timeout_s: float = 60) -> Run:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with session_scope() as session:
@@ -208,3 +211,60 @@ def test_depth_and_fan_out_are_bounded(
             child_runs.start(session, run, step, facts={}, settings=settings)
         made = select(col(RunChild.run_id)).where(RunChild.parent_run_id == parent)
         assert session.exec(made).all() == []
+
+
+def test_a_child_killed_mid_step_is_recovered_and_its_parent_resumes_once(
+    make_run: MakeRun, marker_file: Path
+) -> None:
+    """The child's plan (the user's procedure for its goal, adopted by its planner) sleeps; the
+    pool process running that step is killed: the step runs again once its lease runs out, the
+    child succeeds, and the parent's step ends once, the effect after it written once."""
+    user = _user()
+    title = f"Nap {uuid.uuid4().hex[:6]} briefly"
+    nap = {"name": "nap", "kind": "tool", "tool": "sleep", "args": {"seconds": 3}}
+    owner = Actor(f"token:{user}", "submitter", user)
+    body = {"title": title, "when_to_use": title, "plan_template": {"steps": [nap]}}
+    procedure = procedure_admin.add(owner, body)
+    try:
+        mark = {"path": str(marker_file), "marker": "after"}
+        after = {"name": "mark", "kind": "tool", "tool": "append_marker", "args": mark}
+        parent = make_run(
+            [{"name": "delegate", "kind": "run", "instruction": title}, after], user=user
+        )
+        child = wait_for_child(parent)
+        attempts = _attempts_of(child.id or 0, "nap")
+        pid = int(attempts[0].worker.rsplit(":", 1)[1])
+        assert pid != os.getpid()
+        os.kill(pid, signal.SIGKILL)  # mid-sleep: its lease is no longer renewed
+        done = wait_for_run(parent, timeout_s=90)
+        assert done.status == "succeeded", _told(parent)
+        outcomes = [a.outcome for a in _attempts_of(child.id or 0, "nap")]
+        assert outcomes == ["lease_expired", "succeeded"]
+        assert marker_file.read_text().splitlines() == ["after"]
+        (ran, _) = run_steps(parent)
+        with session_scope() as session:
+            ends = session.exec(
+                select(RunEvent).where(
+                    RunEvent.step_id == ran.id, RunEvent.kind == "step.succeeded"
+                )
+            ).all()
+        assert len(ends) == 1
+    finally:
+        procedure_admin.remove(owner, procedure.id or 0)
+
+
+def _attempts_of(run_id: int, name: str, timeout_s: float = 60) -> list[StepAttempt]:
+    """The attempts of run `run_id`'s step `name`, once it has one (waits for it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            found = session.exec(
+                select(StepAttempt)
+                .join(Step, col(Step.id) == StepAttempt.step_id)
+                .where(Step.run_id == run_id, Step.name == name)
+                .order_by(col(StepAttempt.attempt))
+            ).all()
+            if found:
+                return list(found)
+        time.sleep(0.05)
+    pytest.fail(f"run {run_id}'s step {name!r} never started: {_told(run_id)}")
