@@ -13,7 +13,7 @@ need with the session first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -105,11 +105,16 @@ def runs_table(runs: list[Run]) -> Table:
     return table
 
 
-def steps_table(steps: list[Step], after: Mapping[int, Iterable[int]] | None = None) -> Table:
+def steps_table(
+    steps: list[Step],
+    after: Mapping[int, Iterable[int]] | None = None,
+    copied: Collection[int] = (),
+) -> Table:
     """The steps of a plan in order, with their wave and what each waits for (`after`, by id:
     `models.plans.plans.dependencies`; None: a plain list, each step after the one before), status,
-    attempts and result or error. `tool` is the tool, or the kind of a step that calls none.
-    Steps of one wave can run together; the caption says so when two share one."""
+    attempts ("copied" for a fork's step `copied` from its source: `models.engine.forks`) and
+    result or error. `tool` is the tool, or the kind of a step that calls none. Steps of one wave
+    can run together; the caption says so when two share one."""
     ids = [s.id or 0 for s in steps]
     names = {s.id or 0: s.name for s in steps}
     found = places(ids, linear(ids) if after is None else after, names)
@@ -127,7 +132,7 @@ def steps_table(steps: list[Step], after: Mapping[int, Iterable[int]] | None = N
             literal(after_text(place.after)),
             literal(s.tool or s.kind),
             styled(s.status),
-            str(s.attempt),
+            "copied" if (s.id or 0) in copied else str(s.attempt),
             cell(outcome or ""),
         )
     return table
@@ -179,12 +184,13 @@ def render_run(
     offer_procedure: bool = False,
     goal: GoalReport | None = None,
     lineage: str | None = None,
+    copied: Collection[int] = (),
 ) -> RenderableType:
     """Everything about one run: budgets, pinned facts, its goal check (`goal`, else as told
     with no verdict: `models.engine.goal_reports`), the current plan (`steps` in order, `after`
     what each waits for, as `steps_table` takes), the procedures its plans used, escalation,
-    answer, with `offer_procedure` the command that saves its plan as one, and its forks
-    (`lineage`, `models.engine.forks.lineage`)."""
+    answer, with `offer_procedure` the command that saves its plan as one, and its forks and
+    child runs (`lineage`; `copied`: a fork's steps copied from its source)."""
     head = Table.grid(padding=(0, 2))
     head.add_row("goal", literal(run.goal))
     head.add_row("user", literal(run.user_id))
@@ -206,7 +212,7 @@ def render_run(
         ),
     )
     head.add_row("wall time", wall_time(run))
-    parts: list[RenderableType] = [head, steps_table(steps, after)]
+    parts: list[RenderableType] = [head, steps_table(steps, after, copied)]
     if escalation is not None:
         failed = next((s for s in steps if s.id and s.id == escalation.step_id), None)
         parts.append(escalation_summary(escalation, failed))
@@ -275,6 +281,7 @@ def run_panel(session: Session, run: Run) -> RenderableType:
         offer_procedure=offers_procedure(session, run),
         goal=report_of(session, run, facts),
         lineage="; ".join(filter(None, lineage)),
+        copied=forks.copied_steps(session, run_id),
     )
 
 

@@ -382,6 +382,13 @@ def lineage(session: Session, run_id: int) -> str | None:
     return "; ".join(said) or None
 
 
+def copied_steps(session: Session, run_id: int) -> set[int]:
+    """The ids of run `run_id`'s steps copied from the run it was forked from (none for a run
+    that is no fork)."""
+    row = session.get(RunFork, run_id)
+    return {int(new) for new in row.copied} if row is not None else set()
+
+
 def forks_of(session: Session, run_id: int) -> list[int]:
     """The ids of the runs forked from run `run_id`, oldest first."""
     return [row for (row,) in sql.execute(session, FORKS_OF, {"run_id": run_id})]

@@ -42,6 +42,7 @@ def test_the_cli_forks_a_run_and_both_runs_show_it(console: Console) -> None:
     assert wait_for_status(console, forked, ("succeeded",)).final_result is not None
     shown = console.agentq("run", "show", str(forked)).stdout
     assert f"forked from run {source} at step 'report' (1 step copied)" in " ".join(shown.split())
+    assert "copied" in shown.split("fetch", 1)[1].splitlines()[0]  # its try column
     assert f"forked as run {forked}" in console.agentq("run", "show", str(source)).stdout
     refused = subprocess.run(
         [AGENTQ, "run", "fork", str(source), "--from", "nope"],
