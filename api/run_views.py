@@ -22,7 +22,7 @@ from api.responses import (
     StepOut,
     SubmittedOut,
 )
-from models.engine import children, forks, previews
+from models.engine import lineage, previews
 from models.engine.goal_checks import criteria_texts
 from models.engine.goal_reports import GoalReport, report_of
 from models.engine.runs import pinned_facts
@@ -137,6 +137,7 @@ def run_detail(
     plan_versions = [plan_version_out(v) for v in versions]
     current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
     pinned = pinned_facts(session, run_id)
+    kin = lineage.read(session, run_id)
     return RunDetail(
         **run_out(run).model_dump(),
         pinned_facts=pinned,
@@ -151,10 +152,10 @@ def run_detail(
         events_next_before=page.older,
         escalations=[escalation_out(e) for e in escalations],
         shortened=["final_result"] if final.shortened else [],
-        forked_from=_forked_from(session, run_id),
-        forks=forks.forks_of(session, run_id),
-        parent_run_id=children.parent_of(session, run_id),
-        child_runs=[i for i, _ in children.children_of(session, run_id)],
+        forked_from=ForkedFromOut(**vars(kin.forked_from)) if kin.forked_from else None,
+        forks=kin.forks,
+        parent_run_id=kin.parent.run_id if kin.parent else None,
+        child_runs=[i for i, _ in kin.children],
     )
 
 
@@ -164,13 +165,3 @@ def submitted_out(run: RunDetail, submitted: Submitted[Any]) -> SubmittedOut:
     pins = submitted.from_goal
     from_goal = GoalValuesOut(found=pins.found, pinned=pins.pinned, overridden=pins.overridden)
     return SubmittedOut(run=run, notified=submitted.notified, from_goal=from_goal)
-
-
-def _forked_from(session: Session, run_id: int) -> ForkedFromOut | None:
-    """Where run `run_id` was forked from; None for a run that is no fork."""
-    fork = session.get(forks.RunFork, run_id)
-    if fork is None:
-        return None
-    return ForkedFromOut(
-        run_id=fork.from_run_id, step=fork.from_step, step_id=fork.from_step_id, copied=fork.copied
-    )

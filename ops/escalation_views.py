@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlmodel import Session
 
-from models.engine import budget_grants, children, stack_limits
+from models.engine import budget_grants, lineage, stack_limits
 from models.engine.budget_grants import Standing
 from models.engine.runs import pinned_facts
 from models.formats import span, utc
@@ -90,7 +90,7 @@ def render_escalation(
 ) -> RenderableType:
     """Why the run escalated, the failing step and its error (or the stored error when no step
     failed), the budget used (and the spent `budget`: what approve would set), pinned facts,
-    the run's parent or children (`lineage`, `models.engine.children.lineage`), and the
+    the run's relatives (`lineage`, `models.engine.lineage.Lineage.text`), and the
     decision once there is one."""
     grid = Table.grid(padding=(0, 2))
     told = reasons.why(esc, step)
@@ -150,5 +150,5 @@ def escalation_panel(session: Session, esc: Escalation) -> RenderableType:
         step=session.get(Step, esc.step_id) if esc.step_id else None,
         facts=pinned_facts(session, esc.run_id) if run is not None else {},
         budget=budget,
-        lineage=children.lineage(session, esc.run_id),
+        lineage=lineage.read(session, esc.run_id).text(),
     )

@@ -46,8 +46,8 @@ def fork(
     as_json: Annotated[bool, typer.Option("--json", help=FORK_JSON_HELP)] = False,
 ) -> None:
     """Fork a run from a step; prints the new run's id and what it copied."""
-    from models.db import session_scope
-    from models.engine.forks import ForkRequest, RunFork
+    from models.engine import lineage
+    from models.engine.forks import ForkRequest
     from models.front.forks import fork as fork_run
     from ops import views
     from ops.connection import connect
@@ -60,13 +60,11 @@ def fork(
     connect()
     text = read_plan_text(plan) if plan is not None else None
     request = ForkRequest(run_id, from_step, text, parse_facts(fact))
-    forked = fork_run(request)
     if as_json:
-        print_submitted(forked)
+        print_submitted(fork_run(request))
         return
-    with session_scope() as session:
-        row = session.get(RunFork, forked.run_id)
-        copied = len(row.copied) if row is not None else 0
+    forked = fork_run(request, describe=lambda s, run: lineage.read(s, run.id or 0).copied_steps())
+    copied = len(forked.seen)
     said = f"run {forked.run_id} forked from run {run_id} at step {from_step!r} ({copied} copied)"
     with run_goes_on(console, forked.run_id) if watch_run else nullcontext():
         console.print(views.said(forked.notified, said))

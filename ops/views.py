@@ -23,7 +23,7 @@ from rich.text import Text
 from sqlmodel import Session
 
 from models.display import visible
-from models.engine import children, forks
+from models.engine import lineage
 from models.engine.goal_reports import GoalReport, report, report_of
 from models.engine.runs import pinned_facts
 from models.formats import (
@@ -190,7 +190,8 @@ def render_run(
     with no verdict: `models.engine.goal_reports`), the current plan (`steps` in order, `after`
     what each waits for, as `steps_table` takes), the procedures its plans used, escalation,
     answer, with `offer_procedure` the command that saves its plan as one, and its forks and
-    child runs (`lineage`; `copied`: a fork's steps copied from its source)."""
+    child runs (`lineage`, `models.engine.lineage.Lineage.text`; `copied`: a fork's steps
+    copied from its source)."""
     head = Table.grid(padding=(0, 2))
     head.add_row("goal", literal(run.goal))
     head.add_row("user", literal(run.user_id))
@@ -270,7 +271,7 @@ def run_panel(session: Session, run: Run) -> RenderableType:
     run_id = run.id or 0
     graph = current_graph(session, run)
     facts = pinned_facts(session, run_id)
-    lineage = (forks.lineage(session, run_id), children.lineage(session, run_id))
+    kin = lineage.read(session, run_id)
     return render_run(
         run,
         facts=facts,
@@ -280,8 +281,8 @@ def run_panel(session: Session, run: Run) -> RenderableType:
         procedures=used_by_run(session, run_id),
         offer_procedure=offers_procedure(session, run),
         goal=report_of(session, run, facts),
-        lineage="; ".join(filter(None, lineage)),
-        copied=forks.copied_steps(session, run_id),
+        lineage=kin.text(),
+        copied=kin.copied_steps(),
     )
 
 

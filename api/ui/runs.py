@@ -34,7 +34,7 @@ from api.ui import run_details
 from api.ui.security import REVIEW_ROLES, Forbidden, current_principal
 from api.ui.templating import base_path, flash, render
 from models.db import session_scope
-from models.engine import children, forks, previews
+from models.engine import forks, lineage, previews
 from models.engine.forks import ForkRequest
 from models.engine.goal_reports import report_of
 from models.engine.runs import pinned_facts
@@ -169,10 +169,7 @@ def run_page(request: Request, run_id: RunId, events_before: EventsBefore = None
             "procedures_used": used_by_run(session, run_id, memory_readable=readable),
             # saved as the user's own: offered to who may read (and delete) the user's memory
             "offer_procedure": readable and procedure_admin.offers_procedure(session, run),
-            "fork": session.get(forks.RunFork, run_id),
-            "forks": forks.forks_of(session, run_id),
-            "parent_run_id": children.parent_of(session, run_id),
-            "child_runs": children.children_of(session, run_id),
+            "kin": lineage.read(session, run_id),
             "forkable": forks.forkable(session, run) if principal.role in CANCEL_ROLES else set(),
         }
     live, base = run.status not in RUN_TERMINAL, f"{base_path(request)}/runs/{run_id}"

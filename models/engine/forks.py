@@ -196,20 +196,12 @@ def fork_in(session: Session, source: Run, request: ForkRequest) -> tuple[RunReq
     if source.goal == ERASED:
         raise Conflict(f"run_id: run {source.id}'s content was erased; nothing to fork")
     current = current_graph(session, source)
-    # the newest step of that name: a replan's or a reviewer's step took a failed one's place
-    at = next((s for s in reversed(current.kept) if s.name == request.from_step), None)
-    if at is None:
-        names = ", ".join(dict.fromkeys(s.name for s in current.kept)) or "none"
-        raise Conflict(
-            f"from_step: run {source.id} has no step {request.from_step!r} to fork from (its "
-            f"plan version {source.plan_version} has: {names})"
-        )
     given = pinned_facts(session, source.id or 0)
     facts = {**given, **request.facts}
     changed = {k for k, v in request.facts.items() if given.get(k) != v}
     answered = handled_failures(session, source.id or 0)
     stale = stale_steps(current.kept, changed)
-    parts = split(current.kept, current.after or {}, at, answered, stale=stale)
+    at, parts = _split_at(source, current, request.from_step, answered, stale=stale)
     new = _rerun_specs(parts, request.plan, facts)
     run_request = RunRequest(
         user_id=source.user_id,
@@ -247,8 +239,7 @@ def _rerun_specs(parts: Split, plan: Any, facts: Mapping[str, str]) -> list[Step
     steps as a reviewer's edit is (`parse_plan` with their `Splice`). Raises `InvalidPlan`, or
     `Conflict` for a reviewer's answer among the source's steps to re-run."""
     if plan is None:
-        human = [s.name for s in parts.rerun if s.kind == "human" and s.name not in parts.answered]
-        if human:
+        if human := _answers_to_rerun(parts):
             raise Conflict(
                 f"from_step: the steps to re-run hold a reviewer's answer ({', '.join(human)}), "
                 "which cannot run again; give the fork a plan for the steps from there on"
@@ -264,6 +255,28 @@ def _rerun_specs(parts: Split, plan: Any, facts: Mapping[str, str]) -> list[Step
         check_args=argument_problems,
     )
     return checked.steps
+
+
+def _split_at(
+    run: Run, current: Splice, name: str, answered: set[int], *, stale: Collection[int] = ()
+) -> tuple[Step, Split]:
+    """`run`'s current version (`current`) split at its step `name` (`split`): the newest step
+    of that name, as a replan's or a reviewer's step takes a failed one's place. Raises
+    `Conflict` naming `from_step` for a name the version has not, and as `split` does."""
+    at = next((s for s in reversed(current.kept) if s.name == name), None)
+    if at is None:
+        names = ", ".join(dict.fromkeys(s.name for s in current.kept)) or "none"
+        raise Conflict(
+            f"from_step: run {run.id} has no step {name!r} to fork from (its plan version "
+            f"{run.plan_version} has: {names})"
+        )
+    return at, split(current.kept, current.after or {}, at, answered, stale=stale)
+
+
+def _answers_to_rerun(parts: Split) -> list[str]:
+    """The reviewers' answers among the steps to re-run that answer no failed step of their name
+    (such a one re-runs as the step it answered): only a plan given can take their place."""
+    return [s.name for s in parts.rerun if s.kind == "human" and s.name not in parts.answered]
 
 
 def _as_written(
@@ -353,45 +366,16 @@ def _write(session: Session, run: Run, forked: Forked) -> None:
 
 
 def forkable(session: Session, run: Run) -> set[str]:
-    """The names of the steps of `run`'s current version a fork may start at, as `fork_in`
-    reads a name (its newest step): every step that one waits for succeeded, and it is no
-    reviewer's answer unless to a failed step of its name (which then runs again)."""
+    """The names of the steps of `run`'s current version a fork with no plan may start at, by
+    the rules `fork_in` applies (`_split_at`, `_answers_to_rerun`)."""
     current = current_graph(session, run)
-    after, names = current.after or {}, set()
-    newest = {s.name: s for s in current.kept}
-    for name, step in newest.items():
-        if step.kind == "human" and sum(s.name == name for s in current.kept) < 2:
-            continue
+    answered = handled_failures(session, run.id or 0)
+    names = set()
+    for name in dict.fromkeys(s.name for s in current.kept):
         try:
-            split(current.kept, after, step, set())
+            _, parts = _split_at(run, current, name, answered)
         except Conflict:
             continue
-        names.add(name)
+        if not _answers_to_rerun(parts):
+            names.add(name)
     return names
-
-
-def lineage(session: Session, run_id: int) -> str | None:
-    """Run `run_id`'s forks in words, for `agentq run show` and the console: where it was forked
-    from (and how many steps it copied) and which runs were forked from it; None for neither."""
-    said = []
-    if (row := session.get(RunFork, run_id)) is not None:
-        copied = f"{len(row.copied)} step{'s' * (len(row.copied) != 1)} copied"
-        said.append(f"forked from run {row.from_run_id} at step {row.from_step!r} ({copied})")
-    if made := forks_of(session, run_id):
-        said.append("forked as run" + "s" * (len(made) > 1) + " " + ", ".join(map(str, made)))
-    return "; ".join(said) or None
-
-
-def copied_steps(session: Session, run_id: int) -> set[int]:
-    """The ids of run `run_id`'s steps copied from the run it was forked from (none for a run
-    that is no fork)."""
-    row = session.get(RunFork, run_id)
-    return {int(new) for new in row.copied} if row is not None else set()
-
-
-def forks_of(session: Session, run_id: int) -> list[int]:
-    """The ids of the runs forked from run `run_id`, oldest first."""
-    return [row for (row,) in sql.execute(session, FORKS_OF, {"run_id": run_id})]
-
-
-FORKS_OF: Final = "SELECT run_id FROM run_forks WHERE from_run_id = :run_id ORDER BY run_id"

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from models.db import session_scope
-from models.engine import child_runs, children, queue
+from models.engine import child_runs, children, lineage, queue
 from models.engine.child_runs import ChildRunRefused
 from models.engine.children import RunChild
 from models.engine.queue import TASK_COORDINATE
@@ -163,7 +163,7 @@ def test_cancelling_a_parent_cancels_its_child_waiting_for_review(make_run: Make
 def _told(run_id: int) -> str:
     """What a run and its child runs came to, for a failure's message."""
     with session_scope() as session:
-        ids = [run_id, *(i for i, _ in children.children_of(session, run_id))]
+        ids = [run_id, *(i for i, _ in lineage.read(session, run_id).children)]
         said = []
         for i in ids:
             run = session.get(Run, i)
