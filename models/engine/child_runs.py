@@ -22,7 +22,7 @@ FAN_OUT_SETTING: Final = "AGENTQ_CHILD_RUNS_MAX"
 
 
 class ChildRunRefused(Exception):
-    """A step of kind `run` cannot start its child (too deep, too many, its plan or facts
+    """A step of kind `run` cannot start its child (too deep, too many, its facts or goal
     invalid, a quota): the step fails with this message, and nothing of the child is written."""
 
 

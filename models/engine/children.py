@@ -10,12 +10,13 @@ attempt that holds the step; and `run_children.parent_step_id` is unique). No wo
 the child: the step holds no lease.
 
 The child is the parent's user's, with the parent's pinned facts (the step's `facts` over them),
-replan check and approval tightening, and as budgets what the parent has left (tokens, cost,
-replans, wall time), so the two together cannot spend more than the parent's budgets; when the
-child ends, its spend to its end is charged to the parent (`settle`; what its memory task spends
-after it, the fact extraction, stays its own). It is planned, run, retried, reviewed
-and remembered as any run: its escalations wait in the review queue as its own, each showing its
-parent.
+replan check and approval tightening, and as budgets what the parent has left when it starts
+(tokens, cost, replans, wall time), so the child alone cannot spend more than that. When it ends,
+its spend to its end is charged to the parent (`settle`; what its memory task spends after it, the
+fact extraction, stays its own); a parent whose other branches spent meanwhile may go over its
+token budget then, and the coordinator escalates it `token_budget_spent`, as after any step. It is
+planned, run, retried, reviewed and remembered as any run: its escalations wait in the review queue
+as its own, each showing its parent.
 
 When the child ends (succeeded, failed, cancelled), its parent is sent `agentq.coordinate`
 (`models.engine.queue.wake_parent`: by the synthesis that ends it, and by `queue.follow_up` after
@@ -40,9 +41,9 @@ import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel
 
 from models import sql
-from models.engine import step_transitions, transitions
+from models.engine import budgets, step_transitions, transitions
 from models.states import RUN_ACTIVE
-from models.tables import Step, created_field
+from models.tables import created_field
 
 # ended_children: the ended child runs of the steps :step_ids (waiting for them), with what the
 # parent's step ends with.
@@ -50,11 +51,8 @@ ENDED_CHILDREN: Final = """
 SELECT c.parent_step_id, r.id, r.status, r.final_result, r.error, r.tokens_used, r.cost_used_usd
 FROM run_children c JOIN runs r ON r.id = c.run_id
 WHERE c.parent_step_id = ANY(:step_ids) AND r.status IN ('succeeded', 'failed', 'cancelled')"""
-# charge_parent: a child's spend charged to its parent run; whether the parent's tokens are spent.
-CHARGE_PARENT: Final = """
-UPDATE runs SET tokens_used = tokens_used + :tokens, cost_used_usd = cost_used_usd + :cost_usd
-WHERE id = :run_id
-RETURNING tokens_used >= tokens_limit AS tokens_spent"""
+# tokens_spent: whether run :run_id's tokens are spent (the coordinator's `RunView.tokens_spent`).
+TOKENS_SPENT: Final = "SELECT tokens_used >= tokens_limit FROM runs WHERE id = :run_id"
 # descendants: the runs below :run_id (children, theirs...) still active, nearest first.
 ACTIVE_DESCENDANTS: Final = """
 WITH RECURSIVE below(run_id, depth) AS (
@@ -64,9 +62,6 @@ WITH RECURSIVE below(run_id, depth) AS (
 )
 SELECT b.run_id FROM below b JOIN runs r ON r.id = b.run_id
 WHERE r.status = ANY(:active) ORDER BY b.depth, b.run_id"""
-CHILDREN: Final = """
-SELECT c.run_id, r.status FROM run_children c JOIN runs r ON r.id = c.run_id
-WHERE c.parent_run_id = :run_id ORDER BY c.run_id"""
 
 
 class RunChild(SQLModel, table=True):
@@ -88,10 +83,10 @@ class RunChild(SQLModel, table=True):
 def settle(session: Session, run_id: int, step_ids: Sequence[int]) -> tuple[dict[int, str], bool]:
     """End each of run `run_id`'s steps `step_ids` (waiting for a child) whose child has ended,
     in the caller's transaction, under the parent's lock (`models.engine.step_transitions.
-    end_child`), charging the child's spend to the parent. Returns the steps ended, id -> new
+    end_child`), charging the child's spend to the parent and the step (`models.engine.budgets.
+    settle`, as a model call's). Returns the steps ended, id -> new
     status, and whether the parent's tokens are spent now (False when nothing was charged)."""
     ended: dict[int, str] = {}
-    spent = False
     for row in sql.execute(session, ENDED_CHILDREN, {"step_ids": list(step_ids)}):
         step_id, child_id, status, final, error, tokens, cost = row
         result, why = None, None
@@ -99,14 +94,14 @@ def settle(session: Session, run_id: int, step_ids: Sequence[int]) -> tuple[dict
             result = {"answer": (final or {}).get("answer"), "run_id": child_id}
         else:
             why = f"child run {child_id} {status}" + (f": {error}" if error else "")
-        step = step_transitions.end_child(
-            session, step_id, result=result, error=why, tokens=tokens, cost_usd=cost
-        )
+        step = step_transitions.end_child(session, step_id, result=result, error=why)
         if step is None:
             continue
         ended[step_id] = step.status
-        params = {"run_id": run_id, "tokens": tokens, "cost_usd": cost}
-        spent = bool(sql.scalar(session, CHARGE_PARENT, params))
+        # the child's spend, as a model call's is charged to its run and step
+        held = budgets.Reservation(run_id, 0, 0.0)
+        budgets.settle(session, held, tokens=tokens, cost=cost, step_id=step_id)
+    spent = bool(ended) and bool(sql.scalar(session, TOKENS_SPENT, {"run_id": run_id}))
     return ended, spent
 
 
@@ -145,21 +140,3 @@ def cancel_below(session: Session, run_id: int) -> list[int]:
         if link is not None:
             settle(session, link.parent_run_id, [link.parent_step_id])
     return cancelled
-
-
-def children_of(session: Session, run_id: int) -> list[tuple[int, str]]:
-    """Run `run_id`'s child runs, `(id, status)`, oldest first."""
-    return [(int(i), str(s)) for i, s in sql.execute(session, CHILDREN, {"run_id": run_id})]
-
-
-def lineage(session: Session, run_id: int) -> str | None:
-    """Run `run_id`'s parent and children in words, for `agentq run show` and the console; None
-    for a run with neither."""
-    said = []
-    if (row := session.get(RunChild, run_id)) is not None:
-        step = session.get(Step, row.parent_step_id)
-        named = f"step {step.name!r}" if step is not None else f"step {row.parent_step_id}"
-        said.append(f"child run of run {row.parent_run_id} ({named})")
-    if kids := children_of(session, run_id):
-        said.append("child runs " + ", ".join(f"{i} ({status})" for i, status in kids))
-    return "; ".join(said) or None

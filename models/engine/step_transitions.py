@@ -164,12 +164,10 @@ def end_child(
     *,
     result: dict[str, Any] | None,
     error: str | None,
-    tokens: int,
-    cost_usd: float,
 ) -> Step | None:
-    """waiting_child -> succeeded (with `result`) or failed (with `error`): its child run ended;
-    the step carries the child's spend (`tokens`, `cost_usd`). None when the step was not
-    waiting (another transaction ended it first: the parent resumes once)."""
+    """waiting_child -> succeeded (with `result`) or failed (with `error`): its child run ended
+    (its spend is charged by the caller: `models.engine.children.settle`). None when the step
+    was not waiting (another transaction ended it first: the parent resumes once)."""
     succeeded = error is None
     try:
         step = guarded(
@@ -180,8 +178,6 @@ def end_child(
             expected=["waiting_child"],
             result=result if succeeded else None,
             error=error,
-            tokens_used=tokens,
-            cost_used_usd=cost_usd,
             finished_at=utcnow(),
         )
     except IllegalTransition:

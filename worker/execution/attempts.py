@@ -23,7 +23,7 @@ class Outcome:
     run waits for a reviewer (`reason`); `retry`: a retryable failure with attempts left;
     `awaiting_approval`: stopped before the gated call `stopped` (JSON, as the outcome is carried
     across a database outage: `worker.execution.outages`); `awaiting_child`: a step of kind `run`
-    whose child run is to be submitted with the step's end (`child`: its `facts` and `plan`).
+    whose child run is to be submitted with the step's end (`child`: its `facts`).
     """
 
     kind: Literal[
@@ -44,7 +44,7 @@ class Outcome:
         None  # the should-replan check's answer (`worker.phases.replan_checks`)
     )
     stopped: dict[str, Any] | None = None  # `models.approvals.calls.ApprovalRequired.row`
-    child: dict[str, Any] | None = None  # `awaiting_child`: the child run's facts and plan
+    child: dict[str, Any] | None = None  # `awaiting_child`: the child run's facts
 
 
 @dataclass(frozen=True)
