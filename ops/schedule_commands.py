@@ -4,7 +4,6 @@ submitted by the scheduler's beat (`agentq.fire_schedules`), once per due time."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,8 +14,20 @@ from rich.text import Text
 from models.bounds import PG_INT_MAX
 from models.formats import utc
 from ops.json_output import JsonFlag
-from ops.option_values import not_blank, replan_check_value
-from ops.submit_command import DEFAULT_USER, PIN_FROM_GOAL_HELP, WALL_TIME_HELP, WALL_TIME_MAX_S
+from ops.option_values import not_blank
+from ops.submit_command import (
+    DEFAULT_USER,
+    Approvals,
+    Criteria,
+    Facts,
+    PinFromGoal,
+    PlanFile,
+    ReplanCheck,
+    Replans,
+    Tokens,
+    WallTime,
+    run_request,
+)
 from ops.views import cell
 
 schedule_app = typer.Typer(
@@ -61,55 +72,33 @@ def add(
         str, typer.Option(help="skip: no run while its last run is active; or allow.")
     ] = "skip",
     catch_up: Annotated[int | None, typer.Option(min=1, max=100, help=CATCH_UP_HELP)] = None,
-    fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
-    pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
-    plan: Annotated[
-        Path | None, typer.Option(help='JSON file with an explicit plan {"steps": [...]}.')
-    ] = None,
-    criterion: Annotated[
-        list[str],
-        typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
-    ] = [],  # noqa: B006
-    replan_check: Annotated[
-        str | None, typer.Option(callback=replan_check_value, help="off or model.")
-    ] = None,
-    replans: Annotated[
-        int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
-    ] = None,
-    tokens: Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")] = None,
-    wall_time: Annotated[
-        float | None, typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP)
-    ] = None,
-    approvals: Annotated[
-        str | None,
-        typer.Option(
-            metavar="JSON", help="Tighten the approval policy for its runs, as run submit."
-        ),
-    ] = None,
+    fact: Facts = [],  # noqa: B006
+    pin_from_goal: PinFromGoal = False,
+    plan: PlanFile = None,
+    criterion: Criteria = [],  # noqa: B006
+    replan_check: ReplanCheck = None,
+    replans: Replans = None,
+    tokens: Tokens = None,
+    wall_time: WallTime = None,
+    approvals: Approvals = None,
     as_json: Annotated[bool, JsonFlag] = False,
 ) -> None:
     """Put a goal on a schedule: a run is submitted as the user at each due time of --cron (in
     --timezone) or every --every seconds, once per due time, under the user's quotas."""
-    from models.engine.submissions import RunRequest
     from models.front import schedules
-    from models.review.answers import json_object
     from ops.connection import connect
-    from ops.inputs import parse_facts, read_plan
 
     connect()
-    facts = parse_facts(fact)
-    request = RunRequest(
-        user_id=user,
+    request = run_request(
+        user=user,
         goal=goal,
-        facts=facts,
-        plan=read_plan(plan, facts) if plan else None,
-        replans=replans,
-        tokens=tokens,
-        wall_time_s=wall_time,
-        success_criteria=criterion,
+        fact=fact,
+        plan=plan,
+        criterion=criterion,
         replan_check=replan_check,
         pin_from_goal=pin_from_goal,
-        approvals=json_object(approvals, "--approvals") if approvals else {},
+        approvals=approvals,
+        budgets=(replans, tokens, wall_time),
     )
     shown = schedules.create(
         request,

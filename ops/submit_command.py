@@ -43,48 +43,55 @@ notes = Console(stderr=True)
 
 DEFAULT_USER = "local"  # the user of `run submit` and `procedure add` without --user
 
+# The options of a run request, shared by `run submit` and `schedule add` (`run_request`).
+Facts = Annotated[list[str], typer.Option("--fact", help="Pinned fact KEY=VALUE; repeatable.")]
+PinFromGoal = Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)]
+PlanFile = Annotated[
+    Path | None,
+    typer.Option(help='JSON file with an explicit plan {"steps": [...]}; - reads it from stdin.'),
+]
+Criteria = Annotated[
+    list[str],
+    typer.Option(
+        "--criterion",
+        help="What must hold once it is done (${facts.KEY} allowed); repeatable.",
+    ),
+]
+ReplanCheck = Annotated[
+    str | None,
+    typer.Option(
+        callback=replan_check_value,
+        help=f"{' or '.join(REPLAN_CHECKS)}: ask after each step whether the rest of the plan "
+        "still makes sense (default AGENTQ_REPLAN_CHECK).",
+    ),
+]
+Approvals = Annotated[
+    str | None,
+    typer.Option(
+        metavar="JSON",
+        help='Tighten the approval policy for the run: {"<tool>": "always" | {"when": '
+        '[{"arg": "amount", "gt": 500}]}}; a gated call waits for a reviewer.',
+    ),
+]
+Replans = Annotated[int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")]
+Tokens = Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")]
+WallTime = Annotated[float | None, typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP)]
+
 
 def submit(
     goal: Annotated[str, typer.Argument(callback=not_blank, help="What the agent should achieve.")],
     user: Annotated[
         str, typer.Option(callback=not_blank, help="Who the run belongs to.")
     ] = DEFAULT_USER,
-    fact: Annotated[list[str], typer.Option(help="Pinned fact KEY=VALUE; repeatable.")] = [],  # noqa: B006
-    pin_from_goal: Annotated[bool, typer.Option(help=PIN_FROM_GOAL_HELP)] = False,
-    plan: Annotated[
-        Path | None,
-        typer.Option(
-            help='JSON file with an explicit plan {"steps": [...]}; - reads it from stdin.'
-        ),
-    ] = None,
-    criterion: Annotated[
-        list[str],
-        typer.Option(help="What must hold once it is done (${facts.KEY} allowed); repeatable."),
-    ] = [],  # noqa: B006
-    replan_check: Annotated[
-        str | None,
-        typer.Option(
-            callback=replan_check_value,
-            help=f"{' or '.join(REPLAN_CHECKS)}: ask after each step whether the rest of the "
-            "plan still makes sense (default AGENTQ_REPLAN_CHECK).",
-        ),
-    ] = None,
-    approvals: Annotated[
-        str | None,
-        typer.Option(
-            metavar="JSON",
-            help='Tighten the approval policy for this run: {"<tool>": "always" | {"when": '
-            '[{"arg": "amount", "gt": 500}]}}; a gated call waits for a reviewer.',
-        ),
-    ] = None,
-    replans: Annotated[
-        int | None, typer.Option(min=0, max=PG_INT_MAX, help="Replan budget.")
-    ] = None,
-    tokens: Annotated[int | None, typer.Option(min=1, max=PG_INT_MAX, help="Token budget.")] = None,
-    wall_time: Annotated[
-        float | None,
-        typer.Option(min=1, max=WALL_TIME_MAX_S, help=WALL_TIME_HELP),
-    ] = None,
+    fact: Facts = [],  # noqa: B006
+    pin_from_goal: PinFromGoal = False,
+    plan: PlanFile = None,
+    criterion: Criteria = [],  # noqa: B006
+    replan_check: ReplanCheck = None,
+    approvals: Approvals = None,
+    replans: Replans = None,
+    tokens: Tokens = None,
+    wall_time: WallTime = None,
     idempotency_key: Annotated[
         str | None, typer.Option(metavar="KEY", help=IDEMPOTENCY_HELP)
     ] = None,
@@ -92,12 +99,9 @@ def submit(
     as_json: Annotated[bool, typer.Option("--json", help=SUBMIT_JSON_HELP)] = False,
 ) -> None:
     """Submit a goal; prints the run id (with --json, the API's answer to the same submit)."""
-    from models.engine.submissions import RunRequest
     from models.front import commands
-    from models.review.answers import json_object
     from ops import views
     from ops.connection import connect
-    from ops.inputs import parse_facts, read_plan
     from ops.watch import run_goes_on, watch_until_settled
 
     if as_json and watch_run:
@@ -108,20 +112,16 @@ def submit(
     connect()
     if notice := commands.limits_notice():
         notes.print(Text(notice, style="yellow"), soft_wrap=True)
-    facts = parse_facts(fact)
-    spec = read_plan(plan, facts) if plan else None
-    request = RunRequest(
-        user_id=user,
+    request = run_request(
+        user=user,
         goal=goal,
-        facts=facts,
-        plan=spec,
-        replans=replans,
-        tokens=tokens,
-        wall_time_s=wall_time,
-        success_criteria=criterion,
+        fact=fact,
+        plan=plan,
+        criterion=criterion,
         replan_check=replan_check,
         pin_from_goal=pin_from_goal,
-        approvals=json_object(approvals, "--approvals") if approvals else {},
+        approvals=approvals,
+        budgets=(replans, tokens, wall_time),
     )
     submitted = _submitted(request, idempotency_key)
     run_id = submitted.run_id
@@ -137,6 +137,42 @@ def submit(
             console.print(found)
         if watch_run:
             raise typer.Exit(watch_until_settled(console, run_id))
+
+
+def run_request(
+    *,
+    user: str,
+    goal: str,
+    fact: list[str],
+    plan: Path | None,
+    criterion: list[str],
+    replan_check: str | None,
+    pin_from_goal: bool,
+    approvals: str | None,
+    budgets: tuple[int | None, int | None, float | None],
+) -> RunRequest:
+    """The run the options ask for (`run submit`'s, `schedule add`'s): facts parsed, the plan
+    read and checked against them, `budgets` (replans, tokens, wall time, s). Raises
+    `InvalidInput`, `InvalidPlan` or `ConfigurationError` naming the option."""
+    from models.engine.submissions import RunRequest
+    from models.review.answers import json_object
+    from ops.inputs import parse_facts, read_plan
+
+    facts = parse_facts(fact)
+    replans, tokens, wall_time = budgets
+    return RunRequest(
+        user_id=user,
+        goal=goal,
+        facts=facts,
+        plan=read_plan(plan, facts) if plan else None,
+        replans=replans,
+        tokens=tokens,
+        wall_time_s=wall_time,
+        success_criteria=criterion,
+        replan_check=replan_check,
+        pin_from_goal=pin_from_goal,
+        approvals=json_object(approvals, "--approvals") if approvals else {},
+    )
 
 
 def _submitted(request: RunRequest, key: str | None) -> Submitted[Any]:
