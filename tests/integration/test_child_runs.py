@@ -136,28 +136,27 @@ def test_a_parent_whose_childs_news_was_lost_is_resumed_by_the_reconciler(
 
 
 def test_cancelling_a_parent_cancels_its_child_waiting_for_review(make_run: MakeRun) -> None:
-    """A parent with almost no tokens left: its child gets what is left, escalates for it and
-    waits for a reviewer as its own run, shown with its parent; cancelling the parent cancels
-    the child and withdraws its escalation."""
+    """A parent with almost no tokens: its child gets what is left, escalates for it and waits
+    for a reviewer as its own run, shown with its parent; cancelling the parent cancels the
+    child, withdraws its escalation, and charges what the child spent to the parent's step."""
     steps = [{"name": "delegate", "kind": "run", "instruction": GOAL}]
-    parent = make_run(steps, user=_user())
-    with session_scope() as session:
-        session.execute(sa.text("UPDATE runs SET tokens_limit = 5 WHERE id = :id"), {"id": parent})
+    parent = make_run(steps, user=_user(), tokens=5)
     child = wait_for_child(parent)
     assert wait_for_run(child.id or 0, ("waiting_review",)).status == "waiting_review"
-    assert wait_for_run(parent, ("running",)).status == "running"
+    assert child.tokens_limit == 5  # what the parent had left
     (step,) = run_steps(parent)
     assert step.status == "waiting_child"
+    with session_scope() as session:  # what it spent before it escalated, say
+        session.execute(sa.text("UPDATE runs SET tokens_used = 7 WHERE id = :id"), {"id": child.id})
     commands.cancel(parent)
     with session_scope() as session:
         assert children.parent_of(session, child.id or 0) == parent
         assert session.get(Run, child.id).status == "cancelled"  # type: ignore[union-attr]
         esc = session.exec(select(Escalation).where(Escalation.run_id == child.id)).one()
         assert esc.decision == "withdrawn"
-        spent = session.get(Run, child.id).tokens_used  # type: ignore[union-attr]
-        assert session.get(Run, parent).tokens_used >= spent  # type: ignore[union-attr]
+        assert session.get(Run, parent).tokens_used == 7  # type: ignore[union-attr]
     (step,) = run_steps(parent)
-    assert (step.status, step.tokens_used) == ("failed", spent)  # ended with its child
+    assert (step.status, step.tokens_used) == ("failed", 7)  # ended with its child, charged
 
 
 def _told(run_id: int) -> str:
