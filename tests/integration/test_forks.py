@@ -20,6 +20,7 @@ from models.errors import Conflict, InvalidPlan, NotFound
 from models.front import commands
 from models.front.forks import fork
 from models.memory.messages import Message
+from models.plans.step_data import json_bytes
 from models.tables import Escalation, Run, RunEvent
 from tests.integration.conftest import run_steps, wait_for_run
 
@@ -63,6 +64,9 @@ def test_a_fork_repeats_no_effect_of_the_copied_steps(make_run: MakeRun, marker_
     assert new[0].result == old[0].result == {"lines": 1}  # copied, as the source had it
     assert (new[0].attempt, new[1].attempt, new[2].attempt) == (0, 1, 1)  # a never ran here
     assert new[1].result == {"lines": 4}  # ran anew: a fourth line
+    # the copied result is stored again, so charged to the fork's step data as its own are
+    charged = wait_for_run(forked.run_id).step_data_bytes
+    assert charged == sum(json_bytes(s.result or {}) for s in new)
     with session_scope() as session:
         row = session.get(RunFork, forked.run_id)
         assert row is not None
