@@ -8,10 +8,11 @@ engine's processes call, in their order, with every message collected instead of
 `submit` (`models.engine.submissions.submit`: the run and its first decision, committed), `claim`
 (each first step, sent through the broker), `finish` (each step's outcome, chained:
 the next step is claimed in the same transaction), `synthesize` and `remember` (the memory task).
-For each phase it prints the client CPU per run (`time.process_time` of this process, ms), and
-the SQL statements and transactions per run (counted by SQLAlchemy events); Postgres' own CPU is
-not in it (`ops.bench.engine_throughput` measures every process). The counts are stable on a
-noisy machine, the times less so: compare two commits back to back. Profile it with
+For each phase it prints the client CPU per run (`time.process_time` of this process, ms), the
+Postgres server's CPU per run (its processes' user + system time, sampled with psutil around each
+phase: `ops.bench.cpu`; 10 ms ticks, so it is a mean over many phases, not exact for one), and
+the SQL statements and transactions per run (counted by SQLAlchemy events). The counts are
+stable on a noisy machine, the times less so: compare two commits back to back. Profile it with
 `py-spy record -- python -m ops.bench.phases` to see a phase's lines.
 """
 
@@ -38,6 +39,7 @@ from models.migrate import upgrade
 from models.plans.plans import PlanSpec
 from models.settings import get_settings
 from ops.bench.agentq_peer import BENCH_USER, plan_of
+from ops.bench.cpu import POSTGRES, CpuMeter
 from ops.stack import LocalStack
 from worker.execution import messages as step_messages
 from worker.execution import steps
@@ -52,19 +54,25 @@ class Tally:
     """Per phase: CPU seconds of this process, SQL statements and transactions."""
 
     cpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    server_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     statements: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     transactions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     phase: str = ""
+    server: CpuMeter | None = None  # the Postgres server's processes, when measured
 
     @contextmanager
     def timing(self, phase: str) -> Iterator[None]:
         """Count what runs inside under `phase`."""
+        if self.server is not None:
+            self.server.start()
         self.phase, start = phase, time.process_time()
         try:
             yield
         finally:
             self.cpu_s[phase] += time.process_time() - start
             self.phase = ""
+            if self.server is not None:
+                self.server_s[phase] += self.server.stop().get(POSTGRES, 0.0)
 
     def listen(self, engine: sa.Engine) -> None:
         """Count every statement (through SQLAlchemy, and `models.sql`'s on the driver) and every
@@ -134,17 +142,17 @@ def one_run(plan: PlanSpec, tally: Tally, messages: Collected) -> None:
 
 def report(tally: Tally, runs: int) -> None:
     """Print the per-run figures of each phase, and their sum."""
-    print("| phase | client CPU ms/run | statements/run | transactions/run |")
-    print("|---|---|---|---|")
+    print("| phase | client CPU ms/run | Postgres CPU ms/run | statements/run | transactions/run |")
+    print("|---|---|---|---|---|")
+    figures = (tally.cpu_s, tally.server_s, tally.statements, tally.transactions)
     for phase in (*PHASES, "total"):
-        if phase == "total":
-            cpu, stmts, txs = (
-                sum(d.values()) for d in (tally.cpu_s, tally.statements, tally.transactions)
-            )
-        else:
-            cpu = tally.cpu_s[phase]
-            stmts, txs = tally.statements[phase], tally.transactions[phase]
-        print(f"| {phase} | {1000 * cpu / runs:.2f} | {stmts / runs:.1f} | {txs / runs:.1f} |")
+        cpu, server, stmts, txs = (
+            sum(d.values()) if phase == "total" else d[phase] for d in figures
+        )
+        print(
+            f"| {phase} | {1000 * cpu / runs:.2f} | {1000 * server / runs:.2f} "
+            f"| {stmts / runs:.1f} | {txs / runs:.1f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -159,12 +167,12 @@ def main(argv: list[str] | None = None) -> None:
         with LocalStack(data_dir) as stack:
             database_url, broker_url = stack.start_services()
             upgrade(database_url)
-            measure(plan, args.runs, database_url, broker_url)
+            measure(plan, args.runs, database_url, broker_url, data_dir / "pgdata")
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def measure(plan: PlanSpec, runs: int, database_url: str, broker_url: str) -> None:
+def measure(plan: PlanSpec, runs: int, database_url: str, broker_url: str, pgdata: Path) -> None:
     """Warm up, then drive `runs` runs and print their figures."""
     import os
 
@@ -177,7 +185,7 @@ def measure(plan: PlanSpec, runs: int, database_url: str, broker_url: str) -> No
     warm = Tally()
     for _ in range(5):
         one_run(plan, warm, messages)
-    tally = Tally()
+    tally = Tally(server=CpuMeter(pgdata))
     tally.listen(get_engine())
     for _ in range(runs):
         one_run(plan, tally, messages)

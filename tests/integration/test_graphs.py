@@ -252,3 +252,55 @@ def test_an_edit_replaces_every_failed_branch_at_once(make_run: Any) -> None:
     assert len(escalations) == 1  # the other failed branch did not escalate again
     done = {(s.name, s.status) for s in run_steps(run_id)}
     assert {("g", "succeeded"), ("j", "succeeded")} <= done
+
+
+def test_a_decision_reads_the_new_version_another_process_wrote(make_run: Any) -> None:
+    """A process keeps the shape of the plan version it decided on (`models.engine.plan_shapes`);
+    when another process writes a new version (here a reviewer's edit, then the workers run it),
+    its next decision reads the new one's steps, not the kept ones."""
+    from models.engine import decisions, plan_shapes
+    from models.plans.tools import configured_tool_names
+    from models.review import reviews
+    from models.tables import Escalation
+
+    run_id = make_run([{"name": "f", "kind": "tool", "tool": "always_fails"}], replans=0)
+    assert wait_for_run(run_id).status == "waiting_review"
+    with session_scope() as session:
+        before = decisions.lock(session, run_id)
+        assert before is not None
+        assert [(s.name, s.status) for s in before.steps] == [("f", "failed")]
+        session.rollback()
+    kept = plan_shapes.kept(run_id)
+    assert kept is not None and kept.version == 1
+    with session_scope() as session:
+        (esc,) = session.exec(select(Escalation).where(Escalation.run_id == run_id)).all()
+        fixed = {"name": "g", "kind": "tool", "tool": "noop"}
+        plan = {"steps": [fixed, echo("h", "${steps.g.ok}", after=["g"])]}
+        reviews.edit(
+            session,
+            esc.id or 0,
+            reviewer="rita",
+            plan=plan,
+            tools=configured_tool_names(),
+            max_attempts=3,
+        )
+    from models.engine import queue
+    from models.engine.queue import TASK_COORDINATE
+
+    queue.send(TASK_COORDINATE, run_id)
+    assert wait_for_run(run_id).status == "succeeded"
+    with session_scope() as session:
+        after = decisions.lock(session, run_id)
+        assert after is not None
+        versions = session.exec(select(PlanVersion).where(PlanVersion.run_id == run_id)).all()
+        newest = max(versions, key=lambda v: v.version)
+        newest_ids, newest_version = list(newest.step_ids), newest.version
+        session.rollback()
+    assert [s.id for s in after.steps] == newest_ids
+    assert [(s.name, s.status) for s in after.steps] == [
+        ("f", "failed"),  # kept in the version, answered by it
+        ("g", "succeeded"),
+        ("h", "succeeded"),
+    ]
+    assert after.handled == {before.steps[0].id}  # the edit answered f's failure
+    assert plan_shapes.kept(run_id).version == newest_version == 2  # type: ignore[union-attr]
