@@ -237,7 +237,7 @@ class StepAttempt(SQLModel, table=True):
     __tablename__ = "step_attempts"
     __table_args__ = (sa.UniqueConstraint("step_id", "attempt"),)
     id: int | None = Field(default=None, primary_key=True)
-    step_id: int = Field(foreign_key="steps.id", index=True, ondelete="CASCADE")
+    step_id: int = Field(foreign_key="steps.id", ondelete="CASCADE")  # the unique pair indexes it
     attempt: int
     worker: str = Field(default="", max_length=200)
     started_at: datetime = created_field()
