@@ -29,7 +29,6 @@ from models.engine import (
     dispatch,
     fair_queue,
     leases,
-    plan_shapes,
     run_transitions,
     step_transitions,
 )
@@ -51,27 +50,29 @@ FROM runs r
 WHERE r.id = :run_id AND (
     SELECT true FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended(:erasure_key, 0))) l)
 FOR UPDATE OF r"""
-# run_graph: the status of every step of the run (ids and statuses, two arrays in id order); the
-# current version's shape unless this process keeps it (`models.engine.plan_shapes`:
-# :known_version); the steps of the current version after which the should-replan check
-# answered `replan` (read only for a run that checks: `models.plans.plan_checks`); for a worker
-# ending a step (:ending), whether another user's waiting item is owed a turn first
-# (`models.engine.fair_queue.OWED`). A statement of its own, after the lock, so that it sees what
-# committed while the lock was awaited; it reads the run's version, user and check from the row
-# itself, so it is sent with LOCK_RUN in one round trip (`lock`).
+# run_graph: the current version's steps, in order, and what each waits for; the name and
+# status of every step of the run; the failed steps a version answered; the steps of the current
+# version after which the should-replan check answered `replan` (read only for a run that
+# checks: `models.plans.plan_checks`); for a worker ending a step (:ending), whether another user's
+# waiting item is owed a turn first (`models.engine.fair_queue.OWED`). A statement of its own, after
+# the lock, so that it sees what committed while the lock was awaited; it reads the run's version,
+# user and check from the row itself, so it is sent with LOCK_RUN in one round trip (`lock`).
 RUN_GRAPH: Final = f"""
 WITH run_row AS (
     SELECT plan_version, user_id, replan_check <> 'off' AS checking FROM runs WHERE id = :run_id)
-SELECT statuses.ids, statuses.statuses,
-    {plan_shapes.SHAPE_SQL} AS shape,
-    (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c
+SELECT
+    (SELECT jsonb_build_array(v.step_ids, v.after) FROM plan_versions v, run_row
+     WHERE v.run_id = :run_id AND v.version = run_row.plan_version) AS version,
+    (SELECT coalesce(jsonb_agg(jsonb_build_array(s.id, s.name, s.status)), '[]'::jsonb)
+     FROM steps s WHERE s.run_id = :run_id) AS steps,
+    (SELECT coalesce(jsonb_agg(p.replaces_step_id), '[]'::jsonb) FROM plan_versions p
+     WHERE p.run_id = :run_id AND p.replaces_step_id IS NOT NULL) AS handled,
+    (SELECT coalesce(jsonb_agg(c.step_id), '[]'::jsonb) FROM plan_checks c, run_row
      WHERE run_row.checking AND c.run_id = :run_id AND c.plan_version = run_row.plan_version
         AND c.verdict = 'replan') AS doubted,
-    CASE WHEN :ending THEN {fair_queue.OWED.replace(":user_id", "run_row.user_id")}
-    ELSE false END AS others_waiting
-FROM run_row, LATERAL (
-    SELECT array_agg(s.id ORDER BY s.id) AS ids, array_agg(s.status ORDER BY s.id) AS statuses
-    FROM steps s WHERE s.run_id = :run_id) statuses"""
+    CASE WHEN :ending THEN (
+        SELECT {fair_queue.OWED.replace(":user_id", "run_row.user_id")} FROM run_row)
+    ELSE false END AS others_waiting"""
 
 
 @dataclass
@@ -139,11 +140,10 @@ def lock(
         "used_s": used_s or 0.0,
         "slice_s": get_settings().fair_slice_s,
     }
-    known = plan_shapes.kept(run_id)
     row, graph = sql.first_rows(
         session,
         (LOCK_RUN, {"run_id": run_id, "erasure_key": erasure_key}),
-        (RUN_GRAPH, {"run_id": run_id, "known_version": known and known.version, **times}),
+        (RUN_GRAPH, {"run_id": run_id, **times}),
     )
     if row is None:
         return None
@@ -157,13 +157,13 @@ def lock(
         tokens_spent=bool(row.tokens_spent),
         plan_version=row.plan_version,
     )
-    shape = plan_shapes.resolved(run_id, row.plan_version, graph.shape, known)
-    if shape is not None:
-        status = dict(zip(graph.ids or (), graph.statuses or (), strict=True))
+    if graph.version is not None:
+        step_ids, after = graph.version
+        known = {s[0]: (s[1], s[2]) for s in graph.steps}
         locked.steps = [
-            StepView(i, shape.names[i], status[i], shape.after.get(i, ())) for i in shape.step_ids
+            StepView(i, known[i][0], known[i][1], tuple(after.get(str(i), ()))) for i in step_ids
         ]
-        locked.handled = shape.handled
+    locked.handled = frozenset(graph.handled)
     locked.doubted = frozenset(graph.doubted)
     locked.others_waiting = bool(graph.others_waiting)
     return locked

@@ -24,10 +24,8 @@ from models.tables import Step
 
 # claim_step: :expected -> running with a lease and the next attempt number, plus its attempt
 # row and event; returns the step, its run's user, its run's pinned facts and how many attempts
-# steps of its name have had in the run, this one included (in a run's first plan version, whose
-# names are unique, the step's own attempt number: no scan of the run's steps), its run's
-# wall-time deadline and its run's tightening of the approval policy (`models.approvals`; NULL:
-# none).
+# steps of its name have had in the run, this one included, its run's wall-time deadline and its
+# run's tightening of the approval policy (`models.approvals`; NULL: none).
 # The run's row is locked (key share) before the step's, the order every path takes (a cancel
 # locks the run, then its steps): the event's foreign key used to lock the run after the step,
 # and a cancel between the two met `deadlock detected` (issue 27, item 10).
@@ -53,9 +51,8 @@ SELECT claimed.*, r.user_id AS run_user_id, r.replan_check AS run_replan_check,
     (SELECT p.rules FROM run_approvals p WHERE p.run_id = claimed.run_id) AS run_approvals,
     (SELECT coalesce(jsonb_object_agg(f.key, f.value), '{}'::jsonb)
      FROM pinned_facts f WHERE f.run_id = claimed.run_id) AS run_facts,
-    CASE WHEN r.plan_version = 1 THEN claimed.attempt ELSE 1 + (
-        SELECT count(*) FROM step_attempts a JOIN steps s ON s.id = a.step_id
-        WHERE s.run_id = claimed.run_id AND s.name = claimed.name) END AS run_tries
+    1 + (SELECT count(*) FROM step_attempts a JOIN steps s ON s.id = a.step_id
+         WHERE s.run_id = claimed.run_id AND s.name = claimed.name) AS run_tries
 FROM claimed JOIN runs r ON r.id = claimed.run_id"""
 
 # claim_step_unlocked: CLAIM_STEP for a worker that holds another run's lock (a step taken in fair

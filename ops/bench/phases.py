@@ -8,11 +8,12 @@ engine's processes call, in their order, with every message collected instead of
 `submit` (`models.engine.submissions.submit`: the run and its first decision, committed), `claim`
 (each first step, sent through the broker), `finish` (each step's outcome, chained:
 the next step is claimed in the same transaction), `synthesize` and `remember` (the memory task).
-For each phase it prints the client CPU per run (`time.process_time` of this process, ms), the
-Postgres server's CPU per run (its processes' user + system time, sampled with psutil around each
-phase: `ops.bench.cpu`; 10 ms ticks, so it is a mean over many phases, not exact for one), and
-the SQL statements and transactions per run (counted by SQLAlchemy events). The counts are
-stable on a noisy machine, the times less so: compare two commits back to back. Profile it with
+For each phase it prints the client CPU per run (`time.process_time` of this process, ms), and
+the SQL statements and transactions per run (counted by SQLAlchemy events), and the Postgres
+server's CPU per run over all phases (its processes' user + system time, sampled once before and
+once after the measured runs: `ops.bench.cpu`; sampling around each phase would cost more than a
+phase, and the kernel's 10 ms ticks would charge it to the phases). The counts are stable on a
+noisy machine, the times less so: compare two commits back to back, alternating. Profile it with
 `py-spy record -- python -m ops.bench.phases` to see a phase's lines.
 """
 
@@ -54,25 +55,19 @@ class Tally:
     """Per phase: CPU seconds of this process, SQL statements and transactions."""
 
     cpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    server_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     statements: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     transactions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     phase: str = ""
-    server: CpuMeter | None = None  # the Postgres server's processes, when measured
 
     @contextmanager
     def timing(self, phase: str) -> Iterator[None]:
         """Count what runs inside under `phase`."""
-        if self.server is not None:
-            self.server.start()
         self.phase, start = phase, time.process_time()
         try:
             yield
         finally:
             self.cpu_s[phase] += time.process_time() - start
             self.phase = ""
-            if self.server is not None:
-                self.server_s[phase] += self.server.stop().get(POSTGRES, 0.0)
 
     def listen(self, engine: sa.Engine) -> None:
         """Count every statement (through SQLAlchemy, and `models.sql`'s on the driver) and every
@@ -142,17 +137,17 @@ def one_run(plan: PlanSpec, tally: Tally, messages: Collected) -> None:
 
 def report(tally: Tally, runs: int) -> None:
     """Print the per-run figures of each phase, and their sum."""
-    print("| phase | client CPU ms/run | Postgres CPU ms/run | statements/run | transactions/run |")
-    print("|---|---|---|---|---|")
-    figures = (tally.cpu_s, tally.server_s, tally.statements, tally.transactions)
+    print("| phase | client CPU ms/run | statements/run | transactions/run |")
+    print("|---|---|---|---|")
     for phase in (*PHASES, "total"):
-        cpu, server, stmts, txs = (
-            sum(d.values()) if phase == "total" else d[phase] for d in figures
-        )
-        print(
-            f"| {phase} | {1000 * cpu / runs:.2f} | {1000 * server / runs:.2f} "
-            f"| {stmts / runs:.1f} | {txs / runs:.1f} |"
-        )
+        if phase == "total":
+            cpu, stmts, txs = (
+                sum(d.values()) for d in (tally.cpu_s, tally.statements, tally.transactions)
+            )
+        else:
+            cpu = tally.cpu_s[phase]
+            stmts, txs = tally.statements[phase], tally.transactions[phase]
+        print(f"| {phase} | {1000 * cpu / runs:.2f} | {stmts / runs:.1f} | {txs / runs:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -185,12 +180,16 @@ def measure(plan: PlanSpec, runs: int, database_url: str, broker_url: str, pgdat
     warm = Tally()
     for _ in range(5):
         one_run(plan, warm, messages)
-    tally = Tally(server=CpuMeter(pgdata))
+    tally = Tally()
     tally.listen(get_engine())
+    server = CpuMeter(pgdata)
+    server.start()
     for _ in range(runs):
         one_run(plan, tally, messages)
+    server_ms = 1000 * server.stop().get(POSTGRES, 0.0) / runs
     print(f"{runs} runs x {len(plan.steps)} noop steps, in one process, no broker")
     report(tally, runs)
+    print(f"Postgres CPU ms/run, all phases: {server_ms:.1f}")
 
 
 if __name__ == "__main__":
