@@ -92,6 +92,16 @@ class MemorySettings(BaseSettings):
             "answer or edit (false: procedures are only what people save)."
         ),
     )
+    # Replans a run of the same request already showed futile (`models.engine.futile_replans`).
+    skip_futile_replans: bool = Field(
+        default=True,
+        description=(
+            "A run whose goal is not met escalates `goal_not_met` at once, without a replan, when "
+            "an earlier run of its user with the same goal, success criteria and pinned facts "
+            "replanned and still ended with its goal not met (false: every run replans while "
+            "its budget lasts)."
+        ),
+    )
     procedure_retire_after: int = Field(
         default=3,
         ge=1,

@@ -45,6 +45,9 @@ class RunView:
     # Steps of the current plan after which the should-replan check answered `replan`
     # (`models.plans.plan_checks`).
     replan_verdicts: frozenset[int] = frozenset()
+    # An earlier run of the same request that replanned and still missed its goal
+    # (`models.engine.futile_replans`); read only for a goal not met.
+    unmet_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,22 +120,25 @@ def decide_unmet(run: RunView, verdict: GoalVerdict) -> Decision:
     """The next action for a synthesizing `run` whose goal check found its goal not met (issue
     12, item 1): past the wall-time deadline, escalate; with a replan left, replan in the place
     of the verdict's deliverable (charged to the replan budget, as a failed step's replan is);
-    else escalate `goal_not_met` with the check's reason and what is missing."""
+    else escalate `goal_not_met` with the check's reason and what is missing; at once, with
+    the replan left unspent, when an earlier run of the same request replanned and still missed
+    it (`run.unmet_before`: `replan_skipped` names that run)."""
     if run.deadline_passed:
         return Decision("escalate", "wall_time_budget_spent", verdict.step_id)
-    if verdict.step_id is not None and run.replans_used < run.replans_limit:
+    replan_left = verdict.step_id is not None and run.replans_used < run.replans_limit
+    if replan_left and run.unmet_before is None:
         return Decision("replan", f"goal not met: {verdict.reason}", verdict.step_id)
-    return Decision(
-        "escalate",
-        "goal_not_met",
-        verdict.step_id,
-        {
-            "reason": verdict.reason,
-            "missing": list(verdict.missing),
-            "checked_by": verdict.source,
-            "replans": f"{run.replans_used}/{run.replans_limit}",
-        },
-    )
+    detail = {
+        "reason": verdict.reason,
+        "missing": list(verdict.missing),
+        "checked_by": verdict.source,
+        "replans": f"{run.replans_used}/{run.replans_limit}",
+    }
+    if replan_left:
+        detail["replan_skipped"] = (
+            f"run {run.unmet_before} made the same request, replanned and still missed its goal"
+        )
+    return Decision("escalate", "goal_not_met", verdict.step_id, detail)
 
 
 def _next_in_graph(run: RunView) -> Decision:

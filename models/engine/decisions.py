@@ -94,6 +94,7 @@ class Locked:
     others_waiting: bool = False
     doubted: frozenset[int] = frozenset()  # `RunView.replan_verdicts`
     plan_version: int = 0
+    unmet_before: int | None = None  # `RunView.unmet_before`
 
     def view(self) -> RunView:
         """The coordinator's view of the run (`decide`'s input)."""
@@ -107,6 +108,7 @@ class Locked:
             deadline_passed=self.deadline_at is not None and self.deadline_at <= utcnow(),
             tokens_spent=self.tokens_spent,
             replan_verdicts=self.doubted,
+            unmet_before=self.unmet_before,
         )
 
     def doubt(self, step_id: int) -> None:

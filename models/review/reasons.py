@@ -28,7 +28,8 @@ REASON_TEXT: Final = {
     "invalid_plan": "The planner did not produce a valid plan.",
     "synthesis_failed": "The final answer could not be written.",
     "goal_not_met": "The steps finished, but what the run delivered fails its goal check, and "
-    "no replan is left: approve accepts it as it is; edit replaces the step that delivered it.",
+    "no replan is left (or an earlier run of the same request replanned in vain): approve "
+    "accepts it as it is; edit replaces the step that delivered it.",
     "invalid_goal_check": "The goal check's answer never validated.",
     "approval_required": "A tool call needs a person's approval before it runs (the approval "
     "policy): approve runs it once as asked; edit runs it with your arguments; reject (with a "

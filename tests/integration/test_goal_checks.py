@@ -213,3 +213,34 @@ def test_a_model_step_restating_a_given_value_does_not_meet_a_criterion(make_run
     after_tool = [_echo("lookup", {"manager": "ana"}), {**note, "after": ["lookup"]}]  # no id
     read = wait_for_run(make_run(after_tool, facts=facts, criteria=criteria, replans=0))
     assert read.status == "succeeded", _verdicts(read.id or 0)
+
+
+def test_a_request_whose_replan_missed_its_goal_before_escalates_at_once(
+    make_run: MakeRun,
+) -> None:
+    """`models.engine.futile_replans`: the second run of a request (user, goal, criteria, pinned
+    facts) whose first run replanned and still missed its goal escalates without a replan; a run
+    that differs in a pinned fact, or another user's, replans as before."""
+    request: dict[str, Any] = {
+        "user": "futile-tester",
+        "goal": "file the unmeetable report",
+        "criteria": ["The report's total is 999.99 EUR"],
+        "facts": {"currency": "EUR"},
+        "replans": 1,
+    }
+    plan = [_echo("report", {"total": 10.0, "currency": "EUR"})]
+    first = wait_for_run(make_run(plan, **request))
+    assert (first.status, first.replans_used) == ("waiting_review", 1)
+
+    again = wait_for_run(make_run(plan, **request))
+    assert (again.status, again.replans_used, again.plan_version) == ("waiting_review", 0, 1)
+    esc = _escalation(again.id or 0)
+    assert esc.reason == "goal_not_met" and esc.detail["replans"] == "0/1"
+    assert esc.detail["replan_skipped"].startswith(f"run {first.id} made the same request")
+    assert [e.detail.get("purpose") for e in _calls(again.id or 0)] == []  # no replan call
+
+    other_fact = wait_for_run(make_run(plan, **{**request, "facts": {"currency": "USD"}}))
+    other_user = wait_for_run(make_run(plan, **{**request, "user": "someone-else"}))
+    for run in (other_fact, other_user):
+        assert (run.status, run.replans_used) == ("waiting_review", 1)
+        assert "replan_skipped" not in _escalation(run.id or 0).detail

@@ -221,6 +221,13 @@ UNMET = GoalVerdict(False, "the total is not 473.43", ("no deliverable holds '47
             "escalate",
             "wall_time_budget_spent",
         ),
+        (
+            "the same request replanned in vain before",
+            view("synthesizing", used=0, limit=1, unmet_before=3),
+            UNMET,
+            "escalate",
+            "goal_not_met",
+        ),
     ],
 )
 def test_a_goal_not_met_is_replanned_while_the_budget_lasts(
@@ -232,6 +239,8 @@ def test_a_goal_not_met_is_replanned_while_the_budget_lasts(
     if decision.reason == "goal_not_met":
         assert decision.detail["missing"] == list(verdict.missing)
         assert decision.detail["reason"] == verdict.reason
+        skipped = decision.detail.get("replan_skipped", "")
+        assert skipped.startswith("run 3 ") == (run.unmet_before == 3), name
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from models.engine import (
     decisions,
     dispatch,
     escalation_rules,
+    futile_replans,
     goal_checks,
     phases,
     run_transitions,
@@ -185,8 +186,9 @@ def _finish(
 @calls.waits_out_outages
 def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: int) -> list[Send]:
     """End the synthesis with a goal not met (one transaction): record `verdict`, then replan
-    or escalate as the coordinator decides (`models.engine.coordinator.decide_unmet`) and send what
-    that leaves; nothing when the phase was taken over."""
+    or escalate as the coordinator decides (`models.engine.coordinator.decide_unmet`: at once when
+    an earlier run of the same request replanned in vain, `models.engine.futile_replans`) and
+    send what that leaves; nothing when the phase was taken over."""
     with session_scope() as session:
         held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
         if not held or not phases.end(
@@ -197,6 +199,8 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
         locked = decisions.lock(session, run_id)
         if locked is None:
             return []
+        if get_settings().skip_futile_replans:
+            locked.unmet_before = futile_replans.tried_before(session, run_id)
         decision = decide_unmet(locked.view(), verdict)
         log.info("synthesize.goal_not_met", run_id=run_id, action=decision.action)
         return decisions.apply(session, locked, decision, cap=cap).sends
