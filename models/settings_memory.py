@@ -92,7 +92,15 @@ class MemorySettings(BaseSettings):
             "answer or edit (false: procedures are only what people save)."
         ),
     )
-    # Replans a run of the same request already showed futile (`models.engine.futile_replans`).
+    # What an earlier run of the same request teaches (`models.engine.repeats`).
+    reuse_plans: bool = Field(
+        default=True,
+        description=(
+            "A run with no plan given starts with the plan of the newest earlier run of its "
+            "user with the same goal, success criteria and pinned facts that succeeded with no "
+            "escalation, with no plan call (false: every run asks its planner)."
+        ),
+    )
     skip_futile_replans: bool = Field(
         default=True,
         description=(

@@ -46,7 +46,7 @@ class RunView:
     # (`models.plans.plan_checks`).
     replan_verdicts: frozenset[int] = frozenset()
     # An earlier run of the same request that replanned and still missed its goal
-    # (`models.engine.futile_replans`); read only for a goal not met.
+    # (`models.engine.repeats`); read only for a goal not met.
     unmet_before: int | None = None
 
 

@@ -214,12 +214,29 @@ def fork_in(session: Session, source: Run, request: ForkRequest) -> tuple[RunReq
         replan_check=source.replan_check,
         approvals=run_policy(session, source.id or 0),
     )
-    author = "submitter" if request.plan is not None else _author(session, source)
+    author = "submitter" if request.plan is not None else author_of(session, source)
 
     def then(session: Session, run: Run) -> None:
         _write(session, run, Forked(source, at, parts, new, author))
 
     return run_request, then
+
+
+def as_written_from_start(session: Session, source: Run) -> list[dict[str, Any]] | None:
+    """`source`'s current plan as written, every step to run anew (`_as_written`): the failures
+    a later version answered left out, and out of what waits for them (`after` by name). None
+    when it holds a reviewer's answer, which only a person can give again."""
+    current = current_graph(session, source)
+    answered = handled_failures(session, source.id or 0)
+    live = [s for s in current.kept if (s.id or 0) not in answered]
+    if not live or any(s.kind == "human" for s in live):
+        return None
+    waits = current.after or {}
+    after = {
+        s.id or 0: tuple(d for d in waits.get(s.id or 0, ()) if d not in answered) for s in live
+    }
+    names = {s.id or 0: s.name for s in live}
+    return [_as_written(s, after, names, {}) for s in live]
 
 
 @dataclass(frozen=True)
@@ -304,7 +321,7 @@ def _as_written(
     return written
 
 
-def _author(session: Session, source: Run) -> str:
+def author_of(session: Session, source: Run) -> str:
     """Who wrote the source's current version (its steps are copied as written)."""
     version = session.exec(
         select(PlanVersion.created_by).where(

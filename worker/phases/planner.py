@@ -17,7 +17,7 @@ import structlog
 from sqlmodel import Session
 
 from models.db import session_scope
-from models.engine import escalation_rules, events, phases, transitions
+from models.engine import escalation_rules, events, phases, repeats, transitions
 from models.engine.goal_checks import last_unmet
 from models.engine.runs import add_criteria, pinned_facts
 from models.errors import InvalidPlan
@@ -67,12 +67,16 @@ def ask_for_plan(
 def plan(run_id: int) -> bool:
     """Write plan version 1 for a `planning` run, or escalate; True when the run moved on, False
     when there was nothing to do (another delivery holds the phase, or the run left it). Raises
-    `PhaseNotDue` for a deferred phase whose time has not come."""
+    `PhaseNotDue` for a deferred phase whose time has not come. The plan of an earlier run of the
+    same request that succeeded alone is written with no model call (`reused`)."""
     with session_scope() as session:
         claimed = claim_phase_in(session, run_id, ("planning",))
         if claimed is None:
             return False
         facts = set(pinned_facts(session, run_id))
+        found = repeats.plan_to_reuse(session, run_id) if get_settings().reuse_plans else None
+    if found is not None and (reused := _reusable(found, facts)) is not None:
+        return _write_plan(run_id, claimed, Answer(reused, raw="", error=""), reused=found)
     run = claimed.run
     with renewed(claimed):
         answer = ask_for_plan(
@@ -123,9 +127,28 @@ def _splice(session: Session, run: Run, step_id: int, doubt: str | None) -> Spli
     return current_graph(session, run, replaced=step_id)
 
 
+def _reusable(found: repeats.Reusable, facts: set[str]) -> PlanSpec | None:
+    """The plan `repeats.plan_to_reuse` found, validated as a planner's (`parse_plan`), or None
+    when it no longer validates (a tool removed or changed since): then the planner is asked."""
+    tools = [t["name"] for t in catalog()]
+    try:
+        return parse_plan(found.plan, tools=tools, facts=facts, check_args=argument_problems)
+    except InvalidPlan as stale:
+        log.info("plan.not_reused", source_run_id=found.source_id, reason=str(stale))
+        return None
+
+
 @calls.waits_out_outages
-def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) -> bool:
-    """End the planning `claimed` holds with `answer`'s plan, or escalate (one transaction)."""
+def _write_plan(
+    run_id: int,
+    claimed: phases.Claimed,
+    answer: Answer[PlanSpec],
+    *,
+    reused: repeats.Reusable | None = None,
+) -> bool:
+    """End the planning `claimed` holds with `answer`'s plan, or escalate (one transaction); a
+    plan `reused` from an earlier run (`models.engine.repeats`) keeps its author and is recorded
+    as `plan.reused` (`{"from_run"}`)."""
     with session_scope() as session:
         if not phases.end(
             session, run_id, claimed.attempt, statuses=("planning",), used_s=claimed.held_s()
@@ -142,11 +165,16 @@ def _write_plan(run_id: int, claimed: phases.Claimed, answer: Answer[PlanSpec]) 
             locked,
             splice=Splice(),
             new=answer.value.steps,
-            created_by=adoption.author(answer.payload, default="planner"),
+            created_by=reused.author
+            if reused
+            else adoption.author(answer.payload, default="planner"),
             max_attempts=get_settings().step_max_attempts,
         )
         add_criteria(locked, answer.value.success_criteria, by="planner")
-        record_procedures(session, run_id, answer, purpose="plan", plan_version=1)
+        if reused is not None:
+            events.record_event(session, run_id, "plan.reused", from_run=reused.source_id)
+        else:
+            record_procedures(session, run_id, answer, purpose="plan", plan_version=1)
         transitions.resume_run(session, run_id, expected="planning", plan_version=1)
     return True
 

@@ -11,9 +11,9 @@ from models.engine import (
     decisions,
     dispatch,
     escalation_rules,
-    futile_replans,
     goal_checks,
     phases,
+    repeats,
     run_transitions,
 )
 from models.engine.coordinator import GoalVerdict, decide_unmet
@@ -187,7 +187,7 @@ def _finish(
 def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: int) -> list[Send]:
     """End the synthesis with a goal not met (one transaction): record `verdict`, then replan
     or escalate as the coordinator decides (`models.engine.coordinator.decide_unmet`: at once when
-    an earlier run of the same request replanned in vain, `models.engine.futile_replans`) and
+    an earlier run of the same request replanned in vain, `models.engine.repeats`) and
     send what that leaves; nothing when the phase was taken over."""
     with session_scope() as session:
         held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
@@ -200,7 +200,7 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
         if locked is None:
             return []
         if get_settings().skip_futile_replans:
-            locked.unmet_before = futile_replans.tried_before(session, run_id)
+            locked.unmet_before = repeats.unmet_before(session, run_id)
         decision = decide_unmet(locked.view(), verdict)
         log.info("synthesize.goal_not_met", run_id=run_id, action=decision.action)
         return decisions.apply(session, locked, decision, cap=cap).sends
