@@ -24,8 +24,9 @@ learned, from that user's own runs only:
   on what the request asks, so the same request fails it the same way; a failed step is not
   treated so (a tool that timed out may answer the next time).
 
-Runs whose content was erased (`agentq memory forget --runs`) keep no goal text to match, so a
-forgotten user's history teaches nothing.
+A user's runs created before they were last forgotten (`agentq memory forget`, with or without
+`--runs`: `models.memory.erasures`) teach nothing: the runs stay as the record of work done, but
+what the agent learns from them is memory, and it was forgotten.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ _CRITERIA: Final = """(SELECT coalesce(jsonb_agg(c ORDER BY c->>'text'), '[]'::j
     FROM jsonb_array_elements({run}.success_criteria) c WHERE c->>'by' = 'user')"""
 _FACTS: Final = """(SELECT coalesce(jsonb_object_agg(f.key, f.value), '{{}}'::jsonb)
     FROM pinned_facts f WHERE f.run_id = {run}.id AND f.set_by = 'user')"""
-# same_request: the other runs of run :run_id's request, newest first, as `r` (a statement
-# appends its own conditions on `r` after `AND`).
+# same_request: the other runs of run :run_id's request, as `r`, but those created before their
+# user was last forgotten (a statement appends its own conditions on `r` after `AND`).
 SAME_REQUEST: Final = f"""
 WITH this AS (
     SELECT t.id, t.user_id, t.goal, {_CRITERIA.format(run="t")} AS criteria,
@@ -55,6 +56,8 @@ WITH this AS (
 SELECT r.id FROM runs r, this
 WHERE r.user_id = this.user_id AND r.id <> this.id AND r.goal = this.goal
     AND {_CRITERIA.format(run="r")} = this.criteria AND {_FACTS.format(run="r")} = this.facts
+    AND NOT EXISTS (SELECT 1 FROM memory_erasures e
+                    WHERE e.user_id = r.user_id AND e.erased_at >= r.created_at)
     AND """
 # unmet_before: the newest that replanned and escalated `goal_not_met`.
 UNMET_BEFORE: Final = (

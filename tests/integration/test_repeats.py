@@ -1,7 +1,8 @@
 """The same request again (`models.engine.repeats`, issue 31): a user who makes a request an
 earlier run of theirs met alone starts with that run's final plan, with no plan call; the
 failure a replan answered is left out of it, so the second run plans right away what the first
-had to find out by failing. Another user, or other pinned facts, plan as before."""
+had to find out by failing. Another user, other pinned facts, or runs from before the user was
+forgotten, plan as before."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from sqlmodel import col, select
 
 from models.db import session_scope
+from models.memory import memory_admin
 from models.tables import PlanVersion, RunEvent
 from tests.integration.conftest import run_steps, wait_for_run
 
@@ -57,6 +59,12 @@ def test_a_request_met_after_a_replan_starts_with_the_plan_that_met_it(
     assert second.success_criteria == first.success_criteria  # the planner's, carried
     filed = [(r.final_result or {})["outputs"]["submit"] for r in (first, second)]
     assert [(f["total"], f["currency"]) for f in filed] == [(473.43, "EUR")] * 2
+
+    with session_scope() as session:  # forgotten: the runs stay, what they taught goes
+        memory_admin.forget_user(session, user_id=user)
+    third = make_run(None, user=user, goal=GOAL, facts=FACTS, replans=1)
+    wait_for_run(third)
+    assert _plan_calls(third) >= 1 and _events(third, "plan.reused") == []
 
     other_facts = {**FACTS, "cost_centre": "CC-4411"}
     for run_id in (
