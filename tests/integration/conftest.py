@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -142,9 +143,11 @@ def _talk_to_current_engine() -> None:
 @pytest.fixture
 def make_run(engine: LocalStack) -> Callable[..., int]:
     """Submit a run with an explicit plan (or `None`: the planner writes one); returns its id.
-    It starts as users' runs do (`models.engine.submissions.submit`: its first decision is made in
-    the submit transaction) unless `start=False`: then it is only inserted (`submit_run`), and
-    nothing is sent."""
+    Without `goal`, each run's goal is its own ("integration test <hex>"): a run of a request
+    made before may start with that run's plan (`models.engine.repeats`), which only tests that
+    name their goal should meet. It starts as users' runs do (`models.engine.submissions.submit`:
+    its first decision is made in the submit transaction) unless `start=False`: then it is only
+    inserted (`submit_run`), and nothing is sent."""
 
     def make(
         steps: list[dict[str, Any]] | None,
@@ -154,7 +157,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         tokens: int | None = None,
         facts: dict[str, str] | None = None,
         start: bool = True,
-        goal: str = "integration test",
+        goal: str | None = None,
         wall_time_s: float | None = None,
         criteria: list[str] | None = None,
         replan_check: str | None = None,
@@ -166,7 +169,7 @@ def make_run(engine: LocalStack) -> Callable[..., int]:
         plan = None if steps is None else parse_plan({"steps": steps}, tools=tools)
         fields: dict[str, Any] = {
             "user_id": user,
-            "goal": goal,
+            "goal": goal or f"integration test {uuid.uuid4().hex[:8]}",
             "facts": facts or {},
             "plan": plan,
             "replans": replans,

@@ -218,9 +218,9 @@ def test_a_model_step_restating_a_given_value_does_not_meet_a_criterion(make_run
 def test_a_request_whose_replan_missed_its_goal_before_escalates_at_once(
     make_run: MakeRun,
 ) -> None:
-    """`models.engine.repeats.unmet_before`: the second run of a request (user, goal, criteria, pinned
-    facts) whose first run replanned and still missed its goal escalates without a replan; a run
-    that differs in a pinned fact, or another user's, replans as before."""
+    """`models.engine.repeats.unmet_before`: the second run of a request (user, goal, criteria,
+    pinned facts) whose first run replanned and still missed its goal escalates without a
+    replan; a run that differs in a pinned fact, or another user's, replans as before."""
     request: dict[str, Any] = {
         "user": "futile-tester",
         "goal": "file the unmeetable report",

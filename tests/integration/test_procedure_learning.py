@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 MakeRun = Callable[..., int]
 GOAL = "File my Lisbon trip expense report"
 FACTS = {"currency": "EUR", "cost_centre": "CC-4410", "trip": "lisbon-2026-10"}
+OTHER = {**FACTS, "cost_centre": "CC-4411"}  # the same kind of request, not the same request
 
 
 def _user(name: str) -> str:
@@ -69,7 +70,8 @@ def test_a_replanned_run_teaches_a_procedure_the_next_run_adopts(make_run: MakeR
     assert "cached_rate" in tools and "live_rate" not in tools  # what worked, not what failed
     assert "live_rate failed" in procedure.body or "(live_rate) failed" in procedure.body
 
-    second = wait_for_run(make_run(None, user=ana, goal=GOAL, facts=FACTS, replans=1), memory=True)
+    # another request of the kind (the same request would start with first's plan: test_repeats)
+    second = wait_for_run(make_run(None, user=ana, goal=GOAL, facts=OTHER, replans=1), memory=True)
     assert second.status == "succeeded"
     assert second.replans_used == 0 and second.plan_version == 1  # planned right away
     with session_scope() as session:
@@ -142,7 +144,7 @@ def test_a_procedure_whose_plans_need_replans_is_demoted_then_retired(make_run: 
 
         # the next run: dan's own (no failures) ranks above the shared one (one failure, halved)
         second = wait_for_run(
-            make_run(None, user=dan, goal=GOAL, facts=FACTS, replans=1), memory=True
+            make_run(None, user=dan, goal=GOAL, facts=OTHER, replans=1), memory=True
         )
         assert second.status == "succeeded" and second.replans_used == 0
         with session_scope() as session:
