@@ -11,6 +11,7 @@ the event of the run's final status is never seen before the status itself.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,7 +66,9 @@ def follow(live: Live, run_id: int) -> str:
 def run_goes_on(console: Console, run_id: int) -> Iterator[None]:
     """Around a command's watch of run `run_id` (`agentq run watch`, `run submit --watch`): on
     Ctrl-C, say that the run goes on without the watch, then let the `KeyboardInterrupt` end the
-    command (exit status 130)."""
+    command (exit status 130). A watch started with SIGINT ignored (`agentq run watch N &` from a
+    script without job control, as `agentq up` may be) takes it back, so `kill -INT` stops it."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except KeyboardInterrupt:

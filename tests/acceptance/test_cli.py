@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -358,19 +359,24 @@ def test_bad_input_is_refused_and_user_text_is_shown_literally(
             {"steps": [{"name": "s", "kind": "tool", "tool": "sleep", "args": {"seconds": 3}}]}
         )
     )
-    watching = subprocess.Popen(
-        [AGENTQ, "run", "submit", "slow", "--plan", str(slow), "--watch"],
-        env=_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert watching.stdout is not None
-    first = watching.stdout.readline()  # "run N submitted": the watch has begun
-    run_id = re.search(r"run (\d+) submitted", first)
-    assert run_id is not None, first
-    watching.send_signal(signal.SIGINT)
-    said = watching.communicate(timeout=30)[0]
-    assert watching.returncode == 130, said
-    assert f"stopped watching; run {run_id.group(1)} goes on" in said, said
-    assert "succeeded" in agentq(home, "run", "watch", run_id.group(1)).stdout
+    # ... and so does `kill -INT` on a watch started with SIGINT ignored (`cmd &` in a script)
+    for ignored in (False, True):
+        watching = subprocess.Popen(
+            [AGENTQ, "run", "submit", "slow", "--plan", str(slow), "--watch"],
+            env=_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=functools.partial(
+                signal.signal, signal.SIGINT, signal.SIG_IGN if ignored else signal.SIG_DFL
+            ),
+        )
+        assert watching.stdout is not None
+        first = watching.stdout.readline()  # "run N submitted": the watch has begun
+        run_id = re.search(r"run (\d+) submitted", first)
+        assert run_id is not None, first
+        watching.send_signal(signal.SIGINT)
+        said = watching.communicate(timeout=30)[0]
+        assert watching.returncode == 130, (ignored, said)
+        assert f"stopped watching; run {run_id.group(1)} goes on" in said, said
+        assert "succeeded" in agentq(home, "run", "watch", run_id.group(1)).stdout
