@@ -199,8 +199,8 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
         locked = decisions.lock(session, run_id)
         if locked is None:
             return []
-        if get_settings().skip_futile_replans:
-            locked.unmet_before = repeats.unmet_before(session, run_id)
+        if get_settings().skip_futile_replans and locked.replans_used < locked.replans_limit:
+            locked.unmet_before = repeats.unmet_before(session, run_id)  # only a replan to skip
         decision = decide_unmet(locked.view(), verdict)
         log.info("synthesize.goal_not_met", run_id=run_id, action=decision.action)
         return decisions.apply(session, locked, decision, cap=cap).sends
