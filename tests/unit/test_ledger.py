@@ -153,8 +153,8 @@ def test_forty_steps_with_400_token_results_fit_a_4k_window() -> None:
     ctx = assemble(layers, budget=budget)
     assert count_message_tokens(ctx.messages) == ctx.tokens <= budget
     text = "\n".join(m["content"] for m in ctx.messages)
-    # the last two exchanges verbatim, just before the task
-    assert [m["content"] for m in ctx.messages[-1 - VERBATIM_TURNS : -1]] == [
+    # the last two exchanges verbatim, just before the run's counters and the task
+    assert [m["content"] for m in ctx.messages[-2 - VERBATIM_TURNS : -2]] == [
         m.content for m in history[-VERBATIM_TURNS:]
     ]
     # every step is in the ledger: the newest with key values, the oldest by name

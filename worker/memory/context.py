@@ -1,10 +1,15 @@
 """Working memory: the context of one model call, assembled from rows under a token budget.
 
 Layers, highest priority first (the prompt places them as instructions, run state, ledger,
-recalled memory, summary, older turns, the last turns, task):
+recalled memory, summary, older turns, the last turns, the run's counters, task):
 
 1. the instructions (system);
-2. the run state: goal, pinned facts, budgets (never trimmed);
+2. the run state: goal and pinned facts, and the run's counters (status, plan version, replans
+   and tokens spent; never trimmed). The counters change on every call, so they sit just before
+   the task: what comes before them is the same from one call of a run to the next as far as the
+   run's rows are, and a server's prompt cache (llama.cpp's prefix match, OpenAI's cached input)
+   reads it once (issue 31, item 6: two calls of one step shared 75 tokens, up to the tokens
+   spent);
 3. the task: what this call must do now (never trimmed);
 4. the last `VERBATIM_TURNS` turns, verbatim (never trimmed: issue 12, "the last two exchanges
    always stay verbatim");
@@ -83,6 +88,7 @@ class Layers:
     state: Piece
     ledger: Piece
     task: Piece
+    counters: Piece | None = None  # the run's counters, placed just before the task
     recalled: Sequence[Piece] = ()
     procedures: Sequence[Piece] = ()  # each `ref` is the procedure's id
     summary: Piece | None = None
@@ -190,7 +196,8 @@ def assemble(
     `ContextOverflow` when the layers that never shrink do not fit."""
     last = list(layers.turns[-VERBATIM_TURNS:])
     older = layers.turns[: len(layers.turns) - len(last)]
-    fixed = [layers.instructions, layers.state, layers.task, *last]
+    counters = [layers.counters] if layers.counters else []
+    fixed = [layers.instructions, layers.state, *counters, layers.task, *last]
     used = REPLY_PRIMING_TOKENS + sum(p.cost for p in fixed)
     if used > budget:
         raise ContextOverflow(
@@ -217,7 +224,7 @@ def assemble(
     dropped = list(older[: len(older) - len(recent)])
     ordered = [layers.instructions, layers.state, ledger, *procedures, *recalled]
     ordered += [summary] if summary else []
-    ordered += [*recent, *last, layers.task]
+    ordered += [*recent, *last, *counters, layers.task]
     return Context(
         messages=[_message(p) for p in ordered],
         tokens=used,

@@ -49,8 +49,9 @@ def _piece(role: str, text: str, ref: int | None = None) -> Piece:
 
 
 def state_text(run: Run, facts: dict[str, str], by_reviewers: dict[str, str] | None = None) -> str:
-    """The never-trimmed run state: goal, pinned facts (the user's, then those reviewers set,
-    labelled as such: a reviewer's words are never the user's), budgets."""
+    """The never-trimmed run state: goal and pinned facts (the user's, then those reviewers set,
+    labelled as such: a reviewer's words are never the user's). The same on every call of a run
+    until a fact is pinned; what changes per call is in `counters_text`."""
     pinned = "\n".join(f"- {k} = {v}" for k, v in facts.items()) or "- (none)"
     answered = "\n".join(f"- {k} = {v}" for k, v in (by_reviewers or {}).items())
     if answered:
@@ -58,6 +59,14 @@ def state_text(run: Run, facts: dict[str, str], by_reviewers: dict[str, str] | N
     return (
         f"Goal (from the user, verbatim): {run.goal}\n"
         f"Pinned facts (the user's own statements; keep them exactly):\n{pinned}\n{answered}"
+    ).rstrip("\n")
+
+
+def counters_text(run: Run) -> str:
+    """The run's counters (never trimmed): status, plan version, replans and tokens spent.
+    They change on every call, so the context places them just before the task
+    (`worker.memory.context`)."""
+    return (
         f"Run {run.id}: {run.status}, plan version {run.plan_version}; replans "
         f"{run.replans_used}/{run.replans_limit}, tokens {run.tokens_used}/{run.tokens_limit}"
     )
@@ -131,6 +140,7 @@ def layers_of(
         state=_piece("user", state_text(run, read.by_user, read.by_reviewers)),
         ledger=ledger.render(entries, count),
         task=_piece("user", prompt.task),
+        counters=_piece("user", counters_text(run)),
         recalled=recalled_pieces(recalled),
         procedures=tuple(procedures),
         summary=_piece("user", f"Summary of earlier turns:\n{summary.content}")
