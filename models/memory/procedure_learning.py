@@ -36,6 +36,7 @@ from typing import Any, Final, Literal
 from models.memory import procedures as book
 from models.memory.procedures import Actor, ProcedureSpec
 from models.memory.stop_words import ENGLISH_STOP_WORDS
+from models.plans.references import references
 
 LEARNER: Final = "agentq"  # the writer of a learned version
 # A procedure of the user at least this similar to the goal (cosine) with a template of the same
@@ -96,8 +97,9 @@ def lesson_reason(
     *, succeeded: bool, replanned: bool, decisions: Sequence[str], doubted: bool = False
 ) -> Reason | None:
     """Why a run teaches a procedure, or None: it `succeeded` after a replan (one a
-    should-replan check asked for: `doubted`), or after a reviewer's `edit` or `answer` decision
-    (`decisions`: its escalations' decisions)."""
+    should-replan check asked for: `doubted`), or after a reviewer's `edit` or answer decision
+    (`decisions`: its escalations' decisions as stored, `Escalation.decision`: an answer is
+    `respond`)."""
     if not succeeded:
         return None
     if "edit" in decisions:
@@ -106,7 +108,7 @@ def lesson_reason(
         return "doubt"
     if replanned:
         return "replan"
-    if "answer" in decisions:
+    if "respond" in decisions:
         return "reviewer_answer"
     return None
 
@@ -200,14 +202,23 @@ def decide(
     return Decision("version", match.id, match.version)
 
 
+def stands_alone(steps: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether each of `steps` (a template's, as dicts) refers, in its `args` and `after`, only to
+    steps among them."""
+    names = {s["name"] for s in steps}
+    return all(references(s.get("args") or {}) | set(s.get("after") or ()) <= names for s in steps)
+
+
 @dataclass(frozen=True)
 class Lesson:
-    """What a run taught, ready to embed and write: the procedure, who writes it, the run."""
+    """What a run taught, ready to embed and write: the procedure, who writes it, the run, why
+    it taught (`lesson_reason`)."""
 
     run_id: int
     spec: ProcedureSpec
     writer: Actor
     adopted: int | None
+    reason: Reason
 
 
 def distill(
@@ -232,8 +243,11 @@ def distill(
     pointless was the data of that run (no receipts, nothing owed), and a template ending in that
     run's "tell the user why" step, adopted for a goal whose data differs, would stop short and
     succeed without delivering. Raises `InvalidInput` when the template is not a valid plan of
-    `tools` (a tool since removed)."""
+    `tools` (a tool since removed). A template that does not stand on its own (`stands_alone`:
+    a kept step refers to one a reviewer answered in its place, which `template_of` leaves out)
+    is left out too: the lesson is then a how-to that says a reviewer answered."""
     steps = [{**s, "args": templated(s.get("args") or {}, facts)} for s in template["steps"]]
+    keep_template = reason != "doubt" and stands_alone(steps)
     failed = "; ".join(
         f"step {name}{f' ({tool})' if tool else ''} failed: {(error or '')[:ERROR_CHARS]}"
         for name, tool, error in failures
@@ -246,6 +260,7 @@ def distill(
     body = (
         f"Learned from run {run_id}, which succeeded after {REASON_WORDS[reason]}. "
         + (f"What failed: {failed}. " if failed else "")
+        + ("A reviewer answered in its place. " if reason == "reviewer_answer" else "")
         + (
             f"Check each result before going on; the rest was pointless {doubted}."
             if reason == "doubt"
@@ -256,7 +271,7 @@ def distill(
         "title": goal[: book.TITLE_MAX_CHARS],
         "when_to_use": goal[: book.WHEN_MAX_CHARS],
         "body": body[: book.BODY_MAX_CHARS],
-        "plan_template": None if reason == "doubt" else {"steps": steps},
+        "plan_template": {"steps": steps} if keep_template else None,
         "scope": "user",
         "user_id": user_id,
     }
@@ -266,4 +281,4 @@ def distill(
         if reviewer is not None
         else Actor(LEARNER, "submitter", user_id)
     )
-    return Lesson(run_id, spec, writer, adopted)
+    return Lesson(run_id, spec, writer, adopted, reason)

@@ -19,8 +19,9 @@ from models.memory.memory_admin import embedder
 from models.memory.procedure_outcomes import Adoption, Judged, outcomes_of, record
 from models.memory.procedure_recall import Visible, recall_procedures, used_by_run
 from models.memory.procedures import Actor, Procedure, spec_of, versions_of
+from models.review import reviews
 from models.settings import get_settings
-from models.tables import RunEvent
+from models.tables import Escalation, RunEvent, Step
 from ops.stack import LocalStack
 from tests.integration.conftest import wait_for_run
 from worker.memory import procedure_learning
@@ -228,3 +229,28 @@ def test_procedures_are_ranked_by_bm25_so_a_rare_shared_word_counts_most(
     # BM25 with idf: ln(1 + 3.5 / 1.5) for "ledger" against ln(1 + 0.5 / 4.5) for "archive", about
     # 12 to 1 (Postgres' ts_rank_cd, which has no idf, scored them about 2 to 1)
     assert all(ledger.text_rank > 5 * o.text_rank > 0 for o in others)
+
+
+def test_a_run_a_reviewer_answered_teaches_the_reviewers_procedure(make_run: MakeRun) -> None:
+    """An answer is stored as the decision `respond` (the lesson looked for `answer`, which no
+    escalation holds, so no answered run taught). Its plan refers to the answered step, which a
+    template leaves out: the lesson is a how-to, with no template to adopt."""
+    dana = _user("dana")
+    run_id = make_run(None, user=dana, goal=GOAL, facts=FACTS, replans=0)
+    waiting = wait_for_run(run_id, ("waiting_review",))
+    with session_scope() as session:
+        stmt = select(Escalation).where(Escalation.run_id == run_id, Escalation.decision == None)  # noqa: E711
+        (asked,) = session.exec(stmt).all()
+        failed = session.get(Step, asked.step_id)
+        assert failed is not None and failed.tool == "live_rate"
+        reviews.respond(session, asked.id or 0, reviewer="rita", answer={"rate": 1.0})
+    assert waiting.replans_used == 0
+    assert wait_for_run(run_id, memory=True).status == "succeeded"
+    (learned,) = _events(run_id, procedure_learning.LEARNED)
+    assert learned["action"] == "add" and learned["reason"] == "reviewer_answer"
+    (procedure,) = _users_procedures(dana)
+    assert procedure.origin == "learned" and procedure.source_run_id == run_id
+    assert procedure.written_as == "reviewer"  # the reviewer's words, not the user's (issue 27)
+    assert "rita" in procedure.created_by
+    assert procedure.plan_template is None
+    assert "live_rate" in procedure.body and "A reviewer answered in its place" in procedure.body

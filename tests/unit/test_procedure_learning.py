@@ -20,6 +20,7 @@ from models.memory.procedure_learning import (
     lesson_reason,
     same_kind,
     shape,
+    stands_alone,
     templated,
 )
 from models.memory.procedure_outcomes import Adoption, judge, weight
@@ -35,7 +36,7 @@ THREE = [*STEPS, {**STEPS[1], "name": "file", "after": ["rate"]}]
 
 def test_a_run_teaches_only_when_it_succeeded_after_finding_something_out() -> None:
     assert lesson_reason(succeeded=True, replanned=True, decisions=[]) == "replan"
-    assert lesson_reason(succeeded=True, replanned=False, decisions=["answer"]) == (
+    assert lesson_reason(succeeded=True, replanned=False, decisions=["respond"]) == (
         "reviewer_answer"
     )
     assert lesson_reason(succeeded=True, replanned=True, decisions=["edit"]) == "reviewer_edit"
@@ -130,6 +131,15 @@ def test_a_lesson_is_the_users_unless_a_reviewer_wrote_part_of_it() -> None:
     assert decide({}, [Candidate(3, 1, 0.9, None)]).action == "keep"  # the same how-to again
     with pytest.raises(InvalidInput, match="plan_template"):
         distill(**{**kwargs, "tools": ["fail"]}, reviewer=None)  # noop since removed
+    # a reviewer answered in place of the failed step the kept one refers to: a how-to
+    uses = {"name": "file", "kind": "tool", "tool": "noop", "args": {"r": "${steps.rate.rate}"}}
+    answered = distill(
+        **{**kwargs, "reason": "reviewer_answer", "template": {"steps": [STEPS[0], uses]}},
+        reviewer="rita",
+    )
+    assert answered.spec.plan_template is None and answered.writer.role == "reviewer"
+    assert "rate (fail) failed: boom. A reviewer answered in its place." in answered.spec.body
+    assert stands_alone(STEPS) and not stands_alone([{**STEPS[0], "after": ["gone"]}])
 
 
 def test_an_adopted_plan_is_judged_by_what_came_after_it() -> None:

@@ -35,7 +35,7 @@ from models.memory.memory_admin import embedder
 from models.memory.procedure_admin import template_of
 from models.memory.procedure_learning import Candidate, Lesson, decide, distill, lesson_reason
 from models.memory.procedure_outcomes import Adoption, Judged, judge, record
-from models.memory.procedure_recall import used_by_run
+from models.memory.procedure_recall import RECALLED, used_by_run
 from models.memory.procedures import Embedded, Procedure
 from models.plans.plan_checks import PlanCheck
 from models.plans.tools import configured_tool_names
@@ -56,6 +56,18 @@ WHERE scope = 'user' AND user_id = :user_id AND embedding_model = :model
   AND embedding_dim = {dim}
 ORDER BY embedding::vector({dim}) <=> CAST(:q AS vector({dim})), id
 LIMIT :k"""
+# has_lessons: whether run :run_id has anything `learn_from` reads on: a `procedures.recalled`
+# event (an adoption to judge), or a success after a replan, a should-replan check answering
+# `replan`, or a reviewer's `edit` or `answer` (`lesson_reason`'s grounds). Most runs have none:
+# one statement instead of the four reads that find out (issue 29, the per-run cost).
+HAS_LESSONS: Final = """
+SELECT EXISTS (SELECT 1 FROM run_events ev WHERE ev.run_id = r.id AND ev.kind = :recalled)
+    OR (r.status = 'succeeded' AND (
+        r.replans_used > 0
+        OR EXISTS (SELECT 1 FROM plan_checks c WHERE c.run_id = r.id AND c.verdict = 'replan')
+        OR EXISTS (SELECT 1 FROM escalations e
+                   WHERE e.run_id = r.id AND e.decision IN ('edit', 'respond'))))
+FROM runs r WHERE r.id = :run_id"""
 
 
 def learn_from(run_id: int) -> None:
@@ -63,6 +75,9 @@ def learn_from(run_id: int) -> None:
     Raises `DatabaseUnavailable` (the memory task waits out the outage); a lesson's own problems
     are recorded, not raised."""
     with session_scope() as session:
+        found = session.execute(sa.text(HAS_LESSONS), {"run_id": run_id, "recalled": RECALLED})
+        if not found.scalar():  # no such run, or nothing to judge or learn
+            return
         run = session.get(Run, run_id)
         if run is None:
             return
@@ -178,6 +193,7 @@ def _write(session: Session, lesson: Lesson, vector: Embedded) -> dict[str, Any]
     candidates = _candidates(session, user_id, vector, lesson.adopted)
     template = lesson.spec.plan_template or {}
     decision = decide(template, candidates, adopted=lesson.adopted)
+    reason = {"reason": lesson.reason}
     origin: book.Origin = "learned"
     if decision.action == "add":
         row = book.insert(
@@ -205,8 +221,9 @@ def _write(session: Session, lesson: Lesson, vector: Embedded) -> dict[str, Any]
             origin=origin,
         )
     else:
-        return {"action": "kept", "procedure_id": decision.target, "version": decision.expected}
-    return {"action": decision.action, "procedure_id": row.id, "version": row.version}
+        row_id, version = decision.target, decision.expected
+        return {"action": "kept", "procedure_id": row_id, "version": version, **reason}
+    return {"action": decision.action, "procedure_id": row.id, "version": row.version, **reason}
 
 
 def _candidates(
