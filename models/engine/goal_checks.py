@@ -217,11 +217,14 @@ class Checks:
         return GoalVerdict(True, AGREED, (), last, "rules")
 
 
-def checks_of(session: Session, run: Run, steps: Sequence[Step]) -> Checks:
+def checks_of(
+    session: Session, run: Run, steps: Sequence[Step], pinned: Mapping[str, str] | None = None
+) -> Checks:
     """What to check of run `run` (`steps`: its current plan version's, `models.plans.plans.
-    current_steps`). Reads the pinned facts, then (only when there is something to check) the
-    waiver, and the plan's graph when there are criteria."""
-    pinned = pinned_facts(session, run.id or 0)
+    current_steps`). Reads the pinned facts (unless given: key -> value, every author's), then
+    (only when there is something to check) the waiver, and the plan's graph when there are
+    criteria."""
+    pinned = dict(pinned) if pinned is not None else pinned_facts(session, run.id or 0)
     delivered = deliverables(steps)
     if (not pinned and not run.success_criteria) or waived(session, run):
         return Checks(delivered, [], [])

@@ -238,13 +238,21 @@ class Built:
     fold: folds.Fold | None
 
 
-def build(session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None) -> Built:
+def build(
+    session: Session,
+    run: Run,
+    prompt: Prompt,
+    *,
+    steps: list[Step] | None = None,
+    read: RunRead | None = None,
+) -> Built:
     """Assemble the context of `prompt` in run `run` once, in the caller's transaction (`steps`:
-    the current version's steps when the caller has read them already), with the payload (the
+    the current version's steps when the caller has read them already; `read`: its pinned facts
+    too, `RunRead.of`), with the payload (the
     run's goal unless the prompt's own says it, with what memory recalled, and the procedures the
     context carried: `procedures`, `worker.phases.procedure_context.entries`) and the fold it
     needs first. Raises `ContextOverflow`."""
-    read = RunRead.of(session, run, steps)
+    read = read or RunRead.of(session, run, steps)
     own_words = withholding.own_words_only(session, run, prompt)
     if own_words:
         read = RunRead(read.by_user, {}, [])
@@ -305,12 +313,18 @@ def _record_recall(session: Session, run: Run, prompt: Prompt, recalled: Recalle
 
 
 def request_in(
-    session: Session, run: Run, prompt: Prompt, *, steps: list[Step] | None = None
+    session: Session,
+    run: Run,
+    prompt: Prompt,
+    *,
+    steps: list[Step] | None = None,
+    read: RunRead | None = None,
 ) -> ModelRequest | None:
-    """The request for `prompt`, assembled in the caller's transaction; None when turns must
+    """The request for `prompt`, assembled in the caller's transaction (`read`: the run's
+    pinned facts and steps when the caller has read them, as `build`); None when turns must
     first be folded into the summary (model calls: `request_for` does it outside any
     transaction). Raises `ContextOverflow`."""
-    built = build(session, run, prompt, steps=steps)
+    built = build(session, run, prompt, steps=steps, read=read)
     return None if built.fold else _request(prompt, built)
 
 

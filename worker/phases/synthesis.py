@@ -34,7 +34,7 @@ from models.plans.step_data import fit_outputs, json_bytes
 from models.settings import get_settings
 from models.tables import Step
 from worker.execution.claims import claim_phase_in, renewed
-from worker.memory.working_memory import request_for, request_in
+from worker.memory.working_memory import RunRead, request_for, request_in
 from worker.model_calls import calls
 from worker.model_calls.prompts import Prompt, synthesize_prompt
 from worker.model_calls.providers import Completion
@@ -245,14 +245,15 @@ def _start(run_id: int) -> Started | None:
             return None
         run = claimed.run
         steps = current_steps(session, run)
-        checks = goal_checks.checks_of(session, run, steps)
+        read = RunRead.of(session, run, steps)  # the pinned facts, read once for both
+        checks = goal_checks.checks_of(session, run, steps, read.facts)
         if (verdict := checks.rules_verdict()) is not None:
             return claimed, verdict, steps, checks  # no answer to pay for: it fails already
         if run.final_result is not None:
             return claimed, dict(run.final_result), steps, checks
         prompt = synthesize_prompt(run.goal, steps)
         try:
-            request = request_in(session, run, prompt, steps=steps)
+            request = request_in(session, run, prompt, read=read)
             if request is not None:
                 return claimed, calls.reserve(session, run_id, request), steps, checks
         except ESCALATING as exc:  # no model call here; nothing written but the claim, kept
