@@ -48,6 +48,9 @@ class RunView:
     # An earlier run of the same request that replanned and still missed its goal
     # (`models.engine.repeats`); read only for a goal not met.
     unmet_before: int | None = None
+    # What the goal check's deliverable did that a replan in its place would do again ("step
+    # submit (submit_report)": `models.engine.effects.effect_of`); read only for a goal not met.
+    effect_made: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,13 +123,17 @@ def decide_unmet(run: RunView, verdict: GoalVerdict) -> Decision:
     """The next action for a synthesizing `run` whose goal check found its goal not met (issue
     12, item 1): past the wall-time deadline, escalate; with a replan left, replan in the place
     of the verdict's deliverable (charged to the replan budget, as a failed step's replan is);
-    else escalate `goal_not_met` with the check's reason and what is missing; at once, with
-    the replan left unspent, when an earlier run of the same request replanned and still missed
-    it (`run.unmet_before`: `replan_skipped` names that run)."""
+    else escalate `goal_not_met` with the check's reason and what is missing. At once, with the
+    replan left unspent (`replan_skipped` says why), when an earlier run of the same request
+    replanned and still missed it (`run.unmet_before`), or when the deliverable made an effect
+    (`run.effect_made`: a tool not marked read-only ran): a replan in its place would make it
+    again, a second report filed for one goal (Gemma 3's goal check, issue 31, judged a filed
+    report not met, and the replan filed another). Whether to make it again is a person's call.
+    """
     if run.deadline_passed:
         return Decision("escalate", "wall_time_budget_spent", verdict.step_id)
     replan_left = verdict.step_id is not None and run.replans_used < run.replans_limit
-    if replan_left and run.unmet_before is None:
+    if replan_left and run.unmet_before is None and run.effect_made is None:
         return Decision("replan", f"goal not met: {verdict.reason}", verdict.step_id)
     detail = {
         "reason": verdict.reason,
@@ -134,7 +141,11 @@ def decide_unmet(run: RunView, verdict: GoalVerdict) -> Decision:
         "checked_by": verdict.source,
         "replans": f"{run.replans_used}/{run.replans_limit}",
     }
-    if replan_left:
+    if replan_left and run.effect_made is not None:
+        detail["replan_skipped"] = (
+            f"{run.effect_made} already ran: a replan in its place would run it again"
+        )
+    elif replan_left:
         detail["replan_skipped"] = (
             f"run {run.unmet_before} made the same request, replanned and still missed its goal"
         )

@@ -95,6 +95,7 @@ class Locked:
     doubted: frozenset[int] = frozenset()  # `RunView.replan_verdicts`
     plan_version: int = 0
     unmet_before: int | None = None  # `RunView.unmet_before`
+    effect_made: str | None = None  # `RunView.effect_made`
 
     def view(self) -> RunView:
         """The coordinator's view of the run (`decide`'s input)."""
@@ -109,6 +110,7 @@ class Locked:
             tokens_spent=self.tokens_spent,
             replan_verdicts=self.doubted,
             unmet_before=self.unmet_before,
+            effect_made=self.effect_made,
         )
 
     def doubt(self, step_id: int) -> None:

@@ -9,13 +9,12 @@ they hold what JSON cannot (`NaN`, `Infinity`: `unstorable_argument`), so a mode
 an argument gets a `ToolArgumentsError` that names the field and what is allowed, and the
 function never runs (nor is the server called).
 
-The tools a process offers are those of the modules in `AGENTQ_TOOL_MODULES` and of the MCP
-servers (`enabled_tool`, `configured_tool_names`, `catalog`), whatever else happens to be
-imported: a plan naming any other tool is refused, and a worker never runs one. A tool that
-raises anything but agentq's own `ToolError` family fails with `ToolCrashed`, which names only
-the tool and the exception's type; the exception itself, which may hold host paths, goes to the
-worker's log. A tool's arguments and result are capped at `AGENTQ_STEP_DATA_MAX_BYTES`
-(`models.plans.step_data`).
+A process offers the tools of the modules in `AGENTQ_TOOL_MODULES` and of the MCP servers
+(`enabled_tool`, `configured_tool_names`, `catalog`): a plan naming another is refused, and a
+worker never runs one. A tool raising anything but agentq's `ToolError` family fails with
+`ToolCrashed`, naming only the tool and the exception's type (the exception, which may hold host
+paths, goes to the worker's log). Arguments and results are capped at
+`AGENTQ_STEP_DATA_MAX_BYTES` (`models.plans.step_data`).
 """
 
 from __future__ import annotations
@@ -106,9 +105,9 @@ class Tool:
     `schema` is the JSON schema its arguments are checked against (an MCP tool's
     `inputSchema`); None: its function's signature is (pydantic). `annotations` are its hints
     as its MCP server sent them, camelCase keys as in the protocol (`readOnlyHint`,
-    `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`); `{}` for a Python tool and
-    for an MCP tool sent without any (the protocol's defaults then: not read-only, destructive,
-    not idempotent, open world).
+    `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`); a Python tool's are `{}`, or
+    `{"readOnlyHint": true}` when registered `read_only`; an MCP tool sent without any has the
+    protocol's defaults: not read-only, destructive, not idempotent, open world.
     """
 
     name: str
@@ -131,12 +130,11 @@ class Tool:
 
         Raises `ToolArgumentsError` (the function is not called) when the arguments do not fit
         the signature or `schema` or hold a non-finite number (`unstorable_argument`),
-        `StepDataTooLarge` when the arguments or the result are over
-        `AGENTQ_STEP_DATA_MAX_BYTES`, `ToolError` when the result is not a JSON-serialisable
-        dict holding every key in `returns`, what the function raises of the `ToolError`
-        family (`RetryableToolError` included; an MCP tool's: `models.mcp.calls`) and
-        billiard's `SoftTimeLimitExceeded`; anything else the function raises is logged with
-        its traceback and raised as `ToolCrashed`."""
+        `StepDataTooLarge` when the arguments or the result are over `AGENTQ_STEP_DATA_MAX_BYTES`,
+        `ToolError` when the result is not a JSON-serialisable dict holding every key in
+        `returns`, what the function raises of the `ToolError` family (`RetryableToolError`
+        too; an MCP tool's: `models.mcp.calls`) and `SoftTimeLimitExceeded`; anything else
+        it raises is logged with its traceback and raised as `ToolCrashed`."""
         max_bytes = get_settings().step_data_max_bytes
         check_step_data(args, what=f"the arguments of tool {self.name!r}", max_bytes=max_bytes)
         validated = self._validate(args)
@@ -176,14 +174,13 @@ class Tool:
 
     def describe(self) -> dict[str, Any]:
         """This tool as a catalog entry (see `catalog`)."""
-        fallback = self.fallback
-        fallback_entry = fallback and {"tool": fallback.tool, "args": fallback.args}
+        fallback = self.fallback and {"tool": self.fallback.tool, "args": self.fallback.args}
         return {
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters_schema(),
             "returns": list(self.returns),
-            "fallback": fallback_entry,
+            "fallback": fallback,
         }
 
 
@@ -222,8 +219,10 @@ def tool(
     description: str,
     returns: tuple[str, ...] = (),
     fallback: Fallback | None = None,
+    read_only: bool = False,
 ) -> Callable[[ToolFunction], ToolFunction]:
     """Register the decorated function as the tool `name`; the function itself is returned as is.
+    `read_only`: it changes nothing (MCP's `readOnlyHint`); else it may (`models.engine.effects`).
 
     The function's first parameter must be `ctx` (a `ToolContext`); the others are the tool's
     arguments and need type hints (pydantic validates them). Raises `ValueError` when the name
@@ -236,7 +235,10 @@ def tool(
         if name in _TOOLS:
             raise ValueError(f"tool {name!r} is already registered (by {_TOOLS[name].func!r})")
         tool_arguments.signature_model(func)  # fail at import, not at the first call
-        _TOOLS[name] = Tool(name, description, func, tuple(returns), fallback, func.__module__)
+        hints = {"readOnlyHint": True} if read_only else {}
+        _TOOLS[name] = Tool(
+            name, description, func, tuple(returns), fallback, func.__module__, annotations=hints
+        )
         return func
 
     return register
@@ -322,8 +324,7 @@ def declared_returns(name: str | None) -> tuple[str, ...]:
         except ToolError:
             return ()
     _module_tool_names()
-    found = _TOOLS.get(name or "")
-    return found.returns if found else ()
+    return found.returns if (found := _TOOLS.get(name or "")) else ()
 
 
 def _mcp_tools() -> dict[str, Tool]:
@@ -390,8 +391,7 @@ def _check_result(name: str, result: object, returns: tuple[str, ...]) -> None:
     """Raise `ToolError` unless `result` is a dict with the `returns` keys that is JSON (no NaN)."""
     if not isinstance(result, dict):
         raise ToolError(f"tool {name!r} returned {type(result).__name__}, expected a dict")
-    missing = [key for key in returns if key not in result]
-    if missing:
+    if missing := [key for key in returns if key not in result]:
         raise ToolError(f"tool {name!r} returned no {', '.join(missing)}; got {sorted(result)}")
     try:
         json.dumps(result, allow_nan=False)

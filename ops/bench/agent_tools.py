@@ -83,6 +83,7 @@ def trip_receipts_of(trip: str) -> dict[str, Any]:
     description="The card receipts of a trip (`trip` such as zurich-2026-10); the statement's "
     "currency and month.",
     returns=("receipts", "month", "currency"),
+    read_only=True,
 )
 def trip_receipts(ctx: ToolContext, trip: str) -> dict[str, Any]:
     """`{"receipts": [{"item", "amount", "currency", "date"}], "month": "YYYY-MM", "currency"}`;
@@ -102,6 +103,7 @@ def trip_receipts(ctx: ToolContext, trip: str) -> dict[str, Any]:
             "month": "${steps.receipts.month}",
         },
     ),
+    read_only=True,
 )
 def fx_live_rate(ctx: ToolContext, base: Currency, quote: Currency) -> dict[str, Any]:
     """`{"rate", "source": "live"}`; 1.0 when `base` is `quote`. Raises `RetryableToolError`
@@ -123,6 +125,7 @@ def fx_live_rate(ctx: ToolContext, base: Currency, quote: Currency) -> dict[str,
     "fx_table_rate",
     description="The exchange rate base->quote from the monthly rate table of `month`.",
     returns=("rate",),
+    read_only=True,
 )
 def fx_table_rate(
     ctx: ToolContext, base: Currency, quote: Currency, month: Month
@@ -160,6 +163,7 @@ def _account(customer: str, found: dict[str, Any], source: str) -> dict[str, Any
     description="A customer's account (name, account manager's e-mail) from the CRM service.",
     returns=("customer", "name", "manager_email"),
     fallback=Fallback("directory_account", {"customer": "${facts.customer}"}),
+    read_only=True,
 )
 def crm_account(ctx: ToolContext, customer: Customer) -> dict[str, Any]:
     """`{"customer", "name", "manager_email" (null when the account has none), "source": "crm"}`.
@@ -176,6 +180,7 @@ def crm_account(ctx: ToolContext, customer: Customer) -> dict[str, Any]:
     "directory_account",
     description="A customer's account from the nightly company directory (slower, older).",
     returns=("customer", "name", "manager_email"),
+    read_only=True,
 )
 def directory_account(ctx: ToolContext, customer: Customer) -> dict[str, Any]:
     """As `crm_account`, `"source": "directory"`; raises `ToolError` for a customer the
@@ -202,6 +207,7 @@ def draft_note(ctx: ToolContext, to: Email, customer: Customer) -> dict[str, Any
     "open_invoices",
     description="A customer's unpaid invoices, their total and the billing contact.",
     returns=("invoices", "total", "currency", "billing_email"),
+    read_only=True,
 )
 def open_invoices(ctx: ToolContext, customer: Customer) -> dict[str, Any]:
     """`{"invoices": [{"invoice", "amount"}], "total", "currency", "billing_email"}`; the

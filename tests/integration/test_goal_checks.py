@@ -137,6 +137,24 @@ def test_unmet_criteria_are_replanned_then_escalated_once_the_budget_is_spent(
     assert purposes == ["replan"]  # a value no step delivered: no answer, no check call
 
 
+def test_an_unmet_goal_is_not_replanned_over_a_deliverable_that_made_an_effect(
+    make_run: MakeRun,
+) -> None:
+    """`models.engine.effects`: a filed report the goal check finds wanting goes to a person,
+    with the replan left unspent: a replan in its place would file a second report (Gemma 3,
+    issue 31). The same criteria over a read-only deliverable replan (the test above)."""
+    report = {"total": 10.0, "currency": "EUR", "cost_centre": "CC-4410", "attachments": []}
+    step = {"name": "report", "kind": "tool", "tool": "submit_report", "args": report}
+    run = wait_for_run(make_run([step], criteria=["The report's total is 473.43 EUR"], replans=1))
+    assert (run.status, run.replans_used, run.plan_version) == ("waiting_review", 0, 1)
+    esc = _escalation(run.id or 0)
+    assert esc.reason == "goal_not_met" and esc.detail["replans"] == "0/1"
+    assert esc.detail["replan_skipped"] == (
+        "step report (submit_report) already ran: a replan in its place would run it again"
+    )
+    assert [e.detail.get("purpose") for e in _calls(run.id or 0)] == []  # no replan call
+
+
 def test_criteria_the_rules_pass_are_judged_by_the_check_call(make_run: MakeRun) -> None:
     """A criterion naming no value, or only values delivered, is the check call's to judge."""
     run_id = make_run(

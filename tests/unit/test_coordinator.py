@@ -228,6 +228,13 @@ UNMET = GoalVerdict(False, "the total is not 473.43", ("no deliverable holds '47
             "escalate",
             "goal_not_met",
         ),
+        (
+            "the deliverable made an effect a replan would make again",
+            view("synthesizing", used=0, limit=1, effect_made="step s9 (submit_report)"),
+            UNMET,
+            "escalate",
+            "goal_not_met",
+        ),
     ],
 )
 def test_a_goal_not_met_is_replanned_while_the_budget_lasts(
@@ -241,6 +248,7 @@ def test_a_goal_not_met_is_replanned_while_the_budget_lasts(
         assert decision.detail["reason"] == verdict.reason
         skipped = decision.detail.get("replan_skipped", "")
         assert skipped.startswith("run 3 ") == (run.unmet_before == 3), name
+        assert skipped.startswith("step s9 (submit_report) already ran") == bool(run.effect_made)
 
 
 @pytest.mark.parametrize(

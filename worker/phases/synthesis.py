@@ -10,6 +10,7 @@ from models.db import session_scope
 from models.engine import (
     decisions,
     dispatch,
+    effects,
     escalation_rules,
     goal_checks,
     phases,
@@ -187,7 +188,8 @@ def _finish(
 def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: int) -> list[Send]:
     """End the synthesis with a goal not met (one transaction): record `verdict`, then replan
     or escalate as the coordinator decides (`models.engine.coordinator.decide_unmet`: at once when
-    an earlier run of the same request replanned in vain, `models.engine.repeats`) and
+    the deliverable made an effect a replan would make again, `models.engine.effects`, or an
+    earlier run of the same request replanned in vain, `models.engine.repeats`) and
     send what that leaves; nothing when the phase was taken over."""
     with session_scope() as session:
         held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
@@ -199,8 +201,10 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
         locked = decisions.lock(session, run_id)
         if locked is None:
             return []
-        if get_settings().skip_futile_replans and locked.replans_used < locked.replans_limit:
-            locked.unmet_before = repeats.unmet_before(session, run_id)  # only a replan to skip
+        if locked.replans_used < locked.replans_limit:  # only a replan to skip
+            locked.effect_made = effects.effect_of(session, verdict.step_id)
+            if get_settings().skip_futile_replans and locked.effect_made is None:
+                locked.unmet_before = repeats.unmet_before(session, run_id)
         decision = decide_unmet(locked.view(), verdict)
         log.info("synthesize.goal_not_met", run_id=run_id, action=decision.action)
         return decisions.apply(session, locked, decision, cap=cap).sends

@@ -23,7 +23,7 @@ from models.settings import get_settings
 SLEEP_MAX_SECONDS = 60.0
 
 
-@tool("noop", description="Do nothing and succeed.", returns=("ok",))
+@tool("noop", description="Do nothing and succeed.", returns=("ok",), read_only=True)
 def noop(ctx: ToolContext) -> dict[str, Any]:
     """`{"ok": True}`."""
     return {"ok": True}
@@ -34,6 +34,7 @@ def noop(ctx: ToolContext) -> dict[str, Any]:
     description=f"Sleep for `seconds` (0 to {SLEEP_MAX_SECONDS:g}, and within the step time "
     "budget) and succeed.",
     returns=("slept_s",),
+    read_only=True,
 )
 def sleep(
     ctx: ToolContext, seconds: Annotated[float, Field(ge=0, le=SLEEP_MAX_SECONDS)]
@@ -50,7 +51,7 @@ def sleep(
     return {"slept_s": seconds}
 
 
-@tool("echo", description="Return `value` unchanged.", returns=("value",))
+@tool("echo", description="Return `value` unchanged.", returns=("value",), read_only=True)
 def echo(ctx: ToolContext, value: Any) -> dict[str, Any]:
     """`{"value": value}`; `value` is any JSON value."""
     return {"value": value}
@@ -60,6 +61,7 @@ def echo(ctx: ToolContext, value: Any) -> dict[str, Any]:
     "always_fails",
     description="Fail with `message`; its fallback is `noop`.",
     fallback=Fallback("noop", {}),
+    read_only=True,
 )
 def always_fails(
     ctx: ToolContext, message: str = "always_fails failed, as it always does"
@@ -72,6 +74,7 @@ def always_fails(
     "flaky",
     description="Fail the first `fail_times` tries of this step name in the run, then succeed.",
     returns=("ok", "tries"),
+    read_only=True,
 )
 def flaky(ctx: ToolContext, fail_times: Annotated[int, Field(ge=0)]) -> dict[str, Any]:
     """`{"ok": True, "tries": n}` once `ctx.tries_of_name` > `fail_times`, else `ToolError`."""

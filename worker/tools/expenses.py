@@ -54,6 +54,7 @@ _TRIP_MONTHS = {"lisbon-2026-10": "2026-10", "lisbon-2026-11": "2026-11"}
     "collect_receipts",
     description="Collect the card receipts of a trip; all in one currency, all in one month.",
     returns=("receipts", "month", "currency"),
+    read_only=True,
 )
 def collect_receipts(ctx: ToolContext, trip: str) -> dict[str, Any]:
     """`{"receipts": [Receipt, ...], "month": "YYYY-MM", "currency": "USD"}`.
@@ -82,6 +83,7 @@ def collect_receipts(ctx: ToolContext, trip: str) -> dict[str, Any]:
             "month": "${steps.receipts.month}",
         },
     ),
+    read_only=True,
 )
 def live_rate(ctx: ToolContext, base: Currency, quote: Currency) -> dict[str, Any]:
     """Never answers in the demo: waits 0.2 s, then raises `RetryableToolError` (a timeout)."""
@@ -93,6 +95,7 @@ def live_rate(ctx: ToolContext, base: Currency, quote: Currency) -> dict[str, An
     "cached_rate",
     description="The exchange rate base->quote from the cached monthly rate table of `month`.",
     returns=("rate",),
+    read_only=True,
 )
 def cached_rate(ctx: ToolContext, base: Currency, quote: Currency, month: Month) -> dict[str, Any]:
     """`{"rate": 0.92, "source": "cached monthly table 2026-10"}` from `data/rates.json`.
@@ -113,6 +116,7 @@ def cached_rate(ctx: ToolContext, base: Currency, quote: Currency, month: Month)
     "convert_amounts",
     description="Convert receipts into `currency` at `rate`; the total is rounded to cents.",
     returns=("total", "currency", "lines", "rate"),
+    read_only=True,
 )
 def convert_amounts(
     ctx: ToolContext,
