@@ -142,7 +142,7 @@ def split(
             f"from_step: step {at.name!r} waits for steps that did not succeed: {names}; fork "
             "from the first of them"
         )
-    roots = {at_id, *stale}
+    roots = {at_id, *(set(stale) - answered)}  # an answered failure is left out, stale or not
     rerun = roots | {s.id or 0 for s in steps if roots & graph.ancestors(after, s.id or 0)}
     gone = {s.id or 0 for s in steps if s.status == "failed" and s.id in answered} - rerun
 

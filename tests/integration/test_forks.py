@@ -237,3 +237,23 @@ def test_a_fork_on_another_branch_than_an_unanswered_failure_runs_that_branch_ag
     new = {s.name: (s.status, s.attempt) for s in run_steps(forked.run_id)}
     assert new["x"] == ("succeeded", 0) and new["w"] == ("succeeded", 1)
     assert new["y"][0] == "failed" and new["z"] == ("pending", 0)
+
+
+def test_a_changed_fact_forks_a_replanned_run(make_run: MakeRun) -> None:
+    """A new user's trial: the demo's run, replanned once (live_rate failed, cached_rate took
+    its place, both named `rate` and both reading `${facts.currency}`), forked from `submit`
+    with another currency was refused ("'rate' is used twice"): the answered failure, left out
+    of every fork, was counted among the steps the changed fact makes stale."""
+    user = _user()
+    facts = {"currency": "EUR", "cost_centre": "CC-4410", "trip": "lisbon-2026-10"}
+    goal = "File my Lisbon trip expense report"
+    source = wait_for_run(make_run(None, user=user, goal=goal, facts=facts, replans=1))
+    assert (source.status, source.replans_used) == ("succeeded", 1)
+    forked = fork(ForkRequest(source.id or 0, "submit", facts={"currency": "GBP"}), user_id=user)
+    wait_for_run(forked.run_id)  # the demo's rate tables hold USD/EUR only: GBP waits for review
+    new = [s for s in run_steps(forked.run_id) if s.plan_version == 1]  # the fork's own
+    names = [s.name for s in new]
+    assert len(names) == len(set(names))  # the failed live_rate is not among them
+    rate = next(s for s in new if s.name == "rate")
+    assert (rate.tool, rate.attempt) == ("cached_rate", 1)  # stale: it ran anew, for GBP
+    assert "USD/GBP" in (rate.error or "")
