@@ -205,6 +205,12 @@ def _check_criteria(criteria: list[str], facts: dict[str, str]) -> None:
             )
         if problem := storable_problem(text, f"success_criteria[{i}]"):
             raise InvalidInput(problem)
+        for ref in re.findall(r"\$\{[^}]*\}?", text):  # a typo would make a criterion nobody checks
+            if not re.fullmatch(r"\$\{facts\.[A-Za-z0-9_]+\}", ref):
+                raise InvalidInput(
+                    f"success_criteria[{i}]: {ref!r} is not a reference a criterion may hold; "
+                    "write ${facts.KEY} for a pinned fact's value"
+                )
         for key in re.findall(r"\$\{facts\.([A-Za-z0-9_]+)\}", text):
             if key not in facts:
                 pinned = ", ".join(sorted(facts)) or "none"

@@ -123,6 +123,10 @@ def test_success_criteria_and_the_replan_check_are_taken_at_submit(client: Clien
     assert (
         unpinned.status_code == 400 and "success_criteria[0]: refers to fact 'x'" in unpinned.text
     )
+    for typo in ("Filed in ${fact.currency}", "Filed in ${facts.currency", "${steps.a.total}"):
+        body = {"goal": "g", "facts": {"currency": "EUR"}, "success_criteria": [typo]}
+        refused = alice.post("/api/v1/runs", json=body)
+        assert refused.status_code == 400 and "write ${facts.KEY}" in refused.text, typo
     assert run_count() == before
 
 
