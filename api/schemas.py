@@ -337,6 +337,12 @@ class ProcedureChange(Body):
     user: UserId | None = None
     tool: ToolName | None = None
 
+    @model_validator(mode="after")
+    def _some(self) -> Self:
+        if not self.model_fields_set:
+            raise ValueError(f"give at least one of {', '.join(type(self).model_fields)}")
+        return self
+
 
 class SaveFromRun(Body):
     """How to save the run's plan: default title the goal, default scope the run's user's

@@ -48,8 +48,14 @@ WORDS: Final[dict[str, str]] = {
 
 def error_message(error: Mapping[str, Any]) -> str:
     """The message of pydantic's `error` (one of `ValidationError.errors()`), with a pattern of
-    `WORDS` said in words (pydantic says `String should match pattern '^[a-z]...'`)."""
-    pattern = (error.get("ctx") or {}).get("pattern")
+    `WORDS` said in words (pydantic says `String should match pattern '^[a-z]...'`), and an
+    object of several forms that lacks the field telling which (pydantic: `Unable to extract tag
+    using discriminator 'scope'`) said so."""
+    ctx = error.get("ctx") or {}
+    pattern = ctx.get("pattern")
     if error.get("type") == "string_pattern_mismatch" and pattern in WORDS:
         return WORDS[pattern]
+    if error.get("type") == "union_tag_not_found" and ctx.get("discriminator"):
+        field = str(ctx["discriminator"]).strip("'")
+        return f"{field}: required; it says which form of this object the other fields follow"
     return str(error["msg"])

@@ -63,6 +63,8 @@ def test_users_own_procedures_are_theirs_and_shared_ones_need_a_reviewer(
     tool = {**body, "scope": "tool", "tool": "no_such_tool"}
     unknown = rita.post("/api/v1/procedures", json=tool)  # the spec's enum: the enabled tools
     assert unknown.status_code == 400 and "unknown tool 'no_such_tool'" in unknown.text
+    no_scope = rita.post("/api/v1/procedures", json={"title": "x", "when_to_use": "y"})
+    assert no_scope.status_code == 422 and "scope: required" in no_scope.text, no_scope.text
 
 
 def test_an_edit_is_a_new_version_and_a_stale_one_is_refused(
@@ -78,6 +80,9 @@ def test_an_edit_is_a_new_version_and_a_stale_one_is_refused(
     assert stale.status_code == 409 and "at version 2, not 1" in stale.text
     cleared = alice.patch(url, json={"body": ""})  # neither a how-to nor a template: invalid
     assert cleared.status_code == 409 and "body, plan_template" in cleared.text
+    nothing = alice.patch(url, json={})  # the fields to give, as the API names them
+    assert nothing.status_code == 422 and "give at least one of" in nothing.text
+    assert "user" in nothing.text and "user_id" not in nothing.text
     shown = alice.get(url).json()
     assert [v["version"] for v in shown["versions"]] == [1, 2]
     assert shown["versions"][0]["body"] == "Add them." and shown["version"] == 2
