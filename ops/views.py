@@ -259,11 +259,16 @@ def escalation_summary(esc: Escalation, failed: Step | None) -> RenderableType:
 
 
 def why_rows(told: reasons.Why) -> list[tuple[str | Text, Text]]:
-    """The `error` row and one row per other value of an escalation's detail (`told.extra`)."""
+    """The `error` row and one row per other value of an escalation's detail (`told.extra`); a
+    list of texts (a goal check's `missing`) as its lines joined by `; `, not as JSON."""
     rows: list[tuple[str | Text, Text]] = []
     if told.error:
         rows.append(("error", cell(told.error, DETAIL_MAX_CHARS, style="red")))
-    return rows + [(literal(k), cell(v, DETAIL_MAX_CHARS)) for k, v in told.extra.items()]
+    for key, value in told.extra.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = "; ".join(value)
+        rows.append((literal(key), cell(value, DETAIL_MAX_CHARS)))
+    return rows
 
 
 def run_panel(session: Session, run: Run) -> RenderableType:

@@ -103,7 +103,7 @@ def test_run_panel_names_the_failed_step_of_the_detail_when_not_in_the_plan_show
     out = render(views.render_run(make_run(), facts={}, steps=[], escalation=esc))
     assert "goal_not_met: The steps finished, but what the run delivered fails" in out, out
     assert "failed step          report (echo)" in out and "lacks CC-4410" in out, out
-    assert 'missing              ["CC"]' in out, out
+    assert "missing              CC" in out, out
     unknown = make_escalation(reason="new_reason", detail={})
     out = render(views.render_run(make_run(), facts={}, steps=[], escalation=unknown))
     (line,) = [ln.strip("│ ") for ln in out.splitlines() if "escalation 5" in ln]
@@ -228,3 +228,15 @@ def test_run_panel_tells_the_goal_check_with_the_pinned_values_put_in() -> None:
         "missing - a",
         "- b",
     ], out
+
+
+def test_a_goal_checks_missing_lines_read_as_text_not_json() -> None:
+    """A new user's trial: `missing` was printed as JSON, its quotes escaped."""
+    missing = ["'The note mentions \"platform\"': nothing the run delivered holds it", "a total"]
+    detail = {"step": "note", "reason": "not met", "missing": missing, "checked_by": "rules"}
+    esc = make_escalation(step_id=None, reason="goal_not_met", detail=detail)
+    out = render(
+        escalation_views.render_escalation(esc, run=make_run(), step=None, facts={}), width=300
+    )
+    assert "'The note mentions \"platform\"': nothing the run delivered holds it; a total" in out
+    assert '\\"' not in out and '["' not in out
