@@ -24,7 +24,7 @@ from api.responses import (
 )
 from models.engine import lineage, previews
 from models.engine.goal_checks import criteria_texts
-from models.engine.goal_reports import GoalReport, report_of
+from models.engine.goal_reports import GoalReport, report, report_of
 from models.engine.runs import pinned_facts
 from models.engine.submissions import Submitted
 from models.front import queries
@@ -126,23 +126,28 @@ def run_detail(
     *,
     events_before: int | None = None,
     events_limit: int = previews.EVENTS_PAGE_DEFAULT,
+    submitted: bool = False,
 ) -> RunDetail:
     """Everything about `run`: plan versions, steps, a page of events (the newest
-    `events_limit` below `events_before`), escalations, pinned facts; large values as previews."""
+    `events_limit` below `events_before`), escalations, pinned facts; large values as previews.
+    `submitted`: `run` was submitted in this transaction (the answer to a submit), so it has no
+    escalation, relative or goal verdict yet, and those three reads are left out (issue 29: the
+    answer's reads cost a submit over the API as much as the submit's own writes)."""
     run_id = run.id or 0
     versions = queries.plan_versions(session, run_id)
     page = previews.events_page(session, run_id, before=events_before, limit=events_limit)
     final = previews.shown(run.final_result)
-    escalations = queries.run_escalations(session, run_id)
+    escalations = [] if submitted else queries.run_escalations(session, run_id)
     plan_versions = [plan_version_out(v) for v in versions]
     current = next((v.step_ids for v in plan_versions if v.version == run.plan_version), [])
     pinned = pinned_facts(session, run_id)
-    kin = lineage.read(session, run_id)
+    kin = lineage.Lineage() if submitted else lineage.read(session, run_id)
+    told = report(run, None, pinned=pinned) if submitted else report_of(session, run, pinned)
     return RunDetail(
         **run_out(run).model_dump(),
         pinned_facts=pinned,
         success_criteria=criteria_out(run, pinned),
-        goal_check=goal_check_out(report_of(session, run, pinned)),
+        goal_check=goal_check_out(told),
         replan_check=run.replan_check,
         final_result=final.out(),
         plan_versions=plan_versions,

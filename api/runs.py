@@ -126,7 +126,7 @@ def submit(
     """
     request = run_request(body, principal)
     if idempotency_key is None:
-        submitted = commands.submit(request, describe=run_detail)
+        submitted = commands.submit(request, describe=_submitted_detail)
         return submitted_out(submitted.seen, submitted)
     key = Key(f"token:{principal.token_id}", idempotency_key)
     once = commands.submit_once(request, key, describe=_run_json)
@@ -135,8 +135,12 @@ def submit(
     return submitted_out(RunDetail.model_validate(once.seen), once)
 
 
+def _submitted_detail(session: Session, run: Run) -> RunDetail:
+    return run_detail(session, run, submitted=True)
+
+
 def _run_json(session: Session, run: Run) -> dict[str, Any]:
-    return run_detail(session, run).model_dump(mode="json")
+    return _submitted_detail(session, run).model_dump(mode="json")
 
 
 def run_request(body: RunSubmit, principal: Principal) -> RunRequest:
