@@ -116,7 +116,8 @@ def test_the_servers_tools_join_the_catalogue_with_schemas_and_hints(reports: Re
         "openWorldHint": True,
     }
     assert get_tool(LOOKUP).annotations["readOnlyHint"] is True
-    assert get_tool("echo").annotations == {}
+    assert get_tool("echo").annotations == {"readOnlyHint": True}  # @tool(read_only=True)
+    assert get_tool("submit_report").annotations == {}  # a Python tool that may have an effect
     assert enabled_tool(LOOKUP).module == ""
 
 
