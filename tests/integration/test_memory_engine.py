@@ -192,7 +192,8 @@ def test_a_40_step_run_with_400_token_results_fits_a_4k_window(
     assert all(count_tokens(json.dumps({"value": fare}), model) > 390 for fare in fares)
     assert count_message_tokens(request.messages, model) <= budget < 4096 - 512
     text = "\n".join(m["content"] for m in request.messages)
-    last = [m["content"] for m in request.messages[-3:-1]]  # the last two turns, verbatim
+    # the last two turns, verbatim, before the run's counters and the task
+    last = [m["content"] for m in request.messages[-4:-2]]
     assert [t.split(":")[0] for t in last] == ["step fare_38", "step fare_39"]
     assert fares[39] in last[1] and text.count(fares[39]) == 2  # its arguments and its result
     assert "(= steps.fare_39, row" in text and "earlier steps succeeded" in text
