@@ -11,8 +11,9 @@ filing step filed a second report, a false success of the agent-tasks benchmark.
 
 from __future__ import annotations
 
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
+from models.db import session_scope
 from models.errors import AgentqError
 from models.plans.tools import get_tool
 from models.tables import Step, ToolJournalEntry
@@ -28,20 +29,24 @@ def read_only(tool: str) -> bool:
     return found.annotations.get("readOnlyHint") is True
 
 
-def effect_of(session: Session, step_id: int | None) -> str | None:
+def effect_of(step_id: int | None) -> str | None:
     """The effect step `step_id` made, if it succeeded calling a tool that is not `read_only`:
     `"step NAME (TOOL)"` for a tool step, `"step NAME's call of TOOL"` for a model step's
     journaled call (`tool_journal`, the first such call); None when it made none, did not
-    succeed, or is not given."""
-    step = session.get(Step, step_id) if step_id is not None else None
-    if step is None or step.status != "succeeded":
+    succeed, or is not given. Reads the step and its calls in a transaction of its own, and asks
+    the tools outside it: an MCP tool's hints may need its server started and listed
+    (`models.mcp.catalogue`), which no transaction waits for."""
+    if step_id is None:
         return None
-    if step.kind == "tool" and step.tool and not read_only(step.tool):
-        return f"step {step.name} ({step.tool})"
-    calls = select(ToolJournalEntry.tool).where(
-        ToolJournalEntry.step_id == step.id, col(ToolJournalEntry.error).is_(None)
-    )
-    for tool in session.exec(calls.order_by(col(ToolJournalEntry.id))):
-        if not read_only(tool):
-            return f"step {step.name}'s call of {tool}"
-    return None
+    with session_scope() as session:
+        step = session.get(Step, step_id)
+        if step is None or step.status != "succeeded":
+            return None
+        calls = select(ToolJournalEntry.tool).where(
+            ToolJournalEntry.step_id == step_id, col(ToolJournalEntry.error).is_(None)
+        )
+        called = [str(t) for t in session.exec(calls.order_by(col(ToolJournalEntry.id)))]
+        name, tool = step.name, step.tool if step.kind == "tool" else None
+    if tool and not read_only(tool):
+        return f"step {name} ({tool})"
+    return next((f"step {name}'s call of {t}" for t in called if not read_only(t)), None)

@@ -190,7 +190,12 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
     or escalate as the coordinator decides (`models.engine.coordinator.decide_unmet`: at once when
     the deliverable made an effect a replan would make again, `models.engine.effects`, or an
     earlier run of the same request replanned in vain, `models.engine.repeats`) and
-    send what that leaves; nothing when the phase was taken over."""
+    send what that leaves; nothing when the phase was taken over. The deliverable's effect is
+    found before the transaction (`effects.effect_of` may ask an MCP server), only while a replan
+    is left (the claimed run's replans do not change while it synthesizes)."""
+    run = claimed.run
+    replan_left = run.replans_used < run.replans_limit
+    effect = effects.effect_of(verdict.step_id) if replan_left else None
     with session_scope() as session:
         held = phases.keep_answer(session, run_id, claimed.attempt, final=None)  # not delivered
         if not held or not phases.end(
@@ -202,8 +207,8 @@ def _unmet(run_id: int, claimed: phases.Claimed, verdict: GoalVerdict, *, cap: i
         if locked is None:
             return []
         if locked.replans_used < locked.replans_limit:  # only a replan to skip
-            locked.effect_made = effects.effect_of(session, verdict.step_id)
-            if get_settings().skip_futile_replans and locked.effect_made is None:
+            locked.effect_made = effect
+            if get_settings().skip_futile_replans and effect is None:
                 locked.unmet_before = repeats.unmet_before(session, run_id)
         decision = decide_unmet(locked.view(), verdict)
         log.info("synthesize.goal_not_met", run_id=run_id, action=decision.action)
