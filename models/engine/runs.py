@@ -206,13 +206,13 @@ def _check_criteria(criteria: list[str], facts: dict[str, str]) -> None:
         if problem := storable_problem(text, f"success_criteria[{i}]"):
             raise InvalidInput(problem)
         for ref in re.findall(r"\$\{[^}]*\}?", text):  # a typo would make a criterion nobody checks
-            if not re.fullmatch(r"\$\{facts\.[A-Za-z0-9_]+\}", ref):
+            fact = re.fullmatch(r"\$\{facts\.([A-Za-z0-9_]+)\}", ref)
+            if fact is None:
                 raise InvalidInput(
                     f"success_criteria[{i}]: {ref!r} is not a reference a criterion may hold; "
                     "write ${facts.KEY} for a pinned fact's value"
                 )
-        for key in re.findall(r"\$\{facts\.([A-Za-z0-9_]+)\}", text):
-            if key not in facts:
+            if (key := fact.group(1)) not in facts:
                 pinned = ", ".join(sorted(facts)) or "none"
                 raise InvalidInput(
                     f"success_criteria[{i}]: refers to fact {key!r}, which is not pinned "

@@ -58,8 +58,8 @@ ORDER BY embedding::vector({dim}) <=> CAST(:q AS vector({dim})), id
 LIMIT :k"""
 # has_lessons: whether run :run_id has anything `learn_from` reads on: a `procedures.recalled`
 # event (an adoption to judge), or a success after a replan, a should-replan check answering
-# `replan`, or a reviewer's `edit` or `answer` (`lesson_reason`'s grounds). Most runs have none:
-# one statement instead of the four reads that find out (issue 29, the per-run cost).
+# `replan`, or a reviewer's `edit` or answer, stored as `respond` (`lesson_reason`'s grounds).
+# Most runs have none: one statement instead of the four reads that find out (issue 29).
 HAS_LESSONS: Final = """
 SELECT EXISTS (SELECT 1 FROM run_events ev WHERE ev.run_id = r.id AND ev.kind = :recalled)
     OR (r.status = 'succeeded' AND (
