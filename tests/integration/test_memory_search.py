@@ -26,8 +26,17 @@ FACTS = (
 SCORE_ROW = re.compile(r"^│\s*(\d\.\d{4})\s*│\s*(fact|episode)\s*│", re.MULTILINE)
 
 
-def store(user: str, run_id: int) -> None:
+SUMMARY = "Goal: convert travel invoice currency for the reports"
+
+
+def store(user: str, make_run: Callable[..., int]) -> None:
+    """The three facts and an episode of a run that is only inserted. Everything is embedded
+    first: the run stays `queued`, and a run quiet for `AGENTQ_QUEUED_STALE_S` (5 s here) is sent
+    by the reconciler, whose memory task would store that run's own episode before this one (a
+    first model load on a busy CI machine can take that long)."""
     model = memory_admin.embedder()
+    vectors = model.embed([*FACTS, SUMMARY])
+    run_id = make_run(None, user=user, start=False)
     with session_scope() as session:
         for i, text in enumerate(FACTS):
             remember(
@@ -37,10 +46,9 @@ def store(user: str, run_id: int) -> None:
                 attribute=f"a{i}",
                 category="preference",
                 text=text,
-                embedding=model.embed([text])[0],
+                embedding=vectors[i],
                 embedding_model=model.model,
             )
-        summary = "Goal: convert travel invoice currency for the reports"
         record_episode(
             session,
             user_id=user,
@@ -50,8 +58,8 @@ def store(user: str, run_id: int) -> None:
             failures=[],
             outcome="succeeded",
             final_answer="done",
-            summary=summary,
-            embedding=model.embed([summary])[0],
+            summary=SUMMARY,
+            embedding=vectors[-1],
             embedding_model=model.model,
         )
 
@@ -60,7 +68,7 @@ def test_memory_search_lists_facts_and_episodes_highest_score_first(
     make_run: Callable[..., int],
 ) -> None:
     user = f"searcher-{uuid.uuid4().hex[:8]}"
-    store(user, make_run(None, user=user, start=False))
+    store(user, make_run)
     found = memory_admin.search(user_id=user, query=QUERY)
     for hits in (found.facts, found.episodes):
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
