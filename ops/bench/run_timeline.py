@@ -37,6 +37,23 @@ TIMELINE = sa.text(
 )
 
 
+# remembered: how many of the runs were remembered, and by how many memory tasks' embed calls (a
+# run batched with another's, `worker.memory.remembering`, has `batched_with`).
+REMEMBERED = sa.text(
+    """
+    SELECT count(*), count(*) FILTER (WHERE NOT detail ? 'batched_with')
+    FROM run_events WHERE kind = 'memory.remembered' AND run_id = ANY(:ids)
+    """
+)
+
+
+def remembered(run_ids: Sequence[int]) -> tuple[int, int]:
+    """(runs remembered, embed calls that remembered them) over `run_ids`."""
+    with session_scope() as session:
+        runs, calls = session.execute(REMEMBERED, {"ids": list(run_ids)}).one()
+    return int(runs), int(calls)
+
+
 def _seconds(later: datetime | None, earlier: datetime | None) -> float | None:
     if later is None or earlier is None:
         return None

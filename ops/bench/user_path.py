@@ -45,10 +45,11 @@ from ops.bench.api_users import ApiUsers
 from ops.bench.cpu import CpuMeter, group_of
 from ops.bench.harness import settings_here, wait_until_idle
 from ops.bench.rounds import System, alternate
-from ops.bench.run_timeline import PHASES, phase_rows, phases_of
+from ops.bench.run_timeline import PHASES, phase_rows, phases_of, remembered
 from ops.bench.up_stack import UpStack
 
 API, IN_PROCESS, DBOS, LANGGRAPH = "agentq API", "agentq in-process", "DBOS", "LangGraph"
+REMEMBERED, EMBED_CALLS = "runs remembered", "embed calls"  # per API round, in `timelines`
 BENCH_MODULES = ("dbos", "langgraph", "langgraph.checkpoint.postgres")  # the `bench` extra's
 INSTALL_BENCH = "pip install -e '.[bench]'"
 
@@ -93,7 +94,11 @@ def _rounds(
 
     def api_round() -> float:
         seconds = users.round(plans, plan)
-        timelines.append(phases_of(users.last.run_ids) | {"API submit": users.last.latencies_s})
+        runs, calls = remembered(users.last.run_ids)
+        timelines.append(
+            phases_of(users.last.run_ids)
+            | {"API submit": users.last.latencies_s, REMEMBERED: [runs], EMBED_CALLS: [calls]}
+        )
         return seconds
 
     def settle() -> None:
@@ -222,6 +227,8 @@ def report(
             ("phase", "p50 ms", "p90 ms", "p50 per step ms"), phase_rows(merged, args.steps)
         )
     )
+    runs, calls = (sum(sum(t.get(k, [])) for t in timelines) for k in (REMEMBERED, EMBED_CALLS))
+    print(f"memory: {runs:.0f} runs remembered by {calls:.0f} embed calls")
     print("\nCPU ms per API run by process (median round):")
     for group in sorted(
         {g for r in api.rounds for g in r.cpu_by_group}, key=api.cpu_ms_per_step_of, reverse=True
