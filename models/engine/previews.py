@@ -94,27 +94,29 @@ class StepShown:
     result: Shown
 
 
-def steps_shown(session: Session, run_id: int) -> list[StepShown]:
-    """Every step of the run (all plan versions), by id, args and results as previews.
-
-    Named query `steps_shown`: the run's step rows with sizes and previews of their jsonb.
-    """
-    stmt = (
-        sa.select(
-            *(_STEPS.c[name] for name in STEP_PLAIN_COLUMNS),
-            *shown_columns(_STEPS.c.args, "args"),
-            *shown_columns(_STEPS.c.result, "result"),
-        )
-        .where(_STEPS.c.run_id == run_id)
-        .order_by(_STEPS.c.id)
+# steps_shown: the run's step rows with sizes and previews of their jsonb, by id. Built once: a
+# select of case expressions costs more to build per call than Postgres takes to run it (issue 29).
+STEPS_SHOWN: Final = (
+    sa.select(
+        *(_STEPS.c[name] for name in STEP_PLAIN_COLUMNS),
+        *shown_columns(_STEPS.c.args, "args"),
+        *shown_columns(_STEPS.c.result, "result"),
     )
+    .where(_STEPS.c.run_id == sa.bindparam("run_id"))
+    .order_by(_STEPS.c.id)
+)
+
+
+def steps_shown(session: Session, run_id: int) -> list[StepShown]:
+    """Every step of the run (all plan versions), by id, args and results as previews
+    (named query `steps_shown`)."""
     return [
         StepShown(
             {name: row[name] for name in STEP_PLAIN_COLUMNS},
             shown_of(row, "args"),
             shown_of(row, "result"),
         )
-        for row in session.execute(stmt).mappings()
+        for row in session.execute(STEPS_SHOWN, {"run_id": run_id}).mappings()
     ]
 
 
@@ -139,29 +141,33 @@ class EventsPage:
     older: int | None
 
 
+# events_page: one page of the run's timeline, newest first by id (below :before, in
+# `EVENTS_PAGE_BEFORE`), :limit rows; details as previews. Built once, as `STEPS_SHOWN`.
+EVENTS_PAGE: Final = (
+    sa.select(
+        col(RunEvent.id),
+        col(RunEvent.step_id),
+        col(RunEvent.at),
+        col(RunEvent.kind),
+        *shown_columns(col(RunEvent.detail), "detail"),
+    )
+    .where(col(RunEvent.run_id) == sa.bindparam("run_id"))
+    .order_by(col(RunEvent.id).desc())
+    .limit(sa.bindparam("limit"))
+)
+EVENTS_PAGE_BEFORE: Final = EVENTS_PAGE.where(col(RunEvent.id) < sa.bindparam("before"))
+
+
 def events_page(
     session: Session, run_id: int, *, before: int | None = None, limit: int = EVENTS_PAGE_DEFAULT
 ) -> EventsPage:
-    """The run's newest `limit` events with ids below `before` (all when None), oldest first.
-
-    Named query `events_page`: one page of the timeline, newest first by id, one row extra to
-    know whether older events remain; details as previews.
-    """
-    stmt = (
-        sa.select(
-            col(RunEvent.id),
-            col(RunEvent.step_id),
-            col(RunEvent.at),
-            col(RunEvent.kind),
-            *shown_columns(col(RunEvent.detail), "detail"),
-        )
-        .where(col(RunEvent.run_id) == run_id)
-        .order_by(col(RunEvent.id).desc())
-        .limit(limit + 1)
-    )
-    if before is not None:
-        stmt = stmt.where(col(RunEvent.id) < before)
-    rows = list(session.execute(stmt).mappings())
+    """The run's newest `limit` events with ids below `before` (all when None), oldest first
+    (named query `events_page`, one row more than `limit` to know whether older ones remain)."""
+    params: dict[str, int] = {"run_id": run_id, "limit": limit + 1}
+    if before is None:
+        rows = list(session.execute(EVENTS_PAGE, params).mappings())
+    else:
+        rows = list(session.execute(EVENTS_PAGE_BEFORE, params | {"before": before}).mappings())
     page = rows[:limit]
     events = [
         EventShown(r["id"], r["step_id"], r["at"], r["kind"], shown_of(r, "detail"))

@@ -10,7 +10,7 @@ callers.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import defer
@@ -60,10 +60,17 @@ def runs_by_id(session: Session, run_ids: Collection[int]) -> dict[int, Run]:
     return {r.id or 0: r for r in runs}
 
 
+# plan_versions: a run's plan versions, oldest first; built once (a run's detail reads it).
+PLAN_VERSIONS: Final = (
+    select(PlanVersion)
+    .where(PlanVersion.run_id == sa.bindparam("run_id"))
+    .order_by(col(PlanVersion.version))
+)
+
+
 def plan_versions(session: Session, run_id: int) -> list[PlanVersion]:
     """Every plan version of the run, oldest first."""
-    stmt = select(PlanVersion).where(PlanVersion.run_id == run_id)
-    return list(session.exec(stmt.order_by(col(PlanVersion.version))))
+    return list(session.exec(PLAN_VERSIONS, params={"run_id": run_id}))
 
 
 def plan_versions_of_runs(session: Session, run_ids: Collection[int]) -> list[PlanVersion]:

@@ -84,17 +84,22 @@ def cumulative_cpu_s(process: psutil.Process) -> float:
 def _add_tree(found: Sample, root: psutil.Process, group: str | None, *, alone: bool) -> None:
     """Add `root` (and, unless `alone`, its descendants) under `group`; with None, each process
     by its own command line, or else its tree root's (`agentq up` starts the stack's processes:
-    each is grouped as what it is). Processes that vanish while being read are left out: they
+    each is grouped as what it is; a child forked with its parent's command line, a Celery pool
+    process, as "<group> pool"). Processes that vanish while being read are left out: they
     ended, and their parent's reaped-children times have them."""
     try:
         root_group = group or group_of(root.cmdline())
         tree = [root] if alone else [root, *root.children(recursive=True)]
     except psutil.Error:
         return
+    commands: dict[int, list[str]] = {}
     for process in tree:
         try:
             with process.oneshot():
-                own = group or group_of(process.cmdline(), root_group)
+                command = commands[process.pid] = process.cmdline()
+                own = group or group_of(command, root_group)
+                if group is None and commands.get(process.ppid()) == command:
+                    own += " pool"  # a forked child of its group's process (a Celery pool)
                 found[(process.pid, process.create_time())] = (own, cumulative_cpu_s(process))
         except psutil.Error:
             continue
