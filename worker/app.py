@@ -7,7 +7,8 @@ when that is next. A step's task advances its own run (`worker.execution.steps.f
 the next steps and the synthesis in-process; a plan or replan applies its run's next decision itself
 (the coordinator's, by name, only if that fails).
 `agentq.remember_run` runs on the `memory` queue (`models.engine.queue`): a worker started with
-`-Q memory` alone writes memory only.
+`-Q memory` alone writes memory only. A worker that consumes the `memory` queue remembers a run it
+synthesized itself, right after, with no message, unless that needs a model call.
 Each pool process loads the embedding model when it starts (`worker.memory.remembering.warm_up`,
 logged as `worker.warm`), so no run waits for it. The main process starts and lists each MCP
 server of `AGENTQ_MCP_SERVERS` once before the pool forks (one that cannot start is named in one
@@ -73,6 +74,7 @@ from worker.memory import remembering
 from worker.phases import planner, replan_checks, synthesis
 
 MAIN_PID: Final = os.getpid()  # `celery worker` imports this module before it forks
+_memory_here = False  # whether this worker consumes the `memory` queue (`_note_queues`)
 configure_logging()
 settings = get_settings()
 load_tool_modules(settings.tool_modules)
@@ -281,8 +283,25 @@ def synthesize_run(run_id: int) -> None:
         queue.send(TASK_SYNTHESIZE, run_id, countdown=early.due_in_s)
         return
     for task, args in sends:
+        if task == TASK_REMEMBER_RUN and _memory_here and _remembered_here(run_id):
+            continue
         if not queue.try_send(task, *args):
             log.warning("synthesize.unsent", run_id=run_id, task=task)
+
+
+def _remembered_here(run_id: int) -> bool:
+    """Write the memory of the run this process just synthesized, here, with no message (issue
+    29: a message cost its run about 3 ms of CPU in the broker, the main process and the pool),
+    unless it needs a model call (the fact extraction, which goes to the `memory` queue as
+    before) or the database went away; whether it was written. The run's end is committed
+    already, and an ended run whose memory never ended is asked for again by the reconciler
+    (`scheduler.tasks.reconcile`), so nothing is lost if this process dies meanwhile."""
+    try:
+        with task_bound(run_id=run_id), tracing.span("agentq.remember", run_id=run_id):
+            return remembering.remember_ended_run(run_id, model_calls=False)
+    except DatabaseUnavailable:  # its task waits out the outage
+        log.warning("remember.database_unavailable", run_id=run_id)
+        return False
 
 
 @app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]
@@ -313,6 +332,14 @@ def _fresh_engine(**_: Any) -> None:
 @task_prerun.connect  # type: ignore[untyped-decorator]
 def _stack_limits(**_: Any) -> None:
     stack_limits.refresh()  # the dispatch cap is the stack's, whatever this machine's env says
+
+
+@celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _note_queues(instance: Any, **_: Any) -> None:
+    """In the main process, before the pool forks: whether this worker consumes the `memory`
+    queue (`-Q`), which lets it remember the runs it synthesizes itself (`_remembered_here`)."""
+    global _memory_here
+    _memory_here = queue.QUEUE_MEMORY in (instance.app.amqp.queues.consume_from or {})
 
 
 @celeryd_after_setup.connect  # type: ignore[untyped-decorator]

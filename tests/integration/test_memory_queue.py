@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 import uuid
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from models.engine import queue
 from models.engine.queue import QUEUE_MEMORY, QUEUE_STEPS
 from models.engine.runs import get_run
 from models.memory.episodes import episodes_of
+from models.memory.memory_admin import memory_ended
 from models.tables import RunEvent
 from ops.local import WORKER_WARM, WORKER_WARM_TIMEOUT_S
 from ops.stack import LocalStack
@@ -70,6 +72,28 @@ def test_the_worker_consumes_the_memory_queue() -> None:
         if node.startswith("steps@")
     }
     assert consumed and all(names == {QUEUE_STEPS, QUEUE_MEMORY} for names in consumed.values())
+
+
+def test_the_worker_that_synthesized_a_run_remembers_it_without_a_message(
+    make_run: MakeRun,
+) -> None:
+    """With the `memory` queue not consumed, a run with nothing to extract is remembered all the
+    same (by the worker that synthesized it, issue 29); one that needs the extraction's model
+    call waits for the `memory` queue, and is remembered once the queue is consumed again."""
+    control = queue.client().control
+    control.cancel_consumer(QUEUE_MEMORY, reply=True, timeout=5)
+    try:
+        alone = make_run(NOOP, user=_user("inline"))
+        remembered = wait_for_memory(alone, timeout_s=30)
+        assert remembered.kind == "memory.remembered"
+        assert remembered.detail["extraction"] == "skipped"
+        extracting = wait_for_run(make_run(NOOP, user=_user("queued"), facts={"currency": "EUR"}))
+        time.sleep(3)  # what a memory task would need, were its queue consumed
+        with session_scope() as session:
+            assert memory_ended(session, extracting.id or 0) is None
+    finally:
+        control.add_consumer(QUEUE_MEMORY, reply=True, timeout=5)
+    assert wait_for_memory(extracting.id or 0).detail["extraction"] == "asked"
 
 
 def test_a_tool_only_run_with_no_facts_makes_no_extraction_call(make_run: MakeRun) -> None:

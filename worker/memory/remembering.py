@@ -6,9 +6,12 @@ answer: `worker.memory.run_memory`), the reviewers' answers their reviewers aske
 `worker.memory.extraction`), reconciled by `models.memory.facts.remember` (add, duplicate, or
 supersede). It runs off the run's hot path: a run is `succeeded` (or `failed`, `cancelled`) first,
 then the `agentq.remember_run` task on the `memory` queue writes its memory (issue 10), so a memory
-write never delays a run's end and a deployment may give it workers of its own. A run whose user was
-forgotten after it was created remembers nothing (`models.memory.erasures`). Memory never decides a
-run's outcome: a failure to remember is recorded as an event and the run stays as it ended.
+write never delays a run's end and a deployment may give it workers of its own. A worker that
+consumes the `memory` queue writes the memory of a run it synthesized itself, right after its end
+is committed, with no message, unless that needs a model call (`model_calls`; issue 29). A run
+whose user was forgotten after it was created remembers nothing (`models.memory.erasures`).
+Memory never decides a run's outcome: a failure to remember is recorded as an event and the run
+stays as it ended.
 
 The fact extraction is a paid phase: the task claims it (`models.engine.phases`, the run's status
 being its end) before the model call and writes only while it holds it, so a message delivered twice
@@ -65,9 +68,11 @@ MEMORY_BATCH_AFTER_S: Final = 1.0
 MEMORY_BATCH_WINDOW_S: Final = 3600.0
 
 
-def remember_ended_run(run_id: int) -> None:
+def remember_ended_run(run_id: int, *, model_calls: bool = True) -> bool:
     """Write the memory of run `run_id`, which has ended (`agentq.remember_run`, on the `memory`
-    queue), and of the runs batched with it; a run in any other state is left alone.
+    queue; or the worker that synthesized it, with `model_calls` False), and of the runs batched
+    with it; a run in any other state is left alone. Returns True, or False, having done
+    nothing, when the run needs a model call (its fact extraction) and `model_calls` is False.
 
     In order: read the runs (one transaction, `models.engine.ended_runs.read`); ask the model for
     the run's facts unless `extraction.skip_reason` says there is nothing to learn; embed every
@@ -88,21 +93,23 @@ def remember_ended_run(run_id: int) -> None:
     """
     runs = _read(run_id)
     if not runs:
-        return
+        return True
     try:
         own, *others = (run_memory(run) for run in runs)
         holder = None
+        if own.skipped is None and not model_calls:
+            return False
         if own.skipped is None:  # a paid phase: the extraction's model call, once (issue 11)
             holder = claim_phase(run_id, tuple(RUN_TERMINAL))
             if holder is None:
-                return
+                return True
         written = _remember(own, [other for other in others if not other.writes_facts], holder)
     except DatabaseUnavailable:  # not the memory's failure: the task waits out the outage
         raise
     except (AgentqError, ValidationError, ValueError) as exc:
         with session_scope() as session:
             _record_failure(session, run_id, str(exc))
-        return
+        return True
     for remembered in sorted(written):  # each run once: the task that wrote its episode
         try:
             procedure_learning.learn_from(remembered)
@@ -110,6 +117,7 @@ def remember_ended_run(run_id: int) -> None:
             raise
         except (AgentqError, ValueError) as exc:  # an embedder's failure: the memory stands
             procedure_learning.not_learned(remembered, str(exc))
+    return True
 
 
 def _read(run_id: int) -> list[EndedRun]:
