@@ -9,6 +9,7 @@ room in the window, the two recall shares) are `Settings`' own.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -35,6 +36,12 @@ class MemorySettings(BaseSettings):
         le=4096,
         description="Embedding dimension; needed for an `openai` model agentq does not know. "
         "Changing it (or the model) needs `agentq memory reembed` before the workers start again.",
+    )
+    onnx_cache_dir: Path = Field(
+        default=Path.home() / ".agentq" / "onnx",
+        description="Where the `local` embedding model's ONNX Runtime export is kept, made once "
+        "per machine by the first process that loads the model (`models.memory.local_onnx`); "
+        "not under AGENTQ_HOME, so every stack on the machine shares it.",
     )
     context_window_tokens: int = Field(
         default=128_000, ge=1024, description="The chat model's context window, tokens."

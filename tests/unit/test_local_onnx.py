@@ -7,6 +7,7 @@ tests fail, they do not skip. Each test exports into its own cache directory (ab
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,9 @@ import pytest
 
 from models.memory import embedders, local_onnx
 from models.memory.embedders import LocalEmbedder
+from models.settings import get_settings
+
+CACHE_DIR_ENV = "AGENTQ_ONNX_CACHE_DIR"
 
 TEXTS = [
     "Goal: file the Lisbon travel report\nOutcome: succeeded",
@@ -25,11 +29,17 @@ TEXTS = [
 
 
 @pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A cache directory of the test's own, and a process with no model loaded yet."""
-    monkeypatch.setenv(local_onnx.CACHE_DIR_ENV, str(tmp_path / "onnx"))
+    yield from cache_at(tmp_path / "onnx", monkeypatch)
+
+
+def cache_at(path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv(CACHE_DIR_ENV, str(path))
     monkeypatch.setattr(embedders, "_local_models", {})
-    return tmp_path / "onnx"
+    get_settings.cache_clear()
+    yield path
+    get_settings.cache_clear()
 
 
 def torch_vectors(texts: list[str]) -> np.ndarray:
@@ -79,10 +89,9 @@ def test_a_cache_that_cannot_be_written_leaves_torch(
 ) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    monkeypatch.setenv(local_onnx.CACHE_DIR_ENV, str(blocker / "onnx"))
-    monkeypatch.setattr(embedders, "_local_models", {})
-    vectors = LocalEmbedder().embed(TEXTS[:1])
-    assert not isinstance(embedders.load_local_model(), local_onnx.OnnxModel)
+    for _ in cache_at(blocker / "onnx", monkeypatch):
+        vectors = LocalEmbedder().embed(TEXTS[:1])
+        assert not isinstance(embedders.load_local_model(), local_onnx.OnnxModel)
     assert len(vectors[0]) == 384
 
 
