@@ -19,7 +19,8 @@ AGENTQ_HOME) serves every system, each measured in alternating rounds
   checkpointed by `PostgresSaver` (`ops.bench.langgraph_peer`).
 Each round is timed from its first submit (enqueue, invoke) to its last completion. Then where
 an API run's time went (`ops.bench.run_timeline`: submit, steps, synthesis, memory, p50/p90 ms),
-the CPU per run of each process of the stack, and a lone run's submit-to-finished latency over
+how many embed calls remembered the runs, the CPU per run of each process of the stack (a Celery
+pool apart from its main process), and a lone run's submit-to-finished latency over
 the API (`--lone-runs`, one at a time). The machine is shared: only ratios of one invocation
 carry over.
 """
