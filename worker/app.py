@@ -348,7 +348,8 @@ def _note_queues(instance: Any, **_: Any) -> None:
 @celeryd_after_setup.connect  # type: ignore[untyped-decorator]
 def _preload_embedder(**_: Any) -> None:
     """In the main process, once its logging is set up and before the pool forks: import the
-    local embedder's libraries (torch, transformers), with one OpenMP thread per process, so a
+    local embedder's libraries (onnxruntime once the machine has the model's export, else torch
+    and transformers too), with one OpenMP thread per process, so a
     pool process, the first ones and every replacement, warms up in about 0.2 s instead of 5."""
     remembering.preload()
 

